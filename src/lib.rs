@@ -1,0 +1,2 @@
+//! distlock facade.
+pub use distlock_core::*;
