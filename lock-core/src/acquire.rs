@@ -1,0 +1,578 @@
+//! Taking a lock: the request builders, the acquire loop, re-entry, and the
+//! machinery that keeps a dropped request from leaving a hold behind.
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::client::{outcome_unknown, LockClient, MAX_LEASE, MIN_LEASE};
+use crate::context::LockContext;
+use crate::guard::{HeldLock, Hold, HoldState, LockGuard};
+use crate::name::LockKeys;
+use crate::scripts::{unexpected_reply, AcquireReply};
+use crate::LockError;
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// How long a waiter sleeps when the holder's lease has no expiry to cap it.
+const UNKNOWN_LEASE_CAP: Duration = Duration::from_secs(1);
+
+/// A request for a lock, made by [`LockClient::lock`]. Await it to get the guard.
+///
+/// # Errors
+///
+/// - [`LockError::Timeout`]: another owner held the lock for the whole wait.
+/// - [`LockError::InvalidName`], [`LockError::InvalidOption`]: refused before anything
+///   was sent to Redis.
+/// - [`LockError::Lost`]: a re-entry found that the chain's hold was lost.
+/// - [`LockError::KeyConflict`]: the lock's key holds another type (left untouched).
+/// - [`LockError::Redis`]: Redis failed or could not be reached.
+///
+/// # Cancel safety
+///
+/// Dropping the future at any point leaves no hold that no guard owns: a request in
+/// flight is run to completion in a background task, and the hold it took (if any) is
+/// given back. A hold count is never decremented that this request did not add.
+#[must_use = "a lock request does nothing until it is awaited"]
+pub struct LockRequest {
+    client: LockClient,
+    keys: Result<Arc<LockKeys>, LockError>,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+    fencing: Option<bool>,
+}
+
+impl LockRequest {
+    pub(crate) fn new(client: LockClient, keys: Result<Arc<LockKeys>, LockError>) -> Self {
+        Self {
+            client,
+            keys,
+            wait: None,
+            lease: None,
+            fencing: None,
+        }
+    }
+
+    /// How long to wait while another owner holds the lock; zero fails at once.
+    /// Default: the client's [`default_wait`](crate::LockClientBuilder::default_wait).
+    /// Re-entries never wait.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// A fixed lease: the lock ends after `lease` unless released before, and no
+    /// watchdog renews it; the guard reports the loss when it ends. From
+    /// [`MIN_LEASE`] to [`MAX_LEASE`] (whole milliseconds). Default: a watchdog lease.
+    ///
+    /// On a re-entry, the lease of the outermost acquisition stays in charge; a fixed
+    /// lease here can only lengthen it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Whether the first acquisition issues a fencing token. Default: the client's
+    /// [`fencing`](crate::LockClientBuilder::fencing). Re-entries keep the token (or
+    /// its absence) of the outermost acquisition.
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.fencing = Some(fencing);
+        self
+    }
+}
+
+impl fmt::Debug for LockRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockRequest")
+            .field("name", &self.keys.as_ref().map(|keys| keys.display()).ok())
+            .field("wait", &self.wait)
+            .field("lease", &self.lease)
+            .field("fencing", &self.fencing)
+            .finish()
+    }
+}
+
+/// The future of a [`LockRequest`].
+#[must_use = "futures do nothing unless polled"]
+pub struct LockFuture {
+    inner: BoxFuture<Result<LockGuard, LockError>>,
+}
+
+impl Future for LockFuture {
+    type Output = Result<LockGuard, LockError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl fmt::Debug for LockFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockFuture").finish_non_exhaustive()
+    }
+}
+
+impl IntoFuture for LockRequest {
+    type Output = Result<LockGuard, LockError>;
+    type IntoFuture = LockFuture;
+
+    fn into_future(self) -> LockFuture {
+        LockFuture {
+            inner: Box::pin(acquire(self)),
+        }
+    }
+}
+
+/// A request that does not wait, made by [`LockClient::try_lock`]. Await it: `Ok(None)`
+/// means another owner holds the lock.
+///
+/// # Errors
+///
+/// As [`LockRequest`], except that a busy lock is `Ok(None)`, not a timeout.
+///
+/// # Cancel safety
+///
+/// As [`LockRequest`]: a dropped request leaves no hold behind.
+#[must_use = "a lock request does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct TryLockRequest {
+    request: LockRequest,
+}
+
+impl TryLockRequest {
+    pub(crate) fn new(request: LockRequest) -> Self {
+        Self {
+            request: request.wait(Duration::ZERO),
+        }
+    }
+
+    /// A fixed lease, as [`LockRequest::lease`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.request = self.request.lease(lease);
+        self
+    }
+
+    /// Whether to issue a fencing token, as [`LockRequest::fencing`].
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.request = self.request.fencing(fencing);
+        self
+    }
+}
+
+impl IntoFuture for TryLockRequest {
+    type Output = Result<Option<LockGuard>, LockError>;
+    type IntoFuture = BoxFuture<Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let request = self.request.into_future();
+        Box::pin(async move {
+            match request.await {
+                Ok(guard) => Ok(Some(guard)),
+                Err(LockError::Timeout { .. }) => Ok(None),
+                Err(err) => Err(err),
+            }
+        })
+    }
+}
+
+/// A lease as whole milliseconds, if it is in range.
+pub(crate) fn lease_millis(option: &'static str, lease: Duration) -> Result<u64, LockError> {
+    if lease < MIN_LEASE || lease > MAX_LEASE {
+        return Err(LockError::invalid_option(
+            option,
+            format!("{lease:?} is out of range; use {MIN_LEASE:?} to {MAX_LEASE:?}"),
+        ));
+    }
+    // In range, so it fits.
+    Ok(lease.as_millis() as u64)
+}
+
+async fn acquire(request: LockRequest) -> Result<LockGuard, LockError> {
+    let LockRequest {
+        client,
+        keys,
+        wait,
+        lease,
+        fencing,
+    } = request;
+    let keys = keys?;
+    let (lease, watchdog) = match lease {
+        Some(lease) => (Duration::from_millis(lease_millis("lease", lease)?), false),
+        None => (client.default_lease(), true),
+    };
+    let wait = wait.unwrap_or(client.default_wait());
+    let start = Instant::now();
+    let deadline = start.checked_add(wait).ok_or_else(|| {
+        LockError::invalid_option(
+            "wait",
+            format!("{wait:?} is too long to wait (the deadline overflows); use a shorter wait"),
+        )
+    })?;
+    let fencing = fencing.unwrap_or(client.fencing());
+    let context = LockContext::current();
+    let span = tracing::debug_span!(
+        "distlock.acquire",
+        lock.name = %keys.display(),
+        lock.waited_ms = tracing::field::Empty,
+        lock.hold_count = tracing::field::Empty,
+    );
+    async move {
+        let result = match context.find(client.inner.id, &keys) {
+            Some(held) => {
+                let held = held.clone();
+                reenter(&client, held, &context, lease, watchdog).await
+            }
+            None => {
+                let mode = Mode {
+                    lease,
+                    watchdog,
+                    fencing,
+                };
+                acquire_new(&client, keys, &context, mode, start, deadline).await
+            }
+        };
+        let span = tracing::Span::current();
+        span.record("lock.waited_ms", start.elapsed().as_millis() as u64);
+        if let Ok(guard) = &result {
+            span.record("lock.hold_count", guard.hold_count());
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    lease: Duration,
+    watchdog: bool,
+    fencing: bool,
+}
+
+async fn acquire_new(
+    client: &LockClient,
+    keys: Arc<LockKeys>,
+    context: &LockContext,
+    mode: Mode,
+    start: Instant,
+    deadline: Instant,
+) -> Result<LockGuard, LockError> {
+    let owner = client.next_owner();
+    let lease_ms = mode.lease.as_millis() as u64;
+    let mut subscription = None;
+    loop {
+        // Listen before asking, so that a release between the reply and the wait is not missed.
+        let channel = subscription
+            .as_ref()
+            .map(crate::subscriber::Subscription::channel);
+        let mut notified = pin!(channel.as_ref().map(|channel| channel.notify.notified()));
+        if let Some(notified) = notified.as_mut().as_pin_mut() {
+            notified.enable();
+        }
+
+        let sent = Instant::now();
+        let call = AcquireCall {
+            client,
+            keys: &keys,
+            owner: &owner,
+            lease_ms,
+            fencing: mode.fencing,
+            reentry: false,
+        };
+        match call.run().await? {
+            AcquireReply::Acquired { count, fence } => {
+                if Instant::now() >= sent + mode.lease {
+                    // The reply came after the lease could have ended: the lock may
+                    // already belong to someone else. Give it back and try again.
+                    tracing::debug!(lock.name = %keys.display(), "distlock: acquire reply arrived after the lease; retrying");
+                    client.release_owner_in_background(keys.clone(), owner.clone(), lease_ms);
+                } else {
+                    let hold = Arc::new(Hold::new(
+                        client.next_hold_id(),
+                        client.inner.id,
+                        keys,
+                        owner,
+                        (fence > 0).then_some(fence),
+                        HoldState {
+                            guards: 1,
+                            deadline: sent + mode.lease,
+                            watchdog: mode.watchdog,
+                            lease: mode.lease,
+                            next_renew: sent + mode.lease / 3,
+                        },
+                    ));
+                    client.inner.watchdog.register(hold.clone());
+                    let held = HeldLock { hold, count };
+                    return Ok(LockGuard {
+                        client: client.clone(),
+                        context: context.with(held.clone()),
+                        held,
+                        released: false,
+                    });
+                }
+            }
+            AcquireReply::Busy { pttl_ms } => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(LockError::Timeout {
+                        name: keys.display(),
+                        waited: now - start,
+                    });
+                }
+                if subscription.is_none() {
+                    let subscribe = client.inner.subscriber.subscribe(&keys.channel);
+                    match tokio::time::timeout(deadline - now, subscribe).await {
+                        Ok(Ok(subscribed)) => {
+                            subscription = Some(subscribed);
+                            continue;
+                        }
+                        Ok(Err(err)) => {
+                            tracing::debug!(error = %err, "distlock: could not subscribe; waiting for the lease instead");
+                        }
+                        Err(_) => continue,
+                    }
+                }
+                let hint = u64::try_from(pttl_ms)
+                    .ok()
+                    .filter(|ms| *ms > 0)
+                    .map_or(UNKNOWN_LEASE_CAP, Duration::from_millis);
+                let sleep = hint.min(deadline - Instant::now());
+                let waited = async {
+                    match notified.as_mut().as_pin_mut() {
+                        Some(notified) => {
+                            let _ = tokio::time::timeout(sleep, notified).await;
+                        }
+                        None => tokio::time::sleep(sleep).await,
+                    }
+                };
+                waited
+                    .instrument(tracing::trace_span!(
+                        "distlock.wait",
+                        lock.pttl_ms = pttl_ms
+                    ))
+                    .await;
+            }
+            AcquireReply::NotHeld => {
+                return Err(unexpected_reply("acquire.lua", &[-1]).into());
+            }
+            AcquireReply::Conflict => {
+                return Err(LockError::KeyConflict {
+                    name: keys.display(),
+                })
+            }
+        }
+    }
+}
+
+async fn reenter(
+    client: &LockClient,
+    held: HeldLock,
+    context: &LockContext,
+    lease: Duration,
+    watchdog: bool,
+) -> Result<LockGuard, LockError> {
+    let hold = held.hold;
+    if hold.is_lost() {
+        return Err(hold.lost_error());
+    }
+    let lease = if watchdog { hold.state().lease } else { lease };
+    let sent = Instant::now();
+    let call = AcquireCall {
+        client,
+        keys: &hold.keys,
+        owner: &hold.owner,
+        lease_ms: lease.as_millis() as u64,
+        fencing: false,
+        reentry: true,
+    };
+    match call.run().await? {
+        AcquireReply::Acquired { count, .. } => {
+            client.inner.watchdog.guard_added(&hold, sent + lease);
+            let held = HeldLock { hold, count };
+            Ok(LockGuard {
+                client: client.clone(),
+                context: context.with(held.clone()),
+                held,
+                released: false,
+            })
+        }
+        AcquireReply::NotHeld | AcquireReply::Busy { .. } => {
+            hold.mark_lost("a re-entry found the lock no longer held by its owner");
+            Err(hold.lost_error())
+        }
+        AcquireReply::Conflict => Err(LockError::KeyConflict {
+            name: hold.display.to_string(),
+        }),
+    }
+}
+
+/// One run of `acquire.lua`.
+struct AcquireCall<'a> {
+    client: &'a LockClient,
+    keys: &'a Arc<LockKeys>,
+    owner: &'a Arc<str>,
+    lease_ms: u64,
+    fencing: bool,
+    reentry: bool,
+}
+
+impl AcquireCall<'_> {
+    /// Sends the script; if the caller drops the future mid-flight, the request runs
+    /// to completion in the background and a hold it took is given back. If the
+    /// reply is lost, the same attempt is replayed in the background until its outcome
+    /// is known, and a hold it took is given back.
+    async fn run(self) -> Result<AcquireReply, LockError> {
+        let attempt = self.client.next_attempt();
+        let invoke = Invoke {
+            client: self.client.clone(),
+            keys: self.keys.clone(),
+            owner: self.owner.clone(),
+            lease_ms: self.lease_ms,
+            fencing: self.fencing,
+            reentry: self.reentry,
+            attempt,
+        };
+        let abandoned = invoke.clone();
+        let call = Detached::new(Box::pin(invoke.clone().send()), move |result| {
+            Box::pin(abandoned.settle(result))
+        });
+        match call.await {
+            Ok(reply) => AcquireReply::decode(&reply)
+                .ok_or_else(|| unexpected_reply("acquire.lua", &reply).into()),
+            Err(err) => {
+                if outcome_unknown(&err) {
+                    spawn(invoke.resolve());
+                }
+                Err(err.into())
+            }
+        }
+    }
+}
+
+/// Everything needed to send (or replay) one acquire attempt.
+#[derive(Clone)]
+struct Invoke {
+    client: LockClient,
+    keys: Arc<LockKeys>,
+    owner: Arc<str>,
+    lease_ms: u64,
+    fencing: bool,
+    reentry: bool,
+    attempt: u64,
+}
+
+impl Invoke {
+    async fn send(self) -> redis::RedisResult<Vec<i64>> {
+        let mut conn = self.client.inner.conn.clone();
+        self.client
+            .inner
+            .scripts
+            .acquire
+            .key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .arg(&*self.owner)
+            .arg(self.lease_ms)
+            .arg(u8::from(self.fencing))
+            .arg(self.attempt)
+            .arg(u8::from(self.reentry))
+            .invoke_async(&mut conn)
+            .await
+    }
+
+    /// Gives back the hold that an abandoned attempt took, if it took one.
+    async fn settle(self, result: redis::RedisResult<Vec<i64>>) {
+        match result {
+            Ok(reply) => {
+                if let Some(AcquireReply::Acquired { .. }) = AcquireReply::decode(&reply) {
+                    self.release().await;
+                }
+            }
+            Err(err) if outcome_unknown(&err) => self.resolve().await,
+            Err(_) => {}
+        }
+    }
+
+    /// Replays the attempt (a no-op if it was applied) until the outcome is known,
+    /// then gives back the hold if there is one.
+    async fn resolve(self) {
+        for round in 1..=5u32 {
+            tokio::time::sleep(Duration::from_millis(50) * round).await;
+            match self.clone().send().await {
+                Ok(reply) => {
+                    if let Some(AcquireReply::Acquired { .. }) = AcquireReply::decode(&reply) {
+                        self.release().await;
+                    }
+                    return;
+                }
+                Err(err) if outcome_unknown(&err) => continue,
+                Err(_) => return,
+            }
+        }
+        tracing::debug!(lock.name = %self.keys.display(), "distlock: outcome of a lost acquire unknown; its lease will end it");
+    }
+
+    async fn release(&self) {
+        let result = self
+            .client
+            .release_owner(&self.keys, &self.owner, self.lease_ms)
+            .await;
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "distlock: could not give back an abandoned hold; its lease will end it");
+        }
+    }
+}
+
+/// Spawns `fut` on the current runtime, if there is one.
+pub(crate) fn spawn(fut: impl Future<Output = ()> + Send + 'static) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(fut);
+    }
+}
+
+/// A request in flight that must not be lost with its caller: if the future is
+/// dropped before it completes, the request runs to completion in a background
+/// task, and `abandon` receives its output there.
+pub(crate) struct Detached<T: Send + 'static> {
+    fut: Option<BoxFuture<T>>,
+    abandon: Option<Box<dyn FnOnce(T) -> BoxFuture<()> + Send>>,
+}
+
+impl<T: Send + 'static> Detached<T> {
+    pub(crate) fn new(
+        fut: BoxFuture<T>,
+        abandon: impl FnOnce(T) -> BoxFuture<()> + Send + 'static,
+    ) -> Self {
+        Self {
+            fut: Some(fut),
+            abandon: Some(Box::new(abandon)),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Detached<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let Some(fut) = self.fut.as_mut() else {
+            return Poll::Pending;
+        };
+        let output = std::task::ready!(fut.as_mut().poll(cx));
+        self.fut = None;
+        self.abandon = None;
+        Poll::Ready(output)
+    }
+}
+
+impl<T: Send + 'static> Drop for Detached<T> {
+    fn drop(&mut self) {
+        if let (Some(fut), Some(abandon)) = (self.fut.take(), self.abandon.take()) {
+            spawn(async move { abandon(fut.await).await });
+        }
+    }
+}

@@ -1,0 +1,708 @@
+//! The client: configuration, connections, and every operation on locks.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::ProtocolVersion;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing::Instrument;
+
+use crate::acquire::{spawn, Detached, LockRequest, TryLockRequest};
+use crate::guard::{HeldLock, Hold};
+use crate::name::{validate_namespace, LockKeys};
+use crate::scripts::{unexpected_reply, ReleaseReply, Scripts, SOURCES};
+use crate::subscriber::Subscriber;
+use crate::watchdog::Watchdog;
+use crate::LockError;
+
+/// The shortest lease accepted.
+pub const MIN_LEASE: Duration = Duration::from_millis(1);
+/// The longest lease accepted.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+/// The shortest watchdog lease accepted ([`LockClientBuilder::default_lease`]): the
+/// watchdog renews at a third of it, and each renewal needs a round trip.
+pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
+
+static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
+static GLOBAL: RwLock<Option<LockClient>> = RwLock::new(None);
+
+/// Configures and connects a [`LockClient`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+/// use distlock::LockClient;
+///
+/// let locks = LockClient::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .namespace("billing")
+///     .default_wait(Duration::from_secs(5))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClientBuilder {
+    url: Option<String>,
+    namespace: String,
+    default_wait: Duration,
+    default_lease: Duration,
+    fencing: bool,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LockClientBuilder {
+    /// A builder with every setting at its default; [`url`](Self::url) must be set.
+    pub fn new() -> Self {
+        Self {
+            url: None,
+            namespace: "distlock".to_owned(),
+            default_wait: Duration::from_secs(10),
+            default_lease: Duration::from_secs(30),
+            fencing: false,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_millis(500),
+        }
+    }
+
+    /// The Redis server, as a URL: `redis://[user:password@]host:port[/db]`, or
+    /// `rediss://` for TLS. Required.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// The prefix of every Redis key and channel distlock uses: `<namespace>:{name}`.
+    /// Default: `distlock`. 1 to 128 bytes, without `{` or `}`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// How long [`LockClient::lock`] waits for a busy lock unless the request says
+    /// otherwise with `.wait(..)`. Default: 10 s. Zero fails fast.
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// The watchdog lease: how long a lock outlives a client that stops renewing it
+    /// (a crash, a partition, a stalled runtime). The watchdog renews it every third
+    /// of it. Default: 30 s; from [`MIN_WATCHDOG_LEASE`] to [`MAX_LEASE`].
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// Issue fencing tokens for every lock of this client (a request can still turn
+    /// them on with `.fencing(true)`). Default: off, because each fenced name keeps a
+    /// small counter key in Redis forever, so that tokens never repeat.
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// How long connecting may take before [`connect`](Self::connect) gives up.
+    /// Default: 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a single Redis request may take before it fails. Default: 500 ms.
+    /// Keep it well below a third of the lease.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The namespace that will be used.
+    pub fn get_namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The default wait that will be used.
+    pub fn get_default_wait(&self) -> Duration {
+        self.default_wait
+    }
+
+    /// The watchdog lease that will be used.
+    pub fn get_default_lease(&self) -> Duration {
+        self.default_lease
+    }
+
+    /// Whether every lock will get a fencing token.
+    pub fn get_fencing(&self) -> bool {
+        self.fencing
+    }
+
+    fn validate(&self) -> Result<redis::Client, LockError> {
+        validate_namespace(&self.namespace)?;
+        if self.default_lease < MIN_WATCHDOG_LEASE || self.default_lease > MAX_LEASE {
+            return Err(LockError::invalid_option(
+                "default_lease",
+                format!(
+                    "{:?} is out of range; use {MIN_WATCHDOG_LEASE:?} to {MAX_LEASE:?} (default 30 s)",
+                    self.default_lease
+                ),
+            ));
+        }
+        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
+            return Err(LockError::invalid_option(
+                "connect_timeout",
+                "timeouts must be above zero",
+            ));
+        }
+        let url = self.url.as_deref().ok_or_else(|| {
+            LockError::invalid_option(
+                "url",
+                "no Redis URL was given; call `.url(\"redis://127.0.0.1:6379\")`",
+            )
+        })?;
+        redis::Client::open(url).map_err(|err| {
+            LockError::invalid_option(
+                "url",
+                format!(
+                    "`{}` is not a Redis URL ({err}); write it as \
+                     `redis://[user:password@]host:port[/db]` or `rediss://...` for TLS",
+                    redact(url)
+                ),
+            )
+        })
+    }
+
+    /// Connects to Redis: the command connection, the subscriber connection for
+    /// waiters, and the watchdog task. The scripts are loaded ahead of use.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidOption`] for a setting out of range or an unparsable URL,
+    /// before any connection is tried; [`LockError::Redis`] when the server cannot be
+    /// reached within the connect timeout; [`LockError::UnsupportedServer`] for a
+    /// server older than Redis 7.0.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the half-made connections; nothing is left behind.
+    pub async fn connect(self) -> Result<LockClient, LockError> {
+        let client = self.validate()?;
+        let timeout = self.connect_timeout;
+        match tokio::time::timeout(timeout, self.connect_with(client)).await {
+            Ok(result) => result,
+            Err(_) => Err(LockError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "connect timed out",
+                format!(
+                    "no connection to Redis within {timeout:?}; check that the server runs and the \
+                     URL is right"
+                ),
+            )))),
+        }
+    }
+
+    async fn connect_with(self, client: redis::Client) -> Result<LockClient, LockError> {
+        let manager_config = || {
+            ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.connect_timeout))
+                .set_response_timeout(Some(self.response_timeout))
+                .set_number_of_retries(4)
+                .set_max_delay(Duration::from_secs(1))
+        };
+        let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config()).await?;
+        let scripts = Arc::new(Scripts::new());
+        preload(&mut conn).await?;
+
+        let info = client.get_connection_info().clone();
+        let resp3 = info.clone().set_redis_settings(
+            info.redis_settings()
+                .clone()
+                .set_protocol(ProtocolVersion::RESP3),
+        );
+        let sub_client = redis::Client::open(resp3)?;
+        let shutdown = CancellationToken::new();
+        let subscriber =
+            Subscriber::connect(sub_client, manager_config(), shutdown.clone()).await?;
+        let watchdog = Watchdog::spawn(
+            conn.clone(),
+            scripts.clone(),
+            self.default_lease,
+            shutdown.clone(),
+        );
+
+        let id = NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed);
+        Ok(LockClient {
+            inner: Arc::new(Inner {
+                id,
+                uuid: uuid::Uuid::new_v4().simple().to_string(),
+                conn,
+                scripts,
+                config: Config {
+                    namespace: self.namespace,
+                    default_wait: self.default_wait,
+                    default_lease: self.default_lease,
+                    fencing: self.fencing,
+                },
+                owners: AtomicU64::new(0),
+                attempts: AtomicU64::new(0),
+                holds: AtomicU64::new(0),
+                subscriber,
+                watchdog,
+                _shutdown: shutdown.drop_guard(),
+            }),
+        })
+    }
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("url", &self.url.as_deref().map(redact))
+            .field("namespace", &self.namespace)
+            .field("default_wait", &self.default_wait)
+            .field("default_lease", &self.default_lease)
+            .field("fencing", &self.fencing)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}
+
+/// A URL with any password replaced, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***{}", &url[..scheme], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Loads every script (so the first lock needs no extra round trip) and warns when the
+/// eviction policy can remove lock keys. One round trip.
+async fn preload(conn: &mut ConnectionManager) -> Result<(), LockError> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for source in SOURCES {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+    }
+    pipe.cmd("CONFIG").arg("GET").arg("maxmemory-policy");
+    let replies: Vec<redis::Value> = pipe.query_async(conn).await?;
+    for reply in replies.iter().take(SOURCES.len()) {
+        if let redis::Value::ServerError(err) = reply {
+            let err = redis::RedisError::from(err.clone());
+            if err.code() == Some("NOPERM") {
+                return Err(err.into());
+            }
+            return Err(LockError::UnsupportedServer {
+                reason: format!(
+                    "the server refused distlock's scripts ({err}); distlock needs Redis 7.0 or \
+                     newer (or Valkey 7.2 or newer)"
+                ),
+            });
+        }
+    }
+    if let Some(redis::Value::Array(pair)) = replies.last() {
+        let policy = pair.get(1).and_then(|value| match value {
+            redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            _ => None,
+        });
+        if let Some(policy) = policy {
+            if policy != "noeviction" {
+                tracing::warn!(
+                    maxmemory_policy = %policy,
+                    "distlock: this Redis evicts keys under memory pressure (maxmemory-policy \
+                     {policy}), which can delete a held lock; use `noeviction` on servers that hold locks"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) namespace: String,
+    pub(crate) default_wait: Duration,
+    pub(crate) default_lease: Duration,
+    pub(crate) fencing: bool,
+}
+
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    uuid: String,
+    pub(crate) conn: ConnectionManager,
+    pub(crate) scripts: Arc<Scripts>,
+    pub(crate) config: Config,
+    owners: AtomicU64,
+    attempts: AtomicU64,
+    holds: AtomicU64,
+    pub(crate) subscriber: Subscriber,
+    pub(crate) watchdog: Watchdog,
+    _shutdown: DropGuard,
+}
+
+/// A connection to Redis that takes, re-enters, waits for and releases locks.
+///
+/// Cheap to clone (an `Arc`): clone it into every task that needs it. Background
+/// tasks (the watchdog, the waiters' subscriber) stop when the last clone and the last
+/// guard are gone.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+/// use distlock::LockClient;
+///
+/// let locks = LockClient::builder().url("redis://127.0.0.1:6379").connect().await?;
+/// let guard = locks.lock("report:daily").wait(Duration::from_secs(2)).await?;
+/// // ... exclusive work ...
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("namespace", &self.inner.config.namespace)
+            .field("default_wait", &self.inner.config.default_wait)
+            .field("default_lease", &self.inner.config.default_lease)
+            .field("fencing", &self.inner.config.fencing)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`LockClient::inspect`] found about a lock. Owner ids are never shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// Whether some owner holds the lock.
+    pub held: bool,
+    /// The holder's hold count (its re-entry depth); 0 when free.
+    pub hold_count: u64,
+    /// How long the lease still runs; `None` when free, or when the key has no expiry.
+    pub lease_remaining: Option<Duration>,
+    /// The holder's fencing token, when it took one.
+    pub fencing_token: Option<u64>,
+    /// The last fencing token ever issued for this name; `None` when none was.
+    pub last_fencing_token: Option<u64>,
+}
+
+impl LockClient {
+    /// A builder to configure and connect a client.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::new()
+    }
+
+    /// Makes this client the one [`global`] returns (and that `#[distributed_lock]` uses
+    /// without `client = ..`), replacing any installed before. Returns the client.
+    pub fn install_global(self) -> LockClient {
+        let mut global = GLOBAL.write().unwrap_or_else(PoisonError::into_inner);
+        *global = Some(self.clone());
+        self
+    }
+
+    /// The namespace of every key this client uses.
+    pub fn namespace(&self) -> &str {
+        &self.inner.config.namespace
+    }
+
+    /// How long a lock request waits unless it says otherwise.
+    pub fn default_wait(&self) -> Duration {
+        self.inner.config.default_wait
+    }
+
+    /// The watchdog lease.
+    pub fn default_lease(&self) -> Duration {
+        self.inner.config.default_lease
+    }
+
+    /// Whether every lock of this client gets a fencing token.
+    pub fn fencing(&self) -> bool {
+        self.inner.config.fencing
+    }
+
+    /// A request for the lock `name`; await it to get a [`LockGuard`](crate::LockGuard).
+    ///
+    /// Set `.wait(d)` (how long to wait when busy; default [`default_wait`]),
+    /// `.lease(d)` (a fixed lease with no watchdog; default: a watchdog lease) and
+    /// `.fencing(true)` before awaiting. If the current call chain already holds
+    /// `name`, the request re-enters it: one round trip, no waiting.
+    ///
+    /// Names are bytes (`&str`, `String`, `&[u8]`, `Vec<u8>`), 1 to
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) long.
+    ///
+    /// [`default_wait`]: LockClientBuilder::default_wait
+    pub fn lock(&self, name: impl AsRef<[u8]>) -> LockRequest {
+        LockRequest::new(self.clone(), self.keys(name.as_ref()))
+    }
+
+    /// A request for the lock `name` that does not wait: it resolves to `Ok(None)`
+    /// when another owner holds it.
+    pub fn try_lock(&self, name: impl AsRef<[u8]>) -> TryLockRequest {
+        TryLockRequest::new(self.lock(name))
+    }
+
+    /// Takes the lock `name`, runs `body` inside its scope, and releases it.
+    ///
+    /// `body` gets a [`HeldLock`] (name, fencing token, loss signal). Nested acquires of
+    /// `name` inside `body` re-enter. The lock is released on every exit: return, panic
+    /// (during unwinding, in the background), or cancellation (in the background).
+    ///
+    /// # Errors
+    ///
+    /// The errors of [`lock`](Self::lock) (the body does not run), and
+    /// [`LockError::Lost`] when the lock was lost before it was released (the body ran,
+    /// its output is dropped: treat its effects as unprotected).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future while it waits leaves no hold behind; dropping it while
+    /// `body` runs drops `body` and releases the lock in the background.
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        name: impl AsRef<[u8]>,
+        body: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnOnce(HeldLock) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock(name).await?;
+        let output = guard.scope(body(guard.held())).await;
+        guard.unlock().await?;
+        Ok(output)
+    }
+
+    /// Reads the state of the lock `name` without changing it. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidName`]; [`LockError::KeyConflict`] when a key of the lock
+    /// holds another type; [`LockError::Redis`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only: dropping the future changes nothing.
+    pub async fn inspect(&self, name: impl AsRef<[u8]>) -> Result<LockInfo, LockError> {
+        let keys = self.keys(name.as_ref())?;
+        let mut conn = self.inner.conn.clone();
+        let reply: Vec<i64> = self
+            .inner
+            .scripts
+            .inspect
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .invoke_async(&mut conn)
+            .await?;
+        let positive = |value: i64| u64::try_from(value).ok().filter(|v| *v > 0);
+        match *reply {
+            [-2] => Err(LockError::KeyConflict {
+                name: keys.display(),
+            }),
+            [held @ (0 | 1), count, pttl, token, counter] => Ok(LockInfo {
+                held: held == 1,
+                hold_count: u64::try_from(count).unwrap_or(0),
+                lease_remaining: positive(pttl).map(Duration::from_millis),
+                fencing_token: positive(token),
+                last_fencing_token: positive(counter),
+            }),
+            _ => Err(unexpected_reply("inspect.lua", &reply).into()),
+        }
+    }
+
+    /// Deletes the lock `name` whoever holds it, and wakes its waiters. For operators:
+    /// the holder is told at its next renewal (its guard reports the loss). Returns
+    /// whether a lock was deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidName`]; [`LockError::KeyConflict`] (nothing is deleted);
+    /// [`LockError::Redis`].
+    ///
+    /// # Cancel safety
+    ///
+    /// The request may still be applied after the future is dropped.
+    pub async fn force_unlock(&self, name: impl AsRef<[u8]>) -> Result<bool, LockError> {
+        let keys = self.keys(name.as_ref())?;
+        let mut conn = self.inner.conn.clone();
+        let reply: i64 = self
+            .inner
+            .scripts
+            .force_release
+            .key(&keys.lock)
+            .key(&keys.channel)
+            .arg("PUBLISH")
+            .invoke_async(&mut conn)
+            .await?;
+        match reply {
+            0 | 1 => Ok(reply == 1),
+            -2 => Err(LockError::KeyConflict {
+                name: keys.display(),
+            }),
+            _ => Err(unexpected_reply("force_release.lua", &[reply]).into()),
+        }
+    }
+
+    pub(crate) fn keys(&self, name: &[u8]) -> Result<Arc<LockKeys>, LockError> {
+        LockKeys::new(&self.inner.config.namespace, name).map(Arc::new)
+    }
+
+    pub(crate) fn next_owner(&self) -> Arc<str> {
+        let n = self.inner.owners.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{n}", self.inner.uuid).into()
+    }
+
+    pub(crate) fn next_attempt(&self) -> u64 {
+        self.inner.attempts.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn next_hold_id(&self) -> u64 {
+        self.inner.holds.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Gives back one hold of `hold`: the body of [`LockGuard::unlock`](crate::LockGuard::unlock).
+    pub(crate) async fn release_hold(&self, hold: Arc<Hold>) -> Result<(), LockError> {
+        self.inner.watchdog.guard_gone(&hold);
+        let call = Detached::new(Box::pin(self.clone().release_call(hold.clone())), |_| {
+            Box::pin(async {})
+        });
+        match call.await? {
+            ReleaseReply::Released { .. } if !hold.is_lost() => Ok(()),
+            ReleaseReply::Released { .. } => Err(hold.lost_error()),
+            ReleaseReply::NotHeld => {
+                hold.mark_lost("the lock was not held by its owner at release");
+                Err(hold.lost_error())
+            }
+            ReleaseReply::Conflict => Err(LockError::KeyConflict {
+                name: hold.display.to_string(),
+            }),
+        }
+    }
+
+    /// The release that a dropped guard leaves to a background task.
+    pub(crate) fn release_in_background(&self, hold: Arc<Hold>) {
+        self.inner.watchdog.guard_gone(&hold);
+        if tokio::runtime::Handle::try_current().is_err() {
+            tracing::warn!(
+                lock.name = %hold.display,
+                "distlock: a lock guard was dropped outside a Tokio runtime; the lock stays held \
+                 until its lease ends"
+            );
+            return;
+        }
+        spawn(log_failure(self.clone().release_call(hold)));
+    }
+
+    /// Gives back one hold of `owner` in the background (no guard involved).
+    pub(crate) fn release_owner_in_background(
+        &self,
+        keys: Arc<LockKeys>,
+        owner: Arc<str>,
+        lease_ms: u64,
+    ) {
+        let client = self.clone();
+        spawn(log_failure(async move {
+            client.release_owner(&keys, &owner, lease_ms).await
+        }));
+    }
+
+    async fn release_call(self, hold: Arc<Hold>) -> Result<ReleaseReply, LockError> {
+        let lease_ms = hold.state().lease.as_millis() as u64;
+        self.release_owner(&hold.keys, &hold.owner, lease_ms).await
+    }
+
+    /// One release round trip, retried once with the same attempt id when the reply
+    /// was lost (the script recognises a replay and does not apply it twice).
+    pub(crate) async fn release_owner(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+    ) -> Result<ReleaseReply, LockError> {
+        let span = tracing::debug_span!(
+            "distlock.release",
+            lock.name = %keys.display(),
+            lock.hold_count = tracing::field::Empty,
+        );
+        let attempt = self.next_attempt();
+        let mut retried = false;
+        loop {
+            let mut conn = self.inner.conn.clone();
+            let result: redis::RedisResult<Vec<i64>> = self
+                .inner
+                .scripts
+                .release
+                .key(&keys.lock)
+                .key(&keys.channel)
+                .arg(owner)
+                .arg(lease_ms)
+                .arg(attempt)
+                .arg("PUBLISH")
+                .invoke_async(&mut conn)
+                .instrument(span.clone())
+                .await;
+            match result {
+                Ok(reply) => {
+                    let decoded = ReleaseReply::decode(&reply)
+                        .ok_or_else(|| unexpected_reply("release.lua", &reply))?;
+                    if let ReleaseReply::Released { remaining } = decoded {
+                        span.record("lock.hold_count", remaining);
+                    }
+                    // A replayed final release finds the lock gone: the first try freed it.
+                    if retried && decoded == ReleaseReply::NotHeld {
+                        return Ok(ReleaseReply::Released { remaining: 0 });
+                    }
+                    return Ok(decoded);
+                }
+                Err(err) if !retried && outcome_unknown(&err) => {
+                    tracing::debug!(error = %err, "distlock: release reply lost; retrying once");
+                    retried = true;
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+}
+
+/// Runs a background operation, logging its failure at debug level.
+async fn log_failure<T>(operation: impl Future<Output = Result<T, LockError>>) {
+    if let Err(err) = operation.await {
+        tracing::debug!(error = %err, "distlock: background release failed; the lease will end the lock");
+    }
+}
+
+/// Whether a request may have been applied although its reply did not arrive.
+pub(crate) fn outcome_unknown(err: &redis::RedisError) -> bool {
+    err.is_io_error() || err.is_timeout() || err.is_connection_dropped()
+}
+
+/// The client installed with [`LockClient::install_global`].
+///
+/// # Errors
+///
+/// [`LockError::NoGlobalClient`] when none was installed.
+pub fn global() -> Result<LockClient, LockError> {
+    GLOBAL
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+        .ok_or(LockError::NoGlobalClient)
+}

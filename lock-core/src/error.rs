@@ -1,0 +1,139 @@
+//! The one error type of distlock.
+
+use std::time::Duration;
+
+/// Everything that can go wrong when taking, holding or giving back a lock.
+///
+/// Each message says what happened and what to do about it. Match on the variant,
+/// or use the `is_*` predicates, which keep working when variants are added.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock stayed held by another owner for the whole wait.
+    #[error(
+        "timed out after {waited:?} waiting for lock `{name}`: another owner still holds it; \
+         wait longer with `.wait(..)`, use `try_lock` to skip busy locks, or look at the \
+         holder with `LockClient::inspect`"
+    )]
+    Timeout {
+        /// The lock name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// The lease ended (or the lock was force-unlocked) while this owner believed it held it.
+    #[error(
+        "lock `{name}` was lost: its lease ended or it was force-unlocked before this owner \
+         released it, so another owner may have held it meanwhile; check `is_lost()` before \
+         committing work, and use fencing tokens so that stale writes are refused"
+    )]
+    Lost {
+        /// The lock name.
+        name: String,
+    },
+    /// An operation needed the lock to be held by this owner, and it is not.
+    #[error("lock `{name}` is not held by this owner; acquire it first")]
+    NotHeld {
+        /// The lock name.
+        name: String,
+    },
+    /// The lock name cannot be used; nothing was sent to Redis.
+    #[error("invalid lock name: {reason}")]
+    InvalidName {
+        /// Why the name was refused, and what to use instead.
+        reason: String,
+    },
+    /// An option is out of its range; nothing was sent to Redis.
+    #[error("invalid option `{option}`: {reason}")]
+    InvalidOption {
+        /// The option, as the builder method that sets it is named.
+        option: &'static str,
+        /// Why the value was refused, and what range to use.
+        reason: String,
+    },
+    /// A Redis key that distlock needs for this lock holds a value of another type.
+    #[error(
+        "the Redis keys of lock `{name}` hold a value of another type, which distlock left \
+         untouched; pick another lock name or another namespace (`LockClientBuilder::namespace`), \
+         or remove the foreign key"
+    )]
+    KeyConflict {
+        /// The lock name.
+        name: String,
+    },
+    /// Too few Redis nodes granted the lock for it to be safe (Redlock).
+    #[error(
+        "only {got} of the {needed} Redis nodes needed granted the lock; check that a majority \
+         of the nodes is reachable, or wait longer"
+    )]
+    QuorumNotReached {
+        /// How many nodes granted the lock.
+        got: usize,
+        /// How many were needed (a majority).
+        needed: usize,
+    },
+    /// A global client was asked for, and none is installed.
+    #[error(
+        "no global lock client is installed: call `LockClient::builder().url(..).connect().await?\
+         .install_global()` at startup, or pass a client explicitly"
+    )]
+    NoGlobalClient,
+    /// The Redis server cannot run distlock.
+    #[error("unsupported Redis server: {reason}")]
+    UnsupportedServer {
+        /// What is missing, and what to run instead.
+        reason: String,
+    },
+    /// Redis answered with an error, or could not be reached in time.
+    #[error("Redis error: {0}; check that the server is reachable and healthy")]
+    Redis(#[from] redis::RedisError),
+}
+
+impl LockError {
+    /// Whether the wait for the lock ran out.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Timeout { .. })
+    }
+
+    /// Whether the lock was lost while it was believed held.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Self::Lost { .. })
+    }
+
+    /// Whether the lock is not held by this owner.
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Self::NotHeld { .. })
+    }
+
+    /// Whether the input was refused before anything reached Redis (name or option).
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, Self::InvalidName { .. } | Self::InvalidOption { .. })
+    }
+
+    /// Whether a Redis key of the lock holds a value of another type.
+    pub fn is_key_conflict(&self) -> bool {
+        matches!(self, Self::KeyConflict { .. })
+    }
+
+    /// Whether too few nodes granted the lock.
+    pub fn is_quorum_not_reached(&self) -> bool {
+        matches!(self, Self::QuorumNotReached { .. })
+    }
+
+    /// Whether no global client was installed.
+    pub fn is_no_global_client(&self) -> bool {
+        matches!(self, Self::NoGlobalClient)
+    }
+
+    /// Whether the error came from Redis or the connection to it.
+    pub fn is_redis(&self) -> bool {
+        matches!(self, Self::Redis(_))
+    }
+
+    pub(crate) fn invalid_option(option: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidOption {
+            option,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Lock names and the Redis keys they map to.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::LockError;
+
+/// The longest lock name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// The longest namespace accepted, in bytes.
+pub const MAX_NAMESPACE_LEN: usize = 128;
+
+/// The Redis names of one lock: all three share one hash tag, so they share a
+/// cluster slot.
+///
+/// For the lock name `N` in namespace `ns`: the hash `ns:{N}`, the fencing counter
+/// `ns:{N}:fence` and the channel `ns:{N}:released`. Inside the tag, `%`, `{` and `}`
+/// are written `%25`, `%7B` and `%7D`, so the tag always ends where it should and is
+/// never empty, and two names never share keys.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct LockKeys {
+    pub(crate) name: Arc<[u8]>,
+    pub(crate) lock: Vec<u8>,
+    pub(crate) fence: Vec<u8>,
+    pub(crate) channel: Vec<u8>,
+}
+
+impl LockKeys {
+    pub(crate) fn new(namespace: &str, name: &[u8]) -> Result<Self, LockError> {
+        if name.is_empty() {
+            return Err(LockError::InvalidName {
+                reason: "the name is empty; give each resource a non-empty name such as `order:42`"
+                    .into(),
+            });
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(LockError::InvalidName {
+                reason: format!(
+                    "the name is {} bytes long, over the limit of {MAX_NAME_LEN}; use a shorter \
+                     name, such as an id or a hash of the resource",
+                    name.len()
+                ),
+            });
+        }
+        let mut lock = Vec::with_capacity(namespace.len() + name.len() + 4);
+        lock.extend_from_slice(namespace.as_bytes());
+        lock.extend_from_slice(b":{");
+        for &byte in name {
+            match byte {
+                b'%' => lock.extend_from_slice(b"%25"),
+                b'{' => lock.extend_from_slice(b"%7B"),
+                b'}' => lock.extend_from_slice(b"%7D"),
+                other => lock.push(other),
+            }
+        }
+        lock.push(b'}');
+        let mut fence = Vec::with_capacity(lock.len() + 6);
+        fence.extend_from_slice(&lock);
+        fence.extend_from_slice(b":fence");
+        let mut channel = Vec::with_capacity(lock.len() + 9);
+        channel.extend_from_slice(&lock);
+        channel.extend_from_slice(b":released");
+        Ok(Self {
+            name: Arc::from(name),
+            lock,
+            fence,
+            channel,
+        })
+    }
+
+    /// The name as text for messages and traces (invalid UTF-8 is replaced).
+    pub(crate) fn display(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
+}
+
+impl fmt::Debug for LockKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LockKeys")
+            .field(&String::from_utf8_lossy(&self.lock))
+            .finish()
+    }
+}
+
+/// Checks a namespace: non-empty, at most [`MAX_NAMESPACE_LEN`] bytes, no braces.
+pub(crate) fn validate_namespace(namespace: &str) -> Result<(), LockError> {
+    if namespace.is_empty() || namespace.len() > MAX_NAMESPACE_LEN {
+        return Err(LockError::invalid_option(
+            "namespace",
+            format!("it must be 1 to {MAX_NAMESPACE_LEN} bytes long, like the default `distlock`"),
+        ));
+    }
+    if namespace.contains(['{', '}']) {
+        return Err(LockError::invalid_option(
+            "namespace",
+            "it must not contain `{` or `}`: those mark the Redis Cluster hash tag, which \
+             distlock places around the lock name",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_non_empty_tag() {
+        let keys = LockKeys::new("ns", b"order:{42}").expect("valid name");
+        assert_eq!(keys.lock, b"ns:{order:%7B42%7D}");
+        assert_eq!(keys.fence, b"ns:{order:%7B42%7D}:fence");
+        assert_eq!(keys.channel, b"ns:{order:%7B42%7D}:released");
+    }
+
+    #[test]
+    fn escaping_keeps_names_apart() {
+        let a = LockKeys::new("ns", b"%7B").expect("valid name");
+        let b = LockKeys::new("ns", b"{").expect("valid name");
+        assert_ne!(a.lock, b.lock);
+    }
+
+    #[test]
+    fn empty_and_long_names_are_refused() {
+        assert!(LockKeys::new("ns", b"").is_err());
+        assert!(LockKeys::new("ns", &[b'a'; MAX_NAME_LEN]).is_ok());
+        assert!(LockKeys::new("ns", &[b'a'; MAX_NAME_LEN + 1]).is_err());
+    }
+
+    #[test]
+    fn namespaces_with_braces_are_refused() {
+        assert!(validate_namespace("a{b").is_err());
+        assert!(validate_namespace("").is_err());
+        assert!(validate_namespace("distlock").is_ok());
+    }
+}

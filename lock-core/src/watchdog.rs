@@ -1,0 +1,258 @@
+//! One task per client renews every watchdog lease in batches and tells guards
+//! when a lease is lost.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::Value;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::guard::Hold;
+use crate::scripts::Scripts;
+
+/// How many renewals go in one pipeline (one round trip).
+const BATCH: usize = 1000;
+/// The longest pause between renewal attempts after a failed one.
+const RETRY: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Default)]
+struct Registry {
+    holds: Mutex<HashMap<u64, Arc<Hold>>>,
+    /// Wakes the task when a hold needs attention before its planned wake-up.
+    changed: Notify,
+    /// When the task plans to wake next.
+    next_wake: Mutex<Option<Instant>>,
+}
+
+impl Registry {
+    fn holds(&self) -> MutexGuard<'_, HashMap<u64, Arc<Hold>>> {
+        self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn next_wake(&self) -> MutexGuard<'_, Option<Instant>> {
+        self.next_wake
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the task if `at` comes before its planned wake-up.
+    fn wake_by(&self, at: Instant) {
+        let planned = *self.next_wake();
+        if planned.is_none_or(|planned| at < planned) {
+            self.changed.notify_one();
+        }
+    }
+}
+
+/// The client's handle on its watchdog task.
+#[derive(Debug)]
+pub(crate) struct Watchdog {
+    registry: Arc<Registry>,
+}
+
+impl Watchdog {
+    pub(crate) fn spawn(
+        conn: ConnectionManager,
+        scripts: Arc<Scripts>,
+        lease: Duration,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let registry = Arc::new(Registry::default());
+        let task = Task {
+            registry: registry.clone(),
+            conn,
+            scripts,
+            period: lease / 3,
+        };
+        tokio::spawn(task.run(shutdown));
+        Self { registry }
+    }
+
+    /// Starts watching a new hold (one guard).
+    pub(crate) fn register(&self, hold: Arc<Hold>) {
+        let wake = {
+            let state = hold.state();
+            if state.watchdog {
+                state.next_renew.min(state.deadline)
+            } else {
+                state.deadline
+            }
+        };
+        self.registry.holds().insert(hold.id, hold);
+        self.registry.wake_by(wake);
+    }
+
+    /// A re-entry added a guard to `hold`; a fixed lease given with it may lengthen
+    /// the lease until `deadline`.
+    pub(crate) fn guard_added(&self, hold: &Arc<Hold>, deadline: Instant) {
+        let revived = {
+            let mut state = hold.state();
+            state.guards += 1;
+            if !state.watchdog && deadline > state.deadline {
+                state.deadline = deadline;
+            }
+            state.guards == 1
+        };
+        if revived {
+            self.registry.holds().insert(hold.id, hold.clone());
+        }
+    }
+
+    /// A guard of `hold` was released or dropped; the last one stops its renewal at once.
+    pub(crate) fn guard_gone(&self, hold: &Hold) {
+        let last = {
+            let mut state = hold.state();
+            state.guards = state.guards.saturating_sub(1);
+            state.guards == 0
+        };
+        if last {
+            self.registry.holds().remove(&hold.id);
+        }
+    }
+}
+
+struct Task {
+    registry: Arc<Registry>,
+    conn: ConnectionManager,
+    scripts: Arc<Scripts>,
+    period: Duration,
+}
+
+impl Task {
+    async fn run(mut self, shutdown: CancellationToken) {
+        loop {
+            let now = Instant::now();
+            let (due, expired, next) = self.survey(now);
+            for hold in expired {
+                self.registry.holds().remove(&hold.id);
+                hold.mark_lost("its lease ended before it could be renewed");
+            }
+            if !due.is_empty() {
+                self.renew(due, next).await;
+                continue;
+            }
+            *self.registry.next_wake() = next;
+            let sleep = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = self.registry.changed.notified() => {}
+                () = sleep => {}
+            }
+            *self.registry.next_wake() = None;
+        }
+    }
+
+    /// Splits the holds into those to renew now (everything due within half a
+    /// period, so that renewals travel together), those whose lease has ended, and
+    /// the time of the next event.
+    fn survey(&self, now: Instant) -> (Vec<Arc<Hold>>, Vec<Arc<Hold>>, Option<Instant>) {
+        let horizon = now + self.period / 2;
+        let mut due = Vec::new();
+        let mut expired = Vec::new();
+        let mut next: Option<Instant> = None;
+        let mut consider = |at: Instant| next = Some(next.map_or(at, |next| next.min(at)));
+        for hold in self.registry.holds().values() {
+            let state = hold.state();
+            if state.deadline <= now {
+                expired.push(hold.clone());
+                continue;
+            }
+            consider(state.deadline);
+            if state.watchdog {
+                if state.next_renew <= horizon {
+                    due.push(hold.clone());
+                } else {
+                    consider(state.next_renew);
+                }
+            }
+        }
+        (due, expired, next)
+    }
+
+    /// Renews `holds` in pipelines of [`BATCH`], each bounded by the earliest deadline.
+    async fn renew(&mut self, holds: Vec<Arc<Hold>>, next_deadline: Option<Instant>) {
+        for batch in holds.chunks(BATCH) {
+            let sent = Instant::now();
+            let limit = next_deadline
+                .map_or(self.period, |at| at.saturating_duration_since(sent))
+                .min(self.period)
+                .max(Duration::from_millis(1));
+            let span = tracing::debug_span!("distlock.renew", locks = batch.len());
+            let _entered = span.enter();
+            let result = tokio::time::timeout(limit, self.send(batch)).await;
+            match result {
+                Ok(Ok(replies)) => self.apply(batch, &replies, sent),
+                Ok(Err(err)) => {
+                    tracing::debug!(error = %err, "distlock: renewal failed; retrying");
+                    self.retry_later(batch, sent);
+                }
+                Err(_) => {
+                    tracing::debug!("distlock: renewal timed out; retrying");
+                    self.retry_later(batch, sent);
+                }
+            }
+        }
+    }
+
+    async fn send(&mut self, batch: &[Arc<Hold>]) -> redis::RedisResult<Vec<Value>> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for hold in batch {
+            let lease_ms = hold.state().lease.as_millis() as u64;
+            pipe.cmd("EVALSHA")
+                .arg(self.scripts.renew.get_hash())
+                .arg(1)
+                .arg(&hold.keys.lock)
+                .arg(&*hold.owner)
+                .arg(lease_ms);
+        }
+        let replies: Vec<Value> = pipe.query_async(&mut self.conn).await?;
+        let noscript = replies
+            .iter()
+            .any(|reply| matches!(reply, Value::ServerError(err) if err.code() == "NOSCRIPT"));
+        if noscript {
+            // The server lost its scripts (restart, SCRIPT FLUSH): load and send again.
+            self.scripts.renew.load_async(&mut self.conn).await?;
+            return pipe.query_async(&mut self.conn).await;
+        }
+        Ok(replies)
+    }
+
+    fn apply(&self, batch: &[Arc<Hold>], replies: &[Value], sent: Instant) {
+        for (hold, reply) in batch.iter().zip(replies) {
+            match reply {
+                Value::Int(1) => {
+                    let mut state = hold.state();
+                    state.deadline = sent + state.lease;
+                    state.next_renew = sent + self.period;
+                }
+                Value::Int(0) => {
+                    self.registry.holds().remove(&hold.id);
+                    hold.mark_lost(
+                        "the watchdog found the lock gone (lease ended or force-unlocked)",
+                    );
+                }
+                other => {
+                    tracing::debug!(reply = ?other, "distlock: unexpected renewal reply; retrying");
+                    let mut state = hold.state();
+                    state.next_renew = sent + RETRY.min(self.period);
+                }
+            }
+        }
+    }
+
+    fn retry_later(&self, batch: &[Arc<Hold>], sent: Instant) {
+        for hold in batch {
+            hold.state().next_renew = Instant::now().max(sent + RETRY.min(self.period));
+        }
+    }
+}
