@@ -1,0 +1,110 @@
+//! Cancel safety: dropped acquire futures leave no hold, no lease and no miscount.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_dropped_acquires_leave_nothing_behind() {
+    const DROPS: usize = 500;
+    // Long enough that a hold leaked by a dropped request would outlive the checks
+    // below, short enough to watch the watchdog for two renewal periods.
+    let lease = Duration::from_secs(3);
+    let server = common::server();
+    let locks = common::client_with_lease(&server, lease).await;
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let acquired = Arc::new(AtomicUsize::new(0));
+
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let locks = locks.clone();
+        let dropped = dropped.clone();
+        let acquired = acquired.clone();
+        tasks.push(tokio::spawn(async move {
+            while dropped.load(Ordering::SeqCst) < DROPS {
+                let micros = rand::rng().random_range(0..3000);
+                let request = locks.lock("cancel").wait(Duration::from_secs(5));
+                match tokio::time::timeout(Duration::from_micros(micros), request).await {
+                    Err(_) => {
+                        dropped.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok(result) => {
+                        let guard = result.expect("lock");
+                        assert_eq!(
+                            guard.hold_count(),
+                            1,
+                            "a count was added that nobody released"
+                        );
+                        acquired.fetch_add(1, Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                        // A lost lock here would mean a release took away a hold it
+                        // did not add.
+                        guard.unlock().await.expect("unlock of a hold we own");
+                    }
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert!(dropped.load(Ordering::SeqCst) >= DROPS);
+    assert!(
+        acquired.load(Ordering::SeqCst) > 0,
+        "no request ever completed"
+    );
+
+    let key = common::lock_key("cancel");
+    let freed = common::eventually(Duration::from_secs(1), || {
+        server.cmd(&["EXISTS", &key]).expect("EXISTS") == "0"
+    })
+    .await;
+    assert!(freed, "a dropped request left a hold in Redis");
+
+    // No lease is still renewed: over several renewal periods nobody calls the script.
+    let before = common::command_calls(&server, "evalsha");
+    tokio::time::sleep(lease * 2 / 3 + Duration::from_millis(300)).await;
+    assert_eq!(
+        common::command_calls(&server, "evalsha"),
+        before,
+        "a lease is still being renewed"
+    );
+    assert_eq!(server.cmd(&["EXISTS", &key]).expect("EXISTS"), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_entry_dropped_in_flight_gives_back_only_its_own_hold() {
+    let server = common::server();
+    let locks = common::client(&server).await;
+    let guard = locks.lock("nested").await.expect("lock");
+    guard
+        .scope(async {
+            // The server holds every write for 300 ms: the re-entry is sent, and
+            // dropped before its reply; the server applies it after the drop.
+            server
+                .cmd(&["CLIENT", "PAUSE", "300", "WRITE"])
+                .expect("CLIENT PAUSE");
+            let request = locks.lock("nested");
+            let outcome = tokio::time::timeout(Duration::from_millis(100), request).await;
+            assert!(
+                outcome.is_err(),
+                "the request was still in flight when dropped"
+            );
+        })
+        .await;
+    let settled = common::eventually(Duration::from_secs(2), || {
+        common::redis_count(&server, "nested") == 1
+    })
+    .await;
+    assert!(
+        settled,
+        "count is {}, expected the outer hold only",
+        common::redis_count(&server, "nested")
+    );
+    guard.unlock().await.expect("the outer hold is intact");
+    assert_eq!(common::redis_count(&server, "nested"), 0);
+}

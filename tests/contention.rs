@@ -1,0 +1,164 @@
+//! Mutual exclusion under contention, timeouts, and waking waiters by message.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::LockError;
+use redis::AsyncCommands;
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_tasks_keep_a_read_modify_write_counter_exact() {
+    const TASKS: usize = 16;
+    const ROUNDS: usize = 200;
+    let server = common::server();
+    let locks = common::client(&server).await;
+    let redis = redis::Client::open(server.url()).expect("url");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let locks = locks.clone();
+        let redis = redis.clone();
+        let inside = inside.clone();
+        let overlaps = overlaps.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = redis
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect");
+            for _ in 0..ROUNDS {
+                let guard = locks
+                    .lock("counter")
+                    .wait(Duration::from_secs(30))
+                    .await
+                    .expect("lock");
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                let value: Option<u64> = conn.get("counter").await.expect("GET");
+                tokio::task::yield_now().await;
+                let () = conn
+                    .set("counter", value.unwrap_or(0) + 1)
+                    .await
+                    .expect("SET");
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.unlock().await.expect("unlock");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "critical sections overlapped"
+    );
+    assert_eq!(
+        server.cmd(&["GET", "counter"]).expect("GET"),
+        (TASKS * ROUNDS).to_string(),
+        "updates were lost"
+    );
+    assert_eq!(common::redis_count(&server, "counter"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_lock_on_a_busy_name_is_none_and_wait_times_out_after_the_wait() {
+    let server = common::server();
+    let holder = common::client(&server).await;
+    let other = common::client(&server).await;
+    let guard = holder.lock("busy").await.expect("lock");
+
+    assert!(other.try_lock("busy").await.expect("try_lock").is_none());
+
+    let wait = Duration::from_millis(400);
+    let start = Instant::now();
+    let err = other
+        .lock("busy")
+        .wait(wait)
+        .await
+        .expect_err("busy for the whole wait");
+    let elapsed = start.elapsed();
+    match &err {
+        LockError::Timeout { name, waited } => {
+            assert_eq!(name, "busy");
+            assert!(*waited >= wait, "reported {waited:?}");
+        }
+        other => panic!("expected a timeout, got {other}"),
+    }
+    assert!(err.is_timeout());
+    assert!(elapsed >= wait, "gave up early: {elapsed:?}");
+    assert!(
+        elapsed < wait + Duration::from_millis(400),
+        "gave up late: {elapsed:?}"
+    );
+    guard.unlock().await.expect("unlock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_wakes_on_the_release_message_not_the_lease() {
+    let server = common::server();
+    let holder = common::client(&server).await;
+    let waiter = common::client(&server).await;
+    // A 30 s watchdog lease: only the release message can wake the waiter in time.
+    let guard = holder.lock("wake").await.expect("lock");
+
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let guard = waiter
+                .lock("wake")
+                .wait(Duration::from_secs(10))
+                .await
+                .expect("lock");
+            let acquired = Instant::now();
+            guard.unlock().await.expect("unlock");
+            acquired
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    guard.unlock().await.expect("unlock");
+    let acquired = waiting.await.expect("waiter");
+    let gap = acquired.saturating_duration_since(released);
+    assert!(
+        gap < Duration::from_millis(100),
+        "woke {gap:?} after the release"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_end_when_nobody_waits() {
+    let server = common::server();
+    let holder = common::client(&server).await;
+    let waiter = common::client(&server).await;
+    for round in 0..20 {
+        let guard = holder.lock("sub").await.expect("lock");
+        let waiting = tokio::spawn({
+            let waiter = waiter.clone();
+            async move { waiter.lock("sub").wait(Duration::from_secs(5)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(if round == 0 { 50 } else { 5 })).await;
+        guard.unlock().await.expect("unlock");
+        waiting
+            .await
+            .expect("join")
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
+    }
+    let clean = common::eventually(Duration::from_secs(2), || {
+        server
+            .cmd(&["PUBSUB", "CHANNELS", "distlock:*"])
+            .expect("PUBSUB")
+            .is_empty()
+    })
+    .await;
+    assert!(clean, "channels still subscribed");
+}

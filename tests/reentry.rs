@@ -1,0 +1,238 @@
+//! Identity by call chain: re-entry, exclusion of concurrent branches, hand-over.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use distlock::{current_lock, LockContext, LockError};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentry_three_deep_counts_in_redis_and_blocks_others() {
+    let server = common::server();
+    let locks = common::client(&server).await;
+    let other = common::client(&server).await;
+
+    let outer = locks.lock("order:1").await.expect("outer");
+    assert_eq!(outer.hold_count(), 1);
+    assert_eq!(common::redis_count(&server, "order:1"), 1);
+    outer
+        .scope(async {
+            let middle = locks.lock("order:1").await.expect("middle");
+            assert_eq!(middle.hold_count(), 2);
+            assert_eq!(common::redis_count(&server, "order:1"), 2);
+            middle
+                .scope(async {
+                    let inner = locks.lock("order:1").await.expect("inner");
+                    assert_eq!(inner.hold_count(), 3);
+                    assert_eq!(common::redis_count(&server, "order:1"), 3);
+                    assert!(other.try_lock("order:1").await.expect("try").is_none());
+                    inner.unlock().await.expect("inner unlock");
+                })
+                .await;
+            assert_eq!(common::redis_count(&server, "order:1"), 2);
+            assert!(other.try_lock("order:1").await.expect("try").is_none());
+            middle.unlock().await.expect("middle unlock");
+        })
+        .await;
+    assert_eq!(common::redis_count(&server, "order:1"), 1);
+    assert!(other.try_lock("order:1").await.expect("try").is_none());
+    outer.unlock().await.expect("outer unlock");
+    assert_eq!(common::redis_count(&server, "order:1"), 0);
+    let taken = other.try_lock("order:1").await.expect("try");
+    assert!(taken.is_some(), "free after the outermost release");
+    taken.expect("guard").unlock().await.expect("unlock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncontended_lock_unlock_is_two_round_trips_and_reentry_one() {
+    let server = common::server();
+    let locks = common::client(&server).await;
+
+    let before = common::client_requests(&server);
+    let guard = locks.lock("rt").await.expect("lock");
+    assert_eq!(common::client_requests(&server) - before, 1, "acquire");
+    let before = common::client_requests(&server);
+    guard
+        .scope(async {
+            let inner = locks.lock("rt").await.expect("re-entry");
+            assert_eq!(common::client_requests(&server) - before, 1, "re-entry");
+            inner.unlock().await.expect("inner unlock");
+            assert_eq!(
+                common::client_requests(&server) - before,
+                2,
+                "inner release"
+            );
+        })
+        .await;
+    let before = common::client_requests(&server);
+    guard.unlock().await.expect("unlock");
+    assert_eq!(common::client_requests(&server) - before, 1, "release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_branches_taking_a_new_name_exclude_each_other() {
+    let server = common::server();
+    let locks = common::client(&server).await;
+    let inside = AtomicUsize::new(0);
+    let overlaps = AtomicUsize::new(0);
+    let branch = |label: &'static str| {
+        let locks = &locks;
+        let inside = &inside;
+        let overlaps = &overlaps;
+        async move {
+            let guard = locks
+                .lock("shared")
+                .wait(Duration::from_secs(5))
+                .await
+                .expect(label);
+            assert_eq!(
+                guard.hold_count(),
+                1,
+                "{label} is a new holder, not a re-entry"
+            );
+            if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            guard.unlock().await.expect("unlock");
+        }
+    };
+    let outer = locks.lock("outer").await.expect("outer");
+    outer
+        .scope(async {
+            tokio::join!(branch("a"), branch("b"), branch("c"));
+        })
+        .await;
+    outer.unlock().await.expect("unlock outer");
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_branches_re_enter_a_name_the_chain_holds() {
+    let server = common::server();
+    let locks = common::client(&server).await;
+    let outer = locks.lock("held").await.expect("outer");
+    outer
+        .scope(async {
+            let (a, b) = tokio::join!(locks.lock("held"), locks.lock("held"));
+            let (a, b) = (a.expect("a"), b.expect("b"));
+            let mut counts = [a.hold_count(), b.hold_count()];
+            counts.sort_unstable();
+            assert_eq!(counts, [2, 3]);
+            assert_eq!(common::redis_count(&server, "held"), 3);
+            a.unlock().await.expect("a");
+            b.unlock().await.expect("b");
+        })
+        .await;
+    outer.unlock().await.expect("outer");
+    assert_eq!(common::redis_count(&server, "held"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawned_task_is_another_holder_unless_handed_the_context() {
+    let server = common::server();
+    let locks = common::client(&server).await;
+    let guard = locks.lock("job").await.expect("lock");
+    guard
+        .scope(async {
+            let spawned = tokio::spawn({
+                let locks = locks.clone();
+                async move { locks.try_lock("job").await.map(|guard| guard.is_some()) }
+            });
+            assert!(
+                !spawned.await.expect("join").expect("try_lock"),
+                "spawned task must not re-enter"
+            );
+
+            let context = LockContext::current();
+            let handed = tokio::spawn(context.scope({
+                let locks = locks.clone();
+                async move {
+                    let guard = locks.try_lock("job").await?;
+                    let count = guard.as_ref().map(|guard| guard.hold_count());
+                    if let Some(guard) = guard {
+                        guard.unlock().await?;
+                    }
+                    Ok::<_, LockError>(count)
+                }
+            }));
+            assert_eq!(handed.await.expect("join").expect("try_lock"), Some(2));
+        })
+        .await;
+    guard.unlock().await.expect("unlock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_scopes_the_body_and_current_lock_sees_it() {
+    let server = common::server();
+    let locks = common::builder(&server)
+        .fencing(true)
+        .connect()
+        .await
+        .expect("connect");
+    assert!(current_lock().is_none());
+    let (name, token, inner_count) = locks
+        .with_lock("report", |held| {
+            let locks = locks.clone();
+            async move {
+                let current = current_lock().expect("inside the scope");
+                assert_eq!(current.fencing_token(), held.fencing_token());
+                let inner = locks.lock("report").await.expect("re-entry");
+                let inner_count = inner.hold_count();
+                assert_eq!(
+                    inner.fencing_token(),
+                    held.fencing_token(),
+                    "re-entry keeps the token"
+                );
+                inner.unlock().await.expect("unlock");
+                (
+                    current.name().to_owned(),
+                    current.fencing_token(),
+                    inner_count,
+                )
+            }
+        })
+        .await
+        .expect("with_lock");
+    assert_eq!(name, "report");
+    assert_eq!(token, Some(1));
+    assert_eq!(inner_count, 2);
+    assert!(!locks.inspect("report").await.expect("inspect").held);
+
+    // The next holder gets a higher token.
+    let guard = locks.lock("report").await.expect("lock");
+    assert_eq!(guard.fencing_token(), Some(2));
+    let info = locks.inspect("report").await.expect("inspect");
+    assert!(info.held);
+    assert_eq!(info.fencing_token, Some(2));
+    assert_eq!(info.last_fencing_token, Some(2));
+    guard.unlock().await.expect("unlock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_releases_when_the_body_panics() {
+    let server = common::server();
+    let locks = common::client(&server).await;
+    let task = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .with_lock("panicky", |_| async { panic!("body failed") })
+                .await
+        }
+    });
+    assert!(task.await.is_err(), "the panic propagates");
+    let freed = common::eventually(Duration::from_secs(2), || {
+        common::redis_count(&server, "panicky") == 0
+    })
+    .await;
+    assert!(
+        freed,
+        "released in the background, long before the 30 s lease"
+    );
+    let again = locks.try_lock("panicky").await.expect("try_lock");
+    assert!(again.is_some());
+    again.expect("guard").unlock().await.expect("unlock");
+}
