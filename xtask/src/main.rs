@@ -1,1 +1,331 @@
-fn main() {}
+//! Project tasks for distlock, run as `cargo xtask <COMMAND>` (see `HELP`).
+//!
+//! `test` and `demo` need `redis-server` 7.0 or newer; when it is missing and the
+//! task runs as root, it is installed with `apt-get`. Servers are started by
+//! `distlock-testkit` on free loopback ports, never on 6379.
+
+use std::env;
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, ExitStatus};
+
+use distlock_testkit::{redis_server_binary, RedisServer, REDIS_SERVER_ENV};
+
+const HELP: &str = "\
+cargo xtask: project tasks for distlock
+
+USAGE:
+    cargo xtask <COMMAND> [ARGS...]
+
+COMMANDS:
+    test [ARGS...]    Run every test of the workspace against throwaway redis-servers:
+                      `cargo test --workspace --all-targets [ARGS...]`, then
+                      `cargo test --workspace --doc` (examples and benches get built too).
+                      ARGS go to the first command, e.g. `cargo xtask test lock_`
+                      or `cargo xtask test -- --nocapture`.
+    demo [ARGS...]    Start a throwaway redis-server and run examples/demo.rs against it
+                      (REDIS_URL points at the server); ARGS go to the example.
+    bench             Benchmarks (come with a later change).
+    cluster           A local Redis Cluster (comes with a later change).
+    help, --help      Print this help.
+
+REDIS:
+    `test` and `demo` need redis-server 7.0 or newer: $REDIS_SERVER if set, else
+    `redis-server` on PATH. When none is found and xtask runs as root, it runs
+    `apt-get update` and `apt-get install -y redis-server`; otherwise it prints how
+    to install one. The path is passed on to cargo as REDIS_SERVER. Test servers
+    listen on free 127.0.0.1 ports, never on 6379.
+";
+
+/// The oldest Redis the project supports (`#!lua flags=...` in scripts).
+const MIN_REDIS: (u32, u32) = (7, 0);
+
+/// Why a task failed.
+enum Failure {
+    /// Print this and exit with status 1.
+    Message(String),
+    /// A child command failed: exit with its status, it has said why.
+    Status(u8),
+}
+
+impl<E: fmt::Display> From<E> for Failure {
+    fn from(err: E) -> Self {
+        Failure::Message(err.to_string())
+    }
+}
+
+type Result<T> = std::result::Result<T, Failure>;
+
+fn main() -> ExitCode {
+    let mut args = env::args_os().skip(1);
+    let Some(command) = args.next() else {
+        eprint!("{HELP}");
+        return ExitCode::from(2);
+    };
+    let rest: Vec<OsString> = args.collect();
+    let result = match command.to_str() {
+        Some("test") => test(&rest),
+        Some("demo") => demo(&rest),
+        Some(name @ ("bench" | "cluster")) => {
+            eprintln!("cargo xtask {name}: not available yet, it comes with a later change.");
+            Err(Failure::Status(2))
+        }
+        Some("help" | "--help" | "-h") => {
+            print!("{HELP}");
+            Ok(())
+        }
+        _ => {
+            eprintln!(
+                "cargo xtask: unknown command {:?}\n",
+                command.to_string_lossy()
+            );
+            eprint!("{HELP}");
+            Err(Failure::Status(2))
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Status(code)) => ExitCode::from(code),
+        Err(Failure::Message(message)) => {
+            eprintln!("xtask: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `cargo xtask test`: all targets (with `extra` args), then the doctests.
+fn test(extra: &[OsString]) -> Result<()> {
+    let redis = ensure_redis()?;
+    let mut all_targets = cargo(&redis);
+    all_targets
+        .args(["test", "--workspace", "--all-targets"])
+        .args(extra);
+    run(all_targets)?;
+    let mut doc = cargo(&redis);
+    doc.args(["test", "--workspace", "--doc"]);
+    run(doc)
+}
+
+/// `cargo xtask demo`: the demo example against a throwaway server.
+fn demo(extra: &[OsString]) -> Result<()> {
+    let redis = ensure_redis()?;
+    let mut server = RedisServer::builder().binary(&redis).start()?;
+    println!(
+        "xtask: started a throwaway redis-server at {} (pid {})",
+        server.url(),
+        server.pid()
+    );
+    let mut example = cargo(&redis);
+    example
+        .args(["run", "--quiet", "-p", "distlock", "--example", "demo"])
+        .env("REDIS_URL", server.url());
+    if !extra.is_empty() {
+        example.arg("--").args(extra);
+    }
+    let outcome = run(example);
+    server.stop()?;
+    println!("xtask: stopped the redis-server");
+    outcome
+}
+
+/// A `cargo` command in the workspace root with `REDIS_SERVER` set.
+fn cargo(redis: &Path) -> Command {
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(workspace_root())
+        .env(REDIS_SERVER_ENV, redis);
+    command
+}
+
+fn workspace_root() -> &'static Path {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().unwrap_or(manifest_dir)
+}
+
+/// Runs `command` with inherited stdio, after printing it.
+fn run(mut command: Command) -> Result<()> {
+    println!("xtask: running `{}`", display(&command));
+    let status = command
+        .status()
+        .map_err(|err| format!("could not run `{}`: {err}", display(&command)))?;
+    check(status)
+}
+
+fn check(status: ExitStatus) -> Result<()> {
+    if status.success() {
+        return Ok(());
+    }
+    let code = status.code().unwrap_or_else(|| {
+        use std::os::unix::process::ExitStatusExt;
+        128 + status.signal().unwrap_or(0)
+    });
+    Err(Failure::Status(
+        u8::try_from(code).ok().filter(|&c| c != 0).unwrap_or(1),
+    ))
+}
+
+fn display(command: &Command) -> String {
+    let program = Path::new(command.get_program())
+        .file_name()
+        .unwrap_or_else(|| command.get_program());
+    std::iter::once(program)
+        .chain(command.get_args())
+        .map(OsStr::to_string_lossy)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Finds `redis-server` (installing it with apt-get when missing and root) and
+/// checks it is recent enough.
+fn ensure_redis() -> Result<PathBuf> {
+    let path = match redis_server_binary() {
+        Ok(path) => path,
+        // REDIS_SERVER is set but wrong: installing would not help.
+        Err(err) if env::var_os(REDIS_SERVER_ENV).is_some_and(|v| !v.is_empty()) => {
+            return Err(err.into())
+        }
+        Err(err) if !is_root() => {
+            return Err(Failure::Message(format!(
+                "{err}\n(xtask installs redis-server itself only when it runs as root.)"
+            )))
+        }
+        Err(err) => {
+            install_with_apt(&err.to_string())?;
+            redis_server_binary()
+                .or_else(|err| {
+                    let usual = PathBuf::from("/usr/bin/redis-server");
+                    if usual.is_file() {
+                        Ok(usual)
+                    } else {
+                        Err(err)
+                    }
+                })
+                .map_err(|err| format!("apt-get installed redis-server, but: {err}"))?
+        }
+    };
+    check_version(&path)?;
+    println!("xtask: using {}", path.display());
+    Ok(path)
+}
+
+fn is_root() -> bool {
+    // SAFETY: `geteuid` cannot fail and touches no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn install_with_apt(why: &str) -> Result<()> {
+    let has_apt = env::var_os("PATH")
+        .is_some_and(|path| env::split_paths(&path).any(|dir| dir.join("apt-get").is_file()));
+    if !has_apt {
+        return Err(Failure::Message(format!(
+            "{why}\n(xtask runs as root but found no apt-get to install redis-server with; \
+             install it with your system's package manager.)"
+        )));
+    }
+    println!(
+        "xtask: redis-server not found; installing it as root with apt-get \
+         (a packaged service may start on port 6379; the tests never use it)"
+    );
+    for args in [&["update"][..], &["install", "-y", "redis-server"][..]] {
+        let mut apt = Command::new("apt-get");
+        apt.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        run(apt).map_err(|failure| match failure {
+            Failure::Status(code) => Failure::Message(format!(
+                "`apt-get {}` failed (exit status {code}); install redis-server 7.0+ \
+                 yourself and set REDIS_SERVER if it is not on PATH",
+                args.join(" ")
+            )),
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
+/// Checks that `redis-server --version` reports 7.0 or newer.
+fn check_version(path: &Path) -> Result<()> {
+    let output = Command::new(path)
+        .arg("--version")
+        .output()
+        .map_err(|err| format!("could not run `{} --version`: {err}", path.display()))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let Some(version) = parse_version(&text) else {
+        return Err(Failure::Message(format!(
+            "could not read a version from `{} --version` (it printed {:?}); \
+             set REDIS_SERVER to a redis-server 7.0+ binary",
+            path.display(),
+            text.trim()
+        )));
+    };
+    if (version.0, version.1) < MIN_REDIS {
+        return Err(Failure::Message(format!(
+            "{} is Redis {}.{}.{}, but distlock needs {}.{} or newer (its scripts use \
+             `#!lua flags=`). Debian 12 and Ubuntu 24.04 package 7.0; on older systems \
+             install from the Redis apt repository (https://packages.redis.io), \
+             `brew install redis`, or build it, then set REDIS_SERVER to the new binary.",
+            path.display(),
+            version.0,
+            version.1,
+            version.2,
+            MIN_REDIS.0,
+            MIN_REDIS.1
+        )));
+    }
+    Ok(())
+}
+
+/// Parses `Redis server v=7.0.15 sha=...` (also Valkey's `v=` form).
+fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let version = text
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("v="))?;
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    let major = parts.next()??;
+    let minor = parts.next()??;
+    let patch = parts.next().flatten().unwrap_or(0);
+    Some((major, minor, patch))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_redis_and_valkey_versions() {
+        assert_eq!(
+            parse_version("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64"),
+            Some((7, 0, 15))
+        );
+        assert_eq!(
+            parse_version("Valkey server v=8.1.1 sha=00000000:0 malloc=jemalloc-5.3.0"),
+            Some((8, 1, 1))
+        );
+        assert_eq!(
+            parse_version("Redis server v=6.0.16 sha=0"),
+            Some((6, 0, 16))
+        );
+        assert_eq!(parse_version("redis-server: command not found"), None);
+        assert_eq!(parse_version("v=x.y"), None);
+    }
+
+    #[test]
+    fn exit_codes_follow_the_child() {
+        use std::os::unix::process::ExitStatusExt;
+        let code = |raw| match check(ExitStatus::from_raw(raw)) {
+            Ok(()) => 0,
+            Err(Failure::Status(code)) => code,
+            Err(Failure::Message(message)) => panic!("{message}"),
+        };
+        assert_eq!(code(0), 0);
+        assert_eq!(code(101 << 8), 101);
+        assert_eq!(code(libc::SIGKILL), 128 + 9);
+    }
+
+    #[test]
+    fn help_lists_every_command() {
+        for command in ["test", "demo", "bench", "cluster", "--help"] {
+            assert!(HELP.contains(command), "{command}");
+        }
+    }
+}
