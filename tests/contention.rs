@@ -162,3 +162,47 @@ async fn subscriptions_end_when_nobody_waits() {
     .await;
     assert!(clean, "channels still subscribed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_resubscribe_after_the_subscriber_connection_drops() {
+    let server = common::server();
+    let holder = common::client(&server).await;
+    let waiter = common::client(&server).await;
+    let guard = holder.lock("reconnect").await.expect("lock");
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let guard = waiter
+                .lock("reconnect")
+                .wait(Duration::from_secs(20))
+                .await
+                .expect("lock");
+            let acquired = Instant::now();
+            guard.unlock().await.expect("unlock");
+            acquired
+        }
+    });
+    let channel = format!("{}:released", common::lock_key("reconnect"));
+    let subscribers = || {
+        server
+            .cmd(&["PUBSUB", "NUMSUB", &channel])
+            .expect("NUMSUB")
+            .lines()
+            .nth(1)
+            .map(str::to_owned)
+    };
+    assert!(
+        common::eventually(Duration::from_secs(2), || subscribers().as_deref() == Some("1")).await,
+        "the waiter subscribed"
+    );
+    server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]).expect("CLIENT KILL");
+    assert!(
+        common::eventually(Duration::from_secs(5), || subscribers().as_deref() == Some("1")).await,
+        "the waiter resubscribed after the connection dropped"
+    );
+    let released = Instant::now();
+    guard.unlock().await.expect("unlock");
+    let acquired = waiting.await.expect("waiter");
+    let gap = acquired.saturating_duration_since(released);
+    assert!(gap < Duration::from_millis(200), "woke {gap:?} after the release");
+}
