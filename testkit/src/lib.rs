@@ -58,6 +58,10 @@
 //! process exits; the calling thread only sends it the command and gets the child
 //! back. The same holds for [`ChildProcess`].
 //!
+//! A killed test process leaves its servers' temporary directories behind
+//! (`$TMPDIR/distlock-testkit-<pid>-*`); the first server started by a later test
+//! process removes those whose process is gone.
+//!
 //! On other Unix systems (macOS) there is no parent-death signal: children are still
 //! killed on drop, but outlive a test process that is killed. Windows is not
 //! supported.

@@ -8,6 +8,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -545,10 +546,15 @@ struct TempDir {
     path: PathBuf,
 }
 
+/// Prefix of the directories, followed by `<pid>-<counter>-<nanos>`.
+const DIR_PREFIX: &str = "distlock-testkit-";
+
 impl TempDir {
     fn new() -> Result<TempDir, TestkitError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
+        static SWEEP: Once = Once::new();
         let base = std::env::temp_dir();
+        SWEEP.call_once(|| sweep_stale_dirs(&base));
         let mut last_error = None;
         for _ in 0..16 {
             let nanos = SystemTime::now()
@@ -556,7 +562,7 @@ impl TempDir {
                 .map(|d| d.subsec_nanos())
                 .unwrap_or(0);
             let path = base.join(format!(
-                "distlock-testkit-{}-{}-{nanos}",
+                "{DIR_PREFIX}{}-{}-{nanos}",
                 std::process::id(),
                 COUNTER.fetch_add(1, Ordering::Relaxed)
             ));
@@ -576,6 +582,33 @@ impl TempDir {
 
     fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// Removes the directories left behind by test processes that were killed (no
+/// `Drop` ran). A directory is stale when the process named in it is gone.
+fn sweep_stale_dirs(base: &Path) {
+    let Ok(entries) = fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(DIR_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+            .filter(|&pid| pid > 0)
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } == -1
+            && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            // Another process may be sweeping the same directory: ignore errors.
+            let _ = fs::remove_dir_all(entry.path());
+        }
     }
 }
 

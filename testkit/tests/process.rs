@@ -183,6 +183,7 @@ fn children_die_with_the_test_process() {
         assert!(!gone(pid), "{pid} died too early");
     }
     // SIGKILL: no destructor runs in the helper, only the kernel can clean up.
+    let helper_pid = helper.pid();
     helper.kill().expect("SIGKILL the helper");
     for &pid in &pids {
         assert_eq!(
@@ -190,5 +191,16 @@ fn children_die_with_the_test_process() {
             Some(libc::SIGKILL),
             "{pid} did not die of SIGKILL"
         );
+    }
+    // The server's directory stays behind (the next start in any process would
+    // sweep it, as its owner is gone): remove it now.
+    let prefix = format!("distlock-testkit-{helper_pid}-");
+    for entry in std::fs::read_dir(std::env::temp_dir())
+        .expect("read the temp dir")
+        .flatten()
+    {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            std::fs::remove_dir_all(entry.path()).expect("remove the helper's directory");
+        }
     }
 }
