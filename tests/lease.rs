@@ -157,3 +157,21 @@ async fn a_killed_holder_frees_the_lock_when_its_lease_ends() {
     );
     guard.unlock().await.expect("unlock");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_watchdog_keeps_two_thousand_leases() {
+    let lease = Duration::from_millis(900);
+    let server = common::server();
+    let locks = common::client_with_lease(&server, lease).await;
+    let mut guards = Vec::new();
+    for n in 0..2000 {
+        guards.push(locks.lock(format!("many:{n}")).await.expect("lock"));
+    }
+    tokio::time::sleep(lease * 3).await;
+    assert_eq!(guards.iter().filter(|guard| guard.is_lost()).count(), 0);
+    assert_eq!(server.cmd(&["DBSIZE"]).expect("DBSIZE"), "2000");
+    for guard in guards {
+        guard.unlock().await.expect("unlock");
+    }
+    assert_eq!(server.cmd(&["DBSIZE"]).expect("DBSIZE"), "0");
+}

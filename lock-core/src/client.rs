@@ -35,6 +35,7 @@ static GLOBAL: RwLock<Option<LockClient>> = RwLock::new(None);
 /// # Examples
 ///
 /// ```no_run
+/// # use distlock_core as distlock;
 /// # async fn demo() -> Result<(), distlock::LockError> {
 /// use std::time::Duration;
 /// use distlock::LockClient;
@@ -363,6 +364,7 @@ pub(crate) struct Inner {
 /// # Examples
 ///
 /// ```no_run
+/// # use distlock_core as distlock;
 /// # async fn demo() -> Result<(), distlock::LockError> {
 /// use std::time::Duration;
 /// use distlock::LockClient;

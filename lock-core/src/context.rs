@@ -32,6 +32,7 @@ tokio::task_local! {
 /// # Examples
 ///
 /// ```no_run
+/// # use distlock_core as distlock;
 /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
 /// use distlock::LockContext;
 ///

@@ -10,6 +10,7 @@ use redis::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::guard::Hold;
 use crate::scripts::Scripts;
@@ -187,8 +188,9 @@ impl Task {
                 .min(self.period)
                 .max(Duration::from_millis(1));
             let span = tracing::debug_span!("distlock.renew", locks = batch.len());
-            let _entered = span.enter();
-            let result = tokio::time::timeout(limit, self.send(batch)).await;
+            let result = tokio::time::timeout(limit, self.send(batch))
+                .instrument(span)
+                .await;
             match result {
                 Ok(Ok(replies)) => self.apply(batch, &replies, sent),
                 Ok(Err(err)) => {
