@@ -118,11 +118,7 @@ async fn bad_client_settings_are_refused_before_connecting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_of_another_type_is_a_conflict_and_stays_untouched() {
     let server = common::server();
-    let locks = common::builder(&server)
-        .fencing(true)
-        .connect()
-        .await
-        .expect("connect");
+    let locks = common::fenced_client(&server).await;
     server
         .cmd(&["SET", &common::lock_key("taken"), "user data"])
         .expect("SET");

@@ -192,17 +192,26 @@ async fn waiters_resubscribe_after_the_subscriber_connection_drops() {
             .map(str::to_owned)
     };
     assert!(
-        common::eventually(Duration::from_secs(2), || subscribers().as_deref() == Some("1")).await,
+        common::eventually(Duration::from_secs(2), || subscribers().as_deref()
+            == Some("1"))
+        .await,
         "the waiter subscribed"
     );
-    server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]).expect("CLIENT KILL");
+    server
+        .cmd(&["CLIENT", "KILL", "TYPE", "pubsub"])
+        .expect("CLIENT KILL");
     assert!(
-        common::eventually(Duration::from_secs(5), || subscribers().as_deref() == Some("1")).await,
+        common::eventually(Duration::from_secs(5), || subscribers().as_deref()
+            == Some("1"))
+        .await,
         "the waiter resubscribed after the connection dropped"
     );
     let released = Instant::now();
     guard.unlock().await.expect("unlock");
     let acquired = waiting.await.expect("waiter");
     let gap = acquired.saturating_duration_since(released);
-    assert!(gap < Duration::from_millis(200), "woke {gap:?} after the release");
+    assert!(
+        gap < Duration::from_millis(200),
+        "woke {gap:?} after the release"
+    );
 }

@@ -167,11 +167,7 @@ async fn a_spawned_task_is_another_holder_unless_handed_the_context() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lock_scopes_the_body_and_current_lock_sees_it() {
     let server = common::server();
-    let locks = common::builder(&server)
-        .fencing(true)
-        .connect()
-        .await
-        .expect("connect");
+    let locks = common::fenced_client(&server).await;
     assert!(current_lock().is_none());
     let (name, token, inner_count) = locks
         .with_lock("report", |held| {

@@ -22,6 +22,11 @@ pub async fn client(server: &RedisServer) -> LockClient {
     builder(server).connect().await.expect("connect")
 }
 
+/// A connected client that gives every lock a fencing token.
+pub async fn fenced_client(server: &RedisServer) -> LockClient {
+    builder(server).fencing(true).connect().await.expect("connect")
+}
+
 /// A connected client whose watchdog lease is `lease`.
 pub async fn client_with_lease(server: &RedisServer, lease: Duration) -> LockClient {
     builder(server)
