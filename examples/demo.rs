@@ -17,7 +17,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 1. Take a lock and give it back.
     let guard = locks.lock("demo:report").await?;
-    println!("1. took `{}` (hold count {})", guard.name(), guard.hold_count());
+    println!(
+        "1. took `{}` (hold count {})",
+        guard.name(),
+        guard.hold_count()
+    );
     guard.unlock().await?;
     println!("   released it\n");
 
@@ -30,13 +34,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let inner = locks.lock("demo:order:42").await?;
                 println!("   re-entered it, depth {}", inner.hold_count());
                 let info = locks.inspect("demo:order:42").await?;
-                println!("   Redis says: held = {}, hold count = {}", info.held, info.hold_count);
+                println!(
+                    "   Redis says: held = {}, hold count = {}",
+                    info.held, info.hold_count
+                );
                 inner.unlock().await?;
                 Ok::<_, LockError>(())
             }
         })
         .await??;
-    println!("   free again: {}\n", !locks.inspect("demo:order:42").await?.held);
+    println!(
+        "   free again: {}\n",
+        !locks.inspect("demo:order:42").await?.held
+    );
 
     // 3. Contention: eight tasks increment a counter under one lock.
     let inside = Arc::new(AtomicUsize::new(0));
@@ -45,8 +55,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..8 {
-        let (locks, inside, overlaps, done) =
-            (locks.clone(), inside.clone(), overlaps.clone(), done.clone());
+        let (locks, inside, overlaps, done) = (
+            locks.clone(),
+            inside.clone(),
+            overlaps.clone(),
+            done.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             for _ in 0..25 {
                 let guard = locks.lock("demo:counter").await?;
@@ -79,7 +93,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let waiter = tokio::spawn({
         let locks = locks.clone();
         async move {
-            let guard = locks.lock("demo:handoff").wait(Duration::from_secs(10)).await?;
+            let guard = locks
+                .lock("demo:handoff")
+                .wait(Duration::from_secs(10))
+                .await?;
             let at = Instant::now();
             guard.unlock().await?;
             Ok::<_, LockError>(at)
@@ -103,7 +120,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let guard = watched.lock("demo:lost").await?;
     locks.force_unlock("demo:lost").await?;
     tokio::time::timeout(Duration::from_secs(2), guard.lost()).await?;
-    println!("5. after a force-unlock the guard reports: lost = {}", guard.is_lost());
+    println!(
+        "5. after a force-unlock the guard reports: lost = {}",
+        guard.is_lost()
+    );
     match guard.unlock().await {
         Err(err) if err.is_lost() => println!("   unlock() says: {err}"),
         other => return Err(format!("expected a lost lock, got {other:?}").into()),
