@@ -99,7 +99,8 @@ impl Watchdog {
             state.guards == 1
         };
         if revived {
-            self.registry.holds().insert(hold.id, hold.clone());
+            // Its last guard had gone, so the watchdog dropped it: watch it again.
+            self.register(hold.clone());
         }
     }
 
