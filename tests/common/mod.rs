@@ -24,7 +24,11 @@ pub async fn client(server: &RedisServer) -> LockClient {
 
 /// A connected client that gives every lock a fencing token.
 pub async fn fenced_client(server: &RedisServer) -> LockClient {
-    builder(server).fencing(true).connect().await.expect("connect")
+    builder(server)
+        .fencing(true)
+        .connect()
+        .await
+        .expect("connect")
 }
 
 /// A connected client whose watchdog lease is `lease`.
