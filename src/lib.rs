@@ -83,8 +83,11 @@ pub use distlock_core::{
     MAX_NAME_LEN, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 
+/// Runs an `async fn` under a distributed lock; see the macro's own docs.
+#[cfg(feature = "macros")]
+pub use distlock_macros::distributed_lock;
+
 /// Items used by code that `#[distributed_lock]` generates. Not a public API.
 #[doc(hidden)]
-pub mod __private {
-    pub use distlock_core::*;
-}
+#[path = "private.rs"]
+pub mod __private;

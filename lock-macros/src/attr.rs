@@ -1,0 +1,337 @@
+//! The arguments of `#[distributed_lock(..)]`.
+//!
+//! Two stages: [`Args`] parses each argument on its own (syntax, durations,
+//! duplicates); [`Args::build`] checks the rules between them and yields a [`Config`].
+
+use proc_macro2::Span;
+use syn::parse::{Parse, ParseStream};
+use syn::spanned::Spanned;
+use syn::{Expr, Ident, LitBool, LitStr, Path, Token};
+
+use crate::template::Template;
+
+mod kw {
+    syn::custom_keyword!(key);
+    syn::custom_keyword!(wait);
+    syn::custom_keyword!(lease);
+    syn::custom_keyword!(client);
+    syn::custom_keyword!(fencing);
+    syn::custom_keyword!(on_lost);
+}
+
+/// Every argument, in the order the docs list them.
+const VALID: &str = "`key`, `wait`, `lease`, `client`, `fencing`, `on_lost`, `crate`";
+
+/// Names users reach for, and the argument they mean.
+const RENAMED: &[(&str, &str)] = &[
+    ("name", "key"),
+    ("lock", "key"),
+    ("timeout", "wait"),
+    ("wait_time", "wait"),
+    ("wait_timeout", "wait"),
+    ("ttl", "lease"),
+    ("lease_time", "lease"),
+    ("expire", "lease"),
+    ("fence", "fencing"),
+    ("fencing_token", "fencing"),
+    ("on_lose", "on_lost"),
+    ("on_loss", "on_lost"),
+    ("lost", "on_lost"),
+    ("krate", "crate"),
+];
+
+/// What to do when the lease is lost while the body runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnLost {
+    /// Let the body finish, warn, return its result.
+    Finish,
+    /// Cancel the body, return `LockError::Lost`.
+    Abort,
+}
+
+/// A duration written as `"5s"`, in whole milliseconds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Millis {
+    pub(crate) millis: u64,
+    pub(crate) span: Span,
+}
+
+/// The arguments as parsed, before the rules between them are checked.
+#[derive(Default)]
+pub(crate) struct Args {
+    key: Option<LitStr>,
+    wait: Option<Millis>,
+    lease: Option<Millis>,
+    client: Option<Expr>,
+    fencing: Option<LitBool>,
+    on_lost: Option<(OnLost, Span)>,
+    krate: Option<Path>,
+}
+
+/// The checked configuration of one annotated function.
+pub(crate) struct Config {
+    pub(crate) key: Template,
+    pub(crate) wait: Option<Millis>,
+    pub(crate) lease: Option<Millis>,
+    pub(crate) client: Option<Expr>,
+    pub(crate) fencing: Option<LitBool>,
+    pub(crate) on_lost: OnLost,
+    pub(crate) krate: Option<Path>,
+}
+
+impl Parse for Args {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut args = Args::default();
+        while !input.is_empty() {
+            let lookahead = input.lookahead1();
+            if lookahead.peek(kw::key) {
+                let name = input.parse::<kw::key>()?;
+                let value = string_value(input, "key", "key = \"order:{order.id}\"")?;
+                set(&mut args.key, value, name.span, "key")?;
+            } else if lookahead.peek(kw::wait) {
+                let name = input.parse::<kw::wait>()?;
+                let value = duration_value(input, "wait", "wait = \"5s\"")?;
+                set(&mut args.wait, value, name.span, "wait")?;
+            } else if lookahead.peek(kw::lease) {
+                let name = input.parse::<kw::lease>()?;
+                let value = duration_value(input, "lease", "lease = \"30s\"")?;
+                set(&mut args.lease, value, name.span, "lease")?;
+            } else if lookahead.peek(kw::client) {
+                let name = input.parse::<kw::client>()?;
+                if !input.peek(Token![=]) {
+                    return Err(syn::Error::new(
+                        name.span,
+                        "`client` takes an expression, like `client = self.locks`",
+                    ));
+                }
+                input.parse::<Token![=]>()?;
+                let value = input.parse::<Expr>()?;
+                set(&mut args.client, value, name.span, "client")?;
+            } else if lookahead.peek(kw::fencing) {
+                let name = input.parse::<kw::fencing>()?;
+                let value = if input.peek(Token![=]) {
+                    input.parse::<Token![=]>()?;
+                    input.parse::<LitBool>().map_err(|err| {
+                        syn::Error::new(
+                            err.span(),
+                            "`fencing` is a flag: write `fencing` (or `fencing = false`)",
+                        )
+                    })?
+                } else {
+                    LitBool::new(true, name.span)
+                };
+                set(&mut args.fencing, value, name.span, "fencing")?;
+            } else if lookahead.peek(kw::on_lost) {
+                let name = input.parse::<kw::on_lost>()?;
+                let lit = string_value(input, "on_lost", "on_lost = \"abort\"")?;
+                let value = match lit.value().as_str() {
+                    "finish" => OnLost::Finish,
+                    "abort" => OnLost::Abort,
+                    other => {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            format!(
+                                "unknown `on_lost` value `{other}`; use \"finish\" (the default: \
+                                 let the body complete, warn, and return its result) or \
+                                 \"abort\" (cancel the body and return `LockError::Lost`)"
+                            ),
+                        ))
+                    }
+                };
+                set(&mut args.on_lost, (value, lit.span()), name.span, "on_lost")?;
+            } else if lookahead.peek(Token![crate]) {
+                let name = input.parse::<Token![crate]>()?;
+                let lit = string_value(input, "crate", "crate = \"my_distlock\"")?;
+                let path = lit.parse::<Path>().map_err(|_| {
+                    syn::Error::new(
+                        lit.span(),
+                        format!(
+                            "`crate` takes the path of the distlock crate, like \
+                             `crate = \"my_distlock\"`; `{}` is not a path",
+                            lit.value()
+                        ),
+                    )
+                })?;
+                set(&mut args.krate, path, name.span, "crate")?;
+            } else if input.peek(Ident) {
+                return Err(unknown_argument(input.parse::<Ident>()?));
+            } else {
+                return Err(lookahead.error());
+            }
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+        }
+        Ok(args)
+    }
+}
+
+impl Args {
+    /// Checks the rules between the arguments.
+    pub(crate) fn build(self) -> syn::Result<Config> {
+        let Some(key) = self.key else {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                "missing `key`: name the lock with a template of the parameters, like \
+                 `#[distributed_lock(key = \"order:{order.id}\")]`",
+            ));
+        };
+        let key = Template::parse(&key)?;
+        Ok(Config {
+            key,
+            wait: self.wait,
+            lease: self.lease,
+            client: self.client,
+            fencing: self.fencing,
+            on_lost: self.on_lost.map_or(OnLost::Finish, |(on_lost, _)| on_lost),
+            krate: self.krate,
+        })
+    }
+}
+
+fn set<T>(slot: &mut Option<T>, value: T, span: Span, name: &str) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(syn::Error::new(
+            span,
+            format!("duplicate argument `{name}`: give it once"),
+        ));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+fn unknown_argument(name: Ident) -> syn::Error {
+    let written = name.to_string();
+    let hint = RENAMED
+        .iter()
+        .find(|(from, _)| *from == written)
+        .map(|(_, to)| format!("; did you mean `{to}`?"))
+        .unwrap_or_default();
+    syn::Error::new(
+        name.span(),
+        format!("unknown argument `{written}`{hint}; valid arguments are {VALID}"),
+    )
+}
+
+/// `= "..."` after an argument name.
+fn string_value(input: ParseStream<'_>, name: &str, example: &str) -> syn::Result<LitStr> {
+    let error = |span: Span| {
+        syn::Error::new(
+            span,
+            format!("`{name}` takes a string literal, like `{example}`"),
+        )
+    };
+    if !input.peek(Token![=]) {
+        return Err(error(input.span()));
+    }
+    input.parse::<Token![=]>()?;
+    if input.peek(LitStr) {
+        input.parse()
+    } else {
+        // Report on the value the user wrote, whatever it is.
+        let value = input.parse::<Expr>().map_err(|err| error(err.span()))?;
+        Err(error(value.span()))
+    }
+}
+
+fn duration_value(input: ParseStream<'_>, name: &str, example: &str) -> syn::Result<Millis> {
+    let lit = string_value(input, name, example)?;
+    let millis = parse_duration(&lit.value()).map_err(|reason| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "invalid duration \"{}\" for `{name}`: {reason}; write a whole number and a \
+                 unit (`ms`, `s`, `m` or `h`), like \"250ms\", \"5s\" or \"2m\"",
+                lit.value()
+            ),
+        )
+    })?;
+    Ok(Millis {
+        millis,
+        span: lit.span(),
+    })
+}
+
+/// `"250ms"`, `"5s"`, `"2m"`, `"1h"` in milliseconds.
+pub(crate) fn parse_duration(text: &str) -> Result<u64, &'static str> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    if number.is_empty() {
+        return Err("it does not start with a number");
+    }
+    let scale = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "" => return Err("the unit is missing"),
+        _ => return Err("unknown unit"),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or("it is too large")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(250));
+        assert_eq!(parse_duration("0s"), Ok(0));
+        assert_eq!(parse_duration("5s"), Ok(5_000));
+        assert_eq!(parse_duration("2m"), Ok(120_000));
+        assert_eq!(parse_duration("1h"), Ok(3_600_000));
+        for bad in [
+            "", "s", "5", "5 s", "5sec", "1.5s", "-1s", "5S", "99999999999999999999ms",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    fn parse(tokens: proc_macro2::TokenStream) -> Result<Config, String> {
+        syn::parse2::<Args>(tokens)
+            .and_then(Args::build)
+            .map_err(|err| err.to_string())
+    }
+
+    #[test]
+    fn all_arguments() {
+        let config = parse(quote::quote!(
+            key = "a:{b}", wait = "5s", lease = "30s", client = self.locks, fencing,
+            on_lost = "abort", crate = "renamed",
+        ))
+        .unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(config.wait.map(|w| w.millis), Some(5_000));
+        assert_eq!(config.lease.map(|l| l.millis), Some(30_000));
+        assert!(config.client.is_some());
+        assert!(config.fencing.is_some_and(|f| f.value));
+        assert_eq!(config.on_lost, OnLost::Abort);
+        assert!(config.krate.is_some());
+    }
+
+    #[test]
+    fn errors() {
+        for (tokens, needle) in [
+            (quote::quote!(), "missing `key`"),
+            (quote::quote!(wait = "5s"), "missing `key`"),
+            (quote::quote!(key = "a", key = "b"), "duplicate argument `key`"),
+            (quote::quote!(key = "a", timeout = "5s"), "did you mean `wait`"),
+            (quote::quote!(key = "a", foo), "valid arguments are"),
+            (quote::quote!(key = a), "string literal"),
+            (quote::quote!(key), "string literal"),
+            (quote::quote!(key = "a", wait = "5"), "invalid duration"),
+            (quote::quote!(key = "a", on_lost = "stop"), "unknown `on_lost`"),
+            (quote::quote!(key = "a", crate = "a b"), "not a path"),
+            (quote::quote!(key = "a", fencing = 1), "flag"),
+            (quote::quote!(key = "a" wait = "5s"), "expected `,`"),
+        ] {
+            let err = parse(tokens.clone()).err().unwrap_or_else(|| panic!("{tokens}"));
+            assert!(err.contains(needle), "{tokens}: {err}");
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! Code generation: replace the body of the annotated function, keep the rest.
+//!
+//! For an `async fn` the new body is:
+//!
+//! ```text
+//! let __distlock_request = <krate>::__private::request(<key>, <options>);
+//! <krate>::__private::run_finish(__distlock_request, async move { <anchor> <body> }, "<fn>").await
+//! ```
+//!
+//! `request` formats the key (once) and builds the lock request from the global
+//! client (or `request_with` from `client = ..`); `run_*` awaits it, runs the body in
+//! the lock scope and releases the lock. The anchor gives the body's async block the
+//! declared return type, so `?` and `return` infer as in the original function.
+//!
+//! A function already expanded by `#[async_trait]` is a plain `fn` whose body is
+//! `Box::pin(async move { .. })`: the same code goes inside that async block.
+
+use std::collections::BTreeSet;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::{
+    Block, Expr, FnArg, GenericArgument, ItemFn, Pat, PathArguments, ReturnType, Stmt, Type,
+};
+
+use crate::attr::{Config, Millis, OnLost};
+
+/// The annotated function, checked, ready to expand.
+pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenStream> {
+    let shape = Shape::of(&function)?;
+    check_template(&config, &function, shape)?;
+
+    let krate = match &config.krate {
+        Some(path) => path.to_token_stream(),
+        None => quote!(::distlock),
+    };
+    let private = quote!(#krate::__private);
+    let request = format_ident!("__distlock_request", span = Span::mixed_site());
+
+    let key = config.key.to_expr(&quote!(#private::format_key));
+    let options = options(&config, &private);
+    let make_request = match &config.client {
+        None => quote!(#private::request(#key, #options)),
+        Some(client) => {
+            let request_with = quote_spanned!(client.span()=> #private::request_with);
+            quote!(#request_with(&(#client), #key, #options))
+        }
+    };
+    let run = match config.on_lost {
+        OnLost::Finish => quote!(run_finish),
+        OnLost::Abort => quote!(run_abort),
+    };
+    let name = function.sig.ident.to_string();
+    let function_name = quote!(::core::concat!(::core::module_path!(), "::", #name));
+
+    match shape {
+        Shape::Async => {
+            let ret_span = match &function.sig.output {
+                ReturnType::Type(_, ty) => ty.span(),
+                ReturnType::Default => function.sig.span(),
+            };
+            let run = quote_spanned!(ret_span=> #private::#run);
+            let anchor = anchor(&function.sig.output);
+            let block = &function.block;
+            let body: Block = syn::parse2(quote! {{
+                let #request = #make_request;
+                #run(#request, async move { #anchor #block }, #function_name).await
+            }})?;
+            *function.block = body;
+        }
+        Shape::AsyncTrait => {
+            let inner = async_trait_block(&mut function.block).ok_or_else(|| {
+                syn::Error::new(Span::call_site(), "unexpected #[async_trait] expansion")
+            })?;
+            let block = &*inner;
+            let body: Block = syn::parse2(quote! {{
+                let #request = #make_request;
+                #private::#run(#request, async move #block, #function_name).await
+            }})?;
+            *inner = body;
+        }
+    }
+    Ok(function.into_token_stream())
+}
+
+/// How the body is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// `async fn`.
+    Async,
+    /// A `fn` that `#[async_trait]` expanded: `Box::pin(async move { .. })`.
+    AsyncTrait,
+}
+
+impl Shape {
+    fn of(function: &ItemFn) -> syn::Result<Shape> {
+        let sig = &function.sig;
+        if sig.asyncness.is_none() {
+            let mut block = function.block.clone();
+            if async_trait_block(&mut block).is_some() {
+                return Ok(Shape::AsyncTrait);
+            }
+            return Err(syn::Error::new(
+                sig.fn_token.span,
+                format!(
+                    "`#[distributed_lock]` needs an `async fn`: the lock is awaited before the \
+                     body runs; write `async fn {}`",
+                    sig.ident
+                ),
+            ));
+        }
+        if let ReturnType::Default = sig.output {
+            return Err(syn::Error::new(
+                sig.paren_token.span.close(),
+                format!(
+                    "`{}` returns `()`; `#[distributed_lock]` needs `-> Result<T, E>` with \
+                     `E: From<distlock::LockError>`: when the lock cannot be taken, the body does \
+                     not run and the function returns the error",
+                    sig.ident
+                ),
+            ));
+        }
+        Ok(Shape::Async)
+    }
+}
+
+/// The block of the async block in `Box::pin(async move { .. })`, the body that
+/// `#[async_trait]` leaves.
+fn async_trait_block(block: &mut Block) -> Option<&mut Block> {
+    let [Stmt::Expr(Expr::Call(call), None)] = &mut block.stmts[..] else {
+        return None;
+    };
+    let Expr::Path(func) = &*call.func else {
+        return None;
+    };
+    let pin = func.path.segments.last()?.ident == "pin";
+    if !pin || call.args.len() != 1 {
+        return None;
+    }
+    match call.args.first_mut()? {
+        Expr::Async(inner) if inner.capture.is_some() => Some(&mut inner.block),
+        _ => None,
+    }
+}
+
+/// Every name the template may start with, and whether `self` is one.
+fn parameters(function: &ItemFn, shape: Shape) -> (BTreeSet<String>, bool) {
+    let mut names = BTreeSet::new();
+    let mut has_self = false;
+    for input in &function.sig.inputs {
+        match input {
+            FnArg::Receiver(_) => has_self = true,
+            FnArg::Typed(typed) => match shape {
+                Shape::Async => bindings(&typed.pat, &mut names),
+                // `#[async_trait]` renamed patterns to hidden `__argN`; only plain
+                // names are bound where the key is formatted.
+                Shape::AsyncTrait => {
+                    if let Pat::Ident(ident) = &*typed.pat {
+                        if !ident.ident.to_string().starts_with("__arg") {
+                            names.insert(ident.ident.to_string());
+                        }
+                    }
+                }
+            },
+        }
+    }
+    (names, has_self)
+}
+
+/// The names a parameter pattern binds.
+fn bindings(pat: &Pat, names: &mut BTreeSet<String>) {
+    match pat {
+        Pat::Ident(ident) => {
+            names.insert(ident.ident.to_string());
+            if let Some((_, sub)) = &ident.subpat {
+                bindings(sub, names);
+            }
+        }
+        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| bindings(p, names)),
+        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| bindings(p, names)),
+        Pat::Struct(s) => s.fields.iter().for_each(|f| bindings(&f.pat, names)),
+        Pat::Slice(slice) => slice.elems.iter().for_each(|p| bindings(p, names)),
+        Pat::Reference(reference) => bindings(&reference.pat, names),
+        Pat::Paren(paren) => bindings(&paren.pat, names),
+        Pat::Type(typed) => bindings(&typed.pat, names),
+        _ => {}
+    }
+}
+
+/// Every placeholder must start with a parameter.
+fn check_template(config: &Config, function: &ItemFn, shape: Shape) -> syn::Result<()> {
+    let (names, has_self) = parameters(function, shape);
+    let mut errors: Option<syn::Error> = None;
+    for placeholder in config.key.placeholders() {
+        let known = if placeholder.root == "self" {
+            has_self
+        } else {
+            names.contains(placeholder.root.trim_start_matches("r#"))
+                || names.contains(&placeholder.root)
+        };
+        if known {
+            continue;
+        }
+        let mut available: Vec<String> = Vec::new();
+        if has_self {
+            available.push("`self`".to_owned());
+        }
+        available.extend(names.iter().map(|name| format!("`{name}`")));
+        let list = if available.is_empty() {
+            format!("`{}` has no parameters", function.sig.ident)
+        } else {
+            format!("the parameters are {}", available.join(", "))
+        };
+        let hint = if shape == Shape::AsyncTrait {
+            " (under #[async_trait], only parameters bound by a plain name)"
+        } else {
+            ""
+        };
+        let error = syn::Error::new(
+            config.key.lit.span(),
+            format!(
+                "`{{{}}}` in the key template is not a parameter of `{}`; {list}{hint}",
+                placeholder.source, function.sig.ident
+            ),
+        );
+        match &mut errors {
+            Some(errors) => errors.combine(error),
+            None => errors = Some(error),
+        }
+    }
+    errors.map_or(Ok(()), Err)
+}
+
+/// `Options { wait, lease, fencing }` for `request`.
+fn options(config: &Config, private: &TokenStream) -> TokenStream {
+    let duration = |d: Option<Millis>| match d {
+        Some(Millis { millis, span }) => quote_spanned! {span=>
+            ::core::option::Option::Some(::core::time::Duration::from_millis(#millis))
+        },
+        None => quote!(::core::option::Option::None),
+    };
+    let wait = duration(config.wait);
+    let lease = duration(config.lease);
+    let fencing = match &config.fencing {
+        Some(value) => quote!(::core::option::Option::Some(#value)),
+        None => quote!(::core::option::Option::None),
+    };
+    quote! {
+        #private::Options { wait: #wait, lease: #lease, fencing: #fencing }
+    }
+}
+
+/// `if let Some(r) = None::<Ret> { return r; }`: tells the body's async block its
+/// output type before the body is checked (`impl Trait` becomes `_`).
+fn anchor(output: &ReturnType) -> TokenStream {
+    let ReturnType::Type(_, ty) = output else {
+        return TokenStream::new();
+    };
+    let mut ty = (**ty).clone();
+    replace_impl_trait(&mut ty);
+    let ret = format_ident!("__distlock_ret", span = Span::mixed_site());
+    quote_spanned! {ty.span()=>
+        if let ::core::option::Option::Some(#ret) = ::core::option::Option::None::<#ty> {
+            #[allow(unreachable_code)]
+            return #ret;
+        }
+    }
+}
+
+/// Replaces every `impl Trait` in `ty` with `_`.
+fn replace_impl_trait(ty: &mut Type) {
+    match ty {
+        Type::ImplTrait(impl_trait) => {
+            *ty = Type::Infer(syn::TypeInfer {
+                underscore_token: syn::Token![_](impl_trait.impl_token.span),
+            });
+        }
+        Type::Array(array) => replace_impl_trait(&mut array.elem),
+        Type::Group(group) => replace_impl_trait(&mut group.elem),
+        Type::Paren(paren) => replace_impl_trait(&mut paren.elem),
+        Type::Ptr(ptr) => replace_impl_trait(&mut ptr.elem),
+        Type::Reference(reference) => replace_impl_trait(&mut reference.elem),
+        Type::Slice(slice) => replace_impl_trait(&mut slice.elem),
+        Type::Tuple(tuple) => tuple.elems.iter_mut().for_each(replace_impl_trait),
+        Type::Path(path) => {
+            if let Some(qself) = &mut path.qself {
+                replace_impl_trait(&mut qself.ty);
+            }
+            for segment in &mut path.path.segments {
+                if let PathArguments::AngleBracketed(args) = &mut segment.arguments {
+                    for arg in &mut args.args {
+                        if let GenericArgument::Type(ty) = arg {
+                            replace_impl_trait(ty);
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
