@@ -114,12 +114,16 @@ fn build<K: AsRef<[u8]>>(client: &LockClient, key: K, options: Options) -> LockR
     request
 }
 
-/// Takes the lock, or returns the error without running `body`.
-async fn acquire<R: LockResult>(request: Result<LockRequest, LockError>) -> Result<LockGuard, R> {
-    match request {
-        Ok(request) => request.await.map_err(R::from_lock_error),
-        Err(error) => Err(R::from_lock_error(error)),
-    }
+/// `Err(error.into())`, as the function's return type `R`. Generated code names it
+/// on the return type's span, so that a return type that does not fit is reported
+/// there, once.
+pub fn lock_error<R: LockResult>(error: LockError) -> R {
+    R::from_lock_error(error)
+}
+
+/// Takes the lock.
+async fn acquire(request: Result<LockRequest, LockError>) -> Result<LockGuard, LockError> {
+    request?.await
 }
 
 /// `on_lost = "finish"`: runs `body` in the lock scope, releases the lock, and
@@ -127,15 +131,15 @@ async fn acquire<R: LockResult>(request: Result<LockRequest, LockError>) -> Resu
 pub async fn run_finish<F, R>(
     request: Result<LockRequest, LockError>,
     body: F,
+    lock_error: fn(LockError) -> R,
     function: &'static str,
 ) -> R
 where
     F: Future<Output = R>,
-    R: LockResult,
 {
-    let guard = match acquire::<R>(request).await {
+    let guard = match acquire(request).await {
         Ok(guard) => guard,
-        Err(error) => return error,
+        Err(error) => return lock_error(error),
     };
     let output = guard.scope(body).await;
     if let Err(error) = guard.unlock().await {
@@ -149,15 +153,15 @@ where
 pub async fn run_abort<F, R>(
     request: Result<LockRequest, LockError>,
     body: F,
+    lock_error: fn(LockError) -> R,
     function: &'static str,
 ) -> R
 where
     F: Future<Output = R>,
-    R: LockResult,
 {
-    let guard = match acquire::<R>(request).await {
+    let guard = match acquire(request).await {
         Ok(guard) => guard,
-        Err(error) => return error,
+        Err(error) => return lock_error(error),
     };
     let output = {
         let mut body = pin!(guard.scope(body));
@@ -173,8 +177,8 @@ where
     let name = output.is_none().then(|| guard.name().to_owned());
     match (output, guard.unlock().await) {
         (Some(output), Ok(())) => output,
-        (_, Err(error)) if error.is_lost() => R::from_lock_error(error),
-        (None, _) => R::from_lock_error(LockError::Lost {
+        (_, Err(error)) if error.is_lost() => lock_error(error),
+        (None, _) => lock_error(LockError::Lost {
             name: name.unwrap_or_default(),
         }),
         (Some(output), Err(error)) => {

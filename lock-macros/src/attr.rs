@@ -206,7 +206,7 @@ fn unknown_argument(name: Ident) -> syn::Error {
     let hint = RENAMED
         .iter()
         .find(|(from, _)| *from == written)
-        .map(|(_, to)| format!("; did you mean `{to}`?"))
+        .map(|(_, to)| format!(" (did you mean `{to}`?)"))
         .unwrap_or_default();
     syn::Error::new(
         name.span(),

@@ -31,11 +31,7 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
     let shape = Shape::of(&function)?;
     check_template(&config, &function, shape)?;
 
-    let krate = match &config.krate {
-        Some(path) => path.to_token_stream(),
-        None => quote!(::distlock),
-    };
-    let private = quote!(#krate::__private);
+    let private = private(&config, Span::call_site());
     let request = format_ident!("__distlock_request", span = Span::mixed_site());
 
     let key = config.key.to_expr(&quote!(#private::format_key));
@@ -43,8 +39,11 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
     let make_request = match &config.client {
         None => quote!(#private::request(#key, #options)),
         Some(client) => {
-            let request_with = quote_spanned!(client.span()=> #private::request_with);
-            quote!(#request_with(&(#client), #key, #options))
+            // Spanned on the expression: a value that is not a client is reported there.
+            let span = client.span();
+            let request_with = respan(quote!(#private::request_with), span);
+            let client = quote_spanned!(span=> &(#client));
+            quote!(#request_with(#client, #key, #options))
         }
     };
     let run = match config.on_lost {
@@ -54,18 +53,27 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
     let name = function.sig.ident.to_string();
     let function_name = quote!(::core::concat!(::core::module_path!(), "::", #name));
 
+    // Spanned on the return type: a type that is not a `Result` of an error that a
+    // `LockError` converts into is reported there, once.
+    let ret_span = match &function.sig.output {
+        ReturnType::Type(_, ty) => ty.span(),
+        ReturnType::Default => function.sig.span(),
+    };
+    let lock_error = respan(quote!(#private::lock_error), ret_span);
+    let run = quote!(#private::#run);
+
     match shape {
         Shape::Async => {
-            let ret_span = match &function.sig.output {
-                ReturnType::Type(_, ty) => ty.span(),
-                ReturnType::Default => function.sig.span(),
-            };
-            let run = quote_spanned!(ret_span=> #private::#run);
             let anchor = anchor(&function.sig.output);
             let block = &function.block;
             let body: Block = syn::parse2(quote! {{
                 let #request = #make_request;
-                #run(#request, async move { #anchor #block }, #function_name).await
+                #run(
+                    #request,
+                    async move { #anchor #block },
+                    #lock_error,
+                    #function_name,
+                ).await
             }})?;
             *function.block = body;
         }
@@ -76,12 +84,41 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
             let block = &*inner;
             let body: Block = syn::parse2(quote! {{
                 let #request = #make_request;
-                #private::#run(#request, async move #block, #function_name).await
+                #run(#request, async move #block, #lock_error, #function_name).await
             }})?;
             *inner = body;
         }
     }
     Ok(function.into_token_stream())
+}
+
+/// The path of the facade's `__private` module: `::distlock::__private`, or under
+/// `crate = ".."`.
+fn private(config: &Config, span: Span) -> TokenStream {
+    let krate = match &config.krate {
+        Some(path) => path.to_token_stream(),
+        None => quote!(::distlock),
+    };
+    respan(quote!(#krate::__private), span)
+}
+
+/// `tokens`, every one located at `span` (hygiene unchanged), so that errors about
+/// the expression they form point at `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let proc_macro2::TokenTree::Group(group) = &token {
+                let mut respanned =
+                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                respanned.set_span(group.span().located_at(span));
+                token = respanned.into();
+            } else {
+                token.set_span(token.span().located_at(span));
+            }
+            token
+        })
+        .collect()
 }
 
 /// How the body is written.

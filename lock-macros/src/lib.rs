@@ -18,7 +18,8 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
             let function = syn::parse::<syn::ItemFn>(item).map_err(|err| {
                 syn::Error::new(
                     err.span(),
-                    "`#[distributed_lock]` goes on an `async fn` with a body",
+                    "`#[distributed_lock]` goes on an `async fn` with a body; for a trait, put it on \
+                     the method of the `impl`",
                 )
             })?;
             expand::expand(config, function)

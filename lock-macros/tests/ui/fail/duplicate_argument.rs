@@ -1,0 +1,8 @@
+use distlock::{distributed_lock, LockError};
+
+#[distributed_lock(key = "order:{id}", wait = "5s", wait = "1s")]
+async fn place_order(id: u32) -> Result<u32, LockError> {
+    Ok(id)
+}
+
+fn main() {}

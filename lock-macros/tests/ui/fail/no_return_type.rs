@@ -1,0 +1,8 @@
+use distlock::distributed_lock;
+
+#[distributed_lock(key = "order:{id}")]
+async fn place_order(id: u32) {
+    let _ = id;
+}
+
+fn main() {}
