@@ -35,7 +35,10 @@ async fn middle(locks: &LockClient, server: &RedisServer, id: u32) -> Result<u64
 async fn inner(locks: &LockClient, server: &RedisServer, id: u32) -> Result<u64, LockError> {
     let count = common::redis_count(server, &format!("order:{id}"));
     assert_eq!(current_lock().map(|held| held.hold_count()), Some(3));
-    assert_eq!(current_lock().map(|held| held.name().to_owned()).as_deref(), Some("order:7"));
+    assert_eq!(
+        current_lock().map(|held| held.name().to_owned()).as_deref(),
+        Some("order:7")
+    );
     Ok(count)
 }
 

@@ -56,7 +56,11 @@ async fn released_on_ok_and_on_question_mark() {
 
     let err = parse_under_lock(&locks, "err", "forty-two").await;
     assert!(matches!(err, Err(AppError::Parse(_))), "{err:?}");
-    assert_eq!(common::redis_count(&server, "job:err"), 0, "released on `?`");
+    assert_eq!(
+        common::redis_count(&server, "job:err"),
+        0,
+        "released on `?`"
+    );
 }
 
 #[distributed_lock(key = "job:{name}", client = locks)]
@@ -134,7 +138,9 @@ async fn released_on_cancellation() {
     task.abort();
     assert!(task.await.is_err_and(|err| err.is_cancelled()));
     assert!(
-        common::eventually(PROMPTLY, || common::redis_count(&server, "job:abort-task") == 0).await,
+        common::eventually(PROMPTLY, || common::redis_count(&server, "job:abort-task")
+            == 0)
+        .await,
         "released after abort"
     );
 }
@@ -162,7 +168,10 @@ async fn busy_lock_returns_the_error_and_skips_the_body() {
     let started = Instant::now();
     let err = fail_fast(&locks, &ran).await.expect_err("busy");
     assert!(err.is_timeout(), "{err}");
-    assert!(started.elapsed() < Duration::from_millis(250), "wait = \"0s\" fails fast");
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "wait = \"0s\" fails fast"
+    );
 
     let started = Instant::now();
     let err = wait_a_little(&locks, &ran).await.expect_err("busy");
@@ -177,14 +186,20 @@ async fn busy_lock_returns_the_error_and_skips_the_body() {
 
 #[distributed_lock(key = "lease:{name}", client = locks, lease = "1s")]
 async fn fixed_lease(locks: &LockClient, name: &str) -> Result<Option<Duration>, LockError> {
-    Ok(locks.inspect(format!("lease:{name}")).await?.lease_remaining)
+    Ok(locks
+        .inspect(format!("lease:{name}"))
+        .await?
+        .lease_remaining)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_sets_a_fixed_lease() {
     let server = common::server();
     let locks = common::client(&server).await;
-    let remaining = fixed_lease(&locks, "a").await.expect("lease").expect("a ttl");
+    let remaining = fixed_lease(&locks, "a")
+        .await
+        .expect("lease")
+        .expect("a ttl");
     assert!(remaining <= Duration::from_secs(1), "{remaining:?}");
     assert!(remaining > Duration::from_millis(500), "{remaining:?}");
 }
@@ -221,7 +236,10 @@ async fn on_lost_abort_cancels_the_body() {
     let (result, forced_at) = tokio::join!(call, force);
     let err = result.expect_err("lost");
     assert!(err.is_lost(), "{err}");
-    assert!(forced_at.elapsed() < Duration::from_secs(2), "aborted promptly");
+    assert!(
+        forced_at.elapsed() < Duration::from_secs(2),
+        "aborted promptly"
+    );
     assert!(!finished.load(Ordering::SeqCst), "the body was cancelled");
 }
 
@@ -255,5 +273,8 @@ async fn on_lost_finish_returns_the_body_result() {
     };
     let (result, ()) = tokio::join!(call, force);
     assert_eq!(result.expect("the body's result"), 42);
-    assert!(saw_loss.load(Ordering::SeqCst), "the body saw the loss signal");
+    assert!(
+        saw_loss.load(Ordering::SeqCst),
+        "the body saw the loss signal"
+    );
 }

@@ -58,7 +58,10 @@ async fn methods_with_every_receiver() {
         tenant: "acme".to_owned(),
         placed: Vec::new(),
     };
-    assert_eq!(orders.get(7).await.expect("get"), ("acme:order:7".to_owned(), 1));
+    assert_eq!(
+        orders.get(7).await.expect("get"),
+        ("acme:order:7".to_owned(), 1)
+    );
     assert_eq!(orders.place(7).await.expect("place"), "acme:order:00007");
     let orders = Arc::new(orders);
     assert_eq!(orders.clone().shared().await.expect("shared"), 1);
@@ -92,7 +95,9 @@ async fn generics_and_impl_trait() {
     let locks = common::client(&server).await;
     let out = generic(&locks, 3u8, "x", 1.5).await.expect("generic");
     assert_eq!(out.to_string(), "gen:3:x/1/x/1.5");
-    let out = generic(&locks, "id", String::from("y"), 'c').await.expect("generic");
+    let out = generic(&locks, "id", String::from("y"), 'c')
+        .await
+        .expect("generic");
     assert_eq!(out.to_string(), "gen:id:y/1/y/c");
 }
 
@@ -155,7 +160,11 @@ async fn anyhow_and_boxed_errors() {
         .await
         .expect("connect");
     let err = with_anyhow(&busy, 2).await.expect_err("busy");
-    assert!(err.downcast_ref::<LockError>().is_some_and(LockError::is_timeout), "{err}");
+    assert!(
+        err.downcast_ref::<LockError>()
+            .is_some_and(LockError::is_timeout),
+        "{err}"
+    );
     held.unlock().await.expect("unlock");
 }
 

@@ -287,7 +287,15 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(120_000));
         assert_eq!(parse_duration("1h"), Ok(3_600_000));
         for bad in [
-            "", "s", "5", "5 s", "5sec", "1.5s", "-1s", "5S", "99999999999999999999ms",
+            "",
+            "s",
+            "5",
+            "5 s",
+            "5sec",
+            "1.5s",
+            "-1s",
+            "5S",
+            "99999999999999999999ms",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
@@ -302,8 +310,13 @@ mod tests {
     #[test]
     fn all_arguments() {
         let config = parse(quote::quote!(
-            key = "a:{b}", wait = "5s", lease = "30s", client = self.locks, fencing,
-            on_lost = "abort", crate = "renamed",
+            key = "a:{b}",
+            wait = "5s",
+            lease = "30s",
+            client = self.locks,
+            fencing,
+            on_lost = "abort",
+            crate = "renamed",
         ))
         .unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(config.wait.map(|w| w.millis), Some(5_000));
@@ -319,18 +332,29 @@ mod tests {
         for (tokens, needle) in [
             (quote::quote!(), "missing `key`"),
             (quote::quote!(wait = "5s"), "missing `key`"),
-            (quote::quote!(key = "a", key = "b"), "duplicate argument `key`"),
-            (quote::quote!(key = "a", timeout = "5s"), "did you mean `wait`"),
+            (
+                quote::quote!(key = "a", key = "b"),
+                "duplicate argument `key`",
+            ),
+            (
+                quote::quote!(key = "a", timeout = "5s"),
+                "did you mean `wait`",
+            ),
             (quote::quote!(key = "a", foo), "valid arguments are"),
             (quote::quote!(key = a), "string literal"),
             (quote::quote!(key), "string literal"),
             (quote::quote!(key = "a", wait = "5"), "invalid duration"),
-            (quote::quote!(key = "a", on_lost = "stop"), "unknown `on_lost`"),
+            (
+                quote::quote!(key = "a", on_lost = "stop"),
+                "unknown `on_lost`",
+            ),
             (quote::quote!(key = "a", crate = "a b"), "not a path"),
             (quote::quote!(key = "a", fencing = 1), "flag"),
             (quote::quote!(key = "a" wait = "5s"), "expected `,`"),
         ] {
-            let err = parse(tokens.clone()).err().unwrap_or_else(|| panic!("{tokens}"));
+            let err = parse(tokens.clone())
+                .err()
+                .unwrap_or_else(|| panic!("{tokens}"));
             assert!(err.contains(needle), "{tokens}: {err}");
         }
     }

@@ -337,3 +337,105 @@ fn replace_impl_trait(ty: &mut Type) {
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::Args;
+
+    fn expand_str(args: TokenStream, function: TokenStream) -> String {
+        let config = syn::parse2::<Args>(args)
+            .and_then(Args::build)
+            .unwrap_or_else(|err| panic!("{err}"));
+        let function = syn::parse2::<ItemFn>(function).unwrap_or_else(|err| panic!("{err}"));
+        expand(config, function)
+            .unwrap_or_else(|err| panic!("{err}"))
+            .to_string()
+    }
+
+    fn idents(tokens: TokenStream, out: &mut Vec<String>) {
+        for token in tokens {
+            match token {
+                proc_macro2::TokenTree::Ident(ident) => out.push(ident.to_string()),
+                proc_macro2::TokenTree::Group(group) => idents(group.stream(), out),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn crate_path_replaces_distlock_everywhere() {
+        let out = expand_str(
+            quote!(
+                key = "a:{id}",
+                crate = "renamed",
+                client = locks,
+                on_lost = "abort"
+            ),
+            quote!(
+                async fn f(locks: &Client, id: u32) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        let mut names = Vec::new();
+        idents(out.parse().expect("tokens"), &mut names);
+        assert!(!names.iter().any(|name| name == "distlock"), "{out}");
+        assert!(out.contains("renamed :: __private :: run_abort"), "{out}");
+        assert!(
+            out.contains("renamed :: __private :: request_with"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn signature_is_kept() {
+        let function = quote!(
+            #[doc = "docs"]
+            #[must_use]
+            pub(crate) async fn f<'a, T: Clone>(
+                &'a self,
+                x: impl Send,
+                (a, b): (T, T),
+            ) -> Result<impl Clone + 'a, E>
+            where
+                T: Send,
+            {
+                Ok(a)
+            }
+        );
+        let out = expand_str(quote!(key = "{a}"), function.clone());
+        let parsed = syn::parse2::<ItemFn>(function).expect("fn");
+        let expanded = syn::parse_str::<ItemFn>(&out).expect("fn");
+        assert_eq!(
+            parsed.sig.to_token_stream().to_string(),
+            expanded.sig.to_token_stream().to_string()
+        );
+        assert_eq!(parsed.attrs.len(), expanded.attrs.len());
+        assert_eq!(
+            parsed.vis.to_token_stream().to_string(),
+            expanded.vis.to_token_stream().to_string()
+        );
+        // `impl Trait` in the return type becomes `_` in the anchor.
+        assert!(out.contains("None :: < Result < _ , E > >"), "{out}");
+    }
+
+    #[test]
+    fn unknown_parameters_are_listed() {
+        let config = syn::parse2::<Args>(quote!(key = "{a}:{nope}:{self.x}"))
+            .and_then(Args::build)
+            .expect("config");
+        let function = syn::parse2::<ItemFn>(quote!(
+            async fn f(a: u8, b: u8) -> Result<(), E> {
+                Ok(())
+            }
+        ))
+        .expect("fn");
+        let err = expand(config, function)
+            .expect_err("unknown")
+            .into_compile_error();
+        let err = err.to_string();
+        assert!(err.contains("`{nope}` in the key template is not a parameter of `f`; the parameters are `a`, `b`"), "{err}");
+        assert!(err.contains("`{self.x}`"), "{err}");
+    }
+}

@@ -1,6 +1,20 @@
 //! The `#[distributed_lock]` attribute macro of distlock.
 //!
-//! Use it through the facade crate `distlock`.
+//! Use it through the facade crate: `use distlock::distributed_lock;` (its default
+//! feature `macros`). The documentation is on [`macro@distributed_lock`].
+//!
+//! # Working on this crate
+//!
+//! - `src/attr.rs` parses the arguments, `src/template.rs` the key template,
+//!   `src/expand.rs` writes the new body; the code it generates calls into
+//!   `distlock::__private` (the facade's `src/private.rs`).
+//! - `tests/ui/pass/*.rs` must compile without warnings; each `tests/ui/fail/*.rs`
+//!   must fail with the committed `.stderr`. After an intended change to a message,
+//!   regenerate them with
+//!   `TRYBUILD=overwrite cargo test -p distlock-macros --test ui` and review the diff.
+//! - The behaviour against a real Redis is tested in the facade's `tests/macro_*.rs`;
+//!   since those tests use the macro, `cargo clippy --workspace --all-targets` also
+//!   checks that the expansion is lint-free.
 
 mod attr;
 mod expand;
@@ -8,7 +22,347 @@ mod template;
 
 use proc_macro::TokenStream;
 
-/// Runs an `async fn` under a distributed lock.
+/// Runs an `async fn` under a distributed lock, named from its arguments.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use distlock::{distributed_lock, LockClient, LockError};
+///
+/// # pub struct Order { pub id: u64 }
+/// # pub struct Receipt;
+/// #[derive(Debug)]
+/// pub enum AppError {
+///     Lock(LockError),
+///     OutOfStock,
+/// }
+///
+/// impl From<LockError> for AppError {
+///     fn from(error: LockError) -> Self {
+///         AppError::Lock(error)
+///     }
+/// }
+///
+/// /// Places an order; two calls for the same order never overlap, in any process.
+/// #[distributed_lock(key = "order:{order.id}", wait = "5s")]
+/// async fn place_order(order: &Order, quantity: u32) -> Result<Receipt, AppError> {
+///     if quantity == 0 {
+///         return Err(AppError::OutOfStock);
+///     }
+///     // ... runs while this call chain holds `order:<id>` ...
+///     Ok(Receipt)
+/// }
+///
+/// # async fn start() -> Result<(), AppError> {
+/// // Once, at startup: the client that annotated functions use by default.
+/// LockClient::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .connect()
+///     .await?
+///     .install_global();
+///
+/// let receipt = place_order(&Order { id: 42 }, 1).await?;
+/// # Ok(()) }
+/// # fn main() {}
+/// ```
+///
+/// A call formats the key, takes the lock, runs the body inside the lock's scope and
+/// releases the lock. If the lock cannot be taken (another holder kept it for the
+/// whole wait, no client, Redis unreachable), the body does not run and the call
+/// returns the `LockError` converted into the function's error type.
+///
+/// # The function
+///
+/// - It must be an `async fn` with a body: a free function, an inherent method, or
+///   a trait method in an `impl` (native `async fn` in traits, or `#[async_trait]`:
+///   see below).
+/// - It must return `Result<T, E>` where `E: From<distlock::LockError>`. That covers
+///   `LockError` itself, `anyhow::Error` (`anyhow::Result<T>`),
+///   `Box<dyn std::error::Error + Send + Sync>`, and your own error type with a
+///   `From<LockError>` impl. Aliases such as `io::Result<T>` are checked by type, not
+///   by name.
+/// - Its signature is kept as written: visibility, attributes and docs, generics,
+///   lifetimes and `where` clauses, `impl Trait` arguments and return types, patterns
+///   in arguments, and every receiver (`&self`, `&mut self`, `self`,
+///   `self: Arc<Self>`). Only the body changes.
+///
+/// # Arguments
+///
+/// | argument | value | default |
+/// |---|---|---|
+/// | `key` | a template of the arguments: `"order:{order.id}"` | required |
+/// | `wait` | how long to wait for a busy lock: `"5s"`, `"0s"` fails at once | the client's `default_wait` |
+/// | `lease` | a fixed lease, with no watchdog: `"30s"` | a watchdog lease, renewed while the body runs |
+/// | `client` | the client, an expression: `self.locks` | the global client |
+/// | `fencing` | a flag: issue a fencing token | the client's `fencing` setting |
+/// | `on_lost` | `"finish"` or `"abort"`: what a lost lease does to the body | `"finish"` |
+/// | `crate` | the path of the facade crate, when renamed: `"my_distlock"` | `::distlock` |
+///
+/// Durations are a whole number and a unit, `ms`, `s`, `m` or `h` (`"250ms"`, `"5s"`,
+/// `"2m"`, `"1h"`), parsed at compile time. An unknown or repeated argument, a bad
+/// duration or a bad template is a compile error that says what to write instead.
+///
+/// ## `key = "…"`
+///
+/// The lock name, formatted from the arguments on every call (once: one `String`;
+/// a template without placeholders is used as is, with no allocation). Each `{…}`
+/// is an argument, a field path into one, or `self`:
+///
+/// ```
+/// # use distlock::{distributed_lock, LockError};
+/// pub struct Order { pub id: u64, pub customer: (u32, String) }
+/// pub struct Shop { pub tenant: String }
+///
+/// impl Shop {
+///     // `{self.tenant}`, nested fields, tuple fields, and a format spec.
+///     #[distributed_lock(key = "{self.tenant}:order:{order.id:08}:{order.customer.0}")]
+///     pub async fn ship(&self, order: &Order) -> Result<(), LockError> {
+///         Ok(())
+///     }
+/// }
+///
+/// // `{{` and `}}` are literal braces: this lock is `{report}:2024`.
+/// #[distributed_lock(key = "{{report}}:{year}")]
+/// pub async fn report(year: u16) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
+///
+/// Values are formatted with `Display`, or with the format spec after `:` (`{id:08}`,
+/// `{id:?}`, `{id:>6}`). A name that is not an argument is a compile error listing
+/// the arguments; method calls and other expressions are not allowed (compute the
+/// value into an argument). Lock names are bytes, 1 to `distlock::MAX_NAME_LEN` long;
+/// a longer name is a `LockError::InvalidName` at run time.
+///
+/// ## `wait = "…"`
+///
+/// How long to wait while another owner holds the lock before giving up with
+/// `LockError::Timeout`. `"0s"` fails fast. Re-entries never wait. Default: the
+/// client's `LockClientBuilder::default_wait`.
+///
+/// ## `lease = "…"`
+///
+/// A fixed lease: the lock ends after this long unless the body finished before, and
+/// no watchdog renews it. Use it when the work has a hard deadline. Default: a
+/// watchdog lease (the client's `default_lease`, 30 s unless configured), renewed
+/// for as long as the body runs. Out-of-range leases are a `LockError::InvalidOption`.
+///
+/// ## `client = expr`
+///
+/// The `LockClient` to use: any expression of type `LockClient`, `&LockClient`,
+/// `Arc<LockClient>` or `Box<LockClient>`, evaluated on each call before the body runs.
+/// It can use the arguments and `self`:
+///
+/// ```
+/// use std::sync::LazyLock;
+/// use distlock::{distributed_lock, LockClient, LockError};
+///
+/// pub struct Billing {
+///     locks: LockClient,
+/// }
+///
+/// impl Billing {
+///     #[distributed_lock(key = "invoice:{id}", client = self.locks)]
+///     pub async fn issue(&self, id: u64) -> Result<(), LockError> {
+///         Ok(())
+///     }
+/// }
+///
+/// pub struct App {
+///     pub locks: LockClient,
+/// }
+/// # fn connect() -> App { unimplemented!() }
+/// static APP: LazyLock<App> = LazyLock::new(connect);
+///
+/// #[distributed_lock(key = "nightly", client = &APP.locks)]
+/// pub async fn nightly() -> Result<(), LockError> {
+///     Ok(())
+/// }
+///
+/// #[distributed_lock(key = "user:{user}", client = locks)]
+/// pub async fn rename(locks: &LockClient, user: u64, name: &str) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
+///
+/// Without `client`, the call uses the client installed with
+/// `LockClient::install_global`. If none was installed, it returns
+/// `LockError::NoGlobalClient` (converted into your error type): it never panics.
+///
+/// ## `fencing`
+///
+/// Issue a fencing token for this lock (also `fencing = true` / `fencing = false`, to
+/// override the client's setting). The body reads it through `current_lock()`:
+///
+/// ```
+/// use distlock::{current_lock, distributed_lock, LockError};
+/// # pub struct Ledger;
+/// # impl Ledger { async fn write(&self, _: u64, _: i64, _: u64) -> Result<(), LockError> { Ok(()) } }
+///
+/// #[distributed_lock(key = "ledger:{account}", fencing)]
+/// pub async fn post(ledger: &Ledger, account: u64, amount: i64) -> Result<(), LockError> {
+///     let token = current_lock()
+///         .and_then(|held| held.fencing_token())
+///         .expect("fencing is on");
+///     // The ledger refuses writes with a token lower than one it has seen.
+///     ledger.write(account, amount, token).await
+/// }
+/// # fn main() {}
+/// ```
+///
+/// ## `on_lost = "finish" | "abort"`
+///
+/// A lock is lost when its lease ends before it is released (the watchdog could not
+/// renew it in time, the fixed lease ran out, or someone force-unlocked it); another
+/// owner may then take it while the body still runs.
+///
+/// - `"finish"` (default): the body runs to the end. If the release then reports the
+///   loss, a `tracing` warning is logged and the body's result is returned as is.
+///   The body can watch for the loss itself: `current_lock()` gives `is_lost()` and a
+///   `lost()` future.
+/// - `"abort"`: the body is dropped (cancelled at its current `.await`) as soon as the
+///   loss is seen, and the call returns `LockError::Lost` converted into your error
+///   type. A loss first reported by the release, after the body finished, also
+///   returns `LockError::Lost`: the body's result is dropped, as its work was not
+///   protected to the end.
+///
+/// ```
+/// use distlock::{distributed_lock, LockError};
+///
+/// // Stop copying as soon as exclusivity is gone.
+/// #[distributed_lock(key = "copy:{table}", on_lost = "abort")]
+/// pub async fn copy_table(table: &str) -> Result<u64, LockError> {
+///     Ok(0)
+/// }
+/// # fn main() {}
+/// ```
+///
+/// ## `crate = "…"`
+///
+/// The generated code calls into `::distlock`. If the facade is reached under another
+/// name (renamed in `Cargo.toml`, or re-exported by your own crate), give its path:
+///
+/// ```
+/// extern crate distlock as locking;
+///
+/// #[locking::distributed_lock(key = "job:{id}", crate = "locking")]
+/// pub async fn job(id: u32) -> Result<(), locking::LockError> {
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
+///
+/// # What the body sees
+///
+/// The body runs inside the lock's scope, as with `LockGuard::scope`:
+///
+/// - `distlock::current_lock()` returns the innermost lock: its `name()`,
+///   `hold_count()` (1 for the outermost acquisition), `fencing_token()`, `is_lost()`
+///   and `lost()`. Outside any annotated call it returns `None`.
+/// - Acquiring the same lock again within the body, at any depth (another annotated
+///   function, `LockClient::lock`, `with_lock`) re-enters it: no waiting, one round
+///   trip, and the hold count in Redis goes up and back down.
+/// - Concurrent branches (`tokio::join!`, `select!`) and spawned tasks are other
+///   holders: two of them calling an annotated function with the same key exclude
+///   each other; with different keys they run in parallel.
+///
+/// ```
+/// use distlock::{current_lock, distributed_lock, LockError};
+///
+/// #[distributed_lock(key = "cart:{cart}")]
+/// pub async fn checkout(cart: u64) -> Result<(), LockError> {
+///     // Re-enters `cart:<cart>`: no wait, hold count 2.
+///     reserve(cart).await?;
+///     Ok(())
+/// }
+///
+/// #[distributed_lock(key = "cart:{cart}")]
+/// pub async fn reserve(cart: u64) -> Result<(), LockError> {
+///     let held = current_lock().expect("inside the lock");
+///     assert_eq!(held.name(), format!("cart:{cart}"));
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
+///
+/// # Release guarantees
+///
+/// The lock is given back on every way out of the body:
+///
+/// - **return** (`Ok` or `Err`, including `?` and early `return`): the call awaits the
+///   release before it returns, so the lock is free when the caller sees the result;
+/// - **panic**: the lock guard is dropped while unwinding and releases the lock in
+///   the background at once;
+/// - **cancellation** (the call's future is dropped: a timeout, `select!`, an aborted
+///   task): the same, in the background at once.
+///
+/// In no case is the lock left until its lease runs out, unless Redis cannot be
+/// reached. A release that fails (Redis unreachable) is logged as a warning and the
+/// body's result is returned; the lease then ends the lock.
+///
+/// The call adds nothing beyond the lock itself: the key is formatted once, and the
+/// only round trips are the acquire and the release (one each when uncontended).
+///
+/// # Methods and `#[async_trait]`
+///
+/// Native `async fn` in traits need nothing special: annotate the method in the
+/// `impl`. With `#[async_trait]`, the attribute on the `impl` block expands first and
+/// turns each method into a plain `fn` returning `Pin<Box<dyn Future>>`; the macro
+/// recognises that shape and locks inside the boxed future. So the supported order
+/// is `#[async_trait]` on the `impl` (or trait), `#[distributed_lock]` on the method:
+///
+/// ```
+/// use async_trait::async_trait;
+/// use distlock::{distributed_lock, LockClient, LockError};
+///
+/// #[async_trait]
+/// pub trait Stock {
+///     async fn reserve(&self, sku: &str, n: u32) -> Result<(), LockError>;
+/// }
+///
+/// pub struct Warehouse {
+///     locks: LockClient,
+/// }
+///
+/// #[async_trait]
+/// impl Stock for Warehouse {
+///     #[distributed_lock(key = "sku:{sku}", client = self.locks)]
+///     async fn reserve(&self, sku: &str, n: u32) -> Result<(), LockError> {
+///         Ok(())
+///     }
+/// }
+/// # fn main() {}
+/// ```
+///
+/// Under `#[async_trait]` the key can use `self` and arguments bound by a plain name
+/// (not arguments destructured by a pattern). The lock cannot go on a method
+/// declaration in the trait itself (it has no body): annotate each implementation.
+///
+/// # What it expands to
+///
+/// Roughly, for `#[distributed_lock(key = "order:{order.id}", wait = "5s")]`:
+///
+/// ```text
+/// async fn place_order(order: &Order, quantity: u32) -> Result<Receipt, AppError> {
+///     let request = ::distlock::__private::request(
+///         format!("order:{}", order.id),
+///         Options { wait: Some(5 s), lease: None, fencing: None },
+///     );
+///     ::distlock::__private::run_finish(
+///         request,
+///         async move { /* the original body */ },
+///         ::distlock::__private::lock_error, // LockError -> AppError
+///         "my_crate::place_order",
+///     )
+///     .await
+/// }
+/// ```
+///
+/// `run_finish` takes the lock (or returns the converted error), runs the body with
+/// `guard.scope(body)` and releases with `guard.unlock()`. The generated names are
+/// hygienic and all paths are absolute, so the expansion is unaffected by your own
+/// items named `distlock`, `core`, `Option` and so on.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let original = proc_macro2::TokenStream::from(item.clone());

@@ -9,4 +9,6 @@ async fn place_order(order: &Order, qty: u32) -> Result<u32, LockError> {
     Ok(order.id + qty)
 }
 
-fn main() {}
+fn main() {
+    let _ = place_order(&Order { id: 1 }, 2);
+}

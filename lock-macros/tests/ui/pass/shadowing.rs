@@ -2,7 +2,12 @@
 //! shadow `distlock`, `core`, `std` and prelude names, and in a module without the
 //! implicit prelude.
 #![deny(warnings)]
-#![allow(non_camel_case_types, non_upper_case_globals, dead_code, unused_imports)]
+#![allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    dead_code,
+    unused_imports
+)]
 
 use std as distlock_shadow;
 
