@@ -142,8 +142,9 @@ where
         Err(error) => return lock_error(error),
     };
     let output = guard.scope(body).await;
+    let held = guard.held();
     if let Err(error) = guard.unlock().await {
-        warn_release(function, &error);
+        warn_release(function, &held, &error);
     }
     output
 }
@@ -174,23 +175,24 @@ where
         })
         .await
     };
-    let name = output.is_none().then(|| guard.name().to_owned());
+    let held = guard.held();
     match (output, guard.unlock().await) {
         (Some(output), Ok(())) => output,
         (_, Err(error)) if error.is_lost() => lock_error(error),
         (None, _) => lock_error(LockError::Lost {
-            name: name.unwrap_or_default(),
+            name: held.name().to_owned(),
         }),
         (Some(output), Err(error)) => {
-            warn_release(function, &error);
+            warn_release(function, &held, &error);
             output
         }
     }
 }
 
-fn warn_release(function: &'static str, error: &LockError) {
+fn warn_release(function: &'static str, held: &HeldLock, error: &LockError) {
     if error.is_lost() {
         tracing::warn!(
+            lock.name = held.name(),
             function,
             %error,
             "distlock: the lock was lost while the function ran; returning its result anyway \
@@ -198,6 +200,7 @@ fn warn_release(function: &'static str, error: &LockError) {
         );
     } else {
         tracing::warn!(
+            lock.name = held.name(),
             function,
             %error,
             "distlock: could not release the lock; its lease will end it"

@@ -192,6 +192,22 @@ async fn fixed_lease(locks: &LockClient, name: &str) -> Result<Option<Duration>,
         .lease_remaining)
 }
 
+/// The longest lease the macro accepts at compile time is the core's maximum.
+#[distributed_lock(key = "lease:max", client = locks, lease = "24h")]
+async fn longest_lease(locks: &LockClient) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_bounds_agree_with_the_core() {
+    // `#[distributed_lock]` refuses leases outside 1ms..=24h at compile time.
+    assert_eq!(distlock::MIN_LEASE, Duration::from_millis(1));
+    assert_eq!(distlock::MAX_LEASE, Duration::from_secs(24 * 60 * 60));
+    let server = common::server();
+    let locks = common::client(&server).await;
+    longest_lease(&locks).await.expect("24h is a valid lease");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_sets_a_fixed_lease() {
     let server = common::server();
@@ -258,8 +274,50 @@ async fn finish_when_lost(
     Ok(42)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Collects the fields of `WARN` events.
+#[derive(Clone, Default)]
+struct Warnings(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Warnings {
+    fn all(&self) -> Vec<String> {
+        self.0.lock().expect("not poisoned").clone()
+    }
+}
+
+struct Fields(String);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write as _;
+        let _ = write!(self.0, "{}={:?} ", field.name(), value);
+    }
+}
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if *event.metadata().level() == tracing::Level::WARN {
+            let mut fields = Fields(String::new());
+            event.record(&mut fields);
+            self.0.lock().expect("not poisoned").push(fields.0);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+// One thread, so that the scoped subscriber sees every event, the watchdog's too.
+#[tokio::test(flavor = "current_thread")]
 async fn on_lost_finish_returns_the_body_result() {
+    let warnings = Warnings::default();
+    let _subscriber = tracing::subscriber::set_default(warnings.clone());
     let server = common::server();
     let locks = common::client_with_lease(&server, Duration::from_millis(600)).await;
     let other = common::client(&server).await;
@@ -276,5 +334,12 @@ async fn on_lost_finish_returns_the_body_result() {
     assert!(
         saw_loss.load(Ordering::SeqCst),
         "the body saw the loss signal"
+    );
+    let warnings = warnings.all();
+    assert!(
+        warnings.iter().any(|warning| warning
+            .contains("function=\"macro_release::finish_when_lost\"")
+            && warning.contains("returning its result anyway")),
+        "{warnings:#?}"
     );
 }

@@ -168,6 +168,30 @@ async fn anyhow_and_boxed_errors() {
     held.unlock().await.expect("unlock");
 }
 
+/// A native `async fn` in a trait.
+trait Catalog {
+    async fn price(&self, sku: &str) -> Result<(String, u64), LockError>;
+}
+
+impl Catalog for Warehouse {
+    #[distributed_lock(key = "price:{sku}", client = self.locks, wait = "1s")]
+    async fn price(&self, sku: &str) -> Result<(String, u64), LockError> {
+        Ok(innermost())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_async_trait_methods() {
+    let server = common::server();
+    let warehouse = Warehouse {
+        locks: common::client(&server).await,
+    };
+    assert_eq!(
+        warehouse.price("fig").await.expect("price"),
+        ("price:fig".to_owned(), 1)
+    );
+}
+
 #[async_trait]
 trait Inventory {
     async fn reserve(&self, sku: &str, n: u32) -> Result<(String, u64), LockError>;

@@ -22,6 +22,11 @@ mod kw {
 /// Every argument, in the order the docs list them.
 const VALID: &str = "`key`, `wait`, `lease`, `client`, `fencing`, `on_lost`, `crate`";
 
+/// `distlock::MIN_LEASE` and `distlock::MAX_LEASE`, in milliseconds (the facade's
+/// tests check that they agree).
+const MIN_LEASE_MS: u64 = 1;
+const MAX_LEASE_MS: u64 = 24 * 60 * 60 * 1000;
+
 /// Names users reach for, and the argument they mean.
 const RENAMED: &[(&str, &str)] = &[
     ("name", "key"),
@@ -95,6 +100,13 @@ impl Parse for Args {
             } else if lookahead.peek(kw::lease) {
                 let name = input.parse::<kw::lease>()?;
                 let value = duration_value(input, "lease", "lease = \"30s\"")?;
+                if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&value.millis) {
+                    return Err(syn::Error::new(
+                        value.span,
+                        "`lease` is out of range: a lease is from 1ms to 24h \
+                         (`distlock::MIN_LEASE` to `distlock::MAX_LEASE`)",
+                    ));
+                }
                 set(&mut args.lease, value, name.span, "lease")?;
             } else if lookahead.peek(kw::client) {
                 let name = input.parse::<kw::client>()?;
@@ -344,6 +356,8 @@ mod tests {
             (quote::quote!(key = a), "string literal"),
             (quote::quote!(key), "string literal"),
             (quote::quote!(key = "a", wait = "5"), "invalid duration"),
+            (quote::quote!(key = "a", lease = "0s"), "out of range"),
+            (quote::quote!(key = "a", lease = "25h"), "out of range"),
             (
                 quote::quote!(key = "a", on_lost = "stop"),
                 "unknown `on_lost`",

@@ -145,7 +145,8 @@ use proc_macro::TokenStream;
 /// A fixed lease: the lock ends after this long unless the body finished before, and
 /// no watchdog renews it. Use it when the work has a hard deadline. Default: a
 /// watchdog lease (the client's `default_lease`, 30 s unless configured), renewed
-/// for as long as the body runs. Out-of-range leases are a `LockError::InvalidOption`.
+/// for as long as the body runs. A lease outside 1ms to 24h (`distlock::MIN_LEASE`
+/// to `distlock::MAX_LEASE`) is a compile error.
 ///
 /// ## `client = expr`
 ///
