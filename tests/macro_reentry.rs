@@ -155,3 +155,24 @@ async fn current_lock_gives_the_fencing_token() {
     let info = locks.inspect("ledger:1").await.expect("inspect");
     assert_eq!(info.last_fencing_token, Some(second));
 }
+
+#[distributed_lock(key = "rt:{id}", client = locks)]
+async fn round_trips(locks: &LockClient, id: u32) -> Result<u32, LockError> {
+    Ok(id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_call_is_two_round_trips() {
+    let server = common::server();
+    let locks = common::client(&server).await;
+    // Warm up: scripts loaded, connections open.
+    round_trips(&locks, 0).await.expect("warm up");
+
+    let before = common::client_requests(&server);
+    assert_eq!(round_trips(&locks, 1).await.expect("call"), 1);
+    assert_eq!(
+        common::client_requests(&server) - before,
+        2,
+        "one acquire and one release, nothing else"
+    );
+}
