@@ -83,7 +83,7 @@ pub use distlock_core::{
     MAX_NAME_LEN, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 
-/// Runs an `async fn` under a distributed lock; see the macro's own docs.
+/// The attribute macro (default feature `macros`).
 #[cfg(feature = "macros")]
 pub use distlock_macros::distributed_lock;
 

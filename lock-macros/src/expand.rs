@@ -55,9 +55,11 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
 
     // Spanned on the return type: a type that is not a `Result` of an error that a
     // `LockError` converts into is reported there, once.
-    let ret_span = match &function.sig.output {
-        ReturnType::Type(_, ty) => ty.span(),
-        ReturnType::Default => function.sig.span(),
+    let ret_span = match (&function.sig.output, shape) {
+        // `Pin<Box<dyn Future<Output = Ret> + ..>>`: point at `Ret`.
+        (ReturnType::Type(_, ty), Shape::AsyncTrait) => future_output(ty).unwrap_or(ty).span(),
+        (ReturnType::Type(_, ty), Shape::Async) => ty.span(),
+        (ReturnType::Default, _) => function.sig.span(),
     };
     let lock_error = respan(quote!(#private::lock_error), ret_span);
     let run = quote!(#private::#run);
@@ -177,6 +179,39 @@ fn async_trait_block(block: &mut Block) -> Option<&mut Block> {
     }
     match call.args.first_mut()? {
         Expr::Async(inner) if inner.capture.is_some() => Some(&mut inner.block),
+        _ => None,
+    }
+}
+
+/// `Ret` in `Pin<Box<dyn Future<Output = Ret> + ..>>`, the return type that
+/// `#[async_trait]` writes.
+fn future_output(ty: &Type) -> Option<&Type> {
+    match ty {
+        Type::Path(path) => {
+            let PathArguments::AngleBracketed(args) = &path.path.segments.last()?.arguments else {
+                return None;
+            };
+            args.args.iter().find_map(|arg| match arg {
+                GenericArgument::Type(ty) => future_output(ty),
+                GenericArgument::AssocType(assoc) if assoc.ident == "Output" => Some(&assoc.ty),
+                _ => None,
+            })
+        }
+        Type::TraitObject(object) => object.bounds.iter().find_map(|bound| match bound {
+            syn::TypeParamBound::Trait(bound) => {
+                let PathArguments::AngleBracketed(args) = &bound.path.segments.last()?.arguments
+                else {
+                    return None;
+                };
+                args.args.iter().find_map(|arg| match arg {
+                    GenericArgument::AssocType(assoc) if assoc.ident == "Output" => Some(&assoc.ty),
+                    _ => None,
+                })
+            }
+            _ => None,
+        }),
+        Type::Paren(paren) => future_output(&paren.elem),
+        Type::Group(group) => future_output(&group.elem),
         _ => None,
     }
 }
