@@ -106,7 +106,7 @@ struct Point {
 }
 
 /// Parameters bound by patterns, a tuple field and a raw identifier.
-#[distributed_lock(key = "pat:{a}:{b}:{pair.1}:{r#type}:{x}", client = locks)]
+#[distributed_lock(key = "pat:{a}:{b}:{pair.1}:{r#type}:{type}:{x}", client = locks)]
 async fn patterns(
     locks: &LockClient,
     (a, b): (u8, u8),
@@ -125,7 +125,7 @@ async fn pattern_parameters() {
     let name = patterns(&locks, (1, 2), (3, "four"), "t", Point { x: -5 })
         .await
         .expect("patterns");
-    assert_eq!(name, "pat:1:2:four:t:-5");
+    assert_eq!(name, "pat:1:2:four:t:t:-5");
 }
 
 /// `anyhow::Error`, a boxed error, and `{{`/`}}` escapes in the key.

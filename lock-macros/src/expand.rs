@@ -19,6 +19,7 @@ use std::collections::BTreeSet;
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{
     Block, Expr, FnArg, GenericArgument, ItemFn, Pat, PathArguments, ReturnType, Stmt, Type,
@@ -230,7 +231,7 @@ fn parameters(function: &ItemFn, shape: Shape) -> (BTreeSet<String>, bool) {
                 Shape::AsyncTrait => {
                     if let Pat::Ident(ident) = &*typed.pat {
                         if !ident.ident.to_string().starts_with("__arg") {
-                            names.insert(ident.ident.to_string());
+                            names.insert(ident.ident.unraw().to_string());
                         }
                     }
                 }
@@ -244,7 +245,7 @@ fn parameters(function: &ItemFn, shape: Shape) -> (BTreeSet<String>, bool) {
 fn bindings(pat: &Pat, names: &mut BTreeSet<String>) {
     match pat {
         Pat::Ident(ident) => {
-            names.insert(ident.ident.to_string());
+            names.insert(ident.ident.unraw().to_string());
             if let Some((_, sub)) = &ident.subpat {
                 bindings(sub, names);
             }
@@ -268,8 +269,8 @@ fn check_template(config: &Config, function: &ItemFn, shape: Shape) -> syn::Resu
         let known = if placeholder.root == "self" {
             has_self
         } else {
+            // `{type}` and `{r#type}` both name `r#type`.
             names.contains(placeholder.root.trim_start_matches("r#"))
-                || names.contains(&placeholder.root)
         };
         if known {
             continue;
