@@ -4,16 +4,26 @@
 //!
 //! ```text
 //! let __distlock_request = <krate>::__private::request(<key>, <options>);
-//! <krate>::__private::run_finish(__distlock_request, async move { <anchor> <body> }, "<fn>").await
+//! <krate>::__private::run_finish(
+//!     __distlock_request,
+//!     async move { <anchor> <body> },
+//!     <krate>::__private::lock_error,
+//!     "<module>::<fn>",
+//! )
+//! .await
 //! ```
 //!
 //! `request` formats the key (once) and builds the lock request from the global
-//! client (or `request_with` from `client = ..`); `run_*` awaits it, runs the body in
-//! the lock scope and releases the lock. The anchor gives the body's async block the
-//! declared return type, so `?` and `return` infer as in the original function.
+//! client (`request_with` takes the `client = ..` expression); `run_finish` (or
+//! `run_abort`) takes the lock, runs the body in the lock scope and releases it.
+//! `lock_error` converts a `LockError` into the return type; it is spanned on the
+//! return type, so a type that does not fit is reported there. The anchor gives the
+//! body's async block the declared return type, so `?` and `return` infer as in the
+//! original function.
 //!
 //! A function already expanded by `#[async_trait]` is a plain `fn` whose body is
-//! `Box::pin(async move { .. })`: the same code goes inside that async block.
+//! `Box::pin(async move { .. })`: the same code goes inside that async block, around
+//! its original content.
 
 use std::collections::BTreeSet;
 
