@@ -1,5 +1,6 @@
 //! `#[distributed_lock]` without `client = ..` uses the global client. The global
 //! client is process-wide, so this file is its own test binary with one test.
+#![cfg(feature = "macros")]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! `#[distributed_lock]`: re-entry across annotated functions, exclusion of
 //! concurrent callers, parallelism across keys, and what the body sees.
+#![cfg(feature = "macros")]
 
 mod common;
 

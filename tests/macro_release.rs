@@ -1,5 +1,6 @@
 //! `#[distributed_lock]`: the lock is released on every exit (`Ok`, `?`, panic,
 //! cancellation), and `on_lost` decides what a lost lease does to the body.
+#![cfg(feature = "macros")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! `#[distributed_lock]` on the shapes business code takes: methods with every kind
 //! of receiver, generics, `impl Trait`, patterns, `#[async_trait]`, and the usual
 //! error types.
+#![cfg(feature = "macros")]
 
 mod common;
 

@@ -12,14 +12,13 @@ use quote::{quote, ToTokens};
 use syn::{Ident, Index, LitStr};
 
 /// A parsed key template.
-#[derive(Debug)]
 pub(crate) struct Template {
     /// The template as written, for error spans.
     pub(crate) lit: LitStr,
     pieces: Vec<Piece>,
 }
 
-#[derive(Debug)]
+/// A part of a template.
 enum Piece {
     /// Text used as is (braces already unescaped).
     Text(String),
@@ -27,7 +26,7 @@ enum Piece {
     Value(Placeholder),
 }
 
-#[derive(Debug)]
+/// `{order.id:08}`.
 pub(crate) struct Placeholder {
     /// `order` in `{order.id}`, or `self`.
     pub(crate) root: String,
@@ -39,7 +38,7 @@ pub(crate) struct Placeholder {
     pub(crate) source: String,
 }
 
-#[derive(Debug)]
+/// A field access in a placeholder.
 enum Member {
     Named(String),
     Index(u32),
@@ -316,7 +315,9 @@ mod tests {
             ("{a:>w$}", "`$`"),
             ("{a b}", "invalid placeholder"),
         ] {
-            let err = parse(text).expect_err(text);
+            let err = parse(text)
+                .err()
+                .unwrap_or_else(|| panic!("{text:?} parsed"));
             assert!(err.contains(needle), "{text:?}: {err}");
         }
     }
