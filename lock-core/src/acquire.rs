@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::client::{outcome_unknown, LockClient, MAX_LEASE, MIN_LEASE};
 use crate::context::LockContext;
+use crate::faults::{self, Fault};
 use crate::guard::{HeldLock, Hold, HoldState, LockGuard};
 use crate::name::LockKeys;
 use crate::scripts::{unexpected_reply, AcquireReply};
@@ -183,6 +184,9 @@ impl IntoFuture for TryLockRequest {
 
 /// A lease as whole milliseconds, if it is in range.
 pub(crate) fn lease_millis(option: &'static str, lease: Duration) -> Result<u64, LockError> {
+    if faults::active(Fault::LeaseNotValidated) {
+        return Ok(lease.as_millis() as u64);
+    }
     if lease < MIN_LEASE || lease > MAX_LEASE {
         return Err(LockError::invalid_option(
             option,
@@ -287,7 +291,8 @@ async fn acquire_new(
         };
         match call.run().await? {
             AcquireReply::Acquired { count, fence } => {
-                if Instant::now() >= sent + mode.lease {
+                let late = Instant::now() >= sent + mode.lease;
+                if late && !faults::active(Fault::NoPostReplyLeaseCheck) {
                     // The reply came after the lease could have ended: the lock may
                     // already belong to someone else. Give it back and try again.
                     tracing::debug!(lock.name = %keys.display(), "distlock: acquire reply arrived after the lease; retrying");

@@ -12,6 +12,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
 
 use crate::acquire::{spawn, Detached, LockRequest, TryLockRequest};
+use crate::faults::{self, Fault};
 use crate::guard::{HeldLock, Hold};
 use crate::name::{validate_namespace, LockKeys};
 use crate::scripts::{unexpected_reply, ReleaseReply, Scripts, SOURCES};
@@ -305,7 +306,7 @@ async fn preload(conn: &mut ConnectionManager) -> Result<(), LockError> {
         if let redis::Value::ServerError(err) = reply {
             let err = redis::RedisError::from(err.clone());
             if err.code() == Some("NOPERM") {
-                return Err(err.into());
+                return Err(LockError::from(err));
             }
             return Err(LockError::UnsupportedServer {
                 reason: format!(
@@ -563,6 +564,17 @@ impl LockClient {
         }
     }
 
+    /// The owner id that holds `keys` now (for the seeded fault that skips the owner check).
+    async fn current_holder(&self, keys: &LockKeys) -> Option<String> {
+        let mut conn = self.inner.conn.clone();
+        let fields: Vec<String> = redis::cmd("HKEYS")
+            .arg(&keys.lock)
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        fields.into_iter().find(|field| !field.starts_with('#'))
+    }
+
     pub(crate) fn keys(&self, name: &[u8]) -> Result<Arc<LockKeys>, LockError> {
         LockKeys::new(&self.inner.config.namespace, name).map(Arc::new)
     }
@@ -601,6 +613,9 @@ impl LockClient {
 
     /// The release that a dropped guard leaves to a background task.
     pub(crate) fn release_in_background(&self, hold: Arc<Hold>) {
+        if faults::active(Fault::WatchdogOutlivesDrop) {
+            return;
+        }
         self.inner.watchdog.guard_gone(&hold);
         if tokio::runtime::Handle::try_current().is_err() {
             tracing::warn!(
@@ -646,6 +661,16 @@ impl LockClient {
         );
         let attempt = self.next_attempt();
         let mut retried = false;
+        let holder;
+        let owner = if faults::active(Fault::ReleaseWithoutOwnerCheck) {
+            holder = self
+                .current_holder(keys)
+                .await
+                .unwrap_or_else(|| owner.to_owned());
+            holder.as_str()
+        } else {
+            owner
+        };
         loop {
             let mut conn = self.inner.conn.clone();
             let result: redis::RedisResult<Vec<i64>> = self

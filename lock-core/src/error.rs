@@ -84,9 +84,30 @@ pub enum LockError {
         /// What is missing, and what to run instead.
         reason: String,
     },
+    /// The Redis user may not run distlock's scripts or publish on its channels;
+    /// nothing was changed.
+    #[error(
+        "Redis refused permission ({detail}); grant the lock user the commands and keys \
+         distlock needs (see the README's ACL section)"
+    )]
+    PermissionDenied {
+        /// What Redis said.
+        detail: String,
+    },
     /// Redis answered with an error, or could not be reached in time.
     #[error("Redis error: {0}; check that the server is reachable and healthy")]
-    Redis(#[from] redis::RedisError),
+    Redis(redis::RedisError),
+}
+
+impl From<redis::RedisError> for LockError {
+    fn from(err: redis::RedisError) -> Self {
+        if err.code() == Some("NOPERM") {
+            return Self::PermissionDenied {
+                detail: err.to_string(),
+            };
+        }
+        Self::Redis(err)
+    }
 }
 
 impl LockError {
@@ -123,6 +144,11 @@ impl LockError {
     /// Whether no global client was installed.
     pub fn is_no_global_client(&self) -> bool {
         matches!(self, Self::NoGlobalClient)
+    }
+
+    /// Whether Redis refused permission for a command, key or channel.
+    pub fn is_permission_denied(&self) -> bool {
+        matches!(self, Self::PermissionDenied { .. })
     }
 
     /// Whether the error came from Redis or the connection to it.

@@ -21,6 +21,8 @@ mod acquire;
 mod client;
 mod context;
 mod error;
+#[doc(hidden)]
+pub mod faults;
 mod guard;
 mod name;
 mod scripts;

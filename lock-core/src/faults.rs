@@ -1,0 +1,57 @@
+//! Seeded faults for testing the tests: each one breaks a guarantee on purpose, so
+//! that a checker can prove it would notice. Compiled only with the
+//! `fault-injection` feature; without it every fault is off and costs nothing.
+//!
+//! Never enable the feature in production builds.
+
+/// A deliberate bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Release gives back a hold of whoever holds the lock, not only this owner's.
+    ReleaseWithoutOwnerCheck,
+    /// A dropped guard keeps being renewed by the watchdog and is never released.
+    WatchdogOutlivesDrop,
+    /// Fixed leases are sent unchecked (zero included: the lock vanishes at once).
+    LeaseNotValidated,
+    /// An acquire reply that arrives after the lease could have ended is trusted.
+    NoPostReplyLeaseCheck,
+}
+
+#[cfg(feature = "fault-injection")]
+mod imp {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::Fault;
+
+    static ACTIVE: AtomicU32 = AtomicU32::new(0);
+
+    fn bit(fault: Fault) -> u32 {
+        1 << (fault as u32)
+    }
+
+    /// Turns `fault` on for the whole process.
+    pub fn inject(fault: Fault) {
+        ACTIVE.fetch_or(bit(fault), Ordering::SeqCst);
+    }
+
+    /// Turns every fault off.
+    pub fn clear() {
+        ACTIVE.store(0, Ordering::SeqCst);
+    }
+
+    /// Whether `fault` is on.
+    pub fn active(fault: Fault) -> bool {
+        ACTIVE.load(Ordering::SeqCst) & bit(fault) != 0
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+pub use imp::{active, clear, inject};
+
+/// Whether `fault` is on: never, without the `fault-injection` feature.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn active(_fault: Fault) -> bool {
+    false
+}
