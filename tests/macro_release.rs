@@ -344,3 +344,34 @@ async fn on_lost_finish_returns_the_body_result() {
         "{warnings:#?}"
     );
 }
+
+#[distributed_lock(key = "short:{name}", client = locks, lease = "300ms", on_lost = "abort")]
+async fn outlives_its_lease(
+    locks: &LockClient,
+    name: &str,
+    finished: &AtomicBool,
+) -> Result<(), LockError> {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    finished.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_lost_abort_stops_a_body_that_outlives_a_fixed_lease() {
+    let server = common::server();
+    let locks = common::client(&server).await;
+    let finished = AtomicBool::new(false);
+
+    let started = Instant::now();
+    let err = outlives_its_lease(&locks, "a", &finished)
+        .await
+        .expect_err("the fixed lease ends first");
+    assert!(err.is_lost(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!finished.load(Ordering::SeqCst), "the body was cancelled");
+    assert_eq!(common::redis_count(&server, "short:a"), 0);
+}
