@@ -15,6 +15,13 @@
 //!   process-fault tests.
 //! - [`redis_server_binary`] finds the binary: `$REDIS_SERVER`, else `redis-server`
 //!   on `PATH`. Redis 7.0 or newer is needed.
+//! - [`FaultProxy`] sits between a client and a server on loopback and delays,
+//!   drops ([blackholes](FaultProxy::blackhole)) or resets the traffic of each
+//!   [`Direction`], or stops accepting connections, while the test runs.
+//! - [`History`] collects the critical sections of every participant of a test
+//!   (tasks and child processes, timed on the machine-wide [`monotonic_ns`] clock)
+//!   and [checks](History::check) that no two owners believed they held a lock at
+//!   the same time and that fencing tokens never went backwards.
 //!
 //! Tests may run in parallel, in one process and in several: every server asks the
 //! kernel for a free port, and when another process takes it first, the server is
@@ -71,11 +78,17 @@ compile_error!("distlock-testkit supports Unix only (it sends POSIX signals to r
 
 mod binary;
 mod error;
+mod history;
 mod process;
+mod proxy;
 mod resp;
 mod server;
 
 pub use binary::{redis_server_binary, REDIS_SERVER_ENV};
 pub use error::TestkitError;
+pub use history::{
+    check_sections, monotonic_ns, History, Overlap, Report, Section, TokenRegression,
+};
 pub use process::ChildProcess;
+pub use proxy::{Direction, FaultProxy};
 pub use server::{start_many, RedisServer, RedisServerBuilder};

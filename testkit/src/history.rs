@@ -1,0 +1,411 @@
+//! A history of critical sections and a checker that finds two owners in one.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Mutex, PoisonError};
+
+/// The time on `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process of
+/// the machine, so sections recorded by different processes can be compared.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable `timespec`; CLOCK_MONOTONIC always exists.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One critical section as its participant saw it.
+///
+/// The *belief interval* is `[acquired_ns, end_ns()]`: from the moment the acquire
+/// returned to the moment the participant invoked the release (or stopped acting on
+/// the lock), capped by the lease deadline it believed in, if it had one (for a fixed
+/// lease: the acquire's send time plus the lease).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    /// Who held the lock: a label unique per holder (e.g. `p2/t3`). Nested re-entries
+    /// of one holder carry the same label.
+    pub owner: String,
+    /// The fencing token the holder got, if any.
+    pub token: Option<u64>,
+    /// When the acquire returned ([`monotonic_ns`]).
+    pub acquired_ns: u64,
+    /// When the release was invoked, or the holder stopped acting on the lock.
+    pub released_ns: u64,
+    /// The lease deadline the holder believed in, if it had one.
+    pub deadline_ns: Option<u64>,
+}
+
+impl Section {
+    /// The end of the belief interval: the release, or the believed deadline if earlier.
+    pub fn end_ns(&self) -> u64 {
+        match self.deadline_ns {
+            Some(deadline) => self.released_ns.min(deadline),
+            None => self.released_ns,
+        }
+    }
+
+    /// The section as one line of text, for a child process to print on its standard
+    /// output: `SECTION owner=.. token=.. acquired=.. released=.. deadline=..`
+    /// (`-` for a missing token or deadline). Owners must not contain spaces.
+    pub fn to_line(&self) -> String {
+        let opt = |value: Option<u64>| value.map_or("-".to_owned(), |v| v.to_string());
+        format!(
+            "SECTION owner={} token={} acquired={} released={} deadline={}",
+            self.owner,
+            opt(self.token),
+            self.acquired_ns,
+            self.released_ns,
+            opt(self.deadline_ns)
+        )
+    }
+
+    /// Parses a line made by [`Section::to_line`]; `None` for any other line (so
+    /// that a child's other output can be skipped).
+    pub fn parse_line(line: &str) -> Option<Section> {
+        let rest = line.trim().strip_prefix("SECTION ")?;
+        let mut fields = BTreeMap::new();
+        for word in rest.split_whitespace() {
+            let (key, value) = word.split_once('=')?;
+            fields.insert(key, value);
+        }
+        let num = |key: &str| fields.get(key)?.parse::<u64>().ok();
+        let opt = |key: &str| match *fields.get(key)? {
+            "-" => Some(None),
+            value => value.parse::<u64>().ok().map(Some),
+        };
+        Some(Section {
+            owner: (*fields.get("owner")?).to_owned(),
+            token: opt("token")?,
+            acquired_ns: num("acquired")?,
+            released_ns: num("released")?,
+            deadline_ns: opt("deadline")?,
+        })
+    }
+}
+
+/// Two sections of different owners whose belief intervals overlap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overlap {
+    /// The section that began first.
+    pub first: Section,
+    /// The section that began while `first` was still believed held.
+    pub second: Section,
+}
+
+impl Overlap {
+    /// How long both owners believed they held the lock, in nanoseconds.
+    pub fn overlap_ns(&self) -> u64 {
+        self.first
+            .end_ns()
+            .min(self.second.end_ns())
+            .saturating_sub(self.second.acquired_ns)
+    }
+}
+
+/// A fencing token lower than one handed to an earlier section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRegression {
+    /// The earlier section, with the higher token.
+    pub earlier: Section,
+    /// The later section, with the lower token.
+    pub later: Section,
+}
+
+/// What [`History::check`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// How many sections were checked.
+    pub sections: usize,
+    /// How many distinct owners took part.
+    pub owners: usize,
+    /// Sections of different owners whose belief intervals overlap.
+    pub overlaps: Vec<Overlap>,
+    /// Fencing tokens that went backwards (in the order of acquisition).
+    pub token_regressions: Vec<TokenRegression>,
+    /// Sections whose release comes before their acquire (a bug in the recording).
+    pub malformed: Vec<Section>,
+}
+
+impl Report {
+    /// Whether the history is linearizable as a mutex: no overlaps, no token going
+    /// backwards, nothing malformed.
+    pub fn is_clean(&self) -> bool {
+        self.overlaps.is_empty() && self.token_regressions.is_empty() && self.malformed.is_empty()
+    }
+
+    /// Panics with a description of the first problems unless the report is clean.
+    ///
+    /// # Panics
+    ///
+    /// When [`is_clean`](Report::is_clean) is false.
+    pub fn assert_clean(&self) {
+        assert!(
+            self.is_clean(),
+            "the history is not a mutex history:\n{self}"
+        );
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} sections by {} owners: {} overlaps, {} fencing token regressions, {} malformed",
+            self.sections,
+            self.owners,
+            self.overlaps.len(),
+            self.token_regressions.len(),
+            self.malformed.len()
+        )?;
+        for overlap in self.overlaps.iter().take(5) {
+            writeln!(
+                f,
+                "  overlap of {} µs:\n    {}\n    {}",
+                overlap.overlap_ns() / 1000,
+                overlap.first.to_line(),
+                overlap.second.to_line()
+            )?;
+        }
+        for regression in self.token_regressions.iter().take(5) {
+            writeln!(
+                f,
+                "  token went backwards:\n    {}\n    {}",
+                regression.earlier.to_line(),
+                regression.later.to_line()
+            )?;
+        }
+        for section in self.malformed.iter().take(5) {
+            writeln!(f, "  malformed: {}", section.to_line())?;
+        }
+        Ok(())
+    }
+}
+
+/// The critical sections of one lock, recorded by every participant; thread-safe.
+///
+/// Each participant (a task, a thread, a child process) records one [`Section`] per
+/// critical section; sections recorded in other processes come in through
+/// [`History::extend_from_lines`]. [`History::check`] then looks for two owners that
+/// believed they held the lock at the same time, and for fencing tokens that went
+/// backwards.
+///
+/// # Examples
+///
+/// ```
+/// use distlock_testkit::{History, Section};
+///
+/// let history = History::new();
+/// history.record(Section { owner: "a".into(), token: Some(1), acquired_ns: 0, released_ns: 10, deadline_ns: None });
+/// history.record(Section { owner: "b".into(), token: Some(2), acquired_ns: 10, released_ns: 20, deadline_ns: None });
+/// assert!(history.check().is_clean());
+/// history.record(Section { owner: "c".into(), token: Some(3), acquired_ns: 15, released_ns: 30, deadline_ns: None });
+/// assert_eq!(history.check().overlaps.len(), 1);
+/// ```
+#[derive(Debug, Default)]
+pub struct History {
+    sections: Mutex<Vec<Section>>,
+}
+
+impl History {
+    /// An empty history.
+    pub fn new() -> History {
+        History::default()
+    }
+
+    /// Adds one section.
+    pub fn record(&self, section: Section) {
+        self.sections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(section);
+    }
+
+    /// Adds every line of `text` that [`Section::parse_line`] understands; returns
+    /// how many.
+    pub fn extend_from_lines(&self, text: &str) -> usize {
+        let mut added = 0;
+        for section in text.lines().filter_map(Section::parse_line) {
+            self.record(section);
+            added += 1;
+        }
+        added
+    }
+
+    /// A copy of every section recorded so far.
+    pub fn sections(&self) -> Vec<Section> {
+        self.sections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// How many sections were recorded.
+    pub fn len(&self) -> usize {
+        self.sections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether no section was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Checks the history; see [`check_sections`].
+    pub fn check(&self) -> Report {
+        check_sections(&self.sections())
+    }
+}
+
+/// Checks `sections` of one lock.
+///
+/// - **Overlaps**: two sections of different owners whose belief intervals
+///   (`[acquired_ns, end_ns()]`) share more than an instant. Sections of one owner
+///   may nest or overlap (re-entry). Touching ends (`a.end == b.acquired`) are fine.
+/// - **Token regressions**: in the order of acquisition, a section whose fencing
+///   token is lower than the highest token of an earlier section of another owner.
+///   Sections without a token are skipped.
+/// - **Malformed** sections end before they begin.
+pub fn check_sections(sections: &[Section]) -> Report {
+    let mut sorted: Vec<&Section> = sections.iter().collect();
+    sorted.sort_by_key(|s| (s.acquired_ns, s.end_ns()));
+    let mut report = Report {
+        sections: sections.len(),
+        owners: sections
+            .iter()
+            .map(|s| s.owner.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        ..Report::default()
+    };
+    for section in &sorted {
+        if section.released_ns < section.acquired_ns {
+            report.malformed.push((*section).clone());
+        }
+    }
+    // Overlaps: sweep in acquisition order. `open` holds, per owner, the section of
+    // that owner that ends last among those seen so far.
+    let mut open: BTreeMap<&str, &Section> = BTreeMap::new();
+    for section in &sorted {
+        open.retain(|_, other| other.end_ns() > section.acquired_ns);
+        for (owner, other) in &open {
+            if *owner != section.owner && section.end_ns() > section.acquired_ns {
+                report.overlaps.push(Overlap {
+                    first: (*other).clone(),
+                    second: (*section).clone(),
+                });
+            }
+        }
+        let entry = open.entry(section.owner.as_str()).or_insert(section);
+        if section.end_ns() > entry.end_ns() {
+            *entry = section;
+        }
+    }
+    // Tokens: never lower than the highest token of another owner acquired before.
+    let mut highest: Option<&Section> = None;
+    for section in &sorted {
+        let Some(token) = section.token else { continue };
+        if let Some(top) = highest {
+            if top.owner != section.owner && token < top.token.unwrap_or(0) {
+                report.token_regressions.push(TokenRegression {
+                    earlier: top.clone(),
+                    later: (*section).clone(),
+                });
+            }
+        }
+        if highest.is_none_or(|top| token >= top.token.unwrap_or(0)) {
+            highest = Some(section);
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(owner: &str, token: u64, from: u64, to: u64) -> Section {
+        Section {
+            owner: owner.into(),
+            token: Some(token),
+            acquired_ns: from,
+            released_ns: to,
+            deadline_ns: None,
+        }
+    }
+
+    #[test]
+    fn sequential_and_nested_sections_are_clean() {
+        let report = check_sections(&[
+            section("a", 1, 0, 100),
+            section("a", 1, 10, 50), // re-entry
+            section("b", 2, 100, 200),
+            section("c", 3, 250, 300),
+        ]);
+        assert!(report.is_clean(), "{report}");
+        assert_eq!(report.sections, 4);
+        assert_eq!(report.owners, 3);
+    }
+
+    #[test]
+    fn overlapping_owners_are_reported() {
+        let report = check_sections(&[section("a", 1, 0, 100), section("b", 2, 99, 200)]);
+        assert_eq!(report.overlaps.len(), 1, "{report}");
+        assert_eq!(report.overlaps[0].overlap_ns(), 1);
+    }
+
+    #[test]
+    fn a_long_section_overlapping_a_later_one_is_reported() {
+        let report = check_sections(&[
+            section("a", 1, 0, 1000),
+            section("b", 2, 10, 20),
+            section("c", 3, 500, 600),
+        ]);
+        assert_eq!(report.overlaps.len(), 2, "{report}");
+    }
+
+    #[test]
+    fn the_believed_deadline_caps_a_section() {
+        let mut late = section("a", 1, 0, 1000);
+        late.deadline_ns = Some(100);
+        let report = check_sections(&[late.clone(), section("b", 2, 100, 200)]);
+        assert!(report.is_clean(), "{report}");
+        late.deadline_ns = Some(101);
+        let report = check_sections(&[late, section("b", 2, 100, 200)]);
+        assert_eq!(report.overlaps.len(), 1);
+    }
+
+    #[test]
+    fn tokens_going_backwards_are_reported() {
+        let report = check_sections(&[section("a", 5, 0, 10), section("b", 4, 20, 30)]);
+        assert_eq!(report.token_regressions.len(), 1, "{report}");
+        assert!(!report.is_clean());
+    }
+
+    #[test]
+    fn lines_round_trip() {
+        let mut s = section("p1/t2", 7, 11, 22);
+        assert_eq!(Section::parse_line(&s.to_line()), Some(s.clone()));
+        s.token = None;
+        s.deadline_ns = Some(20);
+        assert_eq!(Section::parse_line(&s.to_line()), Some(s.clone()));
+        assert_eq!(Section::parse_line("running 1 test"), None);
+        let history = History::new();
+        let text = format!("noise\n{}\nmore noise\n", s.to_line());
+        assert_eq!(history.extend_from_lines(&text), 1);
+        assert_eq!(history.len(), 1);
+    }
+
+    #[test]
+    fn the_monotonic_clock_moves_forward() {
+        let a = monotonic_ns();
+        let b = monotonic_ns();
+        assert!(b >= a);
+        assert!(a > 0);
+    }
+}
