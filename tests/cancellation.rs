@@ -79,7 +79,13 @@ async fn five_hundred_dropped_acquires_leave_nothing_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_entry_dropped_in_flight_gives_back_only_its_own_hold() {
     let server = common::server();
-    let locks = common::client(&server).await;
+    // A generous response timeout: on a loaded machine the paused request must not
+    // turn into a timed-out one (that path is covered by the reliability suite).
+    let locks = common::builder(&server)
+        .response_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect");
     let guard = locks.lock("nested").await.expect("lock");
     guard
         .scope(async {
@@ -96,7 +102,7 @@ async fn a_re_entry_dropped_in_flight_gives_back_only_its_own_hold() {
             );
         })
         .await;
-    let settled = common::eventually(Duration::from_secs(2), || {
+    let settled = common::eventually(Duration::from_secs(5), || {
         common::redis_count(&server, "nested") == 1
     })
     .await;

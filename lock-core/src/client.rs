@@ -7,16 +7,18 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::ProtocolVersion;
+use redis::cluster::ClusterClientBuilder;
+use redis::{ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
 
 use crate::acquire::{spawn, Detached, LockRequest, TryLockRequest};
+use crate::backend::Conn;
 use crate::faults::{self, Fault};
 use crate::guard::{HeldLock, Hold};
 use crate::name::{validate_namespace, LockKeys};
 use crate::scripts::{unexpected_reply, ReleaseReply, Scripts, SOURCES};
-use crate::subscriber::Subscriber;
+use crate::subscriber::{SubConn, Subscriber};
 use crate::watchdog::Watchdog;
 use crate::LockError;
 
@@ -51,7 +53,7 @@ static GLOBAL: RwLock<Option<LockClient>> = RwLock::new(None);
 /// ```
 #[derive(Clone)]
 pub struct LockClientBuilder {
-    url: Option<String>,
+    target: Option<Target>,
     namespace: String,
     default_wait: Duration,
     default_lease: Duration,
@@ -70,7 +72,7 @@ impl LockClientBuilder {
     /// A builder with every setting at its default; [`url`](Self::url) must be set.
     pub fn new() -> Self {
         Self {
-            url: None,
+            target: None,
             namespace: "distlock".to_owned(),
             default_wait: Duration::from_secs(10),
             default_lease: Duration::from_secs(30),
@@ -83,7 +85,23 @@ impl LockClientBuilder {
     /// The Redis server, as a URL: `redis://[user:password@]host:port[/db]`, or
     /// `rediss://` for TLS. Required.
     pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(url.into());
+        self.target = Some(Target::Single(url.into()));
+        self
+    }
+
+    /// A Redis Cluster, given the URLs of some of its nodes (the others are found
+    /// through them). Replaces [`url`](Self::url).
+    ///
+    /// The three Redis names of a lock share one hash slot, so each lock lives on one
+    /// shard: locks spread over every master, and waiting uses sharded pub/sub
+    /// (`SSUBSCRIBE`, `SPUBLISH`). A failover to a replica that had not yet received a
+    /// lock loses it (the holder is told at its next renewal).
+    pub fn cluster<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Some(Target::Cluster(urls.into_iter().map(Into::into).collect()));
         self
     }
 
@@ -151,7 +169,7 @@ impl LockClientBuilder {
         self.fencing
     }
 
-    fn validate(&self) -> Result<redis::Client, LockError> {
+    fn validate(&self) -> Result<Endpoints, LockError> {
         validate_namespace(&self.namespace)?;
         if self.default_lease < MIN_WATCHDOG_LEASE || self.default_lease > MAX_LEASE {
             return Err(LockError::invalid_option(
@@ -168,22 +186,28 @@ impl LockClientBuilder {
                 "timeouts must be above zero",
             ));
         }
-        let url = self.url.as_deref().ok_or_else(|| {
-            LockError::invalid_option(
+        match &self.target {
+            None => Err(LockError::invalid_option(
                 "url",
-                "no Redis URL was given; call `.url(\"redis://127.0.0.1:6379\")`",
-            )
-        })?;
-        redis::Client::open(url).map_err(|err| {
-            LockError::invalid_option(
-                "url",
-                format!(
-                    "`{}` is not a Redis URL ({err}); write it as \
-                     `redis://[user:password@]host:port[/db]` or `rediss://...` for TLS",
-                    redact(url)
-                ),
-            )
-        })
+                "no Redis URL was given; call `.url(\"redis://127.0.0.1:6379\")` (or `.cluster([..])`)",
+            )),
+            Some(Target::Single(url)) => {
+                Ok(Endpoints::Single(parse_url("url", url)?))
+            }
+            Some(Target::Cluster(urls)) => {
+                if urls.is_empty() {
+                    return Err(LockError::invalid_option(
+                        "cluster",
+                        "no node URL was given; pass the URLs of one or more cluster nodes",
+                    ));
+                }
+                let nodes = urls
+                    .iter()
+                    .map(|url| parse_url("cluster", url))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Endpoints::Cluster(nodes))
+            }
+        }
     }
 
     /// Connects to Redis: the command connection, the subscriber connection for
@@ -200,9 +224,9 @@ impl LockClientBuilder {
     ///
     /// Dropping the future drops the half-made connections; nothing is left behind.
     pub async fn connect(self) -> Result<LockClient, LockError> {
-        let client = self.validate()?;
+        let endpoints = self.validate()?;
         let timeout = self.connect_timeout;
-        match tokio::time::timeout(timeout, self.connect_with(client)).await {
+        match tokio::time::timeout(timeout, self.connect_with(endpoints)).await {
             Ok(result) => result,
             Err(_) => Err(LockError::Redis(redis::RedisError::from((
                 redis::ErrorKind::Io,
@@ -215,28 +239,50 @@ impl LockClientBuilder {
         }
     }
 
-    async fn connect_with(self, client: redis::Client) -> Result<LockClient, LockError> {
-        let manager_config = || {
-            ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.connect_timeout))
-                .set_response_timeout(Some(self.response_timeout))
-                .set_number_of_retries(4)
-                .set_max_delay(Duration::from_secs(1))
-        };
-        let mut conn = ConnectionManager::new_with_config(client.clone(), manager_config()).await?;
-        let scripts = Arc::new(Scripts::new());
-        preload(&mut conn).await?;
-
-        let info = client.get_connection_info().clone();
-        let resp3 = info.clone().set_redis_settings(
-            info.redis_settings()
-                .clone()
-                .set_protocol(ProtocolVersion::RESP3),
-        );
-        let sub_client = redis::Client::open(resp3)?;
+    async fn connect_with(self, endpoints: Endpoints) -> Result<LockClient, LockError> {
         let shutdown = CancellationToken::new();
-        let subscriber =
-            Subscriber::connect(sub_client, manager_config(), shutdown.clone()).await?;
+        let (mut conn, sub_conn, pushes) = match endpoints {
+            Endpoints::Single(info) => {
+                let manager_config = || {
+                    ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(self.connect_timeout))
+                        .set_response_timeout(Some(self.response_timeout))
+                        .set_number_of_retries(4)
+                        .set_max_delay(Duration::from_secs(1))
+                };
+                let client = redis::Client::open(info.clone())?;
+                let conn = ConnectionManager::new_with_config(client, manager_config()).await?;
+                let (push_tx, pushes) = tokio::sync::mpsc::unbounded_channel();
+                let sub_client = redis::Client::open(resp3(info))?;
+                let sub_config = manager_config()
+                    .set_push_sender(push_tx)
+                    .set_automatic_resubscription();
+                let sub = ConnectionManager::new_with_config(sub_client, sub_config).await?;
+                (Conn::Single(conn), SubConn::Single(sub), pushes)
+            }
+            Endpoints::Cluster(nodes) => {
+                let builder = |nodes: Vec<ConnectionInfo>| {
+                    ClusterClientBuilder::new(nodes)
+                        .connection_timeout(self.connect_timeout)
+                        .response_timeout(self.response_timeout)
+                };
+                let conn = builder(nodes.clone())
+                    .build()?
+                    .get_async_connection()
+                    .await?;
+                let (push_tx, pushes) = tokio::sync::mpsc::unbounded_channel();
+                let sub = builder(nodes)
+                    .use_protocol(ProtocolVersion::RESP3)
+                    .push_sender(push_tx)
+                    .build()?
+                    .get_async_connection()
+                    .await?;
+                (Conn::Cluster(conn), SubConn::Cluster(sub), pushes)
+            }
+        };
+        preload(&mut conn).await?;
+        let scripts = Arc::new(Scripts::new());
+        let subscriber = Subscriber::start(sub_conn, pushes, shutdown.clone());
         let watchdog = Watchdog::spawn(
             conn.clone(),
             scripts.clone(),
@@ -271,7 +317,7 @@ impl LockClientBuilder {
 impl fmt::Debug for LockClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockClientBuilder")
-            .field("url", &self.url.as_deref().map(redact))
+            .field("target", &self.target)
             .field("namespace", &self.namespace)
             .field("default_wait", &self.default_wait)
             .field("default_lease", &self.default_lease)
@@ -280,6 +326,53 @@ impl fmt::Debug for LockClientBuilder {
             .field("response_timeout", &self.response_timeout)
             .finish()
     }
+}
+
+/// Where the client connects.
+#[derive(Clone)]
+enum Target {
+    Single(String),
+    Cluster(Vec<String>),
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Single(url) => f.debug_tuple("Single").field(&redact(url)).finish(),
+            Self::Cluster(urls) => f
+                .debug_tuple("Cluster")
+                .field(&urls.iter().map(|url| redact(url)).collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+/// A validated [`Target`].
+enum Endpoints {
+    Single(ConnectionInfo),
+    Cluster(Vec<ConnectionInfo>),
+}
+
+fn parse_url(option: &'static str, url: &str) -> Result<ConnectionInfo, LockError> {
+    url.into_connection_info().map_err(|err| {
+        LockError::invalid_option(
+            option,
+            format!(
+                "`{}` is not a Redis URL ({err}); write it as \
+                 `redis://[user:password@]host:port[/db]` or `rediss://...` for TLS",
+                redact(url)
+            ),
+        )
+    })
+}
+
+/// The same server, spoken to in RESP3 (push messages for pub/sub).
+fn resp3(info: ConnectionInfo) -> ConnectionInfo {
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    info.set_redis_settings(settings)
 }
 
 /// A URL with any password replaced, for messages.
@@ -293,8 +386,36 @@ fn redact(url: &str) -> String {
 }
 
 /// Loads every script (so the first lock needs no extra round trip) and warns when the
-/// eviction policy can remove lock keys. One round trip.
-async fn preload(conn: &mut ConnectionManager) -> Result<(), LockError> {
+/// eviction policy can remove lock keys. One round trip on a single server; on a
+/// cluster each `SCRIPT LOAD` goes to every node.
+async fn preload(conn: &mut Conn) -> Result<(), LockError> {
+    let refused = |err: redis::RedisError| {
+        if err.code() == Some("NOPERM") {
+            return LockError::from(err);
+        }
+        LockError::UnsupportedServer {
+            reason: format!(
+                "the server refused distlock's scripts ({err}); distlock needs Redis 7.0 or \
+                 newer (or Valkey 7.2 or newer)"
+            ),
+        }
+    };
+    if conn.is_cluster() {
+        for source in SOURCES {
+            let loaded: redis::RedisResult<redis::Value> = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(source)
+                .query_async(conn)
+                .await;
+            match loaded {
+                Err(err) if err.code().is_some() => return Err(refused(err)),
+                other => {
+                    other?;
+                }
+            }
+        }
+        return Ok(());
+    }
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for source in SOURCES {
@@ -304,16 +425,7 @@ async fn preload(conn: &mut ConnectionManager) -> Result<(), LockError> {
     let replies: Vec<redis::Value> = pipe.query_async(conn).await?;
     for reply in replies.iter().take(SOURCES.len()) {
         if let redis::Value::ServerError(err) = reply {
-            let err = redis::RedisError::from(err.clone());
-            if err.code() == Some("NOPERM") {
-                return Err(LockError::from(err));
-            }
-            return Err(LockError::UnsupportedServer {
-                reason: format!(
-                    "the server refused distlock's scripts ({err}); distlock needs Redis 7.0 or \
-                     newer (or Valkey 7.2 or newer)"
-                ),
-            });
+            return Err(refused(redis::RedisError::from(err.clone())));
         }
     }
     if let Some(redis::Value::Array(pair)) = replies.last() {
@@ -345,7 +457,7 @@ pub(crate) struct Config {
 pub(crate) struct Inner {
     pub(crate) id: u64,
     uuid: String,
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Conn,
     pub(crate) scripts: Arc<Scripts>,
     pub(crate) config: Config,
     owners: AtomicU64,
@@ -552,7 +664,7 @@ impl LockClient {
             .force_release
             .key(&keys.lock)
             .key(&keys.channel)
-            .arg("PUBLISH")
+            .arg(self.inner.conn.publish_command())
             .invoke_async(&mut conn)
             .await?;
         match reply {
@@ -682,7 +794,7 @@ impl LockClient {
                 .arg(owner)
                 .arg(lease_ms)
                 .arg(attempt)
-                .arg("PUBLISH")
+                .arg(self.inner.conn.publish_command())
                 .invoke_async(&mut conn)
                 .instrument(span.clone())
                 .await;

@@ -18,6 +18,7 @@
 )]
 
 mod acquire;
+mod backend;
 mod client;
 mod context;
 mod error;

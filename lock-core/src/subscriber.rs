@@ -5,7 +5,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
@@ -65,19 +66,14 @@ impl std::fmt::Debug for Command {
 }
 
 impl Subscriber {
-    /// Opens the subscriber connection (RESP3, resubscribing after reconnects) and
-    /// starts its two tasks: one that runs (un)subscriptions in order and pings when
-    /// idle, one that turns pushed messages into wake-ups.
-    pub(crate) async fn connect(
-        client: redis::Client,
-        config: ConnectionManagerConfig,
+    /// Starts the subscriber's two tasks over `conn` (a RESP3 connection whose pushes
+    /// arrive on `pushes`, resubscribing after reconnects): one runs (un)subscriptions
+    /// in order and pings when idle, one turns pushed messages into wake-ups.
+    pub(crate) fn start(
+        conn: SubConn,
+        pushes: mpsc::UnboundedReceiver<PushInfo>,
         shutdown: CancellationToken,
-    ) -> Result<Self, LockError> {
-        let (push_tx, push_rx) = mpsc::unbounded_channel();
-        let config = config
-            .set_push_sender(push_tx)
-            .set_automatic_resubscription();
-        let conn = ConnectionManager::new_with_config(client, config).await?;
+    ) -> Self {
         let shared = Arc::new(Shared::default());
         let (commands, command_rx) = mpsc::unbounded_channel();
         tokio::spawn(run_commands(
@@ -86,8 +82,8 @@ impl Subscriber {
             command_rx,
             shutdown.clone(),
         ));
-        tokio::spawn(run_pushes(shared.clone(), push_rx, shutdown));
-        Ok(Self { shared, commands })
+        tokio::spawn(run_pushes(shared.clone(), pushes, shutdown));
+        Self { shared, commands }
     }
 
     /// Subscribes to `channel` for as long as the returned subscription lives.
@@ -153,8 +149,39 @@ impl Drop for Subscription {
     }
 }
 
+/// The subscriber's connection: plain pub/sub on one server, sharded pub/sub on a
+/// cluster (the channel lives on the shard of its lock).
+pub(crate) enum SubConn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl SubConn {
+    async fn subscribe(&mut self, channel: &[u8]) -> redis::RedisResult<()> {
+        match self {
+            Self::Single(conn) => conn.subscribe(channel).await,
+            Self::Cluster(conn) => conn.ssubscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &[u8]) -> redis::RedisResult<()> {
+        match self {
+            Self::Single(conn) => conn.unsubscribe(channel).await,
+            Self::Cluster(conn) => conn.sunsubscribe(channel).await,
+        }
+    }
+
+    async fn ping(&mut self) -> redis::RedisResult<Value> {
+        let ping = redis::cmd("PING");
+        match self {
+            Self::Single(conn) => ping.query_async(conn).await,
+            Self::Cluster(conn) => ping.query_async(conn).await,
+        }
+    }
+}
+
 async fn run_commands(
-    mut conn: ConnectionManager,
+    mut conn: SubConn,
     shared: Arc<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     shutdown: CancellationToken,
@@ -165,8 +192,7 @@ async fn run_commands(
             () = shutdown.cancelled() => return,
             command = commands.recv() => command,
             () = tokio::time::sleep(HEARTBEAT) => {
-                let ping: redis::RedisResult<Value> = redis::cmd("PING").query_async(&mut conn).await;
-                if let Err(err) = ping {
+                if let Err(err) = conn.ping().await {
                     tracing::debug!(error = %err, "distlock: subscriber heartbeat failed; waking waiters");
                     shared.wake_all();
                 }

@@ -5,13 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::backend::{slot, Conn};
 use crate::guard::Hold;
 use crate::scripts::Scripts;
 
@@ -57,7 +57,7 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     pub(crate) fn spawn(
-        conn: ConnectionManager,
+        conn: Conn,
         scripts: Arc<Scripts>,
         lease: Duration,
         shutdown: CancellationToken,
@@ -117,9 +117,38 @@ impl Watchdog {
     }
 }
 
+/// Sends one pipeline of renewals; when the server lost its scripts (a restart,
+/// `SCRIPT FLUSH`), loads them and sends it again.
+async fn renew_pipeline<'a>(
+    conn: &mut Conn,
+    scripts: &Scripts,
+    holds: impl Iterator<Item = &'a Arc<Hold>>,
+) -> redis::RedisResult<Vec<Value>> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for hold in holds {
+        let lease_ms = hold.state().lease.as_millis() as u64;
+        pipe.cmd("EVALSHA")
+            .arg(scripts.renew.get_hash())
+            .arg(1)
+            .arg(&hold.keys.lock)
+            .arg(&*hold.owner)
+            .arg(lease_ms);
+    }
+    let replies: Vec<Value> = pipe.query_async(conn).await?;
+    let noscript = replies
+        .iter()
+        .any(|reply| matches!(reply, Value::ServerError(err) if err.code() == "NOSCRIPT"));
+    if noscript {
+        scripts.renew.load_async(conn).await?;
+        return pipe.query_async(conn).await;
+    }
+    Ok(replies)
+}
+
 struct Task {
     registry: Arc<Registry>,
-    conn: ConnectionManager,
+    conn: Conn,
     scripts: Arc<Scripts>,
     period: Duration,
 }
@@ -206,26 +235,35 @@ impl Task {
         }
     }
 
+    /// Renews `batch`: one pipeline on a single server; on a cluster one pipeline per
+    /// hash slot (a pipeline may not cross slots), sent concurrently. A reply that
+    /// could not be had is `Nil` (retried soon).
     async fn send(&mut self, batch: &[Arc<Hold>]) -> redis::RedisResult<Vec<Value>> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for hold in batch {
-            let lease_ms = hold.state().lease.as_millis() as u64;
-            pipe.cmd("EVALSHA")
-                .arg(self.scripts.renew.get_hash())
-                .arg(1)
-                .arg(&hold.keys.lock)
-                .arg(&*hold.owner)
-                .arg(lease_ms);
+        if !self.conn.is_cluster() {
+            return renew_pipeline(&mut self.conn, &self.scripts, batch.iter()).await;
         }
-        let replies: Vec<Value> = pipe.query_async(&mut self.conn).await?;
-        let noscript = replies
-            .iter()
-            .any(|reply| matches!(reply, Value::ServerError(err) if err.code() == "NOSCRIPT"));
-        if noscript {
-            // The server lost its scripts (restart, SCRIPT FLUSH): load and send again.
-            self.scripts.renew.load_async(&mut self.conn).await?;
-            return pipe.query_async(&mut self.conn).await;
+        let mut groups: HashMap<u16, Vec<usize>> = HashMap::new();
+        for (index, hold) in batch.iter().enumerate() {
+            groups.entry(slot(&hold.keys.lock)).or_default().push(index);
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for indices in groups.into_values() {
+            let mut conn = self.conn.clone();
+            let scripts = self.scripts.clone();
+            let holds: Vec<Arc<Hold>> = indices.iter().map(|&i| batch[i].clone()).collect();
+            tasks.spawn(async move {
+                let replies = renew_pipeline(&mut conn, &scripts, holds.iter()).await;
+                (indices, replies)
+            });
+        }
+        let mut replies = vec![Value::Nil; batch.len()];
+        while let Some(joined) = tasks.join_next().await {
+            let Ok((indices, Ok(values))) = joined else {
+                continue;
+            };
+            for (index, value) in indices.into_iter().zip(values) {
+                replies[index] = value;
+            }
         }
         Ok(replies)
     }
