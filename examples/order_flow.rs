@@ -1,0 +1,465 @@
+//! An order and inventory service built with `#[distributed_lock]`.
+//!
+//! Eight orders run at once, each on its own task, and compete for four SKUs whose
+//! stock lives in Redis. Stock is updated the unsafe way on purpose: GET, a pause,
+//! SET. Only the locks keep two orders from reading the same count and both
+//! writing it back, so the check at the end (no stock below zero, every unit either
+//! on the shelf or in a confirmed order) is a check of the locks.
+//!
+//! - `place_order` locks `order:{id}`;
+//! - for its lines it calls `reserve_stock`, which locks `inventory:{sku}` and, while
+//!   holding it, reserves the next line: an order holds all its SKUs before it
+//!   writes any stock, so it takes everything or nothing;
+//! - `confirm_order` locks `order:{id}` again: the call chain already holds it, so it
+//!   re-enters (hold count 2) instead of waiting for itself.
+//!
+//! Each order takes its SKUs in sorted order. Two orders that took them in opposite
+//! orders could each hold one and wait for the other until `wait` runs out.
+//!
+//! Run it with `cargo xtask demo` (a throwaway `redis-server`), or against your own
+//! server: `REDIS_URL=redis://127.0.0.1:6379 cargo run --example order_flow`.
+//! Its keys start with `distlock-example:`; it exits with a non-zero status when the
+//! consistency check fails.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use distlock::{current_lock, distributed_lock, LockClient, LockContext, LockError};
+use redis::aio::MultiplexedConnection;
+
+/// The shelf at the start.
+const STOCK: [(&str, i64); 4] = [("apple", 6), ("bread", 4), ("cheese", 5), ("dates", 3)];
+
+/// The orders: id and lines (SKU, quantity), in the order the customer wrote them.
+const ORDERS: [(u32, &[(&str, i64)]); 8] = [
+    (1, &[("bread", 2), ("apple", 1)]),
+    (2, &[("apple", 2), ("cheese", 1)]),
+    (3, &[("cheese", 2), ("dates", 1), ("apple", 1)]),
+    (4, &[("dates", 2), ("bread", 1)]),
+    (5, &[("apple", 2), ("bread", 1)]),
+    (6, &[("cheese", 2), ("dates", 1)]),
+    (7, &[("bread", 2), ("cheese", 1), ("apple", 1)]),
+    (8, &[("dates", 1), ("apple", 2)]),
+];
+
+/// Every Redis key of this example starts with this.
+const PREFIX: &str = "distlock-example:order-flow";
+
+#[derive(Debug, Clone)]
+struct Line {
+    sku: String,
+    quantity: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Order {
+    id: u32,
+    /// Sorted by SKU, one line per SKU: the order in which the locks are taken.
+    lines: Vec<Line>,
+}
+
+impl Order {
+    fn new(id: u32, lines: &[(&str, i64)]) -> Self {
+        let mut merged = BTreeMap::new();
+        for (sku, quantity) in lines {
+            *merged.entry(sku.to_string()).or_insert(0) += quantity;
+        }
+        let lines = merged
+            .into_iter()
+            .map(|(sku, quantity)| Line { sku, quantity })
+            .collect();
+        Order { id, lines }
+    }
+}
+
+/// What went wrong with an order. `From<LockError>` lets annotated functions return it.
+#[derive(Debug)]
+enum OrderError {
+    /// The lock could not be taken (or was lost): see the `LockError`.
+    Lock(LockError),
+    /// A SKU has fewer units than the order wants.
+    OutOfStock { sku: String, wanted: i64, left: i64 },
+    /// Redis failed outside of the lock calls.
+    Redis(redis::RedisError),
+}
+
+impl From<LockError> for OrderError {
+    fn from(error: LockError) -> Self {
+        OrderError::Lock(error)
+    }
+}
+
+impl From<redis::RedisError> for OrderError {
+    fn from(error: redis::RedisError) -> Self {
+        OrderError::Redis(error)
+    }
+}
+
+impl fmt::Display for OrderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OrderError::Lock(error) => write!(f, "{error}"),
+            OrderError::OutOfStock { sku, wanted, left } => {
+                write!(f, "{sku} has {left} left, the order wants {wanted}")
+            }
+            OrderError::Redis(error) => write!(f, "Redis: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for OrderError {}
+
+/// The shop: a Redis connection for the data, and a narrator for the story.
+struct Shop {
+    redis: MultiplexedConnection,
+    story: Narrator,
+}
+
+impl Shop {
+    async fn stock(&self, sku: &str) -> Result<i64, OrderError> {
+        let mut redis = self.redis.clone();
+        let stock: Option<i64> = redis::cmd("GET")
+            .arg(stock_key(sku))
+            .query_async(&mut redis)
+            .await?;
+        Ok(stock.unwrap_or(0))
+    }
+
+    async fn set_stock(&self, sku: &str, stock: i64) -> Result<(), OrderError> {
+        let mut redis = self.redis.clone();
+        redis::cmd("SET")
+            .arg(stock_key(sku))
+            .arg(stock)
+            .exec_async(&mut redis)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_status(&self, order: u32, status: &str) -> Result<(), OrderError> {
+        let mut redis = self.redis.clone();
+        redis::cmd("SET")
+            .arg(order_key(order))
+            .arg(status)
+            .exec_async(&mut redis)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Places an order: reserves every line, then confirms it. Holds `order:{id}`
+/// throughout, so the same order placed twice (a retried request, another
+/// instance of the service) runs once at a time.
+#[distributed_lock(key = "order:{order.id}", wait = "10s")]
+async fn place_order(shop: &Shop, order: &Order) -> Result<bool, OrderError> {
+    shop.story.say(order.id, format!("holds {}", chain()));
+    let (first, rest) = order.lines.split_first().expect("an order has lines");
+    shop.story.before_lock(order.id, &first.sku);
+    match reserve_stock(shop, order.id, first, rest).await {
+        Ok(()) => {
+            confirm_order(shop, order).await?;
+            Ok(true)
+        }
+        Err(OrderError::OutOfStock { sku, wanted, left }) => {
+            shop.set_status(order.id, "rejected").await?;
+            shop.story.say(
+                order.id,
+                format!("rejected: {sku} has {left} left, wants {wanted}; nothing was taken"),
+            );
+            Ok(false)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// Reserves `line` and then, still holding `inventory:{sku}`, the `rest` of the lines.
+/// Writes its own stock only once every later line is reserved: all or nothing.
+#[distributed_lock(key = "inventory:{line.sku}", wait = "10s")]
+async fn reserve_stock(
+    shop: &Shop,
+    order: u32,
+    line: &Line,
+    rest: &[Line],
+) -> Result<(), OrderError> {
+    shop.story.entered(order, &line.sku);
+    // Read, think, write: safe only because this chain holds `inventory:{sku}`.
+    let stock = shop.stock(&line.sku).await?;
+    shop.story.say(
+        order,
+        format!(
+            "  holds {}; {stock} {} in stock, wants {}",
+            chain(),
+            line.sku,
+            line.quantity
+        ),
+    );
+    let result = async {
+        if stock < line.quantity {
+            return Err(OrderError::OutOfStock {
+                sku: line.sku.clone(),
+                wanted: line.quantity,
+                left: stock,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        if let Some((next, rest)) = rest.split_first() {
+            shop.story.before_lock(order, &next.sku);
+            // Recursion in an async fn needs a box.
+            Box::pin(reserve_stock(shop, order, next, rest)).await?;
+        }
+        shop.set_stock(&line.sku, stock - line.quantity).await
+    }
+    .await;
+    shop.story.leaving(order, &line.sku);
+    result
+}
+
+/// Confirms an order. Called from `place_order`, it re-enters `order:{id}`.
+#[distributed_lock(key = "order:{order.id}")]
+async fn confirm_order(shop: &Shop, order: &Order) -> Result<(), OrderError> {
+    let depth = current_lock().map_or(0, |held| held.hold_count());
+    shop.set_status(order.id, "confirmed").await?;
+    shop.story.say(
+        order.id,
+        format!("confirmed (re-entered order:{}, depth {depth})", order.id),
+    );
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    println!("order flow against {url}\n");
+
+    // The client that annotated functions use.
+    LockClient::builder()
+        .url(&url)
+        .namespace("distlock-example")
+        .connect()
+        .await?
+        .install_global();
+    let redis = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let shop = Arc::new(Shop {
+        redis,
+        story: Narrator::new(),
+    });
+
+    // Stock the shelf and forget earlier runs.
+    for (sku, stock) in STOCK {
+        shop.set_stock(sku, stock).await?;
+    }
+    let orders: Vec<Order> = ORDERS
+        .iter()
+        .map(|(id, lines)| Order::new(*id, lines))
+        .collect();
+    for order in &orders {
+        let mut redis = shop.redis.clone();
+        redis::cmd("DEL")
+            .arg(order_key(order.id))
+            .exec_async(&mut redis)
+            .await?;
+    }
+    let shelf: Vec<String> = STOCK.iter().map(|(s, n)| format!("{s} {n}")).collect();
+    println!("shelf: {}", shelf.join(", "));
+    for order in &orders {
+        let lines: Vec<String> = order
+            .lines
+            .iter()
+            .map(|l| format!("{} x{}", l.sku, l.quantity))
+            .collect();
+        println!("order {}: {}", order.id, lines.join(", "));
+    }
+    println!();
+
+    // Every order on its own task, all at once.
+    let started = Instant::now();
+    let tasks: Vec<_> = orders
+        .iter()
+        .cloned()
+        .map(|order| {
+            let shop = shop.clone();
+            tokio::spawn(async move { place_order(&shop, &order).await })
+        })
+        .collect();
+    let mut confirmed = Vec::new();
+    for (order, task) in orders.iter().zip(tasks) {
+        if task.await?? {
+            confirmed.push(order);
+        }
+    }
+    println!("\nall orders done in {:?}\n", started.elapsed());
+
+    // The consistency check.
+    let mut problems = Vec::new();
+    for (sku, initial) in STOCK {
+        let left = shop.stock(sku).await?;
+        let sold: i64 = confirmed
+            .iter()
+            .flat_map(|order| &order.lines)
+            .filter(|line| line.sku == sku)
+            .map(|line| line.quantity)
+            .sum();
+        let verdict = if left < 0 {
+            problems.push(format!("{sku}: stock went negative ({left})"));
+            "NEGATIVE"
+        } else if left + sold != initial {
+            problems.push(format!(
+                "{sku}: {initial} at the start, but {left} left + {sold} sold = {}",
+                left + sold
+            ));
+            "UNITS MISSING OR INVENTED"
+        } else {
+            "ok"
+        };
+        println!("{sku:>7}: {initial} at the start = {left} left + {sold} sold  {verdict}");
+    }
+    let locks = distlock::global()?;
+    for order in &orders {
+        let mut redis = shop.redis.clone();
+        let status: Option<String> = redis::cmd("GET")
+            .arg(order_key(order.id))
+            .query_async(&mut redis)
+            .await?;
+        let expected = if confirmed.iter().any(|c| c.id == order.id) {
+            "confirmed"
+        } else {
+            "rejected"
+        };
+        if status.as_deref() != Some(expected) {
+            problems.push(format!(
+                "order {}: status {status:?}, expected {expected}",
+                order.id
+            ));
+        }
+        if locks.inspect(format!("order:{}", order.id)).await?.held {
+            problems.push(format!("order:{} is still locked", order.id));
+        }
+    }
+    for (sku, _) in STOCK {
+        if locks.inspect(format!("inventory:{sku}")).await?.held {
+            problems.push(format!("inventory:{sku} is still locked"));
+        }
+    }
+    println!(
+        "\n{} orders confirmed, {} rejected, {} hand-offs between orders",
+        confirmed.len(),
+        orders.len() - confirmed.len(),
+        shop.story.handoffs()
+    );
+    if problems.is_empty() {
+        println!("consistency check passed: no negative stock, every unit accounted for, every lock free");
+        Ok(())
+    } else {
+        for problem in &problems {
+            eprintln!("consistency check FAILED: {problem}");
+        }
+        Err(format!("{} consistency problems", problems.len()).into())
+    }
+}
+
+fn stock_key(sku: &str) -> String {
+    format!("{PREFIX}:stock:{sku}")
+}
+
+fn order_key(order: u32) -> String {
+    format!("{PREFIX}:order:{order}")
+}
+
+/// The locks the current call chain holds, outermost first, with the innermost
+/// lock's depth: `order:3 > inventory:apple (depth 1)`.
+fn chain() -> String {
+    let context = LockContext::current();
+    let mut names: Vec<&str> = context.locks().map(|held| held.name()).collect();
+    names.reverse();
+    names.dedup();
+    let depth = current_lock().map_or(0, |held| held.hold_count());
+    format!("{} (depth {depth})", names.join(" > "))
+}
+
+/// Tells the story: who holds which SKU, who waits for it, who hands it to whom.
+/// Bookkeeping for the printout only; the locks do not depend on it.
+struct Narrator {
+    started: Instant,
+    state: Mutex<Story>,
+}
+
+#[derive(Default)]
+struct Story {
+    /// SKU -> the order whose chain is inside `reserve_stock` for it.
+    holder: HashMap<String, u32>,
+    /// SKU -> when it was last given back, and by which order.
+    released: HashMap<String, (Instant, u32)>,
+    /// (order, SKU) -> when the order asked for the SKU's lock.
+    asked: HashMap<(u32, String), Instant>,
+    handoffs: usize,
+}
+
+impl Narrator {
+    fn new() -> Self {
+        Narrator {
+            started: Instant::now(),
+            state: Mutex::new(Story::default()),
+        }
+    }
+
+    fn story(&self) -> std::sync::MutexGuard<'_, Story> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn say(&self, order: u32, what: impl fmt::Display) {
+        let ms = self.started.elapsed().as_millis();
+        println!("[{ms:>4} ms] order {order}: {what}");
+    }
+
+    /// Before `order` asks for `inventory:{sku}`: notes when, and who holds it now.
+    fn before_lock(&self, order: u32, sku: &str) {
+        let mut story = self.story();
+        story.asked.insert((order, sku.to_owned()), Instant::now());
+        if let Some(&holder) = story.holder.get(sku) {
+            drop(story);
+            self.say(
+                order,
+                format!("  waits for inventory:{sku} (held by order {holder})"),
+            );
+        }
+    }
+
+    /// `order` got `inventory:{sku}`: tells whether it had to wait, and for whom.
+    fn entered(&self, order: u32, sku: &str) {
+        let mut story = self.story();
+        story.holder.insert(sku.to_owned(), order);
+        let asked = story.asked.remove(&(order, sku.to_owned()));
+        // It waited if someone gave the SKU back after this order asked for it.
+        let handoff = match (asked, story.released.get(sku)) {
+            (Some(asked), Some(&(released, by))) if released > asked => Some((asked, by)),
+            _ => None,
+        };
+        if let Some((asked, by)) = handoff {
+            story.handoffs += 1;
+            drop(story);
+            self.say(
+                order,
+                format!(
+                    "  got inventory:{sku} after waiting {} ms, handed over by order {by}",
+                    asked.elapsed().as_millis()
+                ),
+            );
+        }
+    }
+
+    /// `order` is about to give `inventory:{sku}` back.
+    fn leaving(&self, order: u32, sku: &str) {
+        let mut story = self.story();
+        story.holder.remove(sku);
+        story
+            .released
+            .insert(sku.to_owned(), (Instant::now(), order));
+    }
+
+    fn handoffs(&self) -> usize {
+        self.story().handoffs
+    }
+}
