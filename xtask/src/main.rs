@@ -24,8 +24,9 @@ COMMANDS:
                       `cargo test --workspace --doc` (examples and benches get built too).
                       ARGS go to the first command, e.g. `cargo xtask test lock_`
                       or `cargo xtask test -- --nocapture`.
-    demo [ARGS...]    Start a throwaway redis-server and run examples/demo.rs against it
-                      (REDIS_URL points at the server); ARGS go to the example.
+    demo [EXAMPLE...] Run examples against throwaway redis-servers (REDIS_URL points
+                      at a fresh server for each). Default: `order_flow`, the order and
+                      inventory service; also `demo`, `guard_api`, `fencing`, or `all`.
     bench             Benchmarks (come with a later change).
     cluster           A local Redis Cluster (comes with a later change).
     help, --help      Print this help.
@@ -107,25 +108,50 @@ fn test(extra: &[OsString]) -> Result<()> {
     run(doc)
 }
 
-/// `cargo xtask demo`: the demo example against a throwaway server.
-fn demo(extra: &[OsString]) -> Result<()> {
+/// The examples `cargo xtask demo all` runs, in this order.
+const EXAMPLES: [&str; 4] = ["order_flow", "demo", "guard_api", "fencing"];
+
+/// `cargo xtask demo [EXAMPLE...]`: each example against a throwaway server of its own.
+fn demo(names: &[OsString]) -> Result<()> {
+    let mut examples = Vec::new();
+    for name in names {
+        match name.to_str() {
+            Some("all") => examples.extend(EXAMPLES),
+            Some(name) if EXAMPLES.contains(&name) => examples.push(name),
+            _ => {
+                return Err(Failure::Message(format!(
+                    "no example {:?}; choose from {} or `all`",
+                    name.to_string_lossy(),
+                    EXAMPLES.join(", ")
+                )))
+            }
+        }
+    }
+    if examples.is_empty() {
+        examples.push(EXAMPLES[0]);
+    }
     let redis = ensure_redis()?;
-    let mut server = RedisServer::builder().binary(&redis).start()?;
+    for example in examples {
+        run_example(&redis, example)?;
+    }
+    Ok(())
+}
+
+/// Runs `examples/<name>.rs` against a throwaway server.
+fn run_example(redis: &Path, name: &str) -> Result<()> {
+    let mut server = RedisServer::builder().binary(redis).start()?;
     println!(
         "xtask: started a throwaway redis-server at {} (pid {})",
         server.url(),
         server.pid()
     );
-    let mut example = cargo(&redis);
+    let mut example = cargo(redis);
     example
-        .args(["run", "--quiet", "-p", "distlock", "--example", "demo"])
+        .args(["run", "--quiet", "-p", "distlock", "--example", name])
         .env("REDIS_URL", server.url());
-    if !extra.is_empty() {
-        example.arg("--").args(extra);
-    }
     let outcome = run(example);
     server.stop()?;
-    println!("xtask: stopped the redis-server");
+    println!("xtask: stopped the redis-server\n");
     outcome
 }
 
@@ -326,6 +352,9 @@ mod tests {
     fn help_lists_every_command() {
         for command in ["test", "demo", "bench", "cluster", "--help"] {
             assert!(HELP.contains(command), "{command}");
+        }
+        for example in EXAMPLES {
+            assert!(HELP.contains(example), "{example}");
         }
     }
 }
