@@ -10,6 +10,16 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TestkitError {
+    /// The nodes of a [`RedisCluster`](crate::RedisCluster) did not form a healthy cluster.
+    #[error(
+        "the Redis Cluster did not come together: {detail}; the machine may be overloaded, \
+         or redis-server may lack cluster support"
+    )]
+    Cluster {
+        /// What was waited for.
+        detail: String,
+    },
+
     /// No `redis-server` binary was found (or `$REDIS_SERVER` points to nothing usable).
     #[error(
         "{detail}\n\

@@ -77,6 +77,7 @@
 compile_error!("distlock-testkit supports Unix only (it sends POSIX signals to redis-server)");
 
 mod binary;
+mod cluster;
 mod error;
 mod history;
 mod process;
@@ -85,6 +86,7 @@ mod resp;
 mod server;
 
 pub use binary::{redis_server_binary, REDIS_SERVER_ENV};
+pub use cluster::RedisCluster;
 pub use error::TestkitError;
 pub use history::{
     check_sections, monotonic_ns, History, Overlap, Report, Section, TokenRegression,

@@ -1,0 +1,211 @@
+//! The lock on a Redis Cluster: same behaviour, names spread over every master,
+//! sharded pub/sub for waiters, failover of the master holding a lock.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::LockClient;
+use distlock_testkit::RedisCluster;
+use tokio::time::Instant;
+
+fn cluster() -> RedisCluster {
+    RedisCluster::start(3, 1).expect("start a 3-master cluster")
+}
+
+async fn client(cluster: &RedisCluster, lease: Duration) -> LockClient {
+    LockClient::builder()
+        .cluster(cluster.urls())
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect to the cluster")
+}
+
+/// The hold count stored for `name`, read from the node that serves its slot.
+fn cluster_count(cluster: &RedisCluster, name: &str) -> u64 {
+    let key = common::lock_key(name);
+    let slot: u16 = cluster.nodes()[0]
+        .cmd(&["CLUSTER", "KEYSLOT", &key])
+        .expect("KEYSLOT")
+        .parse()
+        .expect("a slot");
+    let node = cluster.node_for_slot(slot).expect("a node serves the slot");
+    common::redis_count(&cluster.nodes()[node], name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_re_enter_and_spread_over_every_master() {
+    let cluster = cluster();
+    let locks = client(&cluster, Duration::from_secs(30)).await;
+
+    let guard = locks.lock("order:1").await.expect("lock");
+    guard
+        .scope(async {
+            let inner = locks.lock("order:1").await.expect("re-entry");
+            assert_eq!(inner.hold_count(), 2);
+            assert_eq!(cluster_count(&cluster, "order:1"), 2);
+            inner.unlock().await.expect("unlock");
+        })
+        .await;
+    assert_eq!(cluster_count(&cluster, "order:1"), 1);
+    guard.unlock().await.expect("unlock");
+    assert_eq!(cluster_count(&cluster, "order:1"), 0);
+
+    let mut guards = Vec::new();
+    for n in 0..60 {
+        guards.push(locks.lock(format!("spread:{n}")).await.expect("lock"));
+    }
+    for master in &cluster.nodes()[..cluster.masters()] {
+        let keys: u64 = master.cmd(&["DBSIZE"]).expect("DBSIZE").parse().expect("n");
+        assert!(keys > 0, "master {} holds no lock", master.port());
+    }
+    for guard in guards {
+        guard.unlock().await.expect("unlock");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_on_a_cluster_keeps_the_counter_exact_and_wakes_by_message() {
+    let cluster = cluster();
+    let locks = client(&cluster, Duration::from_secs(30)).await;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (locks, inside, overlaps, counter) = (
+            locks.clone(),
+            inside.clone(),
+            overlaps.clone(),
+            counter.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..50 {
+                let guard = locks
+                    .lock("counter")
+                    .wait(Duration::from_secs(30))
+                    .await
+                    .expect("lock");
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.unlock().await.expect("unlock");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(counter.load(Ordering::SeqCst), 400);
+
+    // A waiter with a 30 s lease ahead of it wakes on the SPUBLISH of the release.
+    let holder = locks.lock("wake").await.expect("lock");
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            let guard = locks
+                .lock("wake")
+                .wait(Duration::from_secs(10))
+                .await
+                .expect("lock");
+            let at = Instant::now();
+            guard.unlock().await.expect("unlock");
+            at
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    holder.unlock().await.expect("unlock");
+    let gap = waiter
+        .await
+        .expect("waiter")
+        .saturating_duration_since(released);
+    assert!(
+        gap < Duration::from_millis(100),
+        "woke {gap:?} after the release"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_leases_on_every_shard() {
+    let lease = Duration::from_millis(900);
+    let cluster = cluster();
+    let locks = client(&cluster, lease).await;
+    let mut guards = Vec::new();
+    for n in 0..50 {
+        guards.push(locks.lock(format!("renew:{n}")).await.expect("lock"));
+    }
+    tokio::time::sleep(lease * 3).await;
+    assert_eq!(guards.iter().filter(|guard| guard.is_lost()).count(), 0);
+    let info = locks.inspect("renew:7").await.expect("inspect");
+    assert!(info.held);
+    assert!(locks.force_unlock("renew:7").await.expect("force_unlock"));
+    tokio::time::timeout(lease / 3 + Duration::from_millis(500), guards[7].lost())
+        .await
+        .expect("the loss is reported");
+    for (n, guard) in guards.into_iter().enumerate() {
+        let result = guard.unlock().await;
+        assert_eq!(result.is_err(), n == 7, "lock {n}: {result:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_keeps_the_holder_valid() {
+    let lease = Duration::from_millis(1500);
+    let cluster = cluster();
+    let locks = client(&cluster, lease).await;
+    let guard = locks.lock("failover").await.expect("lock");
+
+    let key = common::lock_key("failover");
+    let slot: u16 = cluster.nodes()[0]
+        .cmd(&["CLUSTER", "KEYSLOT", &key])
+        .expect("KEYSLOT")
+        .parse()
+        .expect("a slot");
+    let master = cluster.node_for_slot(slot).expect("master");
+    let master_id = cluster.nodes()[master]
+        .cmd(&["CLUSTER", "MYID"])
+        .expect("MYID");
+    // The replica of that master takes over, after catching up with it.
+    let replica = (cluster.masters()..cluster.nodes().len())
+        .find(|&n| {
+            cluster.nodes()[n]
+                .cmd(&["CLUSTER", "NODES"])
+                .map(|nodes| {
+                    nodes
+                        .lines()
+                        .any(|line| line.contains("myself") && line.contains(master_id.as_str()))
+                })
+                .unwrap_or(false)
+        })
+        .expect("a replica of the master");
+    cluster.nodes()[replica]
+        .cmd(&["CLUSTER", "FAILOVER"])
+        .expect("CLUSTER FAILOVER");
+    let promoted = common::eventually(Duration::from_secs(10), || {
+        cluster.node_for_slot(slot) == Some(replica)
+    })
+    .await;
+    assert!(promoted, "the replica took over the slot");
+
+    // Several renewal periods later the holder still holds it, on the new master.
+    tokio::time::sleep(lease * 2).await;
+    assert!(!guard.is_lost(), "the lock survived the failover");
+    assert_eq!(
+        common::redis_count(&cluster.nodes()[replica], "failover"),
+        1
+    );
+    guard.unlock().await.expect("unlock after the failover");
+    assert_eq!(
+        common::redis_count(&cluster.nodes()[replica], "failover"),
+        0
+    );
+}
