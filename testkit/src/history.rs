@@ -63,10 +63,13 @@ impl Section {
         )
     }
 
-    /// Parses a line made by [`Section::to_line`]; `None` for any other line (so
-    /// that a child's other output can be skipped).
+    /// Parses a line that contains one made by [`Section::to_line`] (text before it is
+    /// skipped); `None` for any other line, so that a child's other output can be
+    /// skipped.
     pub fn parse_line(line: &str) -> Option<Section> {
-        let rest = line.trim().strip_prefix("SECTION ")?;
+        // Anywhere in the line: a test harness may print its own text before it.
+        let start = line.find("SECTION ")?;
+        let rest = &line[start + "SECTION ".len()..];
         let mut fields = BTreeMap::new();
         for word in rest.split_whitespace() {
             let (key, value) = word.split_once('=')?;
@@ -128,13 +131,19 @@ pub struct Report {
     pub token_regressions: Vec<TokenRegression>,
     /// Sections whose release comes before their acquire (a bug in the recording).
     pub malformed: Vec<Section>,
+    /// Sections whose acquire returned after the lease deadline the holder believed
+    /// in: the lock was handed out when it could already belong to someone else.
+    pub late_grants: Vec<Section>,
 }
 
 impl Report {
     /// Whether the history is linearizable as a mutex: no overlaps, no token going
     /// backwards, nothing malformed.
     pub fn is_clean(&self) -> bool {
-        self.overlaps.is_empty() && self.token_regressions.is_empty() && self.malformed.is_empty()
+        self.overlaps.is_empty()
+            && self.token_regressions.is_empty()
+            && self.malformed.is_empty()
+            && self.late_grants.is_empty()
     }
 
     /// Panics with a description of the first problems unless the report is clean.
@@ -154,11 +163,13 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{} sections by {} owners: {} overlaps, {} fencing token regressions, {} malformed",
+            "{} sections by {} owners: {} overlaps, {} fencing token regressions, {} late \
+             grants, {} malformed",
             self.sections,
             self.owners,
             self.overlaps.len(),
             self.token_regressions.len(),
+            self.late_grants.len(),
             self.malformed.len()
         )?;
         for overlap in self.overlaps.iter().take(5) {
@@ -176,6 +187,13 @@ impl fmt::Display for Report {
                 "  token went backwards:\n    {}\n    {}",
                 regression.earlier.to_line(),
                 regression.later.to_line()
+            )?;
+        }
+        for section in self.late_grants.iter().take(5) {
+            writeln!(
+                f,
+                "  granted after its believed deadline: {}",
+                section.to_line()
             )?;
         }
         for section in self.malformed.iter().take(5) {
@@ -270,6 +288,8 @@ impl History {
 /// - **Token regressions**: in the order of acquisition, a section whose fencing
 ///   token is lower than the highest token of an earlier section of another owner.
 ///   Sections without a token are skipped.
+/// - **Late grants**: sections whose acquire returned at or after the lease deadline
+///   the holder believed in (a lock handed out that may already be someone else's).
 /// - **Malformed** sections end before they begin.
 pub fn check_sections(sections: &[Section]) -> Report {
     let mut sorted: Vec<&Section> = sections.iter().collect();
@@ -286,6 +306,12 @@ pub fn check_sections(sections: &[Section]) -> Report {
     for section in &sorted {
         if section.released_ns < section.acquired_ns {
             report.malformed.push((*section).clone());
+        }
+        if section
+            .deadline_ns
+            .is_some_and(|deadline| deadline <= section.acquired_ns)
+        {
+            report.late_grants.push((*section).clone());
         }
     }
     // Overlaps: sweep in acquisition order. `open` holds, per owner, the section of
@@ -381,6 +407,15 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_after_its_deadline_is_reported() {
+        let mut late = section("a", 1, 100, 200);
+        late.deadline_ns = Some(100);
+        let report = check_sections(&[late]);
+        assert_eq!(report.late_grants.len(), 1, "{report}");
+        assert!(!report.is_clean());
+    }
+
+    #[test]
     fn tokens_going_backwards_are_reported() {
         let report = check_sections(&[section("a", 5, 0, 10), section("b", 4, 20, 30)]);
         assert_eq!(report.token_regressions.len(), 1, "{report}");
@@ -395,6 +430,8 @@ mod tests {
         s.deadline_ns = Some(20);
         assert_eq!(Section::parse_line(&s.to_line()), Some(s.clone()));
         assert_eq!(Section::parse_line("running 1 test"), None);
+        let prefixed = format!("test child ... {}", s.to_line());
+        assert_eq!(Section::parse_line(&prefixed), Some(s.clone()));
         let history = History::new();
         let text = format!("noise\n{}\nmore noise\n", s.to_line());
         assert_eq!(history.extend_from_lines(&text), 1);

@@ -1,0 +1,1 @@
+//! Sensitivity: each seeded fault must make a check fail.
