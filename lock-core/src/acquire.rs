@@ -444,12 +444,26 @@ impl AcquireCall<'_> {
             attempt,
         };
         let abandoned = invoke.clone();
-        let call = Detached::new(Box::pin(invoke.clone().send()), move |result| {
-            Box::pin(abandoned.settle(result))
+        let call = Detached::new(Box::pin(invoke.clone().send_acked()), move |result| {
+            Box::pin(abandoned.settle(result.map(|(reply, _)| reply)))
         });
         match call.await {
-            Ok(reply) => AcquireReply::decode(&reply)
-                .ok_or_else(|| unexpected_reply("acquire.lua", &reply).into()),
+            Ok((reply, acked)) => {
+                let decoded = AcquireReply::decode(&reply)
+                    .ok_or_else(|| unexpected_reply("acquire.lua", &reply))?;
+                if let (AcquireReply::Acquired { .. }, Some(acked)) = (decoded, acked) {
+                    let needed = self.client.inner.config.replicas.map_or(0, |(n, _)| n);
+                    if acked < i64::from(needed) {
+                        // Too few replicas have the lock: a failover could lose it.
+                        invoke.release().await;
+                        return Err(LockError::ReplicationNotConfirmed {
+                            acked: u32::try_from(acked).unwrap_or(0),
+                            needed,
+                        });
+                    }
+                }
+                Ok(decoded)
+            }
             Err(err) => {
                 if outcome_unknown(&err) {
                     spawn(invoke.resolve());
@@ -474,20 +488,53 @@ struct Invoke {
 
 impl Invoke {
     async fn send(self) -> redis::RedisResult<Vec<i64>> {
+        self.send_acked().await.map(|(reply, _)| reply)
+    }
+
+    /// Sends the attempt; when the client wants replica acknowledgements and this
+    /// is a first acquisition, `WAIT` goes in the same pipeline (it counts only the
+    /// writes of its own connection) and its answer comes back too.
+    async fn send_acked(self) -> redis::RedisResult<(Vec<i64>, Option<i64>)> {
         let mut conn = self.client.inner.conn.clone();
-        self.client
-            .inner
-            .scripts
-            .acquire
+        let scripts = &self.client.inner.scripts;
+        let mut invocation = scripts.acquire.prepare_invoke();
+        invocation
             .key(&self.keys.lock)
             .key(&self.keys.fence)
             .arg(&*self.owner)
             .arg(self.lease_ms)
             .arg(u8::from(self.fencing))
             .arg(self.attempt)
+            .arg(u8::from(self.reentry));
+        let replicas = self.client.inner.config.replicas.filter(|_| !self.reentry);
+        let Some((needed, timeout)) = replicas else {
+            return Ok((invocation.invoke_async(&mut conn).await?, None));
+        };
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(scripts.acquire.get_hash())
+            .arg(2)
+            .arg(&self.keys.lock)
+            .arg(&self.keys.fence)
+            .arg(&*self.owner)
+            .arg(self.lease_ms)
+            .arg(u8::from(self.fencing))
+            .arg(self.attempt)
             .arg(u8::from(self.reentry))
-            .invoke_async(&mut conn)
-            .await
+            .cmd("WAIT")
+            .arg(needed)
+            .arg(timeout.as_millis() as u64);
+        let result: redis::RedisResult<(Vec<i64>, i64)> = pipe.query_async(&mut conn).await;
+        let (reply, acked) = match result {
+            Err(err)
+                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                invocation.load_async(&mut conn).await?;
+                pipe.query_async(&mut conn).await?
+            }
+            other => other?,
+        };
+        Ok((reply, Some(acked)))
     }
 
     /// Gives back the hold that an abandoned attempt took, if it took one.

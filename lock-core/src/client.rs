@@ -60,6 +60,7 @@ pub struct LockClientBuilder {
     fencing: bool,
     connect_timeout: Duration,
     response_timeout: Duration,
+    replicas: Option<(u32, Duration)>,
 }
 
 impl Default for LockClientBuilder {
@@ -79,6 +80,7 @@ impl LockClientBuilder {
             fencing: false,
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_millis(500),
+            replicas: None,
         }
     }
 
@@ -149,6 +151,19 @@ impl LockClientBuilder {
         self
     }
 
+    /// Waits, after each new lock, until `replicas` replicas have received it (Redis
+    /// `WAIT`, sent in the same round trip as the acquire), for at most `timeout`.
+    /// When fewer acknowledge in time, the lock is released and the acquire fails
+    /// with [`LockError::ReplicationNotConfirmed`]. Re-entries do not wait.
+    ///
+    /// This narrows, but does not close, the window in which a failover to a replica
+    /// loses a lock: replication stays asynchronous. Default: off. `timeout` must be
+    /// at least 1 ms and below the [`response_timeout`](Self::response_timeout).
+    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
+        self
+    }
+
     /// The namespace that will be used.
     pub fn get_namespace(&self) -> &str {
         &self.namespace
@@ -179,6 +194,18 @@ impl LockClientBuilder {
                     self.default_lease
                 ),
             ));
+        }
+        if let Some((_, timeout)) = self.replicas {
+            if timeout < Duration::from_millis(1) || timeout >= self.response_timeout {
+                return Err(LockError::invalid_option(
+                    "replicas",
+                    format!(
+                        "the timeout {timeout:?} must be at least 1 ms and below the response \
+                         timeout ({:?}); raise `response_timeout` or lower the replicas timeout",
+                        self.response_timeout
+                    ),
+                ));
+            }
         }
         if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
             return Err(LockError::invalid_option(
@@ -298,6 +325,7 @@ impl LockClientBuilder {
                 conn,
                 scripts,
                 config: Config {
+                    replicas: self.replicas,
                     namespace: self.namespace,
                     default_wait: self.default_wait,
                     default_lease: self.default_lease,
@@ -324,6 +352,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("fencing", &self.fencing)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("replicas", &self.replicas)
             .finish()
     }
 }
@@ -448,6 +477,8 @@ async fn preload(conn: &mut Conn) -> Result<(), LockError> {
 
 #[derive(Debug)]
 pub(crate) struct Config {
+    /// Replicas that must acknowledge each new lock, and how long to wait for them.
+    pub(crate) replicas: Option<(u32, Duration)>,
     pub(crate) namespace: String,
     pub(crate) default_wait: Duration,
     pub(crate) default_lease: Duration,

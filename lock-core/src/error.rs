@@ -72,6 +72,17 @@ pub enum LockError {
         /// How many were needed (a majority).
         needed: usize,
     },
+    /// Fewer replicas than required acknowledged a new lock in time; it was released.
+    #[error(
+        "only {acked} of the {needed} replicas required acknowledged the lock in time, so it \
+         was released; check the replicas' health and lag, or lower `replicas(..)`"
+    )]
+    ReplicationNotConfirmed {
+        /// How many replicas acknowledged.
+        acked: u32,
+        /// How many were required.
+        needed: u32,
+    },
     /// A global client was asked for, and none is installed.
     #[error(
         "no global lock client is installed: call `LockClient::builder().url(..).connect().await?\

@@ -1,0 +1,105 @@
+//! `.replicas(n, timeout)`: a new lock counts only once replicas have it.
+
+mod common;
+
+use std::time::Duration;
+
+use distlock::{LockClient, LockError};
+use distlock_testkit::RedisServer;
+
+fn master_and_replica() -> (RedisServer, RedisServer) {
+    let master = common::server();
+    let replica = RedisServer::builder()
+        .arg("--replicaof")
+        .arg("127.0.0.1")
+        .arg(master.port().to_string())
+        .start()
+        .expect("start the replica");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !replica
+        .cmd(&["INFO", "replication"])
+        .expect("INFO")
+        .contains("master_link_status:up")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never synced"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (master, replica)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_is_granted_once_a_replica_has_it_and_refused_otherwise() {
+    let (master, replica) = master_and_replica();
+    let locks = common::builder(&master)
+        .replicas(1, Duration::from_millis(200))
+        .connect()
+        .await
+        .expect("connect");
+
+    let guard = locks.lock("acked").await.expect("the replica acknowledges");
+    assert_eq!(
+        common::redis_count(&replica, "acked"),
+        1,
+        "the replica has the lock"
+    );
+    guard
+        .scope(async {
+            let before = common::command_calls(&master, "wait");
+            let inner = locks.lock("acked").await.expect("re-entry");
+            assert_eq!(
+                common::command_calls(&master, "wait"),
+                before,
+                "re-entries do not wait"
+            );
+            inner.unlock().await.expect("unlock");
+        })
+        .await;
+    guard.unlock().await.expect("unlock");
+
+    replica.pause().expect("SIGSTOP the replica");
+    let err = locks
+        .lock("unacked")
+        .await
+        .expect_err("no replica can acknowledge");
+    replica.resume().expect("SIGCONT the replica");
+    match err {
+        LockError::ReplicationNotConfirmed { acked, needed } => {
+            assert_eq!((acked, needed), (0, 1));
+        }
+        other => panic!("expected ReplicationNotConfirmed, got {other}"),
+    }
+    assert!(
+        !locks.inspect("unacked").await.expect("inspect").held,
+        "released again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_timeout_out_of_range_is_refused_before_connecting() {
+    let server = common::server();
+    for timeout in [
+        Duration::ZERO,
+        Duration::from_millis(500),
+        Duration::from_secs(3),
+    ] {
+        let err = LockClient::builder()
+            .url(server.url())
+            .replicas(1, timeout)
+            .connect()
+            .await
+            .expect_err("out of range");
+        assert!(
+            matches!(
+                err,
+                LockError::InvalidOption {
+                    option: "replicas",
+                    ..
+                }
+            ),
+            "{timeout:?}: {err}"
+        );
+    }
+}
