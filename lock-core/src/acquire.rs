@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::backend::Conn;
 use crate::client::{outcome_unknown, LockClient, MAX_LEASE, MIN_LEASE};
 use crate::context::LockContext;
 use crate::faults::{self, Fault};
@@ -219,6 +220,13 @@ async fn acquire(request: LockRequest) -> Result<LockGuard, LockError> {
         )
     })?;
     let fencing = fencing.unwrap_or(client.fencing());
+    if fencing && client.inner.backend.is_redlock() {
+        return Err(LockError::invalid_option(
+            "fencing",
+            "fencing tokens are not available on Redlock; use a single server, Sentinel or a \
+             cluster where fencing matters",
+        ));
+    }
     let context = LockContext::current();
     let span = tracing::debug_span!(
         "distlock.acquire",
@@ -269,7 +277,12 @@ async fn acquire_new(
 ) -> Result<LockGuard, LockError> {
     let owner = client.next_owner();
     let lease_ms = mode.lease.as_millis() as u64;
+    // The lease as this client may count on it: less the clock drift between the
+    // client and the servers.
+    let validity = mode.lease.saturating_sub(drift(mode.lease));
     let mut subscription = None;
+    // Redlock: the last attempt failed for want of reachable nodes.
+    let mut short_of_quorum = None;
     loop {
         // Listen before asking, so that a release between the reply and the wait is not missed.
         let channel = subscription
@@ -291,7 +304,7 @@ async fn acquire_new(
         };
         match call.run().await? {
             AcquireReply::Acquired { count, fence } => {
-                let late = Instant::now() >= sent + mode.lease;
+                let late = Instant::now() >= sent + validity;
                 if late && !faults::active(Fault::NoPostReplyLeaseCheck) {
                     // The reply came after the lease could have ended: the lock may
                     // already belong to someone else. Give it back and try again.
@@ -306,7 +319,7 @@ async fn acquire_new(
                         (fence > 0).then_some(fence),
                         HoldState {
                             guards: 1,
-                            deadline: sent + mode.lease,
+                            deadline: sent + validity,
                             watchdog: mode.watchdog,
                             lease: mode.lease,
                             next_renew: sent + mode.lease / 3,
@@ -322,9 +335,26 @@ async fn acquire_new(
                     });
                 }
             }
-            AcquireReply::Busy { pttl_ms } => {
+            reply @ (AcquireReply::Busy { .. } | AcquireReply::NoQuorum { .. }) => {
+                let pttl_ms = match reply {
+                    AcquireReply::NoQuorum { granted } => {
+                        short_of_quorum = Some(granted);
+                        retry_delay_ms()
+                    }
+                    AcquireReply::Busy { pttl_ms } => {
+                        short_of_quorum = None;
+                        pttl_ms
+                    }
+                    _ => 0,
+                };
                 let now = Instant::now();
                 if now >= deadline {
+                    if let Some(granted) = short_of_quorum {
+                        return Err(LockError::QuorumNotReached {
+                            got: granted as usize,
+                            needed: client.inner.backend.quorum(),
+                        });
+                    }
                     return Err(LockError::Timeout {
                         name: keys.display(),
                         waited: now - start,
@@ -398,7 +428,10 @@ async fn reenter(
     };
     match call.run().await? {
         AcquireReply::Acquired { count, .. } => {
-            client.inner.watchdog.guard_added(&hold, sent + lease);
+            client
+                .inner
+                .watchdog
+                .guard_added(&hold, sent + lease.saturating_sub(drift(lease)));
             let held = HeldLock { hold, count };
             Ok(LockGuard {
                 client: client.clone(),
@@ -407,7 +440,7 @@ async fn reenter(
                 released: false,
             })
         }
-        AcquireReply::NotHeld | AcquireReply::Busy { .. } => {
+        AcquireReply::NotHeld | AcquireReply::Busy { .. } | AcquireReply::NoQuorum { .. } => {
             hold.mark_lost("a re-entry found the lock no longer held by its owner");
             Err(hold.lost_error())
         }
@@ -491,11 +524,20 @@ impl Invoke {
         self.send_acked().await.map(|(reply, _)| reply)
     }
 
-    /// Sends the attempt; when the client wants replica acknowledgements and this
-    /// is a first acquisition, `WAIT` goes in the same pipeline (it counts only the
-    /// writes of its own connection) and its answer comes back too.
+    /// Sends the attempt to the backend: one endpoint, or every Redlock node.
     async fn send_acked(self) -> redis::RedisResult<(Vec<i64>, Option<i64>)> {
-        let mut conn = self.client.inner.conn.clone();
+        if self.client.inner.backend.is_redlock() {
+            return self.send_redlock().await.map(|reply| (reply, None));
+        }
+        let conn = self.client.inner.backend.first();
+        self.send_to(conn).await
+    }
+
+    /// Sends the attempt to one endpoint; when the client wants replica
+    /// acknowledgements and this is a first acquisition, `WAIT` goes in the same
+    /// pipeline (it counts only the writes of its own connection) and its answer
+    /// comes back too.
+    async fn send_to(self, mut conn: Conn) -> redis::RedisResult<(Vec<i64>, Option<i64>)> {
         let scripts = &self.client.inner.scripts;
         let mut invocation = scripts.acquire.prepare_invoke();
         invocation
@@ -535,6 +577,124 @@ impl Invoke {
             other => other?,
         };
         Ok((reply, Some(acked)))
+    }
+
+    /// Redlock: the attempt goes to every node at once. It is granted when a
+    /// majority granted it; otherwise every grant is given back before answering.
+    /// The answer has the shape of `acquire.lua`'s, plus `{-3, granted}` when too few
+    /// nodes answered to ever make a majority.
+    async fn send_redlock(self) -> redis::RedisResult<Vec<i64>> {
+        let backend = self.client.inner.backend.clone();
+        let replies = backend
+            .each(|conn| {
+                let invoke = self.clone();
+                async move { invoke.send_to(conn).await.map(|(reply, _)| reply) }
+            })
+            .await;
+        let decoded: Vec<Option<AcquireReply>> = replies
+            .iter()
+            .map(|reply| {
+                reply
+                    .as_ref()
+                    .ok()
+                    .and_then(|reply| AcquireReply::decode(reply))
+            })
+            .collect();
+        let granted: Vec<usize> = (0..decoded.len())
+            .filter(|&i| matches!(decoded[i], Some(AcquireReply::Acquired { .. })))
+            .collect();
+        let quorum = backend.quorum();
+        if granted.len() >= quorum {
+            let count = decoded
+                .iter()
+                .filter_map(|reply| match reply {
+                    Some(AcquireReply::Acquired { count, .. }) => Some(*count),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(1);
+            return Ok(vec![1, i64::try_from(count).unwrap_or(i64::MAX), 0]);
+        }
+        // Too few: give back what this attempt took, wherever it may have taken it.
+        for (index, reply) in replies.iter().enumerate() {
+            let conn = backend.nodes()[index].clone();
+            if granted.contains(&index) {
+                self.release_on(conn).await;
+            } else if matches!(reply, Err(err) if outcome_unknown(err)) {
+                spawn(self.clone().resolve_on(conn));
+            }
+        }
+        if decoded
+            .iter()
+            .any(|reply| *reply == Some(AcquireReply::Conflict))
+        {
+            return Ok(vec![-2]);
+        }
+        if self.reentry {
+            return Ok(vec![-1]);
+        }
+        let answered = replies.iter().filter(|reply| reply.is_ok()).count();
+        if answered < quorum {
+            return Ok(vec![-3, granted.len() as i64]);
+        }
+        let busy: Vec<i64> = decoded
+            .iter()
+            .filter_map(|reply| match reply {
+                Some(AcquireReply::Busy { pttl_ms }) => Some(*pttl_ms),
+                _ => None,
+            })
+            .collect();
+        // Held by a majority elsewhere: wait for its release (or its lease). A split
+        // vote: everyone gave back, so try again after a short random delay.
+        let hint = if busy.len() >= quorum {
+            busy.iter()
+                .copied()
+                .filter(|ms| *ms > 0)
+                .min()
+                .unwrap_or(-1)
+        } else {
+            retry_delay_ms()
+        };
+        Ok(vec![0, hint])
+    }
+
+    /// Gives back this attempt's hold on one node.
+    async fn release_on(&self, conn: Conn) {
+        let scripts = self.client.inner.scripts.clone();
+        let keys = [self.keys.lock.clone(), self.keys.channel.clone()];
+        let publish = self.client.inner.backend.publish_command();
+        let attempt = self.client.next_attempt();
+        let result = crate::client::release_on(
+            conn,
+            scripts,
+            keys,
+            self.owner.to_string(),
+            self.lease_ms,
+            attempt,
+            publish,
+        )
+        .await;
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "distlock: could not give back a Redlock node's grant; its lease will end it");
+        }
+    }
+
+    /// Replays the attempt on one node until its outcome is known, and gives back
+    /// the grant if there was one.
+    async fn resolve_on(self, conn: Conn) {
+        for round in 1..=5u32 {
+            tokio::time::sleep(Duration::from_millis(50) * round).await;
+            match self.clone().send_to(conn.clone()).await {
+                Ok((reply, _)) => {
+                    if let Some(AcquireReply::Acquired { .. }) = AcquireReply::decode(&reply) {
+                        self.release_on(conn).await;
+                    }
+                    return;
+                }
+                Err(err) if outcome_unknown(&err) => continue,
+                Err(_) => return,
+            }
+        }
     }
 
     /// Gives back the hold that an abandoned attempt took, if it took one.
@@ -578,6 +738,17 @@ impl Invoke {
             tracing::debug!(error = %err, "distlock: could not give back an abandoned hold; its lease will end it");
         }
     }
+}
+
+/// How much clock drift between client and servers a lease allows for: 1 % of it
+/// plus 2 ms, as the Redlock analysis suggests.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// A short random delay before retrying after a split Redlock vote, in ms (5 to 50).
+fn retry_delay_ms() -> i64 {
+    5 + (uuid::Uuid::new_v4().as_u128() % 46) as i64
 }
 
 /// Spawns `fut` on the current runtime, if there is one.

@@ -4,9 +4,113 @@
 //! single-slot requests to the right server on its own (a cluster follows `MOVED`
 //! and `ASK`, and loads scripts on every node).
 
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+/// The deployment: one endpoint (a server, a Sentinel-managed master, a cluster), or
+/// the independent masters of Redlock, where an operation counts when a majority
+/// of them agree.
+#[derive(Clone)]
+pub(crate) struct Backend {
+    nodes: Arc<[Conn]>,
+    /// Redlock's per-node timeout; `None` with one endpoint.
+    node_timeout: Option<Duration>,
+}
+
+impl Backend {
+    pub(crate) fn one(conn: Conn) -> Self {
+        Self {
+            nodes: Arc::from([conn]),
+            node_timeout: None,
+        }
+    }
+
+    pub(crate) fn redlock(nodes: Vec<Conn>, node_timeout: Duration) -> Self {
+        Self {
+            nodes: nodes.into(),
+            node_timeout: Some(node_timeout),
+        }
+    }
+
+    /// Whether operations go to several independent masters.
+    pub(crate) fn is_redlock(&self) -> bool {
+        self.node_timeout.is_some()
+    }
+
+    /// How many nodes must agree: a majority (1 with a single endpoint).
+    pub(crate) fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// How many nodes there are.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The first (with one endpoint: the only) node.
+    pub(crate) fn first(&self) -> Conn {
+        self.nodes[0].clone()
+    }
+
+    pub(crate) fn nodes(&self) -> &[Conn] {
+        &self.nodes
+    }
+
+    /// The command the release scripts publish with.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        self.nodes[0].publish_command()
+    }
+
+    /// Runs `op` on every node, concurrently, each bounded by the per-node timeout;
+    /// the results come back in node order. With one node, `op` simply runs here.
+    pub(crate) async fn each<T, F, Fut>(&self, op: F) -> Vec<RedisResult<T>>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = RedisResult<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let Some(limit) = self.node_timeout else {
+            return vec![op(self.first()).await];
+        };
+        let mut tasks = tokio::task::JoinSet::new();
+        for (index, conn) in self.nodes.iter().enumerate() {
+            let call = op(conn.clone());
+            tasks.spawn(async move {
+                let result = match tokio::time::timeout(limit, call).await {
+                    Ok(result) => result,
+                    Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "a Redlock node did not answer within the node timeout",
+                    ))),
+                };
+                (index, result)
+            });
+        }
+        let mut results: Vec<Option<RedisResult<T>>> =
+            (0..self.nodes.len()).map(|_| None).collect();
+        while let Some(joined) = tasks.join_next().await {
+            if let Ok((index, result)) = joined {
+                results[index] = Some(result);
+            }
+        }
+        results
+            .into_iter()
+            .map(|result| {
+                result.unwrap_or_else(|| {
+                    Err(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "a Redlock node task failed",
+                    )))
+                })
+            })
+            .collect()
+    }
+}
 
 /// A command connection to the deployment.
 #[derive(Clone)]

@@ -13,7 +13,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::Instrument;
 
 use crate::acquire::{spawn, Detached, LockRequest, TryLockRequest};
-use crate::backend::Conn;
+use crate::backend::{Backend, Conn};
 use crate::faults::{self, Fault};
 use crate::guard::{HeldLock, Hold};
 use crate::name::{validate_namespace, LockKeys};
@@ -61,6 +61,7 @@ pub struct LockClientBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     replicas: Option<(u32, Duration)>,
+    redlock_node_timeout: Duration,
 }
 
 impl Default for LockClientBuilder {
@@ -81,6 +82,7 @@ impl LockClientBuilder {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_millis(500),
             replicas: None,
+            redlock_node_timeout: Duration::from_millis(50),
         }
     }
 
@@ -104,6 +106,33 @@ impl LockClientBuilder {
         S: Into<String>,
     {
         self.target = Some(Target::Cluster(urls.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// Redlock over independent Redis masters (no replication between them), given
+    /// their URLs; an odd number, 3 or more, is usual. Replaces [`url`](Self::url).
+    ///
+    /// Every operation goes to all masters in parallel, each bounded by
+    /// [`redlock_node_timeout`](Self::redlock_node_timeout). A lock is granted when a
+    /// majority granted it while the lease still had time left (lease − elapsed −
+    /// clock drift); otherwise it is given back everywhere and tried again after a
+    /// short random delay within the wait. Re-entry, the watchdog (a lock is lost when
+    /// a majority no longer has it) and waking waiters work as on one server. Fencing
+    /// tokens are not available on Redlock: per-node counters do not give a single
+    /// order.
+    pub fn redlock<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Some(Target::Redlock(urls.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// How long each Redlock node may take to answer one request before it counts as
+    /// not granting it. Default: 50 ms; keep it far below the lease.
+    pub fn redlock_node_timeout(mut self, timeout: Duration) -> Self {
+        self.redlock_node_timeout = timeout;
         self
     }
 
@@ -221,6 +250,43 @@ impl LockClientBuilder {
             Some(Target::Single(url)) => {
                 Ok(Endpoints::Single(parse_url("url", url)?))
             }
+            Some(Target::Redlock(urls)) => {
+                if urls.is_empty() {
+                    return Err(LockError::invalid_option(
+                        "redlock",
+                        "no node URL was given; pass the URLs of the independent masters",
+                    ));
+                }
+                if self.fencing {
+                    return Err(LockError::invalid_option(
+                        "fencing",
+                        "fencing tokens are not available on Redlock; use a single server, \
+                         Sentinel or a cluster where fencing matters",
+                    ));
+                }
+                if self.replicas.is_some() {
+                    return Err(LockError::invalid_option(
+                        "replicas",
+                        "replica acknowledgements do not apply to Redlock's independent masters",
+                    ));
+                }
+                if self.redlock_node_timeout.is_zero()
+                    || self.redlock_node_timeout * 3 > self.default_lease
+                {
+                    return Err(LockError::invalid_option(
+                        "redlock_node_timeout",
+                        format!(
+                            "{:?} must be above zero and far below the lease ({:?})",
+                            self.redlock_node_timeout, self.default_lease
+                        ),
+                    ));
+                }
+                let nodes = urls
+                    .iter()
+                    .map(|url| parse_url("redlock", url))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Endpoints::Redlock(nodes))
+            }
             Some(Target::Cluster(urls)) => {
                 if urls.is_empty() {
                     return Err(LockError::invalid_option(
@@ -268,24 +334,46 @@ impl LockClientBuilder {
 
     async fn connect_with(self, endpoints: Endpoints) -> Result<LockClient, LockError> {
         let shutdown = CancellationToken::new();
-        let (mut conn, sub_conn, pushes) = match endpoints {
+        let manager_config = || {
+            ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.connect_timeout))
+                .set_response_timeout(Some(self.response_timeout))
+                .set_number_of_retries(4)
+                .set_max_delay(Duration::from_secs(1))
+        };
+        // A command connection and a RESP3 subscriber connection to one server,
+        // whose pushes go to `push_tx`.
+        let single = |info: ConnectionInfo, push_tx| async move {
+            let client = redis::Client::open(info.clone())?;
+            let conn = ConnectionManager::new_with_config(client, manager_config()).await?;
+            let sub_client = redis::Client::open(resp3(info))?;
+            let sub_config = manager_config()
+                .set_push_sender(push_tx)
+                .set_automatic_resubscription();
+            let sub = ConnectionManager::new_with_config(sub_client, sub_config).await?;
+            Ok::<_, LockError>((conn, sub))
+        };
+        let (backend, sub_conn, pushes) = match endpoints {
             Endpoints::Single(info) => {
-                let manager_config = || {
-                    ConnectionManagerConfig::new()
-                        .set_connection_timeout(Some(self.connect_timeout))
-                        .set_response_timeout(Some(self.response_timeout))
-                        .set_number_of_retries(4)
-                        .set_max_delay(Duration::from_secs(1))
-                };
-                let client = redis::Client::open(info.clone())?;
-                let conn = ConnectionManager::new_with_config(client, manager_config()).await?;
                 let (push_tx, pushes) = tokio::sync::mpsc::unbounded_channel();
-                let sub_client = redis::Client::open(resp3(info))?;
-                let sub_config = manager_config()
-                    .set_push_sender(push_tx)
-                    .set_automatic_resubscription();
-                let sub = ConnectionManager::new_with_config(sub_client, sub_config).await?;
-                (Conn::Single(conn), SubConn::Single(sub), pushes)
+                let (conn, sub) = single(info, push_tx).await?;
+                (
+                    Backend::one(Conn::Single(conn)),
+                    SubConn::Single(sub),
+                    pushes,
+                )
+            }
+            Endpoints::Redlock(nodes) => {
+                let (push_tx, pushes) = tokio::sync::mpsc::unbounded_channel();
+                let mut conns = Vec::with_capacity(nodes.len());
+                let mut subs = Vec::with_capacity(nodes.len());
+                for info in nodes {
+                    let (conn, sub) = single(info, push_tx.clone()).await?;
+                    conns.push(Conn::Single(conn));
+                    subs.push(sub);
+                }
+                let backend = Backend::redlock(conns, self.redlock_node_timeout);
+                (backend, SubConn::Many(subs), pushes)
             }
             Endpoints::Cluster(nodes) => {
                 let builder = |nodes: Vec<ConnectionInfo>| {
@@ -304,14 +392,20 @@ impl LockClientBuilder {
                     .build()?
                     .get_async_connection()
                     .await?;
-                (Conn::Cluster(conn), SubConn::Cluster(sub), pushes)
+                (
+                    Backend::one(Conn::Cluster(conn)),
+                    SubConn::Cluster(sub),
+                    pushes,
+                )
             }
         };
-        preload(&mut conn).await?;
+        for conn in backend.nodes() {
+            preload(&mut conn.clone()).await?;
+        }
         let scripts = Arc::new(Scripts::new());
         let subscriber = Subscriber::start(sub_conn, pushes, shutdown.clone());
         let watchdog = Watchdog::spawn(
-            conn.clone(),
+            backend.clone(),
             scripts.clone(),
             self.default_lease,
             shutdown.clone(),
@@ -322,7 +416,7 @@ impl LockClientBuilder {
             inner: Arc::new(Inner {
                 id,
                 uuid: uuid::Uuid::new_v4().simple().to_string(),
-                conn,
+                backend,
                 scripts,
                 config: Config {
                     replicas: self.replicas,
@@ -362,6 +456,7 @@ impl fmt::Debug for LockClientBuilder {
 enum Target {
     Single(String),
     Cluster(Vec<String>),
+    Redlock(Vec<String>),
 }
 
 impl fmt::Debug for Target {
@@ -372,6 +467,10 @@ impl fmt::Debug for Target {
                 .debug_tuple("Cluster")
                 .field(&urls.iter().map(|url| redact(url)).collect::<Vec<_>>())
                 .finish(),
+            Self::Redlock(urls) => f
+                .debug_tuple("Redlock")
+                .field(&urls.iter().map(|url| redact(url)).collect::<Vec<_>>())
+                .finish(),
         }
     }
 }
@@ -380,6 +479,7 @@ impl fmt::Debug for Target {
 enum Endpoints {
     Single(ConnectionInfo),
     Cluster(Vec<ConnectionInfo>),
+    Redlock(Vec<ConnectionInfo>),
 }
 
 fn parse_url(option: &'static str, url: &str) -> Result<ConnectionInfo, LockError> {
@@ -488,7 +588,7 @@ pub(crate) struct Config {
 pub(crate) struct Inner {
     pub(crate) id: u64,
     uuid: String,
-    pub(crate) conn: Conn,
+    pub(crate) backend: Backend,
     pub(crate) scripts: Arc<Scripts>,
     pub(crate) config: Config,
     owners: AtomicU64,
@@ -649,29 +749,77 @@ impl LockClient {
     /// Read-only: dropping the future changes nothing.
     pub async fn inspect(&self, name: impl AsRef<[u8]>) -> Result<LockInfo, LockError> {
         let keys = self.keys(name.as_ref())?;
-        let mut conn = self.inner.conn.clone();
-        let reply: Vec<i64> = self
+        let scripts = self.inner.scripts.clone();
+        let replies = self
             .inner
-            .scripts
-            .inspect
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .invoke_async(&mut conn)
-            .await?;
+            .backend
+            .each(|mut conn| {
+                let (scripts, keys) = (scripts.clone(), keys.clone());
+                async move {
+                    let reply: Vec<i64> = scripts
+                        .inspect
+                        .key(&keys.lock)
+                        .key(&keys.fence)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    Ok(reply)
+                }
+            })
+            .await;
         let positive = |value: i64| u64::try_from(value).ok().filter(|v| *v > 0);
-        match *reply {
-            [-2] => Err(LockError::KeyConflict {
-                name: keys.display(),
-            }),
-            [held @ (0 | 1), count, pttl, token, counter] => Ok(LockInfo {
-                held: held == 1,
-                hold_count: u64::try_from(count).unwrap_or(0),
-                lease_remaining: positive(pttl).map(Duration::from_millis),
-                fencing_token: positive(token),
-                last_fencing_token: positive(counter),
-            }),
-            _ => Err(unexpected_reply("inspect.lua", &reply).into()),
+        let mut views = Vec::with_capacity(replies.len());
+        for reply in replies {
+            let reply = match reply {
+                Ok(reply) => reply,
+                // On Redlock a minority of unreachable nodes does not hide the state.
+                Err(_) if self.inner.backend.is_redlock() => continue,
+                Err(err) => return Err(err.into()),
+            };
+            match *reply {
+                [-2] => {
+                    return Err(LockError::KeyConflict {
+                        name: keys.display(),
+                    })
+                }
+                [held @ (0 | 1), count, pttl, token, counter] => views.push(LockInfo {
+                    held: held == 1,
+                    hold_count: u64::try_from(count).unwrap_or(0),
+                    lease_remaining: positive(pttl).map(Duration::from_millis),
+                    fencing_token: positive(token),
+                    last_fencing_token: positive(counter),
+                }),
+                _ => return Err(unexpected_reply("inspect.lua", &reply).into()),
+            }
         }
+        let quorum = self.inner.backend.quorum();
+        if views.len() < quorum {
+            return Err(LockError::QuorumNotReached {
+                got: views.len(),
+                needed: quorum,
+            });
+        }
+        // The view of the majority: held when a majority holds it.
+        let holding: Vec<&LockInfo> = views.iter().filter(|view| view.held).collect();
+        if holding.len() >= quorum {
+            let mut info = holding[0].clone();
+            info.hold_count = holding
+                .iter()
+                .map(|view| view.hold_count)
+                .max()
+                .unwrap_or(0);
+            info.lease_remaining = holding.iter().filter_map(|view| view.lease_remaining).min();
+            return Ok(info);
+        }
+        let mut info = views
+            .iter()
+            .find(|view| !view.held)
+            .cloned()
+            .unwrap_or_else(|| views[0].clone());
+        info.last_fencing_token = views
+            .iter()
+            .filter_map(|view| view.last_fencing_token)
+            .max();
+        Ok(info)
     }
 
     /// Deletes the lock `name` whoever holds it, and wakes its waiters. For operators:
@@ -688,28 +836,51 @@ impl LockClient {
     /// The request may still be applied after the future is dropped.
     pub async fn force_unlock(&self, name: impl AsRef<[u8]>) -> Result<bool, LockError> {
         let keys = self.keys(name.as_ref())?;
-        let mut conn = self.inner.conn.clone();
-        let reply: i64 = self
+        let scripts = self.inner.scripts.clone();
+        let publish = self.inner.backend.publish_command();
+        let replies = self
             .inner
-            .scripts
-            .force_release
-            .key(&keys.lock)
-            .key(&keys.channel)
-            .arg(self.inner.conn.publish_command())
-            .invoke_async(&mut conn)
-            .await?;
-        match reply {
-            0 | 1 => Ok(reply == 1),
-            -2 => Err(LockError::KeyConflict {
-                name: keys.display(),
-            }),
-            _ => Err(unexpected_reply("force_release.lua", &[reply]).into()),
+            .backend
+            .each(|mut conn| {
+                let (scripts, keys) = (scripts.clone(), keys.clone());
+                async move {
+                    let reply: i64 = scripts
+                        .force_release
+                        .key(&keys.lock)
+                        .key(&keys.channel)
+                        .arg(publish)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    Ok(reply)
+                }
+            })
+            .await;
+        let mut deleted = false;
+        let mut first_error = None;
+        for reply in replies {
+            match reply {
+                Ok(0) => {}
+                Ok(1) => deleted = true,
+                Ok(-2) => {
+                    return Err(LockError::KeyConflict {
+                        name: keys.display(),
+                    })
+                }
+                Ok(other) => return Err(unexpected_reply("force_release.lua", &[other]).into()),
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        match first_error {
+            Some(err) if !deleted => Err(err.into()),
+            _ => Ok(deleted),
         }
     }
 
     /// The owner id that holds `keys` now (for the seeded fault that skips the owner check).
     async fn current_holder(&self, keys: &LockKeys) -> Option<String> {
-        let mut conn = self.inner.conn.clone();
+        let mut conn = self.inner.backend.first();
         let fields: Vec<String> = redis::cmd("HKEYS")
             .arg(&keys.lock)
             .query_async(&mut conn)
@@ -803,7 +974,6 @@ impl LockClient {
             lock.hold_count = tracing::field::Empty,
         );
         let attempt = self.next_attempt();
-        let mut retried = false;
         let holder;
         let owner = if faults::active(Fault::ReleaseWithoutOwnerCheck) {
             holder = self
@@ -814,40 +984,90 @@ impl LockClient {
         } else {
             owner
         };
-        loop {
-            let mut conn = self.inner.conn.clone();
-            let result: redis::RedisResult<Vec<i64>> = self
-                .inner
-                .scripts
-                .release
-                .key(&keys.lock)
-                .key(&keys.channel)
-                .arg(owner)
-                .arg(lease_ms)
-                .arg(attempt)
-                .arg(self.inner.conn.publish_command())
-                .invoke_async(&mut conn)
-                .instrument(span.clone())
-                .await;
-            match result {
-                Ok(reply) => {
-                    let decoded = ReleaseReply::decode(&reply)
-                        .ok_or_else(|| unexpected_reply("release.lua", &reply))?;
-                    if let ReleaseReply::Released { remaining } = decoded {
-                        span.record("lock.hold_count", remaining);
-                    }
-                    // A replayed final release finds the lock gone: the first try freed it.
-                    if retried && decoded == ReleaseReply::NotHeld {
-                        return Ok(ReleaseReply::Released { remaining: 0 });
-                    }
-                    return Ok(decoded);
+        let scripts = self.inner.scripts.clone();
+        let publish = self.inner.backend.publish_command();
+        let (lock, channel, owner) = (keys.lock.clone(), keys.channel.clone(), owner.to_owned());
+        let replies = self
+            .inner
+            .backend
+            .each(|conn| {
+                release_on(
+                    conn,
+                    scripts.clone(),
+                    [lock.clone(), channel.clone()],
+                    owner.clone(),
+                    lease_ms,
+                    attempt,
+                    publish,
+                )
+            })
+            .instrument(span.clone())
+            .await;
+        let quorum = self.inner.backend.quorum();
+        let mut released = Vec::new();
+        let mut first_error = None;
+        for reply in replies {
+            match reply {
+                Ok(ReleaseReply::Released { remaining }) => released.push(remaining),
+                Ok(ReleaseReply::Conflict) => {
+                    return Ok(ReleaseReply::Conflict);
                 }
-                Err(err) if !retried && outcome_unknown(&err) => {
-                    tracing::debug!(error = %err, "distlock: release reply lost; retrying once");
-                    retried = true;
+                Ok(ReleaseReply::NotHeld) => {}
+                Err(err) => {
+                    first_error.get_or_insert(err);
                 }
-                Err(err) => return Err(err.into()),
             }
+        }
+        if released.len() >= quorum {
+            let remaining = released.into_iter().max().unwrap_or(0);
+            span.record("lock.hold_count", remaining);
+            return Ok(ReleaseReply::Released { remaining });
+        }
+        match first_error {
+            Some(err) => Err(err.into()),
+            None => Ok(ReleaseReply::NotHeld),
+        }
+    }
+}
+
+/// One release on one node, retried once with the same attempt id when the reply
+/// was lost (the script recognises a replay and does not apply it twice).
+pub(crate) async fn release_on(
+    mut conn: Conn,
+    scripts: Arc<Scripts>,
+    [lock, channel]: [Vec<u8>; 2],
+    owner: String,
+    lease_ms: u64,
+    attempt: u64,
+    publish: &'static str,
+) -> redis::RedisResult<ReleaseReply> {
+    let mut retried = false;
+    loop {
+        let result: redis::RedisResult<Vec<i64>> = scripts
+            .release
+            .key(&lock)
+            .key(&channel)
+            .arg(&owner)
+            .arg(lease_ms)
+            .arg(attempt)
+            .arg(publish)
+            .invoke_async(&mut conn)
+            .await;
+        match result {
+            Ok(reply) => {
+                let decoded = ReleaseReply::decode(&reply)
+                    .ok_or_else(|| unexpected_reply("release.lua", &reply))?;
+                // A replayed final release finds the lock gone: the first try freed it.
+                if retried && decoded == ReleaseReply::NotHeld {
+                    return Ok(ReleaseReply::Released { remaining: 0 });
+                }
+                return Ok(decoded);
+            }
+            Err(err) if !retried && outcome_unknown(&err) => {
+                tracing::debug!(error = %err, "distlock: release reply lost; retrying once");
+                retried = true;
+            }
+            Err(err) => return Err(err),
         }
     }
 }

@@ -44,6 +44,8 @@ pub(crate) enum AcquireReply {
     NotHeld,
     /// A key of the lock holds a value of another type.
     Conflict,
+    /// Redlock: too few nodes answered to make a majority; `granted` had granted it.
+    NoQuorum { granted: u64 },
 }
 
 impl AcquireReply {
@@ -56,6 +58,9 @@ impl AcquireReply {
             [0, pttl_ms] => Some(Self::Busy { pttl_ms }),
             [-1] => Some(Self::NotHeld),
             [-2] => Some(Self::Conflict),
+            [-3, granted] => Some(Self::NoQuorum {
+                granted: u64::try_from(granted).ok()?,
+            }),
             _ => None,
         }
     }

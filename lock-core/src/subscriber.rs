@@ -154,13 +154,32 @@ impl Drop for Subscription {
 pub(crate) enum SubConn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// Redlock: every node publishes its own release message.
+    Many(Vec<ConnectionManager>),
 }
 
 impl SubConn {
+    /// Subscribes; on Redlock it is enough that one node confirms (a waiter's sleep
+    /// is capped by the lease anyway).
     async fn subscribe(&mut self, channel: &[u8]) -> redis::RedisResult<()> {
         match self {
             Self::Single(conn) => conn.subscribe(channel).await,
             Self::Cluster(conn) => conn.ssubscribe(channel).await,
+            Self::Many(conns) => {
+                let mut result = Ok(());
+                let mut any = false;
+                for conn in conns {
+                    match conn.subscribe(channel).await {
+                        Ok(()) => any = true,
+                        Err(err) => result = Err(err),
+                    }
+                }
+                if any {
+                    Ok(())
+                } else {
+                    result
+                }
+            }
         }
     }
 
@@ -168,6 +187,15 @@ impl SubConn {
         match self {
             Self::Single(conn) => conn.unsubscribe(channel).await,
             Self::Cluster(conn) => conn.sunsubscribe(channel).await,
+            Self::Many(conns) => {
+                let mut result = Ok(());
+                for conn in conns {
+                    if let Err(err) = conn.unsubscribe(channel).await {
+                        result = Err(err);
+                    }
+                }
+                result
+            }
         }
     }
 
@@ -176,6 +204,15 @@ impl SubConn {
         match self {
             Self::Single(conn) => ping.query_async(conn).await,
             Self::Cluster(conn) => ping.query_async(conn).await,
+            Self::Many(conns) => {
+                let mut result = Ok(Value::Nil);
+                for conn in conns {
+                    if let Err(err) = ping.query_async::<Value>(conn).await {
+                        result = Err(err);
+                    }
+                }
+                result
+            }
         }
     }
 }

@@ -11,7 +11,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backend::{slot, Conn};
+use crate::acquire::drift;
+use crate::backend::{slot, Backend, Conn};
 use crate::guard::Hold;
 use crate::scripts::Scripts;
 
@@ -57,7 +58,7 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     pub(crate) fn spawn(
-        conn: Conn,
+        backend: Backend,
         scripts: Arc<Scripts>,
         lease: Duration,
         shutdown: CancellationToken,
@@ -65,7 +66,7 @@ impl Watchdog {
         let registry = Arc::new(Registry::default());
         let task = Task {
             registry: registry.clone(),
-            conn,
+            backend,
             scripts,
             period: lease / 3,
         };
@@ -117,6 +118,43 @@ impl Watchdog {
     }
 }
 
+/// Renews `batch` on one endpoint: one pipeline on a single server; on a cluster
+/// one pipeline per hash slot (a pipeline may not cross slots), sent concurrently.
+/// A reply that could not be had is `Nil` (retried soon).
+async fn send_to(
+    mut conn: Conn,
+    scripts: Arc<Scripts>,
+    batch: Vec<Arc<Hold>>,
+) -> redis::RedisResult<Vec<Value>> {
+    if !conn.is_cluster() {
+        return renew_pipeline(&mut conn, &scripts, batch.iter()).await;
+    }
+    let mut groups: HashMap<u16, Vec<usize>> = HashMap::new();
+    for (index, hold) in batch.iter().enumerate() {
+        groups.entry(slot(&hold.keys.lock)).or_default().push(index);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for indices in groups.into_values() {
+        let mut conn = conn.clone();
+        let scripts = scripts.clone();
+        let holds: Vec<Arc<Hold>> = indices.iter().map(|&i| batch[i].clone()).collect();
+        tasks.spawn(async move {
+            let replies = renew_pipeline(&mut conn, &scripts, holds.iter()).await;
+            (indices, replies)
+        });
+    }
+    let mut replies = vec![Value::Nil; batch.len()];
+    while let Some(joined) = tasks.join_next().await {
+        let Ok((indices, Ok(values))) = joined else {
+            continue;
+        };
+        for (index, value) in indices.into_iter().zip(values) {
+            replies[index] = value;
+        }
+    }
+    Ok(replies)
+}
+
 /// Sends one pipeline of renewals; when the server lost its scripts (a restart,
 /// `SCRIPT FLUSH`), loads them and sends it again.
 async fn renew_pipeline<'a>(
@@ -148,7 +186,7 @@ async fn renew_pipeline<'a>(
 
 struct Task {
     registry: Arc<Registry>,
-    conn: Conn,
+    backend: Backend,
     scripts: Arc<Scripts>,
     period: Duration,
 }
@@ -235,37 +273,44 @@ impl Task {
         }
     }
 
-    /// Renews `batch`: one pipeline on a single server; on a cluster one pipeline per
-    /// hash slot (a pipeline may not cross slots), sent concurrently. A reply that
-    /// could not be had is `Nil` (retried soon).
+    /// Renews `batch` on the backend; see [`send_to`] for one endpoint.
     async fn send(&mut self, batch: &[Arc<Hold>]) -> redis::RedisResult<Vec<Value>> {
-        if !self.conn.is_cluster() {
-            return renew_pipeline(&mut self.conn, &self.scripts, batch.iter()).await;
+        if !self.backend.is_redlock() {
+            return send_to(self.backend.first(), self.scripts.clone(), batch.to_vec()).await;
         }
-        let mut groups: HashMap<u16, Vec<usize>> = HashMap::new();
-        for (index, hold) in batch.iter().enumerate() {
-            groups.entry(slot(&hold.keys.lock)).or_default().push(index);
-        }
-        let mut tasks = tokio::task::JoinSet::new();
-        for indices in groups.into_values() {
-            let mut conn = self.conn.clone();
-            let scripts = self.scripts.clone();
-            let holds: Vec<Arc<Hold>> = indices.iter().map(|&i| batch[i].clone()).collect();
-            tasks.spawn(async move {
-                let replies = renew_pipeline(&mut conn, &scripts, holds.iter()).await;
-                (indices, replies)
-            });
-        }
-        let mut replies = vec![Value::Nil; batch.len()];
-        while let Some(joined) = tasks.join_next().await {
-            let Ok((indices, Ok(values))) = joined else {
-                continue;
-            };
-            for (index, value) in indices.into_iter().zip(values) {
-                replies[index] = value;
-            }
-        }
-        Ok(replies)
+        // Redlock: every node renews the whole batch; a lease lives on where a
+        // majority renewed it, and is lost once a majority can no longer have it.
+        let scripts = self.scripts.clone();
+        let holds: Vec<Arc<Hold>> = batch.to_vec();
+        let per_node = self
+            .backend
+            .each(|conn| send_to(conn, scripts.clone(), holds.clone()))
+            .await;
+        let quorum = self.backend.quorum();
+        let nodes = self.backend.len();
+        let combined = (0..batch.len())
+            .map(|index| {
+                let replies = per_node
+                    .iter()
+                    .filter_map(|replies| replies.as_ref().ok()?.get(index));
+                let (mut held, mut gone) = (0, 0);
+                for reply in replies {
+                    match reply {
+                        Value::Int(1) => held += 1,
+                        Value::Int(0) => gone += 1,
+                        _ => {}
+                    }
+                }
+                if held >= quorum {
+                    Value::Int(1)
+                } else if gone > nodes - quorum {
+                    Value::Int(0)
+                } else {
+                    Value::Nil
+                }
+            })
+            .collect();
+        Ok(combined)
     }
 
     fn apply(&self, batch: &[Arc<Hold>], replies: &[Value], sent: Instant) {
@@ -273,7 +318,7 @@ impl Task {
             match reply {
                 Value::Int(1) => {
                     let mut state = hold.state();
-                    state.deadline = sent + state.lease;
+                    state.deadline = sent + state.lease.saturating_sub(drift(state.lease));
                     state.next_renew = sent + self.period;
                 }
                 Value::Int(0) => {
