@@ -624,10 +624,7 @@ impl Invoke {
                 spawn(self.clone().resolve_on(conn));
             }
         }
-        if decoded
-            .iter()
-            .any(|reply| *reply == Some(AcquireReply::Conflict))
-        {
+        if decoded.contains(&Some(AcquireReply::Conflict)) {
             return Ok(vec![-2]);
         }
         if self.reentry {

@@ -1,0 +1,220 @@
+//! Redlock over five independent masters: majority grants, every failure mask,
+//! minority and majority outages.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{LockClient, LockError};
+use distlock_testkit::RedisServer;
+use tokio::time::Instant;
+
+fn five() -> Vec<RedisServer> {
+    distlock_testkit::start_many(5).expect("start five servers")
+}
+
+async fn redlock(nodes: &[RedisServer], lease: Duration) -> LockClient {
+    LockClient::builder()
+        .redlock(nodes.iter().map(RedisServer::url))
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect to the Redlock nodes")
+}
+
+/// Whether any node still has a trace of an owner other than `foreign` at `name`.
+fn traces(nodes: &[RedisServer], name: &str, foreign: &str) -> Vec<String> {
+    let key = common::lock_key(name);
+    nodes
+        .iter()
+        .flat_map(|node| {
+            let fields = node.cmd(&["HKEYS", &key]).expect("HKEYS");
+            fields
+                .lines()
+                .filter(|field| !field.is_empty() && !field.starts_with('#') && *field != foreign)
+                .map(|field| format!("{}: {field}", node.port()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_re_enter_on_every_node_and_exclude_under_contention() {
+    let nodes = five();
+    let locks = redlock(&nodes, Duration::from_secs(30)).await;
+    let guard = locks.lock("order:1").await.expect("lock");
+    guard
+        .scope(async {
+            let inner = locks.lock("order:1").await.expect("re-entry");
+            assert_eq!(inner.hold_count(), 2);
+            for node in &nodes {
+                assert_eq!(common::redis_count(node, "order:1"), 2);
+            }
+            inner.unlock().await.expect("unlock");
+        })
+        .await;
+    guard.unlock().await.expect("unlock");
+    for node in &nodes {
+        assert_eq!(common::redis_count(node, "order:1"), 0);
+    }
+
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (locks, inside, overlaps, counter) = (
+            locks.clone(),
+            inside.clone(),
+            overlaps.clone(),
+            counter.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                let guard = locks
+                    .lock("counter")
+                    .wait(Duration::from_secs(30))
+                    .await
+                    .expect("lock");
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.unlock().await.expect("unlock");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(counter.load(Ordering::SeqCst), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mask_of_foreign_holds_grants_exactly_with_a_free_majority() {
+    let nodes = five();
+    let locks = redlock(&nodes, Duration::from_secs(30)).await;
+    let foreign = "foreign-owner";
+    for mask in 0u32..32 {
+        let name = format!("mask:{mask}");
+        let key = common::lock_key(&name);
+        for (index, node) in nodes.iter().enumerate() {
+            if mask & (1 << index) != 0 {
+                node.cmd(&["HSET", &key, foreign, "1"]).expect("HSET");
+                node.cmd(&["PEXPIRE", &key, "30000"]).expect("PEXPIRE");
+            }
+        }
+        let free = 5 - mask.count_ones();
+        let result = locks.lock(&name).wait(Duration::ZERO).await;
+        if free >= 3 {
+            let guard = result.unwrap_or_else(|err| panic!("mask {mask:05b}: {err}"));
+            guard.unlock().await.expect("unlock");
+        } else {
+            let err = result.expect_err("a foreign owner holds a majority");
+            assert!(err.is_timeout(), "mask {mask:05b}: {err}");
+        }
+        let left = traces(&nodes, &name, foreign);
+        assert!(left.is_empty(), "mask {mask:05b} left {left:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_down_keeps_working_and_a_majority_down_fails_clearly() {
+    let mut nodes = five();
+    let lease = Duration::from_millis(900);
+    let locks = redlock(&nodes, lease).await;
+    nodes[3].stop().expect("kill");
+    nodes[4].stop().expect("kill");
+    let guard = locks.lock("outage").await.expect("a majority is up");
+    tokio::time::sleep(lease * 2).await;
+    assert!(!guard.is_lost(), "renewed on the majority");
+    guard.unlock().await.expect("unlock");
+
+    nodes[2].stop().expect("kill");
+    let start = Instant::now();
+    let err = locks
+        .lock("outage")
+        .wait(Duration::from_millis(300))
+        .await
+        .expect_err("only two of five nodes are up");
+    match err {
+        LockError::QuorumNotReached { got, needed } => {
+            assert_eq!(needed, 3);
+            assert!(got <= 2, "got {got}");
+        }
+        other => panic!("expected QuorumNotReached, got {other}"),
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "failed in {:?}",
+        start.elapsed()
+    );
+    for node in &nodes[..2] {
+        assert_eq!(
+            common::redis_count(node, "outage"),
+            0,
+            "grants were given back"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_on_the_majority_and_reports_the_loss() {
+    let nodes = five();
+    let lease = Duration::from_millis(900);
+    let locks = redlock(&nodes, lease).await;
+    let guard = locks.lock("renewed").await.expect("lock");
+    tokio::time::sleep(lease * 3).await;
+    assert!(!guard.is_lost());
+    let key = common::lock_key("renewed");
+    // Take it away from a majority, behind the client's back.
+    for node in &nodes[..3] {
+        node.cmd(&["DEL", &key]).expect("DEL");
+    }
+    tokio::time::timeout(lease / 3 + Duration::from_millis(500), guard.lost())
+        .await
+        .expect("the loss is reported");
+    assert!(guard.unlock().await.expect_err("lost").is_lost());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_is_refused_on_redlock_before_anything_is_sent() {
+    let nodes = five();
+    let err = LockClient::builder()
+        .redlock(nodes.iter().map(RedisServer::url))
+        .fencing(true)
+        .connect()
+        .await
+        .expect_err("no fencing on Redlock");
+    assert!(
+        matches!(
+            err,
+            LockError::InvalidOption {
+                option: "fencing",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let locks = redlock(&nodes, Duration::from_secs(30)).await;
+    let err = locks.lock("f").fencing(true).await.expect_err("no fencing");
+    assert!(
+        matches!(
+            err,
+            LockError::InvalidOption {
+                option: "fencing",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    for node in &nodes {
+        assert_eq!(node.cmd(&["DBSIZE"]).expect("DBSIZE"), "0");
+    }
+}
