@@ -218,3 +218,65 @@ async fn fencing_is_refused_on_redlock_before_anything_is_sent() {
         assert_eq!(node.cmd(&["DBSIZE"]).expect("DBSIZE"), "0");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_restarted_empty_at_once_shows_the_hazard() {
+    let mut nodes = five();
+    let holder = redlock(&nodes, Duration::from_secs(3)).await;
+    let other = redlock(&nodes, Duration::from_secs(3)).await;
+    let guard = holder.lock("hazard").await.expect("lock");
+    // Three nodes crash and come back at once, empty (no persistence): the lock is
+    // gone from the majority, and another owner can take it while the first still
+    // believes it holds it. This is the documented hazard of Redlock without
+    // persistence or delayed restarts.
+    for node in &mut nodes[..3] {
+        node.restart().expect("restart empty");
+    }
+    let second = other
+        .lock("hazard")
+        .wait(Duration::from_secs(2))
+        .await
+        .expect("the majority is free again");
+    assert!(
+        !guard.is_lost(),
+        "the first holder has not been told yet: two holders"
+    );
+    second.unlock().await.expect("unlock");
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_restarted_after_the_lease_never_gives_two_holders() {
+    let lease = Duration::from_millis(1500);
+    let mut nodes = five();
+    let holder = redlock(&nodes, lease).await;
+    let other = redlock(&nodes, lease).await;
+    let guard = holder.lock("delayed").await.expect("lock");
+    for node in &mut nodes[..3] {
+        node.stop().expect("crash");
+    }
+    // While the majority is down nobody can take the lock...
+    let err = other
+        .lock("delayed")
+        .wait(Duration::from_millis(200))
+        .await
+        .expect_err("no majority");
+    assert!(err.is_quorum_not_reached(), "{err}");
+    // ...and the holder learns it lost the lock when its lease runs out.
+    tokio::time::timeout(lease + Duration::from_millis(500), guard.lost())
+        .await
+        .expect("the holder is told");
+    // The crashed nodes come back only after the lease, so the second holder below
+    // starts after the first was told: no overlap is possible.
+    tokio::time::sleep(lease).await;
+    for node in &mut nodes[..3] {
+        node.restart().expect("restart empty");
+    }
+    let second = other
+        .lock("delayed")
+        .wait(Duration::from_secs(5))
+        .await
+        .expect("acquired after the restart");
+    second.unlock().await.expect("unlock");
+    assert!(guard.unlock().await.expect_err("lost").is_lost());
+}
