@@ -48,6 +48,7 @@ const PORT_TAKEN_MARKER: &str = "Address already in use";
 #[derive(Debug, Clone)]
 pub struct RedisServerBuilder {
     binary: Option<PathBuf>,
+    config_file: Option<PathBuf>,
     args: Vec<OsString>,
     startup_timeout: Duration,
 }
@@ -56,6 +57,7 @@ impl Default for RedisServerBuilder {
     fn default() -> Self {
         Self {
             binary: None,
+            config_file: None,
             args: Vec::new(),
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
         }
@@ -95,6 +97,18 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Runs the server with this configuration file, the first command-line argument.
+    ///
+    /// The testkit's own arguments and those of [`RedisServerBuilder::arg`] come
+    /// after it, so they override its settings. The file is used as it is, on every
+    /// start and [restart](RedisServer::restart), and is not removed on drop.
+    /// `redis-server` may rewrite it (Sentinel does, with `--sentinel`): it must then
+    /// be writable, and its path should be absolute.
+    pub fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config_file = Some(path.into());
+        self
+    }
+
     /// How long the server gets to answer `PING` after it is spawned (default 10 s).
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = timeout;
@@ -121,10 +135,17 @@ impl RedisServerBuilder {
         let mut last_tail = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port()?;
-            match launch(&binary, &self.args, port, self.startup_timeout) {
+            match launch(
+                &binary,
+                self.config_file.as_deref(),
+                &self.args,
+                port,
+                self.startup_timeout,
+            ) {
                 Ok(running) => {
                     return Ok(RedisServer {
                         binary,
+                        config_file: self.config_file.clone(),
                         args: self.args.clone(),
                         startup_timeout: self.startup_timeout,
                         port,
@@ -164,6 +185,7 @@ impl RedisServerBuilder {
 /// ```
 pub struct RedisServer {
     binary: PathBuf,
+    config_file: Option<PathBuf>,
     args: Vec<OsString>,
     startup_timeout: Duration,
     port: u16,
@@ -268,7 +290,13 @@ impl RedisServer {
             if attempt > 0 {
                 thread::sleep(Duration::from_millis(100));
             }
-            match launch(&self.binary, &self.args, self.port, self.startup_timeout) {
+            match launch(
+                &self.binary,
+                self.config_file.as_deref(),
+                &self.args,
+                self.port,
+                self.startup_timeout,
+            ) {
                 Ok(running) => {
                     self.pid = running.pid;
                     self.child = Some(running.child);
@@ -349,6 +377,7 @@ impl fmt::Debug for RedisServer {
             .field("pid", &self.pid)
             .field("stopped", &self.child.is_none())
             .field("binary", &self.binary)
+            .field("config_file", &self.config_file)
             .field("args", &self.args)
             .field("dir", &self.dir.as_ref().map(TempDir::path))
             .finish_non_exhaustive()
@@ -424,8 +453,12 @@ fn free_port() -> Result<u16, TestkitError> {
 }
 
 /// Spawns redis-server on `port` and waits until it answers.
+///
+/// The readiness check (`PING`, then `process_id` in `INFO server`) works for a
+/// Sentinel (`--sentinel`) as well as for a data node.
 fn launch(
     binary: &Path,
+    config_file: Option<&Path>,
     extra_args: &[OsString],
     port: u16,
     timeout: Duration,
@@ -442,6 +475,8 @@ fn launch(
     let stderr = create(&err_path)?;
 
     let mut command = Command::new(binary);
+    // redis-server takes a configuration file only as its first argument.
+    command.args(config_file);
     command
         .arg("--port")
         .arg(port.to_string())

@@ -238,3 +238,33 @@ fn a_server_outlives_the_thread_that_started_it() {
     assert!(!process_gone(server.pid()));
     assert_eq!(server.cmd(&["PING"]).expect("PING"), "PONG");
 }
+
+#[test]
+fn a_config_file_comes_first_and_arguments_override_it() {
+    let dir = std::env::temp_dir().join(format!("distlock-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create a directory");
+    let config = dir.join("redis.conf");
+    std::fs::write(&config, "maxmemory-policy allkeys-lru\nhz 20\nsave 60 1\n")
+        .expect("write the config file");
+    let mut server = RedisServer::builder()
+        .config_file(&config)
+        .args(["--hz", "30"])
+        .start()
+        .expect("start redis-server with a config file");
+    let setting = |name: &str| server.cmd(&["CONFIG", "GET", name]).expect("CONFIG GET");
+    assert_eq!(setting("maxmemory-policy"), "maxmemory-policy\nallkeys-lru");
+    // The builder's arguments and the testkit's own come after the file.
+    assert_eq!(setting("hz"), "hz\n30");
+    assert_eq!(setting("save"), "save\n");
+    // A restart reads the file again.
+    server.restart().expect("restart");
+    assert_eq!(
+        server
+            .cmd(&["CONFIG", "GET", "maxmemory-policy"])
+            .expect("CONFIG GET"),
+        "maxmemory-policy\nallkeys-lru"
+    );
+    drop(server);
+    assert!(config.exists(), "the file is the caller's");
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
