@@ -20,6 +20,14 @@ pub enum TestkitError {
         detail: String,
     },
 
+    /// A [`SentinelGroup`](crate::SentinelGroup) could not be set up, or did not
+    /// reach the state waited for in time.
+    #[error("Redis Sentinel group: {detail}")]
+    Sentinel {
+        /// What went wrong or was waited for, and what to do about it.
+        detail: String,
+    },
+
     /// No `redis-server` binary was found (or `$REDIS_SERVER` points to nothing usable).
     #[error(
         "{detail}\n\

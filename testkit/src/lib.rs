@@ -11,6 +11,10 @@
 //!   [stopped](RedisServer::stop) (`SIGKILL`) and [restarted](RedisServer::restart)
 //!   empty on the same port, and [`RedisServer::cmd`] sends a command for assertions.
 //! - [`start_many`] starts several independent servers (e.g. for Redlock).
+//! - [`RedisCluster`] runs a Redis Cluster of masters and replicas.
+//! - [`SentinelGroup`] runs a master, its replicas and the Redis Sentinels that
+//!   watch it, [fails it over](SentinelGroup::failover) on demand and
+//!   [waits](SentinelGroup::wait_for_master_change) for a new master.
 //! - [`ChildProcess`] runs any other program under the same rules, for
 //!   process-fault tests.
 //! - [`redis_server_binary`] finds the binary: `$REDIS_SERVER`, else `redis-server`
@@ -83,6 +87,7 @@ mod history;
 mod process;
 mod proxy;
 mod resp;
+mod sentinel;
 mod server;
 
 pub use binary::{redis_server_binary, REDIS_SERVER_ENV};
@@ -93,4 +98,5 @@ pub use history::{
 };
 pub use process::ChildProcess;
 pub use proxy::{Direction, FaultProxy};
+pub use sentinel::SentinelGroup;
 pub use server::{start_many, RedisServer, RedisServerBuilder};

@@ -360,6 +360,13 @@ impl RedisServer {
         }
     }
 
+    /// Sends one command, as [`RedisServer::cmd_timeout`], and returns the parsed
+    /// reply (error replies included) instead of text.
+    pub(crate) fn request(&self, args: &[&str], timeout: Duration) -> Result<Reply, TestkitError> {
+        self.running()?;
+        resp::request(self.addr(), args, timeout)
+    }
+
     fn running(&self) -> Result<(), TestkitError> {
         match self.child {
             Some(_) => Ok(()),
@@ -577,7 +584,8 @@ fn log_tail(paths: &[&Path]) -> String {
 }
 
 /// A fresh directory under the system temporary directory, removed on drop.
-struct TempDir {
+#[derive(Debug)]
+pub(crate) struct TempDir {
     path: PathBuf,
 }
 
@@ -585,7 +593,7 @@ struct TempDir {
 const DIR_PREFIX: &str = "distlock-testkit-";
 
 impl TempDir {
-    fn new() -> Result<TempDir, TestkitError> {
+    pub(crate) fn new() -> Result<TempDir, TestkitError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         static SWEEP: Once = Once::new();
         let base = std::env::temp_dir();
@@ -615,7 +623,7 @@ impl TempDir {
         ))
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }
