@@ -209,3 +209,158 @@ async fn a_manual_failover_keeps_the_holder_valid() {
         0
     );
 }
+
+/// The slot of lock `name`, its master and that master's replica (node indexes).
+fn placement(cluster: &RedisCluster, name: &str) -> (u16, usize, usize) {
+    let key = common::lock_key(name);
+    let slot: u16 = cluster.nodes()[0]
+        .cmd(&["CLUSTER", "KEYSLOT", &key])
+        .expect("KEYSLOT")
+        .parse()
+        .expect("a slot");
+    let master = cluster.node_for_slot(slot).expect("master");
+    let master_id = cluster.nodes()[master]
+        .cmd(&["CLUSTER", "MYID"])
+        .expect("MYID");
+    let replica = (0..cluster.nodes().len())
+        .find(|&n| {
+            n != master
+                && cluster.nodes()[n]
+                    .cmd(&["CLUSTER", "NODES"])
+                    .map(|nodes| {
+                        nodes.lines().any(|line| {
+                            line.contains("myself") && line.contains(master_id.as_str())
+                        })
+                    })
+                    .unwrap_or(false)
+        })
+        .expect("a replica of the master");
+    (slot, master, replica)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_fails_over_and_waiters_still_acquire() {
+    let mut cluster = cluster();
+    // Longer than a failover takes, so the holder keeps its lock through it.
+    let lease = Duration::from_secs(8);
+    let holder = client(&cluster, lease).await;
+    let waiter = client(&cluster, lease).await;
+    let (slot, master, replica) = placement(&cluster, "killed");
+    let guard = holder.lock("killed").await.expect("lock");
+    // Let the lock reach the replica before the crash.
+    cluster.nodes()[master]
+        .cmd(&["WAIT", "1", "1000"])
+        .expect("WAIT");
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let guard = waiter.lock("killed").wait(Duration::from_secs(30)).await?;
+            let at = Instant::now();
+            guard.unlock().await?;
+            Ok::<_, distlock::LockError>(at)
+        }
+    });
+    cluster.node_mut(master).stop().expect("SIGKILL the master");
+    let promoted = common::eventually(Duration::from_secs(20), || {
+        cluster.node_for_slot(slot) == Some(replica)
+    })
+    .await;
+    assert!(promoted, "the replica took over");
+    assert_eq!(
+        common::redis_count(&cluster.nodes()[replica], "killed"),
+        1,
+        "the lock survived"
+    );
+    tokio::time::sleep(lease / 2).await;
+    let released = Instant::now();
+    guard.unlock().await.expect("unlock on the new master");
+    let acquired = waiting.await.expect("join").expect("the waiter acquired");
+    assert!(
+        acquired >= released,
+        "the waiter got the lock before the holder let go"
+    );
+    assert!(
+        acquired.saturating_duration_since(released) < lease + Duration::from_secs(1),
+        "woke {:?} after the release",
+        acquired.saturating_duration_since(released)
+    );
+}
+
+async fn replication_loss(with_replicas: bool) -> Result<bool, distlock::LockError> {
+    let mut cluster = cluster();
+    let lease = Duration::from_secs(3);
+    let mut builder = LockClient::builder()
+        .cluster(cluster.urls())
+        .default_lease(lease);
+    if with_replicas {
+        builder = builder.replicas(1, Duration::from_millis(200));
+    }
+    let first = builder.connect().await.expect("connect");
+    let second = client(&cluster, lease).await;
+    let (slot, master, replica) = placement(&cluster, "replicated");
+
+    // The replica stops hearing from its master (frozen, and its replication link
+    // cut, so nothing waits in its socket buffer); the lock is taken meanwhile.
+    cluster.nodes()[replica]
+        .pause()
+        .expect("SIGSTOP the replica");
+    cluster.nodes()[master]
+        .cmd(&["CLIENT", "KILL", "TYPE", "replica"])
+        .expect("cut the replication link");
+    let guard = match first.lock("replicated").await {
+        Ok(guard) => guard,
+        Err(err) => {
+            cluster.nodes()[replica]
+                .resume()
+                .expect("SIGCONT the replica");
+            return Err(err);
+        }
+    };
+    // The master dies before the replica caught up; the replica is promoted.
+    cluster.node_mut(master).stop().expect("SIGKILL the master");
+    cluster.nodes()[replica]
+        .resume()
+        .expect("SIGCONT the replica");
+    let promoted = common::eventually(Duration::from_secs(20), || {
+        cluster.node_for_slot(slot) == Some(replica)
+    })
+    .await;
+    assert!(promoted, "the replica took over");
+    let again = second
+        .lock("replicated")
+        .wait(Duration::from_secs(5))
+        .await
+        .expect("the new master has no lock");
+    let both = !guard.is_lost();
+    again.unlock().await.expect("unlock");
+    drop(guard);
+    Ok(both)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_loss_gives_two_holders_without_replica_acknowledgement() {
+    let both = replication_loss(false)
+        .await
+        .expect("the first lock is granted");
+    assert!(
+        both,
+        "the documented hazard: a second holder while the first is not yet told"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_loss_is_refused_with_replica_acknowledgement() {
+    let err = replication_loss(true)
+        .await
+        .expect_err("the lock must be refused while the replica cannot acknowledge");
+    assert!(
+        matches!(
+            err,
+            distlock::LockError::ReplicationNotConfirmed {
+                acked: 0,
+                needed: 1
+            }
+        ),
+        "{err}"
+    );
+}

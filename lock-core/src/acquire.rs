@@ -22,6 +22,26 @@ use crate::LockError;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
+/// How long a waiter pauses after a transient failure before asking again.
+const TRANSIENT_PAUSE: Duration = Duration::from_millis(100);
+
+/// Whether an error may pass by itself (a failover, a restart, a lost connection),
+/// so that a waiter with time left should ask again rather than give up.
+fn transient(err: &LockError) -> bool {
+    let LockError::Redis(err) = err else {
+        return false;
+    };
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_cluster_error()
+        || matches!(
+            err.code(),
+            Some("CLUSTERDOWN" | "TRYAGAIN" | "READONLY" | "LOADING" | "MASTERDOWN")
+        )
+}
+
 /// How long a waiter sleeps when the holder's lease has no expiry to cap it.
 const UNKNOWN_LEASE_CAP: Duration = Duration::from_secs(1);
 
@@ -275,7 +295,7 @@ async fn acquire_new(
     start: Instant,
     deadline: Instant,
 ) -> Result<LockGuard, LockError> {
-    let owner = client.next_owner();
+    let mut owner = client.next_owner();
     let lease_ms = mode.lease.as_millis() as u64;
     // The lease as this client may count on it: less the clock drift between the
     // client and the servers.
@@ -302,7 +322,19 @@ async fn acquire_new(
             fencing: mode.fencing,
             reentry: false,
         };
-        match call.run().await? {
+        let reply = match call.run().await {
+            Ok(reply) => reply,
+            Err(err) if transient(&err) && Instant::now() + TRANSIENT_PAUSE < deadline => {
+                // A failover, a restart, a dropped connection: wait and ask again, under
+                // a fresh owner id (the old one's attempt is settled in the background).
+                tracing::debug!(error = %err, lock.name = %keys.display(), "distlock: acquire failed; retrying within the wait");
+                owner = client.next_owner();
+                tokio::time::sleep(TRANSIENT_PAUSE).await;
+                continue;
+            }
+            Err(err) => return Err(err),
+        };
+        match reply {
             AcquireReply::Acquired { count, fence } => {
                 let late = Instant::now() >= sent + validity;
                 if late && !faults::active(Fault::NoPostReplyLeaseCheck) {
