@@ -33,9 +33,12 @@ const FAILOVER_TIMEOUT_MS: u32 = 5000;
 /// a quorum of a majority (`sentinels / 2 + 1`). A master that does not answer for
 /// 1 s is down (`down-after-milliseconds 1000`), so a killed master is replaced in a
 /// few seconds; `failover-timeout` is 5 s. Every process is a [`RedisServer`], so it
-/// can be paused, stopped and restarted; data nodes keep their `--replicaof` on
-/// restart. Each Sentinel's configuration file (which Sentinel rewrites as it learns)
-/// lives in a temporary directory of the group, removed on drop.
+/// can be paused, stopped and restarted. A data node restarts empty, with the role
+/// it was started with: a replica of the first master, or (the first master) a
+/// master, which the Sentinels then turn into a replica of the current master within
+/// about 10 s. Each Sentinel's configuration file, which Sentinel rewrites as it
+/// learns, lives in a temporary directory of the group, removed on drop; a restarted
+/// Sentinel reads it again.
 ///
 /// # Examples
 ///
@@ -128,9 +131,13 @@ impl SentinelGroup {
                 .path()
                 .join(format!("sentinel-{index}.conf"));
             write_config(&path, master_name, &master_port, quorum)?;
+            // Sentinel writes its working directory into the file: it must be
+            // one that outlives a restart, unlike each start's own directory.
             group.sentinels.push(
                 RedisServer::builder()
                     .config_file(path)
+                    .arg("--dir")
+                    .arg(group.config_dir.path())
                     .arg("--sentinel")
                     .start()?,
             );

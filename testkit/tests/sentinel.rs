@@ -125,6 +125,26 @@ fn a_killed_master_is_replaced_by_the_replica() {
     group.data_nodes()[1]
         .cmd(&["SET", "after", "failover"])
         .expect("the new master takes writes");
+
+    // The old master comes back empty; the Sentinels make it a replica of the new one.
+    group
+        .data_node_mut(0)
+        .restart()
+        .expect("restart the old master");
+    group
+        .wait_healthy(Duration::from_secs(30))
+        .expect("the old master rejoins as a replica");
+    assert_eq!(
+        group.data_nodes()[0].cmd(&["GET", "after"]).expect("GET"),
+        "failover"
+    );
+
+    // A restarted Sentinel keeps its configuration file, and so its knowledge.
+    group.sentinel_mut(0).restart().expect("restart a sentinel");
+    group
+        .wait_healthy(Duration::from_secs(30))
+        .expect("the sentinel rejoins");
+    assert_eq!(group.current_master_port(), Some(replica));
 }
 
 #[test]
