@@ -1,24 +1,23 @@
 //! Every example runs against a throwaway `redis-server` and must exit with status 0,
 //! so that the examples cannot rot.
 //!
-//! `cargo test --all-targets` (and so `cargo xtask test`) builds the examples next to
-//! this test: they are run from `target/<profile>/examples/`. When a binary is
-//! missing or older than the sources it is built from (`cargo test --test examples`
-//! alone does not build examples), the test runs `cargo run --quiet --example <name>`
-//! instead.
+//! `cargo test --all-targets` compiles the examples as test harnesses (with no
+//! tests), not as the programs they are, so this test builds them itself, once per
+//! run: `cargo build --workspace --examples` into the same target directory, which
+//! costs next to nothing when they are up to date. It then runs each binary from
+//! `target/<profile>/examples/`.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use distlock_testkit::RedisServer;
 
 /// How long an example may run before it counts as hung.
 const TIME_LIMIT: Duration = Duration::from_secs(120);
-/// The same when cargo has to build it first.
-const TIME_LIMIT_WITH_BUILD: Duration = Duration::from_secs(600);
 
 #[test]
 fn demo_runs() {
@@ -68,17 +67,7 @@ fn every_example_is_run_by_a_test() {
 fn run_example(name: &str) -> String {
     let server = RedisServer::start()
         .expect("start redis-server (see the testkit's error for how to install it)");
-    let (mut command, limit) = match built_example(name) {
-        Some(binary) => (Command::new(binary), TIME_LIMIT),
-        None => {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let mut command = Command::new(cargo);
-            command
-                .current_dir(workspace_root())
-                .args(["run", "--quiet", "--example", name]);
-            (command, TIME_LIMIT_WITH_BUILD)
-        }
-    };
+    let mut command = Command::new(example_binary(name));
     command
         .env("REDIS_URL", server.url())
         .env_remove("RUST_LOG")
@@ -90,7 +79,7 @@ fn run_example(name: &str) -> String {
         .unwrap_or_else(|err| panic!("could not start example {name}: {err}"));
     let stdout = collect(child.stdout.take().expect("piped stdout"));
     let stderr = collect(child.stderr.take().expect("piped stderr"));
-    let status = wait(&mut child, limit);
+    let status = wait(&mut child, TIME_LIMIT);
     let (stdout, stderr) = (
         stdout.join().expect("stdout reader"),
         stderr.join().expect("stderr reader"),
@@ -101,7 +90,7 @@ fn run_example(name: &str) -> String {
             panic!("example {name} failed ({status}).\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
         }
         None => panic!(
-            "example {name} did not finish within {limit:?} and was killed.\n--- stdout\n\
+            "example {name} did not finish within {TIME_LIMIT:?} and was killed.\n--- stdout\n\
              {stdout}\n--- stderr\n{stderr}"
         ),
     }
@@ -137,44 +126,60 @@ fn workspace_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The example binary that cargo built beside this test, if it is at least as new as
-/// every source it is built from.
-fn built_example(name: &str) -> Option<PathBuf> {
-    // This test runs from target/<profile>/deps/; examples live in target/<profile>/examples/.
-    let exe = std::env::current_exe().ok()?;
-    let profile_dir = exe.parent()?.parent()?;
-    let binary = profile_dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    let built = modified(&binary)?;
-    let root = workspace_root();
-    let sources = [
-        root.join("examples").join(format!("{name}.rs")),
-        root.join("Cargo.toml"),
-        root.join("Cargo.lock"),
-        root.join("src"),
-        root.join("lua"),
-        root.join("lock-core"),
-        root.join("lock-macros").join("src"),
-        root.join("lock-macros").join("Cargo.toml"),
-    ];
-    let newest = sources.iter().filter_map(|path| newest(path)).max()?;
-    (built >= newest).then_some(binary)
+/// The binary of the example `name`, built (once per test run) for the profile and
+/// into the target directory of this test.
+fn example_binary(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let examples = BUILT
+        .get_or_init(build_examples)
+        .as_ref()
+        .unwrap_or_else(|err| panic!("{err}"));
+    let binary = examples.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.is_file(),
+        "`cargo build --examples` left no {}",
+        binary.display()
+    );
+    binary
 }
 
-fn modified(path: &Path) -> Option<SystemTime> {
-    path.metadata().ok()?.modified().ok()
-}
-
-/// The newest modification time of `path` or, for a directory, of any file in it.
-fn newest(path: &Path) -> Option<SystemTime> {
-    let meta = path.metadata().ok()?;
-    if !meta.is_dir() {
-        return meta.modified().ok();
+/// Runs `cargo build --workspace --examples` for this test's profile and target
+/// directory; returns the directory that holds the example binaries.
+fn build_examples() -> Result<PathBuf, String> {
+    // This test runs from <target>/<profile>/deps/.
+    let exe = std::env::current_exe().map_err(|err| format!("current_exe: {err}"))?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| format!("{} is not in <target>/<profile>/deps", exe.display()))?;
+    let target_dir = profile_dir
+        .parent()
+        .ok_or_else(|| format!("{} has no parent", profile_dir.display()))?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .current_dir(workspace_root())
+        .args([
+            "build",
+            "--quiet",
+            "--workspace",
+            "--examples",
+            "--target-dir",
+        ])
+        .arg(target_dir);
+    if profile_dir
+        .file_name()
+        .is_some_and(|name| name == "release")
+    {
+        build.arg("--release");
     }
-    std::fs::read_dir(path)
-        .ok()?
-        .filter_map(Result::ok)
-        .filter_map(|entry| newest(&entry.path()))
-        .max()
+    let status = build
+        .status()
+        .map_err(|err| format!("could not run `cargo build --examples`: {err}"))?;
+    if !status.success() {
+        return Err(format!(
+            "`cargo build --workspace --examples` failed ({status})"
+        ));
+    }
+    Ok(profile_dir.join("examples"))
 }
