@@ -1,16 +1,21 @@
 //! Project tasks for distlock, run as `cargo xtask <COMMAND>` (see `HELP`).
 //!
-//! `test` and `demo` need `redis-server` 7.0 or newer; when it is missing and the
-//! task runs as root, it is installed with `apt-get`. Servers are started by
-//! `distlock-testkit` on free loopback ports, never on 6379.
+//! `test`, `demo` and `cluster` need `redis-server` 7.0 or newer; when it is
+//! missing and the task runs as root, it is installed with `apt-get`. Servers are
+//! started by `distlock-testkit` on free loopback ports, never on 6379.
 
 use std::env;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
 
-use distlock_testkit::{redis_server_binary, RedisServer, REDIS_SERVER_ENV};
+use distlock_testkit::{redis_server_binary, RedisCluster, RedisServer, REDIS_SERVER_ENV};
 
 const HELP: &str = "\
 cargo xtask: project tasks for distlock
@@ -28,14 +33,19 @@ COMMANDS:
                       at a fresh server for each). Default: `order_flow`, the order and
                       inventory service; also `demo`, `guard_api`, `fencing`, or `all`.
     bench             Benchmarks (come with a later change).
-    cluster           A local Redis Cluster (comes with a later change).
+    cluster           Start a local Redis Cluster (3 masters, 3 replicas) on free
+                      127.0.0.1 ports, print its node URLs and how to point the client
+                      or the examples at it, and keep it up until Ctrl-C, SIGTERM or
+                      the end of stdin (Ctrl-D); then stop every node. With stdin
+                      closed (`< /dev/null`) it stops at once: keep stdin open, e.g.
+                      `sleep infinity | cargo xtask cluster`.
     help, --help      Print this help.
 
 REDIS:
-    `test` and `demo` need redis-server 7.0 or newer: $REDIS_SERVER if set, else
-    `redis-server` on PATH. When none is found and xtask runs as root, it runs
-    `apt-get update` and `apt-get install -y redis-server`; otherwise it prints how
-    to install one. The path is passed on to cargo as REDIS_SERVER. Test servers
+    `test`, `demo` and `cluster` need redis-server 7.0 or newer: $REDIS_SERVER if
+    set, else `redis-server` on PATH. When none is found and xtask runs as root, it
+    runs `apt-get update` and `apt-get install -y redis-server`; otherwise it prints
+    how to install one. The path is passed on to cargo as REDIS_SERVER. Test servers
     listen on free 127.0.0.1 ports, never on 6379.
 ";
 
@@ -68,7 +78,8 @@ fn main() -> ExitCode {
     let result = match command.to_str() {
         Some("test") => test(&rest),
         Some("demo") => demo(&rest),
-        Some(name @ ("bench" | "cluster")) => {
+        Some("cluster") => cluster(&rest),
+        Some(name @ "bench") => {
             eprintln!("cargo xtask {name}: not available yet, it comes with a later change.");
             Err(Failure::Status(2))
         }
@@ -201,6 +212,104 @@ fn display(command: &Command) -> String {
         .map(OsStr::to_string_lossy)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `cargo xtask cluster`: a local Redis Cluster until Ctrl-C, SIGTERM or stdin's end.
+fn cluster(args: &[OsString]) -> Result<()> {
+    if let Some(arg) = args.first() {
+        return Err(Failure::Message(format!(
+            "`cargo xtask cluster` takes no arguments (got {:?})",
+            arg.to_string_lossy()
+        )));
+    }
+    let redis = ensure_redis()?;
+    // RedisCluster finds the binary through REDIS_SERVER; no other thread runs yet.
+    env::set_var(REDIS_SERVER_ENV, &redis);
+    catch_stop_signals()?;
+    println!("xtask: starting a Redis Cluster of 3 masters and 3 replicas on 127.0.0.1");
+    let cluster = RedisCluster::start(3, 1)?;
+    let urls = cluster.urls();
+    println!("xtask: the cluster is up:");
+    for (index, (url, node)) in urls.iter().zip(cluster.nodes()).enumerate() {
+        let role = if index < cluster.masters() {
+            "master"
+        } else {
+            "replica"
+        };
+        println!("    {url}  {role}, pid {}", node.pid());
+    }
+    let quoted: Vec<String> = urls.iter().map(|url| format!("{url:?}")).collect();
+    println!(
+        "\nPoint a client at it with any of the URLs (the others are found through them):\n    \
+         LockClient::builder().cluster([{}])\n\
+         and run examples that read REDIS_CLUSTER_URLS with:\n    \
+         REDIS_CLUSTER_URLS={} cargo run --example <NAME>\n\n\
+         Press Ctrl-C (or Ctrl-D, or send SIGTERM) to stop the cluster. If this process \
+         is killed, the nodes die with it.",
+        quoted.join(", "),
+        urls.join(",")
+    );
+    let reason = wait_for_stop();
+    println!("xtask: {reason}; stopping the cluster");
+    drop(cluster);
+    println!("xtask: every node is stopped");
+    Ok(())
+}
+
+/// The last of SIGINT, SIGTERM or SIGHUP that arrived since [`catch_stop_signals`]; 0
+/// for none.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn note_stop_signal(signal: libc::c_int) {
+    // A lock-free atomic store is async-signal-safe.
+    STOP_SIGNAL.store(signal, Ordering::SeqCst);
+}
+
+/// Makes SIGINT, SIGTERM and SIGHUP set [`STOP_SIGNAL`] instead of ending the
+/// process, so that the cluster is torn down cleanly. Children start with the
+/// default actions again (`exec` resets caught signals).
+fn catch_stop_signals() -> Result<()> {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let handler = note_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: the handler only stores into an atomic, which is async-signal-safe.
+        if unsafe { libc::signal(signal, handler) } == libc::SIG_ERR {
+            return Err(Failure::Message(format!(
+                "could not catch signal {signal}: {}",
+                io::Error::last_os_error()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Waits until a signal caught by [`catch_stop_signals`] arrives or stdin ends; says
+/// which.
+fn wait_for_stop() -> String {
+    let (tx, rx) = mpsc::channel();
+    // Not joined: the process exits soon after this returns.
+    thread::spawn(move || {
+        let reason = match io::copy(&mut io::stdin().lock(), &mut io::sink()) {
+            Ok(_) => "stdin closed".to_owned(),
+            Err(err) => format!("could not read stdin ({err})"),
+        };
+        let _ = tx.send(reason);
+    });
+    loop {
+        match STOP_SIGNAL.load(Ordering::SeqCst) {
+            0 => {}
+            libc::SIGINT => return "got SIGINT (Ctrl-C)".to_owned(),
+            libc::SIGTERM => return "got SIGTERM".to_owned(),
+            libc::SIGHUP => return "got SIGHUP".to_owned(),
+            other => return format!("got signal {other}"),
+        }
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(reason) => return reason,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return "the stdin thread stopped".to_owned()
+            }
+        }
+    }
 }
 
 /// Finds `redis-server` (installing it with apt-get when missing and root) and
@@ -346,6 +455,14 @@ mod tests {
         assert_eq!(code(0), 0);
         assert_eq!(code(101 << 8), 101);
         assert_eq!(code(libc::SIGKILL), 128 + 9);
+    }
+
+    #[test]
+    fn cluster_takes_no_arguments() {
+        match cluster(&[OsString::from("extra")]) {
+            Err(Failure::Message(message)) => assert!(message.contains("no arguments")),
+            _ => panic!("`cluster extra` must be refused before anything starts"),
+        }
     }
 
     #[test]
