@@ -21,7 +21,9 @@
 //!   lock named from its arguments, and releases it on every way out.
 //!
 //! distlock needs a Tokio runtime and Redis 7.0 or newer (or Valkey 7.2 or newer): one
-//! server, or a Redis Cluster ([`LockClientBuilder::cluster`]).
+//! server ([`LockClientBuilder::url`]), a Redis Cluster
+//! ([`LockClientBuilder::cluster`]), or Redlock over independent masters
+//! ([`LockClientBuilder::redlock`]). The lock API is the same on all of them.
 //!
 //! # A tour: the guard API
 //!
@@ -160,7 +162,8 @@
 //!   lease runs out).
 //! - **A lock is as durable as its Redis.** A restart without persistence, a failover
 //!   to a replica that had not received the lock, or eviction frees it; the holder is
-//!   told at its next renewal. Use `maxmemory-policy noeviction` (distlock warns at
+//!   told at its next renewal. [`LockClientBuilder::replicas`] narrows the failover
+//!   window without closing it. Use `maxmemory-policy noeviction` (distlock warns at
 //!   connect otherwise), and fencing tokens where two writers must never overlap.
 //! - **Round trips.** An uncontended lock and unlock are one script call each; a
 //!   re-entry is one.
