@@ -12,6 +12,8 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use crate::sentinel::{master_may_have_moved, SentinelConn};
+
 /// The deployment: one endpoint (a server, a Sentinel-managed master, a cluster), or
 /// the independent masters of Redlock, where an operation counts when a majority
 /// of them agree.
@@ -119,6 +121,8 @@ pub(crate) enum Conn {
     Single(ConnectionManager),
     /// A Redis Cluster.
     Cluster(ClusterConnection),
+    /// The master that the Sentinels name, found again after a failover.
+    Sentinel(Arc<SentinelConn>),
 }
 
 impl Conn {
@@ -126,13 +130,23 @@ impl Conn {
     /// so that the message stays on the shard of the lock.
     pub(crate) fn publish_command(&self) -> &'static str {
         match self {
-            Self::Single(_) => "PUBLISH",
+            Self::Single(_) | Self::Sentinel(_) => "PUBLISH",
             Self::Cluster(_) => "SPUBLISH",
         }
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
+    }
+
+    /// Tells the connection about an error found inside a reply (a pipeline's
+    /// items): on Sentinel, one that a failover explains makes it find the master again.
+    pub(crate) async fn notice_error(&self, err: &redis::RedisError) {
+        if let Self::Sentinel(sentinel) = self {
+            if master_may_have_moved(err) {
+                sentinel.reresolve(sentinel.current().generation).await;
+            }
+        }
     }
 }
 
@@ -141,6 +155,18 @@ impl ConnectionLike for Conn {
         match self {
             Self::Single(conn) => conn.req_packed_command(cmd),
             Self::Cluster(conn) => conn.req_packed_command(cmd),
+            Self::Sentinel(sentinel) => {
+                let sentinel = sentinel.clone();
+                Box::pin(async move {
+                    let current = sentinel.current();
+                    let mut conn = current.commands;
+                    let result = conn.req_packed_command(cmd).await;
+                    if matches!(&result, Err(err) if master_may_have_moved(err)) {
+                        sentinel.reresolve(current.generation).await;
+                    }
+                    result
+                })
+            }
         }
     }
 
@@ -153,6 +179,18 @@ impl ConnectionLike for Conn {
         match self {
             Self::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(sentinel) => {
+                let sentinel = sentinel.clone();
+                Box::pin(async move {
+                    let current = sentinel.current();
+                    let mut conn = current.commands;
+                    let result = conn.req_packed_commands(pipeline, offset, count).await;
+                    if matches!(&result, Err(err) if master_may_have_moved(err)) {
+                        sentinel.reresolve(current.generation).await;
+                    }
+                    result
+                })
+            }
         }
     }
 
@@ -160,6 +198,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Single(conn) => conn.get_db(),
             Self::Cluster(conn) => conn.get_db(),
+            Self::Sentinel(sentinel) => sentinel.current().commands.get_db(),
         }
     }
 }

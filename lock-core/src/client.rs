@@ -18,6 +18,7 @@ use crate::faults::{self, Fault};
 use crate::guard::{HeldLock, Hold};
 use crate::name::{validate_namespace, LockKeys};
 use crate::scripts::{unexpected_reply, ReleaseReply, Scripts, SOURCES};
+use crate::sentinel::SentinelConn;
 use crate::subscriber::{SubConn, Subscriber};
 use crate::watchdog::Watchdog;
 use crate::LockError;
@@ -106,6 +107,26 @@ impl LockClientBuilder {
         S: Into<String>,
     {
         self.target = Some(Target::Cluster(urls.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// A master managed by Redis Sentinel: the URLs of some Sentinels and the name
+    /// they know the master by. Replaces [`url`](Self::url).
+    ///
+    /// The client asks the Sentinels for the master, checks with `ROLE` that it is
+    /// one, and after a failover (the master unreachable, or answering `READONLY`
+    /// because it was demoted) asks again and moves to the new master, so it never
+    /// keeps writing to a demoted one. A failover to a replica that had not yet
+    /// received a lock loses it: see [`replicas`](Self::replicas).
+    pub fn sentinel<I, S>(mut self, sentinels: I, master_name: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Some(Target::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master_name: master_name.into(),
+        });
         self
     }
 
@@ -250,6 +271,23 @@ impl LockClientBuilder {
             Some(Target::Single(url)) => {
                 Ok(Endpoints::Single(parse_url("url", url)?))
             }
+            Some(Target::Sentinel {
+                sentinels,
+                master_name,
+            }) => {
+                if sentinels.is_empty() || master_name.is_empty() {
+                    return Err(LockError::invalid_option(
+                        "sentinel",
+                        "give the URLs of one or more Sentinels and the master's name, as in \
+                         `.sentinel([\"redis://127.0.0.1:26379\"], \"mymaster\")`",
+                    ));
+                }
+                let nodes = sentinels
+                    .iter()
+                    .map(|url| parse_url("sentinel", url))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Endpoints::Sentinel(nodes, master_name.clone()))
+            }
             Some(Target::Redlock(urls)) => {
                 if urls.is_empty() {
                     return Err(LockError::invalid_option(
@@ -363,6 +401,22 @@ impl LockClientBuilder {
                     pushes,
                 )
             }
+            Endpoints::Sentinel(sentinels, master_name) => {
+                let (push_tx, pushes) = tokio::sync::mpsc::unbounded_channel();
+                let sentinel = Arc::new(
+                    SentinelConn::connect(
+                        sentinels,
+                        &master_name,
+                        push_tx,
+                        self.connect_timeout,
+                        self.response_timeout,
+                    )
+                    .await?,
+                );
+                let generation = sentinel.current().generation;
+                let sub = SubConn::Sentinel(sentinel.clone(), generation);
+                (Backend::one(Conn::Sentinel(sentinel)), sub, pushes)
+            }
             Endpoints::Redlock(nodes) => {
                 let (push_tx, pushes) = tokio::sync::mpsc::unbounded_channel();
                 let mut conns = Vec::with_capacity(nodes.len());
@@ -408,6 +462,7 @@ impl LockClientBuilder {
             backend.clone(),
             scripts.clone(),
             self.default_lease,
+            self.replicas,
             shutdown.clone(),
         );
 
@@ -456,6 +511,10 @@ impl fmt::Debug for LockClientBuilder {
 enum Target {
     Single(String),
     Cluster(Vec<String>),
+    Sentinel {
+        sentinels: Vec<String>,
+        master_name: String,
+    },
     Redlock(Vec<String>),
 }
 
@@ -466,6 +525,17 @@ impl fmt::Debug for Target {
             Self::Cluster(urls) => f
                 .debug_tuple("Cluster")
                 .field(&urls.iter().map(|url| redact(url)).collect::<Vec<_>>())
+                .finish(),
+            Self::Sentinel {
+                sentinels,
+                master_name,
+            } => f
+                .debug_struct("Sentinel")
+                .field(
+                    "sentinels",
+                    &sentinels.iter().map(|url| redact(url)).collect::<Vec<_>>(),
+                )
+                .field("master_name", master_name)
                 .finish(),
             Self::Redlock(urls) => f
                 .debug_tuple("Redlock")
@@ -479,6 +549,7 @@ impl fmt::Debug for Target {
 enum Endpoints {
     Single(ConnectionInfo),
     Cluster(Vec<ConnectionInfo>),
+    Sentinel(Vec<ConnectionInfo>, String),
     Redlock(Vec<ConnectionInfo>),
 }
 
@@ -1063,8 +1134,14 @@ pub(crate) async fn release_on(
                 }
                 return Ok(decoded);
             }
-            Err(err) if !retried && outcome_unknown(&err) => {
-                tracing::debug!(error = %err, "distlock: release reply lost; retrying once");
+            // Lost reply (maybe applied: the replay is recognised), or a demoted
+            // master that refused it (not applied; the connection moved on).
+            Err(err)
+                if !retried
+                    && (outcome_unknown(&err)
+                        || matches!(err.code(), Some("READONLY" | "MASTERDOWN"))) =>
+            {
+                tracing::debug!(error = %err, "distlock: release failed; retrying once");
                 retried = true;
             }
             Err(err) => return Err(err),

@@ -27,6 +27,7 @@ pub mod faults;
 mod guard;
 mod name;
 mod scripts;
+mod sentinel;
 mod subscriber;
 mod watchdog;
 

@@ -11,6 +11,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::sentinel::{master_may_have_moved, SentinelConn};
 use crate::LockError;
 
 /// How often the idle subscriber pings Redis, so that a dead connection is noticed
@@ -156,15 +157,33 @@ pub(crate) enum SubConn {
     Cluster(ClusterConnection),
     /// Redlock: every node publishes its own release message.
     Many(Vec<ConnectionManager>),
+    /// Sentinel: the subscriber of the current master, and the generation of the
+    /// master it last subscribed on.
+    Sentinel(Arc<SentinelConn>, u64),
 }
 
 impl SubConn {
+    /// Whether the Sentinel backend moved to a new master since the last call: the
+    /// channels must then be subscribed again there.
+    fn swapped(&mut self) -> bool {
+        match self {
+            Self::Sentinel(sentinel, seen) => {
+                let generation = sentinel.current().generation;
+                let swapped = generation != *seen;
+                *seen = generation;
+                swapped
+            }
+            _ => false,
+        }
+    }
+
     /// Subscribes; on Redlock it is enough that one node confirms (a waiter's sleep
     /// is capped by the lease anyway).
     async fn subscribe(&mut self, channel: &[u8]) -> redis::RedisResult<()> {
         match self {
             Self::Single(conn) => conn.subscribe(channel).await,
             Self::Cluster(conn) => conn.ssubscribe(channel).await,
+            Self::Sentinel(sentinel, _) => sentinel.current().subscriber.subscribe(channel).await,
             Self::Many(conns) => {
                 let mut result = Ok(());
                 let mut any = false;
@@ -187,6 +206,7 @@ impl SubConn {
         match self {
             Self::Single(conn) => conn.unsubscribe(channel).await,
             Self::Cluster(conn) => conn.sunsubscribe(channel).await,
+            Self::Sentinel(sentinel, _) => sentinel.current().subscriber.unsubscribe(channel).await,
             Self::Many(conns) => {
                 let mut result = Ok(());
                 for conn in conns {
@@ -204,6 +224,14 @@ impl SubConn {
         match self {
             Self::Single(conn) => ping.query_async(conn).await,
             Self::Cluster(conn) => ping.query_async(conn).await,
+            Self::Sentinel(sentinel, _) => {
+                let current = sentinel.current();
+                let result = ping.query_async(&mut current.subscriber.clone()).await;
+                if matches!(&result, Err(err) if master_may_have_moved(err)) {
+                    sentinel.reresolve(current.generation).await;
+                }
+                result
+            }
             Self::Many(conns) => {
                 let mut result = Ok(Value::Nil);
                 for conn in conns {
@@ -233,9 +261,11 @@ async fn run_commands(
                     tracing::debug!(error = %err, "distlock: subscriber heartbeat failed; waking waiters");
                     shared.wake_all();
                 }
+                resubscribe_if_moved(&mut conn, &active).await;
                 continue;
             }
         };
+        resubscribe_if_moved(&mut conn, &active).await;
         match command {
             None => return,
             Some(Command::Subscribe(channel, reply)) => {
@@ -258,6 +288,19 @@ async fn run_commands(
                     }
                 }
             }
+        }
+    }
+}
+
+/// After the Sentinel backend moved to a new master, subscribes the active
+/// channels there (the waiters were woken by the move and ask the new master).
+async fn resubscribe_if_moved(conn: &mut SubConn, active: &HashSet<Vec<u8>>) {
+    if !conn.swapped() {
+        return;
+    }
+    for channel in active {
+        if let Err(err) = conn.subscribe(channel).await {
+            tracing::debug!(error = %err, "distlock: resubscribe on the new master failed");
         }
     }
 }

@@ -61,10 +61,12 @@ impl Watchdog {
         backend: Backend,
         scripts: Arc<Scripts>,
         lease: Duration,
+        acks: Option<(u32, Duration)>,
         shutdown: CancellationToken,
     ) -> Self {
         let registry = Arc::new(Registry::default());
         let task = Task {
+            acks,
             registry: registry.clone(),
             backend,
             scripts,
@@ -125,9 +127,10 @@ async fn send_to(
     mut conn: Conn,
     scripts: Arc<Scripts>,
     batch: Vec<Arc<Hold>>,
+    acks: Option<(u32, Duration)>,
 ) -> redis::RedisResult<Vec<Value>> {
     if !conn.is_cluster() {
-        return renew_pipeline(&mut conn, &scripts, batch.iter()).await;
+        return renew_pipeline(&mut conn, &scripts, batch.iter(), acks).await;
     }
     let mut groups: HashMap<u16, Vec<usize>> = HashMap::new();
     for (index, hold) in batch.iter().enumerate() {
@@ -139,7 +142,7 @@ async fn send_to(
         let scripts = scripts.clone();
         let holds: Vec<Arc<Hold>> = indices.iter().map(|&i| batch[i].clone()).collect();
         tasks.spawn(async move {
-            let replies = renew_pipeline(&mut conn, &scripts, holds.iter()).await;
+            let replies = renew_pipeline(&mut conn, &scripts, holds.iter(), acks).await;
             (indices, replies)
         });
     }
@@ -161,10 +164,13 @@ async fn renew_pipeline<'a>(
     conn: &mut Conn,
     scripts: &Scripts,
     holds: impl Iterator<Item = &'a Arc<Hold>>,
+    acks: Option<(u32, Duration)>,
 ) -> redis::RedisResult<Vec<Value>> {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
+    let mut count = 0;
     for hold in holds {
+        count += 1;
         let lease_ms = hold.state().lease.as_millis() as u64;
         pipe.cmd("EVALSHA")
             .arg(scripts.renew.get_hash())
@@ -173,18 +179,49 @@ async fn renew_pipeline<'a>(
             .arg(&*hold.owner)
             .arg(lease_ms);
     }
-    let replies: Vec<Value> = pipe.query_async(conn).await?;
+    if let Some((needed, timeout)) = acks {
+        // A renewal counts only once replicas have it, as the acquire did.
+        pipe.cmd("WAIT").arg(needed).arg(timeout.as_millis() as u64);
+    }
+    let mut replies: Vec<Value> = pipe.query_async(conn).await?;
     let noscript = replies
         .iter()
         .any(|reply| matches!(reply, Value::ServerError(err) if err.code() == "NOSCRIPT"));
     if noscript {
         scripts.renew.load_async(conn).await?;
-        return pipe.query_async(conn).await;
+        replies = pipe.query_async(conn).await?;
+    }
+    // A demoted master answers READONLY: find the new one, and renew there.
+    let moved = replies.iter().find_map(|reply| match reply {
+        Value::ServerError(err) if matches!(err.code(), "READONLY" | "MASTERDOWN") => {
+            Some(redis::RedisError::from(err.clone()))
+        }
+        _ => None,
+    });
+    if let Some(err) = moved {
+        conn.notice_error(&err).await;
+        return Err(err);
+    }
+    if let Some((needed, _)) = acks {
+        let acked = match replies.get(count) {
+            Some(Value::Int(acked)) => *acked,
+            _ => 0,
+        };
+        replies.truncate(count);
+        if acked < i64::from(needed) {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "too few replicas acknowledged the renewal",
+                format!("{acked} of {needed}"),
+            )));
+        }
     }
     Ok(replies)
 }
 
 struct Task {
+    /// Replica acknowledgements a renewal needs (`LockClientBuilder::replicas`).
+    acks: Option<(u32, Duration)>,
     registry: Arc<Registry>,
     backend: Backend,
     scripts: Arc<Scripts>,
@@ -276,7 +313,13 @@ impl Task {
     /// Renews `batch` on the backend; see [`send_to`] for one endpoint.
     async fn send(&mut self, batch: &[Arc<Hold>]) -> redis::RedisResult<Vec<Value>> {
         if !self.backend.is_redlock() {
-            return send_to(self.backend.first(), self.scripts.clone(), batch.to_vec()).await;
+            return send_to(
+                self.backend.first(),
+                self.scripts.clone(),
+                batch.to_vec(),
+                self.acks,
+            )
+            .await;
         }
         // Redlock: every node renews the whole batch; a lease lives on where a
         // majority renewed it, and is lost once a majority can no longer have it.
@@ -284,7 +327,7 @@ impl Task {
         let holds: Vec<Arc<Hold>> = batch.to_vec();
         let per_node = self
             .backend
-            .each(|conn| send_to(conn, scripts.clone(), holds.clone()))
+            .each(|conn| send_to(conn, scripts.clone(), holds.clone(), None))
             .await;
         let quorum = self.backend.quorum();
         let nodes = self.backend.len();

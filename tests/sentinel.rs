@@ -1,0 +1,160 @@
+//! The lock behind Redis Sentinel: the client follows the master through failovers
+//! and never keeps writing to a demoted one.
+
+mod common;
+
+use std::time::Duration;
+
+use distlock::LockClient;
+use distlock_testkit::SentinelGroup;
+use tokio::time::Instant;
+
+fn group() -> SentinelGroup {
+    SentinelGroup::start("locks", 1, 3).expect("start a Sentinel group")
+}
+
+async fn client(group: &SentinelGroup, lease: Duration) -> LockClient {
+    LockClient::builder()
+        .sentinel(group.sentinel_urls(), group.master_name())
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect through the Sentinels")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_keeps_held_locks_wakes_waiters_and_leaves_the_demoted_master_alone() {
+    let group = group();
+    let lease = Duration::from_secs(8);
+    // Acquires and renewals count once the replica has them: a renewal that only
+    // reached the old master in the moment of the switch does not extend the lease
+    // the holder counts on.
+    let holder = LockClient::builder()
+        .sentinel(group.sentinel_urls(), group.master_name())
+        .default_lease(lease)
+        .replicas(1, Duration::from_millis(200))
+        .connect()
+        .await
+        .expect("connect through the Sentinels");
+    let waiter = client(&group, lease).await;
+    let old = group.current_master_index().expect("a master");
+
+    let guard = holder.lock("order:1").await.expect("lock");
+    guard
+        .scope(async {
+            let inner = holder.lock("order:1").await.expect("re-entry");
+            assert_eq!(common::redis_count(&group.data_nodes()[old], "order:1"), 2);
+            inner.unlock().await.expect("unlock");
+        })
+        .await;
+    // When (if ever) the holder is told that it lost the lock.
+    let lost_at = tokio::spawn({
+        let lost = guard.lost();
+        async move {
+            tokio::time::timeout(Duration::from_secs(40), lost)
+                .await
+                .ok()
+                .map(|()| Instant::now())
+        }
+    });
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let guard = waiter.lock("order:1").wait(Duration::from_secs(30)).await?;
+            let at = Instant::now();
+            guard.unlock().await?;
+            Ok::<_, distlock::LockError>(at)
+        }
+    });
+
+    let old_port = group.data_nodes()[old].port();
+    group.failover().expect("SENTINEL FAILOVER");
+    let new_port = group
+        .wait_for_master_change(old_port, Duration::from_secs(20))
+        .expect("a new master");
+    let new = group
+        .data_nodes()
+        .iter()
+        .position(|node| node.port() == new_port)
+        .expect("the new master is one of ours");
+
+    // Once the old master is demoted, it refuses writes (READONLY): the client must
+    // notice, find the new master through the Sentinels and carry on there.
+    let demoted = common::eventually(Duration::from_secs(15), || {
+        group.data_nodes()[old]
+            .cmd(&["INFO", "replication"])
+            .map(|info| info.contains("role:slave"))
+            .unwrap_or(false)
+    })
+    .await;
+    assert!(demoted, "the old master became a replica");
+
+    // The client moves within a bounded time: a new lock works on the new master.
+    let start = Instant::now();
+    let probe = holder
+        .lock("probe")
+        .wait(Duration::from_secs(15))
+        .await
+        .expect("locks work after the failover");
+    assert!(start.elapsed() < Duration::from_secs(15));
+    assert_eq!(common::redis_count(&group.data_nodes()[new], "probe"), 1);
+    probe.unlock().await.expect("unlock");
+
+    // From now on nothing reaches the demoted master as a client command.
+    let before = common::command_calls(&group.data_nodes()[old], "evalsha");
+    let more = holder.lock("more").await.expect("lock");
+    more.unlock().await.expect("unlock");
+
+    // The held lock survived the planned failover, or the holder was told: never
+    // a second holder while the first believes it holds the lock.
+    let released = Instant::now();
+    let kept = guard.unlock().await;
+    let acquired = waiting.await.expect("join").expect("the waiter acquired");
+    let told = lost_at.await.expect("join");
+    match (kept, told) {
+        (Ok(()), _) => assert!(acquired >= released, "the waiter got in before the release"),
+        // The switch outlasted the lease: the holder could not confirm its lock,
+        // and was told so before anyone else could take it.
+        (Err(err), Some(told)) => {
+            assert!(err.is_lost(), "{err}");
+            assert!(
+                acquired >= told,
+                "the waiter got in before the holder was told"
+            );
+        }
+        (Err(err), None) => panic!("unlock failed without a loss being reported: {err}"),
+    }
+    assert!(
+        acquired.saturating_duration_since(released) < lease,
+        "the waiter woke {:?} after the release",
+        acquired.saturating_duration_since(released)
+    );
+    assert_eq!(
+        common::command_calls(&group.data_nodes()[old], "evalsha"),
+        before,
+        "a script ran on the demoted master"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_is_replaced_and_the_client_continues() {
+    let mut group = group();
+    let locks = client(&group, Duration::from_secs(3)).await;
+    let guard = locks.lock("before").await.expect("lock");
+    guard.unlock().await.expect("unlock");
+
+    let old = group.current_master_index().expect("a master");
+    let old_port = group.data_nodes()[old].port();
+    group.data_node_mut(old).stop().expect("SIGKILL the master");
+    group
+        .wait_for_master_change(old_port, Duration::from_secs(30))
+        .expect("a new master");
+    let start = Instant::now();
+    let guard = locks
+        .lock("after")
+        .wait(Duration::from_secs(20))
+        .await
+        .expect("the client moved to the new master");
+    assert!(start.elapsed() < Duration::from_secs(20));
+    guard.unlock().await.expect("unlock");
+}
