@@ -1,0 +1,198 @@
+//! The same behaviour on every backend: one server, a cluster, Sentinel and a
+//! five-node Redlock.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{LockClient, LockClientBuilder};
+use distlock_testkit::{RedisCluster, RedisServer, SentinelGroup};
+use tokio::time::Instant;
+
+const LEASE: Duration = Duration::from_millis(900);
+
+/// Runs the shared behaviour checks with clients made by `builder`.
+async fn behaviour(builder: impl Fn() -> LockClientBuilder) {
+    let locks = builder()
+        .default_lease(LEASE)
+        .connect()
+        .await
+        .expect("connect");
+    let other = builder()
+        .default_lease(LEASE)
+        .connect()
+        .await
+        .expect("connect");
+
+    // Re-entry: the count rises and falls; another owner stays out until the end.
+    let guard = locks.lock("b:reentry").await.expect("lock");
+    guard
+        .scope(async {
+            let inner = locks.lock("b:reentry").await.expect("re-entry");
+            assert_eq!(inner.hold_count(), 2);
+            assert_eq!(
+                other
+                    .inspect("b:reentry")
+                    .await
+                    .expect("inspect")
+                    .hold_count,
+                2
+            );
+            assert!(other.try_lock("b:reentry").await.expect("try").is_none());
+            inner.unlock().await.expect("unlock");
+        })
+        .await;
+    assert_eq!(
+        other
+            .inspect("b:reentry")
+            .await
+            .expect("inspect")
+            .hold_count,
+        1
+    );
+    guard.unlock().await.expect("unlock");
+    assert!(!other.inspect("b:reentry").await.expect("inspect").held);
+
+    // Mutual exclusion under contention, across two clients.
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..6 {
+        let client = if task % 2 == 0 {
+            locks.clone()
+        } else {
+            other.clone()
+        };
+        let (inside, overlaps, counter) = (inside.clone(), overlaps.clone(), counter.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                let guard = client
+                    .lock("b:counter")
+                    .wait(Duration::from_secs(30))
+                    .await
+                    .expect("lock");
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.unlock().await.expect("unlock");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(counter.load(Ordering::SeqCst), 120);
+
+    // A busy lock: try_lock says so, a wait times out after the wait.
+    let guard = locks.lock("b:busy").await.expect("lock");
+    assert!(other.try_lock("b:busy").await.expect("try").is_none());
+    let start = Instant::now();
+    let err = other
+        .lock("b:busy")
+        .wait(Duration::from_millis(300))
+        .await
+        .expect_err("busy");
+    assert!(err.is_timeout(), "{err}");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+
+    // The watchdog keeps it past several leases; the waiter wakes on the release.
+    let waiting = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let guard = other
+                .lock("b:busy")
+                .wait(Duration::from_secs(20))
+                .await
+                .expect("lock");
+            let at = Instant::now();
+            guard.unlock().await.expect("unlock");
+            at
+        }
+    });
+    tokio::time::sleep(LEASE * 2).await;
+    assert!(!guard.is_lost());
+    let released = Instant::now();
+    guard.unlock().await.expect("unlock");
+    let woke = waiting
+        .await
+        .expect("waiter")
+        .saturating_duration_since(released);
+    assert!(
+        woke < LEASE / 2,
+        "the waiter woke {woke:?} after the release"
+    );
+
+    // A force-unlock is reported to the holder.
+    let guard = locks.lock("b:forced").await.expect("lock");
+    assert!(other.force_unlock("b:forced").await.expect("force_unlock"));
+    tokio::time::timeout(LEASE / 3 + Duration::from_millis(700), guard.lost())
+        .await
+        .expect("the loss is reported");
+    assert!(guard.unlock().await.expect_err("lost").is_lost());
+
+    // Dropped guards and dropped requests leave nothing behind.
+    let guard = locks.lock("b:dropped").await.expect("lock");
+    drop(guard);
+    let freed = other
+        .lock("b:dropped")
+        .wait(Duration::from_millis(500))
+        .await
+        .expect("freed long before the lease would end");
+    let mut dropped = 0;
+    for micros in [50u64, 200, 500, 1000, 2000, 4000] {
+        let request = locks.lock("b:dropped").wait(Duration::from_secs(5));
+        if tokio::time::timeout(Duration::from_micros(micros), request)
+            .await
+            .is_err()
+        {
+            dropped += 1;
+        }
+    }
+    assert!(
+        dropped > 0,
+        "every request completed while the lock was held"
+    );
+    freed.unlock().await.expect("unlock");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let info = other.inspect("b:dropped").await.expect("inspect");
+        if !info.held {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a dropped request left a hold: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_one_server() {
+    let server = RedisServer::start().expect("server");
+    behaviour(|| LockClient::builder().url(server.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster() {
+    let cluster = RedisCluster::start(3, 1).expect("cluster");
+    behaviour(|| LockClient::builder().cluster(cluster.urls())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel() {
+    let group = SentinelGroup::start("backends", 1, 3).expect("sentinel group");
+    behaviour(|| LockClient::builder().sentinel(group.sentinel_urls(), group.master_name())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_five_redlock_nodes() {
+    let nodes = distlock_testkit::start_many(5).expect("servers");
+    behaviour(|| LockClient::builder().redlock(nodes.iter().map(RedisServer::url))).await;
+}
