@@ -1,0 +1,324 @@
+//! Reliability: the network between the client and Redis misbehaves (through the
+//! testkit's `FaultProxy`): late replies, a blackholed renewal path, lost replies,
+//! reset connections.
+
+#[path = "reliability_support/mod.rs"]
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{LockClient, LockError};
+use distlock_testkit::{monotonic_ns, Direction, FaultProxy, History, RedisServer, Section};
+use support::Workload;
+
+async fn through(proxy: &FaultProxy, lease: Duration) -> LockClient {
+    LockClient::builder()
+        .url(proxy.url())
+        .fencing(true)
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect through the proxy")
+}
+
+async fn direct(server: &RedisServer) -> LockClient {
+    LockClient::builder()
+        .url(server.url())
+        .fencing(true)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.cmd(&["EXISTS", key]).expect("EXISTS") == "1"
+}
+
+/// Every acquire reply arrives 300 ms late; the fixed lease is 100 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_later_than_the_lease_never_runs_the_body_and_leaves_no_hold() {
+    let server = support::server();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let locks = through(&proxy, Duration::from_secs(30)).await;
+    proxy.delay(
+        Direction::ToClient,
+        Duration::from_millis(300),
+        Duration::from_millis(20),
+    );
+    let ran = AtomicBool::new(false);
+    let attempt = tokio::time::timeout(
+        Duration::from_secs(3),
+        locks
+            .lock("late")
+            .lease(Duration::from_millis(100))
+            .wait(Duration::from_secs(1)),
+    )
+    .await;
+    if let Ok(Ok(guard)) = attempt {
+        ran.store(true, Ordering::SeqCst);
+        drop(guard);
+    }
+    proxy.heal();
+    let clean = support::eventually(Duration::from_secs(3), || {
+        !exists(&server, "distlock:{late}")
+    })
+    .await;
+    support::summary(
+        "proxy_late_acquire_reply",
+        &[
+            ("body_ran", u64::from(ran.load(Ordering::SeqCst))),
+            ("leaked_keys", u64::from(!clean)),
+        ],
+    );
+    assert!(!ran.load(Ordering::SeqCst), "the body ran on a late grant");
+    assert!(clean, "a hold was left behind");
+}
+
+/// Observed: the acquire never ends. Every reply is late, so each grant is given
+/// back and the loop asks again, without looking at its wait (1 s): after 3 s it
+/// is still retrying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: check the wait deadline after a late grant; the acquire \
+            loop retries forever"]
+async fn a_reply_later_than_the_lease_ends_in_a_timeout_after_the_wait() {
+    let server = support::server();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let locks = through(&proxy, Duration::from_secs(30)).await;
+    proxy.delay(
+        Direction::ToClient,
+        Duration::from_millis(300),
+        Duration::ZERO,
+    );
+    let wait = Duration::from_secs(1);
+    let result = tokio::time::timeout(
+        wait + Duration::from_secs(2),
+        locks
+            .lock("late")
+            .lease(Duration::from_millis(100))
+            .wait(wait),
+    )
+    .await
+    .expect("the acquire ended within its wait + 2 s");
+    assert!(
+        matches!(result, Err(LockError::Timeout { .. })),
+        "{result:?}"
+    );
+}
+
+/// The holder's requests are blackholed: its watchdog cannot renew, so the guard must
+/// be reported lost by the deadline it believed in, before Redis lets another owner in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blackholed_renewal_path_loses_the_guard_by_its_deadline() {
+    let lease = Duration::from_millis(600);
+    let server = support::server();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let holder = through(&proxy, lease).await;
+    let other = direct(&server).await;
+    let history = History::new();
+
+    let guard = holder.lock("cut").await.expect("lock");
+    let acquired = monotonic_ns();
+    let token = guard.fencing_token();
+    tokio::time::sleep(lease / 2).await;
+    proxy.blackhole(Direction::ToServer, true);
+    let cut = monotonic_ns();
+    let lost = tokio::time::timeout(lease + Duration::from_millis(300), guard.lost()).await;
+    let noticed = monotonic_ns();
+    history.record(Section {
+        owner: "holder".into(),
+        token,
+        acquired_ns: acquired,
+        released_ns: noticed,
+        deadline_ns: None,
+    });
+    let sent = monotonic_ns();
+    let taken = other
+        .lock("cut")
+        .wait(Duration::from_secs(5))
+        .await
+        .expect("free once the lease ended");
+    let other_acquired = monotonic_ns();
+    let workload = Workload::connect(&server.url(), "cut").await;
+    let (section, _, _) =
+        support::body(taken, "other", 0, sent, other_acquired, None, &workload).await;
+    history.record(section);
+    proxy.heal();
+    let unlock = guard.unlock().await;
+    let report = history.check();
+    support::summary_of(
+        "proxy_renewal_blackholed",
+        &report,
+        &[("lost_after_cut_ms", (noticed - cut) / 1_000_000)],
+    );
+    assert!(
+        lost.is_ok(),
+        "not reported lost within lease + 300 ms of the cut"
+    );
+    assert!(matches!(unlock, Err(LockError::Lost { .. })), "{unlock:?}");
+    report.assert_clean();
+}
+
+/// A re-entry's reply is lost (blackholed, then the connection is reset when the
+/// blackhole lifts). Whatever the re-entry returns, the hold count in Redis must end
+/// where the guards say: 1 while the outer guard lives, 0 after it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_is_not_counted_twice() {
+    let server = support::server();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let locks = LockClient::builder()
+        .url(proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .expect("connect");
+    let count = || -> u64 {
+        server
+            .cmd(&["HGETALL", "distlock:{twice}"])
+            .expect("HGETALL")
+            .lines()
+            .collect::<Vec<_>>()
+            .chunks(2)
+            .filter(|pair| pair.len() == 2 && !pair[0].starts_with('#'))
+            .map(|pair| pair[1].parse::<u64>().expect("a count"))
+            .sum()
+    };
+    let outer = locks.lock("twice").await.expect("lock");
+    let inner = outer
+        .scope(async {
+            proxy.blackhole(Direction::ToClient, true);
+            let inner = locks.lock("twice").await;
+            proxy.blackhole(Direction::ToClient, false);
+            inner
+        })
+        .await;
+    let applied_while_lost = count();
+    let inner_ok = inner.is_ok();
+    if let Ok(inner) = inner {
+        assert_eq!(count(), 2);
+        inner.unlock().await.expect("inner unlock");
+    }
+    let settled = support::eventually(Duration::from_secs(3), || count() == 1).await;
+    let after = count();
+    outer.unlock().await.expect("outer unlock");
+    support::summary(
+        "proxy_lost_reply",
+        &[
+            ("reentry_ok", u64::from(inner_ok)),
+            ("count_seen_while_lost", applied_while_lost),
+            ("count_after_heal", after),
+        ],
+    );
+    assert!(settled, "hold count {after} after the heal, expected 1");
+    assert!(!exists(&server, "distlock:{twice}"), "left held");
+}
+
+/// Eight tasks lock and unlock through a proxy that resets every connection every
+/// 100 ms for 3 s. Every failure must be a typed error, and no success may be
+/// silent: the history of the sections that ran is a mutex history, and the counter
+/// they incremented is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_resets_give_typed_errors_never_a_silent_success() {
+    let server = support::server();
+    let proxy = Arc::new(FaultProxy::start(server.addr()).expect("proxy"));
+    let locks = through(&proxy, Duration::from_secs(2)).await;
+    let workload = Workload::connect(&server.url(), "reset").await;
+    let history = Arc::new(History::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(AtomicU64::new(0));
+
+    let resetter = std::thread::spawn({
+        let (proxy, stop) = (proxy.clone(), stop.clone());
+        move || {
+            let mut resets = 0;
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(100));
+                resets += proxy.reset_all();
+            }
+            resets
+        }
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let (locks, workload, history, errors) = (
+            locks.clone(),
+            workload.clone(),
+            history.clone(),
+            errors.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let label = format!("t{t}");
+            let mut lost = 0;
+            while tokio::time::Instant::now() < deadline {
+                let guard = match locks.lock("reset").wait(Duration::from_secs(5)).await {
+                    Ok(guard) => guard,
+                    Err(err) => {
+                        assert!(
+                            err.is_redis() || err.is_timeout(),
+                            "untyped or unexpected error: {err:?}"
+                        );
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                };
+                let acquired = monotonic_ns();
+                let token = guard.fencing_token();
+                workload.unfenced_increment().await;
+                let released = monotonic_ns();
+                match guard.unlock().await {
+                    Ok(()) => {}
+                    Err(err @ LockError::Lost { .. }) => {
+                        lost += 1;
+                        let _ = err;
+                    }
+                    Err(err) => {
+                        assert!(err.is_redis(), "unexpected error: {err:?}");
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                history.record(Section {
+                    owner: label.clone(),
+                    token,
+                    acquired_ns: acquired,
+                    released_ns: released,
+                    deadline_ns: None,
+                });
+            }
+            lost
+        }));
+    }
+    let mut lost = 0;
+    for task in tasks {
+        lost += task.await.expect("task");
+    }
+    stop.store(true, Ordering::SeqCst);
+    let resets = resetter.join().expect("resetter");
+    let report = history.check();
+    let counter = workload.counter().await;
+    // Whatever was left held is given back or expires within the 2 s lease.
+    let clean = support::eventually(Duration::from_secs(5), || {
+        support::leaks(&server).0.is_empty()
+    })
+    .await;
+    support::summary_of(
+        "proxy_connection_resets",
+        &report,
+        &[
+            ("resets", resets as u64),
+            ("typed_errors", errors.load(Ordering::Relaxed)),
+            ("lost", lost),
+            (
+                "counter_missing",
+                (report.sections as u64).saturating_sub(counter),
+            ),
+            ("leaked_keys", u64::from(!clean)),
+        ],
+    );
+    assert!(resets > 0, "the proxy reset nothing");
+    assert!(report.sections > 0, "no section completed");
+    report.assert_clean();
+    assert_eq!(counter, report.sections as u64, "updates were lost");
+    assert!(clean, "keys left: {:?}", support::leaks(&server).0);
+}
