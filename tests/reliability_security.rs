@@ -1,0 +1,353 @@
+//! Reliability: security — unguessable owners, foreign owners change nothing,
+//! passwords and ACL users, the minimal ACL of a lock user, missing permissions.
+
+#[path = "reliability_support/mod.rs"]
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use distlock::{LockClient, LockError};
+use distlock_testkit::RedisServer;
+
+/// The minimal ACL of a lock user (documented in RELIABILITY.md): the commands the
+/// client sends, the commands the scripts call, its keys and its channels.
+pub const LOCK_USER_ACL: &[&str] = &[
+    "resetkeys",
+    "~distlock:*",
+    "resetchannels",
+    "&distlock:*",
+    "-@all",
+    // Sent by the client.
+    "+hello",
+    "+ping",
+    "+script|load",
+    "+evalsha",
+    "+config|get",
+    "+subscribe",
+    "+unsubscribe",
+    // Called by the scripts.
+    "+type",
+    "+get",
+    "+incr",
+    "+hget",
+    "+hset",
+    "+hincrby",
+    "+hexists",
+    "+hgetall",
+    "+pexpire",
+    "+pttl",
+    "+del",
+    "+publish",
+];
+
+fn release_script() -> redis::Script {
+    redis::Script::new(include_str!("../lua/release.lua"))
+}
+
+fn renew_script() -> redis::Script {
+    redis::Script::new(include_str!("../lua/renew.lua"))
+}
+
+async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+async fn dump(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("DUMP")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("DUMP")
+}
+
+async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("PTTL")
+}
+
+#[test]
+fn a_million_owner_uuids_are_v4_and_unique() {
+    let mut seen = HashSet::with_capacity(1_000_000);
+    for _ in 0..1_000_000 {
+        let id = uuid::Uuid::new_v4();
+        assert_eq!(id.get_version_num(), 4);
+        assert!(seen.insert(id.as_u128()), "a duplicate owner id");
+    }
+    support::summary(
+        "security_uuid_draws",
+        &[("draws", 1_000_000), ("duplicates", 0)],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_ids_seen_in_redis_are_unguessable_and_distinct() {
+    let server = support::server();
+    let mut redis = conn(&server.url()).await;
+    let mut owners = HashSet::new();
+    let mut client_ids = HashSet::new();
+    for c in 0..20 {
+        let locks = LockClient::builder()
+            .url(server.url())
+            .connect()
+            .await
+            .expect("connect");
+        for n in 0..50 {
+            let guard = locks.lock(format!("owner:{c}:{n}")).await.expect("lock");
+            let fields: Vec<String> = redis::cmd("HKEYS")
+                .arg(format!("distlock:{{owner:{c}:{n}}}"))
+                .query_async(&mut redis)
+                .await
+                .expect("HKEYS");
+            let owner = fields
+                .into_iter()
+                .find(|field| !field.starts_with('#'))
+                .expect("an owner field");
+            let (uuid, counter) = owner.split_once(':').expect("<uuid>:<counter>");
+            let uuid = uuid::Uuid::parse_str(uuid).expect("a UUID");
+            assert_eq!(uuid.get_version_num(), 4, "{owner}");
+            assert!(counter.parse::<u64>().is_ok(), "{owner}");
+            client_ids.insert(uuid);
+            assert!(owners.insert(owner.clone()), "owner {owner} seen twice");
+            guard.unlock().await.expect("unlock");
+        }
+    }
+    support::summary(
+        "security_owner_ids",
+        &[
+            ("owners", owners.len() as u64),
+            ("clients", client_ids.len() as u64),
+        ],
+    );
+    assert_eq!(client_ids.len(), 20, "one UUID per client");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_owner_can_neither_release_nor_renew() {
+    let server = support::server();
+    let locks = LockClient::builder()
+        .url(server.url())
+        .fencing(true)
+        .connect()
+        .await
+        .expect("connect");
+    let mut redis = conn(&server.url()).await;
+    let key = "distlock:{guarded}";
+    let guard = locks.lock("guarded").await.expect("lock");
+    let before = dump(&mut redis, key).await;
+    let ttl_before = pttl(&mut redis, key).await;
+    let foreign = format!("{}:0", uuid::Uuid::new_v4().simple());
+
+    let released: Vec<i64> = release_script()
+        .key(key)
+        .key("distlock:{guarded}:released")
+        .arg(&foreign)
+        .arg(1)
+        .arg(424_242)
+        .arg("PUBLISH")
+        .invoke_async(&mut redis)
+        .await
+        .expect("release.lua");
+    let renewed: i64 = renew_script()
+        .key(key)
+        .arg(&foreign)
+        .arg(86_400_000)
+        .invoke_async(&mut redis)
+        .await
+        .expect("renew.lua");
+    let after = dump(&mut redis, key).await;
+    let ttl_after = pttl(&mut redis, key).await;
+    support::summary(
+        "security_foreign_owner",
+        &[
+            ("release_refused", u64::from(released == [-1])),
+            ("renew_refused", u64::from(renewed == 0)),
+        ],
+    );
+    assert_eq!(released, vec![-1], "a foreign release was applied");
+    assert_eq!(renewed, 0, "a foreign renewal was applied");
+    assert_eq!(before, after, "the lock changed");
+    assert!(
+        ttl_after <= ttl_before,
+        "the lease was extended: {ttl_before} -> {ttl_after}"
+    );
+    assert!(!guard.is_lost());
+    guard.unlock().await.expect("unlock");
+}
+
+/// Sets `requirepass` on a running server. The testkit's own commands are
+/// unauthenticated, so after this only authenticated clients talk to it.
+fn require_password(server: &RedisServer, password: &str) {
+    server
+        .cmd(&["CONFIG", "SET", "requirepass", password])
+        .expect("CONFIG SET requirepass");
+}
+
+/// Takes, waits for (across two clients) and releases a fenced lock with `url`.
+async fn exercise(url: &str) -> Result<(), LockError> {
+    let a = LockClient::builder()
+        .url(url)
+        .fencing(true)
+        .connect()
+        .await?;
+    let b = LockClient::builder()
+        .url(url)
+        .fencing(true)
+        .connect()
+        .await?;
+    let guard = a.lock("acl").await?;
+    let waiter = tokio::spawn(async move {
+        let guard = b.lock("acl").wait(Duration::from_secs(5)).await?;
+        let token = guard.fencing_token();
+        guard.unlock().await?;
+        Ok::<_, LockError>(token)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let first = guard.fencing_token();
+    guard.unlock().await?;
+    let second = waiter.await.expect("waiter")?;
+    assert!(second > first, "{second:?} after {first:?}");
+    let info = a.inspect("acl").await?;
+    assert!(!info.held);
+    let guard = a.lock("acl").await?;
+    assert!(a.force_unlock("acl").await?);
+    assert!(guard.unlock().await.is_err_and(|err| err.is_lost()));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_protected_server_needs_the_password() {
+    let server = support::server();
+    require_password(&server, "s3cret-pass");
+    let port = server.port();
+    let denied = LockClient::builder()
+        .url(format!("redis://127.0.0.1:{port}/"))
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .expect_err("no password");
+    let wrong = LockClient::builder()
+        .url(format!("redis://:wrong@127.0.0.1:{port}/"))
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .expect_err("a wrong password");
+    exercise(&format!("redis://:s3cret-pass@127.0.0.1:{port}/"))
+        .await
+        .expect("locks with the password");
+    support::summary(
+        "security_requirepass",
+        &[("refused_without", 1), ("refused_wrong", 1)],
+    );
+    assert!(denied.is_redis(), "{denied:?}");
+    assert!(wrong.is_redis(), "{wrong:?}");
+    assert!(
+        !format!("{wrong} {wrong:?}").contains("wrong@"),
+        "the password leaked into the error: {wrong:?}"
+    );
+}
+
+fn set_user(server: &RedisServer, user: &str, password: &str, rules: &[&str]) {
+    let pass = format!(">{password}");
+    let mut args = vec!["ACL", "SETUSER", user, "reset", "on", pass.as_str()];
+    args.extend_from_slice(rules);
+    server.cmd(&args).expect("ACL SETUSER");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_minimal_acl_is_enough_for_every_operation() {
+    let server = support::server();
+    set_user(&server, "locker", "pw", LOCK_USER_ACL);
+    let url = format!("redis://locker:pw@127.0.0.1:{}/", server.port());
+    let result = exercise(&url).await;
+    let log = server.cmd(&["ACL", "LOG"]).unwrap_or_default();
+    support::summary(
+        "security_minimal_acl",
+        &[("acl_rules", LOCK_USER_ACL.len() as u64)],
+    );
+    result.unwrap_or_else(|err| panic!("{err}\nACL LOG:\n{log}"));
+    assert!(log.is_empty(), "ACL denials:\n{log}");
+}
+
+/// A user without channel permission takes a lock and tries to release it; returns
+/// the error and the DUMP of the lock before and after.
+async fn release_without_channel_permission() -> (LockError, Option<Vec<u8>>, Option<Vec<u8>>) {
+    let server = support::server();
+    let rules: Vec<&str> = LOCK_USER_ACL
+        .iter()
+        .copied()
+        .filter(|rule| *rule != "&distlock:*")
+        .collect();
+    set_user(&server, "nochannel", "pw", &rules);
+    let url = format!("redis://nochannel:pw@127.0.0.1:{}/", server.port());
+    let locks = LockClient::builder()
+        .url(url)
+        .connect()
+        .await
+        .expect("connect");
+    let mut redis = conn(&server.url()).await;
+    let guard = locks.lock("nopub").await.expect("lock");
+    let before = dump(&mut redis, "distlock:{nopub}").await;
+    let err = guard
+        .unlock()
+        .await
+        .expect_err("a release that cannot publish");
+    let after = dump(&mut redis, "distlock:{nopub}").await;
+    (err, before, after)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_without_channel_permission_fails_and_changes_nothing() {
+    let (err, before, after) = release_without_channel_permission().await;
+    support::summary(
+        "security_no_channel_permission",
+        &[
+            ("permission_denied", u64::from(err.is_permission_denied())),
+            ("half_applied", u64::from(before != after)),
+        ],
+    );
+    assert!(err.is_permission_denied() || err.is_redis(), "{err:?}");
+    assert!(before.is_some());
+    assert_eq!(before, after, "a half-applied release");
+}
+
+/// Observed on Redis 7.0: the script's refused PUBLISH comes back as
+/// `LockError::Redis(ResponseError: The user executing the script can't publish to
+/// the channel ...)`, with no NOPERM code, so it is not mapped to PermissionDenied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: map a script's ACL refusal (\"The user executing the script \
+            can't ...\", no NOPERM code on Redis 7.0) to PermissionDenied"]
+async fn a_release_without_channel_permission_is_permission_denied() {
+    let (err, _, _) = release_without_channel_permission().await;
+    assert!(err.is_permission_denied(), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_script_permission_gets_permission_denied() {
+    let server = support::server();
+    let rules: Vec<&str> = LOCK_USER_ACL
+        .iter()
+        .copied()
+        .filter(|rule| !matches!(*rule, "+evalsha" | "+script|load"))
+        .collect();
+    set_user(&server, "noscript", "pw", &rules);
+    let url = format!("redis://noscript:pw@127.0.0.1:{}/", server.port());
+    let err = LockClient::builder()
+        .url(url)
+        .connect()
+        .await
+        .expect_err("no script permission");
+    support::summary(
+        "security_no_script_permission",
+        &[("permission_denied", u64::from(err.is_permission_denied()))],
+    );
+    assert!(err.is_permission_denied(), "{err:?}");
+    assert_eq!(server.cmd(&["DBSIZE"]).expect("DBSIZE"), "0");
+}
