@@ -211,6 +211,9 @@ async fn exercise(url: &str) -> Result<(), LockError> {
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let first = guard.fencing_token();
+    let inner = guard.scope(a.lock("acl")).await?;
+    assert_eq!(inner.hold_count(), 2, "a re-entry");
+    inner.unlock().await?;
     guard.unlock().await?;
     let second = waiter.await.expect("waiter")?;
     assert!(second > first, "{second:?} after {first:?}");

@@ -15,6 +15,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+mod reliability;
+
 use distlock_testkit::{redis_server_binary, RedisCluster, RedisServer, REDIS_SERVER_ENV};
 
 const HELP: &str = "\
@@ -28,7 +30,12 @@ COMMANDS:
                       `cargo test --workspace --all-targets [ARGS...]`, then
                       `cargo test --workspace --doc` (examples and benches get built too).
                       ARGS go to the first command, e.g. `cargo xtask test lock_`
-                      or `cargo xtask test -- --nocapture`.
+                      or `cargo xtask test -- --nocapture`. Then the seeded-fault
+                      tests: `cargo test --features fault-injection --test reliability_faults`.
+    reliability       Run the reliability suite (tests/reliability_*.rs, with the
+                      seeded faults) and write RELIABILITY.md: each test's result, each
+                      scenario's figures, and the totals (sections checked, overlaps,
+                      stale fenced writes, faults caught, bad inputs, leaks, wall time).
     demo [EXAMPLE...] Run examples against throwaway redis-servers (REDIS_URL points
                       at a fresh server for each). Default: `order_flow`, the order and
                       inventory service; also `demo`, `guard_api`, `fencing`, or `all`.
@@ -79,6 +86,7 @@ fn main() -> ExitCode {
         Some("test") => test(&rest),
         Some("demo") => demo(&rest),
         Some("cluster") => cluster(&rest),
+        Some("reliability") => reliability_suite(),
         Some(name @ "bench") => {
             eprintln!("cargo xtask {name}: not available yet, it comes with a later change.");
             Err(Failure::Status(2))
@@ -116,7 +124,79 @@ fn test(extra: &[OsString]) -> Result<()> {
     run(all_targets)?;
     let mut doc = cargo(&redis);
     doc.args(["test", "--workspace", "--doc"]);
-    run(doc)
+    run(doc)?;
+    // Seeded faults are process-global and compiled in only with the feature: their
+    // tests have a binary of their own.
+    let mut faults = cargo(&redis);
+    faults.args([
+        "test",
+        "--features",
+        "fault-injection",
+        "--test",
+        reliability::FAULTS_SUITE,
+    ]);
+    run(faults)
+}
+
+/// `cargo xtask reliability`: the reliability suite, then `RELIABILITY.md`.
+fn reliability_suite() -> Result<()> {
+    let redis = ensure_redis()?;
+    let started = std::time::Instant::now();
+    let mut collected = reliability::Collected::default();
+    let mut ok = true;
+    for suite in reliability::SUITES {
+        let mut command = cargo(&redis);
+        command.args([
+            "test",
+            "--test",
+            suite,
+            "--",
+            "--nocapture",
+            "--test-threads=2",
+        ]);
+        println!("xtask: running `{}`", display(&command));
+        ok &= reliability::run_collecting(command, suite, &mut collected)?;
+    }
+    let mut faults = cargo(&redis);
+    faults.args([
+        "test",
+        "--features",
+        "fault-injection",
+        "--test",
+        reliability::FAULTS_SUITE,
+        "--",
+        "--nocapture",
+        "--test-threads=2",
+    ]);
+    println!("xtask: running `{}`", display(&faults));
+    ok &= reliability::run_collecting(faults, reliability::FAULTS_SUITE, &mut collected)?;
+
+    let version = Command::new(&redis)
+        .arg("--version")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+        .ok()
+        .and_then(|text| parse_version(&text))
+        .map_or_else(
+            || "redis-server".to_owned(),
+            |(major, minor, patch)| format!("Redis {major}.{minor}.{patch}"),
+        );
+    let run_info = reliability::RunInfo {
+        started,
+        redis_version: version,
+        leaked_servers: reliability::testkit_servers(),
+    };
+    let text = reliability::report(&collected, &run_info);
+    let path = workspace_root().join("RELIABILITY.md");
+    reliability::write(&path, &text)?;
+    println!("xtask: wrote {}", path.display());
+    if ok && collected.all_passed() && run_info.leaked_servers == 0 {
+        Ok(())
+    } else {
+        Err(Failure::Message(
+            "the reliability suite failed; see RELIABILITY.md and the output above".into(),
+        ))
+    }
 }
 
 /// The examples `cargo xtask demo all` runs, in this order.
@@ -467,7 +547,7 @@ mod tests {
 
     #[test]
     fn help_lists_every_command() {
-        for command in ["test", "demo", "bench", "cluster", "--help"] {
+        for command in ["test", "demo", "bench", "cluster", "reliability", "--help"] {
             assert!(HELP.contains(command), "{command}");
         }
         for example in EXAMPLES {

@@ -1,0 +1,383 @@
+//! `cargo xtask reliability`: runs the reliability suite (`tests/reliability_*.rs`)
+//! and writes `RELIABILITY.md` from what the tests print.
+//!
+//! Each scenario prints one machine-readable line,
+//! `RELIABILITY scenario=NAME key=value ...`, and libtest prints one
+//! `test NAME ... ok|FAILED|ignored, REASON` line per test. This module collects both
+//! from the output of `cargo test ... -- --nocapture --test-threads=2`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// The test binaries of the suite that run without seeded faults.
+pub(crate) const SUITES: [&str; 6] = [
+    "reliability_processes",
+    "reliability_proxy",
+    "reliability_server",
+    "reliability_pubsub",
+    "reliability_input",
+    "reliability_security",
+];
+
+/// The test binary of the seeded faults (`--features fault-injection`).
+pub(crate) const FAULTS_SUITE: &str = "reliability_faults";
+
+/// The outcome of one test, as libtest reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Passed,
+    Failed,
+    /// Ignored, with the reason given in `#[ignore = ".."]`.
+    Ignored(String),
+}
+
+/// Everything read from the output of the suite.
+#[derive(Debug, Default)]
+pub(crate) struct Collected {
+    /// Test name -> outcome (the binary's name prefixed: `binary::test`).
+    pub(crate) tests: BTreeMap<String, Outcome>,
+    /// Scenario name -> its figures, in print order.
+    pub(crate) scenarios: BTreeMap<String, Vec<(String, u64)>>,
+}
+
+impl Collected {
+    /// Reads one line of `cargo test` output from `binary`.
+    pub(crate) fn line(&mut self, binary: &str, line: &str) {
+        if let Some(start) = line.find("RELIABILITY scenario=") {
+            let mut words = line[start + "RELIABILITY ".len()..].split_whitespace();
+            let Some(name) = words.next().and_then(|w| w.strip_prefix("scenario=")) else {
+                return;
+            };
+            let figures = words
+                .filter_map(|word| word.split_once('='))
+                .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
+                .collect();
+            self.scenarios.insert(name.to_owned(), figures);
+            return;
+        }
+        let Some(rest) = line.strip_prefix("test ") else {
+            return;
+        };
+        let Some((name, result)) = rest.split_once(" ... ") else {
+            return;
+        };
+        let outcome = if result.starts_with("ok") {
+            Outcome::Passed
+        } else if result.starts_with("FAILED") {
+            Outcome::Failed
+        } else if let Some(reason) = result.strip_prefix("ignored") {
+            Outcome::Ignored(reason.trim_start_matches(", ").trim().to_owned())
+        } else {
+            return;
+        };
+        self.tests
+            .insert(format!("{binary}::{}", name.trim()), outcome);
+    }
+
+    /// The sum of figure `key` over every scenario.
+    pub(crate) fn total(&self, key: &str) -> u64 {
+        self.scenarios
+            .values()
+            .flat_map(|figures| figures.iter())
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    fn count(&self, wanted: impl Fn(&Outcome) -> bool) -> usize {
+        self.tests.values().filter(|o| wanted(o)).count()
+    }
+
+    /// Whether every test that ran passed.
+    pub(crate) fn all_passed(&self) -> bool {
+        self.count(|o| *o == Outcome::Failed) == 0 && !self.tests.is_empty()
+    }
+}
+
+/// Runs `command`, echoing its standard output and feeding each line to `collected`.
+/// Returns whether it succeeded.
+pub(crate) fn run_collecting(
+    mut command: Command,
+    binary: &str,
+    collected: &mut Collected,
+) -> Result<bool, String> {
+    command.stdout(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|err| format!("could not run cargo: {err}"))?;
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            println!("{line}");
+            collected.line(binary, &line);
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|err| format!("could not wait for cargo: {err}"))?;
+    Ok(status.success())
+}
+
+/// `redis-server` processes running from a testkit directory (leaked servers).
+pub(crate) fn testkit_servers() -> usize {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| name.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|entry| fs::read(entry.path().join("cmdline")).ok())
+        .filter(|cmdline| {
+            let text = String::from_utf8_lossy(cmdline);
+            text.contains("redis-server") && text.contains("distlock-testkit-")
+        })
+        .count()
+}
+
+/// What the report says about the run besides the collected output.
+#[derive(Debug)]
+pub(crate) struct RunInfo {
+    pub(crate) started: Instant,
+    pub(crate) redis_version: String,
+    pub(crate) leaked_servers: usize,
+}
+
+/// `RELIABILITY.md`: the static description of the suite, then this run's figures.
+pub(crate) fn report(collected: &Collected, run: &RunInfo) -> String {
+    let mut out = String::new();
+    let passed = collected.count(|o| *o == Outcome::Passed);
+    let failed = collected.count(|o| *o == Outcome::Failed);
+    let ignored = collected.count(|o| matches!(o, Outcome::Ignored(_)));
+    let _ = writeln!(out, "{}", INTRO.trim_end());
+    let _ = writeln!(out);
+    let _ = writeln!(out, "## Totals of the last run");
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "Written by `cargo xtask reliability` against {}, on a machine with {} cores.",
+        run.redis_version,
+        std::thread::available_parallelism().map_or(0, usize::from)
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "| figure | value |");
+    let _ = writeln!(out, "| --- | --- |");
+    let rows: [(&str, String); 11] = [
+        (
+            "tests passed / failed / ignored (need core work)",
+            format!("{passed} / {failed} / {ignored}"),
+        ),
+        (
+            "scenarios reporting figures",
+            collected.scenarios.len().to_string(),
+        ),
+        (
+            "critical sections checked",
+            collected.total("sections").to_string(),
+        ),
+        (
+            "overlapping belief intervals",
+            collected.total("overlaps").to_string(),
+        ),
+        (
+            "fencing token regressions",
+            collected.total("token_regressions").to_string(),
+        ),
+        (
+            "stale fenced writes accepted",
+            collected.total("stale_writes_accepted").to_string(),
+        ),
+        (
+            "seeded faults caught",
+            format!(
+                "{} of {}",
+                collected.total("caught"),
+                collected.total("seeded_faults")
+            ),
+        ),
+        (
+            "bad inputs tried",
+            collected.total("bad_inputs").to_string(),
+        ),
+        (
+            "leaked keys / channels",
+            format!(
+                "{} / {}",
+                collected.total("leaked_keys"),
+                collected.total("leaked_channels")
+            ),
+        ),
+        (
+            "leaked redis-server processes",
+            run.leaked_servers.to_string(),
+        ),
+        (
+            "wall time",
+            format!("{:.1} s", run.started.elapsed().as_secs_f64()),
+        ),
+    ];
+    for (figure, value) in rows {
+        let _ = writeln!(out, "| {figure} | {value} |");
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "## Tests");
+    let _ = writeln!(out);
+    let _ = writeln!(out, "| test | result |");
+    let _ = writeln!(out, "| --- | --- |");
+    for (name, outcome) in &collected.tests {
+        let result = match outcome {
+            Outcome::Passed => "passed".to_owned(),
+            Outcome::Failed => "**FAILED**".to_owned(),
+            Outcome::Ignored(reason) => format!("ignored: {}", reason.replace('|', "\\|")),
+        };
+        let _ = writeln!(out, "| `{name}` | {result} |");
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "## Scenario figures");
+    let _ = writeln!(out);
+    let _ = writeln!(out, "| scenario | figures |");
+    let _ = writeln!(out, "| --- | --- |");
+    for (name, figures) in &collected.scenarios {
+        let figures: Vec<String> = figures.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(out, "| `{name}` | {} |", figures.join(" "));
+    }
+    out
+}
+
+/// Writes the report to `path`.
+pub(crate) fn write(path: &Path, text: &str) -> Result<(), String> {
+    fs::write(path, text).map_err(|err| format!("could not write {}: {err}", path.display()))
+}
+
+/// The part of `RELIABILITY.md` that does not change between runs.
+const INTRO: &str = r#"# Reliability
+
+What distlock guarantees under failure, and how that is checked. Everything below
+"Totals of the last run" is written by `cargo xtask reliability`, which runs the
+suite (`tests/reliability_*.rs`, about a minute on 2 cores) and reads the summary line
+each scenario prints. `cargo xtask test` runs the same tests (the seeded faults with
+`--features fault-injection`) without writing this file.
+
+## How a run is checked
+
+- **History checker** (`distlock_testkit::History`). Every participant — tasks, and
+  child processes that print their sections on stdout — records each critical
+  section: its owner label, fencing token, and `CLOCK_MONOTONIC` times of
+  acquire-returned and release-invoked (for a holder that loses its lock: the last
+  action it took believing it held it), capped by the lease deadline it believed in
+  (send time + lease, for fixed leases). The checker fails on two owners whose
+  belief intervals overlap (re-entry of one owner is not an overlap), on a fencing
+  token that goes backwards, and on a lock granted after its believed deadline.
+- **Exact counter.** Each section also does an unfenced `GET` → yield → `SET` of a
+  counter: a lost update reveals a real overlap, even one the clocks missed.
+- **Fenced store.** Each section writes through a Lua script that accepts a write
+  only with a token at least as high as the highest seen; a stale holder's write
+  must be refused.
+- **Leaks.** Keys other than fencing counters, channels still subscribed
+  (`PUBSUB CHANNELS`), and `redis-server` processes left running.
+- **Sensitivity** (`tests/reliability_faults.rs`). Each of the four seeded faults of
+  the core (`--features fault-injection`) is turned on in turn, and the scenario
+  aimed at it must make a check fail; with the fault off the same scenario passes.
+
+| seeded fault | caught by |
+| --- | --- |
+| `ReleaseWithoutOwnerCheck` | the history checker (a late release frees the next holder's lock: two owners at once) |
+| `WatchdogOutlivesDrop` | the leak check (a dropped guard keeps the lock for 3 leases) |
+| `LeaseNotValidated` | the bad-input check (a zero lease gets no typed error in bounded time) |
+| `NoPostReplyLeaseCheck` | the history checker (a grant after its believed deadline) |
+
+## Failure scenarios
+
+| area | scenario | expected |
+| --- | --- | --- |
+| contention | 4 processes × 4 tasks, 2,000 sections on one name | 0 overlaps, exact counter, every task finishes its 125 sections |
+| holder | SIGKILL | the next holder gets the lock when the lease ends, not before |
+| holder | SIGSTOP for 3 leases, then SIGCONT | its guard reports the loss, its fenced writes are refused |
+| holder | `std::thread::sleep` on a current-thread runtime past the lease | the loss is reported once the runtime runs again |
+| server | SIGSTOP for 2 leases | the holder is told by its deadline; a waiter gets the lock after the resume |
+| server | killed and restarted empty | the holder is told, scripts reload, waiters resubscribe and acquire |
+| server | `CLIENT PAUSE … WRITE` longer than the wait | a typed error; nothing held afterwards |
+| server | out of memory under `noeviction` | acquire fails with a typed error (OOM); renew and release still work |
+| server | `volatile-lru` eviction | a warning at connect; the evicted lock is reported lost |
+| network | every acquire reply later than the lease | the body never runs, no hold is left |
+| network | renewals blackholed | the guard is lost by its deadline, before anyone else gets the lock |
+| network | a re-entry's reply lost, connection healed | the hold count is not counted twice |
+| network | every connection reset every 100 ms | typed errors, never a silent success (clean history, exact counter) |
+| pub/sub | 100 forged release messages | spurious wake-ups only, never a second holder |
+| pub/sub | 5,000 contended operations | no channel left subscribed |
+| input | empty, 1 MiB, over-cap names; zero, sub-ms, overflowing leases and waits | `InvalidName` / `InvalidOption`, no key touched (`DUMP` before = after) |
+| input | binary, invalid UTF-8, emoji, RTL, glob and brace names; proptest on 300 names | they lock; lock, fence and channel share one cluster slot; no two names share a key |
+| input | a key of another type; a corrupted lock hash (count `abc` or `-1`, no TTL) | `KeyConflict`, or a `Timeout` (held by a stranger), within 2 s; nothing changed |
+| security | 10⁶ UUID v4 draws; owner ids read back with `HKEYS` | no duplicate; one random UUID per client |
+| security | `release.lua` / `renew.lua` run with a foreign owner | nothing changes |
+| security | `requirepass`; an ACL user with the minimal ACL | no or wrong password: refused; the minimal ACL runs every operation |
+| security | no channel permission; no script permission | the release fails and changes nothing; connect fails with `PermissionDenied` |
+
+## The minimal ACL of a lock user
+
+For the default namespace `distlock` (replace the key and channel patterns for
+another namespace):
+
+```text
+ACL SETUSER locker on >PASSWORD resetkeys ~distlock:* resetchannels &distlock:* -@all
+    +hello +ping +script|load +evalsha +config|get +subscribe +unsubscribe
+    +type +get +incr +hget +hset +hincrby +hexists +hgetall +pexpire +pttl +del +publish
+```
+
+The first line of commands is what the client sends (`config|get` only reads
+`maxmemory-policy` for the eviction warning; on Redis 7.2+ add `+client|setinfo`
+to avoid a refused, ignored `CLIENT SETINFO`); the second is what the scripts call,
+which Redis checks against the same ACL. `the_minimal_acl_is_enough_for_every_operation`
+in `tests/reliability_security.rs` runs lock, wait, re-entry, fencing, inspect and
+force-unlock as that user and asserts that `ACL LOG` stays empty.
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collects_summaries_and_outcomes() {
+        let mut collected = Collected::default();
+        collected.line(
+            "b",
+            "test x ... RELIABILITY scenario=one sections=10 overlaps=0 leaked_keys=1",
+        );
+        collected.line(
+            "b",
+            "RELIABILITY scenario=two sections=5 caught=1 seeded_faults=1",
+        );
+        collected.line("b", "test first ... ok");
+        collected.line("b", "test second ... FAILED");
+        collected.line("b", "test third ... ignored, needs core: a thing");
+        collected.line("b", "test result: ok. 1 passed");
+        assert_eq!(collected.total("sections"), 15);
+        assert_eq!(collected.total("leaked_keys"), 1);
+        assert_eq!(collected.tests.len(), 3);
+        assert_eq!(
+            collected.tests["b::third"],
+            Outcome::Ignored("needs core: a thing".into())
+        );
+        assert!(!collected.all_passed());
+        let run = RunInfo {
+            started: Instant::now(),
+            redis_version: "Redis 7.0".into(),
+            leaked_servers: 0,
+        };
+        let text = report(&collected, &run);
+        assert!(
+            text.contains("| critical sections checked | 15 |"),
+            "{text}"
+        );
+        assert!(text.contains("| seeded faults caught | 1 of 1 |"), "{text}");
+    }
+}
