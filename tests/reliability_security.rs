@@ -5,6 +5,7 @@
 mod support;
 
 use std::collections::HashSet;
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use distlock::{LockClient, LockError};
@@ -211,7 +212,7 @@ async fn exercise(url: &str) -> Result<(), LockError> {
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let first = guard.fencing_token();
-    let inner = guard.scope(a.lock("acl")).await?;
+    let inner = guard.scope(a.lock("acl").into_future()).await?;
     assert_eq!(inner.hold_count(), 2, "a re-entry");
     inner.unlock().await?;
     guard.unlock().await?;
