@@ -36,6 +36,13 @@ pub(crate) enum Outcome {
     Ignored(String),
 }
 
+impl Outcome {
+    /// Whether the test waits for a change in the core (`#[ignore = "needs core: .."]`).
+    pub(crate) fn needs_core(&self) -> bool {
+        matches!(self, Outcome::Ignored(reason) if reason.starts_with("needs core"))
+    }
+}
+
 /// Everything read from the output of the suite.
 #[derive(Debug, Default)]
 pub(crate) struct Collected {
@@ -157,7 +164,7 @@ pub(crate) fn report(collected: &Collected, run: &RunInfo) -> String {
     let mut out = String::new();
     let passed = collected.count(|o| *o == Outcome::Passed);
     let failed = collected.count(|o| *o == Outcome::Failed);
-    let ignored = collected.count(|o| matches!(o, Outcome::Ignored(_)));
+    let ignored = collected.count(Outcome::needs_core);
     let _ = writeln!(out, "{}", INTRO.trim_end());
     let _ = writeln!(out);
     let _ = writeln!(out, "## Totals of the last run");
@@ -234,6 +241,9 @@ pub(crate) fn report(collected: &Collected, run: &RunInfo) -> String {
     let _ = writeln!(out, "| test | result |");
     let _ = writeln!(out, "| --- | --- |");
     for (name, outcome) in &collected.tests {
+        if matches!(outcome, Outcome::Ignored(_)) && !outcome.needs_core() {
+            continue; // helper processes, not tests
+        }
         let result = match outcome {
             Outcome::Passed => "passed".to_owned(),
             Outcome::Failed => "**FAILED**".to_owned(),
@@ -359,10 +369,11 @@ mod tests {
         collected.line("b", "test first ... ok");
         collected.line("b", "test second ... FAILED");
         collected.line("b", "test third ... ignored, needs core: a thing");
+        collected.line("b", "test helper ... ignored, a helper process");
         collected.line("b", "test result: ok. 1 passed");
         assert_eq!(collected.total("sections"), 15);
         assert_eq!(collected.total("leaked_keys"), 1);
-        assert_eq!(collected.tests.len(), 3);
+        assert_eq!(collected.tests.len(), 4);
         assert_eq!(
             collected.tests["b::third"],
             Outcome::Ignored("needs core: a thing".into())
@@ -379,5 +390,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("| seeded faults caught | 1 of 1 |"), "{text}");
+        assert!(text.contains("| 1 / 1 / 1 |"), "{text}");
+        assert!(!text.contains("b::helper"), "{text}");
     }
 }
