@@ -21,9 +21,10 @@
 //!   lock named from its arguments, and releases it on every way out.
 //!
 //! distlock needs a Tokio runtime and Redis 7.0 or newer (or Valkey 7.2 or newer): one
-//! server ([`LockClientBuilder::url`]), a Redis Cluster
-//! ([`LockClientBuilder::cluster`]), or Redlock over independent masters
-//! ([`LockClientBuilder::redlock`]). The lock API is the same on all of them.
+//! server ([`LockClientBuilder::url`]), a master managed by Sentinel
+//! ([`LockClientBuilder::sentinel`]), a Redis Cluster ([`LockClientBuilder::cluster`]),
+//! or Redlock over independent masters ([`LockClientBuilder::redlock`]). The lock API
+//! is the same on all of them.
 //!
 //! # A tour: the guard API
 //!
