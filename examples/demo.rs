@@ -1,19 +1,23 @@
 //! A short tour of distlock: lock, re-entry, contention, wake-up by message, loss.
 //!
 //! Run it with `cargo xtask demo` (which starts a throwaway `redis-server`), or
-//! against your own server: `REDIS_URL=redis://127.0.0.1:6379 cargo run --example demo`.
+//! against your own server: `REDIS_URL=redis://127.0.0.1:6379 cargo run --example demo`
+//! (`REDIS_CLUSTER_URLS` for a Redis Cluster).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::{LockClient, LockError};
+use distlock::LockError;
+
+mod common;
+use common::Target;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    println!("distlock demo against {url}\n");
-    let locks = LockClient::builder().url(&url).connect().await?;
+    let target = Target::from_env();
+    println!("distlock demo against {target}\n");
+    let locks = target.lock_client().connect().await?;
 
     // 1. Take a lock and give it back.
     let guard = locks.lock("demo:report").await?;
@@ -112,8 +116,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // 5. Loss: an operator force-unlocks a held lock; the holder is told.
-    let watched = LockClient::builder()
-        .url(&url)
+    let watched = target
+        .lock_client()
         .default_lease(Duration::from_millis(900))
         .connect()
         .await?;

@@ -11,13 +11,16 @@
 //! stale write is rejected.
 //!
 //! Run it with `REDIS_URL=redis://127.0.0.1:6379 cargo run --example fencing`
-//! (or `cargo xtask demo fencing`). Its keys start with `distlock-example:`; it
-//! exits with a non-zero status if the stale write gets through.
+//! (or `cargo xtask demo fencing`; `REDIS_CLUSTER_URLS` for a Redis Cluster). Its
+//! keys start with `distlock-example:`; it exits with a non-zero status if the stale
+//! write gets through.
 
 use std::time::Duration;
 
-use distlock::{LockClient, LockError};
-use redis::aio::MultiplexedConnection;
+use distlock::LockError;
+
+mod common;
+use common::{Data, Target};
 
 const LOCK: &str = "fencing:report";
 const LEASE: Duration = Duration::from_millis(600);
@@ -40,7 +43,7 @@ return {1, token}
 /// The protected resource: a value in Redis that only fenced writes change.
 #[derive(Clone)]
 struct FencedStore {
-    redis: MultiplexedConnection,
+    redis: Data,
     key: &'static str,
     script: redis::Script,
 }
@@ -78,19 +81,17 @@ impl FencedStore {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    println!("fencing tokens against {url}\n");
+    let target = Target::from_env();
+    println!("fencing tokens against {target}\n");
 
     // Fencing on for every lock of this client.
-    let locks = LockClient::builder()
-        .url(&url)
+    let locks = target
+        .lock_client()
         .namespace("distlock-example")
         .fencing(true)
         .connect()
         .await?;
-    let redis = redis::Client::open(url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
+    let redis = target.data().await?;
     let store = FencedStore {
         redis,
         key: "distlock-example:fencing:store",

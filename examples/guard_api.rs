@@ -2,12 +2,16 @@
 //! `scope` and `with_lock`, `lost()`, `inspect` and `force_unlock`.
 //!
 //! Run it with `REDIS_URL=redis://127.0.0.1:6379 cargo run --example guard_api`
-//! (or `cargo xtask demo guard_api`). Its keys start with `distlock-example:`; it
-//! exits with a non-zero status if a step does not behave as described.
+//! (or `cargo xtask demo guard_api`; `REDIS_CLUSTER_URLS` for a Redis Cluster). Its
+//! keys start with `distlock-example:`; it exits with a non-zero status if a step
+//! does not behave as described.
 
 use std::time::Duration;
 
-use distlock::{LockClient, LockError};
+use distlock::LockError;
+
+mod common;
+use common::Target;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -22,10 +26,10 @@ fn expect(condition: bool, message: &str) -> Result<(), Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    println!("the guard API against {url}\n");
-    let locks = LockClient::builder()
-        .url(&url)
+    let target = Target::from_env();
+    println!("the guard API against {target}\n");
+    let locks = target
+        .lock_client()
         .namespace("distlock-example")
         .default_wait(Duration::from_secs(5))
         .connect()

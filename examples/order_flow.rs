@@ -17,17 +17,20 @@
 //! orders could each hold one and wait for the other until `wait` runs out.
 //!
 //! Run it with `cargo xtask demo` (a throwaway `redis-server`), or against your own
-//! server: `REDIS_URL=redis://127.0.0.1:6379 cargo run --example order_flow`.
-//! Its keys start with `distlock-example:`; it exits with a non-zero status when the
-//! consistency check fails.
+//! server: `REDIS_URL=redis://127.0.0.1:6379 cargo run --example order_flow`, or a
+//! Redis Cluster: `REDIS_CLUSTER_URLS=redis://127.0.0.1:7000,... cargo run --example
+//! order_flow` (see `cargo xtask cluster`). Its keys start with `distlock-example:`;
+//! it exits with a non-zero status when the consistency check fails.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use distlock::{current_lock, distributed_lock, LockClient, LockContext, LockError};
-use redis::aio::MultiplexedConnection;
+use distlock::{current_lock, distributed_lock, LockContext, LockError};
+
+mod common;
+use common::{Data, Target};
 
 /// The shelf at the start.
 const STOCK: [(&str, i64); 4] = [("apple", 6), ("bread", 4), ("cheese", 5), ("dates", 3)];
@@ -113,7 +116,7 @@ impl std::error::Error for OrderError {}
 
 /// The shop: a Redis connection for the data, and a narrator for the story.
 struct Shop {
-    redis: MultiplexedConnection,
+    redis: Data,
     story: Narrator,
 }
 
@@ -229,19 +232,17 @@ async fn confirm_order(shop: &Shop, order: &Order) -> Result<(), OrderError> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    println!("order flow against {url}\n");
+    let target = Target::from_env();
+    println!("order flow against {target}\n");
 
     // The client that annotated functions use.
-    LockClient::builder()
-        .url(&url)
+    target
+        .lock_client()
         .namespace("distlock-example")
         .connect()
         .await?
         .install_global();
-    let redis = redis::Client::open(url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
+    let redis = target.data().await?;
     let shop = Arc::new(Shop {
         redis,
         story: Narrator::new(),

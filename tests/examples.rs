@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use distlock_testkit::RedisServer;
+use distlock_testkit::{RedisCluster, RedisServer};
 
 /// How long an example may run before it counts as hung.
 const TIME_LIMIT: Duration = Duration::from_secs(120);
@@ -44,6 +44,20 @@ fn guard_api_runs() {
     run_example("guard_api");
 }
 
+/// The examples read `REDIS_CLUSTER_URLS` too: the order flow on a Redis Cluster,
+/// where its locks and SKUs spread over three masters.
+#[test]
+fn order_flow_runs_on_a_redis_cluster() {
+    let cluster = RedisCluster::start(3, 0)
+        .expect("start a Redis Cluster (see the testkit's error for how to install redis-server)");
+    let output = run_example_with(
+        "order_flow",
+        &[("REDIS_CLUSTER_URLS", cluster.urls().join(","))],
+    );
+    assert!(output.contains("the Redis Cluster at"), "{output}");
+    assert!(output.contains("consistency check passed"), "{output}");
+}
+
 /// Every file in `examples/` with a test above: a new example needs one.
 #[test]
 fn every_example_is_run_by_a_test() {
@@ -67,9 +81,17 @@ fn every_example_is_run_by_a_test() {
 fn run_example(name: &str) -> String {
     let server = RedisServer::start()
         .expect("start redis-server (see the testkit's error for how to install it)");
+    run_example_with(name, &[("REDIS_URL", server.url())])
+}
+
+/// Runs the example `name` with `env`; panics unless it exits with status 0. Returns
+/// what it printed on stdout.
+fn run_example_with(name: &str, env: &[(&str, String)]) -> String {
     let mut command = Command::new(example_binary(name));
     command
-        .env("REDIS_URL", server.url())
+        .env_remove("REDIS_URL")
+        .env_remove("REDIS_CLUSTER_URLS")
+        .envs(env.iter().map(|(key, value)| (key, value)))
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

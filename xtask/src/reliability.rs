@@ -15,13 +15,14 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// The test binaries of the suite that run without seeded faults.
-pub(crate) const SUITES: [&str; 6] = [
+pub(crate) const SUITES: [&str; 7] = [
     "reliability_processes",
     "reliability_proxy",
     "reliability_server",
     "reliability_pubsub",
     "reliability_input",
     "reliability_security",
+    "reliability_tls",
 ];
 
 /// The test binary of the seeded faults (`--features fault-injection`).
@@ -331,6 +332,7 @@ each scenario prints. `cargo xtask test` runs the same tests (the seeded faults 
 | security | `release.lua` / `renew.lua` run with a foreign owner | nothing changes |
 | security | `requirepass`; an ACL user with the minimal ACL | no or wrong password: refused; the minimal ACL runs every operation |
 | security | no channel permission; no script permission | the release fails and changes nothing; connect fails with `PermissionDenied` |
+| security | `rediss://` to a TLS redis-server, certificates made at test time (rcgen) | verified with the right CA (`SSL_CERT_FILE`); a wrong CA is a typed error (`LockError::Redis`) |
 
 ## The minimal ACL of a lock user
 

@@ -1,0 +1,175 @@
+//! Reliability: `rediss://` against a TLS redis-server, with certificates made at
+//! test time (rcgen). Verification is on by default; a wrong CA is a typed error.
+//!
+//! The client trusts the platform's roots (rustls-native-certs), which honour
+//! `SSL_CERT_FILE`: each client runs in a child process with `SSL_CERT_FILE` set to
+//! the CA under test, so that no test changes the environment of another.
+
+#[path = "reliability_support/mod.rs"]
+mod support;
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use distlock::LockClient;
+use distlock_testkit::{History, RedisServer};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+
+/// Run in a child process: connects to `DISTLOCK_URL`, takes and releases a lock,
+/// and prints `TLS_OK` or `TLS_ERR redis=<0|1> <message>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a helper process, started by the other tests of this file"]
+async fn tls_child() {
+    if !support::is_child() {
+        return;
+    }
+    let url = std::env::var("DISTLOCK_URL").expect("DISTLOCK_URL");
+    let result = async {
+        let locks = LockClient::builder()
+            .url(url)
+            .connect_timeout(Duration::from_secs(3))
+            .connect()
+            .await?;
+        let guard = locks.lock("tls").await?;
+        guard.unlock().await
+    }
+    .await;
+    match result {
+        Ok(()) => println!("TLS_OK"),
+        Err(err) => println!(
+            "TLS_ERR redis={} {}",
+            u8::from(err.is_redis()),
+            err.to_string().replace('\n', " ")
+        ),
+    }
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, as PEM files in `dir`;
+/// returns the CA file.
+struct Pki {
+    dir: PathBuf,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!("distlock-tls-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Pki { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Writes `<name>-ca.pem`, and with `server`, `server.pem` and `server.key` signed by it.
+    fn make_ca(&self, name: &str, server: bool) -> PathBuf {
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, format!("distlock test CA {name}"));
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca.self_signed(&ca_key).expect("self-signed CA");
+        let ca_path = self.path(&format!("{name}-ca.pem"));
+        std::fs::write(&ca_path, ca_cert.pem()).expect("write CA");
+        if server {
+            let key = KeyPair::generate().expect("server key");
+            let params =
+                CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+                    .expect("server params");
+            let cert = params
+                .signed_by(&key, &ca_cert, &ca_key)
+                .expect("server certificate");
+            std::fs::write(self.path("server.pem"), cert.pem()).expect("write cert");
+            std::fs::write(self.path("server.key"), key.serialize_pem()).expect("write key");
+        }
+        ca_path
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A redis-server that also listens with TLS on the returned port.
+fn tls_server(pki: &Pki) -> (RedisServer, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        let started = RedisServer::builder()
+            .arg("--tls-port")
+            .arg(port.to_string())
+            .arg("--tls-cert-file")
+            .arg(pki.path("server.pem"))
+            .arg("--tls-key-file")
+            .arg(pki.path("server.key"))
+            .arg("--tls-ca-cert-file")
+            .arg(pki.path("good-ca.pem"))
+            .args(["--tls-auth-clients", "no"])
+            .start();
+        match started {
+            Ok(server) => return (server, port),
+            Err(err) if err.to_string().contains("Address already in use") => continue,
+            Err(err) => panic!("a TLS redis-server: {err}"),
+        }
+    }
+    panic!("no free port for TLS");
+}
+
+/// Runs [`tls_child`] with `SSL_CERT_FILE=ca` against `url`; returns its verdict line.
+fn client_verdict(url: &str, ca: &Path) -> String {
+    let mut child = support::spawn_child(
+        "tls_child",
+        &[
+            ("DISTLOCK_URL", url.to_owned()),
+            ("SSL_CERT_FILE", ca.display().to_string()),
+            ("SSL_CERT_DIR", String::new()),
+        ],
+    );
+    support::read_until(&mut child, "TLS_", &History::new(), Duration::from_secs(30))
+}
+
+#[test]
+fn rediss_with_the_right_ca_locks_and_a_wrong_ca_is_a_typed_error() {
+    let pki = Pki::new();
+    let good = pki.make_ca("good", true);
+    let wrong = pki.make_ca("wrong", false);
+    let (server, port) = tls_server(&pki);
+    let url = format!("rediss://127.0.0.1:{port}/");
+
+    let trusted = client_verdict(&url, &good);
+    let untrusted = client_verdict(&url, &wrong);
+    let held_after = server.cmd(&["DBSIZE"]).expect("DBSIZE");
+    support::summary(
+        "security_tls",
+        &[
+            ("verified_connect", u64::from(trusted == "TLS_OK")),
+            (
+                "wrong_ca_typed_error",
+                u64::from(untrusted.starts_with("TLS_ERR redis=1")),
+            ),
+        ],
+    );
+    assert_eq!(trusted, "TLS_OK", "with the right CA");
+    assert!(
+        untrusted.starts_with("TLS_ERR redis=1"),
+        "with a wrong CA: {untrusted}"
+    );
+    assert_eq!(held_after, "0", "nothing left held");
+}
