@@ -1,0 +1,408 @@
+//! The load generator behind `cargo xtask bench`.
+//!
+//! It starts a throwaway `redis-server` (and a local Redis Cluster) through
+//! `distlock-testkit`, measures the physical limit of the server for distlock's own
+//! scripts with `redis-benchmark`, runs every scenario of issue 6 against the same
+//! server in the same run, each at least three times, and prints a Markdown table of
+//! medians, each a ratio to its reference. With `--write FILE` it also puts the table
+//! into FILE (BENCHMARKS.md) between the `bench:start` and `bench:end` markers.
+//!
+//! ```text
+//! distlock-bench [--runs N] [--write FILE] [--quick] [--skip-cluster]
+//! ```
+//!
+//! The binary also runs itself as a child for the scenarios that need another
+//! process (`child-waiter`, `child-leases`).
+
+mod children;
+#[cfg(feature = "rslock")]
+mod peer;
+mod report;
+mod scenarios;
+mod server;
+mod stats;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use distlock::LockClient;
+use distlock_testkit::{RedisCluster, RedisServer};
+
+use crate::children::{LeaseSettings, Leases};
+use crate::report::Results;
+use crate::scenarios::{Contention, ContentionSettings, Micro, Reentry};
+use crate::server::{KeyShape, Reference, ReferenceSettings};
+use crate::stats::median;
+
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Every setting of a run; printed into the report.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) runs: usize,
+    pub(crate) reference: ReferenceSettings,
+    pub(crate) one_task_pairs: usize,
+    pub(crate) tasks: usize,
+    pub(crate) pairs_per_task: usize,
+    pub(crate) reentry_rounds: usize,
+    pub(crate) contention: ContentionSettings,
+    pub(crate) wakeup_rounds: usize,
+    pub(crate) leases: LeaseSettings,
+    pub(crate) macro_rounds: usize,
+    pub(crate) macro_calls: u64,
+    pub(crate) cluster: bool,
+    /// Only scenario 2 on the cluster (to check the harness).
+    pub(crate) cluster_only: bool,
+    pub(crate) limit: Duration,
+}
+
+impl Settings {
+    fn full() -> Self {
+        Settings {
+            runs: 3,
+            reference: ReferenceSettings {
+                runs: 3,
+                c1_requests: 20_000,
+                ceiling_requests: 200_000,
+                lease_ms: 30_000,
+            },
+            one_task_pairs: 10_000,
+            tasks: 64,
+            pairs_per_task: 1_000,
+            reentry_rounds: 100,
+            contention: ContentionSettings {
+                tasks: 8,
+                critical: Duration::from_millis(1),
+                think: Duration::from_millis(1),
+                duration: Duration::from_secs(4),
+            },
+            wakeup_rounds: 200,
+            leases: LeaseSettings {
+                locks: 100_000,
+                hold: Duration::from_secs(30),
+                lease: Duration::from_secs(10),
+            },
+            macro_rounds: 30,
+            macro_calls: 200,
+            cluster: true,
+            cluster_only: false,
+            limit: Duration::from_secs(30),
+        }
+    }
+
+    /// A fast pass to check the harness itself; its figures are not the benchmark.
+    fn quick() -> Self {
+        let mut settings = Self::full();
+        settings.reference.c1_requests = 5_000;
+        settings.reference.ceiling_requests = 50_000;
+        settings.one_task_pairs = 2_000;
+        settings.pairs_per_task = 200;
+        settings.reentry_rounds = 20;
+        settings.contention.duration = Duration::from_secs(1);
+        settings.wakeup_rounds = 30;
+        settings.leases = LeaseSettings {
+            locks: 10_000,
+            hold: Duration::from_secs(5),
+            lease: Duration::from_secs(3),
+        };
+        settings.macro_rounds = 6;
+        settings
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("child-waiter") => runtime().and_then(|rt| {
+            let url = args.get(1).ok_or("child-waiter URL")?;
+            rt.block_on(children::child_waiter(url))
+        }),
+        Some("child-leases") => runtime().and_then(|rt| {
+            let arg = |i: usize| -> Result<u64, BoxError> {
+                Ok(args
+                    .get(i)
+                    .ok_or("child-leases URL LOCKS HOLD_MS LEASE_MS")?
+                    .parse()?)
+            };
+            let url = args.get(1).ok_or("child-leases URL")?;
+            rt.block_on(children::child_leases(
+                url,
+                arg(2)? as usize,
+                Duration::from_millis(arg(3)?),
+                Duration::from_millis(arg(4)?),
+            ))
+        }),
+        _ => harness(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("distlock-bench: error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The client's runtime: one thread, as `redis-benchmark` drives the server from one
+/// thread; the server gets the other core.
+fn runtime() -> Result<tokio::runtime::Runtime, BoxError> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn harness(args: &[String]) -> Result<(), BoxError> {
+    let mut settings = Settings::full();
+    let mut write = None;
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        match arg.as_str() {
+            "--quick" => settings = Settings::quick(),
+            "--runs" => {
+                let runs: usize = iter.next().ok_or("--runs N")?.parse()?;
+                settings.runs = runs.max(1);
+                settings.reference.runs = runs.max(1);
+            }
+            "--write" => write = Some(iter.next().ok_or("--write FILE")?.clone()),
+            "--skip-cluster" => settings.cluster = false,
+            "--cluster-only" => settings.cluster_only = true,
+            "-h" | "--help" => {
+                println!("distlock-bench [--runs N] [--write FILE] [--quick] [--skip-cluster] [--cluster-only]");
+                return Ok(());
+            }
+            other => return Err(format!("unknown argument {other:?}").into()),
+        }
+    }
+    let load_before = report::load_average();
+    let started = std::time::Instant::now();
+    let rt = runtime()?;
+    let mut results = rt.block_on(run_all(&settings))?;
+    results.load_before = load_before;
+    results.load_after = report::load_average();
+    results.elapsed = started.elapsed();
+    let markdown = report::markdown(&settings, &results);
+    println!("{markdown}");
+    if let Some(path) = write {
+        report::write_into(&path, &markdown)?;
+        eprintln!("distlock-bench: wrote the results into {path}");
+    }
+    Ok(())
+}
+
+fn note(what: &str) {
+    eprintln!("distlock-bench: {what}");
+}
+
+async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
+    if settings.cluster_only {
+        return Ok(Results {
+            cluster: Some(cluster_scenario(settings).await?),
+            ..Results::default()
+        });
+    }
+    let server = RedisServer::builder()
+        .args(["--maxmemory-policy", "noeviction"])
+        .start()?;
+    note(&format!("started redis-server at {}", server.url()));
+    let mut results = Results::default();
+
+    note("reference: redis-benchmark with distlock's scripts");
+    results.reference = server::measure_reference(&server, &KeyShape::Single, settings.reference)?;
+
+    let client = LockClient::builder().url(server.url()).connect().await?;
+    // Warm the connections and the scripts.
+    for i in 0..100 {
+        client.lock(format!("warm:{i}")).await?.unlock().await?;
+    }
+
+    note("micro: client-side costs");
+    let mut micro = Vec::new();
+    for run in 0..settings.runs {
+        micro.push(scenarios::micro(&client, &run.to_string(), 3, 200_000).await?);
+    }
+    results.micro = Micro {
+        lock_builder_ns: median(&micro.iter().map(|m| m.lock_builder_ns).collect::<Vec<_>>()),
+        context_current_ns: median(
+            &micro
+                .iter()
+                .map(|m| m.context_current_ns)
+                .collect::<Vec<_>>(),
+        ),
+        current_lock_ns: median(&micro.iter().map(|m| m.current_lock_ns).collect::<Vec<_>>()),
+    };
+
+    note("1: one task");
+    for run in 0..settings.runs {
+        results.one_task.push(
+            scenarios::one_task(
+                &client,
+                &run.to_string(),
+                settings.one_task_pairs,
+                settings.limit,
+            )
+            .await?,
+        );
+    }
+    note("2: many tasks");
+    for run in 0..settings.runs {
+        results.many_tasks.push(
+            scenarios::many_tasks(
+                &client,
+                &run.to_string(),
+                settings.tasks,
+                settings.pairs_per_task,
+                settings.limit,
+            )
+            .await?,
+        );
+    }
+    note("3: re-entry");
+    let mut reentries: Vec<Reentry> = Vec::new();
+    for run in 0..settings.runs {
+        reentries.push(
+            scenarios::reentry(&client, &server, &run.to_string(), settings.reentry_rounds).await?,
+        );
+    }
+    results.reentry = reentries;
+    note("4: contention");
+    let mut contention: Vec<Contention> = Vec::new();
+    for run in 0..settings.runs {
+        contention.push(
+            scenarios::contention(&client, &server, &run.to_string(), settings.contention).await?,
+        );
+    }
+    results.contention = contention;
+    note("5: wake-up in another process");
+    for run in 0..settings.runs {
+        results.wakeup.push(
+            children::wakeup(&client, &server, &run.to_string(), settings.wakeup_rounds).await?,
+        );
+    }
+    note("7: the macro against the guard API");
+    for run in 0..settings.runs {
+        results.macro_ratio.push(
+            scenarios::macro_overhead(
+                &client,
+                (run as u64 + 1) << 32,
+                settings.macro_rounds,
+                settings.macro_calls,
+            )
+            .await?,
+        );
+    }
+    drop(client);
+
+    #[cfg(feature = "rslock")]
+    {
+        let url = server.url();
+        for (index, delay) in [None, Some(Duration::from_millis(1))]
+            .into_iter()
+            .enumerate()
+        {
+            note(&format!("peer: rslock, retry {delay:?}"));
+            let manager = peer::manager(&url, delay);
+            let mut peer = report::PeerResults {
+                retry: delay,
+                ..Default::default()
+            };
+            for run in 0..settings.runs {
+                let tag = format!("{index}:{run}");
+                peer.one_task.push(
+                    peer::one_task(&manager, &tag, settings.one_task_pairs, settings.limit).await?,
+                );
+                peer.many_tasks.push(
+                    peer::many_tasks(
+                        &manager,
+                        &tag,
+                        settings.tasks,
+                        settings.pairs_per_task,
+                        settings.limit,
+                    )
+                    .await?,
+                );
+                peer.contention
+                    .push(peer::contention(&manager, &server, &tag, settings.contention).await?);
+            }
+            results.peers.push(peer);
+        }
+    }
+
+    note("6: many leases (a child process)");
+    crate::server::flush(&server)?;
+    let mut leases: Vec<Leases> = Vec::new();
+    for _ in 0..settings.runs {
+        leases.push(children::many_leases(&server, settings.leases)?);
+    }
+    results.leases = leases;
+    drop(server);
+
+    if settings.cluster {
+        note("2 on a Redis Cluster (3 masters, 1 replica each)");
+        match cluster_scenario(settings).await {
+            Ok(cluster) => results.cluster = Some(cluster),
+            Err(err) => {
+                note(&format!("the cluster scenario failed: {err}"));
+                results.cluster_error = Some(err.to_string());
+            }
+        }
+    }
+    Ok(results)
+}
+
+/// Scenario 2 on a local cluster, against the ceiling of one of its masters.
+async fn cluster_scenario(settings: &Settings) -> Result<report::ClusterResults, BoxError> {
+    let cluster = RedisCluster::start(3, 1)?;
+    let master = &cluster.nodes()[0];
+    // A hash tag whose slot the first master owns (as it says itself): every
+    // reference key lands there.
+    let nodes = master.cmd(&["CLUSTER", "NODES"])?;
+    let ranges: Vec<(u16, u16)> = nodes
+        .lines()
+        .find(|line| line.contains("myself"))
+        .ok_or("no `myself` in CLUSTER NODES")?
+        .split_whitespace()
+        .skip(8)
+        .filter_map(|range| {
+            let mut bounds = range.split('-');
+            let first = bounds.next()?.parse().ok()?;
+            let last = bounds.next().map_or(Some(first), |n| n.parse().ok())?;
+            Some((first, last))
+        })
+        .collect();
+    let tag = (0..100_000)
+        .map(|i| format!("m{i}"))
+        .find(|tag| {
+            let slot = crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16384;
+            ranges.iter().any(|&(a, b)| a <= slot && slot <= b)
+        })
+        .ok_or("no hash tag on the first master")?;
+    let mut reference_settings = settings.reference;
+    // One reference run per scenario run, as on the single server.
+    reference_settings.runs = settings.runs;
+    let reference: Reference =
+        server::measure_reference(master, &KeyShape::Slot(tag), reference_settings)?;
+    let client = LockClient::builder()
+        .cluster(cluster.urls())
+        .connect()
+        .await?;
+    for i in 0..100 {
+        client.lock(format!("warm:{i}")).await?.unlock().await?;
+    }
+    let mut many = Vec::new();
+    for run in 0..settings.runs {
+        many.push(
+            scenarios::many_tasks(
+                &client,
+                &format!("c{run}"),
+                settings.tasks,
+                settings.pairs_per_task,
+                settings.limit,
+            )
+            .await?,
+        );
+    }
+    Ok(report::ClusterResults {
+        reference,
+        many_tasks: many,
+    })
+}

@@ -1,0 +1,137 @@
+//! The peer: the same scenarios with the `rslock` crate (feature `rslock`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock_testkit::RedisServer;
+use rslock::LockManager;
+use tokio::time::Instant;
+
+use crate::scenarios::{lock_log, Acquisition, Contention, ContentionSettings};
+use crate::server::{calls_between, client_requests_between, command_stats};
+use crate::BoxError;
+
+/// rslock's TTL in every scenario: distlock's default watchdog lease.
+const TTL: Duration = Duration::from_secs(30);
+
+/// A lock manager on `url`: at rslock's defaults (3 tries, up to 200 ms apart), or
+/// with the given retry delay.
+pub(crate) fn manager(url: &str, retry_delay: Option<Duration>) -> LockManager {
+    let mut manager = LockManager::new(vec![url.to_owned()]);
+    if let Some(delay) = retry_delay {
+        manager.set_retry(3, delay);
+    }
+    manager
+}
+
+/// Takes `name`, trying again until `stop` (rslock's own `acquire` loops without end).
+async fn lock_until(
+    manager: &LockManager,
+    name: &str,
+    stop: Instant,
+) -> Result<rslock::Lock, BoxError> {
+    loop {
+        match manager.lock(name.as_bytes(), TTL).await {
+            Ok(lock) => return Ok(lock),
+            Err(_) if Instant::now() < stop => continue,
+            Err(err) => return Err(format!("rslock could not take {name}: {err}").into()),
+        }
+    }
+}
+
+/// Scenario 1 with rslock.
+pub(crate) async fn one_task(
+    manager: &LockManager,
+    tag: &str,
+    pairs: usize,
+    limit: Duration,
+) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    let mut done = 0;
+    while done < pairs && start.elapsed() < limit {
+        let lock = lock_until(manager, &format!("rs1:{tag}:{done}"), start + limit).await?;
+        manager.unlock(&lock).await;
+        done += 1;
+    }
+    Ok(done as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Scenario 2 with rslock.
+pub(crate) async fn many_tasks(
+    manager: &LockManager,
+    tag: &str,
+    tasks: usize,
+    pairs_per_task: usize,
+    limit: Duration,
+) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for task in 0..tasks {
+        let manager = manager.clone();
+        let tag = tag.to_owned();
+        set.spawn(async move {
+            let mut done = 0;
+            while done < pairs_per_task && start.elapsed() < limit {
+                let name = format!("rs2:{tag}:{task}:{done}");
+                let lock = lock_until(&manager, &name, start + limit)
+                    .await
+                    .map_err(|err| err.to_string())?;
+                manager.unlock(&lock).await;
+                done += 1;
+            }
+            Ok::<usize, String>(done)
+        });
+    }
+    let mut total = 0;
+    while let Some(joined) = set.join_next().await {
+        total += joined??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Scenario 4 with rslock.
+pub(crate) async fn contention(
+    manager: &LockManager,
+    server: &RedisServer,
+    tag: &str,
+    settings: ContentionSettings,
+) -> Result<Contention, BoxError> {
+    let name = format!("rs4:{tag}");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let before = command_stats(server)?;
+    let start = Instant::now();
+    let stop = start + settings.duration;
+    let mut set = tokio::task::JoinSet::new();
+    for task in 0..settings.tasks {
+        let (manager, name, log) = (manager.clone(), name.clone(), log.clone());
+        set.spawn(async move {
+            while Instant::now() < stop {
+                let requested = Instant::now();
+                let lock = lock_until(&manager, &name, stop + Duration::from_secs(10))
+                    .await
+                    .map_err(|err| err.to_string())?;
+                let acquired = Instant::now();
+                tokio::time::sleep(settings.critical).await;
+                let unlocking = Instant::now();
+                manager.unlock(&lock).await;
+                lock_log(&log).push(Acquisition {
+                    task,
+                    requested,
+                    acquired,
+                    unlocking,
+                });
+                tokio::time::sleep(settings.think).await;
+            }
+            Ok::<(), String>(())
+        });
+    }
+    while let Some(joined) = set.join_next().await {
+        joined??;
+    }
+    let elapsed = start.elapsed();
+    let after = command_stats(server)?;
+    let log = std::mem::take(&mut *lock_log(&log));
+    let requests = client_requests_between(&before, &after);
+    let acquire_calls = calls_between(&before, &after, "set");
+    Ok(Contention::from_log(log, elapsed, requests, acquire_calls))
+}

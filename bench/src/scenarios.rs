@@ -1,0 +1,363 @@
+//! The scenarios, run with distlock's client inside the harness process.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock::{current_lock, distributed_lock, LockClient, LockContext, LockError};
+use distlock_testkit::RedisServer;
+use tokio::time::Instant;
+
+use crate::server::{calls_between, client_requests_between, command_stats};
+use crate::stats::{percentile, us};
+use crate::BoxError;
+
+/// Lock+unlock pairs per second of one task on fresh names (scenario 1).
+pub(crate) async fn one_task(
+    client: &LockClient,
+    tag: &str,
+    pairs: usize,
+    limit: Duration,
+) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    let mut done = 0;
+    while done < pairs && start.elapsed() < limit {
+        let guard = client.lock(format!("s1:{tag}:{done}")).await?;
+        guard.unlock().await?;
+        done += 1;
+    }
+    Ok(done as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Lock+unlock pairs per second of `tasks` tasks, each on names of its own (scenario 2).
+pub(crate) async fn many_tasks(
+    client: &LockClient,
+    tag: &str,
+    tasks: usize,
+    pairs_per_task: usize,
+    limit: Duration,
+) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for task in 0..tasks {
+        let client = client.clone();
+        let tag = tag.to_owned();
+        set.spawn(async move {
+            let mut done = 0;
+            while done < pairs_per_task && start.elapsed() < limit {
+                let guard = client.lock(format!("s2:{tag}:{task}:{done}")).await?;
+                guard.unlock().await?;
+                done += 1;
+            }
+            Ok::<usize, LockError>(done)
+        });
+    }
+    let mut total = 0;
+    while let Some(joined) = set.join_next().await {
+        total += joined??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Round trips of nested acquires and releases (scenario 3).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Reentry {
+    /// EVALSHA calls per nested acquire or release.
+    pub(crate) evalsha_per_op: f64,
+    /// Client requests of any kind per nested acquire or release.
+    pub(crate) requests_per_op: f64,
+    /// Whether the hold counts went 1, 2, 3.
+    pub(crate) counts_ok: bool,
+}
+
+/// Takes a lock, then re-enters it twice more (three deep) and gives the nested holds
+/// back, `rounds` times; counts the commands of the nested part only.
+pub(crate) async fn reentry(
+    client: &LockClient,
+    server: &RedisServer,
+    tag: &str,
+    rounds: usize,
+) -> Result<Reentry, BoxError> {
+    let name = format!("s3:{tag}");
+    let outer = client.lock(name.as_str()).await?;
+    let mut counts_ok = outer.hold_count() == 1;
+    let before = command_stats(server)?;
+    for _ in 0..rounds {
+        let nested = outer
+            .scope(async {
+                let second = client.lock(name.as_str()).await?;
+                let third = second
+                    .scope(async {
+                        let third = client.lock(name.as_str()).await?;
+                        let count = third.hold_count();
+                        third.unlock().await?;
+                        Ok::<u64, LockError>(count)
+                    })
+                    .await?;
+                let count = second.hold_count();
+                second.unlock().await?;
+                Ok::<(u64, u64), LockError>((count, third))
+            })
+            .await?;
+        counts_ok &= nested == (2, 3);
+    }
+    let after = command_stats(server)?;
+    outer.unlock().await?;
+    let ops = (rounds * 4) as f64;
+    Ok(Reentry {
+        evalsha_per_op: calls_between(&before, &after, "evalsha") as f64 / ops,
+        requests_per_op: client_requests_between(&before, &after) as f64 / ops,
+        counts_ok,
+    })
+}
+
+/// One acquisition in the contention scenario.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Acquisition {
+    pub(crate) task: usize,
+    pub(crate) requested: Instant,
+    pub(crate) acquired: Instant,
+    pub(crate) unlocking: Instant,
+}
+
+/// Settings of the contention scenario (4).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ContentionSettings {
+    pub(crate) tasks: usize,
+    pub(crate) critical: Duration,
+    pub(crate) think: Duration,
+    pub(crate) duration: Duration,
+}
+
+/// What the contention scenario measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Contention {
+    pub(crate) per_second: f64,
+    pub(crate) handoff_p50: Duration,
+    pub(crate) handoff_p99: Duration,
+    /// Share of acquisitions by the task that released just before.
+    pub(crate) same_task_share: f64,
+    pub(crate) wait_p99: Duration,
+    pub(crate) wait_max: Duration,
+    pub(crate) requests_per_acquisition: f64,
+    pub(crate) acquire_calls_per_acquisition: f64,
+    pub(crate) overlaps: usize,
+    pub(crate) acquisitions: usize,
+}
+
+impl Contention {
+    /// Derives the figures from the log of acquisitions.
+    pub(crate) fn from_log(
+        mut log: Vec<Acquisition>,
+        elapsed: Duration,
+        requests: u64,
+        acquire_calls: u64,
+    ) -> Self {
+        log.sort_by_key(|a| a.acquired);
+        let mut handoffs = Vec::new();
+        let mut same = 0;
+        let mut overlaps = 0;
+        for pair in log.windows(2) {
+            let (prev, next) = (pair[0], pair[1]);
+            if next.acquired < prev.unlocking {
+                overlaps += 1;
+            }
+            if next.task == prev.task {
+                same += 1;
+            } else {
+                handoffs.push(next.acquired.saturating_duration_since(prev.unlocking));
+            }
+        }
+        let waits: Vec<Duration> = log.iter().map(|a| a.acquired - a.requested).collect();
+        let n = log.len().max(1) as f64;
+        Contention {
+            per_second: log.len() as f64 / elapsed.as_secs_f64(),
+            handoff_p50: percentile(&handoffs, 50.0),
+            handoff_p99: percentile(&handoffs, 99.0),
+            same_task_share: same as f64 / (log.len().saturating_sub(1).max(1)) as f64,
+            wait_p99: percentile(&waits, 99.0),
+            wait_max: crate::stats::max(&waits),
+            requests_per_acquisition: requests as f64 / n,
+            acquire_calls_per_acquisition: acquire_calls as f64 / n,
+            overlaps,
+            acquisitions: log.len(),
+        }
+    }
+}
+
+/// `settings.tasks` tasks on one name: lock, critical section, unlock, think (scenario 4).
+pub(crate) async fn contention(
+    client: &LockClient,
+    server: &RedisServer,
+    tag: &str,
+    settings: ContentionSettings,
+) -> Result<Contention, BoxError> {
+    let name = format!("s4:{tag}");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let before = command_stats(server)?;
+    let start = Instant::now();
+    let stop = start + settings.duration;
+    let mut set = tokio::task::JoinSet::new();
+    for task in 0..settings.tasks {
+        let (client, name, log) = (client.clone(), name.clone(), log.clone());
+        set.spawn(async move {
+            while Instant::now() < stop {
+                let requested = Instant::now();
+                let guard = client
+                    .lock(name.as_str())
+                    .wait(Duration::from_secs(10))
+                    .await?;
+                let acquired = Instant::now();
+                tokio::time::sleep(settings.critical).await;
+                let unlocking = Instant::now();
+                guard.unlock().await?;
+                lock_log(&log).push(Acquisition {
+                    task,
+                    requested,
+                    acquired,
+                    unlocking,
+                });
+                tokio::time::sleep(settings.think).await;
+            }
+            Ok::<(), LockError>(())
+        });
+    }
+    while let Some(joined) = set.join_next().await {
+        joined??;
+    }
+    let elapsed = start.elapsed();
+    let after = command_stats(server)?;
+    let log = std::mem::take(&mut *lock_log(&log));
+    let requests = client_requests_between(&before, &after);
+    // Acquire attempts: every EVALSHA less one release per acquisition.
+    let evalsha = calls_between(&before, &after, "evalsha");
+    let acquire_calls = evalsha.saturating_sub(log.len() as u64);
+    Ok(Contention::from_log(log, elapsed, requests, acquire_calls))
+}
+
+pub(crate) fn lock_log<T>(log: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    log.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The annotated function of scenario 7.
+#[distributed_lock(key = "bench:{id}", client = locks)]
+pub(crate) async fn with_macro(locks: &LockClient, id: u64) -> Result<u64, LockError> {
+    Ok(std::hint::black_box(id))
+}
+
+/// The same body with the guard API, written as a user would without the macro.
+pub(crate) async fn with_guard(locks: &LockClient, id: u64) -> Result<u64, LockError> {
+    let guard = locks.lock(format!("bench:{id}")).await?;
+    let output = guard
+        .scope(async { Ok::<u64, LockError>(std::hint::black_box(id)) })
+        .await;
+    guard.unlock().await?;
+    output
+}
+
+/// Ratio of the macro's time to the guard API's, median over `rounds` interleaved
+/// blocks of `calls` calls each (scenario 7).
+pub(crate) async fn macro_overhead(
+    client: &LockClient,
+    first_id: u64,
+    rounds: usize,
+    calls: u64,
+) -> Result<f64, BoxError> {
+    let mut ratios = Vec::new();
+    let mut id = first_id;
+    for round in 0..rounds {
+        let mut times = [Duration::ZERO; 2];
+        // Alternate which goes first, so a drift in load favours neither.
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for which in order {
+            let start = Instant::now();
+            for _ in 0..calls {
+                id += 1;
+                if which == 0 {
+                    with_macro(client, id).await?;
+                } else {
+                    with_guard(client, id).await?;
+                }
+            }
+            times[which] = start.elapsed();
+        }
+        ratios.push(times[0].as_secs_f64() / times[1].as_secs_f64());
+    }
+    Ok(crate::stats::median(&ratios))
+}
+
+/// Client-side costs, measured through the public API, in nanoseconds per call.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Micro {
+    /// `LockClient::lock(name)`: name checks and key encoding, the request builder.
+    pub(crate) lock_builder_ns: f64,
+    /// `LockContext::current()` inside a scope three locks deep.
+    pub(crate) context_current_ns: f64,
+    /// `current_lock()` inside a scope three locks deep.
+    pub(crate) current_lock_ns: f64,
+}
+
+/// Measures [`Micro`] (median of `runs` batches of `iterations`).
+pub(crate) async fn micro(
+    client: &LockClient,
+    tag: &str,
+    runs: usize,
+    iterations: u32,
+) -> Result<Micro, BoxError> {
+    let per_call = |elapsed: Duration| elapsed.as_nanos() as f64 / f64::from(iterations);
+    let mut builder = Vec::new();
+    for _ in 0..runs {
+        let start = std::time::Instant::now();
+        for _ in 0..iterations {
+            drop(std::hint::black_box(
+                client.lock(std::hint::black_box("order:42")),
+            ));
+        }
+        builder.push(per_call(start.elapsed()));
+    }
+    let measure = || {
+        let mut contexts = Vec::new();
+        let mut currents = Vec::new();
+        for _ in 0..runs {
+            let start = std::time::Instant::now();
+            for _ in 0..iterations {
+                std::hint::black_box(LockContext::current());
+            }
+            contexts.push(per_call(start.elapsed()));
+            let start = std::time::Instant::now();
+            for _ in 0..iterations {
+                std::hint::black_box(current_lock());
+            }
+            currents.push(per_call(start.elapsed()));
+        }
+        (contexts, currents)
+    };
+    // Three locks deep: each taken inside the scope of the one before.
+    let a = client.lock(format!("micro:{tag}:a")).await?;
+    let (contexts, currents) = a
+        .scope(async {
+            let b = client.lock(format!("micro:{tag}:b")).await?;
+            let measured = b
+                .scope(async {
+                    let c = client.lock(format!("micro:{tag}:c")).await?;
+                    let measured = c.scope(async { measure() }).await;
+                    c.unlock().await?;
+                    Ok::<_, LockError>(measured)
+                })
+                .await?;
+            b.unlock().await?;
+            Ok::<_, LockError>(measured)
+        })
+        .await?;
+    a.unlock().await?;
+    Ok(Micro {
+        lock_builder_ns: crate::stats::median(&builder),
+        context_current_ns: crate::stats::median(&contexts),
+        current_lock_ns: crate::stats::median(&currents),
+    })
+}
+
+/// Microseconds of a duration, for the details.
+pub(crate) fn fmt_us(duration: Duration) -> String {
+    format!("{:.0} µs", us(duration))
+}

@@ -1,0 +1,370 @@
+//! What the harness asks the server: command counts, and the reference rates that
+//! `redis-benchmark` measures with distlock's own scripts.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use distlock_testkit::{redis_server_binary, RedisServer};
+
+use crate::stats::{median, pair_rate};
+use crate::BoxError;
+
+/// distlock's scripts, byte for byte: `SCRIPT LOAD` gives the SHA the client uses.
+pub(crate) const ACQUIRE_LUA: &str = include_str!("../../lua/acquire.lua");
+pub(crate) const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
+
+/// Commands that distlock's scripts run inside Redis: `INFO commandstats` counts those
+/// too, but they cost no round trip.
+const SCRIPT_INNER: [&str; 13] = [
+    "type", "hget", "hset", "hincrby", "pexpire", "pttl", "incr", "get", "del", "publish",
+    "spublish", "hexists", "hgetall",
+];
+
+/// `INFO commandstats`: command name to calls.
+pub(crate) fn command_stats(server: &RedisServer) -> Result<HashMap<String, u64>, BoxError> {
+    let info = server.cmd_timeout(&["INFO", "commandstats"], Duration::from_secs(30))?;
+    let mut stats = HashMap::new();
+    for line in info.lines() {
+        let Some(rest) = line.strip_prefix("cmdstat_") else {
+            continue;
+        };
+        let Some((name, fields)) = rest.split_once(':') else {
+            continue;
+        };
+        let calls = fields
+            .split(',')
+            .find_map(|field| field.strip_prefix("calls="))
+            .and_then(|calls| calls.parse().ok())
+            .unwrap_or(0);
+        stats.insert(name.to_owned(), calls);
+    }
+    Ok(stats)
+}
+
+/// Calls of `command` between two snapshots of [`command_stats`].
+pub(crate) fn calls_between(
+    before: &HashMap<String, u64>,
+    after: &HashMap<String, u64>,
+    command: &str,
+) -> u64 {
+    after.get(command).copied().unwrap_or(0) - before.get(command).copied().unwrap_or(0)
+}
+
+/// Requests clients sent between two snapshots: every command but `INFO` and the
+/// commands that scripts run inside Redis.
+pub(crate) fn client_requests_between(
+    before: &HashMap<String, u64>,
+    after: &HashMap<String, u64>,
+) -> u64 {
+    after
+        .keys()
+        .filter(|name| name.as_str() != "info" && !SCRIPT_INNER.contains(&name.as_str()))
+        .map(|name| calls_between(before, after, name))
+        .sum()
+}
+
+/// A field of `INFO <section>` as a number.
+pub(crate) fn info_field(
+    server: &RedisServer,
+    section: &str,
+    field: &str,
+) -> Result<u64, BoxError> {
+    let info = server.cmd_timeout(&["INFO", section], Duration::from_secs(30))?;
+    let prefix = format!("{field}:");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+        .ok_or_else(|| format!("no {field} in INFO {section}").into())
+}
+
+/// The `redis-benchmark` next to `redis-server`, or the one on PATH.
+pub(crate) fn redis_benchmark_binary() -> Result<PathBuf, BoxError> {
+    if let Ok(server) = redis_server_binary() {
+        if let Some(dir) = server.parent() {
+            let candidate = dir.join("redis-benchmark");
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join("redis-benchmark");
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(
+        "redis-benchmark not found next to redis-server nor on PATH (Debian: apt-get install \
+         redis-tools)"
+            .into(),
+    )
+}
+
+/// How `redis-benchmark` drives the server.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Load {
+    pub(crate) clients: u32,
+    pub(crate) pipeline: u32,
+    pub(crate) requests: u64,
+}
+
+/// One `redis-benchmark` run of `command`; returns requests per second.
+fn redis_benchmark(
+    binary: &Path,
+    port: u16,
+    load: Load,
+    keyspace: u64,
+    command: &[String],
+) -> Result<f64, BoxError> {
+    let output = Command::new(binary)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-c", &load.clients.to_string()])
+        .args(["-P", &load.pipeline.to_string()])
+        .args(["-n", &load.requests.to_string()])
+        .args(["-r", &keyspace.to_string()])
+        .arg("--csv")
+        .args(command)
+        .output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "redis-benchmark failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    parse_csv_rps(&String::from_utf8_lossy(&output.stdout)).ok_or_else(|| {
+        format!(
+            "no rate in redis-benchmark's output: {:?}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+        .into()
+    })
+}
+
+/// The `rps` column of `redis-benchmark --csv`: the 7th field from the end of the
+/// data line (the title, a command line, comes first).
+fn parse_csv_rps(text: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with("\"test\""))
+        .find_map(|line| {
+            let fields: Vec<&str> = line.trim().trim_matches('"').split("\",\"").collect();
+            let rps = fields.len().checked_sub(7).map(|i| fields[i])?;
+            rps.parse().ok()
+        })
+}
+
+/// The physical limit of one server for distlock's scripts, measured by
+/// `redis-benchmark` (median of the runs).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Reference {
+    /// EVALSHA acquire.lua on fresh keys, one request in flight (`-c 1`), per second.
+    pub(crate) acquire_c1: f64,
+    /// EVALSHA release.lua on held keys, `-c 1`, per second.
+    pub(crate) release_c1: f64,
+    /// As `acquire_c1`, pipelined (`-P 16 -c 8`).
+    pub(crate) acquire_ceiling: f64,
+    /// As `release_c1`, pipelined.
+    pub(crate) release_ceiling: f64,
+    /// Share of release requests that found a held key (the rest were cheaper misses).
+    pub(crate) release_hits: f64,
+    /// Each run's values, for the details.
+    pub(crate) runs: Vec<[f64; 4]>,
+}
+
+impl Reference {
+    /// Lock+unlock pairs per second with one request in flight.
+    pub(crate) fn pairs_c1(&self) -> f64 {
+        pair_rate(self.acquire_c1, self.release_c1)
+    }
+
+    /// Lock+unlock pairs per second, pipelined: the server's ceiling.
+    pub(crate) fn pairs_ceiling(&self) -> f64 {
+        pair_rate(self.acquire_ceiling, self.release_ceiling)
+    }
+
+    /// The time of one EVALSHA acquire with one request in flight.
+    pub(crate) fn evalsha_latency(&self) -> Duration {
+        Duration::from_secs_f64(1.0 / self.acquire_c1.max(1.0))
+    }
+}
+
+/// Settings of the reference runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReferenceSettings {
+    pub(crate) runs: usize,
+    pub(crate) c1_requests: u64,
+    pub(crate) ceiling_requests: u64,
+    /// Lease of the acquire runs, ms (the client's default watchdog lease).
+    pub(crate) lease_ms: u64,
+}
+
+/// Keys of the reference runs: `distlock:{<tag>:<n>}` on a single server, or
+/// `distlock:{<tag>}:<n>` with a tag owned by one cluster master (all in one slot).
+#[derive(Debug, Clone)]
+pub(crate) enum KeyShape {
+    Single,
+    Slot(String),
+}
+
+impl KeyShape {
+    /// The key for `run`/`what`, with `number` in place of the counter (a
+    /// `__rand_int__` for redis-benchmark, or a Lua format).
+    fn key(&self, what: &str, number: &str) -> String {
+        match self {
+            KeyShape::Single => format!("distlock:{{ref{what}:{number}}}"),
+            KeyShape::Slot(tag) => format!("distlock:{{{tag}}}:ref{what}:{number}"),
+        }
+    }
+}
+
+/// Fills `keys` keys `prefix %012d suffix` with a lock held once by `owner` (as
+/// acquire.lua leaves it), in server-side loops of 10 000 keys: a longer script
+/// would stall a cluster node past its node timeout and start a failover.
+fn populate_held(
+    server: &RedisServer,
+    shape: &KeyShape,
+    what: &str,
+    keys: u64,
+    owner: &str,
+) -> Result<(), BoxError> {
+    const CHUNK: u64 = 10_000;
+    let template = shape.key(what, "%012d");
+    let script =
+        "local template, from, to, owner = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] \
+        for i = from, to - 1 do \
+          local key = string.format(template, i) \
+          redis.call('HSET', key, owner, 1, '#op', 'populate', '#fence', 0) \
+          redis.call('PEXPIRE', key, 600000) \
+        end \
+        return to - from";
+    let mut from = 0;
+    while from < keys {
+        let to = (from + CHUNK).min(keys);
+        server.cmd_timeout(
+            &[
+                "EVAL",
+                script,
+                "0",
+                &template,
+                &from.to_string(),
+                &to.to_string(),
+                owner,
+            ],
+            Duration::from_secs(30),
+        )?;
+        from = to;
+    }
+    Ok(())
+}
+
+/// Empties the server without blocking it (a blocked cluster node would be failed
+/// over), and waits until the memory is given back, up to 60 s.
+pub(crate) fn flush(server: &RedisServer) -> Result<(), BoxError> {
+    server.cmd(&["FLUSHALL", "ASYNC"])?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while info_field(server, "memory", "lazyfree_pending_objects")? > 0
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Measures the reference on `server`.
+pub(crate) fn measure_reference(
+    server: &RedisServer,
+    shape: &KeyShape,
+    settings: ReferenceSettings,
+) -> Result<Reference, BoxError> {
+    let binary = redis_benchmark_binary()?;
+    let acquire_sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_LUA])?;
+    let release_sha = server.cmd(&["SCRIPT", "LOAD", RELEASE_LUA])?;
+    let owner = "0123456789abcdef0123456789abcdef:1";
+    let lease = settings.lease_ms.to_string();
+    let mut runs = Vec::new();
+    let mut hits = Vec::new();
+    for run in 0..settings.runs {
+        let mut values = [0.0; 4];
+        for (index, (clients, pipeline, requests)) in [
+            (1, 1, settings.c1_requests),
+            (8, 16, settings.ceiling_requests),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let load = Load {
+                clients,
+                pipeline,
+                requests,
+            };
+            let tag = format!("{run}{}", ["c", "p"][index]);
+            // Acquire on fresh keys: a keyspace far larger than the request count.
+            let acquire = [
+                "EVALSHA".to_owned(),
+                acquire_sha.clone(),
+                "2".to_owned(),
+                shape.key(&format!("a{tag}"), "__rand_int__"),
+                shape.key(&format!("a{tag}f"), "__rand_int__"),
+                owner.to_owned(),
+                lease.clone(),
+                "0".to_owned(),
+                "1".to_owned(),
+                "0".to_owned(),
+            ];
+            values[index * 2] =
+                redis_benchmark(&binary, server.port(), load, 1_000_000_000, &acquire)?;
+            // Release on keys held by the owner: four times as many held keys as
+            // requests, so most requests release a held lock (DEL + PUBLISH); the share
+            // that hit is measured.
+            let keyspace = requests * 4;
+            populate_held(server, shape, &format!("r{tag}"), keyspace, owner)?;
+            let before_size: u64 = server.cmd(&["DBSIZE"])?.trim().parse()?;
+            let before_expired = info_field(server, "stats", "expired_keys")?;
+            let release = [
+                "EVALSHA".to_owned(),
+                release_sha.clone(),
+                "2".to_owned(),
+                shape.key(&format!("r{tag}"), "__rand_int__"),
+                shape.key(&format!("r{tag}c"), "__rand_int__"),
+                owner.to_owned(),
+                lease.clone(),
+                "1".to_owned(),
+                "PUBLISH".to_owned(),
+            ];
+            values[index * 2 + 1] =
+                redis_benchmark(&binary, server.port(), load, keyspace, &release)?;
+            let after_size: u64 = server.cmd(&["DBSIZE"])?.trim().parse()?;
+            let after_expired = info_field(server, "stats", "expired_keys")?;
+            let released =
+                (before_size + after_expired).saturating_sub(after_size + before_expired);
+            hits.push(released as f64 / requests as f64);
+        }
+        flush(server)?;
+        runs.push(values);
+    }
+    let column = |i: usize| median(&runs.iter().map(|run| run[i]).collect::<Vec<_>>());
+    Ok(Reference {
+        acquire_c1: column(0),
+        release_c1: column(1),
+        acquire_ceiling: column(2),
+        release_ceiling: column(3),
+        release_hits: median(&hits),
+        runs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_rate_from_csv() {
+        let text = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\
+                    \"EVALSHA abc 2 k1 k2 o 30000 0 1 0\",\"12345.67\",\"0.071\",\"0.040\",\"0.071\",\"0.087\",\"0.111\",\"0.543\"\n";
+        assert_eq!(parse_csv_rps(text), Some(12345.67));
+    }
+}
