@@ -39,7 +39,15 @@ COMMANDS:
     demo [EXAMPLE...] Run examples against throwaway redis-servers (REDIS_URL points
                       at a fresh server for each). Default: `order_flow`, the order and
                       inventory service; also `demo`, `guard_api`, `fencing`, or `all`.
-    bench             Benchmarks (come with a later change).
+    bench [ARGS...]   Run the benchmarks of issue 6 (package `distlock-bench`, built
+                      in release with the rslock peer): start a throwaway redis-server
+                      and a local Redis Cluster, measure the physical limit with
+                      redis-benchmark, run every scenario 3 times, print a Markdown
+                      table of medians as ratios to it, and write it into
+                      BENCHMARKS.md. ARGS go to the harness: `--quick` (a fast check
+                      of the harness, not a benchmark), `--runs N`, `--skip-cluster`.
+                      Takes about 5 minutes; the criterion micro-benchmarks run with
+                      `cargo bench -p distlock-bench`.
     cluster           Start a local Redis Cluster (3 masters, 3 replicas) on free
                       127.0.0.1 ports, print its node URLs and how to point the client
                       or the examples at it, and keep it up until Ctrl-C, SIGTERM or
@@ -87,10 +95,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(&rest),
         Some("cluster") => cluster(&rest),
         Some("reliability") => reliability_suite(),
-        Some(name @ "bench") => {
-            eprintln!("cargo xtask {name}: not available yet, it comes with a later change.");
-            Err(Failure::Status(2))
-        }
+        Some("bench") => bench(&rest),
         Some("help" | "--help" | "-h") => {
             print!("{HELP}");
             Ok(())
@@ -197,6 +202,19 @@ fn reliability_suite() -> Result<()> {
             "the reliability suite failed; see RELIABILITY.md and the output above".into(),
         ))
     }
+}
+
+/// `cargo xtask bench [ARGS...]`: the load generator in release, with the rslock peer;
+/// it starts and stops its own servers and writes BENCHMARKS.md.
+fn bench(extra: &[OsString]) -> Result<()> {
+    let redis = ensure_redis()?;
+    let mut harness = cargo(&redis);
+    harness
+        .args(["run", "--release", "--quiet", "-p", "distlock-bench"])
+        .args(["--features", "rslock", "--", "--write"])
+        .arg(workspace_root().join("BENCHMARKS.md"))
+        .args(extra);
+    run(harness)
 }
 
 /// The examples `cargo xtask demo all` runs, in this order.
