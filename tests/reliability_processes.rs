@@ -385,7 +385,7 @@ async fn a_frozen_holder_is_told_of_its_loss_and_its_fenced_writes_are_refused()
     );
     assert!(noticed >= frozen.thaw_at, "noticed before it ran again?");
     assert!(
-        noticed - frozen.thaw_at < 400_000_000,
+        noticed - frozen.thaw_at < 1_000_000_000,
         "the loss was reported {} ms after the thaw",
         (noticed - frozen.thaw_at) / 1_000_000
     );
@@ -441,7 +441,7 @@ fn a_starved_holder_sees_the_loss_before_its_next_await() {
 }
 
 /// A current-thread runtime holds a lock (300 ms watchdog lease) and blocks its only
-/// thread for 4 leases (`std::thread::sleep`); another client takes the lock meanwhile.
+/// thread for 6 leases (`std::thread::sleep`); another client takes the lock meanwhile.
 fn starved_runtime() -> Starved {
     let lease = Duration::from_millis(300);
     let server = support::server();
@@ -489,10 +489,10 @@ fn starved_runtime() -> Starved {
         });
         // A blocking call on the only thread of this runtime: no renewal can run.
         let blocked = monotonic_ns();
-        std::thread::sleep(lease * 4);
+        std::thread::sleep(lease * 6);
         let unblocked = monotonic_ns();
         let lost_at_once = guard.is_lost();
-        let reported = tokio::time::timeout(Duration::from_millis(300), guard.lost())
+        let reported = tokio::time::timeout(Duration::from_secs(1), guard.lost())
             .await
             .is_ok();
         let noticed = monotonic_ns();

@@ -58,7 +58,7 @@ async fn a_frozen_server_loses_the_holder_its_lock_and_a_waiter_gets_it_after() 
     tokio::time::sleep(lease / 2).await;
     server.pause().expect("SIGSTOP redis");
     let paused = monotonic_ns();
-    let lost = tokio::time::timeout(lease + Duration::from_millis(400), guard.lost()).await;
+    let lost = tokio::time::timeout(lease + Duration::from_secs(1), guard.lost()).await;
     let noticed = monotonic_ns();
     let freeze_left = (lease * 2).saturating_sub(Duration::from_nanos(noticed - paused));
     tokio::time::sleep(freeze_left).await;
@@ -85,7 +85,7 @@ async fn a_frozen_server_loses_the_holder_its_lock_and_a_waiter_gets_it_after() 
             ),
         ],
     );
-    assert!(lost.is_ok(), "not told within lease + 400 ms of the freeze");
+    assert!(lost.is_ok(), "not told within lease + 1 s of the freeze");
     assert!(matches!(unlock, Err(LockError::Lost { .. })), "{unlock:?}");
     assert!(
         waiter_acquired >= resumed,
@@ -374,7 +374,7 @@ async fn an_evicting_server_is_warned_about_and_an_evicted_lock_is_reported_lost
     fill_past_maxmemory(&server);
     let _ = server.cmd(&["SET", "trigger", "1"]);
     let evicted = Instant::now();
-    let lost = tokio::time::timeout(lease / 3 + Duration::from_millis(500), guard.lost()).await;
+    let lost = tokio::time::timeout(lease + Duration::from_millis(500), guard.lost()).await;
     let told_after = evicted.elapsed();
     let unlock = guard.unlock().await;
     support::summary(
