@@ -323,6 +323,8 @@ each scenario prints. `cargo xtask test` runs the same tests (the seeded faults 
 | network | renewals blackholed | the guard is lost by its deadline, before anyone else gets the lock |
 | network | a re-entry's reply lost, connection healed | the hold count is not counted twice |
 | network | every connection reset every 100 ms | typed errors, never a silent success (clean history, exact counter) |
+| network | 2–12 ms of jitter each way, 2 clients × 2 tasks, 200 sections | a clean history, an exact counter |
+| network | the server accepts no new connection | connect fails with a typed error within its timeout; open connections keep working |
 | pub/sub | 100 forged release messages | spurious wake-ups only, never a second holder |
 | pub/sub | 5,000 contended operations | no channel left subscribed |
 | input | empty, 1 MiB, over-cap names; zero, sub-ms, overflowing leases and waits | `InvalidName` / `InvalidOption`, no key touched (`DUMP` before = after) |
