@@ -401,3 +401,26 @@ async fn an_evicting_server_is_warned_about_and_an_evicted_lock_is_reported_lost
         "no warning on loss: {logged}"
     );
 }
+
+/// Observed: the holder is told 540–590 ms after the restart with a 300 ms renewal
+/// period (900 ms lease): the first renewal on the dropped connection fails, the
+/// watchdog waits a whole period before it tries again, then reloads the script
+/// and finds the lock gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: retry a renewal that failed on a dropped connection as soon \
+            as it reconnects, so the holder is told within one renewal period"]
+async fn a_restart_is_reported_within_one_renewal_period() {
+    let lease = Duration::from_millis(900);
+    let mut server = support::server();
+    let holder = client(&server, lease).await;
+    let guard = holder.lock("restarted").await.expect("lock");
+    server.restart().expect("restart");
+    let restarted = Instant::now();
+    let told = tokio::time::timeout(Duration::from_secs(3), guard.lost()).await;
+    let after = restarted.elapsed();
+    assert!(told.is_ok(), "not told at all within 3 s");
+    assert!(
+        after <= lease / 3 + Duration::from_millis(100),
+        "told {after:?} after the restart, more than one renewal period (+100 ms)"
+    );
+}
