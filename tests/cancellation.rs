@@ -87,6 +87,7 @@ async fn a_re_entry_dropped_in_flight_gives_back_only_its_own_hold() {
         .await
         .expect("connect");
     let guard = locks.lock("nested").await.expect("lock");
+    let mut evalsha_before = 0;
     guard
         .scope(async {
             // The server holds every write for 300 ms: the re-entry is sent, and
@@ -94,6 +95,7 @@ async fn a_re_entry_dropped_in_flight_gives_back_only_its_own_hold() {
             server
                 .cmd(&["CLIENT", "PAUSE", "300", "WRITE"])
                 .expect("CLIENT PAUSE");
+            evalsha_before = common::command_calls(&server, "evalsha");
             let request = locks.lock("nested");
             let outcome = tokio::time::timeout(Duration::from_millis(100), request).await;
             assert!(
@@ -102,8 +104,11 @@ async fn a_re_entry_dropped_in_flight_gives_back_only_its_own_hold() {
             );
         })
         .await;
+    // Settled: the dropped re-entry ran on the server, and so did the release that
+    // gave its hold back (two scripts), leaving the outer hold alone.
     let settled = common::eventually(Duration::from_secs(5), || {
-        common::redis_count(&server, "nested") == 1
+        common::command_calls(&server, "evalsha") >= evalsha_before + 2
+            && common::redis_count(&server, "nested") == 1
     })
     .await;
     assert!(

@@ -58,12 +58,8 @@ impl SentinelConn {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> RedisResult<Self> {
-        let mut sentinel = SentinelClient::build(
-            sentinels,
-            master_name.to_owned(),
-            None,
-            SentinelServerType::Master,
-        )?;
+        let mut sentinel =
+            SentinelClient::build(sentinels, master_name, None, SentinelServerType::Master)?;
         let settings = Settings {
             pushes,
             connect_timeout,
