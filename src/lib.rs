@@ -214,7 +214,6 @@ pub use distlock_core::{
     MAX_NAME_LEN, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 
-/// The attribute macro (default feature `macros`).
 #[cfg(feature = "macros")]
 pub use distlock_macros::distributed_lock;
 

@@ -54,7 +54,13 @@ const UNKNOWN_LEASE_CAP: Duration = Duration::from_secs(1);
 ///   was sent to Redis.
 /// - [`LockError::Lost`]: a re-entry found that the chain's hold was lost.
 /// - [`LockError::KeyConflict`]: the lock's key holds another type (left untouched).
-/// - [`LockError::Redis`]: Redis failed or could not be reached.
+/// - [`LockError::QuorumNotReached`]: on Redlock, too few nodes answered for the whole wait.
+/// - [`LockError::ReplicationNotConfirmed`]: with
+///   [`replicas`](crate::LockClientBuilder::replicas), too few replicas acknowledged the
+///   new lock in time; it was released.
+/// - [`LockError::PermissionDenied`]: the Redis user may not run the scripts.
+/// - [`LockError::Redis`]: Redis failed or could not be reached (a waiter with time left
+///   retries failures that may pass, such as a failover, within its wait).
 ///
 /// # Cancel safety
 ///
@@ -120,7 +126,11 @@ impl fmt::Debug for LockRequest {
     }
 }
 
-/// The future of a [`LockRequest`].
+/// The future of a [`LockRequest`]: resolves to the guard, or to why there is none.
+///
+/// # Cancel safety
+///
+/// As [`LockRequest`]: dropping it at any point leaves no hold that no guard owns.
 #[must_use = "futures do nothing unless polled"]
 pub struct LockFuture {
     inner: BoxFuture<Result<LockGuard, LockError>>,

@@ -349,7 +349,8 @@ impl LockClientBuilder {
     /// [`LockError::InvalidOption`] for a setting out of range or an unparsable URL,
     /// before any connection is tried; [`LockError::Redis`] when the server cannot be
     /// reached within the connect timeout; [`LockError::UnsupportedServer`] for a
-    /// server older than Redis 7.0.
+    /// server older than Redis 7.0; [`LockError::PermissionDenied`] when the Redis user
+    /// may not load scripts.
     ///
     /// # Cancel safety
     ///
@@ -813,7 +814,8 @@ impl LockClient {
     /// # Errors
     ///
     /// [`LockError::InvalidName`]; [`LockError::KeyConflict`] when a key of the lock
-    /// holds another type; [`LockError::Redis`].
+    /// holds another type; [`LockError::QuorumNotReached`] on Redlock when too few
+    /// nodes answer; [`LockError::PermissionDenied`]; [`LockError::Redis`].
     ///
     /// # Cancel safety
     ///
@@ -900,7 +902,7 @@ impl LockClient {
     /// # Errors
     ///
     /// [`LockError::InvalidName`]; [`LockError::KeyConflict`] (nothing is deleted);
-    /// [`LockError::Redis`].
+    /// [`LockError::PermissionDenied`]; [`LockError::Redis`].
     ///
     /// # Cancel safety
     ///

@@ -251,8 +251,11 @@ impl LockGuard {
     ///
     /// [`LockError::Lost`] when the lock was no longer held by this owner (its lease
     /// ended or it was force-unlocked) or had been reported lost: the work done under
-    /// it may have overlapped another holder. [`LockError::Redis`] when Redis could not
-    /// be reached; the lease then runs out by itself.
+    /// it may have overlapped another holder. [`LockError::KeyConflict`] when the lock's
+    /// key was replaced by a value of another type. [`LockError::PermissionDenied`] when
+    /// the Redis user may not run the release script or publish (nothing changed).
+    /// [`LockError::Redis`] when Redis could not be reached; the lease then runs out by
+    /// itself.
     ///
     /// # Cancel safety
     ///
