@@ -55,9 +55,9 @@ const UNKNOWN_LEASE_CAP: Duration = Duration::from_secs(1);
 /// - [`LockError::Lost`]: a re-entry found that the chain's hold was lost.
 /// - [`LockError::KeyConflict`]: the lock's key holds another type (left untouched).
 /// - [`LockError::QuorumNotReached`]: on Redlock, too few nodes answered for the whole wait.
-/// - [`LockError::ReplicationNotConfirmed`]: with
-///   [`replicas`](crate::LockClientBuilder::replicas), too few replicas acknowledged the
-///   new lock in time; it was released.
+/// - [`LockError::ReplicationNotConfirmed`]: too few replicas acknowledged the new
+///   lock in time (see [`LockClientBuilder::replicas`](crate::LockClientBuilder::replicas));
+///   it was released.
 /// - [`LockError::PermissionDenied`]: the Redis user may not run the scripts.
 /// - [`LockError::Redis`]: Redis failed or could not be reached (a waiter with time left
 ///   retries failures that may pass, such as a failover, within its wait).
