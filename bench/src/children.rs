@@ -340,7 +340,7 @@ pub(crate) async fn child_leases(
     for task in 0..tasks {
         let client = client.clone();
         set.spawn(async move {
-            let mut guards = Vec::new();
+            let mut guards = Vec::with_capacity(locks / tasks + 1);
             for i in (task..locks).step_by(tasks) {
                 guards.push(client.lock(format!("s6:{i}")).await?);
             }

@@ -206,9 +206,6 @@ async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
     note(&format!("started redis-server at {}", server.url()));
     let mut results = Results::default();
 
-    note("reference: redis-benchmark with distlock's scripts");
-    results.reference = server::measure_reference(&server, &KeyShape::Single, settings.reference)?;
-
     let client = LockClient::builder().url(server.url()).connect().await?;
     // Warm the connections and the scripts.
     for i in 0..100 {
@@ -231,31 +228,76 @@ async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
         current_lock_ns: median(&micro.iter().map(|m| m.current_lock_ns).collect::<Vec<_>>()),
     };
 
-    note("1: one task");
-    for run in 0..settings.runs {
-        results.one_task.push(
-            scenarios::one_task(
-                &client,
-                &run.to_string(),
-                settings.one_task_pairs,
-                settings.limit,
-            )
-            .await?,
-        );
+    // The reference and scenarios 1 and 2 (and the peer's) take turns, run by run, so
+    // that a change in the machine's load hits them alike; each ratio is taken within
+    // its run, and the median of the ratios is reported.
+    #[cfg(feature = "rslock")]
+    let peer_settings: Vec<Option<Duration>> = vec![None, Some(Duration::from_millis(1))];
+    #[cfg(feature = "rslock")]
+    let managers: Vec<rslock::LockManager> = peer_settings
+        .iter()
+        .map(|delay| peer::manager(&server.url(), *delay))
+        .collect();
+    #[cfg(feature = "rslock")]
+    {
+        results.peers = peer_settings
+            .iter()
+            .map(|delay| report::PeerResults {
+                retry: *delay,
+                ..Default::default()
+            })
+            .collect();
     }
-    note("2: many tasks");
+    let mut references = Vec::new();
     for run in 0..settings.runs {
-        results.many_tasks.push(
-            scenarios::many_tasks(
-                &client,
-                &run.to_string(),
+        note(&format!(
+            "run {}: reference (redis-benchmark with distlock's scripts), 1: one task, \
+             2: many tasks",
+            run + 1
+        ));
+        let mut reference_settings = settings.reference;
+        reference_settings.runs = 1;
+        let reference = server::measure_reference(&server, &KeyShape::Single, reference_settings)?;
+        let tag = run.to_string();
+        let one =
+            scenarios::one_task(&client, &tag, settings.one_task_pairs, settings.limit).await?;
+        let many = scenarios::many_tasks(
+            &client,
+            &tag,
+            settings.tasks,
+            settings.pairs_per_task,
+            settings.limit,
+        )
+        .await?;
+        results.one_task.push(one);
+        results.one_task_ratio.push(one / reference.pairs_c1());
+        results.many_tasks.push(many);
+        results
+            .many_tasks_ratio
+            .push(many / reference.pairs_ceiling());
+        #[cfg(feature = "rslock")]
+        for (index, manager) in managers.iter().enumerate() {
+            let tag = format!("{index}:{run}");
+            let one =
+                peer::one_task(manager, &tag, settings.one_task_pairs, settings.limit).await?;
+            let many = peer::many_tasks(
+                manager,
+                &tag,
                 settings.tasks,
                 settings.pairs_per_task,
                 settings.limit,
             )
-            .await?,
-        );
+            .await?;
+            let peer = &mut results.peers[index];
+            peer.one_task.push(one);
+            peer.one_task_ratio.push(one / reference.pairs_c1());
+            peer.many_tasks.push(many);
+            peer.many_tasks_ratio.push(many / reference.pairs_ceiling());
+        }
+        references.push(reference);
     }
+    results.reference = server::Reference::combine(&references);
+
     note("3: re-entry");
     let mut reentries: Vec<Reentry> = Vec::new();
     for run in 0..settings.runs {
@@ -267,6 +309,15 @@ async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
     note("4: contention");
     let mut contention: Vec<Contention> = Vec::new();
     for run in 0..settings.runs {
+        results.raw_rtt.push(
+            scenarios::raw_round_trips(
+                &server.url(),
+                &run.to_string(),
+                300,
+                settings.contention.think,
+            )
+            .await?,
+        );
         contention.push(
             scenarios::contention(&client, &server, &run.to_string(), settings.contention).await?,
         );
@@ -293,37 +344,15 @@ async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
     drop(client);
 
     #[cfg(feature = "rslock")]
-    {
-        let url = server.url();
-        for (index, delay) in [None, Some(Duration::from_millis(1))]
-            .into_iter()
-            .enumerate()
-        {
-            note(&format!("peer: rslock, retry {delay:?}"));
-            let manager = peer::manager(&url, delay);
-            let mut peer = report::PeerResults {
-                retry: delay,
-                ..Default::default()
-            };
-            for run in 0..settings.runs {
-                let tag = format!("{index}:{run}");
-                peer.one_task.push(
-                    peer::one_task(&manager, &tag, settings.one_task_pairs, settings.limit).await?,
-                );
-                peer.many_tasks.push(
-                    peer::many_tasks(
-                        &manager,
-                        &tag,
-                        settings.tasks,
-                        settings.pairs_per_task,
-                        settings.limit,
-                    )
-                    .await?,
-                );
-                peer.contention
-                    .push(peer::contention(&manager, &server, &tag, settings.contention).await?);
-            }
-            results.peers.push(peer);
+    for (index, manager) in managers.iter().enumerate() {
+        note(&format!(
+            "peer: rslock, retry {:?}: 4",
+            peer_settings[index]
+        ));
+        for run in 0..settings.runs {
+            let tag = format!("{index}:{run}");
+            let contention = peer::contention(manager, &server, &tag, settings.contention).await?;
+            results.peers[index].contention.push(contention);
         }
     }
 
@@ -376,11 +405,6 @@ async fn cluster_scenario(settings: &Settings) -> Result<report::ClusterResults,
             ranges.iter().any(|&(a, b)| a <= slot && slot <= b)
         })
         .ok_or("no hash tag on the first master")?;
-    let mut reference_settings = settings.reference;
-    // One reference run per scenario run, as on the single server.
-    reference_settings.runs = settings.runs;
-    let reference: Reference =
-        server::measure_reference(master, &KeyShape::Slot(tag), reference_settings)?;
     let client = LockClient::builder()
         .cluster(cluster.urls())
         .connect()
@@ -388,21 +412,29 @@ async fn cluster_scenario(settings: &Settings) -> Result<report::ClusterResults,
     for i in 0..100 {
         client.lock(format!("warm:{i}")).await?.unlock().await?;
     }
+    let shape = KeyShape::Slot(tag);
+    let mut reference_settings = settings.reference;
+    reference_settings.runs = 1;
+    let mut references = Vec::new();
     let mut many = Vec::new();
+    let mut ratios = Vec::new();
     for run in 0..settings.runs {
-        many.push(
-            scenarios::many_tasks(
-                &client,
-                &format!("c{run}"),
-                settings.tasks,
-                settings.pairs_per_task,
-                settings.limit,
-            )
-            .await?,
-        );
+        let reference = server::measure_reference(master, &shape, reference_settings)?;
+        let value = scenarios::many_tasks(
+            &client,
+            &format!("c{run}"),
+            settings.tasks,
+            settings.pairs_per_task,
+            settings.limit,
+        )
+        .await?;
+        many.push(value);
+        ratios.push(value / reference.pairs_ceiling());
+        references.push(reference);
     }
     Ok(report::ClusterResults {
-        reference,
+        reference: Reference::combine(&references),
         many_tasks: many,
+        many_tasks_ratio: ratios,
     })
 }

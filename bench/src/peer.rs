@@ -7,7 +7,7 @@ use distlock_testkit::RedisServer;
 use rslock::LockManager;
 use tokio::time::Instant;
 
-use crate::scenarios::{lock_log, Acquisition, Contention, ContentionSettings};
+use crate::scenarios::{lock_log, Acquisition, Contention, ContentionSettings, PollTimes};
 use crate::server::{calls_between, client_requests_between, command_stats};
 use crate::BoxError;
 
@@ -107,18 +107,22 @@ pub(crate) async fn contention(
         set.spawn(async move {
             while Instant::now() < stop {
                 let requested = Instant::now();
-                let lock = lock_until(&manager, &name, stop + Duration::from_secs(10))
-                    .await
-                    .map_err(|err| err.to_string())?;
+                let (lock, woken) =
+                    PollTimes::new(lock_until(&manager, &name, stop + Duration::from_secs(10)))
+                        .await;
+                let lock = lock.map_err(|err| err.to_string())?;
                 let acquired = Instant::now();
                 tokio::time::sleep(settings.critical).await;
                 let unlocking = Instant::now();
                 manager.unlock(&lock).await;
+                let unlocked = Instant::now();
                 lock_log(&log).push(Acquisition {
                     task,
                     requested,
+                    woken: woken.unwrap_or(requested),
                     acquired,
                     unlocking,
+                    unlocked,
                 });
                 tokio::time::sleep(settings.think).await;
             }

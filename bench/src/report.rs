@@ -21,9 +21,15 @@ pub(crate) struct Results {
     pub(crate) reference: Reference,
     pub(crate) micro: Micro,
     pub(crate) one_task: Vec<f64>,
+    /// Each run's scenario 1 over the same run's `-c 1` pair rate.
+    pub(crate) one_task_ratio: Vec<f64>,
     pub(crate) many_tasks: Vec<f64>,
+    /// Each run's scenario 2 over the same run's pipelined pair rate.
+    pub(crate) many_tasks_ratio: Vec<f64>,
     pub(crate) reentry: Vec<Reentry>,
     pub(crate) contention: Vec<Contention>,
+    /// Plain redis-rs EVALSHA round trips, p50: back to back, and after 1 ms idle.
+    pub(crate) raw_rtt: Vec<(Duration, Duration)>,
     pub(crate) wakeup: Vec<Vec<Duration>>,
     pub(crate) leases: Vec<Leases>,
     pub(crate) macro_ratio: Vec<f64>,
@@ -41,6 +47,7 @@ pub(crate) struct Results {
 pub(crate) struct ClusterResults {
     pub(crate) reference: Reference,
     pub(crate) many_tasks: Vec<f64>,
+    pub(crate) many_tasks_ratio: Vec<f64>,
 }
 
 /// The peer's figures at one setting.
@@ -49,7 +56,9 @@ pub(crate) struct ClusterResults {
 pub(crate) struct PeerResults {
     pub(crate) retry: Option<Duration>,
     pub(crate) one_task: Vec<f64>,
+    pub(crate) one_task_ratio: Vec<f64>,
     pub(crate) many_tasks: Vec<f64>,
+    pub(crate) many_tasks_ratio: Vec<f64>,
     pub(crate) contention: Vec<Contention>,
 }
 
@@ -197,7 +206,7 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
 
     // 1. One task.
     let one = median(&results.one_task);
-    let one_ratio = one / reference.pairs_c1();
+    let one_ratio = median(&results.one_task_ratio);
     rows.push(Row {
         scenario: "1. One task, lock+unlock on fresh names".into(),
         measured: rate(one),
@@ -208,7 +217,7 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
     });
     // 2. Many tasks.
     let many = median(&results.many_tasks);
-    let many_ratio = many / reference.pairs_ceiling();
+    let many_ratio = median(&results.many_tasks_ratio);
     rows.push(Row {
         scenario: format!("2. {} tasks, each on its own names", settings.tasks),
         measured: rate(many),
@@ -220,7 +229,7 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
     if let Some(cluster) = &results.cluster {
         let value = median(&cluster.many_tasks);
         let ceiling = cluster.reference.pairs_ceiling();
-        let r = value / ceiling;
+        let r = median(&cluster.many_tasks_ratio);
         rows.push(Row {
             scenario: format!(
                 "2c. {} tasks on a local Redis Cluster (3 masters, 1 replica each)",
@@ -258,7 +267,7 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
     // 4. Contention.
     let c = &results.contention;
     let per_second = median_of(c, |c| c.per_second);
-    let critical = settings.contention.critical;
+    let critical = median_duration(c, |c| c.critical_mean);
     let ideal = 1.0 / (critical + latency * 2).as_secs_f64();
     rows.push(Row {
         scenario: format!(
@@ -267,7 +276,7 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
         ),
         measured: rate(per_second),
         reference: format!(
-            "{} (1 / (critical section + 2 × EVALSHA latency))",
+            "{} (1 / (critical section as run + 2 × EVALSHA latency))",
             rate(ideal)
         ),
         ratio: ratio(per_second / ideal),
@@ -280,12 +289,26 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
         scenario: "4. Hand-off to another task, p50".into(),
         measured: crate::scenarios::fmt_us(handoff),
         reference: format!(
-            "{} (EVALSHA latency, `-c 1`)",
+            "{} (EVALSHA p50 latency, `-c 1`)",
             crate::scenarios::fmt_us(latency)
         ),
         ratio: ratio(handoff_ratio),
         target: "≤ 3.00".into(),
         met: Some(handoff_ratio <= 3.0),
+    });
+    let raw_idle = median_duration(&results.raw_rtt, |r| r.1);
+    let raw_tight = median_duration(&results.raw_rtt, |r| r.0);
+    rows.push(Row {
+        scenario: "4. Hand-off p50, against a plain redis-rs EVALSHA sent after 1 ms idle".into(),
+        measured: crate::scenarios::fmt_us(handoff),
+        reference: format!(
+            "{} (p50; back to back: {})",
+            crate::scenarios::fmt_us(raw_idle),
+            crate::scenarios::fmt_us(raw_tight)
+        ),
+        ratio: ratio(handoff.as_secs_f64() / raw_idle.as_secs_f64()),
+        target: "—".into(),
+        met: None,
     });
     let handoff99 = median_duration(c, |c| c.handoff_p99);
     rows.push(Row {
@@ -306,6 +329,15 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
         target: "—".into(),
         met: None,
     });
+    let overtaking = median_of(c, |c| c.overtaking_share);
+    rows.push(Row {
+        scenario: "4. Acquisitions that overtook a task already waiting".into(),
+        measured: format!("{:.1} %", overtaking * 100.0),
+        reference: "0 % (first come, first served)".into(),
+        ratio: "—".into(),
+        target: "—".into(),
+        met: None,
+    });
     let starvation = (critical + handoff) * settings.contention.tasks as u32;
     let wait99 = median_duration(c, |c| c.wait_p99);
     let wait_max = median_duration(c, |c| c.wait_max);
@@ -314,7 +346,7 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
         scenario: "4. Acquire wait, p99".into(),
         measured: crate::scenarios::fmt_us(wait99),
         reference: format!(
-            "{} (8 × (critical section + hand-off p50))",
+            "{} (8 × (critical section as run + hand-off p50))",
             crate::scenarios::fmt_us(starvation)
         ),
         ratio: ratio(wait99.as_secs_f64() / starvation.as_secs_f64()),
@@ -500,31 +532,31 @@ fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
     };
     let one = cell(&|p| {
         let v = median(&p.one_task);
-        format!("{} ({:.2})", rate(v), v / reference.pairs_c1())
+        format!("{} ({:.2})", rate(v), median(&p.one_task_ratio))
     });
     let _ = writeln!(
         out,
         "| 1. one task, pairs/s (ratio to `-c 1` pairs) | {} ({:.2}) | {} | {} |",
         rate(median(&results.one_task)),
-        median(&results.one_task) / reference.pairs_c1(),
+        median(&results.one_task_ratio),
         one[0],
         one[1]
     );
     let many = cell(&|p| {
         let v = median(&p.many_tasks);
-        format!("{} ({:.2})", rate(v), v / reference.pairs_ceiling())
+        format!("{} ({:.2})", rate(v), median(&p.many_tasks_ratio))
     });
     let _ = writeln!(
         out,
         "| 2. {} tasks, pairs/s (ratio to the pipelined ceiling) | {} ({:.2}) | {} | {} |",
         settings.tasks,
         rate(median(&results.many_tasks)),
-        median(&results.many_tasks) / reference.pairs_ceiling(),
+        median(&results.many_tasks_ratio),
         many[0],
         many[1]
     );
     type Metric = (&'static str, fn(&[Contention], Duration) -> String);
-    let metrics: [Metric; 6] = [
+    let metrics: [Metric; 7] = [
         ("4. acquisitions/s", |c, _| {
             rate(median_of(c, |c| c.per_second))
         }),
@@ -538,6 +570,9 @@ fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
         }),
         ("4. share by the task that just released", |c, _| {
             format!("{:.1} %", median_of(c, |c| c.same_task_share) * 100.0)
+        }),
+        ("4. acquisitions overtaking an earlier waiter", |c, _| {
+            format!("{:.1} %", median_of(c, |c| c.overtaking_share) * 100.0)
         }),
         ("4. acquire wait max", |c, _| {
             crate::scenarios::fmt_us(median_duration(c, |c| c.wait_max))
@@ -604,20 +639,26 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
     for (run, c) in results.contention.iter().enumerate() {
         let _ = writeln!(
             out,
-            "- Scenario 4, run {}: {} acquisitions, {:.0}/s, hand-off p50 {} p99 {}, same task \
-             {:.1} %, wait p99 {} max {}, {:.2} requests and {:.2} acquire attempts per \
-             acquisition, {} overlaps.",
+            "- Scenario 4, run {}: {} acquisitions, critical section {} on average, {:.0}/s, hand-off p50 {} p99 {}, same task \
+             {:.1} %, overtaking an earlier waiter {:.1} %, wait p99 {} max {}, {:.2} requests and {:.2} acquire attempts per \
+             acquisition, {} overlaps. Hand-off profile (p50): release round trip {}, release \
+             start → waiter's final attempt sent {}, final attempt → acquired {}.",
             run + 1,
             c.acquisitions,
+            crate::scenarios::fmt_us(c.critical_mean),
             c.per_second,
             crate::scenarios::fmt_us(c.handoff_p50),
             crate::scenarios::fmt_us(c.handoff_p99),
             c.same_task_share * 100.0,
+            c.overtaking_share * 100.0,
             crate::scenarios::fmt_us(c.wait_p99),
             crate::scenarios::fmt_us(c.wait_max),
             c.requests_per_acquisition,
             c.acquire_calls_per_acquisition,
-            c.overlaps
+            c.overlaps,
+            crate::scenarios::fmt_us(c.release_rtt_p50),
+            crate::scenarios::fmt_us(c.to_woken_p50),
+            crate::scenarios::fmt_us(c.woken_to_acquired_p50)
         );
     }
     let _ = writeln!(

@@ -1,5 +1,6 @@
 //! The scenarios, run with distlock's client inside the harness process.
 
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -110,13 +111,95 @@ pub(crate) async fn reentry(
     })
 }
 
+/// The round trip of one plain redis-rs EVALSHA of acquire.lua on a fresh key (no
+/// distlock), p50: sent back to back, and sent after the process idled `idle`, as a
+/// waiter's attempt is sent after it slept. A reference for the hand-off.
+pub(crate) async fn raw_round_trips(
+    url: &str,
+    tag: &str,
+    samples: usize,
+    idle: Duration,
+) -> Result<(Duration, Duration), BoxError> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(crate::server::ACQUIRE_LUA)
+        .query_async(&mut conn)
+        .await?;
+    let mut results = [Duration::ZERO; 2];
+    for (index, pause) in [Duration::ZERO, idle].into_iter().enumerate() {
+        let mut rtts = Vec::with_capacity(samples);
+        for i in 0..samples {
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+            let key = format!("distlock:{{raw:{tag}:{index}:{i}}}");
+            let start = Instant::now();
+            let _: Vec<i64> = redis::cmd("EVALSHA")
+                .arg(&sha)
+                .arg(2)
+                .arg(&key)
+                .arg(format!("{key}:fence"))
+                .arg("owner")
+                .arg(30_000)
+                .arg(0)
+                .arg(i)
+                .arg(0)
+                .query_async(&mut conn)
+                .await?;
+            rtts.push(start.elapsed());
+        }
+        results[index] = percentile(&rtts, 50.0);
+    }
+    Ok((results[0], results[1]))
+}
+
 /// One acquisition in the contention scenario.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Acquisition {
     pub(crate) task: usize,
     pub(crate) requested: Instant,
+    /// The poll of the lock future before the last one: when the waiter, woken, sent
+    /// the attempt that succeeded (profiling through the public API).
+    pub(crate) woken: Instant,
     pub(crate) acquired: Instant,
     pub(crate) unlocking: Instant,
+    /// When `unlock().await` returned: the release's round trip is over.
+    pub(crate) unlocked: Instant,
+}
+
+/// Wraps a future and notes when it was polled, for the profile of a hand-off.
+pub(crate) struct PollTimes<F> {
+    inner: std::pin::Pin<Box<F>>,
+    pub(crate) previous: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl<F: std::future::Future> PollTimes<F> {
+    pub(crate) fn new(inner: F) -> Self {
+        Self {
+            inner: Box::pin(inner),
+            previous: None,
+            last: None,
+        }
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for PollTimes<F> {
+    type Output = (F::Output, Option<Instant>);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let now = Instant::now();
+        self.previous = self.last.replace(now);
+        match self.inner.as_mut().poll(cx) {
+            std::task::Poll::Ready(output) => std::task::Poll::Ready((output, self.previous)),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
 }
 
 /// Settings of the contention scenario (4).
@@ -142,6 +225,17 @@ pub(crate) struct Contention {
     pub(crate) acquire_calls_per_acquisition: f64,
     pub(crate) overlaps: usize,
     pub(crate) acquisitions: usize,
+    /// Share of acquisitions that overtook a task already waiting when they asked
+    /// (first come, first served would have none).
+    pub(crate) overtaking_share: f64,
+    /// Profile of the hand-off (p50s): the release's round trip as the releaser saw
+    /// it, release start to the waiter's final attempt, and that attempt's round trip.
+    pub(crate) release_rtt_p50: Duration,
+    pub(crate) to_woken_p50: Duration,
+    pub(crate) woken_to_acquired_p50: Duration,
+    /// The critical section as it ran (a 1 ms Tokio sleep lasts 1 to 2 ms: the timer
+    /// ticks in whole milliseconds), mean.
+    pub(crate) critical_mean: Duration,
 }
 
 impl Contention {
@@ -154,6 +248,9 @@ impl Contention {
     ) -> Self {
         log.sort_by_key(|a| a.acquired);
         let mut handoffs = Vec::new();
+        let mut release_rtts = Vec::new();
+        let mut to_woken = Vec::new();
+        let mut woken_to_acquired = Vec::new();
         let mut same = 0;
         let mut overlaps = 0;
         for pair in log.windows(2) {
@@ -165,10 +262,23 @@ impl Contention {
                 same += 1;
             } else {
                 handoffs.push(next.acquired.saturating_duration_since(prev.unlocking));
+                release_rtts.push(prev.unlocked.saturating_duration_since(prev.unlocking));
+                to_woken.push(next.woken.saturating_duration_since(prev.unlocking));
+                woken_to_acquired.push(next.acquired.saturating_duration_since(next.woken));
             }
         }
         let waits: Vec<Duration> = log.iter().map(|a| a.acquired - a.requested).collect();
+        let overtaking = log
+            .iter()
+            .filter(|a| {
+                log.iter().any(|b| {
+                    b.task != a.task && b.requested < a.requested && b.acquired > a.acquired
+                })
+            })
+            .count();
         let n = log.len().max(1) as f64;
+        let critical: Duration = log.iter().map(|a| a.unlocking - a.acquired).sum();
+        let critical_mean = critical / u32::try_from(log.len().max(1)).unwrap_or(u32::MAX);
         Contention {
             per_second: log.len() as f64 / elapsed.as_secs_f64(),
             handoff_p50: percentile(&handoffs, 50.0),
@@ -180,6 +290,11 @@ impl Contention {
             acquire_calls_per_acquisition: acquire_calls as f64 / n,
             overlaps,
             acquisitions: log.len(),
+            overtaking_share: overtaking as f64 / n,
+            release_rtt_p50: percentile(&release_rtts, 50.0),
+            to_woken_p50: percentile(&to_woken, 50.0),
+            woken_to_acquired_p50: percentile(&woken_to_acquired, 50.0),
+            critical_mean,
         }
     }
 }
@@ -202,19 +317,26 @@ pub(crate) async fn contention(
         set.spawn(async move {
             while Instant::now() < stop {
                 let requested = Instant::now();
-                let guard = client
-                    .lock(name.as_str())
-                    .wait(Duration::from_secs(10))
-                    .await?;
+                let (guard, woken) = PollTimes::new(
+                    client
+                        .lock(name.as_str())
+                        .wait(Duration::from_secs(10))
+                        .into_future(),
+                )
+                .await;
+                let guard = guard?;
                 let acquired = Instant::now();
                 tokio::time::sleep(settings.critical).await;
                 let unlocking = Instant::now();
                 guard.unlock().await?;
+                let unlocked = Instant::now();
                 lock_log(&log).push(Acquisition {
                     task,
                     requested,
+                    woken: woken.unwrap_or(requested),
                     acquired,
                     unlocking,
+                    unlocked,
                 });
                 tokio::time::sleep(settings.think).await;
             }

@@ -112,14 +112,15 @@ pub(crate) struct Load {
     pub(crate) requests: u64,
 }
 
-/// One `redis-benchmark` run of `command`; returns requests per second.
+/// One `redis-benchmark` run of `command`; returns requests per second and the
+/// median latency.
 fn redis_benchmark(
     binary: &Path,
     port: u16,
     load: Load,
     keyspace: u64,
     command: &[String],
-) -> Result<f64, BoxError> {
+) -> Result<(f64, Duration), BoxError> {
     let output = Command::new(binary)
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(["-c", &load.clients.to_string()])
@@ -136,7 +137,7 @@ fn redis_benchmark(
         )
         .into());
     }
-    parse_csv_rps(&String::from_utf8_lossy(&output.stdout)).ok_or_else(|| {
+    parse_csv(&String::from_utf8_lossy(&output.stdout)).ok_or_else(|| {
         format!(
             "no rate in redis-benchmark's output: {:?}",
             String::from_utf8_lossy(&output.stdout)
@@ -145,15 +146,20 @@ fn redis_benchmark(
     })
 }
 
-/// The `rps` column of `redis-benchmark --csv`: the 7th field from the end of the
-/// data line (the title, a command line, comes first).
-fn parse_csv_rps(text: &str) -> Option<f64> {
+/// The `rps` and `p50_latency_ms` columns of `redis-benchmark --csv`: the 7th and
+/// 4th fields from the end of the data line (the title, a command line, comes first).
+fn parse_csv(text: &str) -> Option<(f64, Duration)> {
     text.lines()
         .filter(|line| !line.starts_with("\"test\""))
         .find_map(|line| {
             let fields: Vec<&str> = line.trim().trim_matches('"').split("\",\"").collect();
-            let rps = fields.len().checked_sub(7).map(|i| fields[i])?;
-            rps.parse().ok()
+            let at = |back: usize| -> Option<f64> {
+                fields
+                    .len()
+                    .checked_sub(back)
+                    .and_then(|i| fields[i].parse().ok())
+            };
+            Some((at(7)?, Duration::from_secs_f64(at(4)? / 1000.0)))
         })
 }
 
@@ -171,6 +177,8 @@ pub(crate) struct Reference {
     pub(crate) release_ceiling: f64,
     /// Share of release requests that found a held key (the rest were cheaper misses).
     pub(crate) release_hits: f64,
+    /// Median latency of the `-c 1` acquire (redis-benchmark's p50).
+    pub(crate) acquire_c1_p50: Duration,
     /// Each run's values, for the details.
     pub(crate) runs: Vec<[f64; 4]>,
 }
@@ -186,9 +194,26 @@ impl Reference {
         pair_rate(self.acquire_ceiling, self.release_ceiling)
     }
 
-    /// The time of one EVALSHA acquire with one request in flight.
+    /// The time of one EVALSHA acquire with one request in flight: the median
+    /// latency redis-benchmark saw (its mean is dominated by the stalls of a loaded
+    /// machine; medians are compared with medians).
     pub(crate) fn evalsha_latency(&self) -> Duration {
-        Duration::from_secs_f64(1.0 / self.acquire_c1.max(1.0))
+        self.acquire_c1_p50
+    }
+
+    /// The median of several references, field by field.
+    pub(crate) fn combine(references: &[Reference]) -> Reference {
+        let column =
+            |f: &dyn Fn(&Reference) -> f64| median(&references.iter().map(f).collect::<Vec<_>>());
+        Reference {
+            acquire_c1: column(&|r| r.acquire_c1),
+            release_c1: column(&|r| r.release_c1),
+            acquire_ceiling: column(&|r| r.acquire_ceiling),
+            release_ceiling: column(&|r| r.release_ceiling),
+            release_hits: column(&|r| r.release_hits),
+            acquire_c1_p50: Duration::from_secs_f64(column(&|r| r.acquire_c1_p50.as_secs_f64())),
+            runs: references.iter().flat_map(|r| r.runs.clone()).collect(),
+        }
     }
 }
 
@@ -287,6 +312,7 @@ pub(crate) fn measure_reference(
     let lease = settings.lease_ms.to_string();
     let mut runs = Vec::new();
     let mut hits = Vec::new();
+    let mut p50s = Vec::new();
     for run in 0..settings.runs {
         let mut values = [0.0; 4];
         for (index, (clients, pipeline, requests)) in [
@@ -315,8 +341,12 @@ pub(crate) fn measure_reference(
                 "1".to_owned(),
                 "0".to_owned(),
             ];
-            values[index * 2] =
+            let (rate, p50) =
                 redis_benchmark(&binary, server.port(), load, 1_000_000_000, &acquire)?;
+            values[index * 2] = rate;
+            if index == 0 {
+                p50s.push(p50.as_secs_f64());
+            }
             // Release on keys held by the owner: four times as many held keys as
             // requests, so most requests release a held lock (DEL + PUBLISH); the share
             // that hit is measured.
@@ -336,7 +366,7 @@ pub(crate) fn measure_reference(
                 "PUBLISH".to_owned(),
             ];
             values[index * 2 + 1] =
-                redis_benchmark(&binary, server.port(), load, keyspace, &release)?;
+                redis_benchmark(&binary, server.port(), load, keyspace, &release)?.0;
             let after_size: u64 = server.cmd(&["DBSIZE"])?.trim().parse()?;
             let after_expired = info_field(server, "stats", "expired_keys")?;
             let released =
@@ -353,6 +383,7 @@ pub(crate) fn measure_reference(
         acquire_ceiling: column(2),
         release_ceiling: column(3),
         release_hits: median(&hits),
+        acquire_c1_p50: Duration::from_secs_f64(median(&p50s)),
         runs,
     })
 }
@@ -365,6 +396,6 @@ mod tests {
     fn reads_the_rate_from_csv() {
         let text = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\
                     \"EVALSHA abc 2 k1 k2 o 30000 0 1 0\",\"12345.67\",\"0.071\",\"0.040\",\"0.071\",\"0.087\",\"0.111\",\"0.543\"\n";
-        assert_eq!(parse_csv_rps(text), Some(12345.67));
+        assert_eq!(parse_csv(text), Some((12345.67, Duration::from_micros(71))));
     }
 }
