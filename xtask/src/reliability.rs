@@ -51,6 +51,8 @@ pub(crate) struct Collected {
     pub(crate) tests: BTreeMap<String, Outcome>,
     /// Scenario name -> its figures, in print order.
     pub(crate) scenarios: BTreeMap<String, Vec<(String, u64)>>,
+    /// Seconds the test binaries ran, from their `finished in` lines (no build time).
+    pub(crate) test_seconds: f64,
 }
 
 impl Collected {
@@ -66,6 +68,17 @@ impl Collected {
                 .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
                 .collect();
             self.scenarios.insert(name.to_owned(), figures);
+            return;
+        }
+        if line.starts_with("test result:") {
+            if let Some(seconds) = line
+                .rsplit("finished in ")
+                .next()
+                .and_then(|rest| rest.trim().strip_suffix('s'))
+                .and_then(|number| number.parse::<f64>().ok())
+            {
+                self.test_seconds += seconds;
+            }
             return;
         }
         let Some(rest) = line.strip_prefix("test ") else {
@@ -179,7 +192,7 @@ pub(crate) fn report(collected: &Collected, run: &RunInfo) -> String {
     let _ = writeln!(out);
     let _ = writeln!(out, "| figure | value |");
     let _ = writeln!(out, "| --- | --- |");
-    let rows: [(&str, String); 11] = [
+    let rows: [(&str, String); 12] = [
         (
             "tests passed / failed / ignored (need core work)",
             format!("{passed} / {failed} / {ignored}"),
@@ -229,7 +242,11 @@ pub(crate) fn report(collected: &Collected, run: &RunInfo) -> String {
             run.leaked_servers.to_string(),
         ),
         (
-            "wall time",
+            "wall time of the test binaries",
+            format!("{:.1} s", collected.test_seconds),
+        ),
+        (
+            "wall time with the build",
             format!("{:.1} s", run.started.elapsed().as_secs_f64()),
         ),
     ];
@@ -374,7 +391,10 @@ mod tests {
         collected.line("b", "test second ... FAILED");
         collected.line("b", "test third ... ignored, needs core: a thing");
         collected.line("b", "test helper ... ignored, a helper process");
-        collected.line("b", "test result: ok. 1 passed");
+        collected.line(
+            "b",
+            "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 2.50s",
+        );
         assert_eq!(collected.total("sections"), 15);
         assert_eq!(collected.total("leaked_keys"), 1);
         assert_eq!(collected.tests.len(), 4);
@@ -396,5 +416,9 @@ mod tests {
         assert!(text.contains("| seeded faults caught | 1 of 1 |"), "{text}");
         assert!(text.contains("| 1 / 1 / 1 |"), "{text}");
         assert!(!text.contains("b::helper"), "{text}");
+        assert!(
+            text.contains("| wall time of the test binaries | 2.5 s |"),
+            "{text}"
+        );
     }
 }
