@@ -422,6 +422,49 @@ mod tests {
         assert!(!report.is_clean());
     }
 
+    /// Whether two sections of different owners share more than an instant.
+    fn truly_overlap(a: &Section, b: &Section) -> bool {
+        a.owner != b.owner
+            && a.end_ns() > a.acquired_ns
+            && b.end_ns() > b.acquired_ns
+            && a.acquired_ns < b.end_ns()
+            && b.acquired_ns < a.end_ns()
+    }
+
+    #[test]
+    fn the_sweep_agrees_with_checking_every_pair() {
+        let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = |bound: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % bound
+        };
+        for _ in 0..2000 {
+            let count = 1 + next(8) as usize;
+            let sections: Vec<Section> = (0..count)
+                .map(|_| {
+                    let from = next(100);
+                    let mut s = section(&format!("o{}", next(3)), 0, from, from + next(30));
+                    s.token = None;
+                    if next(4) == 0 {
+                        s.deadline_ns = Some(from + next(30));
+                    }
+                    s
+                })
+                .collect();
+            let report = check_sections(&sections);
+            let any = sections
+                .iter()
+                .enumerate()
+                .any(|(i, a)| sections[i + 1..].iter().any(|b| truly_overlap(a, b)));
+            assert_eq!(!report.overlaps.is_empty(), any, "{sections:#?}\n{report}");
+            for overlap in &report.overlaps {
+                assert!(truly_overlap(&overlap.first, &overlap.second), "{report}");
+            }
+        }
+    }
+
     #[test]
     fn lines_round_trip() {
         let mut s = section("p1/t2", 7, 11, 22);
