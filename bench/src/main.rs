@@ -40,6 +40,9 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) runs: usize,
+    /// Runs of the reference and scenarios 1 and 2, interleaved: the throughput
+    /// scenarios are the most sensitive to the load of a shared machine.
+    pub(crate) interleaved_runs: usize,
     pub(crate) reference: ReferenceSettings,
     pub(crate) one_task_pairs: usize,
     pub(crate) tasks: usize,
@@ -60,10 +63,11 @@ impl Settings {
     fn full() -> Self {
         Settings {
             runs: 3,
+            interleaved_runs: 5,
             reference: ReferenceSettings {
                 runs: 3,
                 c1_requests: 20_000,
-                ceiling_requests: 200_000,
+                ceiling_requests: 100_000,
                 lease_ms: 30_000,
             },
             one_task_pairs: 10_000,
@@ -132,6 +136,22 @@ fn main() -> ExitCode {
                 Duration::from_millis(arg(4)?),
             ))
         }),
+        Some("one-task") => runtime().and_then(|rt| {
+            // For profilers: scenario 1 alone against a running server.
+            let url = args.get(1).ok_or("one-task URL PAIRS")?;
+            let pairs: usize = args.get(2).ok_or("one-task URL PAIRS")?.parse()?;
+            rt.block_on(async {
+                let client = LockClient::builder().url(url.as_str()).connect().await?;
+                let (rate, cpu) =
+                    scenarios::one_task(&client, "profile", pairs, Duration::from_secs(120))
+                        .await?;
+                println!(
+                    "{rate:.0} pairs/s, {:.1} µs CPU per pair",
+                    cpu.as_secs_f64() * 1e6
+                );
+                Ok(())
+            })
+        }),
         _ => harness(&args),
     };
     match result {
@@ -161,6 +181,7 @@ fn harness(args: &[String]) -> Result<(), BoxError> {
             "--runs" => {
                 let runs: usize = iter.next().ok_or("--runs N")?.parse()?;
                 settings.runs = runs.max(1);
+                settings.interleaved_runs = runs.max(1);
                 settings.reference.runs = runs.max(1);
             }
             "--write" => write = Some(iter.next().ok_or("--write FILE")?.clone()),
@@ -249,7 +270,7 @@ async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
             .collect();
     }
     let mut references = Vec::new();
-    for run in 0..settings.runs {
+    for run in 0..settings.interleaved_runs {
         note(&format!(
             "run {}: reference (redis-benchmark with distlock's scripts), 1: one task, \
              2: many tasks",
@@ -259,8 +280,9 @@ async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
         reference_settings.runs = 1;
         let reference = server::measure_reference(&server, &KeyShape::Single, reference_settings)?;
         let tag = run.to_string();
-        let one =
+        let (one, cpu) =
             scenarios::one_task(&client, &tag, settings.one_task_pairs, settings.limit).await?;
+        results.one_task_cpu.push(cpu.as_secs_f64());
         let many = scenarios::many_tasks(
             &client,
             &tag,

@@ -21,6 +21,8 @@ pub(crate) struct Results {
     pub(crate) reference: Reference,
     pub(crate) micro: Micro,
     pub(crate) one_task: Vec<f64>,
+    /// The harness process's CPU seconds per pair in scenario 1.
+    pub(crate) one_task_cpu: Vec<f64>,
     /// Each run's scenario 1 over the same run's `-c 1` pair rate.
     pub(crate) one_task_ratio: Vec<f64>,
     pub(crate) many_tasks: Vec<f64>,
@@ -479,12 +481,14 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
     let _ = writeln!(
         out,
         "Load average (1, 5, 15 min) before: {} · after: {} · harness run time {:.0} s. \
-         Every figure is the median of {} runs; every ratio is against a reference measured \
-         on the same server in the same run.\n",
+         Every figure is the median of {} runs ({} for the reference and scenarios 1 and 2, \
+         which take turns run by run); every ratio is against a reference measured on the \
+         same server in the same run.\n",
         results.load_before,
         results.load_after,
         results.elapsed.as_secs_f64(),
-        settings.runs
+        settings.runs,
+        settings.interleaved_runs
     );
     let _ = writeln!(
         out,
@@ -632,9 +636,15 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
     }
     let _ = writeln!(
         out,
-        "- Scenario 1 per run: {}. Scenario 2 per run: {}.",
+        "- Scenario 1 per run: {} (ratios {}); client CPU per lock+unlock pair {} (median; \
+         redis-benchmark's per acquire + release request at `-c 1`: {:.1} µs). Scenario 2 \
+         per run: {} (ratios {}).",
         runs_list(&results.one_task, rate),
-        runs_list(&results.many_tasks, rate)
+        runs_list(&results.one_task_ratio, |v| format!("{v:.2}")),
+        runs_list(&results.one_task_cpu, |v| format!("{:.1} µs", v * 1e6)),
+        r.cpu_per_pair_c1.as_secs_f64() * 1e6,
+        runs_list(&results.many_tasks, rate),
+        runs_list(&results.many_tasks_ratio, |v| format!("{v:.2}"))
     );
     for (run, c) in results.contention.iter().enumerate() {
         let _ = writeln!(

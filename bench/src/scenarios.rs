@@ -12,21 +12,25 @@ use crate::server::{calls_between, client_requests_between, command_stats};
 use crate::stats::{percentile, us};
 use crate::BoxError;
 
-/// Lock+unlock pairs per second of one task on fresh names (scenario 1).
+/// Lock+unlock pairs per second of one task on fresh names (scenario 1), and the
+/// process's CPU time per pair.
 pub(crate) async fn one_task(
     client: &LockClient,
     tag: &str,
     pairs: usize,
     limit: Duration,
-) -> Result<f64, BoxError> {
+) -> Result<(f64, Duration), BoxError> {
     let start = Instant::now();
+    let cpu = crate::children::cpu_time(libc::RUSAGE_SELF);
     let mut done = 0;
     while done < pairs && start.elapsed() < limit {
         let guard = client.lock(format!("s1:{tag}:{done}")).await?;
         guard.unlock().await?;
         done += 1;
     }
-    Ok(done as f64 / start.elapsed().as_secs_f64())
+    let cpu = crate::children::cpu_time(libc::RUSAGE_SELF) - cpu;
+    let per_pair = cpu / u32::try_from(done.max(1)).unwrap_or(u32::MAX);
+    Ok((done as f64 / start.elapsed().as_secs_f64(), per_pair))
 }
 
 /// Lock+unlock pairs per second of `tasks` tasks, each on names of its own (scenario 2).

@@ -177,6 +177,9 @@ pub(crate) struct Reference {
     pub(crate) release_ceiling: f64,
     /// Share of release requests that found a held key (the rest were cheaper misses).
     pub(crate) release_hits: f64,
+    /// redis-benchmark's CPU time per `-c 1` acquire plus per `-c 1` release: its
+    /// client-side cost of a lock+unlock pair.
+    pub(crate) cpu_per_pair_c1: Duration,
     /// Median latency of the `-c 1` acquire (redis-benchmark's p50).
     pub(crate) acquire_c1_p50: Duration,
     /// Each run's values, for the details.
@@ -212,6 +215,7 @@ impl Reference {
             release_ceiling: column(&|r| r.release_ceiling),
             release_hits: column(&|r| r.release_hits),
             acquire_c1_p50: Duration::from_secs_f64(column(&|r| r.acquire_c1_p50.as_secs_f64())),
+            cpu_per_pair_c1: Duration::from_secs_f64(column(&|r| r.cpu_per_pair_c1.as_secs_f64())),
             runs: references.iter().flat_map(|r| r.runs.clone()).collect(),
         }
     }
@@ -313,6 +317,7 @@ pub(crate) fn measure_reference(
     let mut runs = Vec::new();
     let mut hits = Vec::new();
     let mut p50s = Vec::new();
+    let mut cpu_per_pair = Vec::new();
     for run in 0..settings.runs {
         let mut values = [0.0; 4];
         for (index, (clients, pipeline, requests)) in [
@@ -341,9 +346,11 @@ pub(crate) fn measure_reference(
                 "1".to_owned(),
                 "0".to_owned(),
             ];
+            let cpu_before = crate::children::cpu_time(libc::RUSAGE_CHILDREN);
             let (rate, p50) =
                 redis_benchmark(&binary, server.port(), load, 1_000_000_000, &acquire)?;
             values[index * 2] = rate;
+            let acquire_cpu = crate::children::cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
             if index == 0 {
                 p50s.push(p50.as_secs_f64());
             }
@@ -365,8 +372,14 @@ pub(crate) fn measure_reference(
                 "1".to_owned(),
                 "PUBLISH".to_owned(),
             ];
+            let cpu_before = crate::children::cpu_time(libc::RUSAGE_CHILDREN);
             values[index * 2 + 1] =
                 redis_benchmark(&binary, server.port(), load, keyspace, &release)?.0;
+            let release_cpu = crate::children::cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
+            if index == 0 {
+                let n = u32::try_from(requests).unwrap_or(u32::MAX);
+                cpu_per_pair.push((acquire_cpu / n + release_cpu / n).as_secs_f64());
+            }
             let after_size: u64 = server.cmd(&["DBSIZE"])?.trim().parse()?;
             let after_expired = info_field(server, "stats", "expired_keys")?;
             let released =
@@ -384,6 +397,7 @@ pub(crate) fn measure_reference(
         release_ceiling: column(3),
         release_hits: median(&hits),
         acquire_c1_p50: Duration::from_secs_f64(median(&p50s)),
+        cpu_per_pair_c1: Duration::from_secs_f64(median(&cpu_per_pair)),
         runs,
     })
 }
