@@ -340,6 +340,7 @@ each scenario prints. `cargo xtask test` runs the same tests (the seeded faults 
 | network | renewals blackholed | the guard is lost by its deadline, before anyone else gets the lock |
 | network | a re-entry's reply lost, connection healed | the hold count is not counted twice |
 | network | every connection reset every 100 ms | typed errors, never a silent success (clean history, exact counter) |
+| network | 300 leases renewed in pipelined batches while connections reset every 150 ms | each guard either still holds its lock in Redis or reports the loss; unlock agrees |
 | network | 2–12 ms of jitter each way, 2 clients × 2 tasks, 200 sections | a clean history, an exact counter |
 | network | the server accepts no new connection | connect fails with a typed error within its timeout; open connections keep working |
 | pub/sub | 100 forged release messages | spurious wake-ups only, never a second holder |
