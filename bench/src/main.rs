@@ -69,6 +69,7 @@ impl Settings {
                 c1_requests: 20_000,
                 ceiling_requests: 100_000,
                 lease_ms: 30_000,
+                loads: [true, true],
             },
             one_task_pairs: 10_000,
             tasks: 64,
@@ -149,6 +150,25 @@ fn main() -> ExitCode {
                     "{rate:.0} pairs/s, {:.1} µs CPU per pair",
                     cpu.as_secs_f64() * 1e6
                 );
+                Ok(())
+            })
+        }),
+        Some("many-tasks") => runtime().and_then(|rt| {
+            // For profilers: scenario 2 alone against a running server.
+            let url = args.get(1).ok_or("many-tasks URL PAIRS_PER_TASK")?;
+            let pairs: usize = args
+                .get(2)
+                .ok_or("many-tasks URL PAIRS_PER_TASK")?
+                .parse()?;
+            rt.block_on(async {
+                let client = LockClient::builder().url(url.as_str()).connect().await?;
+                let cpu = children::cpu_time(libc::RUSAGE_SELF);
+                let rate =
+                    scenarios::many_tasks(&client, "profile", 64, pairs, Duration::from_secs(120))
+                        .await?;
+                let cpu = children::cpu_time(libc::RUSAGE_SELF) - cpu;
+                let per_pair = cpu.as_secs_f64() * 1e6 / (64 * pairs) as f64;
+                println!("{rate:.0} pairs/s, {per_pair:.1} µs CPU per pair");
                 Ok(())
             })
         }),
@@ -276,13 +296,29 @@ async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
              2: many tasks",
             run + 1
         ));
+        // Each reference right before the scenario it is the reference of.
         let mut reference_settings = settings.reference;
         reference_settings.runs = 1;
-        let reference = server::measure_reference(&server, &KeyShape::Single, reference_settings)?;
+        reference_settings.loads = [true, false];
+        let reference_c1 =
+            server::measure_reference(&server, &KeyShape::Single, reference_settings)?;
         let tag = run.to_string();
         let (one, cpu) =
             scenarios::one_task(&client, &tag, settings.one_task_pairs, settings.limit).await?;
         results.one_task_cpu.push(cpu.as_secs_f64());
+        #[cfg(feature = "rslock")]
+        let mut peer_one = Vec::new();
+        #[cfg(feature = "rslock")]
+        for (index, manager) in managers.iter().enumerate() {
+            let tag = format!("{index}:{run}");
+            peer_one.push(
+                peer::one_task(manager, &tag, settings.one_task_pairs, settings.limit).await?,
+            );
+        }
+        reference_settings.loads = [false, true];
+        let reference_ceiling =
+            server::measure_reference(&server, &KeyShape::Single, reference_settings)?;
+        let reference = server::Reference::merge(reference_c1, reference_ceiling);
         let many = scenarios::many_tasks(
             &client,
             &tag,
@@ -300,8 +336,7 @@ async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
         #[cfg(feature = "rslock")]
         for (index, manager) in managers.iter().enumerate() {
             let tag = format!("{index}:{run}");
-            let one =
-                peer::one_task(manager, &tag, settings.one_task_pairs, settings.limit).await?;
+            let one = peer_one[index];
             let many = peer::many_tasks(
                 manager,
                 &tag,
@@ -437,6 +472,7 @@ async fn cluster_scenario(settings: &Settings) -> Result<report::ClusterResults,
     let shape = KeyShape::Slot(tag);
     let mut reference_settings = settings.reference;
     reference_settings.runs = 1;
+    reference_settings.loads = [false, true];
     let mut references = Vec::new();
     let mut many = Vec::new();
     let mut ratios = Vec::new();

@@ -204,6 +204,23 @@ impl Reference {
         self.acquire_c1_p50
     }
 
+    /// The `-c 1` figures of `c1` with the pipelined ones of `ceiling`.
+    pub(crate) fn merge(c1: Reference, ceiling: Reference) -> Reference {
+        let runs = c1
+            .runs
+            .iter()
+            .zip(&ceiling.runs)
+            .map(|(a, b)| [a[0], a[1], b[2], b[3]])
+            .collect();
+        Reference {
+            acquire_ceiling: ceiling.acquire_ceiling,
+            release_ceiling: ceiling.release_ceiling,
+            release_hits: (c1.release_hits + ceiling.release_hits) / 2.0,
+            runs,
+            ..c1
+        }
+    }
+
     /// The median of several references, field by field.
     pub(crate) fn combine(references: &[Reference]) -> Reference {
         let column =
@@ -229,6 +246,8 @@ pub(crate) struct ReferenceSettings {
     pub(crate) ceiling_requests: u64,
     /// Lease of the acquire runs, ms (the client's default watchdog lease).
     pub(crate) lease_ms: u64,
+    /// Which loads to measure: `-c 1`, and pipelined.
+    pub(crate) loads: [bool; 2],
 }
 
 /// Keys of the reference runs: `distlock:{<tag>:<n>}` on a single server, or
@@ -326,6 +345,7 @@ pub(crate) fn measure_reference(
         ]
         .into_iter()
         .enumerate()
+        .filter(|(index, _)| settings.loads[*index])
         {
             let load = Load {
                 clients,
