@@ -138,8 +138,18 @@ fn versions() -> String {
     } else {
         "rslock not built (feature `rslock` off)".to_owned()
     };
+    let commit = command_output(
+        "git",
+        &[
+            "-C",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/.."),
+            "describe",
+            "--always",
+            "--dirty",
+        ],
+    );
     format!(
-        "distlock {} · {redis} · {benchmark} · {rustc} · {peer}",
+        "distlock {} (commit {commit}) · {redis} · {benchmark} · {rustc} · {peer}",
         env!("CARGO_PKG_VERSION")
     )
 }
