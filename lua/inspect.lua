@@ -8,7 +8,8 @@
 --   {0, 0, -2, 0, counter}              free; counter is the last fencing token issued (0: none)
 --   {1, hold_count, pttl, token, counter}  held; pttl is the remaining lease in ms (-1: no
 --                                       expiry), token the holder's fencing token (0: none)
---   {-2}                                a key holds a value of another type
+--   {-2}                                a key holds a value of another type, or a hash
+--                                       whose counts are not integers
 -- Owner ids are never returned.
 
 local lock, fence_key = KEYS[1], KEYS[2]
@@ -33,7 +34,12 @@ local count = 0
 local fields = redis.call('HGETALL', lock)
 for i = 1, #fields, 2 do
   if string.sub(fields[i], 1, 1) ~= '#' then
-    count = count + tonumber(fields[i + 1])
+    local n = tonumber(fields[i + 1])
+    if not n then
+      -- Not a lock distlock wrote: report it as foreign, never as a Lua error.
+      return {-2}
+    end
+    count = count + n
   end
 end
 local token = tonumber(redis.call('HGET', lock, '#fence')) or 0

@@ -354,8 +354,6 @@ async fn foreign_and_corrupted_keys_give_typed_errors_and_stay_untouched() {
 /// `LockError::Redis` carrying the Lua error ("attempt to perform arithmetic on a nil
 /// value"), not a typed error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: inspect.lua must reject a non-numeric hold count with a \
-            typed error (KeyConflict), not a Lua error"]
 async fn inspecting_a_corrupted_hash_gives_a_typed_error() {
     let server = support::server();
     let locks = client(&server).await;

@@ -417,8 +417,6 @@ async fn a_frozen_holder_is_told_of_its_loss_and_its_fenced_writes_are_refused()
 /// one more (refused) fenced write while the parent holds the lock: 1 overlapping
 /// belief interval, in every run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: is_lost() true once the believed lease deadline has passed, \
-            before the watchdog task runs"]
 async fn a_thawed_holder_never_acts_on_a_lease_that_ended() {
     let frozen = frozen_holder().await;
     support::summary_of("holder_sigstop_belief", &frozen.report, &[]);
@@ -441,8 +439,6 @@ fn a_runtime_starved_past_its_lease_reports_the_loss() {
 /// watchdog task has not run yet), although the lease ended long before and another
 /// client took the lock; it turns true at the next await.
 #[test]
-#[ignore = "needs core: is_lost() true once the believed lease deadline has passed, \
-            before the watchdog task runs"]
 fn a_starved_holder_sees_the_loss_before_its_next_await() {
     let starved = starved_runtime();
     assert!(

@@ -80,8 +80,6 @@ async fn a_reply_later_than_the_lease_never_runs_the_body_and_leaves_no_hold() {
 /// back and the loop asks again, without looking at its wait (1 s): after 3 s it
 /// is still retrying.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: check the wait deadline after a late grant; the acquire \
-            loop retries forever"]
 async fn a_reply_later_than_the_lease_ends_in_a_timeout_after_the_wait() {
     let server = support::server();
     let proxy = FaultProxy::start(server.addr()).expect("proxy");
@@ -494,8 +492,6 @@ async fn resets_mid_pipeline_never_leave_a_guard_believing_in_a_lost_lock() {
 /// reset, or two 150 ms or 700 ms apart, lose none). A second reset while the
 /// connection recovers from the first keeps renewals from Redis for over 900 ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: renewals must recover from a connection reset within the \
-            lease; two resets 400 ms apart lose every 900 ms lease"]
 async fn two_resets_in_a_row_lose_no_lease() {
     let lease = Duration::from_millis(900);
     let server = support::server();

@@ -326,8 +326,6 @@ async fn a_release_without_channel_permission_fails_and_changes_nothing() {
 /// `LockError::Redis(ResponseError: The user executing the script can't publish to
 /// the channel ...)`, with no NOPERM code, so it is not mapped to PermissionDenied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: map a script's ACL refusal (\"The user executing the script \
-            can't ...\", no NOPERM code on Redis 7.0) to PermissionDenied"]
 async fn a_release_without_channel_permission_is_permission_denied() {
     let (err, _, _) = release_without_channel_permission().await;
     assert!(err.is_permission_denied(), "{err:?}");

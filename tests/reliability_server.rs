@@ -238,8 +238,6 @@ async fn writes_paused_longer_than_the_wait_give_an_error_and_leave_nothing_held
 /// of the paused EVALSHA), not `LockError::Timeout`: the wait does not bound a
 /// request stuck on the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: bound a request stuck on the server by the wait and report \
-            Timeout"]
 async fn writes_paused_longer_than_the_wait_time_out() {
     let server = support::server();
     let locks = client(&server, Duration::from_secs(30)).await;
@@ -407,8 +405,6 @@ async fn an_evicting_server_is_warned_about_and_an_evicted_lock_is_reported_lost
 /// watchdog waits a whole period before it tries again, then reloads the script
 /// and finds the lock gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: retry a renewal that failed on a dropped connection as soon \
-            as it reconnects, so the holder is told within one renewal period"]
 async fn a_restart_is_reported_within_one_renewal_period() {
     let lease = Duration::from_millis(900);
     let mut server = support::server();

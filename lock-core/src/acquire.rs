@@ -332,7 +332,21 @@ async fn acquire_new(
             fencing: mode.fencing,
             reentry: false,
         };
-        let reply = match call.run().await {
+        // A wait bounds the round trip too: a server that does not answer in time
+        // (paused, overloaded) is a lock not had within the wait. A request cut
+        // short here is finished, and its hold given back, in the background.
+        let answer = if deadline > sent {
+            tokio::time::timeout_at(deadline, call.run()).await
+        } else {
+            Ok(call.run().await)
+        };
+        let Ok(answer) = answer else {
+            return Err(LockError::Timeout {
+                name: keys.display(),
+                waited: start.elapsed(),
+            });
+        };
+        let reply = match answer {
             Ok(reply) => reply,
             Err(err) if transient(&err) && Instant::now() + TRANSIENT_PAUSE < deadline => {
                 // A failover, a restart, a dropped connection: wait and ask again, under
@@ -352,6 +366,12 @@ async fn acquire_new(
                     // already belong to someone else. Give it back and try again.
                     tracing::debug!(lock.name = %keys.display(), "distlock: acquire reply arrived after the lease; retrying");
                     client.release_owner_in_background(keys.clone(), owner.clone(), lease_ms);
+                    if Instant::now() >= deadline {
+                        return Err(LockError::Timeout {
+                            name: keys.display(),
+                            waited: start.elapsed(),
+                        });
+                    }
                 } else {
                     let hold = Arc::new(Hold::new(
                         client.next_hold_id(),

@@ -112,7 +112,9 @@ pub enum LockError {
 
 impl From<redis::RedisError> for LockError {
     fn from(err: redis::RedisError) -> Self {
-        if err.code() == Some("NOPERM") {
+        // Redis 7.0 reports a PUBLISH refused inside a script without the NOPERM code.
+        let refused_inside_script = err.to_string().contains("can't publish to the channel");
+        if err.code() == Some("NOPERM") || refused_inside_script {
             return Self::PermissionDenied {
                 detail: err.to_string(),
             };

@@ -69,8 +69,18 @@ impl Hold {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether the hold is lost: reported so, or past the deadline it was believed
+    /// to last until (a stalled runtime or a paused process may not have let the
+    /// watchdog say so yet).
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        let expired = Instant::now() >= self.state().deadline;
+        if expired {
+            self.mark_lost("its lease ended before it could be renewed");
+        }
+        expired
     }
 
     /// Marks the hold lost and tells every guard; logs when someone still holds it.

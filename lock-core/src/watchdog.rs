@@ -20,6 +20,8 @@ use crate::scripts::Scripts;
 const BATCH: usize = 1000;
 /// The longest pause between renewal attempts after a failed one.
 const RETRY: Duration = Duration::from_millis(500);
+/// The shortest.
+const MIN_RETRY: Duration = Duration::from_millis(10);
 
 #[derive(Debug, Default)]
 struct Registry {
@@ -373,15 +375,21 @@ impl Task {
                 other => {
                     tracing::debug!(reply = ?other, "distlock: unexpected renewal reply; retrying");
                     let mut state = hold.state();
-                    state.next_renew = sent + RETRY.min(self.period);
+                    state.next_renew = sent + self.retry_delay();
                 }
             }
         }
     }
 
+    /// How soon a failed renewal is tried again: a sixth of the period (so that a
+    /// reconnect and the retry fit well inside one period), within 10 to 500 ms.
+    fn retry_delay(&self) -> Duration {
+        (self.period / 6).clamp(MIN_RETRY, RETRY)
+    }
+
     fn retry_later(&self, batch: &[Arc<Hold>], sent: Instant) {
         for hold in batch {
-            hold.state().next_renew = Instant::now().max(sent + RETRY.min(self.period));
+            hold.state().next_renew = Instant::now().max(sent + self.retry_delay());
         }
     }
 }
