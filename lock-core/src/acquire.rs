@@ -310,16 +310,7 @@ async fn acquire_new(
     // The lease as this client may count on it: less the clock drift between the
     // client and the servers.
     let validity = mode.lease.saturating_sub(drift(mode.lease));
-    // Under contention other local waiters already listen on the channel: join them
-    // before the first attempt (no round trip), so that a busy answer is followed by
-    // waiting at once rather than by a second attempt.
     let mut subscription = None;
-    if deadline > start && client.inner.subscriber.is_listening(&keys.channel) {
-        let subscribe = client.inner.subscriber.subscribe(&keys.channel);
-        if let Ok(Ok(subscribed)) = tokio::time::timeout_at(deadline, subscribe).await {
-            subscription = Some(subscribed);
-        }
-    }
     // Redlock: the last attempt failed for want of reachable nodes.
     let mut short_of_quorum = None;
     loop {

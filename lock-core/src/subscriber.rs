@@ -87,12 +87,6 @@ impl Subscriber {
         Self { shared, commands }
     }
 
-    /// Whether local waiters already listen on `channel` (so that joining them costs
-    /// no round trip).
-    pub(crate) fn is_listening(&self, channel: &[u8]) -> bool {
-        self.shared.channels().contains_key(channel)
-    }
-
     /// Subscribes to `channel` for as long as the returned subscription lives.
     /// Returns once Redis confirmed the subscription: a release published after that
     /// wakes a waiter.
