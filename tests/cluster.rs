@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::LockClient;
@@ -65,73 +63,6 @@ async fn locks_re_enter_and_spread_over_every_master() {
     for guard in guards {
         guard.unlock().await.expect("unlock");
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn contention_on_a_cluster_keeps_the_counter_exact_and_wakes_by_message() {
-    let cluster = cluster();
-    let locks = client(&cluster, Duration::from_secs(30)).await;
-    let inside = Arc::new(AtomicUsize::new(0));
-    let overlaps = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let (locks, inside, overlaps, counter) = (
-            locks.clone(),
-            inside.clone(),
-            overlaps.clone(),
-            counter.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..50 {
-                let guard = locks
-                    .lock("counter")
-                    .wait(Duration::from_secs(30))
-                    .await
-                    .expect("lock");
-                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                    overlaps.fetch_add(1, Ordering::SeqCst);
-                }
-                let seen = counter.load(Ordering::SeqCst);
-                tokio::task::yield_now().await;
-                counter.store(seen + 1, Ordering::SeqCst);
-                inside.fetch_sub(1, Ordering::SeqCst);
-                guard.unlock().await.expect("unlock");
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
-    assert_eq!(counter.load(Ordering::SeqCst), 400);
-
-    // A waiter with a 30 s lease ahead of it wakes on the SPUBLISH of the release.
-    let holder = locks.lock("wake").await.expect("lock");
-    let waiter = tokio::spawn({
-        let locks = locks.clone();
-        async move {
-            let guard = locks
-                .lock("wake")
-                .wait(Duration::from_secs(10))
-                .await
-                .expect("lock");
-            let at = Instant::now();
-            guard.unlock().await.expect("unlock");
-            at
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let released = Instant::now();
-    holder.unlock().await.expect("unlock");
-    let gap = waiter
-        .await
-        .expect("waiter")
-        .saturating_duration_since(released);
-    assert!(
-        gap < Duration::from_millis(100),
-        "woke {gap:?} after the release"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
