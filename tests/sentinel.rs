@@ -91,7 +91,9 @@ async fn a_failover_keeps_held_locks_wakes_waiters_and_leaves_the_demoted_master
 
     // The client moves within a bounded time: a new lock works on the new master.
     let start = Instant::now();
-    let probe = holder
+    // (The waiter's client asks no replica acknowledgement: right after the switch
+    // the demoted node is still catching up as the new master's replica.)
+    let probe = waiter
         .lock("probe")
         .wait(Duration::from_secs(15))
         .await
@@ -102,7 +104,7 @@ async fn a_failover_keeps_held_locks_wakes_waiters_and_leaves_the_demoted_master
 
     // From now on nothing reaches the demoted master as a client command.
     let before = common::command_calls(&group.data_nodes()[old], "evalsha");
-    let more = holder.lock("more").await.expect("lock");
+    let more = waiter.lock("more").await.expect("lock");
     more.unlock().await.expect("unlock");
 
     // The held lock survived the planned failover, or the holder was told: never
