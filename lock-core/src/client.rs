@@ -282,19 +282,11 @@ impl LockClientBuilder {
                          `.sentinel([\"redis://127.0.0.1:26379\"], \"mymaster\")`",
                     ));
                 }
-                let nodes = sentinels
-                    .iter()
-                    .map(|url| parse_url("sentinel", url))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let nodes = parse_urls("sentinel", sentinels, "one or more Sentinels")?;
                 Ok(Endpoints::Sentinel(nodes, master_name.clone()))
             }
             Some(Target::Redlock(urls)) => {
-                if urls.is_empty() {
-                    return Err(LockError::invalid_option(
-                        "redlock",
-                        "no node URL was given; pass the URLs of the independent masters",
-                    ));
-                }
+                let nodes = parse_urls("redlock", urls, "the independent masters")?;
                 if self.fencing {
                     return Err(LockError::invalid_option(
                         "fencing",
@@ -319,25 +311,13 @@ impl LockClientBuilder {
                         ),
                     ));
                 }
-                let nodes = urls
-                    .iter()
-                    .map(|url| parse_url("redlock", url))
-                    .collect::<Result<Vec<_>, _>>()?;
                 Ok(Endpoints::Redlock(nodes))
             }
-            Some(Target::Cluster(urls)) => {
-                if urls.is_empty() {
-                    return Err(LockError::invalid_option(
-                        "cluster",
-                        "no node URL was given; pass the URLs of one or more cluster nodes",
-                    ));
-                }
-                let nodes = urls
-                    .iter()
-                    .map(|url| parse_url("cluster", url))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(Endpoints::Cluster(nodes))
-            }
+            Some(Target::Cluster(urls)) => Ok(Endpoints::Cluster(parse_urls(
+                "cluster",
+                urls,
+                "one or more cluster nodes",
+            )?)),
         }
     }
 
@@ -565,6 +545,22 @@ fn parse_url(option: &'static str, url: &str) -> Result<ConnectionInfo, LockErro
             ),
         )
     })
+}
+
+/// Parses the URLs of a multi-node target; none at all is refused, with a hint of
+/// which nodes to list.
+fn parse_urls(
+    option: &'static str,
+    urls: &[String],
+    nodes: &str,
+) -> Result<Vec<ConnectionInfo>, LockError> {
+    if urls.is_empty() {
+        return Err(LockError::invalid_option(
+            option,
+            format!("no node URL was given; pass the URLs of {nodes}"),
+        ));
+    }
+    urls.iter().map(|url| parse_url(option, url)).collect()
 }
 
 /// The same server, spoken to in RESP3 (push messages for pub/sub).
