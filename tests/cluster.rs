@@ -95,29 +95,7 @@ async fn a_manual_failover_keeps_the_holder_valid() {
     let locks = client(&cluster, lease).await;
     let guard = locks.lock("failover").await.expect("lock");
 
-    let key = common::lock_key("failover");
-    let slot: u16 = cluster.nodes()[0]
-        .cmd(&["CLUSTER", "KEYSLOT", &key])
-        .expect("KEYSLOT")
-        .parse()
-        .expect("a slot");
-    let master = cluster.node_for_slot(slot).expect("master");
-    let master_id = cluster.nodes()[master]
-        .cmd(&["CLUSTER", "MYID"])
-        .expect("MYID");
-    // The replica of that master takes over, after catching up with it.
-    let replica = (cluster.masters()..cluster.nodes().len())
-        .find(|&n| {
-            cluster.nodes()[n]
-                .cmd(&["CLUSTER", "NODES"])
-                .map(|nodes| {
-                    nodes
-                        .lines()
-                        .any(|line| line.contains("myself") && line.contains(master_id.as_str()))
-                })
-                .unwrap_or(false)
-        })
-        .expect("a replica of the master");
+    let (slot, _, replica) = placement(&cluster, "failover");
     cluster.nodes()[replica]
         .cmd(&["CLUSTER", "FAILOVER"])
         .expect("CLUSTER FAILOVER");
