@@ -172,6 +172,33 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }),
+        Some("contention") => runtime().and_then(|rt| {
+            // Scenario 4 alone on a server of its own, to iterate on the hand-off.
+            let seconds: u64 = args.get(1).map_or(Ok(5), |s| s.parse())?;
+            rt.block_on(async {
+                let server = RedisServer::start()?;
+                let client = LockClient::builder().url(server.url()).connect().await?;
+                let mut settings = Settings::full().contention;
+                settings.duration = Duration::from_secs(seconds);
+                let c = scenarios::contention(&client, &server, "alone", settings).await?;
+                println!(
+                    "{:.0} acq/s, hand-off p50 {:?} p99 {:?}, same task {:.1} %, overtaking {:.1} %, \
+                     wait p99 {:?} max {:?}, {:.2} requests and {:.2} acquire calls per acquisition, \
+                     {} overlaps",
+                    c.per_second,
+                    c.handoff_p50,
+                    c.handoff_p99,
+                    c.same_task_share * 100.0,
+                    c.overtaking_share * 100.0,
+                    c.wait_p99,
+                    c.wait_max,
+                    c.requests_per_acquisition,
+                    c.acquire_calls_per_acquisition,
+                    c.overlaps
+                );
+                Ok(())
+            })
+        }),
         _ => harness(&args),
     };
     match result {
