@@ -215,3 +215,62 @@ async fn waiters_resubscribe_after_the_subscriber_connection_drops() {
         "woke {gap:?} after the release"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_waiter_asks_once_then_waits_its_turn_behind_the_earlier_one() {
+    let server = common::server();
+    let holder = common::client(&server).await;
+    let waiters = common::client(&server).await;
+    let guard = holder.lock("queue").await.expect("lock");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let wait_for = |who: &'static str| {
+        let (waiters, order) = (waiters.clone(), order.clone());
+        tokio::spawn(async move {
+            let guard = waiters
+                .lock("queue")
+                .wait(Duration::from_secs(10))
+                .await
+                .expect("lock");
+            order.lock().expect("order").push(who);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            guard.unlock().await.expect("unlock");
+        })
+    };
+    let channel = format!("{}:released", common::lock_key("queue"));
+    let subscribed = || {
+        server
+            .cmd(&["PUBSUB", "NUMSUB", &channel])
+            .expect("NUMSUB")
+            .lines()
+            .nth(1)
+            == Some("1")
+    };
+    let first = wait_for("first");
+    assert!(
+        common::eventually(Duration::from_secs(2), subscribed).await,
+        "the first waiter subscribed"
+    );
+    // Let the first waiter's look after subscribing come back.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let before = common::command_calls(&server, "evalsha");
+    let second = wait_for("second");
+    assert!(
+        common::eventually(Duration::from_secs(2), || common::command_calls(
+            &server, "evalsha"
+        ) > before)
+        .await,
+        "the second waiter asked"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        common::command_calls(&server, "evalsha") - before,
+        1,
+        "a waiter that joins a subscribed channel asks once, then waits for a release"
+    );
+
+    guard.unlock().await.expect("unlock");
+    first.await.expect("first");
+    second.await.expect("second");
+    assert_eq!(*order.lock().expect("order"), ["first", "second"]);
+}

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -310,17 +310,15 @@ async fn acquire_new(
     // The lease as this client may count on it: less the clock drift between the
     // client and the servers.
     let validity = mode.lease.saturating_sub(drift(mode.lease));
-    let mut subscription = None;
+    // Queue behind the local waiters of this lock, if there are any: listening
+    // before asking means that a release after this attempt wakes us.
+    let mut subscription = client.inner.subscriber.join(&keys.channel);
     // Redlock: the last attempt failed for want of reachable nodes.
     let mut short_of_quorum = None;
     loop {
-        // Listen before asking, so that a release between the reply and the wait is not missed.
-        let channel = subscription
-            .as_ref()
-            .map(crate::subscriber::Subscription::channel);
-        let mut notified = pin!(channel.as_ref().map(|channel| channel.notify.notified()));
-        if let Some(notified) = notified.as_mut().as_pin_mut() {
-            notified.enable();
+        // A wake-up before this attempt is used up by it: its reply reflects the release.
+        if let Some(subscription) = &subscription {
+            subscription.rearm();
         }
 
         let sent = Instant::now();
@@ -388,6 +386,9 @@ async fn acquire_new(
                         },
                     ));
                     client.inner.watchdog.register(hold.clone());
+                    if let Some(subscription) = subscription.take() {
+                        subscription.settle();
+                    }
                     let held = HeldLock { hold, count };
                     return Ok(LockGuard {
                         client: client.clone(),
@@ -441,9 +442,9 @@ async fn acquire_new(
                     .map_or(UNKNOWN_LEASE_CAP, Duration::from_millis);
                 let sleep = hint.min(deadline - Instant::now());
                 let waited = async {
-                    match notified.as_mut().as_pin_mut() {
-                        Some(notified) => {
-                            let _ = tokio::time::timeout(sleep, notified).await;
+                    match &subscription {
+                        Some(subscription) => {
+                            let _ = tokio::time::timeout(sleep, subscription.notified()).await;
                         }
                         None => tokio::time::sleep(sleep).await,
                     }

@@ -1,14 +1,24 @@
 //! Event-driven waiting: one RESP3 subscriber connection per client, channels
 //! subscribed while local waiters need them, one waiter woken per release message.
+//!
+//! The local waiters of one channel queue in arrival order, and keep their place
+//! across attempts: a release message wakes the longest-waiting task, and a woken
+//! task that finds the lock taken again goes back to the head of the queue, not to
+//! its tail. A task that asks for a lock whose channel is already subscribed joins
+//! the queue before its first attempt, so a release after that attempt wakes it and
+//! it needs no second look after subscribing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::sentinel::{master_may_have_moved, SentinelConn};
@@ -18,11 +28,63 @@ use crate::LockError;
 /// (and the waiters woken) within about this long.
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
-/// The local side of one release channel.
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The local side of one release channel: its waiters, first come first served.
 #[derive(Debug, Default)]
 pub(crate) struct Channel {
-    /// Woken once per release message (one waiter), or for all after a reconnect.
-    pub(crate) notify: Notify,
+    /// Whether Redis confirmed the subscription: from then on, a release wakes a
+    /// waiter that joined the queue before it.
+    confirmed: AtomicBool,
+    queue: Mutex<Queue>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// The next ticket: tickets grow with arrival.
+    next: u64,
+    waiters: BTreeMap<u64, Slot>,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    notified: bool,
+    waker: Option<Waker>,
+}
+
+impl Channel {
+    fn enqueue(&self) -> u64 {
+        let mut queue = locked(&self.queue);
+        let ticket = queue.next;
+        queue.next += 1;
+        queue.waiters.insert(ticket, Slot::default());
+        ticket
+    }
+
+    /// Wakes the longest-waiting task that has no wake-up pending (one release
+    /// message: one waiter). With none, the message is dropped: every waiter will
+    /// ask Redis again anyway.
+    fn notify_one(&self) {
+        let mut queue = locked(&self.queue);
+        if let Some(slot) = queue.waiters.values_mut().find(|slot| !slot.notified) {
+            slot.notified = true;
+            if let Some(waker) = slot.waker.take() {
+                waker.wake();
+            }
+        }
+    }
+
+    fn notify_all(&self) {
+        let mut queue = locked(&self.queue);
+        for slot in queue.waiters.values_mut() {
+            slot.notified = true;
+            if let Some(waker) = slot.waker.take() {
+                waker.wake();
+            }
+        }
+    }
 }
 
 /// Channel name -> (local subscriptions, channel).
@@ -35,12 +97,12 @@ struct Shared {
 
 impl Shared {
     fn channels(&self) -> MutexGuard<'_, Channels> {
-        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+        locked(&self.channels)
     }
 
     fn wake_all(&self) {
         for (_, channel) in self.channels().values() {
-            channel.notify.notify_waiters();
+            channel.notify_all();
         }
     }
 }
@@ -87,9 +149,25 @@ impl Subscriber {
         Self { shared, commands }
     }
 
-    /// Subscribes to `channel` for as long as the returned subscription lives.
-    /// Returns once Redis confirmed the subscription: a release published after that
-    /// wakes a waiter.
+    /// Joins the waiters of `channel` if Redis already confirmed its subscription:
+    /// a release published from now on wakes this waiter (or one that came before
+    /// it). `None` when the channel is not subscribed yet.
+    pub(crate) fn join(&self, channel: &[u8]) -> Option<Subscription> {
+        let entry = {
+            let mut channels = self.shared.channels();
+            let (refs, entry) = channels.get_mut(channel)?;
+            if !entry.confirmed.load(Ordering::Acquire) {
+                return None;
+            }
+            *refs += 1;
+            entry.clone()
+        };
+        Some(self.subscription(channel, entry))
+    }
+
+    /// Subscribes to `channel` for as long as the returned subscription lives, and
+    /// queues the caller among its waiters. Returns once Redis confirmed the
+    /// subscription: a release published after that wakes a waiter.
     pub(crate) async fn subscribe(&self, channel: &[u8]) -> Result<Subscription, LockError> {
         let entry = {
             let mut channels = self.shared.channels();
@@ -98,12 +176,7 @@ impl Subscriber {
             entry.clone()
         };
         // From here on, dropping the subscription undoes the count.
-        let subscription = Subscription {
-            shared: self.shared.clone(),
-            commands: self.commands.clone(),
-            name: channel.to_vec(),
-            channel: entry,
-        };
+        let subscription = self.subscription(channel, entry);
         let (reply_tx, reply_rx) = oneshot::channel();
         let gone = || {
             LockError::Redis(redis::RedisError::from((
@@ -115,27 +188,81 @@ impl Subscriber {
             .send(Command::Subscribe(channel.to_vec(), reply_tx))
             .map_err(|_| gone())?;
         reply_rx.await.map_err(|_| gone())??;
+        subscription
+            .channel
+            .confirmed
+            .store(true, Ordering::Release);
         Ok(subscription)
+    }
+
+    /// A subscription of an entry whose count the caller already raised.
+    fn subscription(&self, name: &[u8], channel: Arc<Channel>) -> Subscription {
+        let ticket = channel.enqueue();
+        Subscription {
+            shared: self.shared.clone(),
+            commands: self.commands.clone(),
+            name: name.to_vec(),
+            channel,
+            ticket,
+            settled: false,
+        }
     }
 }
 
-/// A local waiter's interest in one release channel.
+/// A local waiter's interest in one release channel, and its place in the queue.
 #[derive(Debug)]
 pub(crate) struct Subscription {
     shared: Arc<Shared>,
     commands: mpsc::UnboundedSender<Command>,
     name: Vec<u8>,
     channel: Arc<Channel>,
+    ticket: u64,
+    /// The waiter got the lock: a wake-up it still has is not passed on.
+    settled: bool,
 }
 
 impl Subscription {
-    pub(crate) fn channel(&self) -> Arc<Channel> {
-        self.channel.clone()
+    /// Forgets a wake-up received so far: call it before each attempt, whose reply
+    /// reflects every release before it.
+    pub(crate) fn rearm(&self) {
+        let mut queue = locked(&self.channel.queue);
+        if let Some(slot) = queue.waiters.get_mut(&self.ticket) {
+            slot.notified = false;
+        }
+    }
+
+    /// Resolves once a release (or a reconnect) woke this waiter since the last
+    /// [`rearm`](Self::rearm).
+    pub(crate) async fn notified(&self) {
+        poll_fn(|cx| {
+            let mut queue = locked(&self.channel.queue);
+            match queue.waiters.get_mut(&self.ticket) {
+                Some(slot) if !slot.notified => {
+                    if !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        slot.waker = Some(cx.waker().clone());
+                    }
+                    Poll::Pending
+                }
+                _ => Poll::Ready(()),
+            }
+        })
+        .await;
+    }
+
+    /// Leaves the queue after getting the lock, keeping any wake-up: it was this
+    /// waiter's to use.
+    pub(crate) fn settle(mut self) {
+        self.settled = true;
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        let slot = locked(&self.channel.queue).waiters.remove(&self.ticket);
+        if slot.is_some_and(|slot| slot.notified) && !self.settled {
+            // A waiter that gives up must not swallow a release meant for the queue.
+            self.channel.notify_one();
+        }
         let mut channels = self.shared.channels();
         if let Some((refs, _)) = channels.get_mut(&self.name) {
             *refs -= 1;
@@ -321,7 +448,7 @@ async fn run_pushes(
                 if let Some(Value::BulkString(name)) = push.data.first() {
                     let channel = shared.channels().get(name).map(|(_, c)| c.clone());
                     if let Some(channel) = channel {
-                        channel.notify.notify_one();
+                        channel.notify_one();
                     }
                 }
             }
@@ -331,5 +458,87 @@ async fn run_pushes(
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subscriber() -> (Subscriber, mpsc::UnboundedReceiver<Command>) {
+        let (commands, rx) = mpsc::unbounded_channel();
+        let subscriber = Subscriber {
+            shared: Arc::new(Shared::default()),
+            commands,
+        };
+        (subscriber, rx)
+    }
+
+    /// A waiter queued on a channel that Redis confirmed.
+    fn queued(subscriber: &Subscriber) -> Subscription {
+        {
+            let mut channels = subscriber.shared.channels();
+            let (_, channel) = channels.entry(b"c".to_vec()).or_default();
+            channel.confirmed.store(true, Ordering::Release);
+        }
+        subscriber.join(b"c").expect("the channel is confirmed")
+    }
+
+    fn is_notified(subscription: &Subscription) -> bool {
+        let queue = locked(&subscription.channel.queue);
+        queue.waiters[&subscription.ticket].notified
+    }
+
+    #[test]
+    fn join_needs_a_confirmed_subscription() {
+        let (subscriber, _rx) = subscriber();
+        assert!(subscriber.join(b"c").is_none(), "no local waiters yet");
+        subscriber
+            .shared
+            .channels()
+            .insert(b"c".to_vec(), (1, Arc::default()));
+        assert!(
+            subscriber.join(b"c").is_none(),
+            "not confirmed by Redis yet"
+        );
+    }
+
+    #[test]
+    fn a_woken_waiter_keeps_its_place_at_the_head() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        let second = queued(&subscriber);
+        first.channel.notify_one();
+        assert!(is_notified(&first) && !is_notified(&second));
+        // The first waiter asks again and finds the lock taken: the next release
+        // is still its own.
+        first.rearm();
+        first.channel.notify_one();
+        assert!(is_notified(&first) && !is_notified(&second));
+        // A second message while the first is still on its way goes to the next.
+        first.channel.notify_one();
+        assert!(is_notified(&second));
+    }
+
+    #[test]
+    fn a_waiter_that_gives_up_passes_its_wake_up_on_and_one_that_acquired_does_not() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        let second = queued(&subscriber);
+        let third = queued(&subscriber);
+        first.channel.notify_one();
+        drop(first);
+        assert!(is_notified(&second), "the wake-up moved on");
+        second.settle();
+        assert!(!is_notified(&third), "the acquirer used its wake-up");
+    }
+
+    #[test]
+    fn the_last_waiter_leaving_unsubscribes() {
+        let (subscriber, mut rx) = subscriber();
+        let only = queued(&subscriber);
+        drop(only);
+        assert!(subscriber.shared.channels().is_empty());
+        assert!(matches!(rx.try_recv(), Ok(Command::Unsubscribe(name)) if name == b"c"));
     }
 }
