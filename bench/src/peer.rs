@@ -1,14 +1,14 @@
 //! The peer: the same scenarios with the `rslock` crate (feature `rslock`).
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use distlock_testkit::RedisServer;
 use rslock::LockManager;
 use tokio::time::Instant;
 
-use crate::scenarios::{lock_log, Acquisition, Contention, ContentionSettings, PollTimes};
-use crate::server::{calls_between, client_requests_between, command_stats};
+use crate::scenarios::{contend, Contender, Contention, ContentionSettings};
+use crate::server::calls_between;
 use crate::BoxError;
 
 /// rslock's TTL in every scenario: distlock's default watchdog lease.
@@ -89,6 +89,29 @@ pub(crate) async fn many_tasks(
     Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
+impl Contender for LockManager {
+    type Held = rslock::Lock;
+    type Error = BoxError;
+
+    async fn acquire(&self, name: &str, stop: Instant) -> Result<rslock::Lock, BoxError> {
+        lock_until(self, name, stop + Duration::from_secs(10)).await
+    }
+
+    async fn release(&self, lock: rslock::Lock) -> Result<(), BoxError> {
+        self.unlock(&lock).await;
+        Ok(())
+    }
+
+    fn acquire_calls(
+        before: &HashMap<String, u64>,
+        after: &HashMap<String, u64>,
+        _acquisitions: u64,
+    ) -> u64 {
+        // rslock takes the lock with SET NX and releases it with a script.
+        calls_between(before, after, "set")
+    }
+}
+
 /// Scenario 4 with rslock.
 pub(crate) async fn contention(
     manager: &LockManager,
@@ -96,46 +119,5 @@ pub(crate) async fn contention(
     tag: &str,
     settings: ContentionSettings,
 ) -> Result<Contention, BoxError> {
-    let name = format!("rs4:{tag}");
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let before = command_stats(server)?;
-    let start = Instant::now();
-    let stop = start + settings.duration;
-    let mut set = tokio::task::JoinSet::new();
-    for task in 0..settings.tasks {
-        let (manager, name, log) = (manager.clone(), name.clone(), log.clone());
-        set.spawn(async move {
-            while Instant::now() < stop {
-                let requested = Instant::now();
-                let (lock, woken) =
-                    PollTimes::new(lock_until(&manager, &name, stop + Duration::from_secs(10)))
-                        .await;
-                let lock = lock.map_err(|err| err.to_string())?;
-                let acquired = Instant::now();
-                tokio::time::sleep(settings.critical).await;
-                let unlocking = Instant::now();
-                manager.unlock(&lock).await;
-                let unlocked = Instant::now();
-                lock_log(&log).push(Acquisition {
-                    task,
-                    requested,
-                    woken: woken.unwrap_or(requested),
-                    acquired,
-                    unlocking,
-                    unlocked,
-                });
-                tokio::time::sleep(settings.think).await;
-            }
-            Ok::<(), String>(())
-        });
-    }
-    while let Some(joined) = set.join_next().await {
-        joined??;
-    }
-    let elapsed = start.elapsed();
-    let after = command_stats(server)?;
-    let log = std::mem::take(&mut *lock_log(&log));
-    let requests = client_requests_between(&before, &after);
-    let acquire_calls = calls_between(&before, &after, "set");
-    Ok(Contention::from_log(log, elapsed, requests, acquire_calls))
+    contend(manager, server, &format!("rs4:{tag}"), settings).await
 }

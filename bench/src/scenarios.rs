@@ -1,5 +1,6 @@
 //! The scenarios, run with distlock's client inside the harness process.
 
+use std::collections::HashMap;
 use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -303,6 +304,65 @@ impl Contention {
     }
 }
 
+/// A lock client that scenario 4 can drive: distlock's, or a peer's.
+pub(crate) trait Contender: Clone + Send + Sync + 'static {
+    /// What an acquisition hands back, to give to [`Contender::release`].
+    type Held: Send;
+    /// Why an acquisition or release failed.
+    type Error: Send + 'static;
+
+    /// Takes `name`, waiting for it. `stop` is when the run ends; a waiter may go
+    /// on past it, each client with its own bound.
+    fn acquire(
+        &self,
+        name: &str,
+        stop: Instant,
+    ) -> impl std::future::Future<Output = Result<Self::Held, Self::Error>> + Send;
+
+    /// Gives back what [`Contender::acquire`] took.
+    fn release(
+        &self,
+        held: Self::Held,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send;
+
+    /// The acquire attempts of a run (`acquisitions` of them succeeded), from the
+    /// server's command counts before and after it.
+    fn acquire_calls(
+        before: &HashMap<String, u64>,
+        after: &HashMap<String, u64>,
+        acquisitions: u64,
+    ) -> u64;
+}
+
+impl Contender for LockClient {
+    type Held = distlock::LockGuard;
+    type Error = LockError;
+
+    fn acquire(
+        &self,
+        name: &str,
+        _stop: Instant,
+    ) -> impl std::future::Future<Output = Result<Self::Held, LockError>> + Send {
+        self.lock(name).wait(Duration::from_secs(10)).into_future()
+    }
+
+    fn release(
+        &self,
+        guard: Self::Held,
+    ) -> impl std::future::Future<Output = Result<(), LockError>> + Send {
+        guard.unlock()
+    }
+
+    fn acquire_calls(
+        before: &HashMap<String, u64>,
+        after: &HashMap<String, u64>,
+        acquisitions: u64,
+    ) -> u64 {
+        // Every EVALSHA less one release per acquisition.
+        calls_between(before, after, "evalsha").saturating_sub(acquisitions)
+    }
+}
+
 /// `settings.tasks` tasks on one name: lock, critical section, unlock, think (scenario 4).
 pub(crate) async fn contention(
     client: &LockClient,
@@ -310,29 +370,37 @@ pub(crate) async fn contention(
     tag: &str,
     settings: ContentionSettings,
 ) -> Result<Contention, BoxError> {
-    let name = format!("s4:{tag}");
+    contend(client, server, &format!("s4:{tag}"), settings).await
+}
+
+/// Scenario 4 with any [`Contender`] on `name`: runs the tasks, logs each
+/// acquisition, and counts the server's commands around the run.
+pub(crate) async fn contend<C>(
+    contender: &C,
+    server: &RedisServer,
+    name: &str,
+    settings: ContentionSettings,
+) -> Result<Contention, BoxError>
+where
+    C: Contender,
+    BoxError: From<C::Error>,
+{
     let log = Arc::new(Mutex::new(Vec::new()));
     let before = command_stats(server)?;
     let start = Instant::now();
     let stop = start + settings.duration;
     let mut set = tokio::task::JoinSet::new();
     for task in 0..settings.tasks {
-        let (client, name, log) = (client.clone(), name.clone(), log.clone());
+        let (contender, name, log) = (contender.clone(), name.to_owned(), log.clone());
         set.spawn(async move {
             while Instant::now() < stop {
                 let requested = Instant::now();
-                let (guard, woken) = PollTimes::new(
-                    client
-                        .lock(name.as_str())
-                        .wait(Duration::from_secs(10))
-                        .into_future(),
-                )
-                .await;
-                let guard = guard?;
+                let (held, woken) = PollTimes::new(contender.acquire(&name, stop)).await;
+                let held = held?;
                 let acquired = Instant::now();
                 tokio::time::sleep(settings.critical).await;
                 let unlocking = Instant::now();
-                guard.unlock().await?;
+                contender.release(held).await?;
                 let unlocked = Instant::now();
                 lock_log(&log).push(Acquisition {
                     task,
@@ -344,7 +412,7 @@ pub(crate) async fn contention(
                 });
                 tokio::time::sleep(settings.think).await;
             }
-            Ok::<(), LockError>(())
+            Ok::<(), C::Error>(())
         });
     }
     while let Some(joined) = set.join_next().await {
@@ -354,9 +422,7 @@ pub(crate) async fn contention(
     let after = command_stats(server)?;
     let log = std::mem::take(&mut *lock_log(&log));
     let requests = client_requests_between(&before, &after);
-    // Acquire attempts: every EVALSHA less one release per acquisition.
-    let evalsha = calls_between(&before, &after, "evalsha");
-    let acquire_calls = evalsha.saturating_sub(log.len() as u64);
+    let acquire_calls = C::acquire_calls(&before, &after, log.len() as u64);
     Ok(Contention::from_log(log, elapsed, requests, acquire_calls))
 }
 
