@@ -176,7 +176,8 @@
 //!
 //! Every fallible operation returns [`LockError`]. Its messages say what happened and
 //! what to do; match on the variants, or use the `is_*` predicates such as
-//! [`LockError::is_timeout`] and [`LockError::is_lost`].
+//! [`LockError::is_busy`] (held by another owner, on any backend) and
+//! [`LockError::is_lost`].
 //!
 //! # Feature flags
 //!

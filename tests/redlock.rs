@@ -82,7 +82,22 @@ async fn every_mask_of_foreign_holds_grants_exactly_with_a_free_majority() {
             guard.unlock().await.expect("unlock");
         } else {
             let err = result.expect_err("a foreign owner holds a majority");
-            assert!(err.is_timeout(), "mask {mask:05b}: {err}");
+            assert!(err.is_busy(), "mask {mask:05b}: {err}");
+            match err {
+                LockError::QuorumNotReached {
+                    got,
+                    needed,
+                    held_elsewhere,
+                } => {
+                    assert_eq!(got, free as usize, "mask {mask:05b}: grants");
+                    assert_eq!(needed, 3, "mask {mask:05b}: majority");
+                    assert_eq!(held_elsewhere, 5 - free as usize, "mask {mask:05b}");
+                }
+                other => panic!("mask {mask:05b}: expected QuorumNotReached, got {other}"),
+            }
+            // The lock is busy, which try_lock answers with None.
+            let tried = locks.try_lock(&name).await.expect("try_lock");
+            assert!(tried.is_none(), "mask {mask:05b}: try_lock took it");
         }
         let left = traces(&nodes, &name, foreign);
         assert!(left.is_empty(), "mask {mask:05b} left {left:?}");
@@ -109,9 +124,14 @@ async fn a_minority_down_keeps_working_and_a_majority_down_fails_clearly() {
         .await
         .expect_err("only two of five nodes are up");
     match err {
-        LockError::QuorumNotReached { got, needed } => {
+        LockError::QuorumNotReached {
+            got,
+            needed,
+            held_elsewhere,
+        } => {
             assert_eq!(needed, 3);
             assert!(got <= 2, "got {got}");
+            assert_eq!(held_elsewhere, 0, "an outage, not contention");
         }
         other => panic!("expected QuorumNotReached, got {other}"),
     }

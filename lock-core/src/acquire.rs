@@ -54,7 +54,9 @@ const UNKNOWN_LEASE_CAP: Duration = Duration::from_secs(1);
 ///   was sent to Redis.
 /// - [`LockError::Lost`]: a re-entry found that the chain's hold was lost.
 /// - [`LockError::KeyConflict`]: the lock's key holds another type (left untouched).
-/// - [`LockError::QuorumNotReached`]: on Redlock, too few nodes answered for the whole wait.
+/// - [`LockError::QuorumNotReached`]: on Redlock, the wait ended without a majority
+///   of grants (another owner held the lock on the other nodes, or they did not
+///   answer); where one server gives [`LockError::Timeout`].
 /// - [`LockError::ReplicationNotConfirmed`]: too few replicas acknowledged the new
 ///   lock in time (see [`LockClientBuilder::replicas`](crate::LockClientBuilder::replicas));
 ///   it was released.
@@ -166,7 +168,10 @@ impl IntoFuture for LockRequest {
 ///
 /// # Errors
 ///
-/// As [`LockRequest`], except that a busy lock is `Ok(None)`, not a timeout.
+/// As [`LockRequest`], except that a busy lock is `Ok(None)`, not an error: on one
+/// server a lock held by another owner; on Redlock, a lock that a majority of the
+/// nodes said another owner holds (too few answers is still
+/// [`LockError::QuorumNotReached`]).
 ///
 /// # Cancel safety
 ///
@@ -206,7 +211,7 @@ impl IntoFuture for TryLockRequest {
         Box::pin(async move {
             match request.await {
                 Ok(guard) => Ok(Some(guard)),
-                Err(LockError::Timeout { .. }) => Ok(None),
+                Err(err) if err.is_busy() => Ok(None),
                 Err(err) => Err(err),
             }
         })
@@ -313,7 +318,7 @@ async fn acquire_new(
     // Queue behind the local waiters of this lock, if there are any: listening
     // before asking means that a release after this attempt wakes us.
     let mut subscription = client.inner.subscriber.join(&keys.channel);
-    // Redlock: the last attempt failed for want of reachable nodes.
+    // Redlock: the last attempt got too few grants (granted, held by another owner).
     let mut short_of_quorum = None;
     loop {
         // A wake-up before this attempt is used up by it: its reply reflects the release.
@@ -400,9 +405,13 @@ async fn acquire_new(
             }
             reply @ (AcquireReply::Busy { .. } | AcquireReply::NoQuorum { .. }) => {
                 let pttl_ms = match reply {
-                    AcquireReply::NoQuorum { granted } => {
-                        short_of_quorum = Some(granted);
-                        retry_delay_ms()
+                    AcquireReply::NoQuorum {
+                        granted,
+                        held,
+                        retry_ms,
+                    } => {
+                        short_of_quorum = Some((granted, held));
+                        retry_ms
                     }
                     AcquireReply::Busy { pttl_ms } => {
                         short_of_quorum = None;
@@ -412,10 +421,11 @@ async fn acquire_new(
                 };
                 let now = Instant::now();
                 if now >= deadline {
-                    if let Some(granted) = short_of_quorum {
+                    if let Some((granted, held)) = short_of_quorum {
                         return Err(LockError::QuorumNotReached {
-                            got: granted as usize,
+                            got: usize::try_from(granted).unwrap_or(usize::MAX),
                             needed: client.inner.backend.quorum(),
+                            held_elsewhere: usize::try_from(held).unwrap_or(usize::MAX),
                         });
                     }
                     return Err(LockError::Timeout {
@@ -644,8 +654,8 @@ impl Invoke {
 
     /// Redlock: the attempt goes to every node at once. It is granted when a
     /// majority granted it; otherwise every grant is given back before answering.
-    /// The answer has the shape of `acquire.lua`'s, plus `{-3, granted}` when too few
-    /// nodes answered to ever make a majority.
+    /// The answer has the shape of `acquire.lua`'s, except that too few grants is
+    /// `{-3, granted, held by another owner, retry in ms}`.
     async fn send_redlock(self) -> redis::RedisResult<Vec<i64>> {
         let backend = self.client.inner.backend.clone();
         let replies = backend
@@ -693,10 +703,6 @@ impl Invoke {
         if self.reentry {
             return Ok(vec![-1]);
         }
-        let answered = replies.iter().filter(|reply| reply.is_ok()).count();
-        if answered < quorum {
-            return Ok(vec![-3, granted.len() as i64]);
-        }
         let busy: Vec<i64> = decoded
             .iter()
             .filter_map(|reply| match reply {
@@ -704,9 +710,10 @@ impl Invoke {
                 _ => None,
             })
             .collect();
-        // Held by a majority elsewhere: wait for its release (or its lease). A split
-        // vote: everyone gave back, so try again after a short random delay.
-        let hint = if busy.len() >= quorum {
+        // Held by a majority elsewhere: wait for its release (or its lease). Too few
+        // answers, or a split vote: everyone gave back, so try again after a short
+        // random delay.
+        let retry_ms = if busy.len() >= quorum {
             busy.iter()
                 .copied()
                 .filter(|ms| *ms > 0)
@@ -715,7 +722,7 @@ impl Invoke {
         } else {
             retry_delay_ms()
         };
-        Ok(vec![0, hint])
+        Ok(vec![-3, granted.len() as i64, busy.len() as i64, retry_ms])
     }
 
     /// Gives back this attempt's hold on one node.

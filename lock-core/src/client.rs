@@ -865,6 +865,7 @@ impl LockClient {
             return Err(LockError::QuorumNotReached {
                 got: views.len(),
                 needed: quorum,
+                held_elsewhere: 0,
             });
         }
         // The view of the majority: held when a majority holds it.

@@ -61,16 +61,22 @@ pub enum LockError {
         /// The lock name.
         name: String,
     },
-    /// Too few Redis nodes granted the lock for it to be safe (Redlock).
+    /// Too few Redis nodes granted the lock for it to be safe (Redlock): because
+    /// another owner held it on the others, because they did not answer in time, or
+    /// both. On one server, the same wait ends in [`LockError::Timeout`].
     #[error(
-        "only {got} of the {needed} Redis nodes needed granted the lock; check that a majority \
-         of the nodes is reachable, or wait longer"
+        "only {got} of the {needed} Redis nodes needed granted the lock ({held_elsewhere} held it \
+         for another owner); wait longer if another owner holds it, otherwise check that a \
+         majority of the nodes is reachable within `redlock_node_timeout`"
     )]
     QuorumNotReached {
-        /// How many nodes granted the lock.
+        /// How many nodes granted the lock (the grants were given back).
         got: usize,
         /// How many were needed (a majority).
         needed: usize,
+        /// How many nodes answered that another owner held the lock. When it is at
+        /// least `needed`, the lock was simply busy.
+        held_elsewhere: usize,
     },
     /// Fewer replicas than required acknowledged a new lock in time; it was released.
     #[error(
@@ -127,6 +133,22 @@ impl LockError {
     /// Whether the wait for the lock ran out.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Timeout { .. })
+    }
+
+    /// Whether the lock was held by another owner for the whole wait, on any
+    /// backend: a [`Timeout`](Self::Timeout), or on Redlock a
+    /// [`QuorumNotReached`](Self::QuorumNotReached) where a majority of the nodes
+    /// named another owner. Contention, not an outage.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            Self::Timeout { .. } => true,
+            Self::QuorumNotReached {
+                needed,
+                held_elsewhere,
+                ..
+            } => held_elsewhere >= needed,
+            _ => false,
+        }
     }
 
     /// Whether the lock was lost while it was believed held.

@@ -44,8 +44,14 @@ pub(crate) enum AcquireReply {
     NotHeld,
     /// A key of the lock holds a value of another type.
     Conflict,
-    /// Redlock: too few nodes answered to make a majority; `granted` had granted it.
-    NoQuorum { granted: u64 },
+    /// Redlock: too few nodes granted it (their grants were given back): `granted`
+    /// granted it, `held` answered that another owner holds it. Ask again after
+    /// `retry_ms` at most (negative: unknown).
+    NoQuorum {
+        granted: u64,
+        held: u64,
+        retry_ms: i64,
+    },
 }
 
 impl AcquireReply {
@@ -58,8 +64,10 @@ impl AcquireReply {
             [0, pttl_ms] => Some(Self::Busy { pttl_ms }),
             [-1] => Some(Self::NotHeld),
             [-2] => Some(Self::Conflict),
-            [-3, granted] => Some(Self::NoQuorum {
+            [-3, granted, held, retry_ms] => Some(Self::NoQuorum {
                 granted: u64::try_from(granted).ok()?,
+                held: u64::try_from(held).ok()?,
+                retry_ms,
             }),
             _ => None,
         }
