@@ -60,11 +60,12 @@ async fn a_lock_is_granted_once_a_replica_has_it_and_refused_otherwise() {
     guard.unlock().await.expect("unlock");
 
     replica.pause().expect("SIGSTOP the replica");
+    let start = std::time::Instant::now();
     let err = locks
         .lock("unacked")
+        .wait(Duration::from_millis(800))
         .await
         .expect_err("no replica can acknowledge");
-    replica.resume().expect("SIGCONT the replica");
     match err {
         LockError::ReplicationNotConfirmed { acked, needed } => {
             assert_eq!((acked, needed), (0, 1));
@@ -72,9 +73,33 @@ async fn a_lock_is_granted_once_a_replica_has_it_and_refused_otherwise() {
         other => panic!("expected ReplicationNotConfirmed, got {other}"),
     }
     assert!(
-        !locks.inspect("unacked").await.expect("inspect").held,
+        start.elapsed() >= Duration::from_millis(600),
+        "asked again within the wait, gave up after {:?}",
+        start.elapsed()
+    );
+    // An attempt cut short by the end of the wait is given back in the background.
+    assert!(
+        common::eventually(Duration::from_secs(2), || common::redis_count(
+            &master, "unacked"
+        ) == 0)
+        .await,
         "released again"
     );
+
+    // A replica that comes back within the wait acknowledges a later attempt.
+    let waiting = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock("later").wait(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "granted without a replica");
+    replica.resume().expect("SIGCONT the replica");
+    let guard = waiting
+        .await
+        .expect("join")
+        .expect("granted once the replica is back");
+    assert_eq!(common::redis_count(&replica, "later"), 1);
+    guard.unlock().await.expect("unlock");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

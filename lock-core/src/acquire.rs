@@ -42,6 +42,13 @@ fn transient(err: &LockError) -> bool {
         )
 }
 
+/// Whether a waiter with time left should ask again after `err`: a transient
+/// failure, or too few replica acknowledgements (the hold was given back; replicas
+/// resyncing after a failover, or lagging for a moment, catch up).
+fn may_pass(err: &LockError) -> bool {
+    transient(err) || matches!(err, LockError::ReplicationNotConfirmed { .. })
+}
+
 /// How long a waiter sleeps when the holder's lease has no expiry to cap it.
 const UNKNOWN_LEASE_CAP: Duration = Duration::from_secs(1);
 
@@ -58,8 +65,8 @@ const UNKNOWN_LEASE_CAP: Duration = Duration::from_secs(1);
 ///   of grants (another owner held the lock on the other nodes, or they did not
 ///   answer); where one server gives [`LockError::Timeout`].
 /// - [`LockError::ReplicationNotConfirmed`]: too few replicas acknowledged the new
-///   lock in time (see [`LockClientBuilder::replicas`](crate::LockClientBuilder::replicas));
-///   it was released.
+///   lock in time (see [`LockClientBuilder::replicas`](crate::LockClientBuilder::replicas))
+///   on the last attempt of the wait; each refused lock was released.
 /// - [`LockError::PermissionDenied`]: the Redis user may not run the scripts.
 /// - [`LockError::Redis`]: Redis failed or could not be reached (a waiter with time left
 ///   retries failures that may pass, such as a failover, within its wait).
@@ -320,6 +327,8 @@ async fn acquire_new(
     let mut subscription = client.inner.subscriber.join(&keys.channel);
     // Redlock: the last attempt got too few grants (granted, held by another owner).
     let mut short_of_quorum = None;
+    // The failure of the last attempt, when it was one that may pass.
+    let mut retried_after = None;
     loop {
         // A wake-up before this attempt is used up by it: its reply reflects the release.
         if let Some(subscription) = &subscription {
@@ -344,23 +353,28 @@ async fn acquire_new(
             Ok(call.run().await)
         };
         let Ok(answer) = answer else {
-            return Err(LockError::Timeout {
+            // The wait ended during an attempt: the failure that made us ask again,
+            // if there was one, says more than a timeout.
+            return Err(retried_after.unwrap_or_else(|| LockError::Timeout {
                 name: keys.display(),
                 waited: start.elapsed(),
-            });
+            }));
         };
         let reply = match answer {
             Ok(reply) => reply,
-            Err(err) if transient(&err) && Instant::now() + TRANSIENT_PAUSE < deadline => {
-                // A failover, a restart, a dropped connection: wait and ask again, under
-                // a fresh owner id (the old one's attempt is settled in the background).
+            Err(err) if may_pass(&err) && Instant::now() + TRANSIENT_PAUSE < deadline => {
+                // A failover, a restart, a dropped connection, replicas resyncing: wait
+                // and ask again, under a fresh owner id (the old one's attempt is
+                // settled in the background).
                 tracing::debug!(error = %err, lock.name = %keys.display(), "distlock: acquire failed; retrying within the wait");
+                retried_after = Some(err);
                 owner = client.next_owner();
                 tokio::time::sleep(TRANSIENT_PAUSE).await;
                 continue;
             }
             Err(err) => return Err(err),
         };
+        retried_after = None;
         match reply {
             AcquireReply::Acquired { count, fence } => {
                 let late = Instant::now() >= sent + validity;
