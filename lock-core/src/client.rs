@@ -384,16 +384,18 @@ impl LockClientBuilder {
             }
             Endpoints::Sentinel(sentinels, master_name) => {
                 let (push_tx, pushes) = tokio::sync::mpsc::unbounded_channel();
-                let sentinel = Arc::new(
-                    SentinelConn::connect(
-                        sentinels,
-                        &master_name,
-                        push_tx,
-                        self.connect_timeout,
-                        self.response_timeout,
-                    )
-                    .await?,
-                );
+                // Also listens for `+switch-master` on every Sentinel until
+                // `shutdown`, to move to a new master without waiting for a
+                // request to fail.
+                let sentinel = SentinelConn::connect(
+                    sentinels,
+                    &master_name,
+                    push_tx,
+                    self.connect_timeout,
+                    self.response_timeout,
+                    &shutdown,
+                )
+                .await?;
                 let generation = sentinel.current().generation;
                 let sub = SubConn::Sentinel(sentinel.clone(), generation);
                 (Backend::one(Conn::Sentinel(sentinel)), sub, pushes)

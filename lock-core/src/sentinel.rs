@@ -2,35 +2,81 @@
 //! failover.
 //!
 //! A connection manager built for one master keeps dialing that address after a
-//! failover, so distlock keeps its own: when a request fails in a way a failover
-//! explains (the master is unreachable, or answers `READONLY` because it was
-//! demoted), it asks the Sentinels for the master again, checks with `ROLE` that
-//! the node really is a master, and swaps both connections (commands and
-//! subscriber) to it. Waiters are woken so that they ask the new master.
+//! failover, so distlock keeps its own connections (commands and subscriber) and
+//! moves them itself. Moving always goes through [`SentinelConn::reresolve`]: it
+//! asks the Sentinels for the master again, checks with `ROLE` that the node really
+//! is a master, swaps both connections to it, and wakes every waiter so that they
+//! ask the new master. Two paths lead there:
+//!
+//! - **Proactive**: a background task per configured Sentinel subscribes to its
+//!   `+switch-master` channel, on which a Sentinel announces a completed failover
+//!   (`<master-name> <old-ip> <old-port> <new-ip> <new-port>`). When a message
+//!   names our master, the client moves at once, without waiting for a request to
+//!   fail; while the Sentinels it asks still name the old master (they learn of
+//!   the switch one after another), it asks again, for a bounded time. A Sentinel
+//!   that is down or drops the connection is dialed again with a backoff (100 ms
+//!   doubling to 5 s); after each (re)subscription the Sentinel is asked which
+//!   master it names, so that a switch announced while we were not listening is
+//!   not missed. The tasks stop when the client shuts down.
+//! - **Reactive**: when a request fails in a way a failover explains (the master is
+//!   unreachable, or answers `READONLY` because it was demoted; see
+//!   [`master_may_have_moved`]), the client finds the master again. This covers
+//!   failovers that no reachable Sentinel announced to us.
 
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelServerType};
-use redis::{ConnectionInfo, PushInfo, PushKind, RedisResult, Value};
-use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::Mutex;
+use redis::{
+    AsyncConnectionConfig, ConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError,
+    RedisResult, Value,
+};
+use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio::sync::{watch, Mutex};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+/// The channel on which a Sentinel announces a completed failover:
+/// `<master-name> <old-ip> <old-port> <new-ip> <new-port>`.
+const SWITCH_MASTER: &str = "+switch-master";
+/// The first pause before a Sentinel that could not be reached is dialed again.
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest such pause; a subscription that lasted this long starts the
+/// backoff over.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How often a watch connection pings its Sentinel, to notice a connection that
+/// died without a word.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+/// How long the client keeps asking the Sentinels for a master announced on
+/// `+switch-master` while the Sentinels it asks still name another one.
+const FOLLOW_LIMIT: Duration = Duration::from_secs(10);
+/// The first pause between two such asks; it doubles up to [`FOLLOW_MAX_DELAY`].
+const FOLLOW_FIRST_DELAY: Duration = Duration::from_millis(50);
+/// The longest pause between two such asks.
+const FOLLOW_MAX_DELAY: Duration = Duration::from_secs(1);
 
 /// The connections to the current master, with a generation that changes on every swap.
 #[derive(Clone)]
 pub(crate) struct Current {
+    /// 0 for the master found at connect, +1 on every swap.
     pub(crate) generation: u64,
+    /// The master's `host:port`, as the Sentinels name it.
     addr: String,
+    /// The connection for commands and scripts.
     pub(crate) commands: ConnectionManager,
+    /// The RESP3 connection of the waiters' subscriptions.
     pub(crate) subscriber: ConnectionManager,
 }
 
 /// How to connect to a master once it is found.
 #[derive(Clone)]
 struct Settings {
+    /// Where the subscriber connection's pushes go (and a `Disconnection` on a swap).
     pushes: UnboundedSender<PushInfo>,
+    /// How long a connection attempt may take.
     connect_timeout: Duration,
+    /// How long a request may wait for its reply.
     response_timeout: Duration,
 }
 
@@ -44,33 +90,54 @@ impl Settings {
     }
 }
 
+/// A master found through the Sentinels, and the connections to it, moved to the
+/// new master after a failover (see the module documentation).
 pub(crate) struct SentinelConn {
     sentinel: Mutex<SentinelClient>,
     current: RwLock<Current>,
     settings: Settings,
+    /// Stops the `+switch-master` tasks when the connection goes, even when the
+    /// client that made it never finished connecting. (The tasks hold only a
+    /// [`Weak`] reference, so this drop does happen.)
+    _watch: DropGuard,
 }
 
 impl SentinelConn {
+    /// Finds the master through `sentinels`, connects to it, and starts the tasks
+    /// that listen for `+switch-master` on every Sentinel; they stop when
+    /// `shutdown` is cancelled or the returned connection is dropped.
+    ///
+    /// `pushes` receives the subscriber connection's pushes, and a
+    /// [`PushKind::Disconnection`] whenever the connections move to a new master.
     pub(crate) async fn connect(
         sentinels: Vec<ConnectionInfo>,
         master_name: &str,
         pushes: UnboundedSender<PushInfo>,
         connect_timeout: Duration,
         response_timeout: Duration,
-    ) -> RedisResult<Self> {
-        let mut sentinel =
-            SentinelClient::build(sentinels, master_name, None, SentinelServerType::Master)?;
+        shutdown: &CancellationToken,
+    ) -> RedisResult<Arc<Self>> {
+        let mut sentinel = SentinelClient::build(
+            sentinels.clone(),
+            master_name,
+            None,
+            SentinelServerType::Master,
+        )?;
         let settings = Settings {
             pushes,
             connect_timeout,
             response_timeout,
         };
         let current = resolve(&mut sentinel, &settings, 0).await?;
-        Ok(Self {
+        let stop = shutdown.child_token();
+        let conn = Arc::new(Self {
             sentinel: Mutex::new(sentinel),
             current: RwLock::new(current),
             settings,
-        })
+            _watch: stop.clone().drop_guard(),
+        });
+        watch_switches(&conn, sentinels, master_name, &stop);
+        Ok(conn)
     }
 
     /// The connections to the master as last resolved.
@@ -137,11 +204,7 @@ async fn resolve(
             addr,
         )));
     }
-    let settings_resp3 = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
-    let sub_client = redis::Client::open(info.set_redis_settings(settings_resp3))?;
+    let sub_client = redis::Client::open(resp3(info))?;
     let sub_config = settings
         .manager_config()
         .set_push_sender(settings.pushes.clone())
@@ -153,4 +216,282 @@ async fn resolve(
         commands,
         subscriber,
     })
+}
+
+/// The same server, spoken to in RESP3 (pushes for pub/sub).
+fn resp3(info: ConnectionInfo) -> ConnectionInfo {
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    info.set_redis_settings(settings)
+}
+
+/// Starts the proactive path: one task per Sentinel that listens for
+/// `+switch-master`, and one that moves `conn` to the master they announce. All
+/// stop when `stop` is cancelled.
+fn watch_switches(
+    conn: &Arc<SentinelConn>,
+    sentinels: Vec<ConnectionInfo>,
+    master_name: &str,
+    stop: &CancellationToken,
+) {
+    let (announce, announced) = watch::channel(None);
+    for info in sentinels {
+        let watcher = Watcher {
+            conn: Arc::downgrade(conn),
+            info: resp3(info),
+            master_name: master_name.to_owned(),
+            announce: announce.clone(),
+            connect_timeout: conn.settings.connect_timeout,
+            response_timeout: conn.settings.response_timeout,
+        };
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = watcher.run() => {}
+            }
+        });
+    }
+    let conn = Arc::downgrade(conn);
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = follow(conn, announced) => {}
+        }
+    });
+}
+
+/// Listens for `+switch-master` on one Sentinel, and tells [`follow`] (through
+/// `announce`) where a failover of our master went.
+struct Watcher {
+    /// The connection to move; once it is gone, the task ends.
+    conn: Weak<SentinelConn>,
+    /// The Sentinel as the user gave it (TLS, credentials), in RESP3.
+    info: ConnectionInfo,
+    /// The name the Sentinels monitor our master under.
+    master_name: String,
+    /// The address (`host:port`) of the master last announced.
+    announce: watch::Sender<Option<String>>,
+    /// How long dialing the Sentinel may take.
+    connect_timeout: Duration,
+    /// How long the Sentinel may take to answer (also the heartbeat's limit).
+    response_timeout: Duration,
+}
+
+impl Watcher {
+    /// Subscribes, and subscribes again whenever the Sentinel cannot be reached or
+    /// drops the connection, after a pause that doubles from [`MIN_BACKOFF`] to
+    /// [`MAX_BACKOFF`]. Returns once the connection to the master is gone.
+    async fn run(self) {
+        let mut backoff = MIN_BACKOFF;
+        loop {
+            let mut subscribed_at = None;
+            let Err(err) = self.session(&mut subscribed_at).await else {
+                return;
+            };
+            if subscribed_at.is_some_and(|at: Instant| at.elapsed() >= MAX_BACKOFF) {
+                backoff = MIN_BACKOFF;
+            }
+            tracing::debug!(
+                sentinel = %self.info.addr(),
+                error = %err,
+                retry_in = ?backoff,
+                "distlock: not listening for +switch-master on this Sentinel"
+            );
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            if self.conn.strong_count() == 0 {
+                return;
+            }
+        }
+    }
+
+    /// One connection to the Sentinel: subscribes, catches up on a switch it may
+    /// have missed, then passes on every switch of our master until the connection
+    /// fails (the error) or the connection to the master is gone (`Ok`).
+    async fn session(&self, subscribed_at: &mut Option<Instant>) -> RedisResult<()> {
+        let (push_tx, mut pushes) = mpsc::unbounded_channel();
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_push_sender(push_tx);
+        let mut sentinel = redis::Client::open(self.info.clone())?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        sentinel.subscribe(SWITCH_MASTER).await?;
+        *subscribed_at = Some(Instant::now());
+        tracing::debug!(sentinel = %self.info.addr(), "distlock: listening for +switch-master");
+
+        // A switch announced while we were not listening (or before the first
+        // subscription) shows as a master other than ours.
+        let named: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.master_name)
+            .query_async(&mut sentinel)
+            .await?;
+        if let Some((host, port)) = named {
+            let Some(conn) = self.conn.upgrade() else {
+                return Ok(());
+            };
+            let current = conn.current();
+            let named = format!("{host}:{port}");
+            if current.addr != named {
+                tracing::debug!(
+                    sentinel = %self.info.addr(),
+                    named = %named,
+                    ours = %current.addr,
+                    "distlock: a Sentinel names another master; asking the Sentinels again"
+                );
+                conn.reresolve(current.generation).await;
+            }
+        }
+
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                push = pushes.recv() => {
+                    let Some(push) = push else {
+                        return Err(dropped());
+                    };
+                    match push.kind {
+                        PushKind::Message => {
+                            if let Some(addr) = switched_to(&push.data, &self.master_name) {
+                                tracing::debug!(
+                                    sentinel = %self.info.addr(),
+                                    master = %addr,
+                                    "distlock: a Sentinel announced a new master"
+                                );
+                                self.announce.send_replace(Some(addr));
+                            }
+                        }
+                        PushKind::Disconnection => return Err(dropped()),
+                        _ => {}
+                    }
+                }
+                _ = heartbeat.tick() => {
+                    if self.conn.strong_count() == 0 {
+                        return Ok(());
+                    }
+                    redis::cmd("PING").query_async::<Value>(&mut sentinel).await?;
+                }
+            }
+        }
+    }
+}
+
+/// The error of a Sentinel connection that went away.
+fn dropped() -> RedisError {
+    RedisError::from((redis::ErrorKind::Io, "the Sentinel dropped the connection"))
+}
+
+/// The new master (`host:port`) that a `+switch-master` message announces for
+/// `master_name`; `None` for another master or anything else.
+fn switched_to(data: &[Value], master_name: &str) -> Option<String> {
+    let [Value::BulkString(channel), Value::BulkString(payload)] = data else {
+        return None;
+    };
+    if channel != SWITCH_MASTER.as_bytes() {
+        return None;
+    }
+    let payload = std::str::from_utf8(payload).ok()?;
+    let fields: Vec<&str> = payload.split_ascii_whitespace().collect();
+    let [name, _old_host, _old_port, host, port] = fields.as_slice() else {
+        return None;
+    };
+    if *name != master_name {
+        return None;
+    }
+    let port: u16 = port.parse().ok()?;
+    Some(format!("{host}:{port}"))
+}
+
+/// Moves `conn` to each master announced on `announced`: asks the Sentinels at
+/// once ([`SentinelConn::reresolve`]), and again, for up to [`FOLLOW_LIMIT`], while
+/// those it asks still name another master (Sentinels learn of a switch one after
+/// another). A newer announcement replaces the one being followed.
+async fn follow(conn: Weak<SentinelConn>, mut announced: watch::Receiver<Option<String>>) {
+    'announcement: loop {
+        if announced.changed().await.is_err() {
+            return;
+        }
+        let mut target = announced.borrow_and_update().clone();
+        let mut deadline = Instant::now() + FOLLOW_LIMIT;
+        let mut delay = FOLLOW_FIRST_DELAY;
+        loop {
+            let Some(addr) = target.as_deref() else {
+                continue 'announcement;
+            };
+            let Some(conn) = conn.upgrade() else {
+                return;
+            };
+            let current = conn.current();
+            if current.addr == addr {
+                continue 'announcement;
+            }
+            conn.reresolve(current.generation).await;
+            if conn.current().addr == addr {
+                continue 'announcement;
+            }
+            drop(conn);
+            if Instant::now() >= deadline {
+                tracing::debug!(
+                    announced = %addr,
+                    "distlock: the Sentinels still name another master than the one announced; \
+                     leaving it to the next failed request"
+                );
+                continue 'announcement;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(delay) => delay = (delay * 2).min(FOLLOW_MAX_DELAY),
+                changed = announced.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    target = announced.borrow_and_update().clone();
+                    deadline = Instant::now() + FOLLOW_LIMIT;
+                    delay = FOLLOW_FIRST_DELAY;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(payload: &str) -> Vec<Value> {
+        vec![
+            Value::BulkString(SWITCH_MASTER.as_bytes().to_vec()),
+            Value::BulkString(payload.as_bytes().to_vec()),
+        ]
+    }
+
+    #[test]
+    fn a_switch_of_our_master_names_the_new_address() {
+        let data = message("locks 127.0.0.1 6380 127.0.0.1 6381");
+        assert_eq!(
+            switched_to(&data, "locks").as_deref(),
+            Some("127.0.0.1:6381")
+        );
+    }
+
+    #[test]
+    fn other_masters_and_malformed_messages_are_ignored() {
+        let other = message("orders 127.0.0.1 6380 127.0.0.1 6381");
+        assert_eq!(switched_to(&other, "locks"), None);
+        let prefix = message("lock 127.0.0.1 6380 127.0.0.1 6381");
+        assert_eq!(switched_to(&prefix, "locks"), None);
+        let short = message("locks 127.0.0.1 6380 127.0.0.1");
+        assert_eq!(switched_to(&short, "locks"), None);
+        let bad_port = message("locks 127.0.0.1 6380 127.0.0.1 http");
+        assert_eq!(switched_to(&bad_port, "locks"), None);
+        let mut elsewhere = message("locks 127.0.0.1 6380 127.0.0.1 6381");
+        elsewhere[0] = Value::BulkString(b"+sdown".to_vec());
+        assert_eq!(switched_to(&elsewhere, "locks"), None);
+    }
 }
