@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use distlock::LockClient;
-use distlock_testkit::SentinelGroup;
+use distlock_testkit::{RedisServer, SentinelGroup};
 use tokio::time::Instant;
 
 fn group() -> SentinelGroup {
@@ -20,6 +20,85 @@ async fn client(group: &SentinelGroup, lease: Duration) -> LockClient {
         .connect()
         .await
         .expect("connect through the Sentinels")
+}
+
+/// The value of `key` in a line of `CLIENT LIST`.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split(' ')
+        .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// The connections of clients on `node` (`CLIENT LIST`), less the Sentinels'
+/// (named `sentinel-*`), the replication links and the one asking.
+fn client_connections(node: &RedisServer) -> Vec<String> {
+    node.cmd(&["CLIENT", "LIST"])
+        .map(|list| {
+            list.lines()
+                .filter(|line| field(line, "name") == Some("") && field(line, "flags") == Some("N"))
+                .filter(|line| field(line, "cmd") != Some("client|list"))
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the lock client's connections are on `node`: its subscriber
+/// connection (the only one that speaks RESP3 to a data node) and a command
+/// connection (RESP2).
+fn has_the_client(node: &RedisServer) -> bool {
+    let connections = client_connections(node);
+    let speaks = |resp| {
+        connections
+            .iter()
+            .any(|line| field(line, "resp") == Some(resp))
+    };
+    speaks("3") && speaks("2")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_announced_failover_moves_an_idle_client_to_the_new_master() {
+    let group = group();
+    let locks = client(&group, Duration::from_secs(8)).await;
+    let old = group.current_master_index().expect("a master");
+    let old_port = group.data_nodes()[old].port();
+    assert!(
+        has_the_client(&group.data_nodes()[old]),
+        "the client is on the master: {:?}",
+        client_connections(&group.data_nodes()[old])
+    );
+
+    group.failover().expect("SENTINEL FAILOVER");
+    let new_port = group
+        .wait_for_master_change(old_port, Duration::from_secs(20))
+        .expect("a new master");
+    let new = group
+        .data_nodes()
+        .iter()
+        .position(|node| node.port() == new_port)
+        .expect("the new master is one of ours");
+
+    // No lock operation goes through the client: only the Sentinels'
+    // `+switch-master` can tell it. The old master keeps answering as a master
+    // for several seconds more (the Sentinels demote it about 8 s after the
+    // switch), so no request of the client would fail before then either.
+    let moved = common::eventually(Duration::from_secs(5), || {
+        has_the_client(&group.data_nodes()[new])
+    })
+    .await;
+    assert!(
+        moved,
+        "the client did not move to the new master within 5 s of the switch; on it: {:?}",
+        client_connections(&group.data_nodes()[new])
+    );
+
+    // And it works there.
+    let guard = locks
+        .lock("after")
+        .wait(Duration::from_secs(5))
+        .await
+        .expect("lock on the new master");
+    assert_eq!(common::redis_count(&group.data_nodes()[new], "after"), 1);
+    guard.unlock().await.expect("unlock");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
