@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use distlock::__private::faults::{self, Fault};
 use distlock::{LockClient, LockError};
-use distlock_testkit::{monotonic_ns, Direction, FaultProxy, History, RedisServer, Report};
-use support::Workload;
+use distlock_testkit::{monotonic_ns, History, RedisServer, Report};
+use support::{fenced, Workload};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -38,15 +38,6 @@ impl Drop for Seeded {
     fn drop(&mut self) {
         faults::clear();
     }
-}
-
-async fn fenced(url: &str) -> LockClient {
-    LockClient::builder()
-        .url(url)
-        .fencing(true)
-        .connect()
-        .await
-        .expect("connect")
 }
 
 /// A holds `name` with a 200 ms fixed lease and overstays it; B takes the lock when
@@ -150,10 +141,7 @@ async fn dropped_guard(server: &RedisServer) -> bool {
         Err(LockError::Timeout { .. }) => false,
         Err(err) => panic!("{err}"),
     };
-    let no_key = server
-        .cmd(&["EXISTS", "distlock:{dropped}"])
-        .expect("EXISTS")
-        == "0";
+    let no_key = !support::exists(server, "distlock:{dropped}");
     free && no_key
 }
 
@@ -242,7 +230,7 @@ async fn an_unvalidated_lease_is_caught_by_the_bad_input_check() {
 /// reply arrives after the lease ended. Returns the history (empty when no body ran)
 /// and whether the lock was left free.
 async fn late_reply(server: &RedisServer) -> (Report, bool) {
-    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let proxy = support::proxy(server);
     let locks = LockClient::builder()
         .url(proxy.url())
         .fencing(true)
@@ -252,29 +240,19 @@ async fn late_reply(server: &RedisServer) -> (Report, bool) {
         .expect("connect");
     let workload = Workload::connect(&server.url(), "late").await;
     let history = History::new();
-    let lease = Duration::from_millis(100);
-    proxy.delay(
-        Direction::ToClient,
-        Duration::from_millis(300),
-        Duration::ZERO,
-    );
-    let sent = monotonic_ns();
-    // Bounded: without the fault, the acquire is dropped here if it has not ended
-    // (see `reliability_proxy.rs`), which must leave nothing behind either.
-    let attempt = tokio::time::timeout(
-        Duration::from_secs(3),
-        locks.lock("late").lease(lease).wait(Duration::from_secs(1)),
-    )
-    .await;
+    // Bounded: without the fault, the acquire is dropped if it has not ended (see
+    // `reliability_proxy.rs`), which must leave nothing behind either.
+    let (sent, attempt) = support::late_acquire(&proxy, &locks, Duration::ZERO).await;
     if let Ok(Ok(guard)) = attempt {
         let acquired = monotonic_ns();
+        let lease = Some(support::LATE_LEASE);
         let (section, _, _) =
-            support::body(guard, "late", 0, sent, acquired, Some(lease), &workload).await;
+            support::body(guard, "late", 0, sent, acquired, lease, &workload).await;
         history.record(section);
     }
     proxy.heal();
     let free = support::eventually(Duration::from_secs(3), || {
-        server.cmd(&["EXISTS", "distlock:{late}"]).expect("EXISTS") == "0"
+        !support::exists(server, "distlock:{late}")
     })
     .await;
     (history.check(), free)

@@ -47,13 +47,9 @@ fn the_slot_function_matches_redis_examples() {
     assert_eq!(slot(b"foo{{bar}}zap"), crc16(b"{bar") % 16384);
 }
 
+/// A fenced client of `server`.
 async fn client(server: &RedisServer) -> LockClient {
-    LockClient::builder()
-        .url(server.url())
-        .fencing(true)
-        .connect()
-        .await
-        .expect("connect")
+    support::fenced(&server.url()).await
 }
 
 /// `DUMP` of every key on the server, by name (binary-safe).
@@ -75,12 +71,9 @@ async fn dump_all(conn: &mut redis::aio::MultiplexedConnection) -> HashMap<Vec<u
     dumps
 }
 
+/// A plain connection to `server`.
 async fn conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(server.url())
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect")
+    support::conn(&server.url()).await
 }
 
 /// Runs `attempt`, which must fail with an error `expected` accepts within 2 s

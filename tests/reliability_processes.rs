@@ -10,7 +10,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{LockClient, LockError};
+use distlock::LockError;
 use distlock_testkit::{monotonic_ns, History, Section};
 use support::{Plan, Workload};
 
@@ -38,12 +38,7 @@ async fn child_role() {
 
 /// `TASKS` tasks, each running `SECTIONS_PER_TASK` sections; prints every section.
 async fn contender(url: &str, name: &str, label: &str) {
-    let locks = LockClient::builder()
-        .url(url)
-        .fencing(true)
-        .connect()
-        .await
-        .expect("connect");
+    let locks = support::fenced(url).await;
     let workload = Workload::connect(url, name).await;
     let history = Arc::new(History::new());
     let mut tasks = Vec::new();
@@ -84,13 +79,7 @@ async fn holder(url: &str, name: &str, label: &str) {
         .expect("lease")
         .parse()
         .expect("a number");
-    let locks = LockClient::builder()
-        .url(url)
-        .fencing(true)
-        .default_lease(Duration::from_millis(lease_ms))
-        .connect()
-        .await
-        .expect("connect");
+    let locks = support::fenced_with_lease(url, Duration::from_millis(lease_ms)).await;
     let workload = Workload::connect(url, name).await;
     let guard = locks.lock(name).await.expect("lock");
     let acquired = monotonic_ns();
@@ -238,15 +227,6 @@ fn start_holder(
     )
 }
 
-async fn fenced_client(server: &distlock_testkit::RedisServer) -> LockClient {
-    LockClient::builder()
-        .url(server.url())
-        .fencing(true)
-        .connect()
-        .await
-        .expect("connect")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_is_succeeded_after_its_lease_and_not_before() {
     let lease = Duration::from_millis(1500);
@@ -263,7 +243,7 @@ async fn a_killed_holder_is_succeeded_after_its_lease_and_not_before() {
         .parse::<u64>()
         .expect("a lease");
 
-    let locks = fenced_client(&server).await;
+    let locks = support::fenced(&server.url()).await;
     let workload = Workload::connect(&server.url(), name).await;
     let sent = monotonic_ns();
     let guard = locks
@@ -323,7 +303,7 @@ async fn frozen_holder() -> Frozen {
     child.stop().expect("SIGSTOP");
     let stopped = monotonic_ns();
 
-    let locks = fenced_client(&server).await;
+    let locks = support::fenced(&server.url()).await;
     let workload = Workload::connect(&server.url(), name).await;
     let guard = locks
         .lock(name)
@@ -463,13 +443,7 @@ fn starved_runtime() -> Starved {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let locks = LockClient::builder()
-            .url(&url)
-            .fencing(true)
-            .default_lease(lease)
-            .connect()
-            .await
-            .expect("connect");
+        let locks = support::fenced_with_lease(&url, lease).await;
         let guard = locks.lock("starved").await.expect("lock");
         let acquired = monotonic_ns();
         let token = guard.fencing_token().expect("token");
@@ -477,12 +451,7 @@ fn starved_runtime() -> Starved {
         let thief = other_runtime.spawn({
             let url = url.clone();
             async move {
-                let locks = LockClient::builder()
-                    .url(url)
-                    .fencing(true)
-                    .connect()
-                    .await
-                    .expect("connect");
+                let locks = support::fenced(&url).await;
                 let guard = locks
                     .lock("starved")
                     .wait(Duration::from_secs(5))

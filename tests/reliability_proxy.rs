@@ -5,74 +5,41 @@
 #[path = "reliability_support/mod.rs"]
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockClient, LockError};
-use distlock_testkit::{monotonic_ns, Direction, FaultProxy, History, RedisServer, Section};
-use support::Workload;
+use distlock_testkit::{monotonic_ns, Direction, FaultProxy, History, Section};
+use support::{Resetter, Workload};
 
+/// A client through `proxy`, fenced, with a watchdog lease of `lease`.
 async fn through(proxy: &FaultProxy, lease: Duration) -> LockClient {
-    LockClient::builder()
-        .url(proxy.url())
-        .fencing(true)
-        .default_lease(lease)
-        .connect()
-        .await
-        .expect("connect through the proxy")
-}
-
-async fn direct(server: &RedisServer) -> LockClient {
-    LockClient::builder()
-        .url(server.url())
-        .fencing(true)
-        .connect()
-        .await
-        .expect("connect")
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.cmd(&["EXISTS", key]).expect("EXISTS") == "1"
+    support::fenced_with_lease(&proxy.url(), lease).await
 }
 
 /// Every acquire reply arrives 300 ms late; the fixed lease is 100 ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_later_than_the_lease_never_runs_the_body_and_leaves_no_hold() {
     let server = support::server();
-    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let proxy = support::proxy(&server);
     let locks = through(&proxy, Duration::from_secs(30)).await;
-    proxy.delay(
-        Direction::ToClient,
-        Duration::from_millis(300),
-        Duration::from_millis(20),
-    );
-    let ran = AtomicBool::new(false);
-    let attempt = tokio::time::timeout(
-        Duration::from_secs(3),
-        locks
-            .lock("late")
-            .lease(Duration::from_millis(100))
-            .wait(Duration::from_secs(1)),
-    )
-    .await;
-    if let Ok(Ok(guard)) = attempt {
-        ran.store(true, Ordering::SeqCst);
-        drop(guard);
-    }
+    let (_, attempt) = support::late_acquire(&proxy, &locks, Duration::from_millis(20)).await;
+    let ran = matches!(attempt, Ok(Ok(_)));
+    drop(attempt);
     proxy.heal();
     let clean = support::eventually(Duration::from_secs(3), || {
-        !exists(&server, "distlock:{late}")
+        !support::exists(&server, "distlock:{late}")
     })
     .await;
     support::summary(
         "proxy_late_acquire_reply",
         &[
-            ("body_ran", u64::from(ran.load(Ordering::SeqCst))),
+            ("body_ran", u64::from(ran)),
             ("leaked_keys", u64::from(!clean)),
         ],
     );
-    assert!(!ran.load(Ordering::SeqCst), "the body ran on a late grant");
+    assert!(!ran, "the body ran on a late grant");
     assert!(clean, "a hold was left behind");
 }
 
@@ -82,23 +49,10 @@ async fn a_reply_later_than_the_lease_never_runs_the_body_and_leaves_no_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_later_than_the_lease_ends_in_a_timeout_after_the_wait() {
     let server = support::server();
-    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let proxy = support::proxy(&server);
     let locks = through(&proxy, Duration::from_secs(30)).await;
-    proxy.delay(
-        Direction::ToClient,
-        Duration::from_millis(300),
-        Duration::ZERO,
-    );
-    let wait = Duration::from_secs(1);
-    let result = tokio::time::timeout(
-        wait + Duration::from_secs(2),
-        locks
-            .lock("late")
-            .lease(Duration::from_millis(100))
-            .wait(wait),
-    )
-    .await
-    .expect("the acquire ended within its wait + 2 s");
+    let (_, attempt) = support::late_acquire(&proxy, &locks, Duration::ZERO).await;
+    let result = attempt.expect("the acquire ended within its wait + 2 s");
     assert!(
         matches!(result, Err(LockError::Timeout { .. })),
         "{result:?}"
@@ -111,9 +65,9 @@ async fn a_reply_later_than_the_lease_ends_in_a_timeout_after_the_wait() {
 async fn a_blackholed_renewal_path_loses_the_guard_by_its_deadline() {
     let lease = Duration::from_millis(600);
     let server = support::server();
-    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let proxy = support::proxy(&server);
     let holder = through(&proxy, lease).await;
-    let other = direct(&server).await;
+    let other = support::fenced(&server.url()).await;
     let history = History::new();
 
     let guard = holder.lock("cut").await.expect("lock");
@@ -164,7 +118,7 @@ async fn a_blackholed_renewal_path_loses_the_guard_by_its_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_reply_is_not_counted_twice() {
     let server = support::server();
-    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let proxy = support::proxy(&server);
     let locks = LockClient::builder()
         .url(proxy.url())
         .response_timeout(Duration::from_millis(300))
@@ -209,7 +163,7 @@ async fn a_lost_reply_is_not_counted_twice() {
         ],
     );
     assert!(settled, "hold count {after} after the heal, expected 1");
-    assert!(!exists(&server, "distlock:{twice}"), "left held");
+    assert!(!support::exists(&server, "distlock:{twice}"), "left held");
 }
 
 /// Eight tasks lock and unlock through a proxy that resets every connection every
@@ -219,24 +173,13 @@ async fn a_lost_reply_is_not_counted_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_resets_give_typed_errors_never_a_silent_success() {
     let server = support::server();
-    let proxy = Arc::new(FaultProxy::start(server.addr()).expect("proxy"));
+    let proxy = Arc::new(support::proxy(&server));
     let locks = through(&proxy, Duration::from_secs(2)).await;
     let workload = Workload::connect(&server.url(), "reset").await;
     let history = Arc::new(History::new());
-    let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
 
-    let resetter = std::thread::spawn({
-        let (proxy, stop) = (proxy.clone(), stop.clone());
-        move || {
-            let mut resets = 0;
-            while !stop.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(100));
-                resets += proxy.reset_all();
-            }
-            resets
-        }
-    });
+    let resetter = Resetter::start(proxy.clone(), Duration::from_millis(100));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     let mut tasks = Vec::new();
     for t in 0..8 {
@@ -291,8 +234,7 @@ async fn connection_resets_give_typed_errors_never_a_silent_success() {
     for task in tasks {
         lost += task.await.expect("task");
     }
-    stop.store(true, Ordering::SeqCst);
-    let resets = resetter.join().expect("resetter");
+    let resets = resetter.stop();
     let report = history.check();
     let counter = workload.counter().await;
     // Whatever was left held is given back or expires within the 2 s lease.
@@ -331,7 +273,7 @@ async fn jittery_links_keep_sections_apart() {
     let mut proxies = Vec::new();
     let mut tasks = Vec::new();
     for c in 0..2 {
-        let proxy = FaultProxy::start(server.addr()).expect("proxy");
+        let proxy = support::proxy(&server);
         for direction in [Direction::ToServer, Direction::ToClient] {
             proxy.delay(
                 direction,
@@ -392,7 +334,7 @@ async fn jittery_links_keep_sections_apart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_accepting_no_connection_fails_connect_in_bounded_time() {
     let server = support::server();
-    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let proxy = support::proxy(&server);
     let connected = through(&proxy, Duration::from_secs(5)).await;
     proxy.pause_accepting();
     let start = tokio::time::Instant::now();
@@ -425,27 +367,15 @@ async fn resets_mid_pipeline_never_leave_a_guard_believing_in_a_lost_lock() {
     const LOCKS: usize = 300;
     let lease = Duration::from_millis(900);
     let server = support::server();
-    let proxy = Arc::new(FaultProxy::start(server.addr()).expect("proxy"));
+    let proxy = Arc::new(support::proxy(&server));
     let locks = through(&proxy, lease).await;
     let mut guards = Vec::new();
     for n in 0..LOCKS {
         guards.push(locks.lock(format!("batch:{n}")).await.expect("lock"));
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let resetter = std::thread::spawn({
-        let (proxy, stop) = (proxy.clone(), stop.clone());
-        move || {
-            let mut resets = 0;
-            while !stop.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(150));
-                resets += proxy.reset_all();
-            }
-            resets
-        }
-    });
+    let resetter = Resetter::start(proxy.clone(), Duration::from_millis(150));
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::SeqCst);
-    let resets = resetter.join().expect("resetter");
+    let resets = resetter.stop();
     // One renewal period on a healthy link, so that every verdict is current.
     tokio::time::sleep(lease / 3 + Duration::from_millis(200)).await;
     let mut believed_but_gone = Vec::new();
@@ -453,7 +383,7 @@ async fn resets_mid_pipeline_never_leave_a_guard_believing_in_a_lost_lock() {
     for (n, guard) in guards.iter().enumerate() {
         if guard.is_lost() {
             lost += 1;
-        } else if !exists(&server, &format!("distlock:{{batch:{n}}}")) {
+        } else if !support::exists(&server, &format!("distlock:{{batch:{n}}}")) {
             believed_but_gone.push(n);
         }
     }
@@ -495,7 +425,7 @@ async fn resets_mid_pipeline_never_leave_a_guard_believing_in_a_lost_lock() {
 async fn two_resets_in_a_row_lose_no_lease() {
     let lease = Duration::from_millis(900);
     let server = support::server();
-    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let proxy = support::proxy(&server);
     let locks = through(&proxy, lease).await;
     let mut guards = Vec::new();
     for n in 0..300 {

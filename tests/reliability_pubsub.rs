@@ -10,13 +10,9 @@ use std::time::Duration;
 use distlock::LockClient;
 use distlock_testkit::{monotonic_ns, History, RedisServer, Section};
 
+/// A fenced client of `server`.
 async fn client(server: &RedisServer) -> LockClient {
-    LockClient::builder()
-        .url(server.url())
-        .fencing(true)
-        .connect()
-        .await
-        .expect("connect")
+    support::fenced(&server.url()).await
 }
 
 /// `calls` of `command` in `INFO commandstats`.
@@ -42,20 +38,14 @@ async fn a_forged_release_message_is_a_spurious_wake_up_never_a_second_holder() 
     let waiting = tokio::spawn({
         let history = history.clone();
         async move {
-            let guard = waiter
-                .lock("forged")
-                .wait(Duration::from_secs(10))
-                .await
-                .expect("the waiter gets the lock once it is released");
-            let acquired = monotonic_ns();
-            history.record(Section {
-                owner: "waiter".into(),
-                token: guard.fencing_token(),
-                acquired_ns: acquired,
-                released_ns: monotonic_ns(),
-                deadline_ns: None,
-            });
-            guard.unlock().await.expect("unlock");
+            support::wait_then_release(
+                &waiter,
+                "forged",
+                Duration::from_secs(10),
+                &history,
+                "the waiter gets the lock once it is released",
+            )
+            .await
         }
     });
     assert!(

@@ -50,14 +50,6 @@ fn renew_script() -> redis::Script {
     redis::Script::new(include_str!("../lua/renew.lua"))
 }
 
-async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect")
-}
-
 async fn dump(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<Vec<u8>> {
     redis::cmd("DUMP")
         .arg(key)
@@ -91,7 +83,7 @@ fn a_million_owner_uuids_are_v4_and_unique() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owner_ids_seen_in_redis_are_unguessable_and_distinct() {
     let server = support::server();
-    let mut redis = conn(&server.url()).await;
+    let mut redis = support::conn(&server.url()).await;
     let mut owners = HashSet::new();
     let mut client_ids = HashSet::new();
     for c in 0..20 {
@@ -133,13 +125,8 @@ async fn owner_ids_seen_in_redis_are_unguessable_and_distinct() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_owner_can_neither_release_nor_renew() {
     let server = support::server();
-    let locks = LockClient::builder()
-        .url(server.url())
-        .fencing(true)
-        .connect()
-        .await
-        .expect("connect");
-    let mut redis = conn(&server.url()).await;
+    let locks = support::fenced(&server.url()).await;
+    let mut redis = support::conn(&server.url()).await;
     let key = "distlock:{guarded}";
     let guard = locks.lock("guarded").await.expect("lock");
     let before = dump(&mut redis, key).await;
@@ -258,18 +245,28 @@ async fn a_password_protected_server_needs_the_password() {
     );
 }
 
-fn set_user(server: &RedisServer, user: &str, password: &str, rules: &[&str]) {
-    let pass = format!(">{password}");
-    let mut args = vec!["ACL", "SETUSER", user, "reset", "on", pass.as_str()];
+/// Creates the ACL user `user`, password `pw`, with `rules`; returns a URL that logs
+/// in as it.
+fn set_user(server: &RedisServer, user: &str, rules: &[&str]) -> String {
+    let mut args = vec!["ACL", "SETUSER", user, "reset", "on", ">pw"];
     args.extend_from_slice(rules);
     server.cmd(&args).expect("ACL SETUSER");
+    format!("redis://{user}:pw@127.0.0.1:{}/", server.port())
+}
+
+/// [`LOCK_USER_ACL`] less the rules `left_out` picks.
+fn acl_without(left_out: impl Fn(&str) -> bool) -> Vec<&'static str> {
+    LOCK_USER_ACL
+        .iter()
+        .copied()
+        .filter(|rule| !left_out(rule))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_minimal_acl_is_enough_for_every_operation() {
     let server = support::server();
-    set_user(&server, "locker", "pw", LOCK_USER_ACL);
-    let url = format!("redis://locker:pw@127.0.0.1:{}/", server.port());
+    let url = set_user(&server, "locker", LOCK_USER_ACL);
     let result = exercise(&url).await;
     let log = server.cmd(&["ACL", "LOG"]).unwrap_or_default();
     support::summary(
@@ -284,19 +281,14 @@ async fn the_minimal_acl_is_enough_for_every_operation() {
 /// the error and the DUMP of the lock before and after.
 async fn release_without_channel_permission() -> (LockError, Option<Vec<u8>>, Option<Vec<u8>>) {
     let server = support::server();
-    let rules: Vec<&str> = LOCK_USER_ACL
-        .iter()
-        .copied()
-        .filter(|rule| *rule != "&distlock:*")
-        .collect();
-    set_user(&server, "nochannel", "pw", &rules);
-    let url = format!("redis://nochannel:pw@127.0.0.1:{}/", server.port());
+    let rules = acl_without(|rule| rule == "&distlock:*");
+    let url = set_user(&server, "nochannel", &rules);
     let locks = LockClient::builder()
         .url(url)
         .connect()
         .await
         .expect("connect");
-    let mut redis = conn(&server.url()).await;
+    let mut redis = support::conn(&server.url()).await;
     let guard = locks.lock("nopub").await.expect("lock");
     let before = dump(&mut redis, "distlock:{nopub}").await;
     let err = guard
@@ -334,13 +326,8 @@ async fn a_release_without_channel_permission_is_permission_denied() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_script_permission_gets_permission_denied() {
     let server = support::server();
-    let rules: Vec<&str> = LOCK_USER_ACL
-        .iter()
-        .copied()
-        .filter(|rule| !matches!(*rule, "+evalsha" | "+script|load"))
-        .collect();
-    set_user(&server, "noscript", "pw", &rules);
-    let url = format!("redis://noscript:pw@127.0.0.1:{}/", server.port());
+    let rules = acl_without(|rule| matches!(rule, "+evalsha" | "+script|load"));
+    let url = set_user(&server, "noscript", &rules);
     let err = LockClient::builder()
         .url(url)
         .connect()

@@ -12,14 +12,17 @@ use distlock::{LockClient, LockError};
 use distlock_testkit::{monotonic_ns, History, RedisServer, Section};
 use tokio::time::Instant;
 
+/// A fenced client of `server` with a watchdog lease of `lease`.
 async fn client(server: &RedisServer, lease: Duration) -> LockClient {
-    LockClient::builder()
-        .url(server.url())
-        .fencing(true)
-        .default_lease(lease)
-        .connect()
-        .await
-        .expect("connect")
+    support::fenced_with_lease(&server.url(), lease).await
+}
+
+/// A server started with `--maxmemory-policy policy`.
+fn with_maxmemory_policy(policy: &str) -> RedisServer {
+    RedisServer::builder()
+        .args(["--maxmemory-policy", policy])
+        .start()
+        .expect("start redis-server")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,23 +39,14 @@ async fn a_frozen_server_loses_the_holder_its_lock_and_a_waiter_gets_it_after() 
     let waiting = tokio::spawn({
         let history = history.clone();
         async move {
-            let guard = waiter
-                .lock("frozen-server")
-                .wait(Duration::from_secs(15))
-                .await
-                .expect("the waiter gets the lock after the freeze");
-            let acquired = monotonic_ns();
-            let token = guard.fencing_token();
-            let released = monotonic_ns();
-            guard.unlock().await.expect("unlock");
-            history.record(Section {
-                owner: "waiter".into(),
-                token,
-                acquired_ns: acquired,
-                released_ns: released,
-                deadline_ns: None,
-            });
-            acquired
+            support::wait_then_release(
+                &waiter,
+                "frozen-server",
+                Duration::from_secs(15),
+                &history,
+                "the waiter gets the lock after the freeze",
+            )
+            .await
         }
     });
     tokio::time::sleep(lease / 2).await;
@@ -202,10 +196,7 @@ async fn writes_paused_longer_than_the_wait_give_an_error_and_leave_nothing_held
     // After the pause the blocked request runs; the hold it takes must be given back.
     tokio::time::sleep(pause.saturating_sub(paused.elapsed())).await;
     let nothing_held = support::eventually(Duration::from_secs(3), || {
-        server
-            .cmd(&["EXISTS", "distlock:{paused}"])
-            .expect("EXISTS")
-            == "0"
+        !support::exists(&server, "distlock:{paused}")
     })
     .await;
     let kind = match &result {
@@ -269,10 +260,7 @@ fn fill_past_maxmemory(server: &RedisServer) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_memory_refuses_acquires_but_renews_and_releases() {
     let lease = Duration::from_millis(600);
-    let server = RedisServer::builder()
-        .args(["--maxmemory-policy", "noeviction"])
-        .start()
-        .expect("start redis-server");
+    let server = with_maxmemory_policy("noeviction");
     let locks = client(&server, lease).await;
     let held = locks.lock("held").await.expect("lock before OOM");
     fill_past_maxmemory(&server);
@@ -301,9 +289,9 @@ async fn out_of_memory_refuses_acquires_but_renews_and_releases() {
     assert_eq!(before, after, "a partial write under OOM");
     assert!(still_held, "renewals failed under OOM");
     released.expect("release under OOM");
-    assert_eq!(
-        server.cmd(&["EXISTS", "distlock:{held}"]).expect("EXISTS"),
-        "0"
+    assert!(
+        !support::exists(&server, "distlock:{held}"),
+        "held after the release"
     );
 }
 
@@ -356,10 +344,7 @@ impl Captured {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_server_is_warned_about_and_an_evicted_lock_is_reported_lost() {
     let lease = Duration::from_millis(600);
-    let server = RedisServer::builder()
-        .args(["--maxmemory-policy", "volatile-lru"])
-        .start()
-        .expect("start redis-server");
+    let server = with_maxmemory_policy("volatile-lru");
     let captured = capture_warnings();
     let locks = client(&server, lease).await;
     let warned = captured.text();
@@ -383,10 +368,7 @@ async fn an_evicting_server_is_warned_about_and_an_evicted_lock_is_reported_lost
         ],
     );
     assert!(
-        server
-            .cmd(&["EXISTS", "distlock:{evicted}"])
-            .expect("EXISTS")
-            == "0",
+        !support::exists(&server, "distlock:{evicted}"),
         "the lock was not evicted"
     );
     assert!(lost.is_ok(), "an evicted lock was not reported lost");

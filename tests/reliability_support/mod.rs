@@ -1,15 +1,22 @@
 //! Shared machinery of the reliability suite (`tests/reliability_*.rs`): the
 //! workload each critical section runs, the participants that record their
-//! sections, child processes, and the summary lines `cargo xtask reliability` reads.
+//! sections, child processes, the summary lines `cargo xtask reliability` reads,
+//! and the clients, servers and proxies the scenarios start from.
+//!
+//! Each test binary includes this module and uses only part of it, hence the
+//! `dead_code` allowance below.
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockClient, LockError, LockGuard};
-use distlock_testkit::{monotonic_ns, ChildProcess, History, RedisServer, Report, Section};
+use distlock_testkit::{
+    monotonic_ns, ChildProcess, Direction, FaultProxy, History, RedisServer, Report, Section,
+};
 
 /// The fenced store: a Redis hash that accepts a write only with a fencing token at
 /// least as high as the highest it has seen.
@@ -58,16 +65,12 @@ impl Workload {
 
     /// GET, yield, SET counter+1.
     pub async fn unfenced_increment(&self) {
-        let mut conn = self.conn.clone();
-        let value: Option<u64> = redis::cmd("GET")
-            .arg(&self.counter)
-            .query_async(&mut conn)
-            .await
-            .expect("GET counter");
+        let value = self.counter().await;
         tokio::task::yield_now().await;
+        let mut conn = self.conn.clone();
         let () = redis::cmd("SET")
             .arg(&self.counter)
-            .arg(value.unwrap_or(0) + 1)
+            .arg(value + 1)
             .query_async(&mut conn)
             .await
             .expect("SET counter");
@@ -168,6 +171,31 @@ pub async fn participate(
         history.record(section);
     }
     outcome
+}
+
+/// A waiter: takes `name` with `locks`, waiting up to `wait` (panics with `what` if it
+/// cannot), gives it back at once and records that section as `waiter` in `history`.
+/// Returns the monotonic time it acquired.
+pub async fn wait_then_release(
+    locks: &LockClient,
+    name: &str,
+    wait: Duration,
+    history: &History,
+    what: &str,
+) -> u64 {
+    let guard = locks.lock(name).wait(wait).await.expect(what);
+    let acquired = monotonic_ns();
+    let token = guard.fencing_token();
+    let released = monotonic_ns();
+    guard.unlock().await.expect("unlock");
+    history.record(Section {
+        owner: "waiter".into(),
+        token,
+        acquired_ns: acquired,
+        released_ns: released,
+        deadline_ns: None,
+    });
+    acquired
 }
 
 /// The critical section itself; returns the section, whether the lock was reported
@@ -317,4 +345,109 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
 /// A server for one test.
 pub fn server() -> RedisServer {
     RedisServer::start().expect("start redis-server")
+}
+
+/// Whether `key` exists on `server`.
+pub fn exists(server: &RedisServer, key: &str) -> bool {
+    server.cmd(&["EXISTS", key]).expect("EXISTS") == "1"
+}
+
+/// A client of `url` that issues fencing tokens, with the default watchdog lease.
+pub async fn fenced(url: &str) -> LockClient {
+    LockClient::builder()
+        .url(url)
+        .fencing(true)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// A client of `url` that issues fencing tokens, with a watchdog lease of `lease`.
+pub async fn fenced_with_lease(url: &str, lease: Duration) -> LockClient {
+    LockClient::builder()
+        .url(url)
+        .fencing(true)
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// A plain redis-rs connection to `url`, to look at or tamper with the keys.
+pub async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// A fault proxy in front of `server`.
+pub fn proxy(server: &RedisServer) -> FaultProxy {
+    FaultProxy::start(server.addr()).expect("proxy")
+}
+
+/// A thread that resets every connection through a proxy every `period`, until
+/// [`Resetter::stop`].
+pub struct Resetter {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<usize>,
+}
+
+impl Resetter {
+    /// Starts resetting the connections of `proxy`, the first time after `period`.
+    pub fn start(proxy: Arc<FaultProxy>, period: Duration) -> Resetter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let mut resets = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(period);
+                    resets += proxy.reset_all();
+                }
+                resets
+            }
+        });
+        Resetter { stop, thread }
+    }
+
+    /// Stops the thread once its current period ends; how many connections it reset.
+    pub fn stop(self) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().expect("resetter")
+    }
+}
+
+/// How late every reply reaches the client in [`late_acquire`].
+pub const LATE_REPLY: Duration = Duration::from_millis(300);
+
+/// The fixed lease [`late_acquire`] asks for: shorter than [`LATE_REPLY`], so every
+/// grant reaches the client after its lease ended.
+pub const LATE_LEASE: Duration = Duration::from_millis(100);
+
+/// The late-reply scenario: `proxy` delays every reply to the client by
+/// [`LATE_REPLY`] (plus up to `jitter`), then `locks`, connected through it, asks for
+/// `late` with a fixed lease of [`LATE_LEASE`] and a wait of 1 s, given up after 3 s
+/// (the wait + 2 s). Returns the monotonic time the request was sent and its outcome,
+/// `Err` when given up. The proxy is left delaying.
+pub async fn late_acquire(
+    proxy: &FaultProxy,
+    locks: &LockClient,
+    jitter: Duration,
+) -> (
+    u64,
+    Result<Result<LockGuard, LockError>, tokio::time::error::Elapsed>,
+) {
+    proxy.delay(Direction::ToClient, LATE_REPLY, jitter);
+    let sent = monotonic_ns();
+    let attempt = tokio::time::timeout(
+        Duration::from_secs(3),
+        locks
+            .lock("late")
+            .lease(LATE_LEASE)
+            .wait(Duration::from_secs(1)),
+    )
+    .await;
+    (sent, attempt)
 }
