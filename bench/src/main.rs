@@ -80,6 +80,7 @@ impl Settings {
                 critical: Duration::from_millis(1),
                 think: Duration::from_millis(1),
                 duration: Duration::from_secs(4),
+                warmup: Duration::from_millis(300),
             },
             wakeup_rounds: 200,
             leases: LeaseSettings {
@@ -183,7 +184,8 @@ fn main() -> ExitCode {
                 let c = scenarios::contention(&client, &server, "alone", settings).await?;
                 println!(
                     "{:.0} acq/s, hand-off p50 {:?} p99 {:?}, same task {:.1} %, overtaking {:.1} %, \
-                     wait p99 {:?} max {:?}, {:.2} requests and {:.2} acquire calls per acquisition, \
+                     wait p99 {:?} max {:?}, {:.3} requests ({:.3} with the warm-up) and {:.3} \
+                     acquire calls per acquisition, \
                      {} overlaps",
                     c.per_second,
                     c.handoff_p50,
@@ -193,6 +195,7 @@ fn main() -> ExitCode {
                     c.wait_p99,
                     c.wait_max,
                     c.requests_per_acquisition,
+                    c.requests_per_acquisition_whole,
                     c.acquire_calls_per_acquisition,
                     c.overlaps
                 );

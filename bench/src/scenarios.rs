@@ -9,7 +9,7 @@ use distlock::{current_lock, distributed_lock, LockClient, LockContext, LockErro
 use distlock_testkit::RedisServer;
 use tokio::time::Instant;
 
-use crate::server::{calls_between, client_requests_between, command_stats};
+use crate::server::{calls_between, client_requests_between, command_stats, command_stats_async};
 use crate::stats::{percentile, us};
 use crate::BoxError;
 
@@ -214,6 +214,23 @@ pub(crate) struct ContentionSettings {
     pub(crate) critical: Duration,
     pub(crate) think: Duration,
     pub(crate) duration: Duration,
+    /// The start of the run that the request counts leave out: the first contention
+    /// on a name sets up the subscription (one `SUBSCRIBE`, and one more look by each
+    /// task that began waiting before it was confirmed), once, not per acquisition.
+    pub(crate) warmup: Duration,
+}
+
+/// The server's request counts of a contention run.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RequestCounts {
+    /// Every client request of the run.
+    pub(crate) whole: u64,
+    /// Client requests after the warm-up.
+    pub(crate) steady: u64,
+    /// Acquire attempts after the warm-up.
+    pub(crate) steady_acquire_calls: u64,
+    /// When the warm-up ended.
+    pub(crate) warm: Option<Instant>,
 }
 
 /// What the contention scenario measured.
@@ -226,7 +243,11 @@ pub(crate) struct Contention {
     pub(crate) same_task_share: f64,
     pub(crate) wait_p99: Duration,
     pub(crate) wait_max: Duration,
+    /// After the warm-up (see [`ContentionSettings::warmup`]).
     pub(crate) requests_per_acquisition: f64,
+    /// Over the whole run, subscription set-up included.
+    pub(crate) requests_per_acquisition_whole: f64,
+    /// After the warm-up.
     pub(crate) acquire_calls_per_acquisition: f64,
     pub(crate) overlaps: usize,
     pub(crate) acquisitions: usize,
@@ -248,8 +269,7 @@ impl Contention {
     pub(crate) fn from_log(
         mut log: Vec<Acquisition>,
         elapsed: Duration,
-        requests: u64,
-        acquire_calls: u64,
+        counts: RequestCounts,
     ) -> Self {
         log.sort_by_key(|a| a.acquired);
         let mut handoffs = Vec::new();
@@ -282,6 +302,11 @@ impl Contention {
             })
             .count();
         let n = log.len().max(1) as f64;
+        let steady = log
+            .iter()
+            .filter(|a| counts.warm.is_none_or(|warm| a.acquired >= warm))
+            .count()
+            .max(1) as f64;
         let critical: Duration = log.iter().map(|a| a.unlocking - a.acquired).sum();
         let critical_mean = critical / u32::try_from(log.len().max(1)).unwrap_or(u32::MAX);
         Contention {
@@ -291,8 +316,9 @@ impl Contention {
             same_task_share: same as f64 / (log.len().saturating_sub(1).max(1)) as f64,
             wait_p99: percentile(&waits, 99.0),
             wait_max: crate::stats::max(&waits),
-            requests_per_acquisition: requests as f64 / n,
-            acquire_calls_per_acquisition: acquire_calls as f64 / n,
+            requests_per_acquisition: counts.steady as f64 / steady,
+            requests_per_acquisition_whole: counts.whole as f64 / n,
+            acquire_calls_per_acquisition: counts.steady_acquire_calls as f64 / steady,
             overlaps,
             acquisitions: log.len(),
             overtaking_share: overtaking as f64 / n,
@@ -386,9 +412,17 @@ where
     BoxError: From<C::Error>,
 {
     let log = Arc::new(Mutex::new(Vec::new()));
+    let mut info = redis::Client::open(server.url())?
+        .get_multiplexed_async_connection()
+        .await?;
     let before = command_stats(server)?;
     let start = Instant::now();
     let stop = start + settings.duration;
+    let warm = start + settings.warmup;
+    let snapshot = tokio::spawn(async move {
+        tokio::time::sleep_until(warm).await;
+        command_stats_async(&mut info).await
+    });
     let mut set = tokio::task::JoinSet::new();
     for task in 0..settings.tasks {
         let (contender, name, log) = (contender.clone(), name.to_owned(), log.clone());
@@ -420,10 +454,16 @@ where
     }
     let elapsed = start.elapsed();
     let after = command_stats(server)?;
+    let warm_stats = snapshot.await??;
     let log = std::mem::take(&mut *lock_log(&log));
-    let requests = client_requests_between(&before, &after);
-    let acquire_calls = C::acquire_calls(&before, &after, log.len() as u64);
-    Ok(Contention::from_log(log, elapsed, requests, acquire_calls))
+    let steady_acquisitions = log.iter().filter(|a| a.acquired >= warm).count() as u64;
+    let counts = RequestCounts {
+        whole: client_requests_between(&before, &after),
+        steady: client_requests_between(&warm_stats, &after),
+        steady_acquire_calls: C::acquire_calls(&warm_stats, &after, steady_acquisitions),
+        warm: Some(warm),
+    };
+    Ok(Contention::from_log(log, elapsed, counts))
 }
 
 pub(crate) fn lock_log<T>(log: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

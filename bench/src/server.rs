@@ -25,6 +25,22 @@ const SCRIPT_INNER: [&str; 13] = [
 /// `INFO commandstats`: command name to calls.
 pub(crate) fn command_stats(server: &RedisServer) -> Result<HashMap<String, u64>, BoxError> {
     let info = server.cmd_timeout(&["INFO", "commandstats"], Duration::from_secs(30))?;
+    Ok(parse_command_stats(&info))
+}
+
+/// [`command_stats`] over an async connection, for a snapshot in the middle of a run
+/// without blocking its tasks.
+pub(crate) async fn command_stats_async(
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> Result<HashMap<String, u64>, BoxError> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(parse_command_stats(&info))
+}
+
+fn parse_command_stats(info: &str) -> HashMap<String, u64> {
     let mut stats = HashMap::new();
     for line in info.lines() {
         let Some(rest) = line.strip_prefix("cmdstat_") else {
@@ -40,7 +56,7 @@ pub(crate) fn command_stats(server: &RedisServer) -> Result<HashMap<String, u64>
             .unwrap_or(0);
         stats.insert(name.to_owned(), calls);
     }
-    Ok(stats)
+    stats
 }
 
 /// Calls of `command` between two snapshots of [`command_stats`].
