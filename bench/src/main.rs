@@ -154,6 +154,19 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }),
+        Some("raw-pairs") => runtime().and_then(|rt| {
+            // Scenario 1's requests through plain redis-rs, to split the client's cost.
+            let url = args.get(1).ok_or("raw-pairs URL PAIRS")?;
+            let pairs: usize = args.get(2).ok_or("raw-pairs URL PAIRS")?.parse()?;
+            rt.block_on(async {
+                let (rate, cpu) = scenarios::raw_pairs(url, pairs).await?;
+                println!(
+                    "{rate:.0} pairs/s, {:.1} µs CPU per pair",
+                    cpu.as_secs_f64() * 1e6
+                );
+                Ok(())
+            })
+        }),
         Some("many-tasks") => runtime().and_then(|rt| {
             // For profilers: scenario 2 alone against a running server.
             let url = args.get(1).ok_or("many-tasks URL PAIRS_PER_TASK")?;
@@ -336,6 +349,10 @@ async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
         let (one, cpu) =
             scenarios::one_task(&client, &tag, settings.one_task_pairs, settings.limit).await?;
         results.one_task_cpu.push(cpu.as_secs_f64());
+        let (raw, raw_cpu) = scenarios::raw_pairs(&server.url(), settings.one_task_pairs).await?;
+        results.raw_pairs.push(raw);
+        results.raw_pairs_cpu.push(raw_cpu.as_secs_f64());
+        results.one_task_vs_raw.push(one / raw);
         #[cfg(feature = "rslock")]
         let mut peer_one = Vec::new();
         #[cfg(feature = "rslock")]
@@ -359,6 +376,7 @@ async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
         .await?;
         results.one_task.push(one);
         results.one_task_ratio.push(one / reference.pairs_c1());
+        results.raw_pairs_ratio.push(raw / reference.pairs_c1());
         results.many_tasks.push(many);
         results
             .many_tasks_ratio

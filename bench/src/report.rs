@@ -25,6 +25,14 @@ pub(crate) struct Results {
     pub(crate) one_task_cpu: Vec<f64>,
     /// Each run's scenario 1 over the same run's `-c 1` pair rate.
     pub(crate) one_task_ratio: Vec<f64>,
+    /// Scenario 1's two scripts through plain redis-rs (no distlock), pairs/s.
+    pub(crate) raw_pairs: Vec<f64>,
+    /// The harness process's CPU seconds per pair of the plain redis-rs run.
+    pub(crate) raw_pairs_cpu: Vec<f64>,
+    /// Each run's plain redis-rs rate over the `-c 1` pair rate.
+    pub(crate) raw_pairs_ratio: Vec<f64>,
+    /// Each run's scenario 1 over the plain redis-rs rate of the same run.
+    pub(crate) one_task_vs_raw: Vec<f64>,
     pub(crate) many_tasks: Vec<f64>,
     /// Each run's scenario 2 over the same run's pipelined pair rate.
     pub(crate) many_tasks_ratio: Vec<f64>,
@@ -226,6 +234,24 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
         ratio: ratio(one_ratio),
         target: "≥ 0.90".into(),
         met: Some(one_ratio >= 0.9),
+    });
+    rows.push(Row {
+        scenario: "1r. The same two scripts through plain redis-rs (`ConnectionManager`, \
+                   no distlock), one request in flight"
+            .into(),
+        measured: rate(median(&results.raw_pairs)),
+        reference: format!("{} pairs (`-c 1`)", rate(reference.pairs_c1())),
+        ratio: ratio(median(&results.raw_pairs_ratio)),
+        target: "—".into(),
+        met: None,
+    });
+    rows.push(Row {
+        scenario: "1d. Scenario 1 against plain redis-rs (what distlock adds)".into(),
+        measured: rate(one),
+        reference: format!("{} pairs (row 1r)", rate(median(&results.raw_pairs))),
+        ratio: ratio(median(&results.one_task_vs_raw)),
+        target: "—".into(),
+        met: None,
     });
     // 2. Many tasks.
     let many = median(&results.many_tasks);
@@ -654,12 +680,17 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
     let _ = writeln!(
         out,
         "- Scenario 1 per run: {} (ratios {}); client CPU per lock+unlock pair {} (median; \
-         redis-benchmark's per acquire + release request at `-c 1`: {:.1} µs). Scenario 2 \
-         per run: {} (ratios {}).",
+         redis-benchmark's per acquire + release request at `-c 1`: {:.1} µs). Plain redis-rs \
+         per run: {} (ratios to `-c 1` {}; scenario 1 over it {}), client CPU per pair {}. \
+         Scenario 2 per run: {} (ratios {}).",
         runs_list(&results.one_task, rate),
         runs_list(&results.one_task_ratio, |v| format!("{v:.2}")),
         runs_list(&results.one_task_cpu, |v| format!("{:.1} µs", v * 1e6)),
         r.cpu_per_pair_c1.as_secs_f64() * 1e6,
+        runs_list(&results.raw_pairs, rate),
+        runs_list(&results.raw_pairs_ratio, |v| format!("{v:.2}")),
+        runs_list(&results.one_task_vs_raw, |v| format!("{v:.2}")),
+        runs_list(&results.raw_pairs_cpu, |v| format!("{:.1} µs", v * 1e6)),
         runs_list(&results.many_tasks, rate),
         runs_list(&results.many_tasks_ratio, |v| format!("{v:.2}"))
     );

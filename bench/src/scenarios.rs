@@ -34,6 +34,42 @@ pub(crate) async fn one_task(
     Ok((done as f64 / start.elapsed().as_secs_f64(), per_pair))
 }
 
+/// Scenario 1 without distlock: the same two scripts through a plain redis-rs
+/// `ConnectionManager`, one request in flight. Pairs per second and client CPU per
+/// pair: what redis-rs and Tokio cost by themselves, for the profile of scenario 1.
+pub(crate) async fn raw_pairs(url: &str, pairs: usize) -> Result<(f64, Duration), BoxError> {
+    let mut conn = redis::Client::open(url)?.get_connection_manager().await?;
+    let acquire = redis::Script::new(crate::server::ACQUIRE_LUA);
+    let release = redis::Script::new(crate::server::RELEASE_LUA);
+    let start = Instant::now();
+    let cpu = crate::children::cpu_time(libc::RUSAGE_SELF);
+    for i in 0..pairs {
+        let key = format!("distlock:{{raw:{i}}}");
+        let _: Vec<i64> = acquire
+            .key(&key)
+            .key(format!("{key}:fence"))
+            .arg("owner")
+            .arg(30_000)
+            .arg(0)
+            .arg(i)
+            .arg(0)
+            .invoke_async(&mut conn)
+            .await?;
+        let _: Vec<i64> = release
+            .key(&key)
+            .key(format!("{key}:released"))
+            .arg("owner")
+            .arg(30_000)
+            .arg(i)
+            .arg("PUBLISH")
+            .invoke_async(&mut conn)
+            .await?;
+    }
+    let cpu = crate::children::cpu_time(libc::RUSAGE_SELF) - cpu;
+    let per_pair = cpu / u32::try_from(pairs.max(1)).unwrap_or(u32::MAX);
+    Ok((pairs as f64 / start.elapsed().as_secs_f64(), per_pair))
+}
+
 /// Lock+unlock pairs per second of `tasks` tasks, each on names of its own (scenario 2).
 pub(crate) async fn many_tasks(
     client: &LockClient,
