@@ -198,8 +198,8 @@ fn main() -> ExitCode {
                 println!(
                     "{:.0} acq/s, hand-off p50 {:?} p99 {:?}, same task {:.1} %, overtaking {:.1} %, \
                      wait p99 {:?} max {:?}, {:.3} requests ({:.3} with the warm-up) and {:.3} \
-                     acquire calls per acquisition, \
-                     {} overlaps",
+                     acquire calls per acquisition, {} overlaps; critical section {:?} on \
+                     average, starvation bound {:?}",
                     c.per_second,
                     c.handoff_p50,
                     c.handoff_p99,
@@ -210,7 +210,9 @@ fn main() -> ExitCode {
                     c.requests_per_acquisition,
                     c.requests_per_acquisition_whole,
                     c.acquire_calls_per_acquisition,
-                    c.overlaps
+                    c.overlaps,
+                    c.critical_mean,
+                    (c.critical_mean + c.handoff_p50) * settings.tasks as u32
                 );
                 Ok(())
             })
