@@ -182,28 +182,16 @@ async fn waiters_resubscribe_after_the_subscriber_connection_drops() {
             acquired
         }
     });
-    let channel = format!("{}:released", common::lock_key("reconnect"));
-    let subscribers = || {
-        server
-            .cmd(&["PUBSUB", "NUMSUB", &channel])
-            .expect("NUMSUB")
-            .lines()
-            .nth(1)
-            .map(str::to_owned)
-    };
+    let subscribers = || common::channel_subscribers(&server, "reconnect");
     assert!(
-        common::eventually(Duration::from_secs(2), || subscribers().as_deref()
-            == Some("1"))
-        .await,
+        common::eventually(Duration::from_secs(2), || subscribers() == 1).await,
         "the waiter subscribed"
     );
     server
         .cmd(&["CLIENT", "KILL", "TYPE", "pubsub"])
         .expect("CLIENT KILL");
     assert!(
-        common::eventually(Duration::from_secs(5), || subscribers().as_deref()
-            == Some("1"))
-        .await,
+        common::eventually(Duration::from_secs(5), || subscribers() == 1).await,
         "the waiter resubscribed after the connection dropped"
     );
     let released = Instant::now();
@@ -236,15 +224,7 @@ async fn a_late_waiter_asks_once_then_waits_its_turn_behind_the_earlier_one() {
             guard.unlock().await.expect("unlock");
         })
     };
-    let channel = format!("{}:released", common::lock_key("queue"));
-    let subscribed = || {
-        server
-            .cmd(&["PUBSUB", "NUMSUB", &channel])
-            .expect("NUMSUB")
-            .lines()
-            .nth(1)
-            == Some("1")
-    };
+    let subscribed = || common::channel_subscribers(&server, "queue") == 1;
     let first = wait_for("first");
     assert!(
         common::eventually(Duration::from_secs(2), subscribed).await,

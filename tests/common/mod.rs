@@ -45,6 +45,18 @@ pub fn lock_key(name: &str) -> String {
     format!("distlock:{{{name}}}")
 }
 
+/// How many connections subscribe to the release channel of lock `name`.
+pub fn channel_subscribers(server: &RedisServer, name: &str) -> u64 {
+    let channel = format!("{}:released", lock_key(name));
+    server
+        .cmd(&["PUBSUB", "NUMSUB", &channel])
+        .expect("NUMSUB")
+        .lines()
+        .nth(1)
+        .and_then(|count| count.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The hold count of lock `name` as Redis stores it (0 when free).
 pub fn redis_count(server: &RedisServer, name: &str) -> u64 {
     let fields = server.cmd(&["HGETALL", &lock_key(name)]).expect("HGETALL");
