@@ -18,7 +18,7 @@ use crate::faults::{self, Fault};
 use crate::guard::{HeldLock, Hold};
 use crate::name::{validate_namespace, LockKeys};
 use crate::scripts::{unexpected_reply, ReleaseReply, Scripts, SOURCES};
-use crate::sentinel::SentinelConn;
+use crate::sentinel::{NodeAuth, NodeOptions, SentinelConn};
 use crate::subscriber::{SubConn, Subscriber};
 use crate::watchdog::Watchdog;
 use crate::LockError;
@@ -63,6 +63,7 @@ pub struct LockClientBuilder {
     response_timeout: Duration,
     replicas: Option<(u32, Duration)>,
     redlock_node_timeout: Duration,
+    sentinel_node: NodeOptions,
 }
 
 impl Default for LockClientBuilder {
@@ -84,6 +85,7 @@ impl LockClientBuilder {
             response_timeout: Duration::from_millis(500),
             replicas: None,
             redlock_node_timeout: Duration::from_millis(50),
+            sentinel_node: NodeOptions::default(),
         }
     }
 
@@ -118,6 +120,34 @@ impl LockClientBuilder {
     /// because it was demoted) asks again and moves to the new master, so it never
     /// keeps writing to a demoted one. A failover to a replica that had not yet
     /// received a lock loses it: see [`replicas`](Self::replicas).
+    ///
+    /// Each Sentinel URL carries that Sentinel's own credentials and TLS
+    /// (`redis://user:password@host:26379`, `rediss://...`). The master is dialed at
+    /// the address the Sentinels name, with the settings of
+    /// [`sentinel_node_password`](Self::sentinel_node_password) (or
+    /// [`sentinel_node_auth`](Self::sentinel_node_auth)),
+    /// [`sentinel_node_tls`](Self::sentinel_node_tls) and
+    /// [`sentinel_node_db`](Self::sentinel_node_db): by default no password, no TLS
+    /// and database 0.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// use distlock::LockClient;
+    ///
+    /// let locks = LockClient::builder()
+    ///     .sentinel(
+    ///         ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///         "locks",
+    ///     )
+    ///     // The `requirepass` of the master and its replicas:
+    ///     .sentinel_node_password("s3cret")
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn sentinel<I, S>(mut self, sentinels: I, master_name: impl Into<String>) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -127,6 +157,61 @@ impl LockClientBuilder {
             sentinels: sentinels.into_iter().map(Into::into).collect(),
             master_name: master_name.into(),
         });
+        self
+    }
+
+    /// The password of the data nodes behind [`sentinel`](Self::sentinel) (their
+    /// `requirepass`, that is the `default` user), sent to the master the Sentinels
+    /// name and to every master after a failover. Default: none. Replaces
+    /// [`sentinel_node_auth`](Self::sentinel_node_auth).
+    ///
+    /// Give every data node the same password (and `masterauth`), since any replica
+    /// may become the master. The password never appears in `Debug` output or in
+    /// logs. Must not be empty; only with [`sentinel`](Self::sentinel).
+    pub fn sentinel_node_password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_node.auth = Some(NodeAuth {
+            username: None,
+            password: password.into(),
+        });
+        self
+    }
+
+    /// An ACL user and its password for the data nodes behind
+    /// [`sentinel`](Self::sentinel), sent to the master the Sentinels name and to
+    /// every master after a failover. Default: none. Replaces
+    /// [`sentinel_node_password`](Self::sentinel_node_password).
+    ///
+    /// The user needs the same rules on every data node as on a single server (see
+    /// the ACL section of the README). The password never appears in `Debug` output
+    /// or in logs. Neither may be empty; only with [`sentinel`](Self::sentinel).
+    pub fn sentinel_node_auth(
+        mut self,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.sentinel_node.auth = Some(NodeAuth {
+            username: Some(username.into()),
+            password: password.into(),
+        });
+        self
+    }
+
+    /// Whether the data nodes behind [`sentinel`](Self::sentinel) speak TLS, as a
+    /// `rediss://` URL would: the certificate is verified against the platform's
+    /// roots (which honour `SSL_CERT_FILE`) and must name the address the Sentinels
+    /// announce (an IP address unless they announce hostnames). Default: off. Only
+    /// with [`sentinel`](Self::sentinel); TLS to the Sentinels themselves is set by
+    /// their URLs.
+    pub fn sentinel_node_tls(mut self, tls: bool) -> Self {
+        self.sentinel_node.tls = tls;
+        self
+    }
+
+    /// The database of the data nodes behind [`sentinel`](Self::sentinel) that
+    /// holds the locks (as `/db` in a URL). Default: 0. Only with
+    /// [`sentinel`](Self::sentinel).
+    pub fn sentinel_node_db(mut self, db: u32) -> Self {
+        self.sentinel_node.db = db;
         self
     }
 
@@ -263,6 +348,7 @@ impl LockClientBuilder {
                 "timeouts must be above zero",
             ));
         }
+        self.validate_sentinel_node()?;
         match &self.target {
             None => Err(LockError::invalid_option(
                 "url",
@@ -319,6 +405,40 @@ impl LockClientBuilder {
                 "one or more cluster nodes",
             )?)),
         }
+    }
+
+    /// Checks the `sentinel_node_*` settings: they apply only to a Sentinel target,
+    /// and credentials may not be empty.
+    fn validate_sentinel_node(&self) -> Result<(), LockError> {
+        let node = &self.sentinel_node;
+        let is_sentinel = matches!(self.target, Some(Target::Sentinel { .. }));
+        if let (Some(option), Some(_), false) = (node.first_set_option(), &self.target, is_sentinel)
+        {
+            return Err(LockError::invalid_option(
+                option,
+                "applies to the data nodes behind `.sentinel(..)` only; with `.url(..)`, \
+                 `.cluster(..)` or `.redlock(..)` put the credentials, TLS (`rediss://`) and \
+                 database in the URLs",
+            ));
+        }
+        if let Some(auth) = &node.auth {
+            if auth.username.as_deref() == Some("") {
+                return Err(LockError::invalid_option(
+                    "sentinel_node_auth",
+                    "the user name is empty; give the ACL user of the data nodes, or use \
+                     `.sentinel_node_password(..)` for the `default` user",
+                ));
+            }
+            if auth.password.is_empty() {
+                return Err(LockError::invalid_option(
+                    node.auth_option(),
+                    "the password is empty; give the data nodes' password (their \
+                     `requirepass`, or the ACL user's), or leave the option out when they \
+                     have none",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Connects to Redis: the command connection, the subscriber connection for
@@ -390,6 +510,7 @@ impl LockClientBuilder {
                 let sentinel = SentinelConn::connect(
                     sentinels,
                     &master_name,
+                    &self.sentinel_node,
                     push_tx,
                     self.connect_timeout,
                     self.response_timeout,
@@ -485,6 +606,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("replicas", &self.replicas)
+            .field("sentinel_node", &self.sentinel_node)
             .finish()
     }
 }

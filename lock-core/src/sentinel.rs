@@ -22,15 +22,22 @@
 //!   unreachable, or answers `READONLY` because it was demoted; see
 //!   [`master_may_have_moved`]), the client finds the master again. This covers
 //!   failovers that no reachable Sentinel announced to us.
+//!
+//! The Sentinels' URLs carry the Sentinels' own credentials and TLS. The data
+//! nodes (the master, and whichever replica a failover promotes) are dialed with
+//! [`NodeOptions`]: the credentials, TLS and database the user gave for them, on
+//! every connection made to a master (at connect, on every move, and for the
+//! subscriber).
 
+use std::fmt;
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, ConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisError,
-    RedisResult, Value,
+    AsyncConnectionConfig, ConnectionInfo, ProtocolVersion, PushInfo, PushKind,
+    RedisConnectionInfo, RedisError, RedisResult, TlsMode, Value,
 };
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::sync::{watch, Mutex};
@@ -55,6 +62,91 @@ const FOLLOW_LIMIT: Duration = Duration::from_secs(10);
 const FOLLOW_FIRST_DELAY: Duration = Duration::from_millis(50);
 /// The longest pause between two such asks.
 const FOLLOW_MAX_DELAY: Duration = Duration::from_secs(1);
+
+/// How to connect to the data nodes the Sentinels name, as the user configured it
+/// (`LockClientBuilder::sentinel_node_*`). The default is what the Sentinels' names
+/// alone give: no credentials, no TLS, database 0.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct NodeOptions {
+    /// `AUTH` for every data node: an ACL user name (`None`: the `default` user,
+    /// as with `requirepass`) and its password.
+    pub(crate) auth: Option<NodeAuth>,
+    /// Whether the data nodes speak TLS (certificates verified, as `rediss://`).
+    pub(crate) tls: bool,
+    /// The database the locks live in.
+    pub(crate) db: u32,
+}
+
+/// The credentials of the data nodes.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct NodeAuth {
+    /// The ACL user; `None` for the `default` user (`requirepass`).
+    pub(crate) username: Option<String>,
+    /// Never printed.
+    pub(crate) password: String,
+}
+
+impl NodeOptions {
+    /// The builder method that set the credentials, for error messages.
+    pub(crate) fn auth_option(&self) -> &'static str {
+        match &self.auth {
+            Some(NodeAuth {
+                username: Some(_), ..
+            }) => "sentinel_node_auth",
+            _ => "sentinel_node_password",
+        }
+    }
+
+    /// The first builder method whose setting differs from the default, if any.
+    pub(crate) fn first_set_option(&self) -> Option<&'static str> {
+        if self.auth.is_some() {
+            Some(self.auth_option())
+        } else if self.tls {
+            Some("sentinel_node_tls")
+        } else if self.db != 0 {
+            Some("sentinel_node_db")
+        } else {
+            None
+        }
+    }
+
+    /// The same settings for redis-rs, which applies them to every data node it
+    /// names (and checks).
+    fn connection_info(&self) -> SentinelNodeConnectionInfo {
+        let mut redis = RedisConnectionInfo::default().set_db(i64::from(self.db));
+        if let Some(auth) = &self.auth {
+            if let Some(username) = &auth.username {
+                redis = redis.set_username(username);
+            }
+            redis = redis.set_password(&auth.password);
+        }
+        let info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis);
+        if self.tls {
+            info.set_tls_mode(TlsMode::Secure)
+        } else {
+            info
+        }
+    }
+}
+
+impl fmt::Debug for NodeOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeOptions")
+            .field("auth", &self.auth)
+            .field("tls", &self.tls)
+            .field("db", &self.db)
+            .finish()
+    }
+}
+
+impl fmt::Debug for NodeAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeAuth")
+            .field("username", &self.username)
+            .field("password", &"***")
+            .finish()
+    }
+}
 
 /// The connections to the current master, with a generation that changes on every swap.
 #[derive(Clone)]
@@ -107,11 +199,14 @@ impl SentinelConn {
     /// that listen for `+switch-master` on every Sentinel; they stop when
     /// `shutdown` is cancelled or the returned connection is dropped.
     ///
-    /// `pushes` receives the subscriber connection's pushes, and a
-    /// [`PushKind::Disconnection`] whenever the connections move to a new master.
+    /// `nodes` says how to connect to the master (and to every later one): the
+    /// Sentinels keep it for every lookup. `pushes` receives the subscriber
+    /// connection's pushes, and a [`PushKind::Disconnection`] whenever the
+    /// connections move to a new master.
     pub(crate) async fn connect(
         sentinels: Vec<ConnectionInfo>,
         master_name: &str,
+        nodes: &NodeOptions,
         pushes: UnboundedSender<PushInfo>,
         connect_timeout: Duration,
         response_timeout: Duration,
@@ -120,7 +215,7 @@ impl SentinelConn {
         let mut sentinel = SentinelClient::build(
             sentinels.clone(),
             master_name,
-            None,
+            Some(nodes.connection_info()),
             SentinelServerType::Master,
         )?;
         let settings = Settings {
@@ -128,7 +223,9 @@ impl SentinelConn {
             connect_timeout,
             response_timeout,
         };
-        let current = resolve(&mut sentinel, &settings, 0).await?;
+        let current = resolve(&mut sentinel, &settings, 0)
+            .await
+            .map_err(|err| explain_auth_failure(err, nodes))?;
         let stop = shutdown.child_token();
         let conn = Arc::new(Self {
             sentinel: Mutex::new(sentinel),
@@ -171,6 +268,34 @@ impl SentinelConn {
             }
         }
     }
+}
+
+/// Adds to an authentication failure of the master a hint at the options that give
+/// the data nodes' credentials (the Sentinels' URLs do not).
+fn explain_auth_failure(err: RedisError, nodes: &NodeOptions) -> RedisError {
+    let refused = err.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(err.code(), Some("NOAUTH" | "WRONGPASS"));
+    if !refused {
+        return err;
+    }
+    let hint = if nodes.auth.is_some() {
+        format!(
+            "{err}; the master refused the credentials given with `.{}(..)`: check them \
+             against the data nodes' `requirepass` or ACL users",
+            nodes.auth_option()
+        )
+    } else {
+        format!(
+            "{err}; the master requires a password: give it with \
+             `.sentinel_node_password(..)` (or `.sentinel_node_auth(user, password)` for an ACL \
+             user). Credentials in the Sentinels' URLs are for the Sentinels only"
+        )
+    };
+    RedisError::from((
+        redis::ErrorKind::AuthenticationFailed,
+        "the master named by the Sentinels refused the connection",
+        hint,
+    ))
 }
 
 /// Whether a failed request may mean that the master moved.
