@@ -3,8 +3,8 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::fs::{self, File};
-use std::io;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::io::{self, BufReader, Write as _};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +51,7 @@ pub struct RedisServerBuilder {
     config_file: Option<PathBuf>,
     args: Vec<OsString>,
     startup_timeout: Duration,
+    password: Option<Password>,
 }
 
 impl Default for RedisServerBuilder {
@@ -60,7 +61,18 @@ impl Default for RedisServerBuilder {
             config_file: None,
             args: Vec::new(),
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            password: None,
         }
+    }
+}
+
+/// A server's `requirepass`; `Debug` does not show it.
+#[derive(Clone)]
+struct Password(String);
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"***\"")
     }
 }
 
@@ -74,8 +86,9 @@ impl RedisServerBuilder {
     /// Appends one command-line argument, passed after the testkit's own.
     ///
     /// Later arguments win in `redis-server`, so this can change any setting. Do not
-    /// change `--port`, `--bind` or `--daemonize`, and do not set `--requirepass`:
-    /// the testkit needs them to find and check the server.
+    /// change `--port`, `--bind` or `--daemonize`, and do not set `--requirepass`
+    /// (use [`RedisServerBuilder::password`]): the testkit needs them to find and
+    /// check the server.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
         self
@@ -109,6 +122,19 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Makes the server require this password (`--requirepass`, the `default`
+    /// user's). The testkit then authenticates every command it sends (the
+    /// readiness check, [`RedisServer::cmd`]), and [`RedisServer::url`] carries the
+    /// password. An empty password means none, as in Redis. Default: none.
+    ///
+    /// Replicas of such a server also need `--masterauth` with the same password
+    /// (give it with [`RedisServerBuilder::arg`]).
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        let password = password.into();
+        self.password = (!password.is_empty()).then_some(Password(password));
+        self
+    }
+
     /// How long the server gets to answer `PING` after it is spawned (default 10 s).
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = timeout;
@@ -139,6 +165,7 @@ impl RedisServerBuilder {
                 &binary,
                 self.config_file.as_deref(),
                 &self.args,
+                self.password.as_ref(),
                 port,
                 self.startup_timeout,
             ) {
@@ -147,6 +174,7 @@ impl RedisServerBuilder {
                         binary,
                         config_file: self.config_file.clone(),
                         args: self.args.clone(),
+                        password: self.password.clone(),
                         startup_timeout: self.startup_timeout,
                         port,
                         pid: running.pid,
@@ -187,6 +215,7 @@ pub struct RedisServer {
     binary: PathBuf,
     config_file: Option<PathBuf>,
     args: Vec<OsString>,
+    password: Option<Password>,
     startup_timeout: Duration,
     port: u16,
     pid: u32,
@@ -217,9 +246,16 @@ impl RedisServer {
         self.port
     }
 
-    /// The URL for a client: `redis://127.0.0.1:PORT/`.
+    /// The URL for a client: `redis://127.0.0.1:PORT/`, or
+    /// `redis://:PASSWORD@127.0.0.1:PORT/` for a server started with
+    /// [`RedisServerBuilder::password`].
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        match &self.password {
+            None => format!("redis://127.0.0.1:{}/", self.port),
+            Some(Password(password)) => {
+                format!("redis://:{password}@127.0.0.1:{}/", self.port)
+            }
+        }
     }
 
     /// The socket address: `127.0.0.1:PORT`.
@@ -294,6 +330,7 @@ impl RedisServer {
                 &self.binary,
                 self.config_file.as_deref(),
                 &self.args,
+                self.password.as_ref(),
                 self.port,
                 self.startup_timeout,
             ) {
@@ -329,7 +366,8 @@ impl RedisServer {
     }
 
     /// Sends one command over a fresh TCP connection (RESP2) and returns the reply
-    /// as text.
+    /// as text. On a server with a [password](RedisServerBuilder::password), `AUTH`
+    /// goes first on the same connection.
     ///
     /// Simple and bulk strings come back as they are, integers in decimal, nil as
     /// `(nil)`, array elements joined by `\n` (nested errors as `(error) MESSAGE`).
@@ -354,7 +392,7 @@ impl RedisServer {
     /// As [`RedisServer::cmd`].
     pub fn cmd_timeout(&self, args: &[&str], timeout: Duration) -> Result<String, TestkitError> {
         self.running()?;
-        match resp::request(self.addr(), args, timeout)? {
+        match request_as(self.addr(), self.password.as_ref(), args, timeout)? {
             Reply::Error(message) => Err(TestkitError::Reply(message)),
             reply => Ok(reply.render()),
         }
@@ -364,7 +402,7 @@ impl RedisServer {
     /// reply (error replies included) instead of text.
     pub(crate) fn request(&self, args: &[&str], timeout: Duration) -> Result<Reply, TestkitError> {
         self.running()?;
-        resp::request(self.addr(), args, timeout)
+        request_as(self.addr(), self.password.as_ref(), args, timeout)
     }
 
     fn running(&self) -> Result<(), TestkitError> {
@@ -386,6 +424,7 @@ impl fmt::Debug for RedisServer {
             .field("binary", &self.binary)
             .field("config_file", &self.config_file)
             .field("args", &self.args)
+            .field("password", &self.password)
             .field("dir", &self.dir.as_ref().map(TempDir::path))
             .finish_non_exhaustive()
     }
@@ -467,6 +506,7 @@ fn launch(
     binary: &Path,
     config_file: Option<&Path>,
     extra_args: &[OsString],
+    password: Option<&Password>,
     port: u16,
     timeout: Duration,
 ) -> Result<Running, Failure> {
@@ -494,7 +534,11 @@ fn launch(
         .args(["--protected-mode", "yes"])
         .arg("--dir")
         .arg(dir.path())
-        .args(extra_args)
+        .args(extra_args);
+    if let Some(Password(password)) = password {
+        command.arg("--requirepass").arg(password);
+    }
+    command
         .current_dir(dir.path())
         .stdin(Stdio::null())
         .stdout(stdout)
@@ -530,7 +574,7 @@ fn launch(
                 )));
             }
         }
-        if answers_as(addr, pid) {
+        if answers_as(addr, password, pid) {
             return Ok(Running { child, pid, dir });
         }
         if started.elapsed() >= timeout {
@@ -549,17 +593,57 @@ fn launch(
 ///
 /// The pid check matters when another process grabbed the port first: then our
 /// server is about to exit, and the one answering is not ours to use.
-fn answers_as(addr: SocketAddr, pid: u32) -> bool {
-    if !matches!(resp::request(addr, &["PING"], PROBE_TIMEOUT), Ok(Reply::Simple(ref s)) if s == "PONG")
+fn answers_as(addr: SocketAddr, password: Option<&Password>, pid: u32) -> bool {
+    if !matches!(request_as(addr, password, &["PING"], PROBE_TIMEOUT), Ok(Reply::Simple(ref s)) if s == "PONG")
     {
         return false;
     }
-    match resp::request(addr, &["INFO", "server"], PROBE_TIMEOUT) {
+    match request_as(addr, password, &["INFO", "server"], PROBE_TIMEOUT) {
         Ok(Reply::Bulk(info)) => String::from_utf8_lossy(&info)
             .lines()
             .filter_map(|line| line.strip_prefix("process_id:"))
             .any(|found| found.trim() == pid.to_string()),
         _ => false,
+    }
+}
+
+/// Sends one command as [`resp::request`] does; with a password, `AUTH` first on
+/// the same connection. A refused `AUTH` is the reply.
+fn request_as(
+    addr: SocketAddr,
+    password: Option<&Password>,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<Reply, TestkitError> {
+    let Some(Password(password)) = password else {
+        return resp::request(addr, args, timeout);
+    };
+    let label = args.first().copied().unwrap_or("(empty command)");
+    let io_err = |what: &str, source| {
+        TestkitError::io(format!("{what} redis at {addr} (command {label})"), source)
+    };
+    let stream = TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| io_err("could not connect to", e))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .and_then(|()| stream.set_nodelay(true))
+        .map_err(|e| io_err("could not configure the connection to", e))?;
+    let mut out = resp::encode(&["AUTH", password]);
+    out.extend_from_slice(&resp::encode(args));
+    (&stream)
+        .write_all(&out)
+        .map_err(|e| io_err("could not send to", e))?;
+    let mut reader = BufReader::new(&stream);
+    let mut read = || {
+        resp::read_reply(&mut reader).map_err(|err| match err {
+            resp::ReadError::Io(e) => io_err("no reply from", e),
+            resp::ReadError::Protocol(msg) => TestkitError::Protocol(msg),
+        })
+    };
+    match read()? {
+        Reply::Error(message) => Ok(Reply::Error(message)),
+        _ => read(),
     }
 }
 
