@@ -83,6 +83,59 @@ impl SentinelGroup {
         replicas: usize,
         sentinels: usize,
     ) -> Result<SentinelGroup, TestkitError> {
+        Self::start_inner(master_name, replicas, sentinels, None)
+    }
+
+    /// As [`SentinelGroup::start`], with data nodes that require `password`: each
+    /// runs with `--requirepass` and `--masterauth` set to it (any of them may
+    /// become the master), and the Sentinels monitor the master with
+    /// `sentinel auth-pass`. The Sentinels themselves require none, so
+    /// [`SentinelGroup::sentinel_urls`] are unchanged; the data nodes'
+    /// [`RedisServer::url`] carry the password, and their [`RedisServer::cmd`]
+    /// authenticates.
+    ///
+    /// # Errors
+    ///
+    /// - [`TestkitError::Sentinel`] when `password` is empty or holds whitespace, a
+    ///   quote or a control character (it goes into a configuration file), and for
+    ///   the reasons of [`SentinelGroup::start`].
+    /// - The errors of [`RedisServer::start`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let group = SentinelGroup::start_with_password("mymaster", 1, 3, "s3cret")?;
+    /// // The client needs the sentinel URLs, the name, and "s3cret" for the data nodes.
+    /// assert_eq!(group.data_nodes()[0].cmd(&["PING"])?, "PONG");
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
+    pub fn start_with_password(
+        master_name: &str,
+        replicas: usize,
+        sentinels: usize,
+        password: &str,
+    ) -> Result<SentinelGroup, TestkitError> {
+        let usable = !password.is_empty()
+            && password
+                .chars()
+                .all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\'' | '\\'));
+        if !usable {
+            return Err(sentinel_error(
+                "the password is not usable in a Sentinel configuration file; use printable \
+                 ASCII without spaces, quotes or backslashes",
+            ));
+        }
+        Self::start_inner(master_name, replicas, sentinels, Some(password))
+    }
+
+    fn start_inner(
+        master_name: &str,
+        replicas: usize,
+        sentinels: usize,
+        password: Option<&str>,
+    ) -> Result<SentinelGroup, TestkitError> {
         if sentinels == 0 {
             return Err(sentinel_error(
                 "a group needs at least one sentinel; pass sentinels >= 1 (3 for a realistic quorum)",
@@ -101,7 +154,13 @@ impl SentinelGroup {
         let quorum = sentinels / 2 + 1;
 
         // Roles change with failovers, so every data node syncs without delay.
-        let data_node = || RedisServer::builder().args(["--repl-diskless-sync-delay", "0"]);
+        let data_node = || {
+            let builder = RedisServer::builder().args(["--repl-diskless-sync-delay", "0"]);
+            match password {
+                Some(password) => builder.password(password).arg("--masterauth").arg(password),
+                None => builder,
+            }
+        };
         let master = data_node().start()?;
         let master_port = master.port().to_string();
         let mut data = vec![master];
@@ -130,7 +189,7 @@ impl SentinelGroup {
                 .config_dir
                 .path()
                 .join(format!("sentinel-{index}.conf"));
-            write_config(&path, master_name, &master_port, quorum)?;
+            write_config(&path, master_name, &master_port, quorum, password)?;
             // Sentinel writes its working directory into the file: it must be
             // one that outlives a restart, unlike each start's own directory.
             group.sentinels.push(
@@ -483,6 +542,7 @@ fn write_config(
     name: &str,
     master_port: &str,
     quorum: usize,
+    password: Option<&str>,
 ) -> Result<(), TestkitError> {
     let mut config = String::from(
         "# Written by distlock-testkit; Sentinel rewrites it as it learns.\n\
@@ -504,6 +564,9 @@ fn write_config(
         config,
         "sentinel failover-timeout {name} {FAILOVER_TIMEOUT_MS}"
     );
+    if let Some(password) = password {
+        let _ = writeln!(config, "sentinel auth-pass {name} {password}");
+    }
     fs::write(path, config).map_err(|source| {
         TestkitError::io(
             format!(
@@ -589,5 +652,10 @@ mod tests {
         assert!(err.to_string().contains("not usable"), "{err}");
         let err = SentinelGroup::start("", 1, 1).expect_err("empty");
         assert!(err.to_string().contains("not usable"), "{err}");
+        for password in ["", "two words", "quo\"te", "new\nline"] {
+            let err = SentinelGroup::start_with_password("mymaster", 1, 1, password)
+                .expect_err("an unusable password");
+            assert!(err.to_string().contains("password"), "{err}");
+        }
     }
 }
