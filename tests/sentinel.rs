@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use distlock::LockClient;
+use distlock::{LockClient, LockError};
 use distlock_testkit::{RedisServer, SentinelGroup};
 use tokio::time::Instant;
 
@@ -238,4 +238,185 @@ async fn a_killed_master_is_replaced_and_the_client_continues() {
         .expect("the client moved to the new master");
     assert!(start.elapsed() < Duration::from_secs(20));
     guard.unlock().await.expect("unlock");
+}
+
+/// The `requirepass` (and `masterauth`) of the data nodes in the tests below.
+const PASSWORD: &str = "s3cret-node-pass";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_nodes_that_require_a_password_are_dialed_with_it_before_and_after_a_failover() {
+    let group = SentinelGroup::start_with_password("locks", 1, 3, PASSWORD)
+        .expect("start a Sentinel group whose data nodes require a password");
+
+    // The Sentinels answer without a password; the master they name does not.
+    let start = Instant::now();
+    let err = LockClient::builder()
+        .sentinel(group.sentinel_urls(), group.master_name())
+        .connect()
+        .await
+        .expect_err("the master requires a password that was not given");
+    assert!(err.is_redis(), "{err}");
+    assert!(
+        err.to_string().contains("sentinel_node_password"),
+        "the error names the option to set: {err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "a refused password fails at once, not at the connect timeout ({:?})",
+        start.elapsed()
+    );
+
+    // A wrong password is told apart from a missing one.
+    let err = LockClient::builder()
+        .sentinel(group.sentinel_urls(), group.master_name())
+        .sentinel_node_password("not-the-password")
+        .connect()
+        .await
+        .expect_err("a wrong password");
+    assert!(
+        err.to_string()
+            .contains("refused the credentials given with `.sentinel_node_password(..)`"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("not-the-password"), "{err}");
+
+    let builder = LockClient::builder()
+        .sentinel(group.sentinel_urls(), group.master_name())
+        .sentinel_node_password(PASSWORD)
+        .default_lease(Duration::from_secs(8));
+    assert!(
+        !format!("{builder:?}").contains(PASSWORD),
+        "the password shows in {builder:?}"
+    );
+    let locks = builder
+        .clone()
+        .connect()
+        .await
+        .expect("connect with the data nodes' password");
+    let old = group.current_master_index().expect("a master");
+    // Both connections, the RESP3 subscriber included, got past `requirepass`.
+    assert!(
+        has_the_client(&group.data_nodes()[old]),
+        "the client is on the master: {:?}",
+        client_connections(&group.data_nodes()[old])
+    );
+    let guard = locks.lock("before").await.expect("lock");
+    assert_eq!(common::redis_count(&group.data_nodes()[old], "before"), 1);
+    guard.unlock().await.expect("unlock");
+
+    let old_port = group.data_nodes()[old].port();
+    group.failover().expect("SENTINEL FAILOVER");
+    let new_port = group
+        .wait_for_master_change(old_port, Duration::from_secs(20))
+        .expect("a new master");
+    let new = group
+        .data_nodes()
+        .iter()
+        .position(|node| node.port() == new_port)
+        .expect("the new master is one of ours");
+
+    // The new master is dialed with the password too: both connections move.
+    let moved = common::eventually(Duration::from_secs(5), || {
+        has_the_client(&group.data_nodes()[new])
+    })
+    .await;
+    assert!(
+        moved,
+        "the client did not move to the new master within 5 s of the switch; on it: {:?}",
+        client_connections(&group.data_nodes()[new])
+    );
+
+    // Locks work there, and a waiter is woken through the new subscriber connection.
+    let other = builder.connect().await.expect("a second client");
+    let guard = locks
+        .lock("after")
+        .wait(Duration::from_secs(5))
+        .await
+        .expect("lock on the new master");
+    assert_eq!(common::redis_count(&group.data_nodes()[new], "after"), 1);
+    let waiting = tokio::spawn(async move {
+        let guard = other.lock("after").wait(Duration::from_secs(6)).await?;
+        let at = Instant::now();
+        guard.unlock().await?;
+        Ok::<_, LockError>(at)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    guard.unlock().await.expect("unlock");
+    let acquired = waiting.await.expect("join").expect("the waiter acquired");
+    assert!(
+        acquired.saturating_duration_since(released) < Duration::from_secs(2),
+        "the waiter woke {:?} after the release (the lease is 8 s)",
+        acquired.saturating_duration_since(released)
+    );
+}
+
+#[tokio::test]
+async fn bad_sentinel_node_settings_are_refused_before_anything_is_sent() {
+    // Nothing listens on these: an error other than `InvalidOption` would mean a
+    // connection was tried.
+    let sentinels = ["redis://127.0.0.1:1"];
+    let invalid = |err: LockError| match err {
+        LockError::InvalidOption { option, reason } => (option, reason),
+        other => panic!("not an invalid option: {other}"),
+    };
+
+    let err = LockClient::builder()
+        .sentinel(sentinels, "locks")
+        .sentinel_node_password("")
+        .connect()
+        .await
+        .expect_err("an empty password");
+    let (option, reason) = invalid(err);
+    assert_eq!(option, "sentinel_node_password");
+    assert!(reason.contains("empty"), "{reason}");
+
+    let err = LockClient::builder()
+        .sentinel(sentinels, "locks")
+        .sentinel_node_auth("", PASSWORD)
+        .connect()
+        .await
+        .expect_err("an empty user name");
+    let (option, reason) = invalid(err);
+    assert_eq!(option, "sentinel_node_auth");
+    assert!(reason.contains("user name"), "{reason}");
+    assert!(!reason.contains(PASSWORD), "{reason}");
+
+    let err = LockClient::builder()
+        .sentinel(sentinels, "locks")
+        .sentinel_node_auth("locks", "")
+        .connect()
+        .await
+        .expect_err("an empty password");
+    assert_eq!(invalid(err).0, "sentinel_node_auth");
+
+    // The data-node settings belong to Sentinel; elsewhere they go in the URLs.
+    for (builder, expected) in [
+        (
+            LockClient::builder().sentinel_node_password(PASSWORD),
+            "sentinel_node_password",
+        ),
+        (
+            LockClient::builder().sentinel_node_auth("locks", PASSWORD),
+            "sentinel_node_auth",
+        ),
+        (
+            LockClient::builder().sentinel_node_tls(true),
+            "sentinel_node_tls",
+        ),
+        (
+            LockClient::builder().sentinel_node_db(2),
+            "sentinel_node_db",
+        ),
+    ] {
+        assert!(!format!("{builder:?}").contains(PASSWORD), "{builder:?}");
+        let err = builder
+            .url("redis://127.0.0.1:1")
+            .connect()
+            .await
+            .expect_err("a Sentinel setting on a single server");
+        let (option, reason) = invalid(err);
+        assert_eq!(option, expected);
+        assert!(reason.contains("sentinel("), "{reason}");
+    }
 }
