@@ -254,3 +254,55 @@ async fn a_late_waiter_asks_once_then_waits_its_turn_behind_the_earlier_one() {
     second.await.expect("second");
     assert_eq!(*order.lock().expect("order"), ["first", "second"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_while_the_subscriber_reconnects_still_wakes_the_waiter() {
+    let server = common::server();
+    let holder = common::client(&server).await;
+    let waiter = common::client(&server).await;
+    for round in 0..20 {
+        let name = format!("gap:{round}");
+        // A long lease: only a wake-up can hand the lock over within the test's bound.
+        let guard = holder
+            .lock(name.as_str())
+            .lease(Duration::from_secs(30))
+            .await
+            .expect("lock");
+        let waiting = tokio::spawn({
+            let (waiter, name) = (waiter.clone(), name.clone());
+            async move {
+                waiter
+                    .lock(name.as_str())
+                    .wait(Duration::from_secs(20))
+                    .await
+                    .map(|guard| (Instant::now(), guard))
+            }
+        });
+        assert!(
+            common::eventually(Duration::from_secs(2), || common::channel_subscribers(
+                &server, &name
+            ) == 1)
+            .await,
+            "the waiter subscribed"
+        );
+        server
+            .cmd(&["CLIENT", "KILL", "TYPE", "pubsub"])
+            .expect("CLIENT KILL");
+        // Give the waiter time to be woken by the disconnection and ask again, then
+        // release while its subscriber may still be reconnecting.
+        tokio::time::sleep(Duration::from_millis(round % 5)).await;
+        let released = Instant::now();
+        guard.unlock().await.expect("unlock");
+        let (acquired, guard) = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the waiter was woken within 5 s, not at the end of the lease")
+            .expect("join")
+            .expect("lock");
+        assert!(
+            acquired.saturating_duration_since(released) < Duration::from_secs(2),
+            "round {round}: woke {:?} after the release",
+            acquired.saturating_duration_since(released)
+        );
+        guard.unlock().await.expect("unlock");
+    }
+}

@@ -452,6 +452,20 @@ async fn run_pushes(
                     }
                 }
             }
+            PushKind::Subscribe | PushKind::SSubscribe => {
+                // A subscription confirmed again after a reconnect: a release
+                // published while the connection was down reached nobody, so every
+                // waiter of the channel asks again. (At the first subscription this
+                // may cost one extra attempt, once.)
+                if let Some(Value::BulkString(name)) = push.data.first() {
+                    let channel = shared.channels().get(name).map(|(_, c)| c.clone());
+                    if let Some(channel) =
+                        channel.filter(|channel| channel.confirmed.load(Ordering::Acquire))
+                    {
+                        channel.notify_all();
+                    }
+                }
+            }
             PushKind::Disconnection => {
                 tracing::debug!("distlock: subscriber disconnected; waking every waiter");
                 shared.wake_all();
