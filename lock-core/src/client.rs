@@ -606,6 +606,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("replicas", &self.replicas)
+            .field("redlock_node_timeout", &self.redlock_node_timeout)
             .field("sentinel_node", &self.sentinel_node)
             .finish()
     }

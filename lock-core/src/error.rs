@@ -112,7 +112,7 @@ pub enum LockError {
         detail: String,
     },
     /// Redis answered with an error, or could not be reached in time.
-    #[error("Redis error: {0}; check that the server is reachable and healthy")]
+    #[error("Redis error: {0}; {hint}", hint = redis_hint(.0))]
     Redis(redis::RedisError),
 }
 
@@ -126,6 +126,18 @@ impl From<redis::RedisError> for LockError {
             };
         }
         Self::Redis(err)
+    }
+}
+
+/// What to do about a Redis error, for its message.
+fn redis_hint(err: &redis::RedisError) -> &'static str {
+    if err.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(err.code(), Some("NOAUTH" | "WRONGPASS"))
+    {
+        "check the user name and password (in the URL, or `sentinel_node_password` for \
+         the data nodes behind Sentinel)"
+    } else {
+        "check that the server is reachable and healthy"
     }
 }
 
@@ -196,5 +208,25 @@ impl LockError {
             option,
             reason: reason.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_password_points_at_the_credentials_and_other_errors_at_the_server() {
+        let refused = LockError::from(redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "invalid password",
+        )));
+        assert!(refused.to_string().contains("password"), "{refused}");
+        assert!(!refused.to_string().contains("reachable"), "{refused}");
+
+        let gone = LockError::from(redis::RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        assert!(gone.to_string().contains("reachable"), "{gone}");
     }
 }
