@@ -223,9 +223,12 @@ impl SentinelConn {
             connect_timeout,
             response_timeout,
         };
-        let current = resolve(&mut sentinel, &settings, 0)
-            .await
-            .map_err(|err| explain_auth_failure(err, nodes))?;
+        let current = async {
+            let (master, addr) = find_master(&mut sentinel).await?;
+            connect_master(master, addr, &settings, 0).await
+        }
+        .await
+        .map_err(|err| explain_auth_failure(err, nodes))?;
         let stop = shutdown.child_token();
         let conn = Arc::new(Self {
             sentinel: Mutex::new(sentinel),
@@ -253,8 +256,16 @@ impl SentinelConn {
         if current.generation != seen {
             return;
         }
-        match resolve(&mut sentinel, &self.settings, current.generation + 1).await {
-            Ok(next) if next.addr != current.addr => {
+        let next = match find_master(&mut sentinel).await {
+            // Still there: no new connections.
+            Ok((_, addr)) if addr == current.addr => return,
+            Ok((master, addr)) => {
+                connect_master(master, addr, &self.settings, current.generation + 1).await
+            }
+            Err(err) => Err(err),
+        };
+        match next {
+            Ok(next) => {
                 tracing::warn!(master = %next.addr, "distlock: the Sentinels name a new master; moving to it");
                 *self.current.write().unwrap_or_else(PoisonError::into_inner) = next;
                 let _ = self.settings.pushes.send(PushInfo {
@@ -262,7 +273,6 @@ impl SentinelConn {
                     data: Vec::new(),
                 });
             }
-            Ok(_) => {}
             Err(err) => {
                 tracing::debug!(error = %err, "distlock: could not ask the Sentinels for the master");
             }
@@ -307,16 +317,22 @@ pub(crate) fn master_may_have_moved(err: &redis::RedisError) -> bool {
         || matches!(err.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
 }
 
-/// Finds the master through the Sentinels, checks that it says it is one, and
-/// connects to it.
-async fn resolve(
-    sentinel: &mut SentinelClient,
+/// Asks the Sentinels for the master: a client for it, and its `host:port`.
+async fn find_master(sentinel: &mut SentinelClient) -> RedisResult<(redis::Client, String)> {
+    let client = sentinel.async_get_client().await?;
+    let addr = client.get_connection_info().addr().to_string();
+    Ok((client, addr))
+}
+
+/// Connects to the master that [`find_master`] found, after checking that it says
+/// it is one.
+async fn connect_master(
+    client: redis::Client,
+    addr: String,
     settings: &Settings,
     generation: u64,
 ) -> RedisResult<Current> {
-    let client = sentinel.async_get_client().await?;
     let info = client.get_connection_info().clone();
-    let addr = info.addr().to_string();
     let mut commands =
         ConnectionManager::new_with_config(client, settings.manager_config()).await?;
     let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut commands).await?;
