@@ -11,7 +11,9 @@
 --
 -- Returns
 --   {1, remaining}  one hold given back; remaining 0 means the lock is free and a
---                   message went out on KEYS[2]
+--                   message went out on KEYS[2]: the owner id, so that a client
+--                   hearing the same release from several Redlock nodes wakes one
+--                   waiter, not one per node
 --   {-1}            this owner does not hold the lock (its lease ended, or it was
 --                   force-unlocked, or a replayed final release)
 --   {-2}            KEYS[1] holds a value of another type
@@ -44,6 +46,6 @@ if count > 1 then
   return {1, count}
 end
 
-redis.call(publish, channel, 'released')
+redis.call(publish, channel, owner)
 redis.call('DEL', lock)
 return {1, 0}

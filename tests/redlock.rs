@@ -265,3 +265,45 @@ async fn a_majority_restarted_after_the_lease_never_gives_two_holders() {
     second.unlock().await.expect("unlock");
     assert!(guard.unlock().await.expect_err("lost").is_lost());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_release_wakes_one_local_waiter_though_every_node_announces_it() {
+    let nodes = five();
+    let holder = redlock(&nodes, Duration::from_secs(30)).await;
+    let waiters = redlock(&nodes, Duration::from_secs(30)).await;
+    let guard = holder.lock("handoff").await.expect("lock");
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let waiters = waiters.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = waiters
+                .lock("handoff")
+                .wait(Duration::from_secs(20))
+                .await
+                .expect("lock");
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            guard.unlock().await.expect("unlock");
+        }));
+    }
+    assert!(
+        common::eventually(Duration::from_secs(2), || common::channel_subscribers(
+            &nodes[0], "handoff"
+        ) == 1)
+        .await,
+        "the waiters' client subscribed"
+    );
+    // Let every waiter's first attempts come back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let before = common::command_calls(&nodes[0], "evalsha");
+    guard.unlock().await.expect("unlock");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        common::command_calls(&nodes[0], "evalsha") - before,
+        2,
+        "the release, then one waiter's attempt: five nodes' messages woke one waiter"
+    );
+    for task in tasks {
+        task.await.expect("waiter");
+    }
+}

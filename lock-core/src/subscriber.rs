@@ -8,7 +8,7 @@
 //! the queue before its first attempt, so a release after that attempt wakes it and
 //! it needs no second look after subscribing.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -32,6 +32,13 @@ fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// How many recent release messages a channel remembers, to hear each release once.
+const RECENT_RELEASES: usize = 8;
+
+/// The message of a release that carries no owner id (`force_release.lua`, or an
+/// older client): never taken for a repeat.
+const ANONYMOUS_RELEASE: &[u8] = b"released";
+
 /// The local side of one release channel: its waiters, first come first served.
 #[derive(Debug, Default)]
 pub(crate) struct Channel {
@@ -39,6 +46,9 @@ pub(crate) struct Channel {
     /// waiter that joined the queue before it.
     confirmed: AtomicBool,
     queue: Mutex<Queue>,
+    /// The last release messages (owner ids): on Redlock every node publishes the
+    /// same release, and one release wakes one waiter.
+    recent: Mutex<VecDeque<Vec<u8>>>,
 }
 
 #[derive(Debug, Default)]
@@ -55,6 +65,22 @@ struct Slot {
 }
 
 impl Channel {
+    /// Whether `message` tells of a release not heard before (on another node).
+    fn first_hearing(&self, message: &[u8]) -> bool {
+        if message == ANONYMOUS_RELEASE {
+            return true;
+        }
+        let mut recent = locked(&self.recent);
+        if recent.iter().any(|seen| seen.as_slice() == message) {
+            return false;
+        }
+        if recent.len() == RECENT_RELEASES {
+            recent.pop_front();
+        }
+        recent.push_back(message.to_vec());
+        true
+    }
+
     fn enqueue(&self) -> u64 {
         let mut queue = locked(&self.queue);
         let ticket = queue.next;
@@ -445,9 +471,13 @@ async fn run_pushes(
         let Some(push) = push else { return };
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
-                if let Some(Value::BulkString(name)) = push.data.first() {
+                if let [Value::BulkString(name), message, ..] = push.data.as_slice() {
                     let channel = shared.channels().get(name).map(|(_, c)| c.clone());
-                    if let Some(channel) = channel {
+                    let message = match message {
+                        Value::BulkString(message) => message.as_slice(),
+                        _ => ANONYMOUS_RELEASE,
+                    };
+                    if let Some(channel) = channel.filter(|c| c.first_hearing(message)) {
                         channel.notify_one();
                     }
                 }
@@ -545,6 +575,23 @@ mod tests {
         assert!(is_notified(&second), "the wake-up moved on");
         second.settle();
         assert!(!is_notified(&third), "the acquirer used its wake-up");
+    }
+
+    #[test]
+    fn a_release_heard_from_several_nodes_counts_once() {
+        let channel = Channel::default();
+        assert!(channel.first_hearing(b"owner-1"));
+        assert!(!channel.first_hearing(b"owner-1"), "the same release again");
+        assert!(channel.first_hearing(b"owner-2"));
+        assert!(channel.first_hearing(ANONYMOUS_RELEASE));
+        assert!(
+            channel.first_hearing(ANONYMOUS_RELEASE),
+            "a release without an owner is never a repeat"
+        );
+        for i in 0..RECENT_RELEASES {
+            assert!(channel.first_hearing(format!("later-{i}").as_bytes()));
+        }
+        assert!(channel.first_hearing(b"owner-1"), "forgotten after a while");
     }
 
     #[test]
