@@ -170,6 +170,8 @@ struct Settings {
     connect_timeout: Duration,
     /// How long a request may wait for its reply.
     response_timeout: Duration,
+    /// The data nodes' settings, for the hint of a refused password.
+    nodes: NodeOptions,
 }
 
 impl Settings {
@@ -222,6 +224,7 @@ impl SentinelConn {
             pushes,
             connect_timeout,
             response_timeout,
+            nodes: nodes.clone(),
         };
         let current = async {
             let (master, addr) = find_master(&mut sentinel).await?;
@@ -273,6 +276,10 @@ impl SentinelConn {
                     data: Vec::new(),
                 });
             }
+            Err(err) if refused_credentials(&err) => {
+                let err = explain_auth_failure(err, &self.settings.nodes);
+                tracing::warn!(error = %err, "distlock: the master the Sentinels name refused the credentials; staying where the client is");
+            }
             Err(err) => {
                 tracing::debug!(error = %err, "distlock: could not ask the Sentinels for the master");
             }
@@ -280,12 +287,16 @@ impl SentinelConn {
     }
 }
 
+/// Whether the master refused the credentials (or wanted some).
+fn refused_credentials(err: &RedisError) -> bool {
+    err.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(err.code(), Some("NOAUTH" | "WRONGPASS"))
+}
+
 /// Adds to an authentication failure of the master a hint at the options that give
 /// the data nodes' credentials (the Sentinels' URLs do not).
 fn explain_auth_failure(err: RedisError, nodes: &NodeOptions) -> RedisError {
-    let refused = err.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(err.code(), Some("NOAUTH" | "WRONGPASS"));
-    if !refused {
+    if !refused_credentials(&err) {
         return err;
     }
     let hint = if nodes.auth.is_some() {
