@@ -137,7 +137,8 @@ use proc_macro::TokenStream;
 /// ## `wait = "…"`
 ///
 /// How long to wait while another owner holds the lock before giving up with
-/// `LockError::Timeout`. `"0s"` fails fast. Re-entries never wait. Default: the
+/// `LockError::Timeout` (on Redlock, `LockError::QuorumNotReached`;
+/// `LockError::is_busy` is true for both). `"0s"` fails fast. Re-entries never wait. Default: the
 /// client's `LockClientBuilder::default_wait`.
 ///
 /// ## `lease = "…"`
