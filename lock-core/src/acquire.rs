@@ -176,9 +176,9 @@ impl IntoFuture for LockRequest {
 /// # Errors
 ///
 /// As [`LockRequest`], except that a busy lock is `Ok(None)`, not an error: on one
-/// server a lock held by another owner; on Redlock, a lock that a majority of the
-/// nodes said another owner holds (too few answers is still
-/// [`LockError::QuorumNotReached`]).
+/// server a lock held by another owner; on Redlock, a majority missed because
+/// other owners held some of the nodes that answered ([`LockError::is_busy`]; too
+/// few answers is still [`LockError::QuorumNotReached`]).
 ///
 /// # Cancel safety
 ///

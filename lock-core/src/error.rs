@@ -74,8 +74,9 @@ pub enum LockError {
         got: usize,
         /// How many were needed (a majority).
         needed: usize,
-        /// How many nodes answered that another owner held the lock. When it is at
-        /// least `needed`, the lock was simply busy.
+        /// How many nodes answered that another owner held the lock. When these and
+        /// `got` make a majority, the lock was busy, not out of reach
+        /// ([`LockError::is_busy`]).
         held_elsewhere: usize,
     },
     /// Fewer replicas than required acknowledged a new lock in time; it was released.
@@ -147,18 +148,19 @@ impl LockError {
         matches!(self, Self::Timeout { .. })
     }
 
-    /// Whether the lock was held by another owner for the whole wait, on any
+    /// Whether other owners kept the lock from this one for the whole wait, on any
     /// backend: a [`Timeout`](Self::Timeout), or on Redlock a
-    /// [`QuorumNotReached`](Self::QuorumNotReached) where a majority of the nodes
-    /// named another owner. Contention, not an outage.
+    /// [`QuorumNotReached`](Self::QuorumNotReached) where enough nodes answered for
+    /// a majority but some named another owner (the lock held elsewhere, or a vote
+    /// split between contenders). Contention, not an outage.
     pub fn is_busy(&self) -> bool {
         match self {
             Self::Timeout { .. } => true,
             Self::QuorumNotReached {
+                got,
                 needed,
                 held_elsewhere,
-                ..
-            } => held_elsewhere >= needed,
+            } => *held_elsewhere > 0 && got + held_elsewhere >= *needed,
             _ => false,
         }
     }
@@ -228,5 +230,28 @@ mod tests {
             std::io::ErrorKind::ConnectionRefused,
         )));
         assert!(gone.to_string().contains("reachable"), "{gone}");
+    }
+
+    #[test]
+    fn busy_is_contention_and_not_an_outage() {
+        let short = |got, held_elsewhere| LockError::QuorumNotReached {
+            got,
+            needed: 3,
+            held_elsewhere,
+        };
+        assert!(short(2, 3).is_busy(), "a majority held by another owner");
+        assert!(short(2, 2).is_busy(), "a split vote, one node silent");
+        assert!(
+            short(1, 2).is_busy(),
+            "a majority answered; another owner stood in the way"
+        );
+        assert!(!short(1, 1).is_busy(), "three nodes silent: out of reach");
+        assert!(!short(2, 0).is_busy(), "three nodes silent");
+        assert!(!short(0, 0).is_busy());
+        let timeout = LockError::Timeout {
+            name: "n".into(),
+            waited: std::time::Duration::ZERO,
+        };
+        assert!(timeout.is_busy());
     }
 }
