@@ -420,3 +420,142 @@ async fn bad_sentinel_node_settings_are_refused_before_anything_is_sent() {
         assert!(reason.contains("sentinel("), "{reason}");
     }
 }
+
+/// The ACL user the lock client logs in as on the data nodes, and its password.
+const LOCK_USER: &str = "locks";
+const LOCK_USER_PASSWORD: &str = "s3cret-lock-user";
+
+/// The rules of README.md's "ACL" section, with `+role` for Sentinel, plus
+/// `+select`: a database other than 0 is chosen with `SELECT` on each connection.
+const LOCK_USER_RULES: &[&str] = &[
+    "~distlock:*",
+    "&distlock:*",
+    "+hello",
+    "+ping",
+    "+evalsha",
+    "+script|load",
+    "+subscribe",
+    "+unsubscribe",
+    "+type",
+    "+hget",
+    "+hset",
+    "+hincrby",
+    "+hexists",
+    "+hgetall",
+    "+pexpire",
+    "+pttl",
+    "+incr",
+    "+get",
+    "+del",
+    "+publish",
+    "+config|get",
+    "+role",
+    "+select",
+];
+
+/// The hold count of lock `name` in database `db` of `node` (whose `default` user
+/// has [`PASSWORD`]), read over a connection of its own.
+async fn count_in_db(node: &RedisServer, db: u32, name: &str) -> u64 {
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/{db}", node.port());
+    let mut conn = redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection to the data node");
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(common::lock_key(name))
+        .query_async(&mut conn)
+        .await
+        .expect("HGETALL");
+    fields
+        .iter()
+        .filter(|(field, _)| !field.starts_with('#'))
+        .map(|(_, count)| count.parse::<u64>().expect("a count"))
+        .sum()
+}
+
+/// Whether every connection of the lock client on `node` is logged in as
+/// [`LOCK_USER`] and uses database `db`, and there are some.
+fn the_client_is(node: &RedisServer, user: &str, db: &str) -> bool {
+    let connections = client_connections(node);
+    !connections.is_empty()
+        && connections
+            .iter()
+            .all(|line| field(line, "user") == Some(user) && field(line, "db") == Some(db))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_and_a_database_are_used_on_the_data_nodes_before_and_after_a_failover() {
+    let group = SentinelGroup::start_with_password("locks", 1, 3, PASSWORD)
+        .expect("start a Sentinel group whose data nodes require a password");
+    // `ACL SETUSER` is not replicated: the user goes on every node that may become
+    // the master.
+    for node in group.data_nodes() {
+        let secret = format!(">{LOCK_USER_PASSWORD}");
+        let mut args = vec!["ACL", "SETUSER", LOCK_USER, "reset", "on", &secret];
+        args.extend_from_slice(LOCK_USER_RULES);
+        assert_eq!(node.cmd(&args).expect("ACL SETUSER"), "OK");
+    }
+
+    let builder = LockClient::builder()
+        .sentinel(group.sentinel_urls(), group.master_name())
+        .sentinel_node_auth(LOCK_USER, LOCK_USER_PASSWORD)
+        .sentinel_node_db(3)
+        .default_lease(Duration::from_secs(8));
+    assert!(
+        !format!("{builder:?}").contains(LOCK_USER_PASSWORD),
+        "the password shows in {builder:?}"
+    );
+    let locks = builder.connect().await.expect("connect as the ACL user");
+    let old = group.current_master_index().expect("a master");
+    let master = &group.data_nodes()[old];
+    assert!(
+        has_the_client(master) && the_client_is(master, LOCK_USER, "3"),
+        "the client's connections are on the master as {LOCK_USER:?} in db 3: {:?}",
+        client_connections(master)
+    );
+    let guard = locks.lock("before").await.expect("lock");
+    assert_eq!(count_in_db(master, 3, "before").await, 1, "held in db 3");
+    assert_eq!(count_in_db(master, 0, "before").await, 0, "nothing in db 0");
+    guard.unlock().await.expect("unlock");
+    assert_eq!(count_in_db(master, 3, "before").await, 0, "released");
+
+    let old_port = master.port();
+    group.failover().expect("SENTINEL FAILOVER");
+    let new_port = group
+        .wait_for_master_change(old_port, Duration::from_secs(20))
+        .expect("a new master");
+    let new = group
+        .data_nodes()
+        .iter()
+        .position(|node| node.port() == new_port)
+        .expect("the new master is one of ours");
+    let master = &group.data_nodes()[new];
+
+    // The new master is dialed as the same user, in the same database.
+    let moved = common::eventually(Duration::from_secs(5), || {
+        has_the_client(master) && the_client_is(master, LOCK_USER, "3")
+    })
+    .await;
+    assert!(
+        moved,
+        "the client did not move to the new master as {LOCK_USER:?} in db 3 within 5 s of \
+         the switch; on it: {:?}",
+        client_connections(master)
+    );
+    let guard = locks
+        .lock("after")
+        .wait(Duration::from_secs(5))
+        .await
+        .expect("lock on the new master");
+    guard
+        .scope(async {
+            let inner = locks.lock("after").await.expect("re-entry");
+            assert_eq!(count_in_db(master, 3, "after").await, 2, "held in db 3");
+            assert_eq!(count_in_db(master, 0, "after").await, 0, "nothing in db 0");
+            inner.unlock().await.expect("unlock");
+        })
+        .await;
+    guard.unlock().await.expect("unlock");
+    assert_eq!(count_in_db(master, 3, "after").await, 0, "released");
+}
