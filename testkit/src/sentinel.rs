@@ -1,15 +1,17 @@
 //! [`SentinelGroup`]: a master, its replicas and the Sentinels that watch them.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::fs;
-use std::path::Path;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::resp::Reply;
 use crate::server::TempDir;
-use crate::{RedisServer, TestkitError};
+use crate::{RedisServer, RedisServerBuilder, TestkitError};
 
 /// How long [`SentinelGroup::start`] waits for the group to come together.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -24,6 +26,8 @@ const DOWN_AFTER_MS: u32 = 1000;
 /// `sentinel failover-timeout`: also the pause before a failed failover is retried
 /// (twice this value).
 const FAILOVER_TIMEOUT_MS: u32 = 5000;
+/// How many TLS ports [`SentinelGroup::start_tls`] tries for one process.
+const TLS_PORT_ATTEMPTS: usize = 5;
 
 /// A Redis Sentinel setup of real `redis-server` processes on `127.0.0.1`, torn
 /// down on drop.
@@ -61,6 +65,9 @@ pub struct SentinelGroup {
     // failover while the data nodes are being killed; the directory goes last.
     sentinels: Vec<RedisServer>,
     data: Vec<RedisServer>,
+    /// The port each data node is known by to the Sentinels (and so to clients):
+    /// its TLS port in a [`SentinelGroup::start_tls`] group, else its port.
+    announced: Vec<u16>,
     master_name: String,
     quorum: usize,
     config_dir: TempDir,
@@ -83,7 +90,7 @@ impl SentinelGroup {
         replicas: usize,
         sentinels: usize,
     ) -> Result<SentinelGroup, TestkitError> {
-        Self::start_inner(master_name, replicas, sentinels, None)
+        Self::start_inner(master_name, replicas, sentinels, None, None)
     }
 
     /// As [`SentinelGroup::start`], with data nodes that require `password`: each
@@ -127,7 +134,68 @@ impl SentinelGroup {
                  ASCII without spaces, quotes or backslashes",
             ));
         }
-        Self::start_inner(master_name, replicas, sentinels, Some(password))
+        Self::start_inner(master_name, replicas, sentinels, Some(password), None)
+    }
+
+    /// As [`SentinelGroup::start`], with data nodes that serve clients over TLS:
+    /// what the Sentinels know and announce of them is their TLS port only.
+    ///
+    /// Each data node listens with TLS on a port of its own
+    /// ([`SentinelGroup::data_node_tls_port`]), with `cert_file` and `key_file` (a
+    /// certificate for `127.0.0.1`) and `ca_file`, and asks no certificate of its
+    /// clients (`tls-auth-clients no`). Replication runs over TLS
+    /// (`tls-replication yes`), so a replica tells its master its TLS port, and the
+    /// Sentinels monitor the master on its TLS port. The Sentinels answer clients on
+    /// plain TCP ([`SentinelGroup::sentinel_urls`] are unchanged), and with
+    /// `tls-replication yes` they speak TLS to the data nodes and to each other (on
+    /// a TLS port of their own, which they announce to each other).
+    ///
+    /// Every process also keeps its plain port ([`RedisServer::port`]), which only
+    /// the testkit uses: its readiness checks and [`RedisServer::cmd`] speak plain
+    /// RESP. No Sentinel names it, so a client that follows the Sentinels connects
+    /// over TLS. [`SentinelGroup::current_master_port`] and
+    /// [`SentinelGroup::wait_for_master_change`] still give (and take) plain ports,
+    /// as [`RedisServer::port`] does.
+    ///
+    /// # Errors
+    ///
+    /// - [`TestkitError::Sentinel`] for the reasons of [`SentinelGroup::start`].
+    /// - The errors of [`RedisServer::start`], e.g. [`TestkitError::Exited`] when
+    ///   redis-server is built without TLS or a file cannot be read.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::path::Path;
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let dir = Path::new("/tmp/pki"); // made by the test, e.g. with rcgen
+    /// let group = SentinelGroup::start_tls(
+    ///     "mymaster",
+    ///     1,
+    ///     3,
+    ///     &dir.join("server.pem"),
+    ///     &dir.join("server.key"),
+    ///     &dir.join("ca.pem"),
+    /// )?;
+    /// let tls_port = group.data_node_tls_port(0); // what the Sentinels announce
+    /// # let _ = tls_port;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
+    pub fn start_tls(
+        master_name: &str,
+        replicas: usize,
+        sentinels: usize,
+        cert_file: &Path,
+        key_file: &Path,
+        ca_file: &Path,
+    ) -> Result<SentinelGroup, TestkitError> {
+        let tls = TlsFiles {
+            cert: cert_file.to_path_buf(),
+            key: key_file.to_path_buf(),
+            ca: ca_file.to_path_buf(),
+        };
+        Self::start_inner(master_name, replicas, sentinels, None, Some(&tls))
     }
 
     fn start_inner(
@@ -135,6 +203,7 @@ impl SentinelGroup {
         replicas: usize,
         sentinels: usize,
         password: Option<&str>,
+        tls: Option<&TlsFiles>,
     ) -> Result<SentinelGroup, TestkitError> {
         if sentinels == 0 {
             return Err(sentinel_error(
@@ -161,20 +230,24 @@ impl SentinelGroup {
                 None => builder,
             }
         };
-        let master = data_node().start()?;
-        let master_port = master.port().to_string();
+        let (master, announced_port) = start_node(data_node(), tls, true)?;
+        let master_port = announced_port.to_string();
         let mut data = vec![master];
+        let mut announced = vec![announced_port];
         for _ in 0..replicas {
-            data.push(
-                data_node()
-                    .args(["--replicaof", "127.0.0.1", &master_port])
-                    .start()?,
-            );
+            let (node, port) = start_node(
+                data_node().args(["--replicaof", "127.0.0.1", &master_port]),
+                tls,
+                true,
+            )?;
+            data.push(node);
+            announced.push(port);
         }
 
         let mut group = SentinelGroup {
             sentinels: Vec::with_capacity(sentinels),
             data,
+            announced,
             master_name: master_name.to_owned(),
             quorum,
             config_dir: TempDir::new()?,
@@ -192,14 +265,12 @@ impl SentinelGroup {
             write_config(&path, master_name, &master_port, quorum, password)?;
             // Sentinel writes its working directory into the file: it must be
             // one that outlives a restart, unlike each start's own directory.
-            group.sentinels.push(
-                RedisServer::builder()
-                    .config_file(path)
-                    .arg("--dir")
-                    .arg(group.config_dir.path())
-                    .arg("--sentinel")
-                    .start()?,
-            );
+            let builder = RedisServer::builder()
+                .config_file(path)
+                .arg("--dir")
+                .arg(group.config_dir.path())
+                .arg("--sentinel");
+            group.sentinels.push(start_node(builder, tls, false)?.0);
         }
         group.wait_until(START_TIMEOUT, "the group to come together", |group| {
             group.check(port)
@@ -253,8 +324,21 @@ impl SentinelGroup {
         &mut self.data[index]
     }
 
+    /// The TLS port of a data node in a [`SentinelGroup::start_tls`] group: the port
+    /// the Sentinels announce for it. `None` in a group without TLS.
+    ///
+    /// # Panics
+    ///
+    /// When `index` is out of range.
+    pub fn data_node_tls_port(&self, index: usize) -> Option<u16> {
+        let announced = self.announced[index];
+        (announced != self.data[index].port()).then_some(announced)
+    }
+
     /// The port of the master as the first running Sentinel that answers sees it
-    /// (`SENTINEL GET-MASTER-ADDR-BY-NAME`); `None` when no Sentinel answers.
+    /// (`SENTINEL GET-MASTER-ADDR-BY-NAME`); `None` when no Sentinel answers. In a
+    /// [`SentinelGroup::start_tls`] group, the node's plain port
+    /// ([`RedisServer::port`]), not the TLS port the Sentinel names.
     ///
     /// Sentinels may disagree for a moment during a failover; see
     /// [`SentinelGroup::wait_for_master_change`].
@@ -429,9 +513,28 @@ impl SentinelGroup {
             )
             .ok()?;
         match reply {
-            Reply::Array(items) if items.len() == 2 => text(&items[1])?.parse().ok(),
+            Reply::Array(items) if items.len() == 2 => {
+                Some(self.node_port(text(&items[1])?.parse().ok()?))
+            }
             _ => None,
         }
+    }
+
+    /// The [`RedisServer::port`] of the data node the Sentinels know by `announced`
+    /// (the same port unless it is a TLS port of ours).
+    fn node_port(&self, announced: u16) -> u16 {
+        self.announced
+            .iter()
+            .position(|&port| port == announced)
+            .map_or(announced, |index| self.data[index].port())
+    }
+
+    /// The port the Sentinels and replicas know the data node on `port` by.
+    fn announced_port(&self, port: u16) -> u16 {
+        self.data
+            .iter()
+            .position(|node| node.port() == port)
+            .map_or(port, |index| self.announced[index])
     }
 
     /// Whether the data node on `port` (when it is one of ours) says it is a master.
@@ -458,6 +561,8 @@ impl SentinelGroup {
     /// data node an in-sync replica of it; returns the replicas' ports.
     fn check_data(&self, master_port: u16) -> Result<Vec<u16>, String> {
         self.check_role_master(master_port)?;
+        // A replica names its master as the Sentinels do.
+        let announced_master = self.announced_port(master_port).to_string();
         let mut replica_ports = Vec::new();
         for node in self.data.iter().filter(|node| node.port() != master_port) {
             let Ok(info) = info_replication(node) else {
@@ -467,7 +572,7 @@ impl SentinelGroup {
             let master = info.get("master_port").map(String::as_str);
             let link = info.get("master_link_status").map(String::as_str);
             if info.get("role").map(String::as_str) != Some("slave")
-                || master != Some(&master_port.to_string())
+                || master != Some(&announced_master)
                 || link != Some("up")
             {
                 return Err(format!(
@@ -524,6 +629,7 @@ impl SentinelGroup {
                 .map(fields)
                 .filter(|replica| replica.get("flags").map(String::as_str) == Some("slave"))
                 .filter_map(|replica| replica.get("port")?.parse().ok())
+                .map(|port| self.node_port(port))
                 .collect();
             if let Some(missing) = replica_ports.iter().find(|port| !healthy.contains(port)) {
                 return Err(format!(
@@ -533,6 +639,67 @@ impl SentinelGroup {
         }
         Ok(())
     }
+}
+
+/// The certificate, key and CA files of a [`SentinelGroup::start_tls`] group.
+#[derive(Debug)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+}
+
+/// Starts `builder`; with `tls`, on a free TLS port as well (retried when another
+/// process takes it first), with replication over TLS. Returns the server and the
+/// port the Sentinels are to know it by: the TLS port of a data node (`data`), else
+/// the plain port. A Sentinel's TLS port serves the other Sentinels.
+fn start_node(
+    builder: RedisServerBuilder,
+    tls: Option<&TlsFiles>,
+    data: bool,
+) -> Result<(RedisServer, u16), TestkitError> {
+    let Some(tls) = tls else {
+        let server = builder.start()?;
+        let port = server.port();
+        return Ok((server, port));
+    };
+    let mut last = None;
+    for _ in 0..TLS_PORT_ATTEMPTS {
+        let port = free_port()?;
+        let mut args: Vec<OsString> = vec![
+            "--tls-port".into(),
+            port.to_string().into(),
+            "--tls-cert-file".into(),
+            tls.cert.clone().into(),
+            "--tls-key-file".into(),
+            tls.key.clone().into(),
+            "--tls-ca-cert-file".into(),
+            tls.ca.clone().into(),
+            "--tls-replication".into(),
+            "yes".into(),
+        ];
+        if data {
+            args.extend(["--tls-auth-clients".into(), "no".into()]);
+        }
+        match builder.clone().args(args).start() {
+            Ok(server) => {
+                let announced = if data { port } else { server.port() };
+                return Ok((server, announced));
+            }
+            // The builder tries other plain ports, with the same (taken) TLS port.
+            Err(err @ TestkitError::NoFreePort { .. }) => last = Some(err),
+            Err(err) => return Err(err),
+        }
+    }
+    Err(last.unwrap_or_else(|| sentinel_error("internal: no TLS port tried")))
+}
+
+/// A port nothing listens on at the moment (another process may take it).
+fn free_port() -> Result<u16, TestkitError> {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .map_err(|source| TestkitError::io("could not find a free TLS port", source))
 }
 
 /// Writes the configuration file of one Sentinel. Port, bind address and working
