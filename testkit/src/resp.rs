@@ -50,11 +50,14 @@ pub(crate) fn encode(args: &[&str]) -> Vec<u8> {
     out
 }
 
-/// Opens a fresh connection to `addr`, sends one command and reads its reply.
+/// Opens a fresh connection to `addr`, sends one command and reads its reply; with
+/// a password, `AUTH` goes first on the same connection, and a refused `AUTH` is
+/// the reply.
 ///
 /// `timeout` bounds the connect, and each write and read.
 pub(crate) fn request(
     addr: SocketAddr,
+    password: Option<&str>,
     args: &[&str],
     timeout: Duration,
 ) -> Result<Reply, TestkitError> {
@@ -69,14 +72,27 @@ pub(crate) fn request(
         .and_then(|()| stream.set_write_timeout(Some(timeout)))
         .and_then(|()| stream.set_nodelay(true))
         .map_err(|e| io_err("could not configure the connection to", e))?;
+    let mut out = Vec::new();
+    if let Some(password) = password {
+        out.extend_from_slice(&encode(&["AUTH", password]));
+    }
+    out.extend_from_slice(&encode(args));
     (&stream)
-        .write_all(&encode(args))
+        .write_all(&out)
         .map_err(|e| io_err("could not send to", e))?;
     let mut reader = BufReader::new(&stream);
-    read_reply(&mut reader).map_err(|err| match err {
-        ReadError::Io(e) => io_err("no reply from", e),
-        ReadError::Protocol(msg) => TestkitError::Protocol(msg),
-    })
+    let mut read = || {
+        read_reply(&mut reader).map_err(|err| match err {
+            ReadError::Io(e) => io_err("no reply from", e),
+            ReadError::Protocol(msg) => TestkitError::Protocol(msg),
+        })
+    };
+    if password.is_some() {
+        if let error @ Reply::Error(_) = read()? {
+            return Ok(error);
+        }
+    }
+    read()
 }
 
 /// Why a reply could not be read.

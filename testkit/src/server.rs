@@ -3,8 +3,8 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{self, BufReader, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -607,44 +607,15 @@ fn answers_as(addr: SocketAddr, password: Option<&Password>, pid: u32) -> bool {
     }
 }
 
-/// Sends one command as [`resp::request`] does; with a password, `AUTH` first on
-/// the same connection. A refused `AUTH` is the reply.
+/// [`resp::request`] as the server's password (if it has one) allows.
 fn request_as(
     addr: SocketAddr,
     password: Option<&Password>,
     args: &[&str],
     timeout: Duration,
 ) -> Result<Reply, TestkitError> {
-    let Some(Password(password)) = password else {
-        return resp::request(addr, args, timeout);
-    };
-    let label = args.first().copied().unwrap_or("(empty command)");
-    let io_err = |what: &str, source| {
-        TestkitError::io(format!("{what} redis at {addr} (command {label})"), source)
-    };
-    let stream = TcpStream::connect_timeout(&addr, timeout)
-        .map_err(|e| io_err("could not connect to", e))?;
-    stream
-        .set_read_timeout(Some(timeout))
-        .and_then(|()| stream.set_write_timeout(Some(timeout)))
-        .and_then(|()| stream.set_nodelay(true))
-        .map_err(|e| io_err("could not configure the connection to", e))?;
-    let mut out = resp::encode(&["AUTH", password]);
-    out.extend_from_slice(&resp::encode(args));
-    (&stream)
-        .write_all(&out)
-        .map_err(|e| io_err("could not send to", e))?;
-    let mut reader = BufReader::new(&stream);
-    let mut read = || {
-        resp::read_reply(&mut reader).map_err(|err| match err {
-            resp::ReadError::Io(e) => io_err("no reply from", e),
-            resp::ReadError::Protocol(msg) => TestkitError::Protocol(msg),
-        })
-    };
-    match read()? {
-        Reply::Error(message) => Ok(Reply::Error(message)),
-        _ => read(),
-    }
+    let password = password.map(|Password(password)| password.as_str());
+    resp::request(addr, password, args, timeout)
 }
 
 /// The last lines of each output file, for error messages.
