@@ -265,6 +265,18 @@ async fn data_nodes_that_require_a_password_are_dialed_with_it_before_and_after_
         "a refused password fails at once, not at the connect timeout ({:?})",
         start.elapsed()
     );
+    // The same with another database: redis-rs reports the refused SELECT in words
+    // of its own, and the hint still names the option.
+    let err = LockClient::builder()
+        .sentinel(group.sentinel_urls(), group.master_name())
+        .sentinel_node_db(3)
+        .connect()
+        .await
+        .expect_err("the master requires a password that was not given");
+    assert!(
+        err.to_string().contains("sentinel_node_password"),
+        "the error names the option to set: {err}"
+    );
 
     // A wrong password is told apart from a missing one.
     let err = LockClient::builder()

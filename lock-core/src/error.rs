@@ -120,8 +120,12 @@ pub enum LockError {
 impl From<redis::RedisError> for LockError {
     fn from(err: redis::RedisError) -> Self {
         // Redis 7.0 reports a PUBLISH refused inside a script without the NOPERM code.
-        let refused_inside_script = err.to_string().contains("can't publish to the channel");
-        if err.code() == Some("NOPERM") || refused_inside_script {
+        let text = err.to_string();
+        // Redis 7.0 reports a PUBLISH refused inside a script without the NOPERM code,
+        // and redis-rs reports a refused SELECT at connect under a message of its own.
+        let refused_without_code =
+            text.contains("can't publish to the channel") || text.contains("no permissions to run");
+        if err.code() == Some("NOPERM") || refused_without_code {
             return Self::PermissionDenied {
                 detail: err.to_string(),
             };
@@ -130,11 +134,21 @@ impl From<redis::RedisError> for LockError {
     }
 }
 
-/// What to do about a Redis error, for its message.
-fn redis_hint(err: &redis::RedisError) -> &'static str {
+/// Whether the server refused the credentials, or wanted some. redis-rs reports a
+/// `SELECT` refused at connect under a message of its own, without the code.
+pub(crate) fn refused_credentials(err: &redis::RedisError) -> bool {
     if err.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(err.code(), Some("NOAUTH" | "WRONGPASS"))
     {
+        return true;
+    }
+    let text = err.to_string();
+    text.contains("Authentication required") || text.contains("WRONGPASS")
+}
+
+/// What to do about a Redis error, for its message.
+fn redis_hint(err: &redis::RedisError) -> &'static str {
+    if refused_credentials(err) {
         "check the user name and password (in the URL, or `sentinel_node_password` for \
          the data nodes behind Sentinel)"
     } else {
@@ -230,6 +244,25 @@ mod tests {
             std::io::ErrorKind::ConnectionRefused,
         )));
         assert!(gone.to_string().contains("reachable"), "{gone}");
+    }
+
+    #[test]
+    fn a_refused_select_at_connect_keeps_its_meaning() {
+        // redis-rs's wording for a SELECT refused at connect, the server's code lost.
+        let select = |detail: &str| {
+            LockError::from(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "Redis server refused to switch database",
+                detail.to_owned(),
+            )))
+        };
+        let unauthenticated = select("Server(ResponseError): Authentication required.");
+        assert!(
+            unauthenticated.to_string().contains("password"),
+            "{unauthenticated}"
+        );
+        let forbidden = select("NOPERM User nosel has no permissions to run the 'select' command");
+        assert!(forbidden.is_permission_denied(), "{forbidden}");
     }
 
     #[test]

@@ -44,6 +44,8 @@ use tokio::sync::{watch, Mutex};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::error::refused_credentials;
+
 /// The channel on which a Sentinel announces a completed failover:
 /// `<master-name> <old-ip> <old-port> <new-ip> <new-port>`.
 const SWITCH_MASTER: &str = "+switch-master";
@@ -285,12 +287,6 @@ impl SentinelConn {
             }
         }
     }
-}
-
-/// Whether the master refused the credentials (or wanted some).
-fn refused_credentials(err: &RedisError) -> bool {
-    err.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(err.code(), Some("NOAUTH" | "WRONGPASS"))
 }
 
 /// Adds to an authentication failure of the master a hint at the options that give
