@@ -42,6 +42,30 @@ fn client_connections(node: &RedisServer) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Asserts that the client's connections reach `master` within 5 s.
+async fn assert_moved(master: &RedisServer) {
+    let moved = common::eventually(Duration::from_secs(5), || has_the_client(master)).await;
+    assert!(
+        moved,
+        "the client did not move to the new master within 5 s of the switch; on it: {:?}",
+        client_connections(master)
+    );
+}
+
+/// Fails the master (at `old_port`) over with `SENTINEL FAILOVER`, waits until the
+/// Sentinels name another one, and returns its index among the data nodes.
+fn fail_over(group: &SentinelGroup, old_port: u16) -> usize {
+    group.failover().expect("SENTINEL FAILOVER");
+    let new_port = group
+        .wait_for_master_change(old_port, Duration::from_secs(20))
+        .expect("a new master");
+    group
+        .data_nodes()
+        .iter()
+        .position(|node| node.port() == new_port)
+        .expect("the new master is one of ours")
+}
+
 /// Whether the lock client's connections are on `node`: its subscriber
 /// connection (the only one that speaks RESP3 to a data node) and a command
 /// connection (RESP2).
@@ -67,29 +91,13 @@ async fn an_announced_failover_moves_an_idle_client_to_the_new_master() {
         client_connections(&group.data_nodes()[old])
     );
 
-    group.failover().expect("SENTINEL FAILOVER");
-    let new_port = group
-        .wait_for_master_change(old_port, Duration::from_secs(20))
-        .expect("a new master");
-    let new = group
-        .data_nodes()
-        .iter()
-        .position(|node| node.port() == new_port)
-        .expect("the new master is one of ours");
+    let new = fail_over(&group, old_port);
 
     // No lock operation goes through the client: only the Sentinels'
     // `+switch-master` can tell it. The old master keeps answering as a master
     // for several seconds more (the Sentinels demote it about 8 s after the
     // switch), so no request of the client would fail before then either.
-    let moved = common::eventually(Duration::from_secs(5), || {
-        has_the_client(&group.data_nodes()[new])
-    })
-    .await;
-    assert!(
-        moved,
-        "the client did not move to the new master within 5 s of the switch; on it: {:?}",
-        client_connections(&group.data_nodes()[new])
-    );
+    assert_moved(&group.data_nodes()[new]).await;
 
     // And it works there.
     let guard = locks
@@ -146,16 +154,7 @@ async fn a_failover_keeps_held_locks_wakes_waiters_and_leaves_the_demoted_master
         }
     });
 
-    let old_port = group.data_nodes()[old].port();
-    group.failover().expect("SENTINEL FAILOVER");
-    let new_port = group
-        .wait_for_master_change(old_port, Duration::from_secs(20))
-        .expect("a new master");
-    let new = group
-        .data_nodes()
-        .iter()
-        .position(|node| node.port() == new_port)
-        .expect("the new master is one of ours");
+    let new = fail_over(&group, group.data_nodes()[old].port());
 
     // Once the old master is demoted, it refuses writes (READONLY): the client must
     // notice, find the new master through the Sentinels and carry on there.
@@ -316,27 +315,10 @@ async fn data_nodes_that_require_a_password_are_dialed_with_it_before_and_after_
     assert_eq!(common::redis_count(&group.data_nodes()[old], "before"), 1);
     guard.unlock().await.expect("unlock");
 
-    let old_port = group.data_nodes()[old].port();
-    group.failover().expect("SENTINEL FAILOVER");
-    let new_port = group
-        .wait_for_master_change(old_port, Duration::from_secs(20))
-        .expect("a new master");
-    let new = group
-        .data_nodes()
-        .iter()
-        .position(|node| node.port() == new_port)
-        .expect("the new master is one of ours");
+    let new = fail_over(&group, group.data_nodes()[old].port());
 
     // The new master is dialed with the password too: both connections move.
-    let moved = common::eventually(Duration::from_secs(5), || {
-        has_the_client(&group.data_nodes()[new])
-    })
-    .await;
-    assert!(
-        moved,
-        "the client did not move to the new master within 5 s of the switch; on it: {:?}",
-        client_connections(&group.data_nodes()[new])
-    );
+    assert_moved(&group.data_nodes()[new]).await;
 
     // Locks work there, and a waiter is woken through the new subscriber connection.
     let other = builder.connect().await.expect("a second client");
@@ -532,16 +514,7 @@ async fn an_acl_user_and_a_database_are_used_on_the_data_nodes_before_and_after_
     guard.unlock().await.expect("unlock");
     assert_eq!(count_in_db(master, 3, "before").await, 0, "released");
 
-    let old_port = master.port();
-    group.failover().expect("SENTINEL FAILOVER");
-    let new_port = group
-        .wait_for_master_change(old_port, Duration::from_secs(20))
-        .expect("a new master");
-    let new = group
-        .data_nodes()
-        .iter()
-        .position(|node| node.port() == new_port)
-        .expect("the new master is one of ours");
+    let new = fail_over(&group, master.port());
     let master = &group.data_nodes()[new];
 
     // The new master is dialed as the same user, in the same database.
