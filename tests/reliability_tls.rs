@@ -7,14 +7,16 @@
 
 #[path = "reliability_support/mod.rs"]
 mod support;
+#[path = "tls_support/mod.rs"]
+mod tls_support;
 
 use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use distlock::LockClient;
 use distlock_testkit::{History, RedisServer};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+use tls_support::Pki;
 
 /// Run in a child process: connects to `DISTLOCK_URL`, takes and releases a lock,
 /// and prints `TLS_OK` or `TLS_ERR redis=<0|1> <message>`.
@@ -42,62 +44,6 @@ async fn tls_child() {
             u8::from(err.is_redis()),
             err.to_string().replace('\n', " ")
         ),
-    }
-}
-
-/// A CA and a server certificate for 127.0.0.1 signed by it, as PEM files in `dir`;
-/// returns the CA file.
-struct Pki {
-    dir: PathBuf,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!("distlock-tls-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        Pki { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// Writes `<name>-ca.pem`, and with `server`, `server.pem` and `server.key` signed by it.
-    fn make_ca(&self, name: &str, server: bool) -> PathBuf {
-        let ca_key = KeyPair::generate().expect("CA key");
-        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(DnType::CommonName, format!("distlock test CA {name}"));
-        ca.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca.self_signed(&ca_key).expect("self-signed CA");
-        let ca_path = self.path(&format!("{name}-ca.pem"));
-        std::fs::write(&ca_path, ca_cert.pem()).expect("write CA");
-        if server {
-            let key = KeyPair::generate().expect("server key");
-            let params =
-                CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-                    .expect("server params");
-            let cert = params
-                .signed_by(&key, &ca_cert, &ca_key)
-                .expect("server certificate");
-            std::fs::write(self.path("server.pem"), cert.pem()).expect("write cert");
-            std::fs::write(self.path("server.key"), key.serialize_pem()).expect("write key");
-        }
-        ca_path
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -147,7 +93,7 @@ fn client_verdict(url: &str, ca: &Path) -> String {
 
 #[test]
 fn rediss_with_the_right_ca_locks_and_a_wrong_ca_is_a_typed_error() {
-    let pki = Pki::new();
+    let pki = Pki::new("tls");
     let good = pki.make_ca("good", true);
     let wrong = pki.make_ca("wrong", false);
     let (server, port) = tls_server(&pki);

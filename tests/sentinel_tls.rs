@@ -8,15 +8,18 @@
 //! process with `SSL_CERT_FILE` set to the CA under test, so that no test changes
 //! the environment of another.
 
+#[path = "tls_support/mod.rs"]
+mod tls_support;
+
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use distlock::LockClient;
 use distlock_testkit::{ChildProcess, RedisServer, SentinelGroup};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+use tls_support::Pki;
 
 /// Marks a child process started by [`spawn_child`].
 const CHILD_ENV: &str = "DISTLOCK_SENTINEL_TLS_CHILD";
@@ -151,66 +154,6 @@ fn order(child: &mut ChildProcess, order: &str, expected: &str) {
     assert_eq!(answer, expected, "the child's answer to {order:?}");
 }
 
-/// A CA and a server certificate for 127.0.0.1 signed by it, as PEM files in a
-/// directory of the test, removed on drop (as in `tests/reliability_tls.rs`).
-struct Pki {
-    dir: PathBuf,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "distlock-sentinel-tls-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        Pki { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// Writes `<name>-ca.pem`, and with `server`, `server.pem` and `server.key`
-    /// signed by it; returns the CA file.
-    fn make_ca(&self, name: &str, server: bool) -> PathBuf {
-        let ca_key = KeyPair::generate().expect("CA key");
-        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(DnType::CommonName, format!("distlock test CA {name}"));
-        ca.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca.self_signed(&ca_key).expect("self-signed CA");
-        let ca_path = self.path(&format!("{name}-ca.pem"));
-        std::fs::write(&ca_path, ca_cert.pem()).expect("write CA");
-        if server {
-            let key = KeyPair::generate().expect("server key");
-            let params =
-                CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-                    .expect("server params");
-            let cert = params
-                .signed_by(&key, &ca_cert, &ca_key)
-                .expect("server certificate");
-            std::fs::write(self.path("server.pem"), cert.pem()).expect("write cert");
-            std::fs::write(self.path("server.key"), key.serialize_pem()).expect("write key");
-        }
-        ca_path
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// The value of `key` in a line of `CLIENT LIST`.
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split(' ')
@@ -278,7 +221,7 @@ fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_a_failover() {
-    let pki = Pki::new();
+    let pki = Pki::new("sentinel-tls");
     let ca = pki.make_ca("good", true);
     let wrong = pki.make_ca("wrong", false);
     let group = SentinelGroup::start_tls(
