@@ -22,33 +22,13 @@ async fn client(group: &SentinelGroup, lease: Duration) -> LockClient {
         .expect("connect through the Sentinels")
 }
 
-/// The value of `key` in a line of `CLIENT LIST`.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split(' ')
-        .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
-}
-
-/// The connections of clients on `node` (`CLIENT LIST`), less the Sentinels'
-/// (named `sentinel-*`), the replication links and the one asking.
-fn client_connections(node: &RedisServer) -> Vec<String> {
-    node.cmd(&["CLIENT", "LIST"])
-        .map(|list| {
-            list.lines()
-                .filter(|line| field(line, "name") == Some("") && field(line, "flags") == Some("N"))
-                .filter(|line| field(line, "cmd") != Some("client|list"))
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Asserts that the client's connections reach `master` within 5 s.
 async fn assert_moved(master: &RedisServer) {
     let moved = common::eventually(Duration::from_secs(5), || has_the_client(master)).await;
     assert!(
         moved,
         "the client did not move to the new master within 5 s of the switch; on it: {:?}",
-        client_connections(master)
+        common::client_connections(master)
     );
 }
 
@@ -70,11 +50,11 @@ fn fail_over(group: &SentinelGroup, old_port: u16) -> usize {
 /// connection (the only one that speaks RESP3 to a data node) and a command
 /// connection (RESP2).
 fn has_the_client(node: &RedisServer) -> bool {
-    let connections = client_connections(node);
+    let connections = common::client_connections(node);
     let speaks = |resp| {
         connections
             .iter()
-            .any(|line| field(line, "resp") == Some(resp))
+            .any(|line| common::field(line, "resp") == Some(resp))
     };
     speaks("3") && speaks("2")
 }
@@ -88,7 +68,7 @@ async fn an_announced_failover_moves_an_idle_client_to_the_new_master() {
     assert!(
         has_the_client(&group.data_nodes()[old]),
         "the client is on the master: {:?}",
-        client_connections(&group.data_nodes()[old])
+        common::client_connections(&group.data_nodes()[old])
     );
 
     let new = fail_over(&group, old_port);
@@ -309,7 +289,7 @@ async fn data_nodes_that_require_a_password_are_dialed_with_it_before_and_after_
     assert!(
         has_the_client(&group.data_nodes()[old]),
         "the client is on the master: {:?}",
-        client_connections(&group.data_nodes()[old])
+        common::client_connections(&group.data_nodes()[old])
     );
     let guard = locks.lock("before").await.expect("lock");
     assert_eq!(common::redis_count(&group.data_nodes()[old], "before"), 1);
@@ -471,11 +451,11 @@ async fn count_in_db(node: &RedisServer, db: u32, name: &str) -> u64 {
 /// Whether every connection of the lock client on `node` is logged in as
 /// [`LOCK_USER`] and uses database `db`, and there are some.
 fn the_client_is(node: &RedisServer, user: &str, db: &str) -> bool {
-    let connections = client_connections(node);
+    let connections = common::client_connections(node);
     !connections.is_empty()
-        && connections
-            .iter()
-            .all(|line| field(line, "user") == Some(user) && field(line, "db") == Some(db))
+        && connections.iter().all(|line| {
+            common::field(line, "user") == Some(user) && common::field(line, "db") == Some(db)
+        })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -506,7 +486,7 @@ async fn an_acl_user_and_a_database_are_used_on_the_data_nodes_before_and_after_
     assert!(
         has_the_client(master) && the_client_is(master, LOCK_USER, "3"),
         "the client's connections are on the master as {LOCK_USER:?} in db 3: {:?}",
-        client_connections(master)
+        common::client_connections(master)
     );
     let guard = locks.lock("before").await.expect("lock");
     assert_eq!(count_in_db(master, 3, "before").await, 1, "held in db 3");
@@ -526,7 +506,7 @@ async fn an_acl_user_and_a_database_are_used_on_the_data_nodes_before_and_after_
         moved,
         "the client did not move to the new master as {LOCK_USER:?} in db 3 within 5 s of \
          the switch; on it: {:?}",
-        client_connections(master)
+        common::client_connections(master)
     );
     let guard = locks
         .lock("after")

@@ -8,6 +8,7 @@
 //! process with `SSL_CERT_FILE` set to the CA under test, so that no test changes
 //! the environment of another.
 
+mod common;
 #[path = "tls_support/mod.rs"]
 mod tls_support;
 
@@ -154,42 +155,22 @@ fn order(child: &mut ChildProcess, order: &str, expected: &str) {
     assert_eq!(answer, expected, "the child's answer to {order:?}");
 }
 
-/// The value of `key` in a line of `CLIENT LIST`.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split(' ')
-        .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
-}
-
-/// The connections of clients on `node` (`CLIENT LIST`), less the Sentinels'
-/// (named `sentinel-*`), the replication links and the one asking.
-fn client_connections(node: &RedisServer) -> Vec<String> {
-    node.cmd(&["CLIENT", "LIST"])
-        .map(|list| {
-            list.lines()
-                .filter(|line| field(line, "name") == Some("") && field(line, "flags") == Some("N"))
-                .filter(|line| field(line, "cmd") != Some("client|list"))
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Whether the lock client is on `node` through its TLS port `tls_port` only: its
 /// subscriber connection (RESP3) and a command connection (RESP2), and no
 /// connection of a client on another port.
 fn has_the_client_over_tls(node: &RedisServer, tls_port: u16) -> bool {
-    let connections = client_connections(node);
+    let connections = common::client_connections(node);
     let tls_addr = SocketAddr::from(([127, 0, 0, 1], tls_port)).to_string();
     let speaks = |resp| {
         connections
             .iter()
-            .any(|line| field(line, "resp") == Some(resp))
+            .any(|line| common::field(line, "resp") == Some(resp))
     };
     speaks("3")
         && speaks("2")
         && connections
             .iter()
-            .all(|line| field(line, "laddr") == Some(tls_addr.as_str()))
+            .all(|line| common::field(line, "laddr") == Some(tls_addr.as_str()))
 }
 
 /// The hold count of lock `name` on `node`, read over its plain port (0 when free).
@@ -269,7 +250,7 @@ fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_
         verdict.starts_with("TLS_ERR"),
         "a plain connection to a TLS port: {verdict}"
     );
-    let ms: u64 = field(&verdict, "ms")
+    let ms: u64 = common::field(&verdict, "ms")
         .and_then(|ms| ms.parse().ok())
         .expect("ms");
     assert!(
@@ -282,7 +263,7 @@ fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_
     let verdict = read_until(&mut untrusted, &["CONNECTED"]);
     assert!(
         verdict.starts_with("TLS_ERR")
-            && field(&verdict, "redis") == Some("1")
+            && common::field(&verdict, "redis") == Some("1")
             && verdict.contains("certificate"),
         "with a wrong CA: {verdict}"
     );
@@ -298,7 +279,7 @@ fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_
         )),
         "the client is on the master's TLS port {}: {:?}",
         tls_port(old),
-        client_connections(master)
+        common::client_connections(master)
     );
     order(&mut child, "lock before", "HELD before");
     assert_eq!(redis_count(master, "before"), 1);
@@ -321,7 +302,7 @@ fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_
         "the client did not move to the new master's TLS port {} within 5 s of the switch; \
          on it: {:?}",
         tls_port(new),
-        client_connections(master)
+        common::client_connections(master)
     );
     order(&mut child, "lock after", "HELD after");
     assert_eq!(redis_count(master, "after"), 1);

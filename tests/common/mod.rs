@@ -122,3 +122,23 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// The value of `key` in a `key=value` line, such as one of `CLIENT LIST`.
+pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split(' ')
+        .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// The connections of unnamed clients on `node` (`CLIENT LIST`): not the Sentinels'
+/// (named `sentinel-*`), not the replication links, not the one asking.
+pub fn client_connections(node: &RedisServer) -> Vec<String> {
+    node.cmd(&["CLIENT", "LIST"])
+        .map(|list| {
+            list.lines()
+                .filter(|line| field(line, "name") == Some("") && field(line, "flags") == Some("N"))
+                .filter(|line| field(line, "cmd") != Some("client|list"))
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
