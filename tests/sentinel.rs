@@ -524,3 +524,43 @@ async fn an_acl_user_and_a_database_are_used_on_the_data_nodes_before_and_after_
     guard.unlock().await.expect("unlock");
     assert_eq!(count_in_db(master, 3, "after").await, 0, "released");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_that_names_another_master_is_outvoted() {
+    let group = group();
+    // A lone Sentinel watching another master under the same name stands for one
+    // that lags behind a failover: listed first, it answers first.
+    let stray = SentinelGroup::start("locks", 0, 1).expect("start a stray Sentinel");
+    let mut sentinels = stray.sentinel_urls();
+    sentinels.extend(group.sentinel_urls());
+    let locks = LockClient::builder()
+        .sentinel(sentinels, "locks")
+        .connect()
+        .await
+        .expect("connect through the Sentinels");
+
+    let guard = locks.lock("voted").await.expect("lock");
+    let master = group.current_master_index().expect("a master");
+    assert_eq!(
+        common::redis_count(&group.data_nodes()[master], "voted"),
+        1,
+        "the lock is on the master that three of the four Sentinels name"
+    );
+    let stray_master = stray.current_master_index().expect("the stray master");
+    assert_eq!(
+        common::redis_count(&stray.data_nodes()[stray_master], "voted"),
+        0,
+        "nothing reached the master that one Sentinel names"
+    );
+    guard.unlock().await.expect("unlock");
+
+    // One against one: no majority, a clear error rather than a guess.
+    let mut even = stray.sentinel_urls();
+    even.extend(group.sentinel_urls().into_iter().take(1));
+    let err = LockClient::builder()
+        .sentinel(even, "locks")
+        .connect()
+        .await
+        .expect_err("the Sentinels disagree");
+    assert!(err.to_string().contains("do not agree"), "{err}");
+}

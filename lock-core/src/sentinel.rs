@@ -4,9 +4,11 @@
 //! A connection manager built for one master keeps dialing that address after a
 //! failover, so distlock keeps its own connections (commands and subscriber) and
 //! moves them itself. Moving always goes through [`SentinelConn::reresolve`]: it
-//! asks the Sentinels for the master again, checks with `ROLE` that the node really
-//! is a master, swaps both connections to it, and wakes every waiter so that they
-//! ask the new master. Two paths lead there:
+//! asks every Sentinel for the master again and takes the one named by more than
+//! half of those that answer (so one Sentinel that has not yet heard of a failover
+//! cannot send the client back to a master about to be demoted), checks with `ROLE`
+//! that the node really is a master, swaps both connections to it, and wakes every
+//! waiter so that they ask the new master. Two paths lead there:
 //!
 //! - **Proactive**: a background task per configured Sentinel subscribes to its
 //!   `+switch-master` channel, on which a Sentinel announces a completed failover
@@ -34,10 +36,9 @@ use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, ConnectionInfo, ProtocolVersion, PushInfo, PushKind,
-    RedisConnectionInfo, RedisError, RedisResult, TlsMode, Value,
+    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion,
+    PushInfo, PushKind, RedisConnectionInfo, RedisError, RedisResult, Value,
 };
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::sync::{watch, Mutex};
@@ -112,9 +113,8 @@ impl NodeOptions {
         }
     }
 
-    /// The same settings for redis-rs, which applies them to every data node it
-    /// names (and checks).
-    fn connection_info(&self) -> SentinelNodeConnectionInfo {
+    /// How to connect to the data node at `host:port` that the Sentinels named.
+    fn master_info(&self, host: String, port: u16) -> RedisResult<ConnectionInfo> {
         let mut redis = RedisConnectionInfo::default().set_db(i64::from(self.db));
         if let Some(auth) = &self.auth {
             if let Some(username) = &auth.username {
@@ -122,12 +122,17 @@ impl NodeOptions {
             }
             redis = redis.set_password(&auth.password);
         }
-        let info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis);
-        if self.tls {
-            info.set_tls_mode(TlsMode::Secure)
+        let addr = if self.tls {
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                tls_params: None,
+            }
         } else {
-            info
-        }
+            ConnectionAddr::Tcp(host, port)
+        };
+        Ok(addr.into_connection_info()?.set_redis_settings(redis))
     }
 }
 
@@ -186,10 +191,17 @@ impl Settings {
     }
 }
 
+/// The Sentinels as the user gave them, and the name of the master they watch.
+struct Sentinels {
+    infos: Vec<ConnectionInfo>,
+    master_name: String,
+}
+
 /// A master found through the Sentinels, and the connections to it, moved to the
 /// new master after a failover (see the module documentation).
 pub(crate) struct SentinelConn {
-    sentinel: Mutex<SentinelClient>,
+    /// Held while the master is looked up again: one lookup at a time.
+    sentinels: Mutex<Sentinels>,
     current: RwLock<Current>,
     settings: Settings,
     /// Stops the `+switch-master` tasks when the connection goes, even when the
@@ -216,12 +228,10 @@ impl SentinelConn {
         response_timeout: Duration,
         shutdown: &CancellationToken,
     ) -> RedisResult<Arc<Self>> {
-        let mut sentinel = SentinelClient::build(
-            sentinels.clone(),
-            master_name,
-            Some(nodes.connection_info()),
-            SentinelServerType::Master,
-        )?;
+        let lookup = Sentinels {
+            infos: sentinels.clone(),
+            master_name: master_name.to_owned(),
+        };
         let settings = Settings {
             pushes,
             connect_timeout,
@@ -229,14 +239,14 @@ impl SentinelConn {
             nodes: nodes.clone(),
         };
         let current = async {
-            let (master, addr) = find_master(&mut sentinel).await?;
+            let (master, addr) = find_master(&lookup, &settings).await?;
             connect_master(master, addr, &settings, 0).await
         }
         .await
         .map_err(|err| explain_auth_failure(err, nodes))?;
         let stop = shutdown.child_token();
         let conn = Arc::new(Self {
-            sentinel: Mutex::new(sentinel),
+            sentinels: Mutex::new(lookup),
             current: RwLock::new(current),
             settings,
             _watch: stop.clone().drop_guard(),
@@ -256,12 +266,12 @@ impl SentinelConn {
     /// Asks the Sentinels for the master again, unless someone already did since
     /// `seen` was current; swaps to it if it moved, and wakes every waiter.
     pub(crate) async fn reresolve(&self, seen: u64) {
-        let mut sentinel = self.sentinel.lock().await;
+        let sentinels = self.sentinels.lock().await;
         let current = self.current();
         if current.generation != seen {
             return;
         }
-        let next = match find_master(&mut sentinel).await {
+        let next = match find_master(&sentinels, &self.settings).await {
             // Still there: no new connections.
             Ok((_, addr)) if addr == current.addr => return,
             Ok((master, addr)) => {
@@ -324,9 +334,68 @@ pub(crate) fn master_may_have_moved(err: &redis::RedisError) -> bool {
         || matches!(err.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
 }
 
-/// Asks the Sentinels for the master: a client for it, and its `host:port`.
-async fn find_master(sentinel: &mut SentinelClient) -> RedisResult<(redis::Client, String)> {
-    let client = sentinel.async_get_client().await?;
+/// Asks every Sentinel at once which master it names, and takes the one that more
+/// than half of those that answered name: a Sentinel that has not yet heard of a
+/// failover (or that watches another deployment by mistake) cannot steer the client
+/// on its own. Returns a client for the master, with the data nodes' settings, and
+/// its `host:port`.
+async fn find_master(
+    sentinels: &Sentinels,
+    settings: &Settings,
+) -> RedisResult<(redis::Client, String)> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.response_timeout));
+    let mut asks = tokio::task::JoinSet::new();
+    for info in &sentinels.infos {
+        let (info, name, config) = (info.clone(), sentinels.master_name.clone(), config.clone());
+        asks.spawn(async move {
+            let mut conn = redis::Client::open(info)?
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(&name)
+                .query_async::<Option<(String, u16)>>(&mut conn)
+                .await
+        });
+    }
+    let mut named: Vec<(String, u16)> = Vec::new();
+    let (mut answered, mut last_err) = (0, None);
+    while let Some(asked) = asks.join_next().await {
+        match asked {
+            Ok(Ok(master)) => {
+                answered += 1;
+                named.extend(master);
+            }
+            Ok(Err(err)) => last_err = Some(err),
+            Err(err) => last_err = Some(RedisError::from(std::io::Error::other(err))),
+        }
+    }
+    if answered == 0 {
+        return Err(last_err.unwrap_or_else(|| {
+            RedisError::from((redis::ErrorKind::Client, "no Sentinel was given"))
+        }));
+    }
+    let votes = |candidate: &(String, u16)| named.iter().filter(|m| *m == candidate).count();
+    let Some((host, port)) = named
+        .iter()
+        .find(|candidate| votes(candidate) * 2 > answered)
+        .cloned()
+    else {
+        let names: Vec<String> = named.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+        return Err(RedisError::from((
+            redis::ErrorKind::Client,
+            "the Sentinels do not agree on a master",
+            format!(
+                "{answered} Sentinels answered for `{}`, naming {names:?}; a master needs \
+                 more than half of them (check the master name, or wait for the Sentinels \
+                 to settle after a failover)",
+                sentinels.master_name
+            ),
+        )));
+    };
+    let client = redis::Client::open(settings.nodes.master_info(host, port)?)?;
     let addr = client.get_connection_info().addr().to_string();
     Ok((client, addr))
 }
