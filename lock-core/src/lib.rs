@@ -6,7 +6,9 @@
 //!   [`LockClient::try_lock`], [`LockClient::with_lock`].
 //! - A lock belongs to the async call chain that took it ([`LockContext`]): nested
 //!   acquires of the same name re-enter, concurrent branches exclude each other.
-//! - Waiters wake on a Redis pub/sub message when the lock is released, not by polling.
+//! - Waiters wake on a Redis pub/sub message when the lock is released, not by
+//!   polling; one release wakes one waiter, and a client's waiters for a name are
+//!   served first come, first served.
 //! - One watchdog task per client renews every lease; a [`LockGuard`] tells you when
 //!   its lock was lost.
 //! - Dropping any future at any await point leaves no hold behind.
