@@ -1,6 +1,6 @@
 //! Project tasks for distlock, run as `cargo xtask <COMMAND>` (see `HELP`).
 //!
-//! `test`, `demo` and `cluster` need `redis-server` 7.0 or newer; when it is
+//! `test`, `demo`, `cluster` and `sentinel` need `redis-server` 7.0 or newer; when it is
 //! missing and the task runs as root, it is installed with `apt-get`. Servers are
 //! started by `distlock-testkit` on free loopback ports, never on 6379.
 
@@ -17,7 +17,9 @@ use std::time::Duration;
 
 mod reliability;
 
-use distlock_testkit::{redis_server_binary, RedisCluster, RedisServer, REDIS_SERVER_ENV};
+use distlock_testkit::{
+    redis_server_binary, RedisCluster, RedisServer, SentinelGroup, REDIS_SERVER_ENV,
+};
 
 const HELP: &str = "\
 cargo xtask: project tasks for distlock
@@ -54,10 +56,15 @@ COMMANDS:
                       the end of stdin (Ctrl-D); then stop every node. With stdin
                       closed (`< /dev/null`) it stops at once: keep stdin open, e.g.
                       `sleep infinity | cargo xtask cluster`.
+    sentinel          Start a local Redis Sentinel group on free 127.0.0.1 ports: a
+                      master named `mymaster`, 1 replica and 3 Sentinels. Print the
+                      Sentinel URLs, the master and how to point the client or the
+                      examples at it, and keep it up until Ctrl-C, SIGTERM or the end
+                      of stdin (Ctrl-D), as `cluster` does; then stop every process.
     help, --help      Print this help.
 
 REDIS:
-    `test`, `demo` and `cluster` need redis-server 7.0 or newer: $REDIS_SERVER if
+    `test`, `demo`, `cluster` and `sentinel` need redis-server 7.0 or newer: $REDIS_SERVER if
     set, else `redis-server` on PATH. When none is found and xtask runs as root, it
     runs `apt-get update` and `apt-get install -y redis-server`; otherwise it prints
     how to install one. The path is passed on to cargo as REDIS_SERVER. Test servers
@@ -94,6 +101,7 @@ fn main() -> ExitCode {
         Some("test") => test(&rest),
         Some("demo") => demo(&rest),
         Some("cluster") => cluster(&rest),
+        Some("sentinel") => sentinel(&rest),
         Some("reliability") => reliability_suite(),
         Some("bench") => bench(&rest),
         Some("help" | "--help" | "-h") => {
@@ -354,6 +362,61 @@ fn cluster(args: &[OsString]) -> Result<()> {
     Ok(())
 }
 
+/// The name `cargo xtask sentinel`'s Sentinels know the master by; also the default
+/// of the examples' `REDIS_SENTINEL_MASTER`.
+const SENTINEL_MASTER: &str = "mymaster";
+
+/// `cargo xtask sentinel`: a local Sentinel group (a master, a replica, 3 Sentinels)
+/// until Ctrl-C, SIGTERM or stdin's end.
+fn sentinel(args: &[OsString]) -> Result<()> {
+    if let Some(arg) = args.first() {
+        return Err(Failure::Message(format!(
+            "`cargo xtask sentinel` takes no arguments (got {:?})",
+            arg.to_string_lossy()
+        )));
+    }
+    let redis = ensure_redis()?;
+    // SentinelGroup finds the binary through REDIS_SERVER; no other thread runs yet.
+    env::set_var(REDIS_SERVER_ENV, &redis);
+    catch_stop_signals()?;
+    println!(
+        "xtask: starting a Redis Sentinel group on 127.0.0.1: a master {SENTINEL_MASTER:?}, \
+         1 replica and 3 Sentinels"
+    );
+    let group = SentinelGroup::start(SENTINEL_MASTER, 1, 3)?;
+    let urls = group.sentinel_urls();
+    let master = group.current_master_index();
+    println!("xtask: the group is up:");
+    for (url, node) in urls.iter().zip(group.sentinels()) {
+        println!("    {url}  sentinel, pid {}", node.pid());
+    }
+    for (index, node) in group.data_nodes().iter().enumerate() {
+        let role = if Some(index) == master {
+            "master"
+        } else {
+            "replica"
+        };
+        println!("    {}  {role}, pid {}", node.url(), node.pid());
+    }
+    let name = group.master_name();
+    let quoted: Vec<String> = urls.iter().map(|url| format!("{url:?}")).collect();
+    println!(
+        "\nPoint a client at the master through the Sentinels:\n    \
+         LockClient::builder().sentinel([{}], {name:?})\n\
+         and run examples that read REDIS_SENTINEL_URLS with:\n    \
+         REDIS_SENTINEL_URLS={} REDIS_SENTINEL_MASTER={name} cargo run --example <NAME>\n\n\
+         Press Ctrl-C (or Ctrl-D, or send SIGTERM) to stop the group. If this process \
+         is killed, its processes die with it.",
+        quoted.join(", "),
+        urls.join(",")
+    );
+    let reason = wait_for_stop();
+    println!("xtask: {reason}; stopping the Sentinel group");
+    drop(group);
+    println!("xtask: every process is stopped");
+    Ok(())
+}
+
 /// The last of SIGINT, SIGTERM or SIGHUP that arrived since [`catch_stop_signals`]; 0
 /// for none.
 static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -564,8 +627,25 @@ mod tests {
     }
 
     #[test]
+    fn sentinel_takes_no_arguments() {
+        match sentinel(&[OsString::from("extra")]) {
+            Err(Failure::Message(message)) => assert!(message.contains("no arguments")),
+            _ => panic!("`sentinel extra` must be refused before anything starts"),
+        }
+    }
+
+    #[test]
     fn help_lists_every_command() {
-        for command in ["test", "demo", "bench", "cluster", "reliability", "--help"] {
+        let commands = [
+            "test",
+            "demo",
+            "bench",
+            "cluster",
+            "sentinel",
+            "reliability",
+            "--help",
+        ];
+        for command in commands {
             assert!(HELP.contains(command), "{command}");
         }
         for example in EXAMPLES {
