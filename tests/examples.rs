@@ -14,7 +14,10 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use distlock_testkit::{RedisCluster, RedisServer};
+use distlock_testkit::{RedisCluster, RedisServer, SentinelGroup};
+
+/// Every example; each has a test of its own below.
+const EXAMPLES: [&str; 4] = ["demo", "order_flow", "fencing", "guard_api"];
 
 /// How long an example may run before it counts as hung.
 const TIME_LIMIT: Duration = Duration::from_secs(120);
@@ -58,10 +61,32 @@ fn order_flow_runs_on_a_redis_cluster() {
     assert!(output.contains("consistency check passed"), "{output}");
 }
 
+/// The examples read `REDIS_SENTINEL_URLS` and `REDIS_SENTINEL_MASTER` too: every
+/// example, one after the other, on the master of one Sentinel group (1 replica, 3
+/// Sentinels), as `cargo xtask sentinel` sets it up.
+#[test]
+fn examples_run_on_a_sentinel_group() {
+    let group = SentinelGroup::start("examples", 1, 3)
+        .expect("start a Sentinel group (see the testkit's error for how to install redis-server)");
+    let env = [
+        ("REDIS_SENTINEL_URLS", group.sentinel_urls().join(",")),
+        ("REDIS_SENTINEL_MASTER", group.master_name().to_owned()),
+    ];
+    for name in EXAMPLES {
+        let output = run_example_with(name, &env);
+        assert!(
+            output.contains("the master \"examples\" of the Sentinels at"),
+            "{name}:\n{output}"
+        );
+        if name == "order_flow" {
+            assert!(output.contains("consistency check passed"), "{output}");
+        }
+    }
+}
+
 /// Every file in `examples/` with a test above: a new example needs one.
 #[test]
 fn every_example_is_run_by_a_test() {
-    const TESTED: [&str; 4] = ["demo", "order_flow", "fencing", "guard_api"];
     let dir = workspace_root().join("examples");
     let entries = std::fs::read_dir(&dir).expect("read examples/");
     for entry in entries {
@@ -69,7 +94,7 @@ fn every_example_is_run_by_a_test() {
         if path.extension().is_some_and(|ext| ext == "rs") {
             let name = path.file_stem().and_then(|s| s.to_str()).expect("a name");
             assert!(
-                TESTED.contains(&name),
+                EXAMPLES.contains(&name),
                 "examples/{name}.rs has no test in tests/examples.rs: add one"
             );
         }
@@ -91,6 +116,8 @@ fn run_example_with(name: &str, env: &[(&str, String)]) -> String {
     command
         .env_remove("REDIS_URL")
         .env_remove("REDIS_CLUSTER_URLS")
+        .env_remove("REDIS_SENTINEL_URLS")
+        .env_remove("REDIS_SENTINEL_MASTER")
         .envs(env.iter().map(|(key, value)| (key, value)))
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
