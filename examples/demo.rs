@@ -2,7 +2,7 @@
 //!
 //! Run it with `cargo xtask demo` (which starts a throwaway `redis-server`), or
 //! against your own server: `REDIS_URL=redis://127.0.0.1:6379 cargo run --example demo`
-//! (`REDIS_CLUSTER_URLS` for a Redis Cluster).
+//! (`REDIS_CLUSTER_URLS` for a Redis Cluster, `REDIS_SENTINEL_URLS` for Sentinel).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -11,7 +11,7 @@
 //! stale write is rejected.
 //!
 //! Run it with `REDIS_URL=redis://127.0.0.1:6379 cargo run --example fencing`
-//! (or `cargo xtask demo fencing`; `REDIS_CLUSTER_URLS` for a Redis Cluster). Its
+//! (or `cargo xtask demo fencing`; `REDIS_CLUSTER_URLS` for a Redis Cluster, `REDIS_SENTINEL_URLS` for Sentinel). Its
 //! keys start with `distlock-example:`; it exits with a non-zero status if the stale
 //! write gets through.
 

@@ -2,7 +2,7 @@
 //! `scope` and `with_lock`, `lost()`, `inspect` and `force_unlock`.
 //!
 //! Run it with `REDIS_URL=redis://127.0.0.1:6379 cargo run --example guard_api`
-//! (or `cargo xtask demo guard_api`; `REDIS_CLUSTER_URLS` for a Redis Cluster). Its
+//! (or `cargo xtask demo guard_api`; `REDIS_CLUSTER_URLS` for a Redis Cluster, `REDIS_SENTINEL_URLS` for Sentinel). Its
 //! keys start with `distlock-example:`; it exits with a non-zero status if a step
 //! does not behave as described.
 

@@ -19,7 +19,8 @@
 //! Run it with `cargo xtask demo` (a throwaway `redis-server`), or against your own
 //! server: `REDIS_URL=redis://127.0.0.1:6379 cargo run --example order_flow`, or a
 //! Redis Cluster: `REDIS_CLUSTER_URLS=redis://127.0.0.1:7000,... cargo run --example
-//! order_flow` (see `cargo xtask cluster`). Its keys start with `distlock-example:`;
+//! order_flow` (see `cargo xtask cluster`), or Sentinel: `REDIS_SENTINEL_URLS=...`
+//! (see `cargo xtask sentinel`). Its keys start with `distlock-example:`;
 //! it exits with a non-zero status when the consistency check fails.
 
 use std::collections::{BTreeMap, HashMap};
