@@ -320,18 +320,25 @@ fn display(command: &Command) -> String {
         .join(" ")
 }
 
-/// `cargo xtask cluster`: a local Redis Cluster until Ctrl-C, SIGTERM or stdin's end.
-fn cluster(args: &[OsString]) -> Result<()> {
+/// What `cargo xtask cluster` and `sentinel` do before starting their servers:
+/// refuse arguments, find (or install) `redis-server` and point the test kit at it,
+/// and catch the signals that stop them.
+fn prepare_local_servers(command: &str, args: &[OsString]) -> Result<()> {
     if let Some(arg) = args.first() {
         return Err(Failure::Message(format!(
-            "`cargo xtask cluster` takes no arguments (got {:?})",
+            "`cargo xtask {command}` takes no arguments (got {:?})",
             arg.to_string_lossy()
         )));
     }
     let redis = ensure_redis()?;
-    // RedisCluster finds the binary through REDIS_SERVER; no other thread runs yet.
+    // The test kit finds the binary through REDIS_SERVER; no other thread runs yet.
     env::set_var(REDIS_SERVER_ENV, &redis);
-    catch_stop_signals()?;
+    catch_stop_signals()
+}
+
+/// `cargo xtask cluster`: a local Redis Cluster until Ctrl-C, SIGTERM or stdin's end.
+fn cluster(args: &[OsString]) -> Result<()> {
+    prepare_local_servers("cluster", args)?;
     println!("xtask: starting a Redis Cluster of 3 masters and 3 replicas on 127.0.0.1");
     let cluster = RedisCluster::start(3, 1)?;
     let urls = cluster.urls();
@@ -369,16 +376,7 @@ const SENTINEL_MASTER: &str = "mymaster";
 /// `cargo xtask sentinel`: a local Sentinel group (a master, a replica, 3 Sentinels)
 /// until Ctrl-C, SIGTERM or stdin's end.
 fn sentinel(args: &[OsString]) -> Result<()> {
-    if let Some(arg) = args.first() {
-        return Err(Failure::Message(format!(
-            "`cargo xtask sentinel` takes no arguments (got {:?})",
-            arg.to_string_lossy()
-        )));
-    }
-    let redis = ensure_redis()?;
-    // SentinelGroup finds the binary through REDIS_SERVER; no other thread runs yet.
-    env::set_var(REDIS_SERVER_ENV, &redis);
-    catch_stop_signals()?;
+    prepare_local_servers("sentinel", args)?;
     println!(
         "xtask: starting a Redis Sentinel group on 127.0.0.1: a master {SENTINEL_MASTER:?}, \
          1 replica and 3 Sentinels"
