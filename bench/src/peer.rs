@@ -7,7 +7,7 @@ use distlock_testkit::RedisServer;
 use rslock::LockManager;
 use tokio::time::Instant;
 
-use crate::scenarios::{contend, Contender, Contention, ContentionSettings};
+use crate::scenarios::{contend, many_tasks_with, Contender, Contention, ContentionSettings};
 use crate::server::calls_between;
 use crate::BoxError;
 
@@ -64,29 +64,7 @@ pub(crate) async fn many_tasks(
     pairs_per_task: usize,
     limit: Duration,
 ) -> Result<f64, BoxError> {
-    let start = Instant::now();
-    let mut set = tokio::task::JoinSet::new();
-    for task in 0..tasks {
-        let manager = manager.clone();
-        let tag = tag.to_owned();
-        set.spawn(async move {
-            let mut done = 0;
-            while done < pairs_per_task && start.elapsed() < limit {
-                let name = format!("rs2:{tag}:{task}:{done}");
-                let lock = lock_until(&manager, &name, start + limit)
-                    .await
-                    .map_err(|err| err.to_string())?;
-                manager.unlock(&lock).await;
-                done += 1;
-            }
-            Ok::<usize, String>(done)
-        });
-    }
-    let mut total = 0;
-    while let Some(joined) = set.join_next().await {
-        total += joined??;
-    }
-    Ok(total as f64 / start.elapsed().as_secs_f64())
+    many_tasks_with(manager, &format!("rs2:{tag}"), tasks, pairs_per_task, limit).await
 }
 
 impl Contender for LockManager {

@@ -78,19 +78,36 @@ pub(crate) async fn many_tasks(
     pairs_per_task: usize,
     limit: Duration,
 ) -> Result<f64, BoxError> {
+    many_tasks_with(client, &format!("s2:{tag}"), tasks, pairs_per_task, limit).await
+}
+
+/// Scenario 2 with any [`Contender`], on names that start with `prefix`.
+pub(crate) async fn many_tasks_with<C>(
+    contender: &C,
+    prefix: &str,
+    tasks: usize,
+    pairs_per_task: usize,
+    limit: Duration,
+) -> Result<f64, BoxError>
+where
+    C: Contender,
+    BoxError: From<C::Error>,
+{
     let start = Instant::now();
+    let stop = start + limit;
     let mut set = tokio::task::JoinSet::new();
     for task in 0..tasks {
-        let client = client.clone();
-        let tag = tag.to_owned();
+        let (contender, prefix) = (contender.clone(), prefix.to_owned());
         set.spawn(async move {
             let mut done = 0;
-            while done < pairs_per_task && start.elapsed() < limit {
-                let guard = client.lock(format!("s2:{tag}:{task}:{done}")).await?;
-                guard.unlock().await?;
+            while done < pairs_per_task && Instant::now() < stop {
+                let held = contender
+                    .acquire(&format!("{prefix}:{task}:{done}"), stop)
+                    .await?;
+                contender.release(held).await?;
                 done += 1;
             }
-            Ok::<usize, LockError>(done)
+            Ok::<usize, C::Error>(done)
         });
     }
     let mut total = 0;
