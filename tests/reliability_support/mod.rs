@@ -51,8 +51,12 @@ impl Workload {
     /// A workload on `url` for lock `name`: keys `rel:{name}:counter` and `rel:{name}:store`.
     pub async fn connect(url: &str, name: &str) -> Workload {
         let client = redis::Client::open(url).expect("url");
+        // No response timeout: a holder process frozen (SIGSTOP) with a write in
+        // flight must find the reply after SIGCONT, not a timer that ran out while
+        // it was stopped.
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
         let conn = client
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .expect("workload connection");
         Workload {
