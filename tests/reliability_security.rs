@@ -1,6 +1,7 @@
 //! Reliability: security — unguessable owners, foreign owners change nothing,
 //! passwords and ACL users, the minimal ACL of a lock user, missing permissions.
 
+mod common;
 #[path = "reliability_support/mod.rs"]
 mod support;
 
@@ -8,39 +9,9 @@ use std::collections::HashSet;
 use std::future::IntoFuture;
 use std::time::Duration;
 
+use common::LOCK_USER_ACL;
 use distlock::{LockClient, LockError};
 use distlock_testkit::RedisServer;
-
-/// The minimal ACL of a lock user (documented in RELIABILITY.md): the commands the
-/// client sends, the commands the scripts call, its keys and its channels.
-pub const LOCK_USER_ACL: &[&str] = &[
-    "resetkeys",
-    "~distlock:*",
-    "resetchannels",
-    "&distlock:*",
-    "-@all",
-    // Sent by the client.
-    "+hello",
-    "+ping",
-    "+script|load",
-    "+evalsha",
-    "+config|get",
-    "+subscribe",
-    "+unsubscribe",
-    // Called by the scripts.
-    "+type",
-    "+get",
-    "+incr",
-    "+hget",
-    "+hset",
-    "+hincrby",
-    "+hexists",
-    "+hgetall",
-    "+pexpire",
-    "+pttl",
-    "+del",
-    "+publish",
-];
 
 fn release_script() -> redis::Script {
     redis::Script::new(include_str!("../lua/release.lua"))

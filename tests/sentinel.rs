@@ -399,33 +399,10 @@ async fn bad_sentinel_node_settings_are_refused_before_anything_is_sent() {
 const LOCK_USER: &str = "locks";
 const LOCK_USER_PASSWORD: &str = "s3cret-lock-user";
 
-/// The rules of README.md's "ACL" section, with `+role` for Sentinel, plus
-/// `+select`: a database other than 0 is chosen with `SELECT` on each connection.
-const LOCK_USER_RULES: &[&str] = &[
-    "~distlock:*",
-    "&distlock:*",
-    "+hello",
-    "+ping",
-    "+evalsha",
-    "+script|load",
-    "+subscribe",
-    "+unsubscribe",
-    "+type",
-    "+hget",
-    "+hset",
-    "+hincrby",
-    "+hexists",
-    "+hgetall",
-    "+pexpire",
-    "+pttl",
-    "+incr",
-    "+get",
-    "+del",
-    "+publish",
-    "+config|get",
-    "+role",
-    "+select",
-];
+/// What the lock user needs beyond [`common::LOCK_USER_ACL`] behind Sentinel:
+/// `+role` (the client checks the master), and `+select` (a database other than 0
+/// is chosen with `SELECT` on each connection).
+const SENTINEL_EXTRA_RULES: &[&str] = &["+role", "+select"];
 
 /// The hold count of lock `name` in database `db` of `node` (whose `default` user
 /// has [`PASSWORD`]), read over a connection of its own.
@@ -467,7 +444,8 @@ async fn an_acl_user_and_a_database_are_used_on_the_data_nodes_before_and_after_
     for node in group.data_nodes() {
         let secret = format!(">{LOCK_USER_PASSWORD}");
         let mut args = vec!["ACL", "SETUSER", LOCK_USER, "reset", "on", &secret];
-        args.extend_from_slice(LOCK_USER_RULES);
+        args.extend_from_slice(common::LOCK_USER_ACL);
+        args.extend_from_slice(SENTINEL_EXTRA_RULES);
         assert_eq!(node.cmd(&args).expect("ACL SETUSER"), "OK");
     }
 
