@@ -362,11 +362,16 @@ fn cluster(args: &[OsString]) -> Result<()> {
         quoted.join(", "),
         urls.join(",")
     );
-    let reason = wait_for_stop();
-    println!("xtask: {reason}; stopping the cluster");
-    drop(cluster);
-    println!("xtask: every node is stopped");
+    serve_until_stopped("the cluster", cluster);
     Ok(())
+}
+
+/// Keeps `servers` running until Ctrl-C, SIGTERM or stdin's end, then stops them.
+fn serve_until_stopped<T>(what: &str, servers: T) {
+    let reason = wait_for_stop();
+    println!("xtask: {reason}; stopping {what}");
+    drop(servers);
+    println!("xtask: every process is stopped");
 }
 
 /// The name `cargo xtask sentinel`'s Sentinels know the master by; also the default
@@ -408,10 +413,7 @@ fn sentinel(args: &[OsString]) -> Result<()> {
         quoted.join(", "),
         urls.join(",")
     );
-    let reason = wait_for_stop();
-    println!("xtask: {reason}; stopping the Sentinel group");
-    drop(group);
-    println!("xtask: every process is stopped");
+    serve_until_stopped("the Sentinel group", group);
     Ok(())
 }
 
