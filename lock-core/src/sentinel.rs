@@ -265,6 +265,11 @@ impl SentinelConn {
 
     /// Asks the Sentinels for the master again, unless someone already did since
     /// `seen` was current; swaps to it if it moved, and wakes every waiter.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: the lookups in flight are aborted and nothing is swapped; the
+    /// swap itself happens without an await, all at once or not at all.
     pub(crate) async fn reresolve(&self, seen: u64) {
         let sentinels = self.sentinels.lock().await;
         let current = self.current();

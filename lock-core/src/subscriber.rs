@@ -259,6 +259,11 @@ impl Subscription {
 
     /// Resolves once a release (or a reconnect) woke this waiter since the last
     /// [`rearm`](Self::rearm).
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop (as a timed-out wait does): the wake-up stays recorded in the
+    /// waiter's place, and the next call, or the drop of the subscription, sees it.
     pub(crate) async fn notified(&self) {
         poll_fn(|cx| {
             let mut queue = locked(&self.channel.queue);
