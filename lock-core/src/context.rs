@@ -4,8 +4,8 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::guard::HeldLock;
-use crate::name::LockKeys;
+use crate::hold::HeldLock;
+use crate::keys::LockKeys;
 
 tokio::task_local! {
     static CONTEXT: LockContext;

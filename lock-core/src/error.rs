@@ -119,7 +119,6 @@ pub enum LockError {
 
 impl From<redis::RedisError> for LockError {
     fn from(err: redis::RedisError) -> Self {
-        // Redis 7.0 reports a PUBLISH refused inside a script without the NOPERM code.
         let text = err.to_string();
         // Redis 7.0 reports a PUBLISH refused inside a script without the NOPERM code,
         // and redis-rs reports a refused SELECT at connect under a message of its own.
@@ -132,6 +131,46 @@ impl From<redis::RedisError> for LockError {
         }
         Self::Redis(err)
     }
+}
+
+/// The error codes of a node that is not, or no longer, a writable master: a
+/// failover is under way or done. A request refused with one was not applied.
+const FAILOVER_CODES: [&str; 2] = ["READONLY", "MASTERDOWN"];
+
+/// Whether `code` (of an error inside a reply) says that a failover refused the
+/// request, which was then not applied.
+pub(crate) fn is_failover_code(code: &str) -> bool {
+    FAILOVER_CODES.contains(&code)
+}
+
+/// Whether a request may have been applied although its reply did not arrive (a
+/// lost or late reply, a dropped connection): its outcome must be found out.
+pub(crate) fn outcome_unknown(err: &redis::RedisError) -> bool {
+    err.is_io_error() || err.is_timeout() || err.is_connection_dropped()
+}
+
+/// Whether the server could not be reached at all.
+fn unreachable(err: &redis::RedisError) -> bool {
+    outcome_unknown(err) || err.is_connection_refusal()
+}
+
+/// Whether a failed request may mean that the master moved (Sentinel): the master
+/// is unreachable, refuses writes after a failover, or is still loading.
+pub(crate) fn master_may_have_moved(err: &redis::RedisError) -> bool {
+    unreachable(err)
+        || matches!(err.code(), Some(code) if is_failover_code(code) || code == "LOADING")
+}
+
+/// Whether an error may pass by itself (a failover, a restart, a lost connection),
+/// so that a waiter with time left should ask again rather than give up.
+pub(crate) fn transient(err: &redis::RedisError) -> bool {
+    unreachable(err)
+        || err.is_cluster_error()
+        || matches!(
+            err.code(),
+            Some(code) if is_failover_code(code)
+                || matches!(code, "CLUSTERDOWN" | "TRYAGAIN" | "LOADING")
+        )
 }
 
 /// Whether the server refused the credentials, or wanted some. redis-rs reports a
@@ -219,6 +258,17 @@ impl LockError {
         matches!(self, Self::Redis(_))
     }
 
+    /// Whether a waiter with time left should ask again after this error: a
+    /// transient failure, or too few replica acknowledgements (the hold was given
+    /// back; replicas resyncing after a failover, or lagging for a moment, catch up).
+    pub(crate) fn may_pass(&self) -> bool {
+        match self {
+            Self::Redis(err) => transient(err),
+            Self::ReplicationNotConfirmed { .. } => true,
+            _ => false,
+        }
+    }
+
     pub(crate) fn invalid_option(option: &'static str, reason: impl Into<String>) -> Self {
         Self::InvalidOption {
             option,
@@ -230,6 +280,29 @@ impl LockError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn io(kind: std::io::ErrorKind) -> redis::RedisError {
+        redis::RedisError::from(std::io::Error::from(kind))
+    }
+
+    #[test]
+    fn errors_are_classified_in_one_place() {
+        let lost = io(std::io::ErrorKind::TimedOut);
+        assert!(outcome_unknown(&lost) && transient(&lost) && master_may_have_moved(&lost));
+        let refused = io(std::io::ErrorKind::ConnectionRefused);
+        assert!(transient(&refused) && master_may_have_moved(&refused));
+        assert!(is_failover_code("READONLY") && is_failover_code("MASTERDOWN"));
+        assert!(!is_failover_code("NOSCRIPT"));
+        let wrong = redis::RedisError::from((redis::ErrorKind::Parse, "parse"));
+        assert!(!outcome_unknown(&wrong) && !transient(&wrong) && !master_may_have_moved(&wrong));
+        assert!(LockError::ReplicationNotConfirmed {
+            acked: 0,
+            needed: 1
+        }
+        .may_pass());
+        assert!(LockError::Redis(lost).may_pass());
+        assert!(!LockError::NoGlobalClient.may_pass());
+    }
 
     #[test]
     fn a_refused_password_points_at_the_credentials_and_other_errors_at_the_server() {

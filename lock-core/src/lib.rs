@@ -12,6 +12,34 @@
 //! - One watchdog task per client renews every lease; a [`LockGuard`] tells you when
 //!   its lock was lost.
 //! - Dropping any future at any await point leaves no hold behind.
+//!
+//! # Where things live
+//!
+//! Each file imports only from the rows above it (a file on one row may use the
+//! files listed before it on that row):
+//!
+//! | row | file | owns |
+//! | --- | --- | --- |
+//! | 1 | `error.rs` | [`LockError`]; the one classification of Redis errors (outcome unknown, transient, failover) |
+//! | 1 | `faults.rs` | seeded faults for testing the tests (feature `fault-injection`) |
+//! | 1 | `scripts.rs` | the Lua scripts, and their replies decoded into types, once |
+//! | 1 | `detach.rs` | `Detached` (a request finished in the background when its caller goes away), `spawn` |
+//! | 2 | `keys.rs` | a lock name's Redis keys and channel; [`MAX_NAME_LEN`], [`MAX_NAMESPACE_LEN`] |
+//! | 2 | `lease.rs` | [`MIN_LEASE`], [`MAX_LEASE`], [`MIN_WATCHDOG_LEASE`], clock drift and validity |
+//! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `url.rs` URLs; `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
+//! | 3 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
+//! | 3 | `subscriber.rs` | waiting: the queues of local waiters, woken by release messages |
+//! | 4 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |
+//! | 4 | `renew.rs` | one renewal round trip for a batch of holds |
+//! | 5 | `watchdog.rs` | when to renew, and telling guards of a loss |
+//! | 6 | `inner.rs` | `Inner`: one client's state, what every internal function takes |
+//! | 7 | `release.rs` | every give-back of a hold, one function per case |
+//! | 8 | `guard.rs` | [`LockGuard`]; `unlock` and `Drop` call down into `release.rs` |
+//! | 8 | `attempt.rs` | one run of `acquire.lua`: `WAIT`, replay after a lost reply, Redlock fan-out |
+//! | 9 | `acquire.rs` | the wait loop of a new acquisition, and re-entry |
+//! | 10 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`] |
+//! | 11 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`], `inspect`, `force_unlock` |
+//! | 12 | `builder.rs` | [`LockClientBuilder`]: settings, their validation, connecting |
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -20,24 +48,33 @@
 )]
 
 mod acquire;
+mod attempt;
 mod backend;
+mod builder;
 mod client;
 mod context;
+mod detach;
 mod error;
 #[doc(hidden)]
 pub mod faults;
 mod guard;
-mod name;
+mod hold;
+mod inner;
+mod keys;
+mod lease;
+mod release;
+mod renew;
+mod request;
 mod scripts;
-mod sentinel;
 mod subscriber;
 mod watchdog;
 
-pub use acquire::{LockFuture, LockRequest, TryLockRequest};
-pub use client::{
-    global, LockClient, LockClientBuilder, LockInfo, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE,
-};
+pub use builder::LockClientBuilder;
+pub use client::{global, LockClient, LockInfo};
 pub use context::{current_lock, LockContext};
 pub use error::LockError;
-pub use guard::{HeldLock, LockGuard};
-pub use name::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
+pub use guard::LockGuard;
+pub use hold::HeldLock;
+pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
+pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
+pub use request::{LockFuture, LockRequest, TryLockRequest};

@@ -1,4 +1,7 @@
-//! The Lua scripts of `lua/`, built once per client, and the decoding of their replies.
+//! The Lua scripts of `lua/`, built once per client, and the decoding of their
+//! replies: each reply is decoded here, once, into a type of its own.
+
+use std::time::Duration;
 
 use redis::Script;
 
@@ -44,14 +47,6 @@ pub(crate) enum AcquireReply {
     NotHeld,
     /// A key of the lock holds a value of another type.
     Conflict,
-    /// Redlock: too few nodes granted it (their grants were given back): `granted`
-    /// granted it, `held` answered that another owner holds it. Ask again after
-    /// `retry_ms` at most (negative: unknown).
-    NoQuorum {
-        granted: u64,
-        held: u64,
-        retry_ms: i64,
-    },
 }
 
 impl AcquireReply {
@@ -64,11 +59,6 @@ impl AcquireReply {
             [0, pttl_ms] => Some(Self::Busy { pttl_ms }),
             [-1] => Some(Self::NotHeld),
             [-2] => Some(Self::Conflict),
-            [-3, granted, held, retry_ms] => Some(Self::NoQuorum {
-                granted: u64::try_from(granted).ok()?,
-                held: u64::try_from(held).ok()?,
-                retry_ms,
-            }),
             _ => None,
         }
     }
@@ -98,6 +88,75 @@ impl ReleaseReply {
     }
 }
 
+/// What `inspect.lua` answered on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum InspectReply {
+    /// The state of the lock on that node.
+    View(LockView),
+    /// A key of the lock holds a value of another type.
+    Conflict,
+}
+
+/// The state of a lock on one node, as `inspect.lua` reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockView {
+    pub(crate) held: bool,
+    pub(crate) hold_count: u64,
+    pub(crate) lease_remaining: Option<Duration>,
+    pub(crate) fencing_token: Option<u64>,
+    pub(crate) last_fencing_token: Option<u64>,
+}
+
+impl InspectReply {
+    pub(crate) fn decode(reply: &[i64]) -> Option<Self> {
+        let positive = |value: i64| u64::try_from(value).ok().filter(|v| *v > 0);
+        match *reply {
+            [-2] => Some(Self::Conflict),
+            [held @ (0 | 1), count, pttl, token, counter] => Some(Self::View(LockView {
+                held: held == 1,
+                hold_count: u64::try_from(count).unwrap_or(0),
+                lease_remaining: positive(pttl).map(Duration::from_millis),
+                fencing_token: positive(token),
+                last_fencing_token: positive(counter),
+            })),
+            _ => None,
+        }
+    }
+}
+
+/// What `force_release.lua` answered on one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ForceReleaseReply {
+    /// The lock was deleted (and its waiters told).
+    Deleted,
+    /// There was no lock.
+    Free,
+    /// The lock key holds a value of another type (left untouched).
+    Conflict,
+}
+
+impl ForceReleaseReply {
+    pub(crate) fn decode(reply: i64) -> Option<Self> {
+        match reply {
+            1 => Some(Self::Deleted),
+            0 => Some(Self::Free),
+            -2 => Some(Self::Conflict),
+            _ => None,
+        }
+    }
+}
+
+/// What `renew.lua` answered for one lock: `Some(true)` renewed, `Some(false)` not
+/// held by the owner, `None` no answer that can be read (an error inside a
+/// pipeline, a node that did not answer).
+pub(crate) fn renew_reply(reply: &redis::Value) -> Option<bool> {
+    match reply {
+        redis::Value::Int(1) => Some(true),
+        redis::Value::Int(0) => Some(false),
+        _ => None,
+    }
+}
+
 /// An error for a reply that does not have the shape the script returns.
 pub(crate) fn unexpected_reply(script: &'static str, reply: &[i64]) -> redis::RedisError {
     redis::RedisError::from((
@@ -105,4 +164,44 @@ pub(crate) fn unexpected_reply(script: &'static str, reply: &[i64]) -> redis::Re
         "unexpected script reply",
         format!("{script} answered {reply:?}"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_decode_into_their_types() {
+        assert_eq!(
+            AcquireReply::decode(&[1, 2, 9]),
+            Some(AcquireReply::Acquired { count: 2, fence: 9 })
+        );
+        assert_eq!(
+            AcquireReply::decode(&[0, -1]),
+            Some(AcquireReply::Busy { pttl_ms: -1 })
+        );
+        assert_eq!(AcquireReply::decode(&[1, -2, 0]), None);
+        assert_eq!(AcquireReply::decode(&[-3, 1, 1, 5]), None);
+        assert_eq!(
+            ReleaseReply::decode(&[1, 0]),
+            Some(ReleaseReply::Released { remaining: 0 })
+        );
+        assert_eq!(ReleaseReply::decode(&[-1]), Some(ReleaseReply::NotHeld));
+        assert_eq!(
+            InspectReply::decode(&[1, 2, 500, 0, 7]),
+            Some(InspectReply::View(LockView {
+                held: true,
+                hold_count: 2,
+                lease_remaining: Some(Duration::from_millis(500)),
+                fencing_token: None,
+                last_fencing_token: Some(7),
+            }))
+        );
+        assert_eq!(InspectReply::decode(&[2, 0, 0, 0, 0]), None);
+        assert_eq!(
+            ForceReleaseReply::decode(-2),
+            Some(ForceReleaseReply::Conflict)
+        );
+        assert_eq!(ForceReleaseReply::decode(3), None);
+    }
 }

@@ -15,14 +15,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::sentinel::{master_may_have_moved, SentinelConn};
-use crate::LockError;
+use crate::backend::SubConn;
+use crate::error::LockError;
 
 /// How often the idle subscriber pings Redis, so that a dead connection is noticed
 /// (and the waiters woken) within about this long.
@@ -303,101 +301,6 @@ impl Drop for Subscription {
                 let _ = self
                     .commands
                     .send(Command::Unsubscribe(std::mem::take(&mut self.name)));
-            }
-        }
-    }
-}
-
-/// The subscriber's connection: plain pub/sub on one server, sharded pub/sub on a
-/// cluster (the channel lives on the shard of its lock).
-pub(crate) enum SubConn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-    /// Redlock: every node publishes its own release message.
-    Many(Vec<ConnectionManager>),
-    /// Sentinel: the subscriber of the current master, and the generation of the
-    /// master it last subscribed on.
-    Sentinel(Arc<SentinelConn>, u64),
-}
-
-impl SubConn {
-    /// Whether the Sentinel backend moved to a new master since the last call: the
-    /// channels must then be subscribed again there.
-    fn swapped(&mut self) -> bool {
-        match self {
-            Self::Sentinel(sentinel, seen) => {
-                let generation = sentinel.current().generation;
-                let swapped = generation != *seen;
-                *seen = generation;
-                swapped
-            }
-            _ => false,
-        }
-    }
-
-    /// Subscribes; on Redlock it is enough that one node confirms (a waiter's sleep
-    /// is capped by the lease anyway).
-    async fn subscribe(&mut self, channel: &[u8]) -> redis::RedisResult<()> {
-        match self {
-            Self::Single(conn) => conn.subscribe(channel).await,
-            Self::Cluster(conn) => conn.ssubscribe(channel).await,
-            Self::Sentinel(sentinel, _) => sentinel.current().subscriber.subscribe(channel).await,
-            Self::Many(conns) => {
-                let mut result = Ok(());
-                let mut any = false;
-                for conn in conns {
-                    match conn.subscribe(channel).await {
-                        Ok(()) => any = true,
-                        Err(err) => result = Err(err),
-                    }
-                }
-                if any {
-                    Ok(())
-                } else {
-                    result
-                }
-            }
-        }
-    }
-
-    async fn unsubscribe(&mut self, channel: &[u8]) -> redis::RedisResult<()> {
-        match self {
-            Self::Single(conn) => conn.unsubscribe(channel).await,
-            Self::Cluster(conn) => conn.sunsubscribe(channel).await,
-            Self::Sentinel(sentinel, _) => sentinel.current().subscriber.unsubscribe(channel).await,
-            Self::Many(conns) => {
-                let mut result = Ok(());
-                for conn in conns {
-                    if let Err(err) = conn.unsubscribe(channel).await {
-                        result = Err(err);
-                    }
-                }
-                result
-            }
-        }
-    }
-
-    async fn ping(&mut self) -> redis::RedisResult<Value> {
-        let ping = redis::cmd("PING");
-        match self {
-            Self::Single(conn) => ping.query_async(conn).await,
-            Self::Cluster(conn) => ping.query_async(conn).await,
-            Self::Sentinel(sentinel, _) => {
-                let current = sentinel.current();
-                let result = ping.query_async(&mut current.subscriber.clone()).await;
-                if matches!(&result, Err(err) if master_may_have_moved(err)) {
-                    sentinel.reresolve(current.generation).await;
-                }
-                result
-            }
-            Self::Many(conns) => {
-                let mut result = Ok(Value::Nil);
-                for conn in conns {
-                    if let Err(err) = ping.query_async::<Value>(conn).await {
-                        result = Err(err);
-                    }
-                }
-                result
             }
         }
     }

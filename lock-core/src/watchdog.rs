@@ -1,19 +1,20 @@
-//! One task per client renews every watchdog lease in batches and tells guards
-//! when a lease is lost.
+//! One task per client watches every hold with a live guard: it schedules the
+//! renewal of watchdog leases in batches (each batch one round trip of
+//! `renew.rs`), and tells guards when a lease is lost.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redis::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::acquire::drift;
-use crate::backend::{slot, Backend, Conn};
-use crate::guard::Hold;
+use crate::backend::Backend;
+use crate::hold::Hold;
+use crate::lease::validity;
+use crate::renew::renew;
 use crate::scripts::Scripts;
 
 /// How many renewals go in one pipeline (one round trip).
@@ -122,105 +123,6 @@ impl Watchdog {
     }
 }
 
-/// Renews `batch` on one endpoint: one pipeline on a single server; on a cluster
-/// one pipeline per hash slot (a pipeline may not cross slots), sent concurrently.
-/// A reply that could not be had is `Nil` (retried soon).
-async fn send_to(
-    mut conn: Conn,
-    scripts: Arc<Scripts>,
-    batch: Vec<Arc<Hold>>,
-    acks: Option<(u32, Duration)>,
-) -> redis::RedisResult<Vec<Value>> {
-    if !conn.is_cluster() {
-        return renew_pipeline(&mut conn, &scripts, batch.iter(), acks).await;
-    }
-    let mut groups: HashMap<u16, Vec<usize>> = HashMap::new();
-    for (index, hold) in batch.iter().enumerate() {
-        groups.entry(slot(&hold.keys.lock)).or_default().push(index);
-    }
-    let mut tasks = tokio::task::JoinSet::new();
-    for indices in groups.into_values() {
-        let mut conn = conn.clone();
-        let scripts = scripts.clone();
-        let holds: Vec<Arc<Hold>> = indices.iter().map(|&i| batch[i].clone()).collect();
-        tasks.spawn(async move {
-            let replies = renew_pipeline(&mut conn, &scripts, holds.iter(), acks).await;
-            (indices, replies)
-        });
-    }
-    let mut replies = vec![Value::Nil; batch.len()];
-    while let Some(joined) = tasks.join_next().await {
-        let Ok((indices, Ok(values))) = joined else {
-            continue;
-        };
-        for (index, value) in indices.into_iter().zip(values) {
-            replies[index] = value;
-        }
-    }
-    Ok(replies)
-}
-
-/// Sends one pipeline of renewals; when the server lost its scripts (a restart,
-/// `SCRIPT FLUSH`), loads them and sends it again.
-async fn renew_pipeline<'a>(
-    conn: &mut Conn,
-    scripts: &Scripts,
-    holds: impl Iterator<Item = &'a Arc<Hold>>,
-    acks: Option<(u32, Duration)>,
-) -> redis::RedisResult<Vec<Value>> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    let mut count = 0;
-    for hold in holds {
-        count += 1;
-        let lease_ms = hold.state().lease.as_millis() as u64;
-        pipe.cmd("EVALSHA")
-            .arg(scripts.renew.get_hash())
-            .arg(1)
-            .arg(&hold.keys.lock)
-            .arg(&*hold.owner)
-            .arg(lease_ms);
-    }
-    if let Some((needed, timeout)) = acks {
-        // A renewal counts only once replicas have it, as the acquire did.
-        pipe.cmd("WAIT").arg(needed).arg(timeout.as_millis() as u64);
-    }
-    let mut replies: Vec<Value> = pipe.query_async(conn).await?;
-    let noscript = replies
-        .iter()
-        .any(|reply| matches!(reply, Value::ServerError(err) if err.code() == "NOSCRIPT"));
-    if noscript {
-        scripts.renew.load_async(conn).await?;
-        replies = pipe.query_async(conn).await?;
-    }
-    // A demoted master answers READONLY: find the new one, and renew there.
-    let moved = replies.iter().find_map(|reply| match reply {
-        Value::ServerError(err) if matches!(err.code(), "READONLY" | "MASTERDOWN") => {
-            Some(redis::RedisError::from(err.clone()))
-        }
-        _ => None,
-    });
-    if let Some(err) = moved {
-        conn.notice_error(&err).await;
-        return Err(err);
-    }
-    if let Some((needed, _)) = acks {
-        let acked = match replies.get(count) {
-            Some(Value::Int(acked)) => *acked,
-            _ => 0,
-        };
-        replies.truncate(count);
-        if acked < i64::from(needed) {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "too few replicas acknowledged the renewal",
-                format!("{acked} of {needed}"),
-            )));
-        }
-    }
-    Ok(replies)
-}
-
 struct Task {
     /// Replica acknowledgements a renewal needs (`LockClientBuilder::replicas`).
     acks: Option<(u32, Duration)>,
@@ -295,9 +197,10 @@ impl Task {
                 .min(self.period)
                 .max(Duration::from_millis(1));
             let span = tracing::debug_span!("distlock.renew", locks = batch.len());
-            let result = tokio::time::timeout(limit, self.send(batch))
-                .instrument(span)
-                .await;
+            let result =
+                tokio::time::timeout(limit, renew(&self.backend, &self.scripts, batch, self.acks))
+                    .instrument(span)
+                    .await;
             match result {
                 Ok(Ok(replies)) => self.apply(batch, &replies, sent),
                 Ok(Err(err)) => {
@@ -312,68 +215,22 @@ impl Task {
         }
     }
 
-    /// Renews `batch` on the backend; see [`send_to`] for one endpoint.
-    async fn send(&mut self, batch: &[Arc<Hold>]) -> redis::RedisResult<Vec<Value>> {
-        if !self.backend.is_redlock() {
-            return send_to(
-                self.backend.first(),
-                self.scripts.clone(),
-                batch.to_vec(),
-                self.acks,
-            )
-            .await;
-        }
-        // Redlock: every node renews the whole batch; a lease lives on where a
-        // majority renewed it, and is lost once a majority can no longer have it.
-        let scripts = self.scripts.clone();
-        let holds: Vec<Arc<Hold>> = batch.to_vec();
-        let per_node = self
-            .backend
-            .each(|conn| send_to(conn, scripts.clone(), holds.clone(), None))
-            .await;
-        let quorum = self.backend.quorum();
-        let nodes = self.backend.len();
-        let combined = (0..batch.len())
-            .map(|index| {
-                let replies = per_node
-                    .iter()
-                    .filter_map(|replies| replies.as_ref().ok()?.get(index));
-                let (mut held, mut gone) = (0, 0);
-                for reply in replies {
-                    match reply {
-                        Value::Int(1) => held += 1,
-                        Value::Int(0) => gone += 1,
-                        _ => {}
-                    }
-                }
-                if held >= quorum {
-                    Value::Int(1)
-                } else if gone > nodes - quorum {
-                    Value::Int(0)
-                } else {
-                    Value::Nil
-                }
-            })
-            .collect();
-        Ok(combined)
-    }
-
-    fn apply(&self, batch: &[Arc<Hold>], replies: &[Value], sent: Instant) {
+    fn apply(&self, batch: &[Arc<Hold>], replies: &[Option<bool>], sent: Instant) {
         for (hold, reply) in batch.iter().zip(replies) {
             match reply {
-                Value::Int(1) => {
+                Some(true) => {
                     let mut state = hold.state();
-                    state.deadline = sent + state.lease.saturating_sub(drift(state.lease));
+                    state.deadline = sent + validity(state.lease);
                     state.next_renew = sent + self.period;
                 }
-                Value::Int(0) => {
+                Some(false) => {
                     self.registry.holds().remove(&hold.id);
                     hold.mark_lost(
                         "the watchdog found the lock gone (lease ended or force-unlocked)",
                     );
                 }
-                other => {
-                    tracing::debug!(reply = ?other, "distlock: unexpected renewal reply; retrying");
+                None => {
+                    tracing::debug!("distlock: unexpected renewal reply; retrying");
                     let mut state = hold.state();
                     state.next_renew = sent + self.retry_delay();
                 }

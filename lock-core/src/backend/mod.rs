@@ -2,7 +2,12 @@
 //!
 //! One enum, not a trait zoo: every script call goes through [`Conn`], which routes
 //! single-slot requests to the right server on its own (a cluster follows `MOVED`
-//! and `ASK`, and loads scripts on every node).
+//! and `ASK`, and loads scripts on every node); waiters listen through [`SubConn`].
+//! Redlock's rules for combining the answers of its nodes are in [`redlock`].
+
+pub(crate) mod redlock;
+pub(crate) mod sentinel;
+pub(crate) mod url;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,7 +17,8 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use crate::sentinel::{master_may_have_moved, SentinelConn};
+use self::sentinel::SentinelConn;
+use crate::error::master_may_have_moved;
 
 /// The deployment: one endpoint (a server, a Sentinel-managed master, a cluster), or
 /// the independent masters of Redlock, where an operation counts when a majority
@@ -199,6 +205,101 @@ impl ConnectionLike for Conn {
             Self::Single(conn) => conn.get_db(),
             Self::Cluster(conn) => conn.get_db(),
             Self::Sentinel(sentinel) => sentinel.current().commands.get_db(),
+        }
+    }
+}
+
+/// The subscriber's connection: plain pub/sub on one server, sharded pub/sub on a
+/// cluster (the channel lives on the shard of its lock).
+pub(crate) enum SubConn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    /// Redlock: every node publishes its own release message.
+    Many(Vec<ConnectionManager>),
+    /// Sentinel: the subscriber of the current master, and the generation of the
+    /// master it last subscribed on.
+    Sentinel(Arc<SentinelConn>, u64),
+}
+
+impl SubConn {
+    /// Whether the Sentinel backend moved to a new master since the last call: the
+    /// channels must then be subscribed again there.
+    pub(crate) fn swapped(&mut self) -> bool {
+        match self {
+            Self::Sentinel(sentinel, seen) => {
+                let generation = sentinel.current().generation;
+                let swapped = generation != *seen;
+                *seen = generation;
+                swapped
+            }
+            _ => false,
+        }
+    }
+
+    /// Subscribes; on Redlock it is enough that one node confirms (a waiter's sleep
+    /// is capped by the lease anyway).
+    pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> redis::RedisResult<()> {
+        match self {
+            Self::Single(conn) => conn.subscribe(channel).await,
+            Self::Cluster(conn) => conn.ssubscribe(channel).await,
+            Self::Sentinel(sentinel, _) => sentinel.current().subscriber.subscribe(channel).await,
+            Self::Many(conns) => {
+                let mut result = Ok(());
+                let mut any = false;
+                for conn in conns {
+                    match conn.subscribe(channel).await {
+                        Ok(()) => any = true,
+                        Err(err) => result = Err(err),
+                    }
+                }
+                if any {
+                    Ok(())
+                } else {
+                    result
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn unsubscribe(&mut self, channel: &[u8]) -> redis::RedisResult<()> {
+        match self {
+            Self::Single(conn) => conn.unsubscribe(channel).await,
+            Self::Cluster(conn) => conn.sunsubscribe(channel).await,
+            Self::Sentinel(sentinel, _) => sentinel.current().subscriber.unsubscribe(channel).await,
+            Self::Many(conns) => {
+                let mut result = Ok(());
+                for conn in conns {
+                    if let Err(err) = conn.unsubscribe(channel).await {
+                        result = Err(err);
+                    }
+                }
+                result
+            }
+        }
+    }
+
+    pub(crate) async fn ping(&mut self) -> redis::RedisResult<Value> {
+        let ping = redis::cmd("PING");
+        match self {
+            Self::Single(conn) => ping.query_async(conn).await,
+            Self::Cluster(conn) => ping.query_async(conn).await,
+            Self::Sentinel(sentinel, _) => {
+                let current = sentinel.current();
+                let result = ping.query_async(&mut current.subscriber.clone()).await;
+                if matches!(&result, Err(err) if master_may_have_moved(err)) {
+                    sentinel.reresolve(current.generation).await;
+                }
+                result
+            }
+            Self::Many(conns) => {
+                let mut result = Ok(Value::Nil);
+                for conn in conns {
+                    if let Err(err) = ping.query_async::<Value>(conn).await {
+                        result = Err(err);
+                    }
+                }
+                result
+            }
         }
     }
 }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// The longest lock name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 1024;

@@ -22,7 +22,7 @@
 //!   not missed. The tasks stop when the client shuts down.
 //! - **Reactive**: when a request fails in a way a failover explains (the master is
 //!   unreachable, or answers `READONLY` because it was demoted; see
-//!   [`master_may_have_moved`]), the client finds the master again. This covers
+//!   [`master_may_have_moved`](crate::error::master_may_have_moved)), the client finds the master again. This covers
 //!   failovers that no reachable Sentinel announced to us.
 //!
 //! The Sentinels' URLs carry the Sentinels' own credentials and TLS. The data
@@ -37,14 +37,15 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
-    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion,
-    PushInfo, PushKind, RedisConnectionInfo, RedisError, RedisResult, Value,
+    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, PushInfo, PushKind,
+    RedisConnectionInfo, RedisError, RedisResult, Value,
 };
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::sync::{watch, Mutex};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::url::resp3;
 use crate::error::refused_credentials;
 
 /// The channel on which a Sentinel announces a completed failover:
@@ -330,15 +331,6 @@ fn explain_auth_failure(err: RedisError, nodes: &NodeOptions) -> RedisError {
     ))
 }
 
-/// Whether a failed request may mean that the master moved.
-pub(crate) fn master_may_have_moved(err: &redis::RedisError) -> bool {
-    err.is_io_error()
-        || err.is_timeout()
-        || err.is_connection_dropped()
-        || err.is_connection_refusal()
-        || matches!(err.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
-}
-
 /// Asks every Sentinel at once which master it names, and takes the one that more
 /// than half of those that answered name: a Sentinel that has not yet heard of a
 /// failover (or that watches another deployment by mistake) cannot steer the client
@@ -438,15 +430,6 @@ async fn connect_master(
         commands,
         subscriber,
     })
-}
-
-/// The same server, spoken to in RESP3 (pushes for pub/sub).
-fn resp3(info: ConnectionInfo) -> ConnectionInfo {
-    let settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(ProtocolVersion::RESP3);
-    info.set_redis_settings(settings)
 }
 
 /// Starts the proactive path: one task per Sentinel that listens for

@@ -1,0 +1,294 @@
+//! One attempt at `acquire.lua`: sent to the backend (with `WAIT` in the same
+//! pipeline when replicas must acknowledge a new lock; to every node at once on
+//! Redlock), finished in the background when its caller goes away, replayed until
+//! its outcome is known when the reply is lost, and any grant that no guard will
+//! own given back through `release.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{redlock, Conn};
+use crate::detach::{spawn, Detached};
+use crate::error::{outcome_unknown, LockError};
+use crate::inner::Inner;
+use crate::keys::LockKeys;
+use crate::release;
+use crate::scripts::{unexpected_reply, AcquireReply};
+
+/// What one attempt came to, on the whole backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Taken (or re-entered): the owner's hold count and the fencing token (0: none).
+    Acquired { count: u64, fence: u64 },
+    /// Held by another owner for `pttl_ms` more milliseconds (negative: unknown).
+    Busy { pttl_ms: i64 },
+    /// A re-entry found that the owner no longer holds the lock.
+    NotHeld,
+    /// A key of the lock holds a value of another type.
+    Conflict,
+    /// Redlock: too few nodes granted it (their grants were given back): `granted`
+    /// granted it, `held` answered that another owner holds it. Ask again after
+    /// `retry_ms` at most (negative: unknown).
+    NoQuorum {
+        granted: u64,
+        held: u64,
+        retry_ms: i64,
+    },
+}
+
+impl From<AcquireReply> for Outcome {
+    fn from(reply: AcquireReply) -> Self {
+        match reply {
+            AcquireReply::Acquired { count, fence } => Self::Acquired { count, fence },
+            AcquireReply::Busy { pttl_ms } => Self::Busy { pttl_ms },
+            AcquireReply::NotHeld => Self::NotHeld,
+            AcquireReply::Conflict => Self::Conflict,
+        }
+    }
+}
+
+/// One run of `acquire.lua` for `owner`.
+pub(crate) struct Attempt<'a> {
+    pub(crate) inner: &'a Arc<Inner>,
+    pub(crate) keys: &'a Arc<LockKeys>,
+    pub(crate) owner: &'a Arc<str>,
+    pub(crate) lease_ms: u64,
+    pub(crate) fencing: bool,
+    pub(crate) reentry: bool,
+}
+
+impl Attempt<'_> {
+    /// Sends the script; if the caller drops the future mid-flight, the request runs
+    /// to completion in the background and a hold it took is given back. If the
+    /// reply is lost, the same attempt is replayed in the background until its outcome
+    /// is known, and a hold it took is given back.
+    pub(crate) async fn run(self) -> Result<Outcome, LockError> {
+        let invoke = Invoke {
+            inner: self.inner.clone(),
+            keys: self.keys.clone(),
+            owner: self.owner.clone(),
+            lease_ms: self.lease_ms,
+            fencing: self.fencing,
+            reentry: self.reentry,
+            attempt: self.inner.next_attempt(),
+        };
+        let abandoned = invoke.clone();
+        let call = Detached::new(Box::pin(invoke.clone().send()), move |result| {
+            Box::pin(abandoned.settle(result.map(|(outcome, _)| outcome)))
+        });
+        match call.await {
+            Ok((outcome, acked)) => {
+                if let (Outcome::Acquired { .. }, Some(acked)) = (outcome, acked) {
+                    let needed = self.inner.config.replicas.map_or(0, |(n, _)| n);
+                    if acked < i64::from(needed) {
+                        // Too few replicas have the lock: a failover could lose it.
+                        invoke.give_back().await;
+                        return Err(LockError::ReplicationNotConfirmed {
+                            acked: u32::try_from(acked).unwrap_or(0),
+                            needed,
+                        });
+                    }
+                }
+                Ok(outcome)
+            }
+            Err(err) => {
+                if outcome_unknown(&err) {
+                    spawn(invoke.resolve());
+                }
+                Err(err.into())
+            }
+        }
+    }
+}
+
+/// Everything needed to send (or replay) one acquire attempt.
+#[derive(Clone)]
+struct Invoke {
+    inner: Arc<Inner>,
+    keys: Arc<LockKeys>,
+    owner: Arc<str>,
+    lease_ms: u64,
+    fencing: bool,
+    reentry: bool,
+    attempt: u64,
+}
+
+impl Invoke {
+    /// Sends the attempt to the backend: one endpoint, or every Redlock node. With
+    /// replica acknowledgements, their count comes back too.
+    async fn send(self) -> redis::RedisResult<(Outcome, Option<i64>)> {
+        if self.inner.backend.is_redlock() {
+            return self.send_redlock().await.map(|outcome| (outcome, None));
+        }
+        let conn = self.inner.backend.first();
+        let (reply, acked) = self.send_to(conn).await?;
+        Ok((reply.into(), acked))
+    }
+
+    /// Sends the attempt to one endpoint; when the client wants replica
+    /// acknowledgements and this is a first acquisition, `WAIT` goes in the same
+    /// pipeline (it counts only the writes of its own connection) and its answer
+    /// comes back too.
+    async fn send_to(self, mut conn: Conn) -> redis::RedisResult<(AcquireReply, Option<i64>)> {
+        let scripts = &self.inner.scripts;
+        let mut invocation = scripts.acquire.prepare_invoke();
+        invocation
+            .key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .arg(&*self.owner)
+            .arg(self.lease_ms)
+            .arg(u8::from(self.fencing))
+            .arg(self.attempt)
+            .arg(u8::from(self.reentry));
+        let replicas = self.inner.config.replicas.filter(|_| !self.reentry);
+        let Some((needed, timeout)) = replicas else {
+            let reply: Vec<i64> = invocation.invoke_async(&mut conn).await?;
+            return Ok((decode(&reply)?, None));
+        };
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(scripts.acquire.get_hash())
+            .arg(2)
+            .arg(&self.keys.lock)
+            .arg(&self.keys.fence)
+            .arg(&*self.owner)
+            .arg(self.lease_ms)
+            .arg(u8::from(self.fencing))
+            .arg(self.attempt)
+            .arg(u8::from(self.reentry))
+            .cmd("WAIT")
+            .arg(needed)
+            .arg(timeout.as_millis() as u64);
+        let result: redis::RedisResult<(Vec<i64>, i64)> = pipe.query_async(&mut conn).await;
+        let (reply, acked) = match result {
+            Err(err)
+                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                invocation.load_async(&mut conn).await?;
+                pipe.query_async(&mut conn).await?
+            }
+            other => other?,
+        };
+        Ok((decode(&reply)?, Some(acked)))
+    }
+
+    /// Redlock: the attempt goes to every node at once. It is granted when a
+    /// majority granted it; otherwise every grant is given back before answering.
+    async fn send_redlock(self) -> redis::RedisResult<Outcome> {
+        let backend = self.inner.backend.clone();
+        let replies = backend
+            .each(|conn| {
+                let invoke = self.clone();
+                async move { invoke.send_to(conn).await.map(|(reply, _)| reply) }
+            })
+            .await;
+        let decoded: Vec<Option<AcquireReply>> = replies
+            .iter()
+            .map(|reply| reply.as_ref().ok().copied())
+            .collect();
+        let (granted, conflict, busy, wait_ms) = match redlock::acquire(&decoded, backend.quorum())
+        {
+            redlock::AcquireVote::Granted { count } => {
+                return Ok(Outcome::Acquired { count, fence: 0 })
+            }
+            redlock::AcquireVote::Short {
+                granted,
+                conflict,
+                busy,
+                wait_ms,
+            } => (granted, conflict, busy, wait_ms),
+        };
+        // Too few: give back what this attempt took, wherever it may have taken it.
+        for (index, reply) in replies.iter().enumerate() {
+            let conn = backend.nodes()[index].clone();
+            if granted.contains(&index) {
+                release::give_back_node(&self.inner, conn, &self.keys, &self.owner, self.lease_ms)
+                    .await;
+            } else if matches!(reply, Err(err) if outcome_unknown(err)) {
+                spawn(self.clone().resolve_on(conn));
+            }
+        }
+        if conflict {
+            return Ok(Outcome::Conflict);
+        }
+        if self.reentry {
+            return Ok(Outcome::NotHeld);
+        }
+        // Held by a majority elsewhere: wait for its release (or its lease). Too few
+        // answers, or a split vote: everyone gave back, so try again after a short
+        // random delay.
+        Ok(Outcome::NoQuorum {
+            granted: granted.len() as u64,
+            held: busy as u64,
+            retry_ms: wait_ms.unwrap_or_else(retry_delay_ms),
+        })
+    }
+
+    /// Replays the attempt on one node until its outcome is known, and gives back
+    /// the grant if there was one.
+    async fn resolve_on(self, conn: Conn) {
+        for round in 1..=5u32 {
+            tokio::time::sleep(Duration::from_millis(50) * round).await;
+            match self.clone().send_to(conn.clone()).await {
+                Ok((reply, _)) => {
+                    if let AcquireReply::Acquired { .. } = reply {
+                        release::give_back_node(
+                            &self.inner,
+                            conn,
+                            &self.keys,
+                            &self.owner,
+                            self.lease_ms,
+                        )
+                        .await;
+                    }
+                    return;
+                }
+                Err(err) if outcome_unknown(&err) => continue,
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Gives back the hold that an abandoned attempt took, if it took one.
+    async fn settle(self, result: redis::RedisResult<Outcome>) {
+        match result {
+            Ok(Outcome::Acquired { .. }) => self.give_back().await,
+            Ok(_) => {}
+            Err(err) if outcome_unknown(&err) => self.resolve().await,
+            Err(_) => {}
+        }
+    }
+
+    /// Replays the attempt (a no-op if it was applied) until the outcome is known,
+    /// then gives back the hold if there is one.
+    async fn resolve(self) {
+        for round in 1..=5u32 {
+            tokio::time::sleep(Duration::from_millis(50) * round).await;
+            match self.clone().send().await {
+                Ok((outcome, _)) => {
+                    if let Outcome::Acquired { .. } = outcome {
+                        self.give_back().await;
+                    }
+                    return;
+                }
+                Err(err) if outcome_unknown(&err) => continue,
+                Err(_) => return,
+            }
+        }
+        tracing::debug!(lock.name = %self.keys.display(), "distlock: outcome of a lost acquire unknown; its lease will end it");
+    }
+
+    async fn give_back(&self) {
+        release::give_back(&self.inner, &self.keys, &self.owner, self.lease_ms).await;
+    }
+}
+
+/// Decodes `acquire.lua`'s reply.
+fn decode(reply: &[i64]) -> redis::RedisResult<AcquireReply> {
+    AcquireReply::decode(reply).ok_or_else(|| unexpected_reply("acquire.lua", reply))
+}
+
+/// A short random delay before retrying after a split Redlock vote, in ms (5 to 50).
+fn retry_delay_ms() -> i64 {
+    5 + (uuid::Uuid::new_v4().as_u128() % 46) as i64
+}

@@ -1,0 +1,855 @@
+//! Configuring and connecting a client: [`LockClientBuilder`]'s settings, their
+//! validation (pure functions, checked before anything is dialed), and one small
+//! connect function per deployment.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::{ConnectionInfo, ProtocolVersion};
+use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::sentinel::{NodeAuth, NodeOptions, SentinelConn};
+use crate::backend::url::{parse_url, parse_urls, redact, resp3};
+use crate::backend::{Backend, Conn, SubConn};
+use crate::client::LockClient;
+use crate::error::LockError;
+use crate::inner::{Config, Inner};
+use crate::keys::validate_namespace;
+use crate::lease::{MAX_LEASE, MIN_WATCHDOG_LEASE};
+use crate::scripts::{Scripts, SOURCES};
+use crate::subscriber::Subscriber;
+use crate::watchdog::Watchdog;
+
+impl LockClient {
+    /// A builder to configure and connect a client.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::new()
+    }
+}
+
+/// Configures and connects a [`LockClient`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+/// use distlock::LockClient;
+///
+/// let locks = LockClient::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .namespace("billing")
+///     .default_wait(Duration::from_secs(5))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClientBuilder {
+    target: Option<Target>,
+    namespace: String,
+    default_wait: Duration,
+    default_lease: Duration,
+    fencing: bool,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    replicas: Option<(u32, Duration)>,
+    redlock_node_timeout: Duration,
+    sentinel_node: NodeOptions,
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LockClientBuilder {
+    /// A builder with every setting at its default; [`url`](Self::url) must be set.
+    pub fn new() -> Self {
+        Self {
+            target: None,
+            namespace: "distlock".to_owned(),
+            default_wait: Duration::from_secs(10),
+            default_lease: Duration::from_secs(30),
+            fencing: false,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_millis(500),
+            replicas: None,
+            redlock_node_timeout: Duration::from_millis(50),
+            sentinel_node: NodeOptions::default(),
+        }
+    }
+
+    /// The Redis server, as a URL: `redis://[user:password@]host:port[/db]`, or
+    /// `rediss://` for TLS. Required.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.target = Some(Target::Single(url.into()));
+        self
+    }
+
+    /// A Redis Cluster, given the URLs of some of its nodes (the others are found
+    /// through them). Replaces [`url`](Self::url).
+    ///
+    /// The three Redis names of a lock share one hash slot, so each lock lives on one
+    /// shard: locks spread over every master, and waiting uses sharded pub/sub
+    /// (`SSUBSCRIBE`, `SPUBLISH`). A failover to a replica that had not yet received a
+    /// lock loses it (the holder is told at its next renewal).
+    pub fn cluster<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Some(Target::Cluster(urls.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// A master managed by Redis Sentinel: the URLs of some Sentinels and the name
+    /// they know the master by. Replaces [`url`](Self::url).
+    ///
+    /// The client asks the Sentinels for the master, checks with `ROLE` that it is
+    /// one, and after a failover (the master unreachable, or answering `READONLY`
+    /// because it was demoted) asks again and moves to the new master, so it never
+    /// keeps writing to a demoted one. A failover to a replica that had not yet
+    /// received a lock loses it: see [`replicas`](Self::replicas).
+    ///
+    /// Each Sentinel URL carries that Sentinel's own credentials and TLS
+    /// (`redis://user:password@host:26379`, `rediss://...`). The master is dialed at
+    /// the address the Sentinels name, with the settings of
+    /// [`sentinel_node_password`](Self::sentinel_node_password) (or
+    /// [`sentinel_node_auth`](Self::sentinel_node_auth)),
+    /// [`sentinel_node_tls`](Self::sentinel_node_tls) and
+    /// [`sentinel_node_db`](Self::sentinel_node_db): by default no password, no TLS
+    /// and database 0.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// use distlock::LockClient;
+    ///
+    /// let locks = LockClient::builder()
+    ///     .sentinel(
+    ///         ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///         "locks",
+    ///     )
+    ///     // The `requirepass` of the master and its replicas:
+    ///     .sentinel_node_password("s3cret")
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel<I, S>(mut self, sentinels: I, master_name: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Some(Target::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master_name: master_name.into(),
+        });
+        self
+    }
+
+    /// The password of the data nodes behind [`sentinel`](Self::sentinel) (their
+    /// `requirepass`, that is the `default` user), sent to the master the Sentinels
+    /// name and to every master after a failover. Default: none. Replaces
+    /// [`sentinel_node_auth`](Self::sentinel_node_auth).
+    ///
+    /// Give every data node the same password (and `masterauth`), since any replica
+    /// may become the master. The password never appears in `Debug` output or in
+    /// logs. Must not be empty; only with [`sentinel`](Self::sentinel).
+    pub fn sentinel_node_password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_node.auth = Some(NodeAuth {
+            username: None,
+            password: password.into(),
+        });
+        self
+    }
+
+    /// An ACL user and its password for the data nodes behind
+    /// [`sentinel`](Self::sentinel), sent to the master the Sentinels name and to
+    /// every master after a failover. Default: none. Replaces
+    /// [`sentinel_node_password`](Self::sentinel_node_password).
+    ///
+    /// The user needs the same rules on every data node as on a single server (see
+    /// the ACL section of the README). The password never appears in `Debug` output
+    /// or in logs. Neither may be empty; only with [`sentinel`](Self::sentinel).
+    pub fn sentinel_node_auth(
+        mut self,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.sentinel_node.auth = Some(NodeAuth {
+            username: Some(username.into()),
+            password: password.into(),
+        });
+        self
+    }
+
+    /// Whether the data nodes behind [`sentinel`](Self::sentinel) speak TLS, as a
+    /// `rediss://` URL would: the certificate is verified against the platform's
+    /// roots (which honour `SSL_CERT_FILE`) and must name the address the Sentinels
+    /// announce (an IP address unless they announce hostnames). Default: off. Only
+    /// with [`sentinel`](Self::sentinel); TLS to the Sentinels themselves is set by
+    /// their URLs.
+    pub fn sentinel_node_tls(mut self, tls: bool) -> Self {
+        self.sentinel_node.tls = tls;
+        self
+    }
+
+    /// The database of the data nodes behind [`sentinel`](Self::sentinel) that
+    /// holds the locks (as `/db` in a URL). Default: 0. Only with
+    /// [`sentinel`](Self::sentinel).
+    pub fn sentinel_node_db(mut self, db: u32) -> Self {
+        self.sentinel_node.db = db;
+        self
+    }
+
+    /// Redlock over independent Redis masters (no replication between them), given
+    /// their URLs; an odd number, 3 or more, is usual. Replaces [`url`](Self::url).
+    ///
+    /// Every operation goes to all masters in parallel, each bounded by
+    /// [`redlock_node_timeout`](Self::redlock_node_timeout). A lock is granted when a
+    /// majority granted it while the lease still had time left (lease − elapsed −
+    /// clock drift); otherwise it is given back everywhere and tried again after a
+    /// short random delay within the wait. Re-entry, the watchdog (a lock is lost when
+    /// a majority no longer has it) and waking waiters work as on one server. Fencing
+    /// tokens are not available on Redlock: per-node counters do not give a single
+    /// order.
+    pub fn redlock<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Some(Target::Redlock(urls.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// How long each Redlock node may take to answer one request before it counts as
+    /// not granting it. Default: 50 ms; keep it far below the lease.
+    pub fn redlock_node_timeout(mut self, timeout: Duration) -> Self {
+        self.redlock_node_timeout = timeout;
+        self
+    }
+
+    /// The prefix of every Redis key and channel distlock uses: `<namespace>:{name}`.
+    /// Default: `distlock`. 1 to 128 bytes, without `{` or `}`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// How long [`LockClient::lock`] waits for a busy lock unless the request says
+    /// otherwise with `.wait(..)`. Default: 10 s. Zero fails fast.
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// The watchdog lease: how long a lock outlives a client that stops renewing it
+    /// (a crash, a partition, a stalled runtime). The watchdog renews it every third
+    /// of it. Default: 30 s; from [`MIN_WATCHDOG_LEASE`] to [`MAX_LEASE`].
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// Issue fencing tokens for every lock of this client (a request can still turn
+    /// them on with `.fencing(true)`). Default: off, because each fenced name keeps a
+    /// small counter key in Redis forever, so that tokens never repeat.
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// How long connecting may take before [`connect`](Self::connect) gives up.
+    /// Default: 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a single Redis request may take before it fails. Default: 500 ms.
+    /// Keep it well below a third of the lease.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Waits, after each new lock, until `replicas` replicas have received it (Redis
+    /// `WAIT`, sent in the same round trip as the acquire), for at most `timeout`.
+    /// When fewer acknowledge in time, the lock is released and the acquire fails
+    /// with [`LockError::ReplicationNotConfirmed`]. Re-entries do not wait.
+    ///
+    /// This narrows, but does not close, the window in which a failover to a replica
+    /// loses a lock: replication stays asynchronous. Default: off. `timeout` must be
+    /// at least 1 ms and below the [`response_timeout`](Self::response_timeout).
+    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// Checks every setting, before anything is dialed: the endpoints to connect to,
+    /// or the first setting out of range.
+    fn validate(&self) -> Result<Endpoints, LockError> {
+        validate_namespace(&self.namespace)?;
+        check_default_lease(self.default_lease)?;
+        check_replicas(self.replicas, self.response_timeout)?;
+        check_timeouts(self.connect_timeout, self.response_timeout)?;
+        self.validate_sentinel_node()?;
+        let target = self.target.as_ref().ok_or_else(|| {
+            LockError::invalid_option(
+                "url",
+                "no Redis URL was given; call `.url(\"redis://127.0.0.1:6379\")` (or `.cluster([..])`)",
+            )
+        })?;
+        match target {
+            Target::Single(url) => Ok(Endpoints::Single(parse_url("url", url)?)),
+            Target::Sentinel {
+                sentinels,
+                master_name,
+            } => {
+                if sentinels.is_empty() || master_name.is_empty() {
+                    return Err(LockError::invalid_option(
+                        "sentinel",
+                        "give the URLs of one or more Sentinels and the master's name, as in \
+                         `.sentinel([\"redis://127.0.0.1:26379\"], \"mymaster\")`",
+                    ));
+                }
+                let nodes = parse_urls("sentinel", sentinels, "one or more Sentinels")?;
+                Ok(Endpoints::Sentinel(nodes, master_name.clone()))
+            }
+            Target::Redlock(urls) => {
+                let nodes = parse_urls("redlock", urls, "the independent masters")?;
+                check_redlock(
+                    self.fencing,
+                    self.replicas.is_some(),
+                    self.redlock_node_timeout,
+                    self.default_lease,
+                )?;
+                Ok(Endpoints::Redlock(nodes))
+            }
+            Target::Cluster(urls) => Ok(Endpoints::Cluster(parse_urls(
+                "cluster",
+                urls,
+                "one or more cluster nodes",
+            )?)),
+        }
+    }
+
+    /// Checks the `sentinel_node_*` settings: they apply only to a Sentinel target,
+    /// and credentials may not be empty.
+    fn validate_sentinel_node(&self) -> Result<(), LockError> {
+        let node = &self.sentinel_node;
+        let is_sentinel = matches!(self.target, Some(Target::Sentinel { .. }));
+        if let (Some(option), Some(_), false) = (node.first_set_option(), &self.target, is_sentinel)
+        {
+            return Err(LockError::invalid_option(
+                option,
+                "applies to the data nodes behind `.sentinel(..)` only; with `.url(..)`, \
+                 `.cluster(..)` or `.redlock(..)` put the credentials, TLS (`rediss://`) and \
+                 database in the URLs",
+            ));
+        }
+        if let Some(auth) = &node.auth {
+            if auth.username.as_deref() == Some("") {
+                return Err(LockError::invalid_option(
+                    "sentinel_node_auth",
+                    "the user name is empty; give the ACL user of the data nodes, or use \
+                     `.sentinel_node_password(..)` for the `default` user",
+                ));
+            }
+            if auth.password.is_empty() {
+                return Err(LockError::invalid_option(
+                    node.auth_option(),
+                    "the password is empty; give the data nodes' password (their \
+                     `requirepass`, or the ACL user's), or leave the option out when they \
+                     have none",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Connects to Redis: the command connection, the subscriber connection for
+    /// waiters, and the watchdog task. The scripts are loaded ahead of use.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidOption`] for a setting out of range or an unparsable URL,
+    /// before any connection is tried; [`LockError::Redis`] when the server cannot be
+    /// reached within the connect timeout; [`LockError::UnsupportedServer`] for a
+    /// server older than Redis 7.0; [`LockError::PermissionDenied`] when the Redis user
+    /// may not load scripts.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the half-made connections; nothing is left behind.
+    pub async fn connect(self) -> Result<LockClient, LockError> {
+        let endpoints = self.validate()?;
+        let timeout = self.connect_timeout;
+        match tokio::time::timeout(timeout, self.connect_with(endpoints)).await {
+            Ok(result) => result,
+            Err(_) => Err(LockError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "connect timed out",
+                format!(
+                    "no connection to Redis within {timeout:?}; check that the server runs and the \
+                     URL is right"
+                ),
+            )))),
+        }
+    }
+
+    async fn connect_with(self, endpoints: Endpoints) -> Result<LockClient, LockError> {
+        let shutdown = CancellationToken::new();
+        let (push_tx, pushes) = mpsc::unbounded_channel();
+        let (backend, sub_conn) = match endpoints {
+            Endpoints::Single(info) => self.connect_single(info, push_tx).await?,
+            Endpoints::Sentinel(sentinels, master_name) => {
+                self.connect_sentinel(sentinels, &master_name, push_tx, &shutdown)
+                    .await?
+            }
+            Endpoints::Redlock(nodes) => self.connect_redlock(nodes, push_tx).await?,
+            Endpoints::Cluster(nodes) => self.connect_cluster(nodes, push_tx).await?,
+        };
+        for conn in backend.nodes() {
+            preload(&mut conn.clone()).await?;
+        }
+        let scripts = Arc::new(Scripts::new());
+        let subscriber = Subscriber::start(sub_conn, pushes, shutdown.clone());
+        let watchdog = Watchdog::spawn(
+            backend.clone(),
+            scripts.clone(),
+            self.default_lease,
+            self.replicas,
+            shutdown.clone(),
+        );
+        let config = Config {
+            replicas: self.replicas,
+            namespace: self.namespace,
+            default_wait: self.default_wait,
+            default_lease: self.default_lease,
+            fencing: self.fencing,
+        };
+        Ok(LockClient::new(Inner::new(
+            backend,
+            scripts,
+            config,
+            subscriber,
+            watchdog,
+            shutdown.drop_guard(),
+        )))
+    }
+
+    /// The settings of every connection manager: timeouts and reconnection.
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(4)
+            .set_max_delay(Duration::from_secs(1))
+    }
+
+    /// A command connection and a RESP3 subscriber connection to one server, whose
+    /// pushes go to `push_tx`.
+    async fn server(
+        &self,
+        info: ConnectionInfo,
+        push_tx: UnboundedSender<redis::PushInfo>,
+    ) -> Result<(ConnectionManager, ConnectionManager), LockError> {
+        let client = redis::Client::open(info.clone())?;
+        let conn = ConnectionManager::new_with_config(client, self.manager_config()).await?;
+        let sub_client = redis::Client::open(resp3(info))?;
+        let sub_config = self
+            .manager_config()
+            .set_push_sender(push_tx)
+            .set_automatic_resubscription();
+        let sub = ConnectionManager::new_with_config(sub_client, sub_config).await?;
+        Ok((conn, sub))
+    }
+
+    /// One server.
+    async fn connect_single(
+        &self,
+        info: ConnectionInfo,
+        push_tx: UnboundedSender<redis::PushInfo>,
+    ) -> Result<(Backend, SubConn), LockError> {
+        let (conn, sub) = self.server(info, push_tx).await?;
+        Ok((Backend::one(Conn::Single(conn)), SubConn::Single(sub)))
+    }
+
+    /// The master the Sentinels name; also listens for `+switch-master` on every
+    /// Sentinel until `shutdown`, to move to a new master without waiting for a
+    /// request to fail.
+    async fn connect_sentinel(
+        &self,
+        sentinels: Vec<ConnectionInfo>,
+        master_name: &str,
+        push_tx: UnboundedSender<redis::PushInfo>,
+        shutdown: &CancellationToken,
+    ) -> Result<(Backend, SubConn), LockError> {
+        let sentinel = SentinelConn::connect(
+            sentinels,
+            master_name,
+            &self.sentinel_node,
+            push_tx,
+            self.connect_timeout,
+            self.response_timeout,
+            shutdown,
+        )
+        .await?;
+        let generation = sentinel.current().generation;
+        let sub = SubConn::Sentinel(sentinel.clone(), generation);
+        Ok((Backend::one(Conn::Sentinel(sentinel)), sub))
+    }
+
+    /// Redlock's independent masters, each a server of its own.
+    async fn connect_redlock(
+        &self,
+        nodes: Vec<ConnectionInfo>,
+        push_tx: UnboundedSender<redis::PushInfo>,
+    ) -> Result<(Backend, SubConn), LockError> {
+        let mut conns = Vec::with_capacity(nodes.len());
+        let mut subs = Vec::with_capacity(nodes.len());
+        for info in nodes {
+            let (conn, sub) = self.server(info, push_tx.clone()).await?;
+            conns.push(Conn::Single(conn));
+            subs.push(sub);
+        }
+        let backend = Backend::redlock(conns, self.redlock_node_timeout);
+        Ok((backend, SubConn::Many(subs)))
+    }
+
+    /// A Redis Cluster: a command connection, and a RESP3 one for sharded pub/sub.
+    async fn connect_cluster(
+        &self,
+        nodes: Vec<ConnectionInfo>,
+        push_tx: UnboundedSender<redis::PushInfo>,
+    ) -> Result<(Backend, SubConn), LockError> {
+        let builder = |nodes: Vec<ConnectionInfo>| {
+            ClusterClientBuilder::new(nodes)
+                .connection_timeout(self.connect_timeout)
+                .response_timeout(self.response_timeout)
+        };
+        let conn = builder(nodes.clone())
+            .build()?
+            .get_async_connection()
+            .await?;
+        let sub = builder(nodes)
+            .use_protocol(ProtocolVersion::RESP3)
+            .push_sender(push_tx)
+            .build()?
+            .get_async_connection()
+            .await?;
+        Ok((Backend::one(Conn::Cluster(conn)), SubConn::Cluster(sub)))
+    }
+}
+
+/// The watchdog lease must leave room for renewals.
+fn check_default_lease(lease: Duration) -> Result<(), LockError> {
+    if lease < MIN_WATCHDOG_LEASE || lease > MAX_LEASE {
+        return Err(LockError::invalid_option(
+            "default_lease",
+            format!(
+                "{lease:?} is out of range; use {MIN_WATCHDOG_LEASE:?} to {MAX_LEASE:?} (default 30 s)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Waiting for replicas must end before the request times out.
+fn check_replicas(
+    replicas: Option<(u32, Duration)>,
+    response_timeout: Duration,
+) -> Result<(), LockError> {
+    if let Some((_, timeout)) = replicas {
+        if timeout < Duration::from_millis(1) || timeout >= response_timeout {
+            return Err(LockError::invalid_option(
+                "replicas",
+                format!(
+                    "the timeout {timeout:?} must be at least 1 ms and below the response \
+                     timeout ({response_timeout:?}); raise `response_timeout` or lower the \
+                     replicas timeout"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Timeouts of zero would fail every request.
+fn check_timeouts(connect: Duration, response: Duration) -> Result<(), LockError> {
+    if connect.is_zero() || response.is_zero() {
+        return Err(LockError::invalid_option(
+            "connect_timeout",
+            "timeouts must be above zero",
+        ));
+    }
+    Ok(())
+}
+
+/// What Redlock cannot do, and its node timeout.
+fn check_redlock(
+    fencing: bool,
+    replicas: bool,
+    node_timeout: Duration,
+    lease: Duration,
+) -> Result<(), LockError> {
+    if fencing {
+        return Err(LockError::invalid_option(
+            "fencing",
+            "fencing tokens are not available on Redlock; use a single server, \
+             Sentinel or a cluster where fencing matters",
+        ));
+    }
+    if replicas {
+        return Err(LockError::invalid_option(
+            "replicas",
+            "replica acknowledgements do not apply to Redlock's independent masters",
+        ));
+    }
+    if node_timeout.is_zero() || node_timeout * 3 > lease {
+        return Err(LockError::invalid_option(
+            "redlock_node_timeout",
+            format!("{node_timeout:?} must be above zero and far below the lease ({lease:?})"),
+        ));
+    }
+    Ok(())
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("target", &self.target)
+            .field("namespace", &self.namespace)
+            .field("default_wait", &self.default_wait)
+            .field("default_lease", &self.default_lease)
+            .field("fencing", &self.fencing)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("replicas", &self.replicas)
+            .field("redlock_node_timeout", &self.redlock_node_timeout)
+            .field("sentinel_node", &self.sentinel_node)
+            .finish()
+    }
+}
+
+/// Where the client connects.
+#[derive(Clone)]
+enum Target {
+    Single(String),
+    Cluster(Vec<String>),
+    Sentinel {
+        sentinels: Vec<String>,
+        master_name: String,
+    },
+    Redlock(Vec<String>),
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Single(url) => f.debug_tuple("Single").field(&redact(url)).finish(),
+            Self::Cluster(urls) => f
+                .debug_tuple("Cluster")
+                .field(&urls.iter().map(|url| redact(url)).collect::<Vec<_>>())
+                .finish(),
+            Self::Sentinel {
+                sentinels,
+                master_name,
+            } => f
+                .debug_struct("Sentinel")
+                .field(
+                    "sentinels",
+                    &sentinels.iter().map(|url| redact(url)).collect::<Vec<_>>(),
+                )
+                .field("master_name", master_name)
+                .finish(),
+            Self::Redlock(urls) => f
+                .debug_tuple("Redlock")
+                .field(&urls.iter().map(|url| redact(url)).collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+/// A validated [`Target`].
+enum Endpoints {
+    Single(ConnectionInfo),
+    Cluster(Vec<ConnectionInfo>),
+    Sentinel(Vec<ConnectionInfo>, String),
+    Redlock(Vec<ConnectionInfo>),
+}
+
+/// Loads every script (so the first lock needs no extra round trip) and warns when the
+/// eviction policy can remove lock keys. One round trip on a single server; on a
+/// cluster each `SCRIPT LOAD` goes to every node.
+async fn preload(conn: &mut Conn) -> Result<(), LockError> {
+    let refused = |err: redis::RedisError| {
+        if err.code() == Some("NOPERM") {
+            return LockError::from(err);
+        }
+        LockError::UnsupportedServer {
+            reason: format!(
+                "the server refused distlock's scripts ({err}); distlock needs Redis 7.0 or \
+                 newer (or Valkey 7.2 or newer)"
+            ),
+        }
+    };
+    if conn.is_cluster() {
+        for source in SOURCES {
+            let loaded: redis::RedisResult<redis::Value> = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(source)
+                .query_async(conn)
+                .await;
+            match loaded {
+                Err(err) if err.code().is_some() => return Err(refused(err)),
+                other => {
+                    other?;
+                }
+            }
+        }
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for source in SOURCES {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+    }
+    pipe.cmd("CONFIG").arg("GET").arg("maxmemory-policy");
+    let replies: Vec<redis::Value> = pipe.query_async(conn).await?;
+    for reply in replies.iter().take(SOURCES.len()) {
+        if let redis::Value::ServerError(err) = reply {
+            return Err(refused(redis::RedisError::from(err.clone())));
+        }
+    }
+    if let Some(redis::Value::Array(pair)) = replies.last() {
+        let policy = pair.get(1).and_then(|value| match value {
+            redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            _ => None,
+        });
+        if let Some(policy) = policy {
+            if policy != "noeviction" {
+                tracing::warn!(
+                    maxmemory_policy = %policy,
+                    "distlock: this Redis evicts keys under memory pressure (maxmemory-policy \
+                     {policy}), which can delete a held lock; use `noeviction` on servers that hold locks"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn option_of(result: Result<Endpoints, LockError>) -> Option<&'static str> {
+        match result {
+            Err(LockError::InvalidOption { option, .. }) => Some(option),
+            _ => None,
+        }
+    }
+
+    fn valid() -> LockClientBuilder {
+        LockClientBuilder::new().url("redis://127.0.0.1:6379")
+    }
+
+    #[test]
+    fn a_builder_with_a_url_is_valid() {
+        assert!(matches!(valid().validate(), Ok(Endpoints::Single(_))));
+        assert_eq!(option_of(LockClientBuilder::new().validate()), Some("url"));
+        assert_eq!(option_of(valid().url("not a url").validate()), Some("url"));
+    }
+
+    #[test]
+    fn settings_out_of_range_name_their_option() {
+        let short = valid().default_lease(MIN_WATCHDOG_LEASE - Duration::from_millis(1));
+        assert_eq!(option_of(short.validate()), Some("default_lease"));
+        let long = valid().default_lease(MAX_LEASE + Duration::from_millis(1));
+        assert_eq!(option_of(long.validate()), Some("default_lease"));
+        let slow_replicas = valid().replicas(1, Duration::from_millis(500));
+        assert_eq!(option_of(slow_replicas.validate()), Some("replicas"));
+        let no_timeout = valid().connect_timeout(Duration::ZERO);
+        assert_eq!(option_of(no_timeout.validate()), Some("connect_timeout"));
+        assert_eq!(
+            option_of(valid().namespace("a{b}").validate()),
+            Some("namespace")
+        );
+    }
+
+    #[test]
+    fn redlock_refuses_what_it_cannot_do() {
+        let nodes = [
+            "redis://127.0.0.1:1",
+            "redis://127.0.0.1:2",
+            "redis://127.0.0.1:3",
+        ];
+        let redlock = || LockClientBuilder::new().redlock(nodes);
+        assert!(matches!(redlock().validate(), Ok(Endpoints::Redlock(n)) if n.len() == 3));
+        assert_eq!(
+            option_of(redlock().fencing(true).validate()),
+            Some("fencing")
+        );
+        let replicas = redlock().replicas(1, Duration::from_millis(10));
+        assert_eq!(option_of(replicas.validate()), Some("replicas"));
+        let slow = redlock().redlock_node_timeout(Duration::from_secs(11));
+        assert_eq!(option_of(slow.validate()), Some("redlock_node_timeout"));
+        let none: [&str; 0] = [];
+        assert_eq!(
+            option_of(LockClientBuilder::new().redlock(none).validate()),
+            Some("redlock")
+        );
+    }
+
+    #[test]
+    fn sentinel_settings_apply_to_sentinel_only() {
+        let sentinel = || LockClientBuilder::new().sentinel(["redis://127.0.0.1:26379"], "locks");
+        assert!(
+            matches!(sentinel().validate(), Ok(Endpoints::Sentinel(_, name)) if name == "locks")
+        );
+        assert_eq!(
+            option_of(
+                LockClientBuilder::new()
+                    .sentinel(["redis://127.0.0.1:26379"], "")
+                    .validate()
+            ),
+            Some("sentinel")
+        );
+        assert_eq!(
+            option_of(valid().sentinel_node_db(2).validate()),
+            Some("sentinel_node_db")
+        );
+        assert_eq!(
+            option_of(sentinel().sentinel_node_password("").validate()),
+            Some("sentinel_node_password")
+        );
+        assert_eq!(
+            option_of(sentinel().sentinel_node_auth("", "pw").validate()),
+            Some("sentinel_node_auth")
+        );
+    }
+
+    #[test]
+    fn debug_output_hides_passwords() {
+        let builder = LockClientBuilder::new()
+            .url("redis://user:hunter2@127.0.0.1:6379")
+            .sentinel_node_password("s3cret");
+        let shown = format!("{builder:?}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+    }
+}

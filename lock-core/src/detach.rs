@@ -1,0 +1,116 @@
+//! Work that must not be lost with its caller: [`Detached`] finishes a request in
+//! the background when the future awaiting it is dropped, and [`spawn`] starts a
+//! background task where a runtime is there to run it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::error::LockError;
+
+/// A boxed, sendable future.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Spawns `fut` on the current runtime, if there is one.
+pub(crate) fn spawn(fut: impl Future<Output = ()> + Send + 'static) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(fut);
+    }
+}
+
+/// Runs a background operation, logging its failure at debug level.
+pub(crate) async fn log_failure<T>(operation: impl Future<Output = Result<T, LockError>>) {
+    if let Err(err) = operation.await {
+        tracing::debug!(error = %err, "distlock: background release failed; the lease will end the lock");
+    }
+}
+
+/// A request in flight that must not be lost with its caller: if the future is
+/// dropped before it completes, the request runs to completion in a background
+/// task, and `abandon` receives its output there.
+pub(crate) struct Detached<T: Send + 'static> {
+    fut: Option<BoxFuture<T>>,
+    abandon: Option<Box<dyn FnOnce(T) -> BoxFuture<()> + Send>>,
+}
+
+impl<T: Send + 'static> Detached<T> {
+    pub(crate) fn new(
+        fut: BoxFuture<T>,
+        abandon: impl FnOnce(T) -> BoxFuture<()> + Send + 'static,
+    ) -> Self {
+        Self {
+            fut: Some(fut),
+            abandon: Some(Box::new(abandon)),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Detached<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let Some(fut) = self.fut.as_mut() else {
+            return Poll::Pending;
+        };
+        let output = std::task::ready!(fut.as_mut().poll(cx));
+        self.fut = None;
+        self.abandon = None;
+        Poll::Ready(output)
+    }
+}
+
+impl<T: Send + 'static> Drop for Detached<T> {
+    fn drop(&mut self) {
+        if let (Some(fut), Some(abandon)) = (self.fut.take(), self.abandon.take()) {
+            spawn(async move { abandon(fut.await).await });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_dropped_request_finishes_and_hands_its_output_on() {
+        let seen = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let request = Detached::new(
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                7
+            }),
+            {
+                let seen = seen.clone();
+                move |output: i32| {
+                    Box::pin(async move {
+                        seen.store(output == 7, Ordering::SeqCst);
+                        let _ = tx.send(());
+                    })
+                }
+            },
+        );
+        // Polled once, then dropped mid-flight.
+        let _ = tokio::time::timeout(Duration::from_millis(1), request).await;
+        rx.await.expect("the abandoned request ran to completion");
+        assert!(seen.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_finished_request_is_not_handed_on() {
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let request = Detached::new(Box::pin(async { 3 }), {
+            let abandoned = abandoned.clone();
+            move |_: i32| -> BoxFuture<()> {
+                Box::pin(async move { abandoned.store(true, Ordering::SeqCst) })
+            }
+        });
+        assert_eq!(request.await, 3);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(!abandoned.load(Ordering::SeqCst));
+    }
+}

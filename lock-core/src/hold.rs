@@ -1,0 +1,183 @@
+//! One chain's hold of one lock: the state shared by its guards (and watched by the
+//! watchdog), and [`HeldLock`], the public view of it.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::error::LockError;
+use crate::keys::LockKeys;
+
+/// One chain's hold of one lock: shared by the guard of the first acquisition and
+/// the guards of every re-entry under the same owner.
+pub(crate) struct Hold {
+    /// Unique within the client; the watchdog's key.
+    pub(crate) id: u64,
+    pub(crate) client_id: u64,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) display: Arc<str>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) fence: Option<u64>,
+    pub(crate) lost: CancellationToken,
+    state: Mutex<HoldState>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HoldState {
+    /// Local guards alive for this hold (the Redis hold count, seen from here).
+    pub(crate) guards: usize,
+    /// Until when the lease surely lasts: the send time of the last successful
+    /// acquire or renewal plus the lease.
+    pub(crate) deadline: Instant,
+    /// Renewed by the watchdog (otherwise a fixed lease that simply ends).
+    pub(crate) watchdog: bool,
+    /// The lease the watchdog renews to.
+    pub(crate) lease: Duration,
+    /// When the watchdog renews next.
+    pub(crate) next_renew: Instant,
+}
+
+impl Hold {
+    pub(crate) fn new(
+        id: u64,
+        client_id: u64,
+        keys: Arc<LockKeys>,
+        owner: Arc<str>,
+        fence: Option<u64>,
+        state: HoldState,
+    ) -> Self {
+        Self {
+            id,
+            client_id,
+            display: keys.display().into(),
+            keys,
+            owner,
+            fence,
+            lost: CancellationToken::new(),
+            state: Mutex::new(state),
+        }
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, HoldState> {
+        // The state stays consistent at every unlock: a panic elsewhere cannot tear it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the hold is lost: reported so, or past the deadline it was believed
+    /// to last until (a stalled runtime or a paused process may not have let the
+    /// watchdog say so yet).
+    pub(crate) fn is_lost(&self) -> bool {
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        let expired = Instant::now() >= self.state().deadline;
+        if expired {
+            self.mark_lost("its lease ended before it could be renewed");
+        }
+        expired
+    }
+
+    /// Marks the hold lost and tells every guard; logs when someone still holds it.
+    pub(crate) fn mark_lost(&self, why: &'static str) {
+        if self.lost.is_cancelled() {
+            return;
+        }
+        let guards = self.state().guards;
+        self.lost.cancel();
+        if guards > 0 {
+            tracing::warn!(lock.name = %self.display, reason = why, "distlock: lock lost");
+        } else {
+            tracing::debug!(lock.name = %self.display, reason = why, "distlock: released hold ended");
+        }
+    }
+
+    pub(crate) fn lost_error(&self) -> LockError {
+        LockError::Lost {
+            name: self.display.to_string(),
+        }
+    }
+}
+
+impl fmt::Debug for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hold")
+            .field("name", &self.display)
+            .field("fence", &self.fence)
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A view of a held lock: what the body of a lock scope can see.
+///
+/// Cheap to clone; it does not keep the lock held (the [`LockGuard`](crate::LockGuard) does). Returned by
+/// [`LockGuard::held`](crate::LockGuard::held), handed to the body of [`LockClient::with_lock`](crate::LockClient::with_lock), and returned
+/// by [`current_lock`](crate::current_lock) inside a lock scope.
+#[derive(Clone)]
+pub struct HeldLock {
+    pub(crate) hold: Arc<Hold>,
+    pub(crate) count: u64,
+}
+
+impl HeldLock {
+    /// The lock name (bytes that are not UTF-8 are shown as U+FFFD).
+    pub fn name(&self) -> &str {
+        &self.hold.display
+    }
+
+    /// The lock name as the bytes it was given.
+    pub fn name_bytes(&self) -> &[u8] {
+        &self.hold.keys.name
+    }
+
+    /// The hold count in Redis when this guard was acquired: 1 for the outermost
+    /// acquisition, 2 for the first re-entry, and so on.
+    pub fn hold_count(&self) -> u64 {
+        self.count
+    }
+
+    /// The fencing token, when fencing is on for this lock.
+    ///
+    /// Tokens grow with every new holder of the name and never repeat; re-entries
+    /// return the token of the outermost acquisition. Hand it to the resource you
+    /// protect, and have the resource refuse a token lower than one it has seen.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.hold.fence
+    }
+
+    /// Whether the lock was lost: its lease ended, the watchdog found it gone, or it
+    /// could not renew it before the lease ended.
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// A future that completes when the lock is lost (and never, if it is released
+    /// normally). Use it in `select!` to stop work as soon as exclusivity is gone.
+    ///
+    /// # Cancel safety
+    ///
+    /// The future only watches a token: dropping it changes nothing.
+    pub fn lost(&self) -> WaitForCancellationFutureOwned {
+        self.hold.lost.clone().cancelled_owned()
+    }
+
+    /// A token cancelled when the lock is lost, for code that takes a
+    /// [`CancellationToken`].
+    pub fn lost_token(&self) -> CancellationToken {
+        self.hold.lost.child_token()
+    }
+}
+
+impl fmt::Debug for HeldLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeldLock")
+            .field("name", &self.name())
+            .field("hold_count", &self.count)
+            .field("fencing_token", &self.fencing_token())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}

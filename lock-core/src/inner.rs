@@ -1,0 +1,94 @@
+//! The state every internal operation works on: one [`Inner`] per client, shared
+//! as `Arc<Inner>` by the client's clones, its guards and its requests. Internal
+//! code takes `&Arc<Inner>`, never the public `LockClient`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::DropGuard;
+
+use crate::backend::Backend;
+use crate::error::LockError;
+use crate::keys::LockKeys;
+use crate::scripts::Scripts;
+use crate::subscriber::Subscriber;
+use crate::watchdog::Watchdog;
+
+/// Numbers clients apart within the process (the lock context's key).
+static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The settings a connected client runs with.
+#[derive(Debug)]
+pub(crate) struct Config {
+    /// Replicas that must acknowledge each new lock, and how long to wait for them.
+    pub(crate) replicas: Option<(u32, Duration)>,
+    pub(crate) namespace: String,
+    pub(crate) default_wait: Duration,
+    pub(crate) default_lease: Duration,
+    pub(crate) fencing: bool,
+}
+
+/// One client's connections, scripts, background tasks and id counters.
+pub(crate) struct Inner {
+    /// Unique within the process.
+    pub(crate) id: u64,
+    /// The random part of every owner id of this client.
+    uuid: String,
+    pub(crate) backend: Backend,
+    pub(crate) scripts: Arc<Scripts>,
+    pub(crate) config: Config,
+    owners: AtomicU64,
+    attempts: AtomicU64,
+    holds: AtomicU64,
+    pub(crate) subscriber: Subscriber,
+    pub(crate) watchdog: Watchdog,
+    /// Stops the background tasks when the last clone, guard and request are gone.
+    _shutdown: DropGuard,
+}
+
+impl Inner {
+    pub(crate) fn new(
+        backend: Backend,
+        scripts: Arc<Scripts>,
+        config: Config,
+        subscriber: Subscriber,
+        watchdog: Watchdog,
+        shutdown: DropGuard,
+    ) -> Self {
+        Self {
+            id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+            uuid: uuid::Uuid::new_v4().simple().to_string(),
+            backend,
+            scripts,
+            config,
+            owners: AtomicU64::new(0),
+            attempts: AtomicU64::new(0),
+            holds: AtomicU64::new(0),
+            subscriber,
+            watchdog,
+            _shutdown: shutdown,
+        }
+    }
+
+    /// The Redis keys of the lock `name` in this client's namespace.
+    pub(crate) fn keys(&self, name: &[u8]) -> Result<Arc<LockKeys>, LockError> {
+        LockKeys::new(&self.config.namespace, name).map(Arc::new)
+    }
+
+    /// A fresh, unguessable owner id: `<client uuid>:<counter>`.
+    pub(crate) fn next_owner(&self) -> Arc<str> {
+        let n = self.owners.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{n}", self.uuid).into()
+    }
+
+    /// A fresh attempt id, for the scripts' replay detection.
+    pub(crate) fn next_attempt(&self) -> u64 {
+        self.attempts.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A fresh hold id, the watchdog's key.
+    pub(crate) fn next_hold_id(&self) -> u64 {
+        self.holds.fetch_add(1, Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,219 @@
+//! Every give-back of a hold, in one place: a guard unlocked or dropped, a grant
+//! that no guard will own (an abandoned or late acquire), a Redlock node's grant
+//! of an attempt that missed the majority. Each case has one function here; all of
+//! them go through one release round trip ([`round_trip`]), which runs
+//! `release.lua` on every node, retried once with the same attempt id after a lost
+//! reply, and combines the answers by the majority rules.
+
+use std::sync::Arc;
+
+use tracing::Instrument;
+
+use crate::backend::{redlock, Conn};
+use crate::detach::{log_failure, spawn, Detached};
+use crate::error::{is_failover_code, outcome_unknown, LockError};
+use crate::faults::{self, Fault};
+use crate::hold::Hold;
+use crate::inner::Inner;
+use crate::keys::LockKeys;
+use crate::scripts::{unexpected_reply, ReleaseReply, Scripts};
+
+/// [`LockGuard::unlock`](crate::LockGuard::unlock): gives back one hold of `hold`,
+/// and says whether the lock was still held.
+pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), LockError> {
+    inner.watchdog.guard_gone(&hold);
+    let call = Detached::new(Box::pin(release_hold(inner.clone(), hold.clone())), |_| {
+        Box::pin(async {})
+    });
+    match call.await? {
+        ReleaseReply::Released { .. } if !hold.is_lost() => Ok(()),
+        ReleaseReply::Released { .. } => Err(hold.lost_error()),
+        ReleaseReply::NotHeld => {
+            hold.mark_lost("the lock was not held by its owner at release");
+            Err(hold.lost_error())
+        }
+        ReleaseReply::Conflict => Err(LockError::KeyConflict {
+            name: hold.display.to_string(),
+        }),
+    }
+}
+
+/// A guard dropped without `unlock`: its renewal stops now, the release runs in
+/// the background.
+pub(crate) fn on_drop(inner: &Arc<Inner>, hold: Arc<Hold>) {
+    if faults::active(Fault::WatchdogOutlivesDrop) {
+        return;
+    }
+    inner.watchdog.guard_gone(&hold);
+    if tokio::runtime::Handle::try_current().is_err() {
+        tracing::warn!(
+            lock.name = %hold.display,
+            "distlock: a lock guard was dropped outside a Tokio runtime; the lock stays held \
+             until its lease ends"
+        );
+        return;
+    }
+    spawn(log_failure(release_hold(inner.clone(), hold)));
+}
+
+/// Gives back one hold of `owner` that no guard owns (an abandoned attempt's grant,
+/// or one refused after it was granted), waiting for the answer; a failure is
+/// logged and left to the lease.
+pub(crate) async fn give_back(inner: &Arc<Inner>, keys: &LockKeys, owner: &str, lease_ms: u64) {
+    if let Err(err) = round_trip(inner, keys, owner, lease_ms).await {
+        tracing::debug!(error = %err, "distlock: could not give back an abandoned hold; its lease will end it");
+    }
+}
+
+/// As [`give_back`], in the background (a grant whose reply came too late).
+pub(crate) fn give_back_later(
+    inner: &Arc<Inner>,
+    keys: Arc<LockKeys>,
+    owner: Arc<str>,
+    lease_ms: u64,
+) {
+    let inner = inner.clone();
+    spawn(log_failure(async move {
+        round_trip(&inner, &keys, &owner, lease_ms).await
+    }));
+}
+
+/// Gives back the grant of one Redlock node, for an attempt that missed the
+/// majority; a failure is logged and left to the lease.
+pub(crate) async fn give_back_node(
+    inner: &Inner,
+    conn: Conn,
+    keys: &LockKeys,
+    owner: &str,
+    lease_ms: u64,
+) {
+    let attempt = inner.next_attempt();
+    let publish = inner.backend.publish_command();
+    let keys = [keys.lock.clone(), keys.channel.clone()];
+    let result = on_node(
+        conn,
+        inner.scripts.clone(),
+        keys,
+        owner.to_owned(),
+        lease_ms,
+        attempt,
+        publish,
+    )
+    .await;
+    if let Err(err) = result {
+        tracing::debug!(error = %err, "distlock: could not give back a Redlock node's grant; its lease will end it");
+    }
+}
+
+/// Gives back one hold of a guard's `hold`.
+async fn release_hold(inner: Arc<Inner>, hold: Arc<Hold>) -> Result<ReleaseReply, LockError> {
+    let lease_ms = hold.state().lease.as_millis() as u64;
+    round_trip(&inner, &hold.keys, &hold.owner, lease_ms).await
+}
+
+/// One release on every node, each retried once with the same attempt id when the
+/// reply was lost (the script recognises a replay and does not apply it twice),
+/// combined by the majority rules.
+async fn round_trip(
+    inner: &Inner,
+    keys: &LockKeys,
+    owner: &str,
+    lease_ms: u64,
+) -> Result<ReleaseReply, LockError> {
+    let span = tracing::debug_span!(
+        "distlock.release",
+        lock.name = %keys.display(),
+        lock.hold_count = tracing::field::Empty,
+    );
+    let attempt = inner.next_attempt();
+    let holder;
+    let owner = if faults::active(Fault::ReleaseWithoutOwnerCheck) {
+        holder = current_holder(inner, keys)
+            .await
+            .unwrap_or_else(|| owner.to_owned());
+        holder.as_str()
+    } else {
+        owner
+    };
+    let scripts = inner.scripts.clone();
+    let publish = inner.backend.publish_command();
+    let (lock, channel, owner) = (keys.lock.clone(), keys.channel.clone(), owner.to_owned());
+    let replies = inner
+        .backend
+        .each(|conn| {
+            on_node(
+                conn,
+                scripts.clone(),
+                [lock.clone(), channel.clone()],
+                owner.clone(),
+                lease_ms,
+                attempt,
+                publish,
+            )
+        })
+        .instrument(span.clone())
+        .await;
+    let verdict = redlock::release(replies, inner.backend.quorum())?;
+    if let ReleaseReply::Released { remaining } = verdict {
+        span.record("lock.hold_count", remaining);
+    }
+    Ok(verdict)
+}
+
+/// One release on one node, retried once with the same attempt id when the reply
+/// was lost (the script recognises a replay and does not apply it twice).
+async fn on_node(
+    mut conn: Conn,
+    scripts: Arc<Scripts>,
+    [lock, channel]: [Vec<u8>; 2],
+    owner: String,
+    lease_ms: u64,
+    attempt: u64,
+    publish: &'static str,
+) -> redis::RedisResult<ReleaseReply> {
+    let mut retried = false;
+    loop {
+        let result: redis::RedisResult<Vec<i64>> = scripts
+            .release
+            .key(&lock)
+            .key(&channel)
+            .arg(&owner)
+            .arg(lease_ms)
+            .arg(attempt)
+            .arg(publish)
+            .invoke_async(&mut conn)
+            .await;
+        match result {
+            Ok(reply) => {
+                let decoded = ReleaseReply::decode(&reply)
+                    .ok_or_else(|| unexpected_reply("release.lua", &reply))?;
+                // A replayed final release finds the lock gone: the first try freed it.
+                if retried && decoded == ReleaseReply::NotHeld {
+                    return Ok(ReleaseReply::Released { remaining: 0 });
+                }
+                return Ok(decoded);
+            }
+            // Lost reply (maybe applied: the replay is recognised), or a demoted
+            // master that refused it (not applied; the connection moved on).
+            Err(err)
+                if !retried
+                    && (outcome_unknown(&err) || err.code().is_some_and(is_failover_code)) =>
+            {
+                tracing::debug!(error = %err, "distlock: release failed; retrying once");
+                retried = true;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// The owner id that holds `keys` now (for the seeded fault that skips the owner check).
+async fn current_holder(inner: &Inner, keys: &LockKeys) -> Option<String> {
+    let mut conn = inner.backend.first();
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(&keys.lock)
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    fields.into_iter().find(|field| !field.starts_with('#'))
+}

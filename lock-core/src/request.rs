@@ -1,0 +1,185 @@
+//! The requests for a lock that [`LockClient`](crate::LockClient) hands out: their
+//! options, and the futures that take the lock when awaited.
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::acquire::{acquire, Options};
+use crate::detach::BoxFuture;
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::inner::Inner;
+use crate::keys::LockKeys;
+
+/// A request for a lock, made by [`LockClient::lock`](crate::LockClient::lock). Await it to get the guard.
+///
+/// # Errors
+///
+/// - [`LockError::Timeout`]: another owner held the lock for the whole wait.
+/// - [`LockError::InvalidName`], [`LockError::InvalidOption`]: refused before anything
+///   was sent to Redis.
+/// - [`LockError::Lost`]: a re-entry found that the chain's hold was lost.
+/// - [`LockError::KeyConflict`]: the lock's key holds another type (left untouched).
+/// - [`LockError::QuorumNotReached`]: on Redlock, the wait ended without a majority
+///   of grants (another owner held the lock on the other nodes, or they did not
+///   answer); where one server gives [`LockError::Timeout`].
+/// - [`LockError::ReplicationNotConfirmed`]: too few replicas acknowledged the new
+///   lock in time (see [`LockClientBuilder::replicas`](crate::LockClientBuilder::replicas))
+///   on the last attempt of the wait; each refused lock was released.
+/// - [`LockError::PermissionDenied`]: the Redis user may not run the scripts.
+/// - [`LockError::Redis`]: Redis failed or could not be reached (a waiter with time left
+///   retries failures that may pass, such as a failover, within its wait).
+///
+/// # Cancel safety
+///
+/// Dropping the future at any point leaves no hold that no guard owns: a request in
+/// flight is run to completion in a background task, and the hold it took (if any) is
+/// given back. A hold count is never decremented that this request did not add.
+#[must_use = "a lock request does nothing until it is awaited"]
+pub struct LockRequest {
+    inner: Arc<Inner>,
+    keys: Result<Arc<LockKeys>, LockError>,
+    options: Options,
+}
+
+impl LockRequest {
+    pub(crate) fn new(inner: Arc<Inner>, keys: Result<Arc<LockKeys>, LockError>) -> Self {
+        Self {
+            inner,
+            keys,
+            options: Options::default(),
+        }
+    }
+
+    /// How long to wait while another owner holds the lock; zero fails at once.
+    /// Default: the client's [`default_wait`](crate::LockClientBuilder::default_wait).
+    /// Re-entries never wait.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.options.wait = Some(wait);
+        self
+    }
+
+    /// A fixed lease: the lock ends after `lease` unless released before, and no
+    /// watchdog renews it; the guard reports the loss when it ends. From
+    /// [`MIN_LEASE`](crate::MIN_LEASE) to [`MAX_LEASE`](crate::MAX_LEASE) (whole milliseconds). Default: a watchdog lease.
+    ///
+    /// On a re-entry, the lease of the outermost acquisition stays in charge; a fixed
+    /// lease here can only lengthen it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.options.lease = Some(lease);
+        self
+    }
+
+    /// Whether the first acquisition issues a fencing token. Default: the client's
+    /// [`fencing`](crate::LockClientBuilder::fencing). Re-entries keep the token (or
+    /// its absence) of the outermost acquisition.
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.options.fencing = Some(fencing);
+        self
+    }
+}
+
+impl fmt::Debug for LockRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockRequest")
+            .field("name", &self.keys.as_ref().map(|keys| keys.display()).ok())
+            .field("wait", &self.options.wait)
+            .field("lease", &self.options.lease)
+            .field("fencing", &self.options.fencing)
+            .finish()
+    }
+}
+
+/// The future of a [`LockRequest`]: resolves to the guard, or to why there is none.
+///
+/// # Cancel safety
+///
+/// As [`LockRequest`]: dropping it at any point leaves no hold that no guard owns.
+#[must_use = "futures do nothing unless polled"]
+pub struct LockFuture {
+    inner: BoxFuture<Result<LockGuard, LockError>>,
+}
+
+impl Future for LockFuture {
+    type Output = Result<LockGuard, LockError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl fmt::Debug for LockFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockFuture").finish_non_exhaustive()
+    }
+}
+
+impl IntoFuture for LockRequest {
+    type Output = Result<LockGuard, LockError>;
+    type IntoFuture = LockFuture;
+
+    fn into_future(self) -> LockFuture {
+        LockFuture {
+            inner: Box::pin(acquire(self.inner, self.keys, self.options)),
+        }
+    }
+}
+
+/// A request that does not wait, made by [`LockClient::try_lock`](crate::LockClient::try_lock). Await it: `Ok(None)`
+/// means another owner holds the lock.
+///
+/// # Errors
+///
+/// As [`LockRequest`], except that a busy lock is `Ok(None)`, not an error: on one
+/// server a lock held by another owner; on Redlock, a majority missed because
+/// other owners held some of the nodes that answered ([`LockError::is_busy`]; too
+/// few answers is still [`LockError::QuorumNotReached`]).
+///
+/// # Cancel safety
+///
+/// As [`LockRequest`]: a dropped request leaves no hold behind.
+#[must_use = "a lock request does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct TryLockRequest {
+    request: LockRequest,
+}
+
+impl TryLockRequest {
+    pub(crate) fn new(request: LockRequest) -> Self {
+        Self {
+            request: request.wait(Duration::ZERO),
+        }
+    }
+
+    /// A fixed lease, as [`LockRequest::lease`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.request = self.request.lease(lease);
+        self
+    }
+
+    /// Whether to issue a fencing token, as [`LockRequest::fencing`].
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.request = self.request.fencing(fencing);
+        self
+    }
+}
+
+impl IntoFuture for TryLockRequest {
+    type Output = Result<Option<LockGuard>, LockError>;
+    type IntoFuture = BoxFuture<Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let request = self.request.into_future();
+        Box::pin(async move {
+            match request.await {
+                Ok(guard) => Ok(Some(guard)),
+                Err(err) if err.is_busy() => Ok(None),
+                Err(err) => Err(err),
+            }
+        })
+    }
+}
