@@ -24,19 +24,6 @@ pub(crate) fn monotonic_ns() -> u64 {
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
-/// CPU time (user + system) used by this process (`who` = RUSAGE_SELF) or by its
-/// waited-for children (RUSAGE_CHILDREN).
-pub(crate) fn cpu_time(who: libc::c_int) -> Duration {
-    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is valid and writable; `who` is RUSAGE_SELF or RUSAGE_CHILDREN.
-    unsafe { libc::getrusage(who, &mut usage) };
-    let time = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    time(usage.ru_utime) + time(usage.ru_stime)
-}
-
 /// This process's resident set size, in KiB (`VmRSS` of /proc/self/status).
 pub(crate) fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")

@@ -15,6 +15,7 @@
 //! process (`child-waiter`, `child-leases`).
 
 mod children;
+mod cpu;
 #[cfg(feature = "rslock")]
 mod peer;
 mod report;
@@ -29,6 +30,7 @@ use distlock::LockClient;
 use distlock_testkit::{RedisCluster, RedisServer};
 
 use crate::children::{LeaseSettings, Leases};
+use crate::cpu::cpu_time;
 use crate::report::Results;
 use crate::scenarios::{Contention, ContentionSettings, Micro, Reentry};
 use crate::server::{KeyShape, Reference, ReferenceSettings};
@@ -176,11 +178,11 @@ fn main() -> ExitCode {
                 .parse()?;
             rt.block_on(async {
                 let client = LockClient::builder().url(url.as_str()).connect().await?;
-                let cpu = children::cpu_time(libc::RUSAGE_SELF);
+                let cpu = cpu_time(libc::RUSAGE_SELF);
                 let rate =
                     scenarios::many_tasks(&client, "profile", 64, pairs, Duration::from_secs(120))
                         .await?;
-                let cpu = children::cpu_time(libc::RUSAGE_SELF) - cpu;
+                let cpu = cpu_time(libc::RUSAGE_SELF) - cpu;
                 let per_pair = cpu.as_secs_f64() * 1e6 / (64 * pairs) as f64;
                 println!("{rate:.0} pairs/s, {per_pair:.1} µs CPU per pair");
                 Ok(())

@@ -9,6 +9,7 @@ use distlock::{current_lock, distributed_lock, LockClient, LockContext, LockErro
 use distlock_testkit::RedisServer;
 use tokio::time::Instant;
 
+use crate::cpu::cpu_time;
 use crate::server::{calls_between, client_requests_between, command_stats, command_stats_async};
 use crate::stats::{percentile, us};
 use crate::BoxError;
@@ -22,14 +23,14 @@ pub(crate) async fn one_task(
     limit: Duration,
 ) -> Result<(f64, Duration), BoxError> {
     let start = Instant::now();
-    let cpu = crate::children::cpu_time(libc::RUSAGE_SELF);
+    let cpu = cpu_time(libc::RUSAGE_SELF);
     let mut done = 0;
     while done < pairs && start.elapsed() < limit {
         let guard = client.lock(format!("s1:{tag}:{done}")).await?;
         guard.unlock().await?;
         done += 1;
     }
-    let cpu = crate::children::cpu_time(libc::RUSAGE_SELF) - cpu;
+    let cpu = cpu_time(libc::RUSAGE_SELF) - cpu;
     let per_pair = cpu / u32::try_from(done.max(1)).unwrap_or(u32::MAX);
     Ok((done as f64 / start.elapsed().as_secs_f64(), per_pair))
 }
@@ -42,7 +43,7 @@ pub(crate) async fn raw_pairs(url: &str, pairs: usize) -> Result<(f64, Duration)
     let acquire = redis::Script::new(crate::server::ACQUIRE_LUA);
     let release = redis::Script::new(crate::server::RELEASE_LUA);
     let start = Instant::now();
-    let cpu = crate::children::cpu_time(libc::RUSAGE_SELF);
+    let cpu = cpu_time(libc::RUSAGE_SELF);
     for i in 0..pairs {
         let key = format!("distlock:{{raw:{i}}}");
         let _: Vec<i64> = acquire
@@ -65,7 +66,7 @@ pub(crate) async fn raw_pairs(url: &str, pairs: usize) -> Result<(f64, Duration)
             .invoke_async(&mut conn)
             .await?;
     }
-    let cpu = crate::children::cpu_time(libc::RUSAGE_SELF) - cpu;
+    let cpu = cpu_time(libc::RUSAGE_SELF) - cpu;
     let per_pair = cpu / u32::try_from(pairs.max(1)).unwrap_or(u32::MAX);
     Ok((pairs as f64 / start.elapsed().as_secs_f64(), per_pair))
 }

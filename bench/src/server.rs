@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use distlock_testkit::{redis_server_binary, RedisServer};
 
+use crate::cpu::cpu_time;
 use crate::stats::{median, pair_rate};
 use crate::BoxError;
 
@@ -382,11 +383,11 @@ pub(crate) fn measure_reference(
                 "1".to_owned(),
                 "0".to_owned(),
             ];
-            let cpu_before = crate::children::cpu_time(libc::RUSAGE_CHILDREN);
+            let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
             let (rate, p50) =
                 redis_benchmark(&binary, server.port(), load, 1_000_000_000, &acquire)?;
             values[index * 2] = rate;
-            let acquire_cpu = crate::children::cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
+            let acquire_cpu = cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
             if index == 0 {
                 p50s.push(p50.as_secs_f64());
             }
@@ -408,10 +409,10 @@ pub(crate) fn measure_reference(
                 "1".to_owned(),
                 "PUBLISH".to_owned(),
             ];
-            let cpu_before = crate::children::cpu_time(libc::RUSAGE_CHILDREN);
+            let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
             values[index * 2 + 1] =
                 redis_benchmark(&binary, server.port(), load, keyspace, &release)?.0;
-            let release_cpu = crate::children::cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
+            let release_cpu = cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
             if index == 0 {
                 let n = u32::try_from(requests).unwrap_or(u32::MAX);
                 cpu_per_pair.push((acquire_cpu / n + release_cpu / n).as_secs_f64());
