@@ -10,8 +10,8 @@ use distlock::LockClient;
 use distlock_testkit::RedisServer;
 use tokio::time::Instant;
 
+use crate::error::BoxError;
 use crate::server::{calls_between, command_stats, info_field};
-use crate::BoxError;
 
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine.
 pub(crate) fn monotonic_ns() -> u64 {

@@ -16,6 +16,7 @@
 
 mod children;
 mod cpu;
+mod error;
 #[cfg(feature = "rslock")]
 mod peer;
 mod report;
@@ -32,13 +33,12 @@ use distlock_testkit::{RedisCluster, RedisServer};
 
 use crate::children::Leases;
 use crate::cpu::cpu_time;
+use crate::error::BoxError;
 use crate::report::Results;
 use crate::scenarios::{Contention, Micro, Reentry};
 use crate::server::{KeyShape, Reference};
 use crate::settings::Settings;
 use crate::stats::median;
-
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

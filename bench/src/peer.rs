@@ -7,9 +7,9 @@ use distlock_testkit::RedisServer;
 use rslock::LockManager;
 use tokio::time::Instant;
 
+use crate::error::BoxError;
 use crate::scenarios::{contend, many_tasks_with, Contender, Contention, ContentionSettings};
 use crate::server::calls_between;
-use crate::BoxError;
 
 /// rslock's TTL in every scenario: distlock's default watchdog lease.
 const TTL: Duration = Duration::from_secs(30);

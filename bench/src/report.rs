@@ -5,11 +5,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::children::Leases;
+use crate::error::BoxError;
 use crate::scenarios::{Contention, Micro, Reentry};
 use crate::server::{redis_benchmark_binary, Reference};
 use crate::settings::Settings;
 use crate::stats::{median, percentile, us};
-use crate::BoxError;
 
 /// The markers in BENCHMARKS.md between which the generated part goes.
 const START: &str =

@@ -10,9 +10,9 @@ use distlock_testkit::RedisServer;
 use tokio::time::Instant;
 
 use crate::cpu::cpu_time;
+use crate::error::BoxError;
 use crate::server::{calls_between, client_requests_between, command_stats, command_stats_async};
 use crate::stats::{percentile, us};
-use crate::BoxError;
 
 /// Lock+unlock pairs per second of one task on fresh names (scenario 1), and the
 /// process's CPU time per pair.

@@ -9,8 +9,8 @@ use std::time::Duration;
 use distlock_testkit::{redis_server_binary, RedisServer};
 
 use crate::cpu::cpu_time;
+use crate::error::BoxError;
 use crate::stats::{median, pair_rate};
-use crate::BoxError;
 
 /// distlock's scripts, byte for byte: `SCRIPT LOAD` gives the SHA the client uses.
 pub(crate) const ACQUIRE_LUA: &str = include_str!("../../lua/acquire.lua");
