@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::children::Leases;
 use crate::error::BoxError;
-use crate::scenarios::{Contention, Micro, Reentry};
+use crate::scenarios::{fmt_us, Contention, Micro, Reentry};
 use crate::server::{redis_benchmark_binary, Reference};
 use crate::settings::Settings;
 use crate::stats::{median, percentile, us};
@@ -221,50 +221,124 @@ fn runs_list(values: &[f64], unit: impl Fn(f64) -> String) -> String {
 
 /// The generated part of BENCHMARKS.md.
 pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
-    let reference = &results.reference;
-    let latency = reference.evalsha_latency();
-    let mut rows = Vec::new();
+    let rows: Vec<Row> = [
+        one_task_rows(results),
+        many_tasks_rows(settings, results),
+        reentry_rows(results),
+        contention_rate_rows(settings, results),
+        fairness_rows(settings, results),
+        contention_request_rows(settings, results),
+        wakeup_rows(results),
+        lease_rows(settings, results),
+        macro_rows(results),
+        micro_rows(results),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut out = String::new();
+    let _ = writeln!(out, "{START}\n");
+    header(&mut out, settings, results);
+    main_table(&mut out, &rows);
+    peers_table(&mut out, settings, results);
+    details(&mut out, settings, results);
+    let _ = writeln!(out, "{END}");
+    out
+}
 
-    // 1. One task.
+/// The run's date, machine and versions, and the load around it.
+fn header(out: &mut String, settings: &Settings, results: &Results) {
+    let _ = writeln!(
+        out,
+        "Run of {} · machine: {} · {}\n",
+        command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        machine(),
+        versions()
+    );
+    let _ = writeln!(
+        out,
+        "Load average (1, 5, 15 min) before: {} · after: {} · harness run time {:.0} s. \
+         Every figure is the median of {} runs ({} for the reference and scenarios 1 and 2, \
+         which take turns run by run); every ratio is against a reference measured on the \
+         same server in the same run.\n",
+        results.load_before,
+        results.load_after,
+        results.elapsed.as_secs_f64(),
+        settings.runs,
+        settings.interleaved_runs
+    );
+}
+
+/// The main table: one line per row.
+fn main_table(out: &mut String, rows: &[Row]) {
+    let _ = writeln!(
+        out,
+        "| Scenario | Measured | Reference | Ratio | Target | Met |\n| --- | ---: | ---: | ---: | :---: | :---: |"
+    );
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            row.scenario,
+            row.measured,
+            row.reference,
+            row.ratio,
+            row.target,
+            verdict(row.met)
+        );
+    }
+}
+
+/// Scenario 1, one task: against the `-c 1` reference and against plain redis-rs.
+fn one_task_rows(results: &Results) -> Vec<Row> {
+    let reference = &results.reference;
     let one = median(&results.one_task);
     let one_ratio = median(&results.one_task_ratio);
-    rows.push(Row {
-        scenario: "1. One task, lock+unlock on fresh names".into(),
-        measured: rate(one),
-        reference: format!("{} pairs (`-c 1`)", rate(reference.pairs_c1())),
-        ratio: ratio(one_ratio),
-        target: "≥ 0.90".into(),
-        met: Some(one_ratio >= 0.9),
-    });
-    rows.push(Row {
-        scenario: "1r. The same two scripts through plain redis-rs (`ConnectionManager`, \
-                   no distlock), one request in flight"
-            .into(),
-        measured: rate(median(&results.raw_pairs)),
-        reference: format!("{} pairs (`-c 1`)", rate(reference.pairs_c1())),
-        ratio: ratio(median(&results.raw_pairs_ratio)),
-        target: "—".into(),
-        met: None,
-    });
-    rows.push(Row {
-        scenario: "1d. Scenario 1 against plain redis-rs (what distlock adds)".into(),
-        measured: rate(one),
-        reference: format!("{} pairs (row 1r)", rate(median(&results.raw_pairs))),
-        ratio: ratio(median(&results.one_task_vs_raw)),
-        target: "—".into(),
-        met: None,
-    });
-    // 2. Many tasks.
+    vec![
+        Row {
+            scenario: "1. One task, lock+unlock on fresh names".into(),
+            measured: rate(one),
+            reference: format!("{} pairs (`-c 1`)", rate(reference.pairs_c1())),
+            ratio: ratio(one_ratio),
+            target: "≥ 0.90".into(),
+            met: Some(one_ratio >= 0.9),
+        },
+        Row {
+            scenario: "1r. The same two scripts through plain redis-rs (`ConnectionManager`, \
+                       no distlock), one request in flight"
+                .into(),
+            measured: rate(median(&results.raw_pairs)),
+            reference: format!("{} pairs (`-c 1`)", rate(reference.pairs_c1())),
+            ratio: ratio(median(&results.raw_pairs_ratio)),
+            target: "—".into(),
+            met: None,
+        },
+        Row {
+            scenario: "1d. Scenario 1 against plain redis-rs (what distlock adds)".into(),
+            measured: rate(one),
+            reference: format!("{} pairs (row 1r)", rate(median(&results.raw_pairs))),
+            ratio: ratio(median(&results.one_task_vs_raw)),
+            target: "—".into(),
+            met: None,
+        },
+    ]
+}
+
+/// Scenario 2, many tasks: on the single server, and on the cluster (or why not).
+fn many_tasks_rows(settings: &Settings, results: &Results) -> Vec<Row> {
     let many = median(&results.many_tasks);
     let many_ratio = median(&results.many_tasks_ratio);
-    rows.push(Row {
+    let mut rows = vec![Row {
         scenario: format!("2. {} tasks, each on its own names", settings.tasks),
         measured: rate(many),
-        reference: format!("{} pairs (`-P 16 -c 8`)", rate(reference.pairs_ceiling())),
+        reference: format!(
+            "{} pairs (`-P 16 -c 8`)",
+            rate(results.reference.pairs_ceiling())
+        ),
         ratio: ratio(many_ratio),
         target: "≥ 0.80".into(),
         met: Some(many_ratio >= 0.8),
-    });
+    }];
     if let Some(cluster) = &results.cluster {
         let value = median(&cluster.many_tasks);
         let ceiling = cluster.reference.pairs_ceiling();
@@ -291,208 +365,246 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
             met: Some(false),
         });
     }
-    // 3. Re-entry.
+    rows
+}
+
+/// Scenario 3, re-entry: round trips per nested acquire or release.
+fn reentry_rows(results: &Results) -> Vec<Row> {
     let evalsha = median_of(&results.reentry, |r| r.evalsha_per_op);
     let requests = median_of(&results.reentry, |r| r.requests_per_op);
     let counts_ok = results.reentry.iter().all(|r| r.counts_ok);
-    rows.push(Row {
+    vec![Row {
         scenario: "3. Re-entry three deep: EVALSHA per nested acquire or release".into(),
         measured: format!("{evalsha:.2} (all requests: {requests:.2})"),
         reference: "1 round trip (design)".into(),
         ratio: ratio(evalsha),
         target: "= 1.00".into(),
         met: Some((evalsha - 1.0).abs() < 1e-9 && (requests - 1.0).abs() < 1e-9 && counts_ok),
-    });
-    // 4. Contention.
+    }]
+}
+
+/// Scenario 4, contention: how fast the lock changes hands.
+fn contention_rate_rows(settings: &Settings, results: &Results) -> Vec<Row> {
+    let latency = results.reference.evalsha_latency();
     let c = &results.contention;
     let per_second = median_of(c, |c| c.per_second);
     let critical = median_duration(c, |c| c.critical_mean);
     let ideal = 1.0 / (critical + latency * 2).as_secs_f64();
-    rows.push(Row {
-        scenario: format!(
-            "4. Contention, {} tasks on one name: acquisitions/s",
-            settings.contention.tasks
-        ),
-        measured: rate(per_second),
-        reference: format!(
-            "{} (1 / (critical section as run + 2 × EVALSHA latency))",
-            rate(ideal)
-        ),
-        ratio: ratio(per_second / ideal),
-        target: "—".into(),
-        met: None,
-    });
     let handoff = median_duration(c, |c| c.handoff_p50);
     let handoff_ratio = handoff.as_secs_f64() / latency.as_secs_f64();
-    rows.push(Row {
-        scenario: "4. Hand-off to another task, p50".into(),
-        measured: crate::scenarios::fmt_us(handoff),
-        reference: format!(
-            "{} (EVALSHA p50 latency, `-c 1`)",
-            crate::scenarios::fmt_us(latency)
-        ),
-        ratio: ratio(handoff_ratio),
-        target: "≤ 3.00".into(),
-        met: Some(handoff_ratio <= 3.0),
-    });
     let raw_idle = median_duration(&results.raw_rtt, |r| r.1);
     let raw_tight = median_duration(&results.raw_rtt, |r| r.0);
-    rows.push(Row {
-        scenario: "4. Hand-off p50, against a plain redis-rs EVALSHA sent after 1 ms idle".into(),
-        measured: crate::scenarios::fmt_us(handoff),
-        reference: format!(
-            "{} (p50; back to back: {})",
-            crate::scenarios::fmt_us(raw_idle),
-            crate::scenarios::fmt_us(raw_tight)
-        ),
-        ratio: ratio(handoff.as_secs_f64() / raw_idle.as_secs_f64()),
-        target: "—".into(),
-        met: None,
-    });
     let handoff99 = median_duration(c, |c| c.handoff_p99);
-    rows.push(Row {
-        scenario: "4. Hand-off to another task, p99".into(),
-        measured: crate::scenarios::fmt_us(handoff99),
-        reference: format!("{} (EVALSHA latency)", crate::scenarios::fmt_us(latency)),
-        ratio: ratio(handoff99.as_secs_f64() / latency.as_secs_f64()),
-        target: "—".into(),
-        met: None,
-    });
+    vec![
+        Row {
+            scenario: format!(
+                "4. Contention, {} tasks on one name: acquisitions/s",
+                settings.contention.tasks
+            ),
+            measured: rate(per_second),
+            reference: format!(
+                "{} (1 / (critical section as run + 2 × EVALSHA latency))",
+                rate(ideal)
+            ),
+            ratio: ratio(per_second / ideal),
+            target: "—".into(),
+            met: None,
+        },
+        Row {
+            scenario: "4. Hand-off to another task, p50".into(),
+            measured: fmt_us(handoff),
+            reference: format!("{} (EVALSHA p50 latency, `-c 1`)", fmt_us(latency)),
+            ratio: ratio(handoff_ratio),
+            target: "≤ 3.00".into(),
+            met: Some(handoff_ratio <= 3.0),
+        },
+        Row {
+            scenario: "4. Hand-off p50, against a plain redis-rs EVALSHA sent after 1 ms idle"
+                .into(),
+            measured: fmt_us(handoff),
+            reference: format!(
+                "{} (p50; back to back: {})",
+                fmt_us(raw_idle),
+                fmt_us(raw_tight)
+            ),
+            ratio: ratio(handoff.as_secs_f64() / raw_idle.as_secs_f64()),
+            target: "—".into(),
+            met: None,
+        },
+        Row {
+            scenario: "4. Hand-off to another task, p99".into(),
+            measured: fmt_us(handoff99),
+            reference: format!("{} (EVALSHA latency)", fmt_us(latency)),
+            ratio: ratio(handoff99.as_secs_f64() / latency.as_secs_f64()),
+            target: "—".into(),
+            met: None,
+        },
+    ]
+}
+
+/// Scenario 4, contention: who gets the lock, and how long the others wait.
+fn fairness_rows(settings: &Settings, results: &Results) -> Vec<Row> {
+    let c = &results.contention;
     let same = median_of(c, |c| c.same_task_share);
     let fair = 1.0 / settings.contention.tasks as f64;
-    rows.push(Row {
-        scenario: "4. Share of acquisitions by the task that just released".into(),
-        measured: format!("{:.1} %", same * 100.0),
-        reference: format!("{:.1} % (fair share)", fair * 100.0),
-        ratio: ratio(same / fair),
-        target: "—".into(),
-        met: None,
-    });
     let overtaking = median_of(c, |c| c.overtaking_share);
-    rows.push(Row {
-        scenario: "4. Acquisitions that overtook a task already waiting".into(),
-        measured: format!("{:.1} %", overtaking * 100.0),
-        reference: "0 % (first come, first served)".into(),
-        ratio: "—".into(),
-        target: "—".into(),
-        met: None,
-    });
+    let critical = median_duration(c, |c| c.critical_mean);
+    let handoff = median_duration(c, |c| c.handoff_p50);
     let starvation = (critical + handoff) * settings.contention.tasks as u32;
     let wait99 = median_duration(c, |c| c.wait_p99);
     let wait_max = median_duration(c, |c| c.wait_max);
     let worst_max = c.iter().map(|c| c.wait_max).max().unwrap_or_default();
-    rows.push(Row {
-        scenario: "4. Acquire wait, p99".into(),
-        measured: crate::scenarios::fmt_us(wait99),
-        reference: format!(
-            "{} (8 × (critical section as run + hand-off p50))",
-            crate::scenarios::fmt_us(starvation)
-        ),
-        ratio: ratio(wait99.as_secs_f64() / starvation.as_secs_f64()),
-        target: "—".into(),
-        met: None,
-    });
-    rows.push(Row {
-        scenario: "4. Acquire wait, max (no task starved)".into(),
-        measured: format!(
-            "{} (worst run {})",
-            crate::scenarios::fmt_us(wait_max),
-            crate::scenarios::fmt_us(worst_max)
-        ),
-        reference: format!("{} (as above)", crate::scenarios::fmt_us(starvation)),
-        ratio: ratio(wait_max.as_secs_f64() / starvation.as_secs_f64()),
-        target: "< 1.00".into(),
-        met: Some(wait_max < starvation),
-    });
+    vec![
+        Row {
+            scenario: "4. Share of acquisitions by the task that just released".into(),
+            measured: format!("{:.1} %", same * 100.0),
+            reference: format!("{:.1} % (fair share)", fair * 100.0),
+            ratio: ratio(same / fair),
+            target: "—".into(),
+            met: None,
+        },
+        Row {
+            scenario: "4. Acquisitions that overtook a task already waiting".into(),
+            measured: format!("{:.1} %", overtaking * 100.0),
+            reference: "0 % (first come, first served)".into(),
+            ratio: "—".into(),
+            target: "—".into(),
+            met: None,
+        },
+        Row {
+            scenario: "4. Acquire wait, p99".into(),
+            measured: fmt_us(wait99),
+            reference: format!(
+                "{} (8 × (critical section as run + hand-off p50))",
+                fmt_us(starvation)
+            ),
+            ratio: ratio(wait99.as_secs_f64() / starvation.as_secs_f64()),
+            target: "—".into(),
+            met: None,
+        },
+        Row {
+            scenario: "4. Acquire wait, max (no task starved)".into(),
+            measured: format!("{} (worst run {})", fmt_us(wait_max), fmt_us(worst_max)),
+            reference: format!("{} (as above)", fmt_us(starvation)),
+            ratio: ratio(wait_max.as_secs_f64() / starvation.as_secs_f64()),
+            target: "< 1.00".into(),
+            met: Some(wait_max < starvation),
+        },
+    ]
+}
+
+/// Scenario 4, contention: the requests each acquisition costs, and whether two tasks
+/// ever held the lock at once.
+fn contention_request_rows(settings: &Settings, results: &Results) -> Vec<Row> {
+    let c = &results.contention;
     let per_acq = median_of(c, |c| c.requests_per_acquisition);
     let per_acq_whole = median_of(c, |c| c.requests_per_acquisition_whole);
     let acquire_calls = median_of(c, |c| c.acquire_calls_per_acquisition);
-    rows.push(Row {
-        scenario: format!(
-            "4. Client requests per acquisition (acquire attempts + release + subscribe), \
-             after the first {} ms",
-            settings.contention.warmup.as_millis()
-        ),
-        measured: format!(
-            "{per_acq:.3} (acquire attempts alone: {acquire_calls:.3}; whole run, with \
-             setting up the subscription: {per_acq_whole:.3})"
-        ),
-        reference: "3".into(),
-        ratio: ratio(per_acq / 3.0),
-        target: "≤ 1.00".into(),
-        met: Some(per_acq <= 3.0),
-    });
     let overlaps: usize = c.iter().map(|c| c.overlaps).sum();
     let acquisitions: usize = c.iter().map(|c| c.acquisitions).sum();
-    rows.push(Row {
-        scenario: "4. Overlapping holders".into(),
-        measured: format!("{overlaps} in {acquisitions} acquisitions"),
-        reference: "0".into(),
-        ratio: "—".into(),
-        target: "0".into(),
-        met: Some(overlaps == 0),
-    });
-    // 5. Wake-up.
+    vec![
+        Row {
+            scenario: format!(
+                "4. Client requests per acquisition (acquire attempts + release + subscribe), \
+                 after the first {} ms",
+                settings.contention.warmup.as_millis()
+            ),
+            measured: format!(
+                "{per_acq:.3} (acquire attempts alone: {acquire_calls:.3}; whole run, with \
+                 setting up the subscription: {per_acq_whole:.3})"
+            ),
+            reference: "3".into(),
+            ratio: ratio(per_acq / 3.0),
+            target: "≤ 1.00".into(),
+            met: Some(per_acq <= 3.0),
+        },
+        Row {
+            scenario: "4. Overlapping holders".into(),
+            measured: format!("{overlaps} in {acquisitions} acquisitions"),
+            reference: "0".into(),
+            ratio: "—".into(),
+            target: "0".into(),
+            met: Some(overlaps == 0),
+        },
+    ]
+}
+
+/// Scenario 5, wake-up of a waiter in another process: p50 and p99.
+fn wakeup_rows(results: &Results) -> Vec<Row> {
+    let latency = results.reference.evalsha_latency();
     let p50 = median_duration(&results.wakeup, |w| percentile(w, 50.0));
     let p99 = median_duration(&results.wakeup, |w| percentile(w, 99.0));
-    for (label, value) in [("p50", p50), ("p99", p99)] {
-        rows.push(Row {
+    [("p50", p50), ("p99", p99)]
+        .into_iter()
+        .map(|(label, value)| Row {
             scenario: format!("5. Wake-up, release → waiter in another process acquired, {label}"),
-            measured: crate::scenarios::fmt_us(value),
-            reference: format!("{} (EVALSHA latency)", crate::scenarios::fmt_us(latency)),
+            measured: fmt_us(value),
+            reference: format!("{} (EVALSHA latency)", fmt_us(latency)),
             ratio: ratio(value.as_secs_f64() / latency.as_secs_f64()),
             target: "—".into(),
             met: None,
-        });
-    }
-    // 6. Leases.
+        })
+        .collect()
+}
+
+/// Scenario 6, many leases under the watchdog: losses, renewal round trips, memory.
+fn lease_rows(settings: &Settings, results: &Results) -> Vec<Row> {
     let l = &results.leases;
     let lease_settings = settings.leases;
     let lost: u64 = l.iter().map(|l| l.lost).sum();
     let held = median_of(l, |l| l.held as f64);
-    rows.push(Row {
-        scenario: format!(
-            "6. {} locks held under the watchdog ({:?} lease) for {:?}: leases lost",
-            lease_settings.locks, lease_settings.lease, lease_settings.hold
-        ),
-        measured: format!("{lost} (held {held:.0})"),
-        reference: "0".into(),
-        ratio: "—".into(),
-        target: "0".into(),
-        met: Some(lost == 0 && held as usize == lease_settings.locks),
-    });
     let per100 = median_of(l, |l| l.round_trips_per_100(lease_settings));
     let per_pipeline = median_of(l, |l| l.renewals as f64 / l.pipelines.max(1) as f64);
-    rows.push(Row {
-        scenario: "6. Renewal round trips per 100 leases per renewal period".into(),
-        measured: format!("{per100:.3} ({per_pipeline:.0} renewals per pipeline)"),
-        reference: "1".into(),
-        ratio: ratio(per100),
-        target: "≤ 1.00".into(),
-        met: Some(per100 <= 1.0),
-    });
     let bytes = median_of(l, Leases::bytes_per_lock);
-    rows.push(Row {
-        scenario: "6. Client memory (RSS) growth per held lock".into(),
-        measured: format!("{bytes:.0} B"),
-        reference: "1 KiB".into(),
-        ratio: ratio(bytes / 1024.0),
-        target: "≤ 1.00".into(),
-        met: Some(bytes <= 1024.0),
-    });
-    // 7. Macro.
+    vec![
+        Row {
+            scenario: format!(
+                "6. {} locks held under the watchdog ({:?} lease) for {:?}: leases lost",
+                lease_settings.locks, lease_settings.lease, lease_settings.hold
+            ),
+            measured: format!("{lost} (held {held:.0})"),
+            reference: "0".into(),
+            ratio: "—".into(),
+            target: "0".into(),
+            met: Some(lost == 0 && held as usize == lease_settings.locks),
+        },
+        Row {
+            scenario: "6. Renewal round trips per 100 leases per renewal period".into(),
+            measured: format!("{per100:.3} ({per_pipeline:.0} renewals per pipeline)"),
+            reference: "1".into(),
+            ratio: ratio(per100),
+            target: "≤ 1.00".into(),
+            met: Some(per100 <= 1.0),
+        },
+        Row {
+            scenario: "6. Client memory (RSS) growth per held lock".into(),
+            measured: format!("{bytes:.0} B"),
+            reference: "1 KiB".into(),
+            ratio: ratio(bytes / 1024.0),
+            target: "≤ 1.00".into(),
+            met: Some(bytes <= 1024.0),
+        },
+    ]
+}
+
+/// Scenario 7, the attribute macro against the guard API.
+fn macro_rows(results: &Results) -> Vec<Row> {
     let macro_ratio = median(&results.macro_ratio);
-    rows.push(Row {
+    vec![Row {
         scenario: "7. `#[distributed_lock]` against the same body with the guard API".into(),
         measured: format!("{:+.1} %", (macro_ratio - 1.0) * 100.0),
         reference: "guard API, interleaved blocks".into(),
         ratio: format!("{macro_ratio:.3}"),
         target: "≤ 1.02".into(),
         met: Some(macro_ratio <= 1.02),
-    });
-    // Micro.
+    }]
+}
+
+/// The client-side costs, against one EVALSHA.
+fn micro_rows(results: &Results) -> Vec<Row> {
+    let latency = results.reference.evalsha_latency();
     let m = results.micro;
-    for (label, ns) in [
+    [
         (
             "`LockClient::lock(name)` (name check, key encoding, builder)",
             m.lock_builder_ns,
@@ -502,58 +614,17 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
             m.context_current_ns,
         ),
         ("`current_lock()`, three locks deep", m.current_lock_ns),
-    ] {
-        rows.push(Row {
-            scenario: format!("Client cost: {label}"),
-            measured: format!("{ns:.0} ns"),
-            reference: format!("{} (EVALSHA latency)", crate::scenarios::fmt_us(latency)),
-            ratio: format!("{:.5}", ns / latency.as_nanos() as f64),
-            target: "—".into(),
-            met: None,
-        });
-    }
-
-    let mut out = String::new();
-    let _ = writeln!(out, "{START}\n");
-    let _ = writeln!(
-        out,
-        "Run of {} · machine: {} · {}\n",
-        command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-        machine(),
-        versions()
-    );
-    let _ = writeln!(
-        out,
-        "Load average (1, 5, 15 min) before: {} · after: {} · harness run time {:.0} s. \
-         Every figure is the median of {} runs ({} for the reference and scenarios 1 and 2, \
-         which take turns run by run); every ratio is against a reference measured on the \
-         same server in the same run.\n",
-        results.load_before,
-        results.load_after,
-        results.elapsed.as_secs_f64(),
-        settings.runs,
-        settings.interleaved_runs
-    );
-    let _ = writeln!(
-        out,
-        "| Scenario | Measured | Reference | Ratio | Target | Met |\n| --- | ---: | ---: | ---: | :---: | :---: |"
-    );
-    for row in &rows {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} |",
-            row.scenario,
-            row.measured,
-            row.reference,
-            row.ratio,
-            row.target,
-            verdict(row.met)
-        );
-    }
-    peers_table(&mut out, settings, results);
-    details(&mut out, settings, results);
-    let _ = writeln!(out, "{END}");
-    out
+    ]
+    .into_iter()
+    .map(|(label, ns)| Row {
+        scenario: format!("Client cost: {label}"),
+        measured: format!("{ns:.0} ns"),
+        reference: format!("{} (EVALSHA latency)", fmt_us(latency)),
+        ratio: format!("{:.5}", ns / latency.as_nanos() as f64),
+        target: "—".into(),
+        met: None,
+    })
+    .collect()
 }
 
 fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
