@@ -627,6 +627,17 @@ fn micro_rows(results: &Results) -> Vec<Row> {
     .collect()
 }
 
+/// The peer's two settings as found in the results: rslock's defaults, and a 1 ms
+/// retry.
+type Peers<'a> = [Option<&'a PeerResults>; 2];
+
+/// One cell per peer setting; "—" for a setting not measured.
+fn peer_cells(peers: Peers<'_>, f: &dyn Fn(&PeerResults) -> String) -> [String; 2] {
+    peers.map(|p| p.map_or_else(|| "—".to_owned(), f))
+}
+
+/// The peer table: distlock and rslock side by side, same server, same run (or a
+/// note that the peer was not built).
 fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
     if results.peers.is_empty() {
         let _ = writeln!(
@@ -636,8 +647,6 @@ fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
         );
         return;
     }
-    let reference = &results.reference;
-    let latency = reference.evalsha_latency();
     let _ = writeln!(
         out,
         "\n#### Peer: rslock, same server, same run\n\n\
@@ -646,10 +655,18 @@ fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
     );
     let find = |delay: Option<Duration>| results.peers.iter().find(|p| p.retry == delay);
     let peers = [find(None), find(Some(Duration::from_millis(1)))];
-    let cell = |f: &dyn Fn(&PeerResults) -> String| -> [String; 2] {
-        peers.map(|p| p.map_or_else(|| "—".to_owned(), f))
-    };
-    let one = cell(&|p| {
+    peer_throughput_lines(out, settings, results, peers);
+    peer_contention_lines(out, results, peers);
+}
+
+/// The peer table's scenarios 1 and 2.
+fn peer_throughput_lines(
+    out: &mut String,
+    settings: &Settings,
+    results: &Results,
+    peers: Peers<'_>,
+) {
+    let one = peer_cells(peers, &|p| {
         let v = median(&p.one_task);
         format!("{} ({:.2})", rate(v), median(&p.one_task_ratio))
     });
@@ -661,7 +678,7 @@ fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
         one[0],
         one[1]
     );
-    let many = cell(&|p| {
+    let many = peer_cells(peers, &|p| {
         let v = median(&p.many_tasks);
         format!("{} ({:.2})", rate(v), median(&p.many_tasks_ratio))
     });
@@ -674,6 +691,11 @@ fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
         many[0],
         many[1]
     );
+}
+
+/// The peer table's scenario 4.
+fn peer_contention_lines(out: &mut String, results: &Results, peers: Peers<'_>) {
+    let latency = results.reference.evalsha_latency();
     type Metric = (&'static str, fn(&[Contention], Duration) -> String);
     let metrics: [Metric; 7] = [
         ("4. acquisitions/s", |c, _| {
@@ -681,11 +703,7 @@ fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
         }),
         ("4. hand-off p50 (× EVALSHA latency)", |c, l| {
             let h = median_duration(c, |c| c.handoff_p50);
-            format!(
-                "{} ({:.1})",
-                crate::scenarios::fmt_us(h),
-                h.as_secs_f64() / l.as_secs_f64()
-            )
+            format!("{} ({:.1})", fmt_us(h), h.as_secs_f64() / l.as_secs_f64())
         }),
         ("4. share by the task that just released", |c, _| {
             format!("{:.1} %", median_of(c, |c| c.same_task_share) * 100.0)
@@ -694,7 +712,7 @@ fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
             format!("{:.1} %", median_of(c, |c| c.overtaking_share) * 100.0)
         }),
         ("4. acquire wait max", |c, _| {
-            crate::scenarios::fmt_us(median_duration(c, |c| c.wait_max))
+            fmt_us(median_duration(c, |c| c.wait_max))
         }),
         ("4. client requests per acquisition", |c, _| {
             format!("{:.1}", median_of(c, |c| c.requests_per_acquisition))
@@ -704,7 +722,7 @@ fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
         }),
     ];
     for (label, metric) in metrics {
-        let values = cell(&|p| metric(&p.contention, latency));
+        let values = peer_cells(peers, &|p| metric(&p.contention, latency));
         let _ = writeln!(
             out,
             "| {label} | {} | {} | {} |",
@@ -715,9 +733,25 @@ fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
     }
 }
 
+/// The details of the run: each run's figures, and the settings.
 fn details(out: &mut String, settings: &Settings, results: &Results) {
-    let r = &results.reference;
     let _ = writeln!(out, "\n#### Details of this run\n");
+    reference_details(out, results);
+    throughput_details(out, results);
+    contention_details(out, results);
+    wakeup_details(out, results);
+    lease_details(out, results);
+    let _ = writeln!(
+        out,
+        "- Scenario 7 per run (macro time / guard time): {}.",
+        runs_list(&results.macro_ratio, |v| format!("{v:.3}"))
+    );
+    let _ = writeln!(out, "- Settings: `{settings:?}`");
+}
+
+/// The reference's runs, on the single server and on the cluster.
+fn reference_details(out: &mut String, results: &Results) {
+    let r = &results.reference;
     let _ = writeln!(
         out,
         "- Reference (single server), per run [acquire `-c 1`, release `-c 1`, acquire \
@@ -749,6 +783,10 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
             runs_list(&cluster.many_tasks, rate)
         );
     }
+}
+
+/// Scenarios 1 (with plain redis-rs) and 2, run by run.
+fn throughput_details(out: &mut String, results: &Results) {
     let _ = writeln!(
         out,
         "- Scenario 1 per run: {} (ratios {}); client CPU per lock+unlock pair {} (median; \
@@ -758,7 +796,7 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
         runs_list(&results.one_task, rate),
         runs_list(&results.one_task_ratio, |v| format!("{v:.2}")),
         runs_list(&results.one_task_cpu, |v| format!("{:.1} µs", v * 1e6)),
-        r.cpu_per_pair_c1.as_secs_f64() * 1e6,
+        results.reference.cpu_per_pair_c1.as_secs_f64() * 1e6,
         runs_list(&results.raw_pairs, rate),
         runs_list(&results.raw_pairs_ratio, |v| format!("{v:.2}")),
         runs_list(&results.one_task_vs_raw, |v| format!("{v:.2}")),
@@ -766,6 +804,10 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
         runs_list(&results.many_tasks, rate),
         runs_list(&results.many_tasks_ratio, |v| format!("{v:.2}"))
     );
+}
+
+/// Scenario 4, run by run, with the profile of the hand-off.
+fn contention_details(out: &mut String, results: &Results) {
     for (run, c) in results.contention.iter().enumerate() {
         let _ = writeln!(
             out,
@@ -775,23 +817,27 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
              start → waiter's final attempt sent {}, final attempt → acquired {}.",
             run + 1,
             c.acquisitions,
-            crate::scenarios::fmt_us(c.critical_mean),
+            fmt_us(c.critical_mean),
             c.per_second,
-            crate::scenarios::fmt_us(c.handoff_p50),
-            crate::scenarios::fmt_us(c.handoff_p99),
+            fmt_us(c.handoff_p50),
+            fmt_us(c.handoff_p99),
             c.same_task_share * 100.0,
             c.overtaking_share * 100.0,
-            crate::scenarios::fmt_us(c.wait_p99),
-            crate::scenarios::fmt_us(c.wait_max),
+            fmt_us(c.wait_p99),
+            fmt_us(c.wait_max),
             c.requests_per_acquisition,
             c.requests_per_acquisition_whole,
             c.acquire_calls_per_acquisition,
             c.overlaps,
-            crate::scenarios::fmt_us(c.release_rtt_p50),
-            crate::scenarios::fmt_us(c.to_woken_p50),
-            crate::scenarios::fmt_us(c.woken_to_acquired_p50)
+            fmt_us(c.release_rtt_p50),
+            fmt_us(c.to_woken_p50),
+            fmt_us(c.woken_to_acquired_p50)
         );
     }
+}
+
+/// Scenario 5, run by run.
+fn wakeup_details(out: &mut String, results: &Results) {
     let _ = writeln!(
         out,
         "- Scenario 5 per run (p50 / p99): {}.",
@@ -806,6 +852,10 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
             .collect::<Vec<_>>()
             .join(", ")
     );
+}
+
+/// Scenario 6, run by run: the leases, the renewals and the client's memory.
+fn lease_details(out: &mut String, results: &Results) {
     for (run, l) in results.leases.iter().enumerate() {
         let _ = writeln!(
             out,
@@ -825,12 +875,6 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
             l.rss_after_kib
         );
     }
-    let _ = writeln!(
-        out,
-        "- Scenario 7 per run (macro time / guard time): {}.",
-        runs_list(&results.macro_ratio, |v| format!("{v:.3}"))
-    );
-    let _ = writeln!(out, "- Settings: `{settings:?}`");
 }
 
 /// Puts `generated` into the file at `path` between the markers, keeping the rest;
