@@ -1,6 +1,6 @@
 //! Bad input gets a typed error before anything reaches Redis, and changes nothing.
 
-mod common;
+mod support;
 
 use std::net::TcpListener;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use tokio::time::Instant;
 /// Asserts that `server` saw no client request and holds no key since `before`.
 fn untouched(server: &distlock_testkit::RedisServer, before: u64) {
     assert_eq!(
-        common::client_requests(server),
+        support::client_requests(server),
         before,
         "a request reached Redis"
     );
@@ -20,9 +20,9 @@ fn untouched(server: &distlock_testkit::RedisServer, before: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_names_are_refused_before_anything_is_sent() {
-    let server = common::server();
-    let locks = common::client(&server).await;
-    let before = common::client_requests(&server);
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let before = support::client_requests(&server);
 
     let err = locks.lock("").await.expect_err("empty name");
     assert!(matches!(err, LockError::InvalidName { .. }), "{err}");
@@ -53,9 +53,9 @@ async fn bad_names_are_refused_before_anything_is_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_leases_and_waits_are_refused_before_anything_is_sent() {
-    let server = common::server();
-    let locks = common::client(&server).await;
-    let before = common::client_requests(&server);
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let before = support::client_requests(&server);
 
     for lease in [
         Duration::ZERO,
@@ -88,20 +88,20 @@ async fn bad_leases_and_waits_are_refused_before_anything_is_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_client_settings_are_refused_before_connecting() {
-    let server = common::server();
-    let before = common::client_requests(&server);
+    let server = support::server();
+    let before = support::client_requests(&server);
     let cases: Vec<(distlock::LockClientBuilder, &str)> = vec![
         (LockClient::builder().url("not a url"), "url"),
         (LockClient::builder().url("http://127.0.0.1:1/"), "url"),
         (LockClient::builder(), "url"),
-        (common::builder(&server).namespace(""), "namespace"),
-        (common::builder(&server).namespace("a{b}"), "namespace"),
+        (support::builder(&server).namespace(""), "namespace"),
+        (support::builder(&server).namespace("a{b}"), "namespace"),
         (
-            common::builder(&server).default_lease(Duration::ZERO),
+            support::builder(&server).default_lease(Duration::ZERO),
             "default_lease",
         ),
         (
-            common::builder(&server).default_lease(Duration::from_secs(200_000)),
+            support::builder(&server).default_lease(Duration::from_secs(200_000)),
             "default_lease",
         ),
     ];
@@ -117,10 +117,10 @@ async fn bad_client_settings_are_refused_before_connecting() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_of_another_type_is_a_conflict_and_stays_untouched() {
-    let server = common::server();
-    let locks = common::fenced_client(&server).await;
+    let server = support::server();
+    let locks = support::fenced_client(&server).await;
     server
-        .cmd(&["SET", &common::lock_key("taken"), "user data"])
+        .cmd(&["SET", &support::lock_key("taken"), "user data"])
         .expect("SET");
     let err = locks
         .lock("taken")
@@ -144,12 +144,12 @@ async fn a_key_of_another_type_is_a_conflict_and_stays_untouched() {
         .is_key_conflict());
     assert_eq!(
         server
-            .cmd(&["GET", &common::lock_key("taken")])
+            .cmd(&["GET", &support::lock_key("taken")])
             .expect("GET"),
         "user data"
     );
 
-    let fence = format!("{}:fence", common::lock_key("fenced"));
+    let fence = format!("{}:fence", support::lock_key("fenced"));
     server.cmd(&["SET", &fence, "not a number"]).expect("SET");
     let err = locks
         .lock("fenced")
@@ -159,7 +159,7 @@ async fn a_key_of_another_type_is_a_conflict_and_stays_untouched() {
     assert_eq!(server.cmd(&["GET", &fence]).expect("GET"), "not a number");
     assert_eq!(
         server
-            .cmd(&["EXISTS", &common::lock_key("fenced")])
+            .cmd(&["EXISTS", &support::lock_key("fenced")])
             .expect("EXISTS"),
         "0"
     );

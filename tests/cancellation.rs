@@ -1,6 +1,6 @@
 //! Cancel safety: dropped acquire futures leave no hold, no lease and no miscount.
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,8 +14,8 @@ async fn five_hundred_dropped_acquires_leave_nothing_behind() {
     // Long enough that a hold leaked by a dropped request would outlive the checks
     // below, short enough to watch the watchdog for two renewal periods.
     let lease = Duration::from_secs(3);
-    let server = common::server();
-    let locks = common::client_with_lease(&server, lease).await;
+    let server = support::server();
+    let locks = support::client_with_lease(&server, lease).await;
     let dropped = Arc::new(AtomicUsize::new(0));
     let acquired = Arc::new(AtomicUsize::new(0));
 
@@ -58,18 +58,18 @@ async fn five_hundred_dropped_acquires_leave_nothing_behind() {
         "no request ever completed"
     );
 
-    let key = common::lock_key("cancel");
-    let freed = common::eventually(Duration::from_secs(1), || {
+    let key = support::lock_key("cancel");
+    let freed = support::eventually(Duration::from_secs(1), || {
         server.cmd(&["EXISTS", &key]).expect("EXISTS") == "0"
     })
     .await;
     assert!(freed, "a dropped request left a hold in Redis");
 
     // No lease is still renewed: over several renewal periods nobody calls the script.
-    let before = common::command_calls(&server, "evalsha");
+    let before = support::command_calls(&server, "evalsha");
     tokio::time::sleep(lease * 2 / 3 + Duration::from_millis(300)).await;
     assert_eq!(
-        common::command_calls(&server, "evalsha"),
+        support::command_calls(&server, "evalsha"),
         before,
         "a lease is still being renewed"
     );
@@ -78,10 +78,10 @@ async fn five_hundred_dropped_acquires_leave_nothing_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_entry_dropped_in_flight_gives_back_only_its_own_hold() {
-    let server = common::server();
+    let server = support::server();
     // A generous response timeout: on a loaded machine the paused request must not
     // turn into a timed-out one (that path is covered by the reliability suite).
-    let locks = common::builder(&server)
+    let locks = support::builder(&server)
         .response_timeout(Duration::from_secs(5))
         .connect()
         .await
@@ -95,7 +95,7 @@ async fn a_re_entry_dropped_in_flight_gives_back_only_its_own_hold() {
             server
                 .cmd(&["CLIENT", "PAUSE", "300", "WRITE"])
                 .expect("CLIENT PAUSE");
-            evalsha_before = common::command_calls(&server, "evalsha");
+            evalsha_before = support::command_calls(&server, "evalsha");
             let request = locks.lock("nested");
             let outcome = tokio::time::timeout(Duration::from_millis(100), request).await;
             assert!(
@@ -106,16 +106,16 @@ async fn a_re_entry_dropped_in_flight_gives_back_only_its_own_hold() {
         .await;
     // Settled: the dropped re-entry ran on the server, and so did the release that
     // gave its hold back (two scripts), leaving the outer hold alone.
-    let settled = common::eventually(Duration::from_secs(5), || {
-        common::command_calls(&server, "evalsha") >= evalsha_before + 2
-            && common::redis_count(&server, "nested") == 1
+    let settled = support::eventually(Duration::from_secs(5), || {
+        support::command_calls(&server, "evalsha") >= evalsha_before + 2
+            && support::redis_count(&server, "nested") == 1
     })
     .await;
     assert!(
         settled,
         "count is {}, expected the outer hold only",
-        common::redis_count(&server, "nested")
+        support::redis_count(&server, "nested")
     );
     guard.unlock().await.expect("the outer hold is intact");
-    assert_eq!(common::redis_count(&server, "nested"), 0);
+    assert_eq!(support::redis_count(&server, "nested"), 0);
 }

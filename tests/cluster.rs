@@ -1,7 +1,7 @@
 //! The lock on a Redis Cluster: same behaviour, names spread over every master,
 //! sharded pub/sub for waiters, failover of the master holding a lock.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
@@ -24,14 +24,14 @@ async fn client(cluster: &RedisCluster, lease: Duration) -> LockClient {
 
 /// The hold count stored for `name`, read from the node that serves its slot.
 fn cluster_count(cluster: &RedisCluster, name: &str) -> u64 {
-    let key = common::lock_key(name);
+    let key = support::lock_key(name);
     let slot: u16 = cluster.nodes()[0]
         .cmd(&["CLUSTER", "KEYSLOT", &key])
         .expect("KEYSLOT")
         .parse()
         .expect("a slot");
     let node = cluster.node_for_slot(slot).expect("a node serves the slot");
-    common::redis_count(&cluster.nodes()[node], name)
+    support::redis_count(&cluster.nodes()[node], name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,7 +99,7 @@ async fn a_manual_failover_keeps_the_holder_valid() {
     cluster.nodes()[replica]
         .cmd(&["CLUSTER", "FAILOVER"])
         .expect("CLUSTER FAILOVER");
-    let promoted = common::eventually(Duration::from_secs(10), || {
+    let promoted = support::eventually(Duration::from_secs(10), || {
         cluster.node_for_slot(slot) == Some(replica)
     })
     .await;
@@ -109,19 +109,19 @@ async fn a_manual_failover_keeps_the_holder_valid() {
     tokio::time::sleep(lease * 2).await;
     assert!(!guard.is_lost(), "the lock survived the failover");
     assert_eq!(
-        common::redis_count(&cluster.nodes()[replica], "failover"),
+        support::redis_count(&cluster.nodes()[replica], "failover"),
         1
     );
     guard.unlock().await.expect("unlock after the failover");
     assert_eq!(
-        common::redis_count(&cluster.nodes()[replica], "failover"),
+        support::redis_count(&cluster.nodes()[replica], "failover"),
         0
     );
 }
 
 /// The slot of lock `name`, its master and that master's replica (node indexes).
 fn placement(cluster: &RedisCluster, name: &str) -> (u16, usize, usize) {
-    let key = common::lock_key(name);
+    let key = support::lock_key(name);
     let slot: u16 = cluster.nodes()[0]
         .cmd(&["CLUSTER", "KEYSLOT", &key])
         .expect("KEYSLOT")
@@ -170,13 +170,13 @@ async fn a_killed_master_fails_over_and_waiters_still_acquire() {
         }
     });
     cluster.node_mut(master).stop().expect("SIGKILL the master");
-    let promoted = common::eventually(Duration::from_secs(20), || {
+    let promoted = support::eventually(Duration::from_secs(20), || {
         cluster.node_for_slot(slot) == Some(replica)
     })
     .await;
     assert!(promoted, "the replica took over");
     assert_eq!(
-        common::redis_count(&cluster.nodes()[replica], "killed"),
+        support::redis_count(&cluster.nodes()[replica], "killed"),
         1,
         "the lock survived"
     );
@@ -230,7 +230,7 @@ async fn replication_loss(with_replicas: bool) -> Result<bool, distlock::LockErr
     cluster.nodes()[replica]
         .resume()
         .expect("SIGCONT the replica");
-    let promoted = common::eventually(Duration::from_secs(20), || {
+    let promoted = support::eventually(Duration::from_secs(20), || {
         cluster.node_for_slot(slot) == Some(replica)
     })
     .await;

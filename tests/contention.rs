@@ -1,6 +1,6 @@
 //! Mutual exclusion under contention, timeouts, and waking waiters by message.
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,8 +14,8 @@ use tokio::time::Instant;
 async fn sixteen_tasks_keep_a_read_modify_write_counter_exact() {
     const TASKS: usize = 16;
     const ROUNDS: usize = 200;
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     let redis = redis::Client::open(server.url()).expect("url");
     let inside = Arc::new(AtomicUsize::new(0));
     let overlaps = Arc::new(AtomicUsize::new(0));
@@ -64,14 +64,14 @@ async fn sixteen_tasks_keep_a_read_modify_write_counter_exact() {
         (TASKS * ROUNDS).to_string(),
         "updates were lost"
     );
-    assert_eq!(common::redis_count(&server, "counter"), 0);
+    assert_eq!(support::redis_count(&server, "counter"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_lock_on_a_busy_name_is_none_and_wait_times_out_after_the_wait() {
-    let server = common::server();
-    let holder = common::client(&server).await;
-    let other = common::client(&server).await;
+    let server = support::server();
+    let holder = support::client(&server).await;
+    let other = support::client(&server).await;
     let guard = holder.lock("busy").await.expect("lock");
 
     assert!(other.try_lock("busy").await.expect("try_lock").is_none());
@@ -102,9 +102,9 @@ async fn try_lock_on_a_busy_name_is_none_and_wait_times_out_after_the_wait() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_wakes_on_the_release_message_not_the_lease() {
-    let server = common::server();
-    let holder = common::client(&server).await;
-    let waiter = common::client(&server).await;
+    let server = support::server();
+    let holder = support::client(&server).await;
+    let waiter = support::client(&server).await;
     // A 30 s watchdog lease: only the release message can wake the waiter in time.
     let guard = holder.lock("wake").await.expect("lock");
 
@@ -134,9 +134,9 @@ async fn a_waiter_wakes_on_the_release_message_not_the_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_end_when_nobody_waits() {
-    let server = common::server();
-    let holder = common::client(&server).await;
-    let waiter = common::client(&server).await;
+    let server = support::server();
+    let holder = support::client(&server).await;
+    let waiter = support::client(&server).await;
     for round in 0..20 {
         let guard = holder.lock("sub").await.expect("lock");
         let waiting = tokio::spawn({
@@ -153,7 +153,7 @@ async fn subscriptions_end_when_nobody_waits() {
             .await
             .expect("unlock");
     }
-    let clean = common::eventually(Duration::from_secs(2), || {
+    let clean = support::eventually(Duration::from_secs(2), || {
         server
             .cmd(&["PUBSUB", "CHANNELS", "distlock:*"])
             .expect("PUBSUB")
@@ -165,9 +165,9 @@ async fn subscriptions_end_when_nobody_waits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_resubscribe_after_the_subscriber_connection_drops() {
-    let server = common::server();
-    let holder = common::client(&server).await;
-    let waiter = common::client(&server).await;
+    let server = support::server();
+    let holder = support::client(&server).await;
+    let waiter = support::client(&server).await;
     let guard = holder.lock("reconnect").await.expect("lock");
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
@@ -182,16 +182,16 @@ async fn waiters_resubscribe_after_the_subscriber_connection_drops() {
             acquired
         }
     });
-    let subscribers = || common::channel_subscribers(&server, "reconnect");
+    let subscribers = || support::channel_subscribers(&server, "reconnect");
     assert!(
-        common::eventually(Duration::from_secs(2), || subscribers() == 1).await,
+        support::eventually(Duration::from_secs(2), || subscribers() == 1).await,
         "the waiter subscribed"
     );
     server
         .cmd(&["CLIENT", "KILL", "TYPE", "pubsub"])
         .expect("CLIENT KILL");
     assert!(
-        common::eventually(Duration::from_secs(5), || subscribers() == 1).await,
+        support::eventually(Duration::from_secs(5), || subscribers() == 1).await,
         "the waiter resubscribed after the connection dropped"
     );
     let released = Instant::now();
@@ -206,9 +206,9 @@ async fn waiters_resubscribe_after_the_subscriber_connection_drops() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_waiter_asks_once_then_waits_its_turn_behind_the_earlier_one() {
-    let server = common::server();
-    let holder = common::client(&server).await;
-    let waiters = common::client(&server).await;
+    let server = support::server();
+    let holder = support::client(&server).await;
+    let waiters = support::client(&server).await;
     let guard = holder.lock("queue").await.expect("lock");
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let wait_for = |who: &'static str| {
@@ -224,19 +224,19 @@ async fn a_late_waiter_asks_once_then_waits_its_turn_behind_the_earlier_one() {
             guard.unlock().await.expect("unlock");
         })
     };
-    let subscribed = || common::channel_subscribers(&server, "queue") == 1;
+    let subscribed = || support::channel_subscribers(&server, "queue") == 1;
     let first = wait_for("first");
     assert!(
-        common::eventually(Duration::from_secs(2), subscribed).await,
+        support::eventually(Duration::from_secs(2), subscribed).await,
         "the first waiter subscribed"
     );
     // Let the first waiter's look after subscribing come back.
     tokio::time::sleep(Duration::from_millis(100)).await;
 
-    let before = common::command_calls(&server, "evalsha");
+    let before = support::command_calls(&server, "evalsha");
     let second = wait_for("second");
     assert!(
-        common::eventually(Duration::from_secs(2), || common::command_calls(
+        support::eventually(Duration::from_secs(2), || support::command_calls(
             &server, "evalsha"
         ) > before)
         .await,
@@ -244,7 +244,7 @@ async fn a_late_waiter_asks_once_then_waits_its_turn_behind_the_earlier_one() {
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
-        common::command_calls(&server, "evalsha") - before,
+        support::command_calls(&server, "evalsha") - before,
         1,
         "a waiter that joins a subscribed channel asks once, then waits for a release"
     );
@@ -257,9 +257,9 @@ async fn a_late_waiter_asks_once_then_waits_its_turn_behind_the_earlier_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_while_the_subscriber_reconnects_still_wakes_the_waiter() {
-    let server = common::server();
-    let holder = common::client(&server).await;
-    let waiter = common::client(&server).await;
+    let server = support::server();
+    let holder = support::client(&server).await;
+    let waiter = support::client(&server).await;
     for round in 0..20 {
         let name = format!("gap:{round}");
         // A long lease: only a wake-up can hand the lock over within the test's bound.
@@ -279,7 +279,7 @@ async fn a_release_while_the_subscriber_reconnects_still_wakes_the_waiter() {
             }
         });
         assert!(
-            common::eventually(Duration::from_secs(2), || common::channel_subscribers(
+            support::eventually(Duration::from_secs(2), || support::channel_subscribers(
                 &server, &name
             ) == 1)
             .await,

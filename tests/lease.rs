@@ -1,7 +1,7 @@
 //! Leases: the watchdog keeps locks alive, reports loss, and dead holders free
 //! their locks when the lease ends.
 
-mod common;
+mod support;
 
 use std::process::Command;
 use std::time::Duration;
@@ -13,9 +13,9 @@ use tokio::time::Instant;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_a_lock_for_three_leases_and_reports_a_force_unlock() {
     let lease = Duration::from_millis(600);
-    let server = common::server();
-    let locks = common::client_with_lease(&server, lease).await;
-    let operator = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client_with_lease(&server, lease).await;
+    let operator = support::client(&server).await;
 
     let guard = locks.lock("long").await.expect("lock");
     tokio::time::sleep(lease * 3).await;
@@ -38,9 +38,9 @@ async fn the_watchdog_keeps_a_lock_for_three_leases_and_reports_a_force_unlock()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_lease_is_not_renewed_and_reports_its_end() {
-    let server = common::server();
-    let locks = common::client(&server).await;
-    let other = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let other = support::client(&server).await;
     let guard = locks
         .lock("fixed")
         .lease(Duration::from_millis(300))
@@ -62,9 +62,9 @@ async fn a_fixed_lease_is_not_renewed_and_reports_its_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_guard_frees_the_lock_long_before_the_lease() {
-    let server = common::server();
-    let locks = common::client(&server).await;
-    let other = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let other = support::client(&server).await;
     let guard = locks.lock("dropped").await.expect("lock");
     let waiting = tokio::spawn({
         let other = other.clone();
@@ -106,8 +106,8 @@ async fn child_holder_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock_when_its_lease_ends() {
     let lease = Duration::from_millis(1500);
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
 
     let mut command = Command::new(std::env::current_exe().expect("test binary"));
     command
@@ -166,8 +166,8 @@ async fn a_killed_holder_frees_the_lock_when_its_lease_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_watchdog_keeps_two_thousand_leases() {
     let lease = Duration::from_millis(900);
-    let server = common::server();
-    let locks = common::client_with_lease(&server, lease).await;
+    let server = support::server();
+    let locks = support::client_with_lease(&server, lease).await;
     let mut guards = Vec::new();
     for n in 0..2000 {
         guards.push(locks.lock(format!("many:{n}")).await.expect("lock"));

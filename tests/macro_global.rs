@@ -2,7 +2,7 @@
 //! client is process-wide, so this file is its own test binary with one test.
 #![cfg(feature = "macros")]
 
-mod common;
+mod support;
 
 use distlock::{current_lock, distributed_lock, LockError};
 
@@ -21,9 +21,9 @@ async fn global_client_missing_then_installed() {
     assert!(err.is_no_global_client(), "{err}");
     assert!(!ran, "the body does not run without a lock");
 
-    let server = common::server();
-    common::client(&server).await.install_global();
+    let server = support::server();
+    support::client(&server).await.install_global();
     assert_eq!(with_global(1, &mut ran).await.expect("locked"), "global:1");
     assert!(ran);
-    assert_eq!(common::redis_count(&server, "global:1"), 0);
+    assert_eq!(support::redis_count(&server, "global:1"), 0);
 }

@@ -2,7 +2,7 @@
 //! concurrent callers, parallelism across keys, and what the body sees.
 #![cfg(feature = "macros")]
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,27 +14,27 @@ use distlock_testkit::RedisServer;
 /// Three annotated functions on the same key, each calling the next.
 #[distributed_lock(key = "order:{id}", client = locks)]
 async fn outer(locks: &LockClient, server: &RedisServer, id: u32) -> Result<u64, LockError> {
-    let count = common::redis_count(server, &format!("order:{id}"));
+    let count = support::redis_count(server, &format!("order:{id}"));
     assert_eq!(count, 1);
     assert_eq!(current_lock().map(|held| held.hold_count()), Some(1));
     let inner = middle(locks, server, id).await?;
     // Back in the outer function: the inner holds are given back.
-    assert_eq!(common::redis_count(server, &format!("order:{id}")), 1);
+    assert_eq!(support::redis_count(server, &format!("order:{id}")), 1);
     Ok(inner + count)
 }
 
 #[distributed_lock(key = "order:{id}", client = locks)]
 async fn middle(locks: &LockClient, server: &RedisServer, id: u32) -> Result<u64, LockError> {
-    let count = common::redis_count(server, &format!("order:{id}"));
+    let count = support::redis_count(server, &format!("order:{id}"));
     assert_eq!(count, 2);
     let inner = inner(locks, server, id).await?;
-    assert_eq!(common::redis_count(server, &format!("order:{id}")), 2);
+    assert_eq!(support::redis_count(server, &format!("order:{id}")), 2);
     Ok(inner + count)
 }
 
 #[distributed_lock(key = "order:{id}", client = locks)]
 async fn inner(locks: &LockClient, server: &RedisServer, id: u32) -> Result<u64, LockError> {
-    let count = common::redis_count(server, &format!("order:{id}"));
+    let count = support::redis_count(server, &format!("order:{id}"));
     assert_eq!(current_lock().map(|held| held.hold_count()), Some(3));
     assert_eq!(
         current_lock().map(|held| held.name().to_owned()).as_deref(),
@@ -45,13 +45,13 @@ async fn inner(locks: &LockClient, server: &RedisServer, id: u32) -> Result<u64,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_annotated_functions_reenter() {
-    let server = common::server();
-    let locks = common::client(&server).await;
-    let other = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let other = support::client(&server).await;
 
     let total = outer(&locks, &server, 7).await.expect("outer");
     assert_eq!(total, 1 + 2 + 3, "hold counts 1, 2, 3 seen in Redis");
-    assert_eq!(common::redis_count(&server, "order:7"), 0);
+    assert_eq!(support::redis_count(&server, "order:7"), 0);
     assert!(current_lock().is_none(), "no lock outside the call");
     let taken = other.try_lock("order:7").await.expect("try").expect("free");
     taken.unlock().await.expect("unlock");
@@ -92,8 +92,8 @@ async fn critical(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_callers_of_one_key_exclude_each_other() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     let counters = Counters::new();
 
     // Two branches of one task (same call chain, no lock held yet) and two tasks.
@@ -116,13 +116,13 @@ async fn concurrent_callers_of_one_key_exclude_each_other() {
     }
     assert_eq!(counters.overlaps.load(Ordering::SeqCst), 0);
     assert_eq!(counters.max_inside.load(Ordering::SeqCst), 1);
-    assert_eq!(common::redis_count(&server, "account:a"), 0);
+    assert_eq!(support::redis_count(&server, "account:a"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn different_keys_run_in_parallel() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     let counters = Counters::new();
 
     // Both bodies are inside at once: each waits long enough for the other to enter.
@@ -147,8 +147,8 @@ async fn write_with_token(locks: &LockClient, ledger: u64) -> Result<u64, LockEr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn current_lock_gives_the_fencing_token() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
 
     let first = write_with_token(&locks, 1).await.expect("first");
     let second = write_with_token(&locks, 1).await.expect("second");
@@ -164,15 +164,15 @@ async fn round_trips(locks: &LockClient, id: u32) -> Result<u32, LockError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncontended_call_is_two_round_trips() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     // Warm up: scripts loaded, connections open.
     round_trips(&locks, 0).await.expect("warm up");
 
-    let before = common::client_requests(&server);
+    let before = support::client_requests(&server);
     assert_eq!(round_trips(&locks, 1).await.expect("call"), 1);
     assert_eq!(
-        common::client_requests(&server) - before,
+        support::client_requests(&server) - before,
         2,
         "one acquire and one release, nothing else"
     );

@@ -2,7 +2,7 @@
 //! cancellation), and `on_lost` decides what a lost lease does to the body.
 #![cfg(feature = "macros")]
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -49,16 +49,16 @@ async fn parse_under_lock(locks: &LockClient, name: &str, input: &str) -> Result
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn released_on_ok_and_on_question_mark() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
 
     assert_eq!(parse_under_lock(&locks, "ok", "42").await.expect("ok"), 42);
-    assert_eq!(common::redis_count(&server, "job:ok"), 0, "released on Ok");
+    assert_eq!(support::redis_count(&server, "job:ok"), 0, "released on Ok");
 
     let err = parse_under_lock(&locks, "err", "forty-two").await;
     assert!(matches!(err, Err(AppError::Parse(_))), "{err:?}");
     assert_eq!(
-        common::redis_count(&server, "job:err"),
+        support::redis_count(&server, "job:err"),
         0,
         "released on `?`"
     );
@@ -72,8 +72,8 @@ async fn panics_under_lock(locks: &LockClient, name: &str) -> Result<(), LockErr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn released_on_panic() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
 
     let task = {
         let locks = locks.clone();
@@ -83,7 +83,7 @@ async fn released_on_panic() {
     assert!(joined.is_err_and(|err| err.is_panic()));
     let started = Instant::now();
     assert!(
-        common::eventually(PROMPTLY, || common::redis_count(&server, "job:panic") == 0).await,
+        support::eventually(PROMPTLY, || support::redis_count(&server, "job:panic") == 0).await,
         "released after the panic"
     );
     assert!(started.elapsed() < PROMPTLY);
@@ -106,8 +106,8 @@ async fn sleeps_under_lock(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn released_on_cancellation() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     let entered = Notify::new();
     let finished = AtomicBool::new(false);
 
@@ -120,7 +120,10 @@ async fn released_on_cancellation() {
     }
     assert!(!finished.load(Ordering::SeqCst));
     assert!(
-        common::eventually(PROMPTLY, || common::redis_count(&server, "job:cancel") == 0).await,
+        support::eventually(PROMPTLY, || {
+            support::redis_count(&server, "job:cancel") == 0
+        })
+        .await,
         "released after cancellation"
     );
 
@@ -135,11 +138,11 @@ async fn released_on_cancellation() {
         })
     };
     entered.notified().await;
-    assert_eq!(common::redis_count(&server, "job:abort-task"), 1);
+    assert_eq!(support::redis_count(&server, "job:abort-task"), 1);
     task.abort();
     assert!(task.await.is_err_and(|err| err.is_cancelled()));
     assert!(
-        common::eventually(PROMPTLY, || common::redis_count(&server, "job:abort-task")
+        support::eventually(PROMPTLY, || support::redis_count(&server, "job:abort-task")
             == 0)
         .await,
         "released after abort"
@@ -160,9 +163,9 @@ async fn wait_a_little(locks: &LockClient, ran: &AtomicBool) -> Result<(), LockE
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_lock_returns_the_error_and_skips_the_body() {
-    let server = common::server();
-    let locks = common::client(&server).await;
-    let other = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let other = support::client(&server).await;
     let held = other.lock("busy").await.expect("lock");
 
     let ran = AtomicBool::new(false);
@@ -204,15 +207,15 @@ async fn lease_bounds_agree_with_the_core() {
     // `#[distributed_lock]` refuses leases outside 1ms..=24h at compile time.
     assert_eq!(distlock::MIN_LEASE, Duration::from_millis(1));
     assert_eq!(distlock::MAX_LEASE, Duration::from_secs(24 * 60 * 60));
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     longest_lease(&locks).await.expect("24h is a valid lease");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_sets_a_fixed_lease() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     let remaining = fixed_lease(&locks, "a")
         .await
         .expect("lease")
@@ -236,10 +239,10 @@ async fn abort_when_lost(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_lost_abort_cancels_the_body() {
-    let server = common::server();
+    let server = support::server();
     // A short watchdog lease: renewals every 200 ms notice the loss quickly.
-    let locks = common::client_with_lease(&server, Duration::from_millis(600)).await;
-    let other = common::client(&server).await;
+    let locks = support::client_with_lease(&server, Duration::from_millis(600)).await;
+    let other = support::client(&server).await;
     let entered = Notify::new();
     let finished = AtomicBool::new(false);
 
@@ -319,9 +322,9 @@ impl tracing::Subscriber for Warnings {
 async fn on_lost_finish_returns_the_body_result() {
     let warnings = Warnings::default();
     let _subscriber = tracing::subscriber::set_default(warnings.clone());
-    let server = common::server();
-    let locks = common::client_with_lease(&server, Duration::from_millis(600)).await;
-    let other = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client_with_lease(&server, Duration::from_millis(600)).await;
+    let other = support::client(&server).await;
     let entered = Notify::new();
     let saw_loss = AtomicBool::new(false);
 
@@ -358,8 +361,8 @@ async fn outlives_its_lease(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_lost_abort_stops_a_body_that_outlives_a_fixed_lease() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     let finished = AtomicBool::new(false);
 
     let started = Instant::now();
@@ -373,5 +376,5 @@ async fn on_lost_abort_stops_a_body_that_outlives_a_fixed_lease() {
         started.elapsed()
     );
     assert!(!finished.load(Ordering::SeqCst), "the body was cancelled");
-    assert_eq!(common::redis_count(&server, "short:a"), 0);
+    assert_eq!(support::redis_count(&server, "short:a"), 0);
 }

@@ -3,7 +3,7 @@
 //! error types.
 #![cfg(feature = "macros")]
 
-mod common;
+mod support;
 
 use std::fmt::Display;
 use std::sync::Arc;
@@ -53,9 +53,9 @@ impl Orders {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn methods_with_every_receiver() {
-    let server = common::server();
+    let server = support::server();
     let mut orders = Orders {
-        locks: common::client(&server).await,
+        locks: support::client(&server).await,
         tenant: "acme".to_owned(),
         placed: Vec::new(),
     };
@@ -69,7 +69,7 @@ async fn methods_with_every_receiver() {
     let orders = Arc::into_inner(orders).expect("one owner");
     assert_eq!(orders.close().await.expect("close"), [7]);
     for name in ["acme:order:7", "acme:order:00007", "acme:all", "acme:close"] {
-        assert_eq!(common::redis_count(&server, name), 0, "{name}");
+        assert_eq!(support::redis_count(&server, name), 0, "{name}");
     }
 }
 
@@ -92,8 +92,8 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generics_and_impl_trait() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     let out = generic(&locks, 3u8, "x", 1.5).await.expect("generic");
     assert_eq!(out.to_string(), "gen:3:x/1/x/1.5");
     let out = generic(&locks, "id", String::from("y"), 'c')
@@ -121,8 +121,8 @@ async fn patterns(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pattern_parameters() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     let name = patterns(&locks, (1, 2), (3, "four"), "t", Point { x: -5 })
         .await
         .expect("patterns");
@@ -144,15 +144,15 @@ async fn with_box(locks: &LockClient) -> Result<String, Box<dyn std::error::Erro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anyhow_and_boxed_errors() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     assert_eq!(with_anyhow(&locks, 1).await.expect("anyhow"), "{any}:1");
     let err = with_anyhow(&locks, 0).await.expect_err("ensure");
     assert_eq!(err.to_string(), "id must be positive");
     assert_eq!(with_box(&locks).await.expect("boxed"), "boxed:12");
 
     // A lock error converts into both.
-    let other = common::client(&server).await;
+    let other = support::client(&server).await;
     let held = other.lock("{any}:2").await.expect("lock");
     let busy = LockClient::builder()
         .url(server.url())
@@ -183,9 +183,9 @@ impl Catalog for Warehouse {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_async_trait_methods() {
-    let server = common::server();
+    let server = support::server();
     let warehouse = Warehouse {
-        locks: common::client(&server).await,
+        locks: support::client(&server).await,
     };
     assert_eq!(
         warehouse.price("fig").await.expect("price"),
@@ -223,16 +223,16 @@ impl Inventory for Warehouse {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_trait_methods() {
-    let server = common::server();
+    let server = support::server();
     let warehouse = Warehouse {
-        locks: common::client(&server).await,
+        locks: support::client(&server).await,
     };
     let inventory: &dyn Inventory = &warehouse;
     assert_eq!(
         inventory.reserve("apple", 3).await.expect("reserve"),
         ("sku:apple".to_owned(), 1)
     );
-    assert_eq!(common::redis_count(&server, "sku:apple"), 0);
+    assert_eq!(support::redis_count(&server, "sku:apple"), 0);
     // The future is `Send`: it runs on a spawned task.
     let warehouse = Arc::new(warehouse);
     let task = {

@@ -1,7 +1,7 @@
 //! Redlock over five independent masters: majority grants, every failure mask,
 //! minority and majority outages.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ async fn redlock(nodes: &[RedisServer], lease: Duration) -> LockClient {
 
 /// Whether any node still has a trace of an owner other than `foreign` at `name`.
 fn traces(nodes: &[RedisServer], name: &str, foreign: &str) -> Vec<String> {
-    let key = common::lock_key(name);
+    let key = support::lock_key(name);
     nodes
         .iter()
         .flat_map(|node| {
@@ -48,14 +48,14 @@ async fn locks_re_enter_on_every_node() {
             let inner = locks.lock("order:1").await.expect("re-entry");
             assert_eq!(inner.hold_count(), 2);
             for node in &nodes {
-                assert_eq!(common::redis_count(node, "order:1"), 2);
+                assert_eq!(support::redis_count(node, "order:1"), 2);
             }
             inner.unlock().await.expect("unlock");
         })
         .await;
     guard.unlock().await.expect("unlock");
     for node in &nodes {
-        assert_eq!(common::redis_count(node, "order:1"), 0);
+        assert_eq!(support::redis_count(node, "order:1"), 0);
     }
 
     // Contention on Redlock is covered by tests/backends.rs.
@@ -68,7 +68,7 @@ async fn every_mask_of_foreign_holds_grants_exactly_with_a_free_majority() {
     let foreign = "foreign-owner";
     for mask in 0u32..32 {
         let name = format!("mask:{mask}");
-        let key = common::lock_key(&name);
+        let key = support::lock_key(&name);
         for (index, node) in nodes.iter().enumerate() {
             if mask & (1 << index) != 0 {
                 node.cmd(&["HSET", &key, foreign, "1"]).expect("HSET");
@@ -142,7 +142,7 @@ async fn a_minority_down_keeps_working_and_a_majority_down_fails_clearly() {
     );
     for node in &nodes[..2] {
         assert_eq!(
-            common::redis_count(node, "outage"),
+            support::redis_count(node, "outage"),
             0,
             "grants were given back"
         );
@@ -157,7 +157,7 @@ async fn the_watchdog_renews_on_the_majority_and_reports_the_loss() {
     let guard = locks.lock("renewed").await.expect("lock");
     tokio::time::sleep(lease * 3).await;
     assert!(!guard.is_lost());
-    let key = common::lock_key("renewed");
+    let key = support::lock_key("renewed");
     // Take it away from a majority, behind the client's back.
     for node in &nodes[..3] {
         node.cmd(&["DEL", &key]).expect("DEL");
@@ -286,7 +286,7 @@ async fn one_release_wakes_one_local_waiter_though_every_node_announces_it() {
         }));
     }
     assert!(
-        common::eventually(Duration::from_secs(2), || common::channel_subscribers(
+        support::eventually(Duration::from_secs(2), || support::channel_subscribers(
             &nodes[0], "handoff"
         ) == 1)
         .await,
@@ -295,11 +295,11 @@ async fn one_release_wakes_one_local_waiter_though_every_node_announces_it() {
     // Let every waiter's first attempts come back.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let before = common::command_calls(&nodes[0], "evalsha");
+    let before = support::command_calls(&nodes[0], "evalsha");
     guard.unlock().await.expect("unlock");
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
-        common::command_calls(&nodes[0], "evalsha") - before,
+        support::command_calls(&nodes[0], "evalsha") - before,
         2,
         "the release, then one waiter's attempt: five nodes' messages woke one waiter"
     );

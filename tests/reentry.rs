@@ -1,6 +1,6 @@
 //! Identity by call chain: re-entry, exclusion of concurrent branches, hand-over.
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -9,36 +9,36 @@ use distlock::{current_lock, LockContext, LockError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentry_three_deep_counts_in_redis_and_blocks_others() {
-    let server = common::server();
-    let locks = common::client(&server).await;
-    let other = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let other = support::client(&server).await;
 
     let outer = locks.lock("order:1").await.expect("outer");
     assert_eq!(outer.hold_count(), 1);
-    assert_eq!(common::redis_count(&server, "order:1"), 1);
+    assert_eq!(support::redis_count(&server, "order:1"), 1);
     outer
         .scope(async {
             let middle = locks.lock("order:1").await.expect("middle");
             assert_eq!(middle.hold_count(), 2);
-            assert_eq!(common::redis_count(&server, "order:1"), 2);
+            assert_eq!(support::redis_count(&server, "order:1"), 2);
             middle
                 .scope(async {
                     let inner = locks.lock("order:1").await.expect("inner");
                     assert_eq!(inner.hold_count(), 3);
-                    assert_eq!(common::redis_count(&server, "order:1"), 3);
+                    assert_eq!(support::redis_count(&server, "order:1"), 3);
                     assert!(other.try_lock("order:1").await.expect("try").is_none());
                     inner.unlock().await.expect("inner unlock");
                 })
                 .await;
-            assert_eq!(common::redis_count(&server, "order:1"), 2);
+            assert_eq!(support::redis_count(&server, "order:1"), 2);
             assert!(other.try_lock("order:1").await.expect("try").is_none());
             middle.unlock().await.expect("middle unlock");
         })
         .await;
-    assert_eq!(common::redis_count(&server, "order:1"), 1);
+    assert_eq!(support::redis_count(&server, "order:1"), 1);
     assert!(other.try_lock("order:1").await.expect("try").is_none());
     outer.unlock().await.expect("outer unlock");
-    assert_eq!(common::redis_count(&server, "order:1"), 0);
+    assert_eq!(support::redis_count(&server, "order:1"), 0);
     let taken = other.try_lock("order:1").await.expect("try");
     assert!(taken.is_some(), "free after the outermost release");
     taken.expect("guard").unlock().await.expect("unlock");
@@ -46,34 +46,34 @@ async fn reentry_three_deep_counts_in_redis_and_blocks_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uncontended_lock_unlock_is_two_round_trips_and_reentry_one() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
 
-    let before = common::client_requests(&server);
+    let before = support::client_requests(&server);
     let guard = locks.lock("rt").await.expect("lock");
-    assert_eq!(common::client_requests(&server) - before, 1, "acquire");
-    let before = common::client_requests(&server);
+    assert_eq!(support::client_requests(&server) - before, 1, "acquire");
+    let before = support::client_requests(&server);
     guard
         .scope(async {
             let inner = locks.lock("rt").await.expect("re-entry");
-            assert_eq!(common::client_requests(&server) - before, 1, "re-entry");
+            assert_eq!(support::client_requests(&server) - before, 1, "re-entry");
             inner.unlock().await.expect("inner unlock");
             assert_eq!(
-                common::client_requests(&server) - before,
+                support::client_requests(&server) - before,
                 2,
                 "inner release"
             );
         })
         .await;
-    let before = common::client_requests(&server);
+    let before = support::client_requests(&server);
     guard.unlock().await.expect("unlock");
-    assert_eq!(common::client_requests(&server) - before, 1, "release");
+    assert_eq!(support::client_requests(&server) - before, 1, "release");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn join_branches_taking_a_new_name_exclude_each_other() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     let inside = AtomicUsize::new(0);
     let overlaps = AtomicUsize::new(0);
     let branch = |label: &'static str| {
@@ -111,8 +111,8 @@ async fn join_branches_taking_a_new_name_exclude_each_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn join_branches_re_enter_a_name_the_chain_holds() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     let outer = locks.lock("held").await.expect("outer");
     outer
         .scope(async {
@@ -121,19 +121,19 @@ async fn join_branches_re_enter_a_name_the_chain_holds() {
             let mut counts = [a.hold_count(), b.hold_count()];
             counts.sort_unstable();
             assert_eq!(counts, [2, 3]);
-            assert_eq!(common::redis_count(&server, "held"), 3);
+            assert_eq!(support::redis_count(&server, "held"), 3);
             a.unlock().await.expect("a");
             b.unlock().await.expect("b");
         })
         .await;
     outer.unlock().await.expect("outer");
-    assert_eq!(common::redis_count(&server, "held"), 0);
+    assert_eq!(support::redis_count(&server, "held"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spawned_task_is_another_holder_unless_handed_the_context() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     let guard = locks.lock("job").await.expect("lock");
     guard
         .scope(async {
@@ -166,8 +166,8 @@ async fn a_spawned_task_is_another_holder_unless_handed_the_context() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lock_scopes_the_body_and_current_lock_sees_it() {
-    let server = common::server();
-    let locks = common::fenced_client(&server).await;
+    let server = support::server();
+    let locks = support::fenced_client(&server).await;
     assert!(current_lock().is_none());
     let (name, token, inner_count) = locks
         .with_lock("report", |held| {
@@ -209,8 +209,8 @@ async fn with_lock_scopes_the_body_and_current_lock_sees_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lock_releases_when_the_body_panics() {
-    let server = common::server();
-    let locks = common::client(&server).await;
+    let server = support::server();
+    let locks = support::client(&server).await;
     let task = tokio::spawn({
         let locks = locks.clone();
         async move {
@@ -220,8 +220,8 @@ async fn with_lock_releases_when_the_body_panics() {
         }
     });
     assert!(task.await.is_err(), "the panic propagates");
-    let freed = common::eventually(Duration::from_secs(2), || {
-        common::redis_count(&server, "panicky") == 0
+    let freed = support::eventually(Duration::from_secs(2), || {
+        support::redis_count(&server, "panicky") == 0
     })
     .await;
     assert!(

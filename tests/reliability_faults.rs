@@ -5,7 +5,6 @@
 //! Built only with `--features fault-injection` (see `[[test]]` in Cargo.toml). The
 //! faults are process-global, so the tests of this file take turns (`SERIAL`).
 
-#[path = "reliability_support/mod.rs"]
 mod support;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};

@@ -1,7 +1,6 @@
 //! Reliability: bad and strange input — names, leases, foreign and corrupted keys.
 //! Each gives a typed error in bounded time and no partial write, or works.
 
-#[path = "reliability_support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;

@@ -4,7 +4,6 @@
 //! history is checked for two owners at once; each section also does an unfenced
 //! read-modify-write of a counter and a fenced write.
 
-#[path = "reliability_support/mod.rs"]
 mod support;
 
 use std::sync::Arc;

@@ -2,7 +2,6 @@
 //! testkit's `FaultProxy`): late replies, a blackholed renewal path, lost replies,
 //! reset connections.
 
-#[path = "reliability_support/mod.rs"]
 mod support;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,7 +1,6 @@
 //! Reliability: the release channels — forged messages, and no subscription left
 //! behind after heavy contention.
 
-#[path = "reliability_support/mod.rs"]
 mod support;
 
 use std::sync::Arc;

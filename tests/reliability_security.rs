@@ -1,17 +1,15 @@
 //! Reliability: security — unguessable owners, foreign owners change nothing,
 //! passwords and ACL users, the minimal ACL of a lock user, missing permissions.
 
-mod common;
-#[path = "reliability_support/mod.rs"]
 mod support;
 
 use std::collections::HashSet;
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use common::LOCK_USER_ACL;
 use distlock::{LockClient, LockError};
 use distlock_testkit::RedisServer;
+use support::LOCK_USER_ACL;
 
 fn release_script() -> redis::Script {
     redis::Script::new(include_str!("../lua/release.lua"))

@@ -1,7 +1,6 @@
 //! Reliability: the Redis server misbehaves — frozen, restarted empty, paused for
 //! writes, out of memory, evicting keys.
 
-#[path = "reliability_support/mod.rs"]
 mod support;
 
 use std::io::Write;

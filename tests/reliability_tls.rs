@@ -5,10 +5,7 @@
 //! `SSL_CERT_FILE`: each client runs in a child process with `SSL_CERT_FILE` set to
 //! the CA under test, so that no test changes the environment of another.
 
-#[path = "reliability_support/mod.rs"]
 mod support;
-#[path = "tls_support/mod.rs"]
-mod tls_support;
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::Path;
@@ -16,7 +13,7 @@ use std::time::Duration;
 
 use distlock::LockClient;
 use distlock_testkit::{History, RedisServer};
-use tls_support::Pki;
+use support::Pki;
 
 /// Run in a child process: connects to `DISTLOCK_URL`, takes and releases a lock,
 /// and prints `TLS_OK` or `TLS_ERR redis=<0|1> <message>`.

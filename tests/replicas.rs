@@ -1,6 +1,6 @@
 //! `.replicas(n, timeout)`: a new lock counts only once replicas have it.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use distlock::{LockClient, LockError};
 use distlock_testkit::RedisServer;
 
 fn master_and_replica() -> (RedisServer, RedisServer) {
-    let master = common::server();
+    let master = support::server();
     let replica = RedisServer::builder()
         .arg("--replicaof")
         .arg("127.0.0.1")
@@ -33,7 +33,7 @@ fn master_and_replica() -> (RedisServer, RedisServer) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_is_granted_once_a_replica_has_it_and_refused_otherwise() {
     let (master, replica) = master_and_replica();
-    let locks = common::builder(&master)
+    let locks = support::builder(&master)
         .replicas(1, Duration::from_millis(200))
         .connect()
         .await
@@ -41,16 +41,16 @@ async fn a_lock_is_granted_once_a_replica_has_it_and_refused_otherwise() {
 
     let guard = locks.lock("acked").await.expect("the replica acknowledges");
     assert_eq!(
-        common::redis_count(&replica, "acked"),
+        support::redis_count(&replica, "acked"),
         1,
         "the replica has the lock"
     );
     guard
         .scope(async {
-            let before = common::command_calls(&master, "wait");
+            let before = support::command_calls(&master, "wait");
             let inner = locks.lock("acked").await.expect("re-entry");
             assert_eq!(
-                common::command_calls(&master, "wait"),
+                support::command_calls(&master, "wait"),
                 before,
                 "re-entries do not wait"
             );
@@ -79,7 +79,7 @@ async fn a_lock_is_granted_once_a_replica_has_it_and_refused_otherwise() {
     );
     // An attempt cut short by the end of the wait is given back in the background.
     assert!(
-        common::eventually(Duration::from_secs(2), || common::redis_count(
+        support::eventually(Duration::from_secs(2), || support::redis_count(
             &master, "unacked"
         ) == 0)
         .await,
@@ -98,13 +98,13 @@ async fn a_lock_is_granted_once_a_replica_has_it_and_refused_otherwise() {
         .await
         .expect("join")
         .expect("granted once the replica is back");
-    assert_eq!(common::redis_count(&replica, "later"), 1);
+    assert_eq!(support::redis_count(&replica, "later"), 1);
     guard.unlock().await.expect("unlock");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_timeout_out_of_range_is_refused_before_connecting() {
-    let server = common::server();
+    let server = support::server();
     for timeout in [
         Duration::ZERO,
         Duration::from_millis(500),

@@ -1,7 +1,7 @@
 //! The lock behind Redis Sentinel: the client follows the master through failovers
 //! and never keeps writing to a demoted one.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
@@ -24,11 +24,11 @@ async fn client(group: &SentinelGroup, lease: Duration) -> LockClient {
 
 /// Asserts that the client's connections reach `master` within 5 s.
 async fn assert_moved(master: &RedisServer) {
-    let moved = common::eventually(Duration::from_secs(5), || has_the_client(master)).await;
+    let moved = support::eventually(Duration::from_secs(5), || has_the_client(master)).await;
     assert!(
         moved,
         "the client did not move to the new master within 5 s of the switch; on it: {:?}",
-        common::client_connections(master)
+        support::client_connections(master)
     );
 }
 
@@ -50,11 +50,11 @@ fn fail_over(group: &SentinelGroup, old_port: u16) -> usize {
 /// connection (the only one that speaks RESP3 to a data node) and a command
 /// connection (RESP2).
 fn has_the_client(node: &RedisServer) -> bool {
-    let connections = common::client_connections(node);
+    let connections = support::client_connections(node);
     let speaks = |resp| {
         connections
             .iter()
-            .any(|line| common::field(line, "resp") == Some(resp))
+            .any(|line| support::field(line, "resp") == Some(resp))
     };
     speaks("3") && speaks("2")
 }
@@ -68,7 +68,7 @@ async fn an_announced_failover_moves_an_idle_client_to_the_new_master() {
     assert!(
         has_the_client(&group.data_nodes()[old]),
         "the client is on the master: {:?}",
-        common::client_connections(&group.data_nodes()[old])
+        support::client_connections(&group.data_nodes()[old])
     );
 
     let new = fail_over(&group, old_port);
@@ -85,7 +85,7 @@ async fn an_announced_failover_moves_an_idle_client_to_the_new_master() {
         .wait(Duration::from_secs(5))
         .await
         .expect("lock on the new master");
-    assert_eq!(common::redis_count(&group.data_nodes()[new], "after"), 1);
+    assert_eq!(support::redis_count(&group.data_nodes()[new], "after"), 1);
     guard.unlock().await.expect("unlock");
 }
 
@@ -110,7 +110,7 @@ async fn a_failover_keeps_held_locks_wakes_waiters_and_leaves_the_demoted_master
     guard
         .scope(async {
             let inner = holder.lock("order:1").await.expect("re-entry");
-            assert_eq!(common::redis_count(&group.data_nodes()[old], "order:1"), 2);
+            assert_eq!(support::redis_count(&group.data_nodes()[old], "order:1"), 2);
             inner.unlock().await.expect("unlock");
         })
         .await;
@@ -138,7 +138,7 @@ async fn a_failover_keeps_held_locks_wakes_waiters_and_leaves_the_demoted_master
 
     // Once the old master is demoted, it refuses writes (READONLY): the client must
     // notice, find the new master through the Sentinels and carry on there.
-    let demoted = common::eventually(Duration::from_secs(15), || {
+    let demoted = support::eventually(Duration::from_secs(15), || {
         group.data_nodes()[old]
             .cmd(&["INFO", "replication"])
             .map(|info| info.contains("role:slave"))
@@ -157,11 +157,11 @@ async fn a_failover_keeps_held_locks_wakes_waiters_and_leaves_the_demoted_master
         .await
         .expect("locks work after the failover");
     assert!(start.elapsed() < Duration::from_secs(15));
-    assert_eq!(common::redis_count(&group.data_nodes()[new], "probe"), 1);
+    assert_eq!(support::redis_count(&group.data_nodes()[new], "probe"), 1);
     probe.unlock().await.expect("unlock");
 
     // From now on nothing reaches the demoted master as a client command.
-    let before = common::command_calls(&group.data_nodes()[old], "evalsha");
+    let before = support::command_calls(&group.data_nodes()[old], "evalsha");
     let more = waiter.lock("more").await.expect("lock");
     more.unlock().await.expect("unlock");
 
@@ -190,7 +190,7 @@ async fn a_failover_keeps_held_locks_wakes_waiters_and_leaves_the_demoted_master
         acquired.saturating_duration_since(released)
     );
     assert_eq!(
-        common::command_calls(&group.data_nodes()[old], "evalsha"),
+        support::command_calls(&group.data_nodes()[old], "evalsha"),
         before,
         "a script ran on the demoted master"
     );
@@ -289,10 +289,10 @@ async fn data_nodes_that_require_a_password_are_dialed_with_it_before_and_after_
     assert!(
         has_the_client(&group.data_nodes()[old]),
         "the client is on the master: {:?}",
-        common::client_connections(&group.data_nodes()[old])
+        support::client_connections(&group.data_nodes()[old])
     );
     let guard = locks.lock("before").await.expect("lock");
-    assert_eq!(common::redis_count(&group.data_nodes()[old], "before"), 1);
+    assert_eq!(support::redis_count(&group.data_nodes()[old], "before"), 1);
     guard.unlock().await.expect("unlock");
 
     let new = fail_over(&group, group.data_nodes()[old].port());
@@ -307,7 +307,7 @@ async fn data_nodes_that_require_a_password_are_dialed_with_it_before_and_after_
         .wait(Duration::from_secs(5))
         .await
         .expect("lock on the new master");
-    assert_eq!(common::redis_count(&group.data_nodes()[new], "after"), 1);
+    assert_eq!(support::redis_count(&group.data_nodes()[new], "after"), 1);
     let waiting = tokio::spawn(async move {
         let guard = other.lock("after").wait(Duration::from_secs(6)).await?;
         let at = Instant::now();
@@ -399,7 +399,7 @@ async fn bad_sentinel_node_settings_are_refused_before_anything_is_sent() {
 const LOCK_USER: &str = "locks";
 const LOCK_USER_PASSWORD: &str = "s3cret-lock-user";
 
-/// What the lock user needs beyond [`common::LOCK_USER_ACL`] behind Sentinel:
+/// What the lock user needs beyond [`support::LOCK_USER_ACL`] behind Sentinel:
 /// `+role` (the client checks the master), and `+select` (a database other than 0
 /// is chosen with `SELECT` on each connection).
 const SENTINEL_EXTRA_RULES: &[&str] = &["+role", "+select"];
@@ -414,7 +414,7 @@ async fn count_in_db(node: &RedisServer, db: u32, name: &str) -> u64 {
         .await
         .expect("a connection to the data node");
     let fields: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg(common::lock_key(name))
+        .arg(support::lock_key(name))
         .query_async(&mut conn)
         .await
         .expect("HGETALL");
@@ -428,10 +428,10 @@ async fn count_in_db(node: &RedisServer, db: u32, name: &str) -> u64 {
 /// Whether every connection of the lock client on `node` is logged in as
 /// [`LOCK_USER`] and uses database `db`, and there are some.
 fn the_client_is(node: &RedisServer, user: &str, db: &str) -> bool {
-    let connections = common::client_connections(node);
+    let connections = support::client_connections(node);
     !connections.is_empty()
         && connections.iter().all(|line| {
-            common::field(line, "user") == Some(user) && common::field(line, "db") == Some(db)
+            support::field(line, "user") == Some(user) && support::field(line, "db") == Some(db)
         })
 }
 
@@ -444,7 +444,7 @@ async fn an_acl_user_and_a_database_are_used_on_the_data_nodes_before_and_after_
     for node in group.data_nodes() {
         let secret = format!(">{LOCK_USER_PASSWORD}");
         let mut args = vec!["ACL", "SETUSER", LOCK_USER, "reset", "on", &secret];
-        args.extend_from_slice(common::LOCK_USER_ACL);
+        args.extend_from_slice(support::LOCK_USER_ACL);
         args.extend_from_slice(SENTINEL_EXTRA_RULES);
         assert_eq!(node.cmd(&args).expect("ACL SETUSER"), "OK");
     }
@@ -464,7 +464,7 @@ async fn an_acl_user_and_a_database_are_used_on_the_data_nodes_before_and_after_
     assert!(
         has_the_client(master) && the_client_is(master, LOCK_USER, "3"),
         "the client's connections are on the master as {LOCK_USER:?} in db 3: {:?}",
-        common::client_connections(master)
+        support::client_connections(master)
     );
     let guard = locks.lock("before").await.expect("lock");
     assert_eq!(count_in_db(master, 3, "before").await, 1, "held in db 3");
@@ -476,7 +476,7 @@ async fn an_acl_user_and_a_database_are_used_on_the_data_nodes_before_and_after_
     let master = &group.data_nodes()[new];
 
     // The new master is dialed as the same user, in the same database.
-    let moved = common::eventually(Duration::from_secs(5), || {
+    let moved = support::eventually(Duration::from_secs(5), || {
         has_the_client(master) && the_client_is(master, LOCK_USER, "3")
     })
     .await;
@@ -484,7 +484,7 @@ async fn an_acl_user_and_a_database_are_used_on_the_data_nodes_before_and_after_
         moved,
         "the client did not move to the new master as {LOCK_USER:?} in db 3 within 5 s of \
          the switch; on it: {:?}",
-        common::client_connections(master)
+        support::client_connections(master)
     );
     let guard = locks
         .lock("after")
@@ -520,13 +520,13 @@ async fn a_sentinel_that_names_another_master_is_outvoted() {
     let guard = locks.lock("voted").await.expect("lock");
     let master = group.current_master_index().expect("a master");
     assert_eq!(
-        common::redis_count(&group.data_nodes()[master], "voted"),
+        support::redis_count(&group.data_nodes()[master], "voted"),
         1,
         "the lock is on the master that three of the four Sentinels name"
     );
     let stray_master = stray.current_master_index().expect("the stray master");
     assert_eq!(
-        common::redis_count(&stray.data_nodes()[stray_master], "voted"),
+        support::redis_count(&stray.data_nodes()[stray_master], "voted"),
         0,
         "nothing reached the master that one Sentinel names"
     );

@@ -8,9 +8,7 @@
 //! process with `SSL_CERT_FILE` set to the CA under test, so that no test changes
 //! the environment of another.
 
-mod common;
-#[path = "tls_support/mod.rs"]
-mod tls_support;
+mod support;
 
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
@@ -20,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use distlock::LockClient;
 use distlock_testkit::{ChildProcess, RedisServer, SentinelGroup};
-use tls_support::Pki;
+use support::Pki;
 
 /// Marks a child process started by [`spawn_child`].
 const CHILD_ENV: &str = "DISTLOCK_SENTINEL_TLS_CHILD";
@@ -159,18 +157,18 @@ fn order(child: &mut ChildProcess, order: &str, expected: &str) {
 /// subscriber connection (RESP3) and a command connection (RESP2), and no
 /// connection of a client on another port.
 fn has_the_client_over_tls(node: &RedisServer, tls_port: u16) -> bool {
-    let connections = common::client_connections(node);
+    let connections = support::client_connections(node);
     let tls_addr = SocketAddr::from(([127, 0, 0, 1], tls_port)).to_string();
     let speaks = |resp| {
         connections
             .iter()
-            .any(|line| common::field(line, "resp") == Some(resp))
+            .any(|line| support::field(line, "resp") == Some(resp))
     };
     speaks("3")
         && speaks("2")
         && connections
             .iter()
-            .all(|line| common::field(line, "laddr") == Some(tls_addr.as_str()))
+            .all(|line| support::field(line, "laddr") == Some(tls_addr.as_str()))
 }
 
 /// The hold count of lock `name` on `node`, read over its plain port (0 when free).
@@ -250,7 +248,7 @@ fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_
         verdict.starts_with("TLS_ERR"),
         "a plain connection to a TLS port: {verdict}"
     );
-    let ms: u64 = common::field(&verdict, "ms")
+    let ms: u64 = support::field(&verdict, "ms")
         .and_then(|ms| ms.parse().ok())
         .expect("ms");
     assert!(
@@ -263,7 +261,7 @@ fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_
     let verdict = read_until(&mut untrusted, &["CONNECTED"]);
     assert!(
         verdict.starts_with("TLS_ERR")
-            && common::field(&verdict, "redis") == Some("1")
+            && support::field(&verdict, "redis") == Some("1")
             && verdict.contains("certificate"),
         "with a wrong CA: {verdict}"
     );
@@ -279,7 +277,7 @@ fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_
         )),
         "the client is on the master's TLS port {}: {:?}",
         tls_port(old),
-        common::client_connections(master)
+        support::client_connections(master)
     );
     order(&mut child, "lock before", "HELD before");
     assert_eq!(redis_count(master, "before"), 1);
@@ -302,7 +300,7 @@ fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_
         "the client did not move to the new master's TLS port {} within 5 s of the switch; \
          on it: {:?}",
         tls_port(new),
-        common::client_connections(master)
+        support::client_connections(master)
     );
     order(&mut child, "lock after", "HELD after");
     assert_eq!(redis_count(master, "after"), 1);

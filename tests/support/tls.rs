@@ -1,6 +1,5 @@
 //! Certificates made at test time for the TLS tests (`tests/reliability_tls.rs`,
 //! `tests/sentinel_tls.rs`).
-#![allow(dead_code, unreachable_pub)]
 
 use std::path::PathBuf;
 

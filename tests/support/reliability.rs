@@ -1,11 +1,7 @@
-//! Shared machinery of the reliability suite (`tests/reliability_*.rs`): the
-//! workload each critical section runs, the participants that record their
-//! sections, child processes, the summary lines `cargo xtask reliability` reads,
-//! and the clients, servers and proxies the scenarios start from.
-//!
-//! Each test binary includes this module and uses only part of it, hence the
-//! `dead_code` allowance below.
-#![allow(dead_code, unreachable_pub)]
+//! Machinery of the reliability suite (`tests/reliability_*.rs`): the workload each
+//! critical section runs, the participants that record their sections, child
+//! processes, the summary lines `cargo xtask reliability` reads, and the clients and
+//! proxies the scenarios start from.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -330,25 +326,6 @@ pub fn leaks(server: &RedisServer) -> (Vec<String>, Vec<String>) {
         .map(str::to_owned)
         .collect();
     (keys, channels)
-}
-
-/// Waits (polling every 10 ms) until `check` holds, up to `limit`; whether it did.
-pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if check() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// A server for one test.
-pub fn server() -> RedisServer {
-    RedisServer::start().expect("start redis-server")
 }
 
 /// Whether `key` exists on `server`.

@@ -1,5 +1,4 @@
-//! Shared setup for the integration tests: a throwaway server and clients on it.
-#![allow(dead_code, unreachable_pub)]
+//! A throwaway server and clients on it, and what Redis stores and counts.
 
 use std::time::Duration;
 
