@@ -1,18 +1,52 @@
-//! Support code shared by every integration test binary: throwaway servers and
-//! clients on them, what Redis stores and counts, the machinery of the reliability
-//! suite and certificates for the TLS tests.
+//! Support code shared by every integration test binary, one concern per file:
 //!
-//! Each test binary says `mod support;` and uses only part of it, hence the
-//! `dead_code` allowance below and the `unused_imports` one on the re-exports.
+//! - `servers`: a throwaway server for one test, a fault proxy in front of one;
+//! - `clients`: lock clients and plain redis-rs connections on a server;
+//! - `acl`: the ACL a lock user needs;
+//! - `inspect`: what Redis stores and counts (hold counts, calls, connections);
+//! - `wait`: waiting for a condition in bounded time;
+//! - `workload`, `sections`, `children`, `summary`, `network`: the reliability
+//!   suite's critical sections, participants, child processes, summary lines and
+//!   network faults;
+//! - `tls`: certificates made at test time for the TLS tests.
+//!
+//! Everything is re-exported here: tests name it `support::server()`,
+//! `support::Workload` and so on. Each test binary says `mod support;` and uses
+//! only part of it, hence the `dead_code` allowance below and the
+//! `unused_imports` one on the re-exports.
 #![allow(dead_code, unreachable_pub)]
 
-mod common;
-mod reliability;
+mod acl;
+mod children;
+mod clients;
+mod inspect;
+mod network;
+mod sections;
+mod servers;
+mod summary;
 mod tls;
+mod wait;
+mod workload;
 
 #[allow(unused_imports)]
-pub use common::*;
+pub use acl::*;
 #[allow(unused_imports)]
-pub use reliability::*;
+pub use children::*;
+#[allow(unused_imports)]
+pub use clients::*;
+#[allow(unused_imports)]
+pub use inspect::*;
+#[allow(unused_imports)]
+pub use network::*;
+#[allow(unused_imports)]
+pub use sections::*;
+#[allow(unused_imports)]
+pub use servers::*;
+#[allow(unused_imports)]
+pub use summary::*;
 #[allow(unused_imports)]
 pub use tls::*;
+#[allow(unused_imports)]
+pub use wait::*;
+#[allow(unused_imports)]
+pub use workload::*;

@@ -1,47 +1,27 @@
-//! A throwaway server and clients on it, and what Redis stores and counts.
+//! What Redis stores and counts: lock keys and their hold counts, release-channel
+//! subscribers, command calls and round trips, client connections, leftovers.
 
-use std::time::Duration;
-
-use distlock::{LockClient, LockClientBuilder};
 use distlock_testkit::RedisServer;
-
-/// Starts a throwaway `redis-server` for one test.
-pub fn server() -> RedisServer {
-    RedisServer::start()
-        .expect("start redis-server (see the testkit's error for how to install it)")
-}
-
-/// A builder pointed at `server`.
-pub fn builder(server: &RedisServer) -> LockClientBuilder {
-    LockClient::builder().url(server.url())
-}
-
-/// A connected client with default settings.
-pub async fn client(server: &RedisServer) -> LockClient {
-    builder(server).connect().await.expect("connect")
-}
-
-/// A connected client that gives every lock a fencing token.
-pub async fn fenced_client(server: &RedisServer) -> LockClient {
-    builder(server)
-        .fencing(true)
-        .connect()
-        .await
-        .expect("connect")
-}
-
-/// A connected client whose watchdog lease is `lease`.
-pub async fn client_with_lease(server: &RedisServer, lease: Duration) -> LockClient {
-    builder(server)
-        .default_lease(lease)
-        .connect()
-        .await
-        .expect("connect")
-}
 
 /// The Redis key of lock `name` in the default namespace.
 pub fn lock_key(name: &str) -> String {
     format!("distlock:{{{name}}}")
+}
+
+/// The hold count of lock `name` as Redis stores it (0 when free).
+pub fn redis_count(server: &RedisServer, name: &str) -> u64 {
+    let fields = server.cmd(&["HGETALL", &lock_key(name)]).expect("HGETALL");
+    let fields: Vec<&str> = fields.lines().collect();
+    fields
+        .chunks(2)
+        .filter(|pair| pair.len() == 2 && !pair[0].starts_with('#'))
+        .map(|pair| pair[1].parse::<u64>().expect("a count"))
+        .sum()
+}
+
+/// Whether `key` exists on `server`.
+pub fn exists(server: &RedisServer, key: &str) -> bool {
+    server.cmd(&["EXISTS", key]).expect("EXISTS") == "1"
 }
 
 /// How many connections subscribe to the release channel of lock `name`.
@@ -54,17 +34,6 @@ pub fn channel_subscribers(server: &RedisServer, name: &str) -> u64 {
         .nth(1)
         .and_then(|count| count.parse().ok())
         .unwrap_or(0)
-}
-
-/// The hold count of lock `name` as Redis stores it (0 when free).
-pub fn redis_count(server: &RedisServer, name: &str) -> u64 {
-    let fields = server.cmd(&["HGETALL", &lock_key(name)]).expect("HGETALL");
-    let fields: Vec<&str> = fields.lines().collect();
-    fields
-        .chunks(2)
-        .filter(|pair| pair.len() == 2 && !pair[0].starts_with('#'))
-        .map(|pair| pair[1].parse::<u64>().expect("a count"))
-        .sum()
 }
 
 /// How many times `command` ran on the server (from `INFO commandstats`).
@@ -108,20 +77,6 @@ pub fn client_requests(server: &RedisServer) -> u64 {
         .sum()
 }
 
-/// Waits until `check` holds, up to `limit`; returns whether it did.
-pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if check() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// The value of `key` in a `key=value` line, such as one of `CLIENT LIST`.
 pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split(' ')
@@ -142,33 +97,20 @@ pub fn client_connections(node: &RedisServer) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The minimal ACL of a lock user (README.md's "ACL" section, RELIABILITY.md): the
-/// commands the client sends, the commands the scripts call, its keys and channels.
-pub const LOCK_USER_ACL: &[&str] = &[
-    "resetkeys",
-    "~distlock:*",
-    "resetchannels",
-    "&distlock:*",
-    "-@all",
-    // Sent by the client.
-    "+hello",
-    "+ping",
-    "+script|load",
-    "+evalsha",
-    "+config|get",
-    "+subscribe",
-    "+unsubscribe",
-    // Called by the scripts.
-    "+type",
-    "+get",
-    "+incr",
-    "+hget",
-    "+hset",
-    "+hincrby",
-    "+hexists",
-    "+hgetall",
-    "+pexpire",
-    "+pttl",
-    "+del",
-    "+publish",
-];
+/// Keys and channels left behind: every key except the workload's (`rel:*`) and the
+/// fencing counters (which live forever by design), and every channel.
+pub fn leaks(server: &RedisServer) -> (Vec<String>, Vec<String>) {
+    let keys = server.cmd(&["KEYS", "*"]).expect("KEYS");
+    let keys = keys
+        .lines()
+        .filter(|key| !key.is_empty() && !key.starts_with("rel:") && !key.ends_with(":fence"))
+        .map(str::to_owned)
+        .collect();
+    let channels = server.cmd(&["PUBSUB", "CHANNELS"]).expect("PUBSUB");
+    let channels = channels
+        .lines()
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect();
+    (keys, channels)
+}

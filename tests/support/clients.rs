@@ -1,0 +1,61 @@
+//! Clients of a server: lock clients with default settings, with fencing tokens or
+//! with a watchdog lease of their own, and plain redis-rs connections.
+
+use std::time::Duration;
+
+use distlock::{LockClient, LockClientBuilder};
+use distlock_testkit::RedisServer;
+
+/// A builder pointed at `server`.
+pub fn builder(server: &RedisServer) -> LockClientBuilder {
+    LockClient::builder().url(server.url())
+}
+
+/// A connected client with default settings.
+pub async fn client(server: &RedisServer) -> LockClient {
+    builder(server).connect().await.expect("connect")
+}
+
+/// A connected client that gives every lock a fencing token.
+pub async fn fenced_client(server: &RedisServer) -> LockClient {
+    fenced(&server.url()).await
+}
+
+/// A connected client whose watchdog lease is `lease`.
+pub async fn client_with_lease(server: &RedisServer, lease: Duration) -> LockClient {
+    builder(server)
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// A client of `url` that issues fencing tokens, with the default watchdog lease.
+pub async fn fenced(url: &str) -> LockClient {
+    LockClient::builder()
+        .url(url)
+        .fencing(true)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// A client of `url` that issues fencing tokens, with a watchdog lease of `lease`.
+pub async fn fenced_with_lease(url: &str, lease: Duration) -> LockClient {
+    LockClient::builder()
+        .url(url)
+        .fencing(true)
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// A plain redis-rs connection to `url`, to look at or tamper with the keys.
+pub async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
