@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use distlock::LockClient;
 use distlock_testkit::{ChildProcess, RedisServer, SentinelGroup};
-use support::Pki;
+// `redis_count` reads a data node over its plain port.
+use support::{redis_count, Pki};
 
 /// Marks a child process started by [`spawn_child`].
 const CHILD_ENV: &str = "DISTLOCK_SENTINEL_TLS_CHILD";
@@ -169,19 +170,6 @@ fn has_the_client_over_tls(node: &RedisServer, tls_port: u16) -> bool {
         && connections
             .iter()
             .all(|line| support::field(line, "laddr") == Some(tls_addr.as_str()))
-}
-
-/// The hold count of lock `name` on `node`, read over its plain port (0 when free).
-fn redis_count(node: &RedisServer, name: &str) -> u64 {
-    let fields = node
-        .cmd(&["HGETALL", &format!("distlock:{{{name}}}")])
-        .expect("HGETALL");
-    let fields: Vec<&str> = fields.lines().collect();
-    fields
-        .chunks(2)
-        .filter(|pair| pair.len() == 2 && !pair[0].starts_with('#'))
-        .map(|pair| pair[1].parse::<u64>().expect("a count"))
-        .sum()
 }
 
 /// Polls `check` every 20 ms for up to `limit`; whether it held.
