@@ -1,5 +1,5 @@
 //! Certificates made at test time for the TLS tests (`tests/reliability_tls.rs`,
-//! `tests/sentinel_tls.rs`).
+//! `tests/backend_sentinel_tls.rs`).
 
 use std::path::PathBuf;
 

@@ -95,7 +95,7 @@ fn every_example_is_run_by_a_test() {
             let name = path.file_stem().and_then(|s| s.to_str()).expect("a name");
             assert!(
                 EXAMPLES.contains(&name),
-                "examples/{name}.rs has no test in tests/examples.rs: add one"
+                "examples/{name}.rs has no test in tests/examples_run.rs: add one"
             );
         }
     }

@@ -58,7 +58,7 @@ async fn locks_re_enter_on_every_node() {
         assert_eq!(support::redis_count(node, "order:1"), 0);
     }
 
-    // Contention on Redlock is covered by tests/backends.rs.
+    // Contention on Redlock is covered by tests/backend_parity.rs.
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
