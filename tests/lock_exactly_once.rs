@@ -406,3 +406,92 @@ async fn a_final_release_retried_after_a_force_unlock_reports_the_loss() {
         "force-unlocked before the release, yet unlock() returned {result:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------
+// 4. A loss already known wins over a transport error at unlock.
+// ---------------------------------------------------------------------------------
+
+/// Asserts that `unlock()` of a guard known lost says so, whatever Redis does.
+async fn assert_unlock_reports_the_loss(guard: LockGuard, outage: &str) {
+    assert!(
+        guard.is_lost(),
+        "the loss was signalled before the {outage}"
+    );
+    let result = tokio::time::timeout(Duration::from_secs(15), guard.unlock())
+        .await
+        .expect("unlock ended");
+    assert!(
+        matches!(&result, Err(err) if err.is_lost()),
+        "the guard was known lost, Redis {outage}: unlock() returned {result:?}, expected \
+         LockError::Lost"
+    );
+}
+
+/// A fixed lease ends (`lost()` fires), then Redis is killed: `unlock()` returns the
+/// connection error instead of `Lost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: a known loss must win over a transport error at unlock"]
+async fn unlock_of_a_lost_guard_reports_the_loss_while_redis_is_killed() {
+    let mut server = server();
+    let locks = plain_client(&server.url()).await;
+    let guard = locks
+        .lock("lost:killed")
+        .lease(Duration::from_millis(300))
+        .await
+        .expect("lock");
+    tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("lost() fired when the fixed lease ended");
+    server.stop().expect("kill redis-server");
+    assert_unlock_reports_the_loss(guard, "killed").await;
+}
+
+/// The lock is force-unlocked and the watchdog reports it (`lost()` fires), then Redis
+/// is frozen (`SIGSTOP`): `unlock()` returns the timeout instead of `Lost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: a known loss must win over a transport error at unlock"]
+async fn unlock_of_a_lost_guard_reports_the_loss_while_redis_is_frozen() {
+    let server = server();
+    let locks = LockClient::builder()
+        .url(server.url())
+        .default_lease(Duration::from_millis(600))
+        .response_timeout(Duration::from_millis(150))
+        .connect()
+        .await
+        .expect("connect");
+    let operator = plain_client(&server.url()).await;
+    let guard = locks.lock("lost:frozen").await.expect("lock");
+    assert!(operator.force_unlock("lost:frozen").await.expect("force"));
+    tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("the watchdog reported the force-unlock");
+    server.pause().expect("SIGSTOP");
+    assert_unlock_reports_the_loss(guard, "frozen").await;
+    server.resume().expect("SIGCONT");
+}
+
+/// The link is blackholed: the watchdog cannot renew, and the guard says `is_lost()`
+/// once its lease deadline passes. `unlock()` then returns the timeout instead of
+/// `Lost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: a known loss must win over a transport error at unlock"]
+async fn unlock_of_a_lost_guard_reports_the_loss_behind_a_blackhole() {
+    let server = server();
+    let proxy = proxy(&server);
+    let locks = LockClient::builder()
+        .url(proxy.url())
+        .default_lease(Duration::from_millis(600))
+        .response_timeout(Duration::from_millis(150))
+        .connect()
+        .await
+        .expect("connect");
+    let guard = locks.lock("lost:blackholed").await.expect("lock");
+    proxy.blackhole(Direction::ToServer, true);
+    proxy.blackhole(Direction::ToClient, true);
+    assert!(
+        eventually(Duration::from_secs(2), || guard.is_lost()).await,
+        "is_lost() once the lease deadline passed"
+    );
+    assert_unlock_reports_the_loss(guard, "behind a blackhole").await;
+    proxy.heal();
+}
