@@ -12,6 +12,7 @@
 //!
 //! Self-contained on purpose: no shared support module.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use distlock::{LockClient, LockError, LockGuard};
@@ -494,4 +495,233 @@ async fn unlock_of_a_lost_guard_reports_the_loss_behind_a_blackhole() {
     );
     assert_unlock_reports_the_loss(guard, "behind a blackhole").await;
     proxy.heal();
+}
+
+// ---------------------------------------------------------------------------------
+// 5. A wait that ends because Redis is out of reach gives the Redis error, not
+//    `Timeout` ("another owner still holds it").
+// ---------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy)]
+enum Outage {
+    /// `SIGKILL`: connections are refused.
+    Killed,
+    /// `SIGSTOP`: connections stay open, nothing answers.
+    Frozen,
+    /// A proxy drops every byte both ways.
+    Blackholed,
+}
+
+/// A client (default settings) of a Redis that is out of reach.
+struct Down {
+    locks: LockClient,
+    _server: RedisServer,
+    _proxy: Option<FaultProxy>,
+}
+
+/// Connects a client, checks that it works, then makes Redis unreachable.
+async fn down(outage: Outage) -> Down {
+    let mut server = server();
+    let proxy = matches!(outage, Outage::Blackholed).then(|| proxy(&server));
+    let url = proxy.as_ref().map_or_else(|| server.url(), FaultProxy::url);
+    let locks = plain_client(&url).await;
+    let guard = locks.lock("warm-up").await.expect("lock while Redis is up");
+    guard.unlock().await.expect("unlock while Redis is up");
+    match outage {
+        Outage::Killed => server.stop().expect("kill redis-server"),
+        Outage::Frozen => server.pause().expect("SIGSTOP"),
+        Outage::Blackholed => {
+            let proxy = proxy.as_ref().expect("a proxy");
+            proxy.blackhole(Direction::ToServer, true);
+            proxy.blackhole(Direction::ToClient, true);
+        }
+    }
+    Down {
+        locks,
+        _server: server,
+        _proxy: proxy,
+    }
+}
+
+/// How many calls each test makes: the wrong answer came in 2 of 5.
+const RUNS: usize = 5;
+
+/// Asserts that every result is a Redis error and none says "busy".
+fn assert_all_redis_errors(outage: Outage, api: &str, results: &[Result<String, LockError>]) {
+    let wrong: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(run, result)| match result {
+            Err(err) if err.is_redis() && !err.is_busy() => None,
+            Err(err) => Some(format!(
+                "run {run}: {err:?} (is_busy = {}, is_redis = {})",
+                err.is_busy(),
+                err.is_redis()
+            )),
+            Ok(what) => Some(format!("run {run}: {what}")),
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "Redis {outage:?}, no owner ever seen: {} of {RUNS} {api} calls did not end in the \
+         Redis error:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
+
+/// The wait of the issue (1 s, twice the default response timeout of 500 ms).
+const WAIT: Duration = Duration::from_secs(1);
+/// A wait shorter than the response timeout: the first attempt is cut short by it.
+const SHORT_WAIT: Duration = Duration::from_millis(300);
+
+async fn wait_for_a_fresh_lock(outage: Outage, wait: Duration) {
+    let down = down(outage).await;
+    let mut results = Vec::new();
+    for run in 0..RUNS {
+        let request = down.locks.lock(format!("fresh:wait:{run}")).wait(wait);
+        let result = tokio::time::timeout(wait + Duration::from_secs(10), request)
+            .await
+            .expect("the wait ended within 10 s of its end");
+        results.push(result.map(|_| "acquired".to_owned()));
+    }
+    assert_all_redis_errors(outage, &format!("lock().wait({wait:?})"), &results);
+}
+
+async fn try_a_fresh_lock(outage: Outage) {
+    let down = down(outage).await;
+    let mut results = Vec::new();
+    for run in 0..RUNS {
+        let request = down.locks.try_lock(format!("fresh:try:{run}"));
+        let result = tokio::time::timeout(Duration::from_secs(10), request)
+            .await
+            .expect("try_lock ended within 10 s");
+        results.push(result.map(|guard| match guard {
+            Some(_) => "acquired".to_owned(),
+            None => "Ok(None): busy".to_owned(),
+        }));
+    }
+    assert_all_redis_errors(outage, "try_lock()", &results);
+}
+
+#[cfg(feature = "macros")]
+#[distlock::distributed_lock(key = "fresh:macro:{run}", client = locks, wait = "1s")]
+async fn annotated(locks: &LockClient, run: usize, ran: &AtomicBool) -> Result<(), LockError> {
+    ran.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[cfg(feature = "macros")]
+#[distlock::distributed_lock(key = "fresh:macro:short:{run}", client = locks, wait = "300ms")]
+async fn annotated_short(
+    locks: &LockClient,
+    run: usize,
+    ran: &AtomicBool,
+) -> Result<(), LockError> {
+    ran.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Calls `annotated` (`wait = "1s"`), or `annotated_short` (`wait = "300ms"`).
+#[cfg(feature = "macros")]
+async fn call_an_annotated_function(outage: Outage, short: bool) {
+    let down = down(outage).await;
+    let ran = AtomicBool::new(false);
+    let mut results = Vec::new();
+    for run in 0..RUNS {
+        let call = async {
+            if short {
+                annotated_short(&down.locks, run, &ran).await
+            } else {
+                annotated(&down.locks, run, &ran).await
+            }
+        };
+        let result = tokio::time::timeout(Duration::from_secs(11), call)
+            .await
+            .expect("the annotated call ended within 10 s of its wait");
+        results.push(result.map(|()| "the body ran".to_owned()));
+    }
+    assert!(!ran.load(Ordering::SeqCst), "a body ran without the lock");
+    let wait = if short { "300ms" } else { "1s" };
+    assert_all_redis_errors(
+        outage,
+        &format!("#[distributed_lock(wait = \"{wait}\")]"),
+        &results,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
+async fn a_wait_with_redis_killed_ends_in_the_redis_error() {
+    wait_for_a_fresh_lock(Outage::Killed, WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_with_redis_frozen_ends_in_the_redis_error() {
+    wait_for_a_fresh_lock(Outage::Frozen, WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
+async fn a_wait_shorter_than_a_request_with_redis_frozen_ends_in_the_redis_error() {
+    wait_for_a_fresh_lock(Outage::Frozen, SHORT_WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_behind_a_blackhole_ends_in_the_redis_error() {
+    wait_for_a_fresh_lock(Outage::Blackholed, WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
+async fn a_wait_shorter_than_a_request_behind_a_blackhole_ends_in_the_redis_error() {
+    wait_for_a_fresh_lock(Outage::Blackholed, SHORT_WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_lock_with_redis_killed_ends_in_the_redis_error() {
+    try_a_fresh_lock(Outage::Killed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_lock_with_redis_frozen_ends_in_the_redis_error() {
+    try_a_fresh_lock(Outage::Frozen).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_lock_behind_a_blackhole_ends_in_the_redis_error() {
+    try_a_fresh_lock(Outage::Blackholed).await;
+}
+
+#[cfg(feature = "macros")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
+async fn an_annotated_call_with_redis_killed_ends_in_the_redis_error() {
+    call_an_annotated_function(Outage::Killed, false).await;
+}
+
+#[cfg(feature = "macros")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_annotated_call_with_redis_frozen_ends_in_the_redis_error() {
+    call_an_annotated_function(Outage::Frozen, false).await;
+}
+
+#[cfg(feature = "macros")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
+async fn an_annotated_short_wait_with_redis_frozen_ends_in_the_redis_error() {
+    call_an_annotated_function(Outage::Frozen, true).await;
+}
+
+#[cfg(feature = "macros")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_annotated_call_behind_a_blackhole_ends_in_the_redis_error() {
+    call_an_annotated_function(Outage::Blackholed, false).await;
+}
+
+#[cfg(feature = "macros")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
+async fn an_annotated_short_wait_behind_a_blackhole_ends_in_the_redis_error() {
+    call_an_annotated_function(Outage::Blackholed, true).await;
 }
