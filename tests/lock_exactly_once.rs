@@ -12,11 +12,14 @@
 //!
 //! Self-contained on purpose: no shared support module.
 
+use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use distlock::{LockClient, LockError, LockGuard};
+use distlock::{LockClient, LockContext, LockError, LockGuard};
 use distlock_testkit::{Direction, FaultProxy, RedisServer};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 // ---------------------------------------------------------------------------------
@@ -724,4 +727,206 @@ async fn an_annotated_call_behind_a_blackhole_ends_in_the_redis_error() {
 #[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
 async fn an_annotated_short_wait_behind_a_blackhole_ends_in_the_redis_error() {
     call_an_annotated_function(Outage::Blackholed, true).await;
+}
+
+// ---------------------------------------------------------------------------------
+// 6. Random interleavings of one owner's operations under late replies.
+// ---------------------------------------------------------------------------------
+
+const RANDOM_NAME: &str = "random";
+/// The response timeout of the random test's client.
+const RANDOM_TIMEOUT: Duration = Duration::from_millis(200);
+const RANDOM_STEPS: usize = 40;
+const RANDOM_BUDGET: Duration = Duration::from_secs(45);
+
+/// One operation of a random step.
+enum Op {
+    /// No guard is left: a new holder takes the lock.
+    Fresh,
+    /// A re-entry in this task, inside the scope of a live guard.
+    Reenter(LockContext),
+    /// A re-entry from a spawned task handed the context (`LockContext::current()`).
+    Spawned(LockContext),
+    Unlock(LockGuard),
+    /// Dropped without `unlock`: released in the background.
+    Drop(LockGuard),
+}
+
+/// Runs `op` after `offset`; returns the guard it produced, if any, and what happened.
+async fn run_op(locks: LockClient, offset: Duration, op: Op) -> (Option<LockGuard>, String) {
+    tokio::time::sleep(offset).await;
+    let at = offset.as_millis();
+    let reentry = |what: &str, result: Result<LockGuard, LockError>| match result {
+        Ok(guard) => {
+            let line = format!("@{at}ms {what}: count {}", guard.hold_count());
+            (Some(guard), line)
+        }
+        Err(err) => (None, format!("@{at}ms {what}: {err}")),
+    };
+    match op {
+        Op::Fresh => {
+            let result = locks.lock(RANDOM_NAME).wait(Duration::from_secs(5)).await;
+            reentry("fresh lock", result)
+        }
+        Op::Reenter(context) => reentry(
+            "re-entry",
+            context.scope(locks.lock(RANDOM_NAME).into_future()).await,
+        ),
+        Op::Spawned(context) => {
+            let handed = context.scope(async { LockContext::current() }).await;
+            let task = tokio::spawn(handed.scope(async move { locks.lock(RANDOM_NAME).await }));
+            reentry("spawned re-entry", task.await.expect("join"))
+        }
+        Op::Unlock(guard) => {
+            let count = guard.hold_count();
+            let result = guard.unlock().await;
+            (None, format!("@{at}ms unlock (count {count}): {result:?}"))
+        }
+        Op::Drop(guard) => {
+            let count = guard.hold_count();
+            drop(guard);
+            (None, format!("@{at}ms drop (count {count})"))
+        }
+    }
+}
+
+/// One to three operations for a step, each with its start offset.
+fn plan(rng: &mut StdRng, live: &mut Vec<LockGuard>) -> Vec<(Duration, Op)> {
+    if live.is_empty() {
+        return vec![(Duration::ZERO, Op::Fresh)];
+    }
+    let limit = RANDOM_TIMEOUT.as_millis() as u64 * 6 / 5;
+    let mut ops = Vec::new();
+    for _ in 0..rng.random_range(1..=3) {
+        let offset = Duration::from_millis(rng.random_range(0..=limit));
+        let op = match rng.random_range(0..6) {
+            0 | 1 if !live.is_empty() => {
+                let context = live[rng.random_range(0..live.len())].context();
+                Op::Reenter(context)
+            }
+            2 if !live.is_empty() => {
+                let context = live[rng.random_range(0..live.len())].context();
+                Op::Spawned(context)
+            }
+            3 | 4 if !live.is_empty() => {
+                Op::Unlock(live.swap_remove(rng.random_range(0..live.len())))
+            }
+            5 if !live.is_empty() => Op::Drop(live.swap_remove(rng.random_range(0..live.len()))),
+            _ => continue,
+        };
+        ops.push((offset, op));
+    }
+    if ops.is_empty() {
+        let context = live[0].context();
+        ops.push((Duration::ZERO, Op::Reenter(context)));
+    }
+    ops
+}
+
+/// Re-entries, unlocks, background drops and re-entries from spawned tasks of one
+/// owner, one to three at a time at random offsets, with replies randomly late past
+/// the response timeout (200 ms). After each step, once background work settled, the
+/// hold count in Redis equals the live guards, and the lock is free exactly when
+/// none is left. Seeded: `DISTLOCK_EXACT_SEED=<seed>` replays the same plan (timings
+/// differ from run to run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs core: retries and replays applied twice under late replies"]
+async fn random_interleavings_keep_the_count_equal_to_the_live_guards() {
+    let seed = std::env::var("DISTLOCK_EXACT_SEED")
+        .ok()
+        .and_then(|seed| seed.parse::<u64>().ok())
+        .unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(7, |d| d.as_nanos() as u64)
+        });
+    println!("seed {seed}: replay with DISTLOCK_EXACT_SEED={seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let server = server();
+    let proxy = proxy(&server);
+    let locks = client(&proxy.url(), RANDOM_TIMEOUT).await;
+    let mut live: Vec<LockGuard> = Vec::new();
+    let mut log: Vec<String> = Vec::new();
+    let started = Instant::now();
+    let mut steps = 0;
+
+    while steps < RANDOM_STEPS && started.elapsed() < RANDOM_BUDGET {
+        steps += 1;
+        let late = rng.random_bool(0.6);
+        let delay = if late {
+            RANDOM_TIMEOUT + Duration::from_millis(rng.random_range(30..=150))
+        } else {
+            Duration::ZERO
+        };
+        // Lifted within the step, so that every retry and replay gets an answer in the
+        // end (a link late for good makes a lost acquire's replay give up, which is
+        // another matter).
+        let heal_at = late.then(|| Duration::from_millis(rng.random_range(20..=300)));
+        let mut ops = plan(&mut rng, &mut live).into_iter();
+        log.push(format!(
+            "step {steps}: replies {}ms late{}",
+            delay.as_millis(),
+            heal_at.map_or(String::new(), |at| format!(" until @{}ms", at.as_millis()))
+        ));
+        proxy.delay(Direction::ToClient, delay, Duration::ZERO);
+        let slot = |op: Option<(Duration, Op)>| {
+            let locks = locks.clone();
+            async move {
+                match op {
+                    Some((offset, op)) => Some(run_op(locks, offset, op).await),
+                    None => None,
+                }
+            }
+        };
+        let heal = async {
+            if let Some(at) = heal_at {
+                tokio::time::sleep(at).await;
+                proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+            }
+        };
+        let step =
+            async { tokio::join!(slot(ops.next()), slot(ops.next()), slot(ops.next()), heal) };
+        let (a, b, c, ()) = tokio::time::timeout(Duration::from_secs(10), step)
+            .await
+            .unwrap_or_else(|_| panic!("seed {seed}: step {steps} did not end in 10 s"));
+        for (guard, line) in [a, b, c].into_iter().flatten() {
+            log.push(format!("  {line}"));
+            live.extend(guard);
+        }
+        proxy.heal();
+        let count = settled_count(
+            &server,
+            RANDOM_NAME,
+            RANDOM_TIMEOUT * 2 + Duration::from_millis(100),
+            Duration::from_millis(400),
+            Duration::from_secs(4),
+        )
+        .await;
+        let held = exists(&server, RANDOM_NAME);
+        let lost = live.iter().filter(|guard| guard.is_lost()).count();
+        log.push(format!(
+            "  settled: count {count} in Redis, {} live guard(s), {lost} lost",
+            live.len()
+        ));
+        let free = !held;
+        if count != live.len() as u64 || free != live.is_empty() {
+            let tail = log[log.len().saturating_sub(30)..].join("\n");
+            panic!(
+                "seed {seed} (replay: DISTLOCK_EXACT_SEED={seed}), step {steps}: Redis holds \
+                 {count} hold(s) (key {}) for {} live guard(s)\n{tail}",
+                if held { "present" } else { "absent" },
+                live.len()
+            );
+        }
+    }
+    for guard in live.drain(..) {
+        let _ = guard.unlock().await;
+    }
+    let freed = eventually(Duration::from_secs(3), || !exists(&server, RANDOM_NAME)).await;
+    assert!(
+        freed,
+        "seed {seed}: every guard unlocked, the lock still held (count {})",
+        hold_count(&server, RANDOM_NAME)
+    );
+    println!("seed {seed}: {steps} steps clean");
 }
