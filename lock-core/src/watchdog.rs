@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::Backend;
-use crate::hold::Hold;
+use crate::hold::{Hold, HoldState};
 use crate::lease::validity;
 use crate::renew::renew;
 use crate::scripts::Scripts;
@@ -81,14 +81,7 @@ impl Watchdog {
 
     /// Starts watching a new hold (one guard).
     pub(crate) fn register(&self, hold: Arc<Hold>) {
-        let wake = {
-            let state = hold.state();
-            if state.watchdog {
-                state.next_renew.min(state.deadline)
-            } else {
-                state.deadline
-            }
-        };
+        let wake = wake_time(&hold.state());
         self.registry.holds().insert(hold.id, hold);
         self.registry.wake_by(wake);
     }
@@ -96,30 +89,43 @@ impl Watchdog {
     /// A re-entry added a guard to `hold`; a fixed lease given with it may lengthen
     /// the lease until `deadline`.
     pub(crate) fn guard_added(&self, hold: &Arc<Hold>, deadline: Instant) {
-        let revived = {
+        // The registry's lock is taken first and held while the count changes, as in
+        // `guard_gone` and `Task::survey`: a hold is watched exactly while it has guards.
+        let mut holds = self.registry.holds();
+        let wake = {
             let mut state = hold.state();
             state.guards += 1;
             if !state.watchdog && deadline > state.deadline {
                 state.deadline = deadline;
             }
-            state.guards == 1
-        };
-        if revived {
             // Its last guard had gone, so the watchdog dropped it: watch it again.
-            self.register(hold.clone());
+            (state.guards == 1).then(|| wake_time(&state))
+        };
+        if let Some(wake) = wake {
+            holds.insert(hold.id, hold.clone());
+            drop(holds);
+            self.registry.wake_by(wake);
         }
     }
 
     /// A guard of `hold` was released or dropped; the last one stops its renewal at once.
     pub(crate) fn guard_gone(&self, hold: &Hold) {
-        let last = {
-            let mut state = hold.state();
-            state.guards = state.guards.saturating_sub(1);
-            state.guards == 0
-        };
-        if last {
-            self.registry.holds().remove(&hold.id);
+        let mut holds = self.registry.holds();
+        let mut state = hold.state();
+        state.guards = state.guards.saturating_sub(1);
+        if state.guards == 0 {
+            holds.remove(&hold.id);
         }
+    }
+}
+
+/// When the watchdog must look at a hold next: its renewal (watchdog leases), or
+/// the end of its lease.
+fn wake_time(state: &HoldState) -> Instant {
+    if state.watchdog {
+        state.next_renew.min(state.deadline)
+    } else {
+        state.deadline
     }
 }
 
@@ -248,5 +254,80 @@ impl Task {
         for hold in batch {
             hold.state().next_renew = Instant::now().max(sent + self.retry_delay());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Barrier;
+
+    use super::*;
+    use crate::keys::LockKeys;
+
+    fn watched_hold(watchdog: &Watchdog) -> Arc<Hold> {
+        let keys = Arc::new(LockKeys::new("ns", b"raced").expect("valid name"));
+        let now = Instant::now();
+        let hold = Arc::new(Hold::new(
+            7,
+            1,
+            keys,
+            "owner".into(),
+            None,
+            HoldState {
+                guards: 1,
+                deadline: now + Duration::from_secs(60),
+                watchdog: true,
+                lease: Duration::from_secs(60),
+                next_renew: now + Duration::from_secs(20),
+            },
+        ));
+        watchdog.register(hold.clone());
+        hold
+    }
+
+    /// The last guard's release (`guard_gone`) used to set the count to 0, let go of
+    /// the state, and only then remove the hold; a re-entry in between put it back,
+    /// and the removal then dropped a hold with a live guard: never renewed again,
+    /// and its loss never reported. Both now change the count under the registry's
+    /// lock; this races them many times and checks the invariant after each round.
+    #[test]
+    fn a_re_entry_racing_the_last_release_stays_watched() {
+        let watchdog = Arc::new(Watchdog {
+            registry: Arc::new(Registry::default()),
+        });
+        let hold = watched_hold(&watchdog);
+        let barrier = Arc::new(Barrier::new(2));
+        let rounds = 20_000;
+        let releaser = {
+            let (watchdog, hold, barrier) = (watchdog.clone(), hold.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                for _ in 0..rounds {
+                    barrier.wait();
+                    watchdog.guard_gone(&hold);
+                    barrier.wait();
+                    barrier.wait();
+                }
+            })
+        };
+        let mut unwatched = 0;
+        for _ in 0..rounds {
+            barrier.wait();
+            watchdog.guard_added(&hold, Instant::now());
+            barrier.wait();
+            // Both ran: one guard is left, whatever the order.
+            let guards = hold.state().guards;
+            let watched = watchdog.registry.holds().contains_key(&hold.id);
+            assert_eq!(guards, 1);
+            if !watched {
+                unwatched += 1;
+                watchdog.register(hold.clone());
+            }
+            barrier.wait();
+        }
+        releaser.join().expect("the releasing thread");
+        assert_eq!(
+            unwatched, 0,
+            "a hold with a live guard was dropped from the watchdog"
+        );
     }
 }
