@@ -434,7 +434,6 @@ async fn assert_unlock_reports_the_loss(guard: LockGuard, outage: &str) {
 /// A fixed lease ends (`lost()` fires), then Redis is killed: `unlock()` returns the
 /// connection error instead of `Lost`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a known loss must win over a transport error at unlock"]
 async fn unlock_of_a_lost_guard_reports_the_loss_while_redis_is_killed() {
     let mut server = server();
     let locks = plain_client(&server.url()).await;
@@ -453,7 +452,6 @@ async fn unlock_of_a_lost_guard_reports_the_loss_while_redis_is_killed() {
 /// The lock is force-unlocked and the watchdog reports it (`lost()` fires), then Redis
 /// is frozen (`SIGSTOP`): `unlock()` returns the timeout instead of `Lost`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a known loss must win over a transport error at unlock"]
 async fn unlock_of_a_lost_guard_reports_the_loss_while_redis_is_frozen() {
     let server = server();
     let locks = LockClient::builder()
@@ -478,7 +476,6 @@ async fn unlock_of_a_lost_guard_reports_the_loss_while_redis_is_frozen() {
 /// once its lease deadline passes. `unlock()` then returns the timeout instead of
 /// `Lost`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a known loss must win over a transport error at unlock"]
 async fn unlock_of_a_lost_guard_reports_the_loss_behind_a_blackhole() {
     let server = server();
     let proxy = proxy(&server);
@@ -654,7 +651,6 @@ async fn call_an_annotated_function(outage: Outage, short: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
 async fn a_wait_with_redis_killed_ends_in_the_redis_error() {
     wait_for_a_fresh_lock(Outage::Killed, WAIT).await;
 }
@@ -665,7 +661,6 @@ async fn a_wait_with_redis_frozen_ends_in_the_redis_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
 async fn a_wait_shorter_than_a_request_with_redis_frozen_ends_in_the_redis_error() {
     wait_for_a_fresh_lock(Outage::Frozen, SHORT_WAIT).await;
 }
@@ -676,7 +671,6 @@ async fn a_wait_behind_a_blackhole_ends_in_the_redis_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
 async fn a_wait_shorter_than_a_request_behind_a_blackhole_ends_in_the_redis_error() {
     wait_for_a_fresh_lock(Outage::Blackholed, SHORT_WAIT).await;
 }
@@ -698,7 +692,6 @@ async fn a_try_lock_behind_a_blackhole_ends_in_the_redis_error() {
 
 #[cfg(feature = "macros")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
 async fn an_annotated_call_with_redis_killed_ends_in_the_redis_error() {
     call_an_annotated_function(Outage::Killed, false).await;
 }
@@ -711,7 +704,6 @@ async fn an_annotated_call_with_redis_frozen_ends_in_the_redis_error() {
 
 #[cfg(feature = "macros")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
 async fn an_annotated_short_wait_with_redis_frozen_ends_in_the_redis_error() {
     call_an_annotated_function(Outage::Frozen, true).await;
 }
@@ -724,7 +716,6 @@ async fn an_annotated_call_behind_a_blackhole_ends_in_the_redis_error() {
 
 #[cfg(feature = "macros")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a wait cut short by an unreachable Redis must not say Timeout"]
 async fn an_annotated_short_wait_behind_a_blackhole_ends_in_the_redis_error() {
     call_an_annotated_function(Outage::Blackholed, true).await;
 }

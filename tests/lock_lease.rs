@@ -180,3 +180,77 @@ async fn one_watchdog_keeps_two_thousand_leases() {
     }
     assert_eq!(server.cmd(&["DBSIZE"]).expect("DBSIZE"), "0");
 }
+
+/// Observed: `lease(2ms)` was accepted, though a lease is counted on for itself
+/// less 1 % + 2 ms: on a free lock every grant came back "too late" and the wait
+/// spun (8,686 EVALSHA in 500 ms), and `try_lock().lease(1ms)` said busy. Now such
+/// leases are refused with the minimum in the message, and nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_too_short_to_count_on_are_refused() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let before = support::command_calls(&server, "evalsha");
+    for lease in [Duration::from_millis(1), Duration::from_millis(2)] {
+        let waited = locks
+            .lock("tiny")
+            .lease(lease)
+            .wait(Duration::from_millis(500))
+            .await;
+        let tried = locks.try_lock("tiny").lease(lease).await;
+        for result in [waited.map(Some), tried] {
+            match result {
+                Err(LockError::InvalidOption { option, reason }) => {
+                    assert_eq!(option, "lease");
+                    assert!(reason.contains("10ms"), "the minimum is named: {reason}");
+                }
+                other => panic!("{lease:?} was not refused: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(
+        support::command_calls(&server, "evalsha"),
+        before,
+        "nothing was sent"
+    );
+    let guard = locks
+        .lock("tiny")
+        .lease(distlock::MIN_LEASE)
+        .await
+        .expect("the minimum lease takes a free lock");
+    drop(guard);
+}
+
+/// Observed: when every reply came later than the lease, the acquire asked again at
+/// once, as fast as the server answered. Now it pauses between such attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_later_than_the_lease_are_not_retried_in_a_tight_loop() {
+    let server = support::server();
+    let proxy = support::proxy(&server);
+    let locks = distlock::LockClient::builder()
+        .url(proxy.url())
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    let before = support::command_calls(&server, "evalsha");
+    // Each reply takes 20 ms; a 10 ms lease can be counted on for 7.9 ms.
+    proxy.delay(
+        distlock_testkit::Direction::ToClient,
+        Duration::from_millis(20),
+        Duration::ZERO,
+    );
+    let result = locks
+        .lock("slow")
+        .lease(Duration::from_millis(10))
+        .wait(Duration::from_secs(1))
+        .await;
+    proxy.heal();
+    assert!(
+        matches!(&result, Err(err) if err.is_redis() && !err.is_busy()),
+        "an outage, not contention: {result:?}"
+    );
+    let attempts = support::command_calls(&server, "evalsha") - before;
+    assert!(
+        attempts <= 30,
+        "{attempts} acquire attempts (and give-backs) in a 1 s wait: a tight loop"
+    );
+}

@@ -232,3 +232,47 @@ async fn with_lock_releases_when_the_body_panics() {
     assert!(again.is_some());
     again.expect("guard").unlock().await.expect("unlock");
 }
+
+/// Observed: `.fencing(true)` on a re-entry of a lock taken without fencing was
+/// ignored, and the body saw no token. Now it is a typed error, and nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_asked_on_a_re_entry_shows_the_outer_token_or_is_refused() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+
+    let plain = locks.lock("fence-reentry").await.expect("lock");
+    let refused = plain
+        .scope(async { locks.lock("fence-reentry").fencing(true).await })
+        .await;
+    assert!(
+        matches!(
+            &refused,
+            Err(distlock::LockError::InvalidOption {
+                option: "fencing",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        support::redis_count(&server, "fence-reentry"),
+        1,
+        "nothing was sent"
+    );
+    plain.unlock().await.expect("unlock");
+
+    let fenced = locks
+        .lock("fence-reentry")
+        .fencing(true)
+        .await
+        .expect("fenced lock");
+    let token = fenced.fencing_token().expect("a token");
+    let inner = fenced
+        .scope(async { locks.lock("fence-reentry").fencing(true).await })
+        .await
+        .expect("re-entry");
+    assert_eq!(inner.fencing_token(), Some(token), "the outermost token");
+    assert_eq!(inner.hold_count(), 2);
+    inner.unlock().await.expect("unlock inner");
+    fenced.unlock().await.expect("unlock outer");
+}

@@ -204,8 +204,8 @@ async fn longest_lease(locks: &LockClient) -> Result<(), LockError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_bounds_agree_with_the_core() {
-    // `#[distributed_lock]` refuses leases outside 1ms..=24h at compile time.
-    assert_eq!(distlock::MIN_LEASE, Duration::from_millis(1));
+    // `#[distributed_lock]` refuses leases outside 10ms..=24h at compile time.
+    assert_eq!(distlock::MIN_LEASE, Duration::from_millis(10));
     assert_eq!(distlock::MAX_LEASE, Duration::from_secs(24 * 60 * 60));
     let server = support::server();
     let locks = support::client(&server).await;

@@ -44,16 +44,17 @@ async fn a_reply_later_than_the_lease_never_runs_the_body_and_leaves_no_hold() {
 
 /// Observed: the acquire never ends. Every reply is late, so each grant is given
 /// back and the loop asks again, without looking at its wait (1 s): after 3 s it
-/// is still retrying.
+/// is still retrying. Now it ends with the wait, and since no other owner held the
+/// lock it says that Redis answered too late, not that the lock was busy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reply_later_than_the_lease_ends_in_a_timeout_after_the_wait() {
+async fn a_reply_later_than_the_lease_ends_with_the_wait_as_an_outage() {
     let server = support::server();
     let proxy = support::proxy(&server);
     let locks = through(&proxy, Duration::from_secs(30)).await;
     let (_, attempt) = support::late_acquire(&proxy, &locks, Duration::ZERO).await;
     let result = attempt.expect("the acquire ended within its wait + 2 s");
     assert!(
-        matches!(result, Err(LockError::Timeout { .. })),
+        matches!(&result, Err(err) if err.is_redis() && !err.is_busy()),
         "{result:?}"
     );
 }

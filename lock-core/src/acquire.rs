@@ -64,7 +64,8 @@ pub(crate) async fn acquire(
         let result = match context.find(inner.id, &keys) {
             Some(held) => {
                 let held = held.clone();
-                reenter(&inner, held, &context, mode).await
+                let fencing_asked = options.fencing == Some(true);
+                reenter(&inner, held, &context, mode, fencing_asked).await
             }
             None => {
                 let wait = Wait::new(&inner, keys, start, deadline);
@@ -128,6 +129,9 @@ struct Wait<'a> {
     short_of_quorum: Option<(u64, u64)>,
     /// The failure of the last attempt, when it was one that may pass.
     retried_after: Option<LockError>,
+    /// Whether an attempt found the lock held by another owner: only then is a wait
+    /// that runs out a [`LockError::Timeout`], not an outage.
+    seen_held: bool,
 }
 
 impl<'a> Wait<'a> {
@@ -143,15 +147,33 @@ impl<'a> Wait<'a> {
             subscription,
             short_of_quorum: None,
             retried_after: None,
+            seen_held: false,
         }
     }
 
-    /// The wait ran out while another owner held the lock.
-    fn timeout(&self) -> LockError {
-        LockError::Timeout {
-            name: self.keys.display(),
-            waited: self.start.elapsed(),
+    /// The wait ran out before an attempt could finish (or be retried): the failure
+    /// that made us ask again, if there was one; a timeout if another owner was
+    /// seen holding the lock; otherwise Redis did not answer in time, an outage
+    /// rather than contention.
+    fn ran_out(&mut self) -> LockError {
+        if let Some(err) = self.retried_after.take() {
+            return err;
         }
+        let waited = self.start.elapsed();
+        if self.seen_held {
+            return LockError::Timeout {
+                name: self.keys.display(),
+                waited,
+            };
+        }
+        LockError::Redis(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "no timely answer from Redis for lock `{}` within the wait of {waited:?}, and no \
+                 other owner was seen holding it",
+                self.keys.display()
+            ),
+        )))
     }
 
     /// The wait ran out after a busy answer: on Redlock, the last vote's numbers.
@@ -302,9 +324,8 @@ async fn acquire_new(
         let sent = Instant::now();
         let outcome = match wait.attempt(&owner, mode, sent).await {
             Ok(outcome) => outcome,
-            // The wait ended during an attempt: the failure that made us ask again,
-            // if there was one, says more than a timeout.
-            Err(None) => return Err(wait.retried_after.take().unwrap_or_else(|| wait.timeout())),
+            // The wait ended during an attempt.
+            Err(None) => return Err(wait.ran_out()),
             Err(Some(err))
                 if err.may_pass() && Instant::now() + TRANSIENT_PAUSE < wait.deadline =>
             {
@@ -325,12 +346,19 @@ async fn acquire_new(
                 if let Some(guard) = wait.granted(&owner, mode, sent, count, fence, context) {
                     return Ok(guard);
                 }
-                if Instant::now() >= wait.deadline {
-                    return Err(wait.timeout());
+                // The reply came too late to count on: pause before asking again,
+                // rather than spin on a server that answers slower than the lease,
+                // and ask under a fresh owner id, so that the next attempt never
+                // overlaps the give-back of this one.
+                if Instant::now() + TRANSIENT_PAUSE >= wait.deadline {
+                    return Err(wait.ran_out());
                 }
+                owner = wait.inner.next_owner();
+                tokio::time::sleep(TRANSIENT_PAUSE).await;
             }
             Outcome::Busy { pttl_ms } => {
                 wait.short_of_quorum = None;
+                wait.seen_held = true;
                 wait_or_give_up(&mut wait, pttl_ms).await?;
             }
             Outcome::NoQuorum {
@@ -339,6 +367,7 @@ async fn acquire_new(
                 retry_ms,
             } => {
                 wait.short_of_quorum = Some((granted, held));
+                wait.seen_held |= held > 0;
                 wait_or_give_up(&mut wait, retry_ms).await?;
             }
             Outcome::NotHeld => return Err(unexpected_reply("acquire.lua", &[-1]).into()),
@@ -361,14 +390,28 @@ async fn wait_or_give_up(wait: &mut Wait<'_>, pttl_ms: i64) -> Result<(), LockEr
     Ok(())
 }
 
-/// A re-entry: one more hold on the chain's hold, one round trip, no waiting.
+/// A re-entry: one more hold on the chain's hold, one round trip, no waiting. It
+/// shows the outermost acquisition's fencing token; asking for fencing on a
+/// re-entry of a lock taken without it is refused before anything is sent.
 async fn reenter(
     inner: &Arc<Inner>,
     held: HeldLock,
     context: &LockContext,
     mode: Mode,
+    fencing_asked: bool,
 ) -> Result<LockGuard, LockError> {
     let hold = held.hold;
+    if fencing_asked && hold.fence.is_none() {
+        return Err(LockError::invalid_option(
+            "fencing",
+            format!(
+                "fencing was asked for on a re-entry of lock `{}`, whose outermost \
+                 acquisition took no fencing token; ask for fencing on the outermost \
+                 acquisition (`.fencing(true)`, or `fencing` on the outer annotated function)",
+                hold.display
+            ),
+        ));
+    }
     if hold.is_lost() {
         return Err(hold.lost_error());
     }

@@ -6,8 +6,10 @@ use std::time::Duration;
 use crate::error::LockError;
 use crate::faults::{self, Fault};
 
-/// The shortest lease accepted.
-pub const MIN_LEASE: Duration = Duration::from_millis(1);
+/// The shortest lease accepted: 10 ms. A lease is counted on for itself less the
+/// clock drift allowance (1 % + 2 ms), so a shorter one would leave next to nothing,
+/// or nothing, to hold the lock with.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// The longest lease accepted.
 pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 /// The shortest watchdog lease accepted
@@ -48,6 +50,8 @@ mod tests {
     #[test]
     fn leases_outside_the_range_are_refused() {
         assert!(lease_millis("lease", Duration::ZERO).is_err());
+        assert!(lease_millis("lease", Duration::from_millis(2)).is_err());
+        assert!(validity(MIN_LEASE) > Duration::from_millis(7));
         assert!(lease_millis("lease", MAX_LEASE + Duration::from_millis(1)).is_err());
         assert_eq!(
             lease_millis("lease", Duration::from_secs(2)).ok(),

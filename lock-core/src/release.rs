@@ -25,7 +25,14 @@ pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), Lo
     let call = Detached::new(Box::pin(release_hold(inner.clone(), hold.clone())), |_| {
         Box::pin(async {})
     });
-    match call.await? {
+    let reply = match call.await {
+        Ok(reply) => reply,
+        // A loss already known says more than the transport error: the work done
+        // under the lock may have overlapped another holder.
+        Err(_) if hold.is_lost() => return Err(hold.lost_error()),
+        Err(err) => return Err(err),
+    };
+    match reply {
         ReleaseReply::Released { .. } if !hold.is_lost() => Ok(()),
         ReleaseReply::Released { .. } => Err(hold.lost_error()),
         ReleaseReply::NotHeld => {

@@ -76,7 +76,9 @@ impl LockRequest {
 
     /// Whether the first acquisition issues a fencing token. Default: the client's
     /// [`fencing`](crate::LockClientBuilder::fencing). Re-entries keep the token (or
-    /// its absence) of the outermost acquisition.
+    /// its absence) of the outermost acquisition; `.fencing(true)` on a re-entry of a
+    /// lock taken without a token is refused with [`LockError::InvalidOption`]: ask
+    /// for fencing on the outermost acquisition.
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.options.fencing = Some(fencing);
         self

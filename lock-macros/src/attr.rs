@@ -24,7 +24,7 @@ const VALID: &str = "`key`, `wait`, `lease`, `client`, `fencing`, `on_lost`, `cr
 
 /// `distlock::MIN_LEASE` and `distlock::MAX_LEASE`, in milliseconds (the facade's
 /// tests check that they agree).
-const MIN_LEASE_MS: u64 = 1;
+const MIN_LEASE_MS: u64 = 10;
 const MAX_LEASE_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// Names users reach for, and the argument they mean.
@@ -103,7 +103,7 @@ impl Parse for Args {
                 if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&value.millis) {
                     return Err(syn::Error::new(
                         value.span,
-                        "`lease` is out of range: a lease is from 1ms to 24h \
+                        "`lease` is out of range: a lease is from 10ms to 24h \
                          (`distlock::MIN_LEASE` to `distlock::MAX_LEASE`)",
                     ));
                 }

@@ -146,7 +146,7 @@ use proc_macro::TokenStream;
 /// A fixed lease: the lock ends after this long unless the body finished before, and
 /// no watchdog renews it. Use it when the work has a hard deadline. Default: a
 /// watchdog lease (the client's `default_lease`, 30 s unless configured), renewed
-/// for as long as the body runs. A lease outside 1ms to 24h (`distlock::MIN_LEASE`
+/// for as long as the body runs. A lease outside 10ms to 24h (`distlock::MIN_LEASE`
 /// to `distlock::MAX_LEASE`) is a compile error.
 ///
 /// ## `client = expr`
@@ -195,7 +195,10 @@ use proc_macro::TokenStream;
 /// ## `fencing`
 ///
 /// Issue a fencing token for this lock (also `fencing = true` / `fencing = false`, to
-/// override the client's setting). The body reads it through `current_lock()`:
+/// override the client's setting). The body reads it through `current_lock()`. When
+/// the call re-enters a lock its caller already holds, the token is the outermost
+/// acquisition's; if that one took none, the call returns `LockError::InvalidOption`
+/// (the body does not run): ask for fencing on the outermost acquisition.
 ///
 /// ```
 /// use distlock::{current_lock, distributed_lock, LockError};
