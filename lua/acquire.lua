@@ -1,64 +1,150 @@
-#!lua
 -- acquire.lua: take a lock, or re-enter one the caller already holds.
 --
--- KEYS[1]  the lock hash `<ns>:{name}`: owner id -> hold count, plus two metadata
---          fields: `#op` (id of the last attempt applied) and `#fence` (the token
---          issued with the first acquisition, 0 without fencing)
+-- The client runs this text under two first lines: `#!lua` for a new acquisition
+-- (refused as a whole on a server over `maxmemory` with `noeviction`: a new lock
+-- adds data) and `#!lua flags=allow-oom` for a re-entry, which only ever raises the
+-- count of a hash that exists, so that a full server still lets a holder re-enter.
+--
+-- KEYS[1]  the lock hash `<ns>:{name}`: owner id -> hold count (one owner at a
+--          time), plus metadata fields: `#fence` (the token issued with the first
+--          acquisition, 0 without fencing), and the holder's replay record `#floor`
+--          and `#done` (see "Exactly once" below)
 -- KEYS[2]  the fencing counter `<ns>:{name}:fence`; read and written only when
 --          ARGV[3] is "1" and the lock is free
 -- ARGV[1]  owner id
--- ARGV[2]  lease in milliseconds, validated by the client (1 ..= the documented maximum)
+-- ARGV[2]  lease in milliseconds, validated by the client (10 ..= the documented maximum)
 -- ARGV[3]  "1": issue a fencing token when this call creates the lock; "0": do not
--- ARGV[4]  attempt id, unique per client: a replay of an applied attempt changes nothing
--- ARGV[5]  "1": the caller believes it holds the lock already (a re-entry), so the
---          lock must never be created here; "0": an ordinary acquire
+-- ARGV[4]  the operation's sequence number: 1, 2, 3, ... per owner id, one per
+--          acquire, re-entry or release of that owner (a retry keeps its number)
+-- ARGV[5]  the owner's floor: every operation of this owner numbered at or below it
+--          is settled (its outcome is known to the client, or given up), so it is
+--          never applied from now on
+-- ARGV[6]  "1": the caller believes it holds the lock already (a re-entry), so the
+--          lock is never created here; "0": an ordinary acquire
 --
 -- Returns
---   {1, hold_count, fence}  acquired; fence is 0 without fencing
+--   {1, hold_count, fence}  acquired, or this operation was applied before (a
+--                           replay); fence is 0 without fencing
 --   {0, pttl}               held by another owner; pttl is its remaining lease in ms
 --                           (-1 when the hash has no expiry), the waiter's sleep cap
 --   {-1}                    re-entry asked, but this owner no longer holds the lock
---   {-2}                    KEYS[1] or KEYS[2] holds a value of another type
+--   {-2}                    KEYS[1] or KEYS[2] holds a value of another type, or
+--                           KEYS[1] a hash distlock did not write (a count or a
+--                           metadata field that is not an integer, no owner), or
+--                           KEYS[2] a string that is not a counter; both untouched
+--
+-- Exactly once. A reply can be lost and the operation retried or replayed (by the
+-- client, or by a cluster connection on its own), and operations of one owner can
+-- overlap (`join!` branches re-entering, a dropped guard's background release). So
+-- every operation carries its owner's sequence number, and the hash keeps, for its
+-- holder, the numbers applied above the holder's floor (`#done`, space separated)
+-- and the floor itself (`#floor`, the highest ever sent). An operation is applied
+-- only if its number is above the floor and not in `#done`; then its number joins
+-- `#done`, and numbers at or below the new floor leave it. Each number is thus
+-- applied at most once, whatever the order of arrivals: above the floor `#done`
+-- remembers it, at or below the floor nothing is applied. The record stays small:
+-- the client raises the floor as outcomes become known, so `#done` holds only the
+-- operations still in doubt, whatever the number of re-entries of a long-held lock;
+-- and it dies with the lock (release.lua keeps the last holder's record for a short
+-- while, for the retry of a final release).
 --
 -- Every check comes before the first write: a Lua error does not roll back.
 
 local lock, fence_key = KEYS[1], KEYS[2]
-local owner, lease, fencing, attempt, reentry = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local owner, lease, fencing = ARGV[1], ARGV[2], ARGV[3]
+local seq, floor, reentry = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 
-local kind = redis.call('TYPE', lock)['ok']
-if kind == 'none' then
+-- Whether `value` is an integer as distlock writes one: decimal, no sign but `-`, no
+-- leading zero, no spaces, at most 18 digits (so that it never overflows). The same
+-- check in every script.
+local function integer(value)
+  local digits = string.match(value, '^%-?([1-9]%d*)$')
+  return value == '0' or (digits ~= nil and #digits <= 18)
+end
+
+-- Reads the lock hash: nil when it is not one distlock wrote; else the holder's
+-- count for `owner` (nil: another owner, or none), whether anyone holds it, the
+-- token, the holder's floor and its `#done` list.
+local function read(fields)
+  local state = { held = false, token = 0, floor = 0, done = '' }
+  for i = 1, #fields, 2 do
+    local field, value = fields[i], fields[i + 1]
+    if field == '#done' then
+      if not string.match(value, '^[%d ]*$') then
+        return nil
+      end
+      state.done = value
+    elseif field == '#fence' or field == '#floor' or string.sub(field, 1, 1) ~= '#' then
+      if not integer(value) then
+        return nil
+      end
+      if field == '#fence' then
+        state.token = tonumber(value)
+      elseif field == '#floor' then
+        state.floor = tonumber(value)
+      else
+        state.held = true
+        if field == owner then
+          state.count = tonumber(value)
+        end
+      end
+    end
+  end
+  if #fields > 0 and not state.held then
+    return nil
+  end
+  return state
+end
+
+local fields = redis.pcall('HGETALL', lock)
+if fields['err'] then
+  return {-2}
+end
+local state = read(fields)
+if not state then
+  return {-2}
+end
+
+if not state.held then
   if reentry == '1' then
     return {-1}
   end
   local token = 0
   if fencing == '1' then
-    local fence_kind = redis.call('TYPE', fence_key)['ok']
-    if fence_kind ~= 'none' and (fence_kind ~= 'string' or not tonumber(redis.call('GET', fence_key))) then
+    local counter = redis.pcall('GET', fence_key)
+    if type(counter) == 'table' or (counter and not (integer(counter) and string.sub(counter, 1, 1) ~= '-')) then
       return {-2}
     end
     token = redis.call('INCR', fence_key)
   end
-  redis.call('HSET', lock, owner, 1, '#op', attempt, '#fence', token)
+  redis.call('HSET', lock, owner, 1, '#fence', token, '#floor', floor, '#done', seq)
   redis.call('PEXPIRE', lock, lease)
   return {1, 1, token}
 end
-if kind ~= 'hash' then
-  return {-2}
-end
 
-local count = redis.call('HGET', lock, owner)
-if not count then
+if not state.count then
   if reentry == '1' then
     return {-1}
   end
   return {0, redis.call('PTTL', lock)}
 end
 
-local token = tonumber(redis.call('HGET', lock, '#fence')) or 0
-if redis.call('HGET', lock, '#op') == attempt then
-  return {1, tonumber(count), token}
+floor = math.max(floor, state.floor)
+local kept = {}
+for n in string.gmatch(state.done, '%d+') do
+  if tonumber(n) == seq then
+    return {1, state.count, state.token}
+  end
+  if tonumber(n) > floor then
+    kept[#kept + 1] = n
+  end
 end
-count = redis.call('HINCRBY', lock, owner, 1)
-redis.call('HSET', lock, '#op', attempt)
+if seq <= floor then
+  -- Settled already: a stray copy of an old request, applied never again.
+  return {1, state.count, state.token}
+end
+kept[#kept + 1] = tostring(seq)
+local count = state.count + 1
+redis.call('HSET', lock, owner, count, '#floor', floor, '#done', table.concat(kept, ' '))
 redis.call('PEXPIRE', lock, lease, 'GT')
-return {1, count, token}
+return {1, count, state.token}

@@ -4,48 +4,131 @@
 -- KEYS[1]  the lock hash `<ns>:{name}` (see acquire.lua)
 -- KEYS[2]  the release channel `<ns>:{name}:released`, passed as a key so that a
 --          cluster routes it with the lock (same hash slot)
+-- KEYS[3]  the last final release `<ns>:{name}:freed`: "<owner> <floor> <done...>",
+--          the replay record of the holder that freed the lock, kept for ARGV[6] ms
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds to keep at least while holds remain
--- ARGV[3]  attempt id, unique per client: a replay of an applied attempt changes nothing
--- ARGV[4]  "PUBLISH", or "SPUBLISH" on a cluster
+-- ARGV[3]  the operation's sequence number (see acquire.lua, "Exactly once")
+-- ARGV[4]  the owner's floor (see acquire.lua)
+-- ARGV[5]  "PUBLISH", or "SPUBLISH" on a cluster
+-- ARGV[6]  how long, in ms, KEYS[3] remembers a final release for its retry
 --
 -- Returns
---   {1, remaining}  one hold given back; remaining 0 means the lock is free and a
---                   message went out on KEYS[2]: the owner id, so that a client
---                   hearing the same release from several Redlock nodes wakes one
---                   waiter, not one per node
---   {-1}            this owner does not hold the lock (its lease ended, or it was
---                   force-unlocked, or a replayed final release)
---   {-2}            KEYS[1] holds a value of another type
+--   {1, remaining}  one hold given back, or this operation was applied before (a
+--                   replay, also of the final release after the lock was freed);
+--                   remaining 0 means the lock is free and a message went out on
+--                   KEYS[2]: "<owner>:<seq>", unique per release, so that a client
+--                   hearing one release from several Redlock nodes wakes one waiter,
+--                   and a later release is never taken for a repeat
+--   {-1}            this owner does not hold the lock, and this release was not
+--                   applied (its lease ended, or it was force-unlocked or lost)
+--   {-2}            KEYS[1] holds a value of another type, or a hash distlock did not
+--                   write (see acquire.lua); left untouched
 --
 -- allow-oom: a full server must still let locks go. The message is published
 -- before the delete, so a user without channel permission changes nothing.
 
-local lock, channel = KEYS[1], KEYS[2]
-local owner, lease, attempt, publish = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local lock, channel, freed = KEYS[1], KEYS[2], KEYS[3]
+local owner, lease = ARGV[1], ARGV[2]
+local seq, floor, publish, remember = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
 
-local kind = redis.call('TYPE', lock)['ok']
-if kind == 'none' then
-  return {-1}
+-- The check of acquire.lua.
+local function integer(value)
+  local digits = string.match(value, '^%-?([1-9]%d*)$')
+  return value == '0' or (digits ~= nil and #digits <= 18)
 end
-if kind ~= 'hash' then
+
+-- As acquire.lua's `read`.
+local function read(fields)
+  local state = { held = false, token = 0, floor = 0, done = '' }
+  for i = 1, #fields, 2 do
+    local field, value = fields[i], fields[i + 1]
+    if field == '#done' then
+      if not string.match(value, '^[%d ]*$') then
+        return nil
+      end
+      state.done = value
+    elseif field == '#fence' or field == '#floor' or string.sub(field, 1, 1) ~= '#' then
+      if not integer(value) then
+        return nil
+      end
+      if field == '#fence' then
+        state.token = tonumber(value)
+      elseif field == '#floor' then
+        state.floor = tonumber(value)
+      else
+        state.held = true
+        if field == owner then
+          state.count = tonumber(value)
+        end
+      end
+    end
+  end
+  if #fields > 0 and not state.held then
+    return nil
+  end
+  return state
+end
+
+-- Whether `record` ("<owner> <floor> <done...>") says that this operation of
+-- `owner` was applied.
+local function applied_in(record)
+  local words = string.gmatch(record, '%S+')
+  if words() ~= owner then
+    return false
+  end
+  words()
+  for n in words do
+    if tonumber(n) == seq then
+      return true
+    end
+  end
+  return false
+end
+
+local fields = redis.pcall('HGETALL', lock)
+if fields['err'] then
+  return {-2}
+end
+local state = read(fields)
+if not state then
   return {-2}
 end
 
-local count = tonumber(redis.call('HGET', lock, owner))
-if not count then
+if not state.count then
+  -- Not held by this owner: was this release the final one, applied before?
+  local record = redis.pcall('GET', freed)
+  if type(record) == 'string' and applied_in(record) then
+    return {1, 0}
+  end
   return {-1}
 end
-if redis.call('HGET', lock, '#op') == attempt then
-  return {1, count}
+
+floor = math.max(floor, state.floor)
+local kept = {}
+for n in string.gmatch(state.done, '%d+') do
+  if tonumber(n) == seq then
+    return {1, state.count}
+  end
+  if tonumber(n) > floor then
+    kept[#kept + 1] = n
+  end
 end
-if count > 1 then
-  count = redis.call('HINCRBY', lock, owner, -1)
-  redis.call('HSET', lock, '#op', attempt)
+if seq <= floor then
+  -- Settled already: a stray copy of an old request, applied never again.
+  return {1, state.count}
+end
+kept[#kept + 1] = tostring(seq)
+local done = table.concat(kept, ' ')
+
+if state.count > 1 then
+  local count = state.count - 1
+  redis.call('HSET', lock, owner, count, '#floor', floor, '#done', done)
   redis.call('PEXPIRE', lock, lease, 'GT')
   return {1, count}
 end
 
-redis.call(publish, channel, owner)
+redis.call(publish, channel, owner .. ':' .. seq)
 redis.call('DEL', lock)
+redis.call('SET', freed, owner .. ' ' .. floor .. ' ' .. done, 'PX', remember)
 return {1, 0}

@@ -148,7 +148,6 @@ async fn discard(guard: Option<LockGuard>) {
 /// is deleted while the outer guard lives, believes it holds it (`is_lost()` false),
 /// and another client takes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a retried release is applied again after a dropped guard's release"]
 async fn a_late_release_retried_after_a_dropped_guard_is_not_applied_twice() {
     const NAME: &str = "twice:dropped";
     let server = server();
@@ -209,7 +208,6 @@ async fn a_late_release_retried_after_a_dropped_guard_is_not_applied_twice() {
 /// The outer `unlock()` then frees the lock while the second re-entry is alive and
 /// says `is_lost() == false`, and another client acquires it: two holders.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a retried release is applied again after a re-entry of its owner"]
 async fn a_late_release_retried_after_a_re_entry_is_not_applied_twice() {
     const NAME: &str = "twice:reentry";
     let server = server();
@@ -272,7 +270,6 @@ async fn a_late_release_retried_after_a_re_entry_is_not_applied_twice() {
 /// hold again, and gives back one: a hold too many. After every guard is unlocked the
 /// lock stays held, unrenewed, until its 30 s lease ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a lost re-entry's replay is applied again after the caller's retry"]
 async fn a_re_entry_retried_after_a_lost_reply_leaves_no_hold_behind() {
     const NAME: &str = "reenter:retried";
     let server = server();
@@ -365,7 +362,6 @@ async fn a_final_release_whose_first_reply_is_late_is_ok_when_it_applied() {
 /// was applied, yet `unlock()` says `Ok`: the holder believes it held the lock until
 /// it gave it back, while another owner held it. Expected: `LockError::Lost`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a retried final release answered not held is taken for a success"]
 async fn a_final_release_retried_after_a_takeover_reports_the_loss() {
     const NAME: &str = "final:taken";
     let server = server();
@@ -395,7 +391,6 @@ async fn a_final_release_retried_after_a_takeover_reports_the_loss() {
 /// found it gone was not applied. Expected: `LockError::Lost`, as without the late
 /// reply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: a retried final release answered not held is taken for a success"]
 async fn a_final_release_retried_after_a_force_unlock_reports_the_loss() {
     const NAME: &str = "final:forced";
     let server = server();
@@ -821,7 +816,6 @@ fn plan(rng: &mut StdRng, live: &mut Vec<LockGuard>) -> Vec<(Duration, Op)> {
 /// none is left. Seeded: `DISTLOCK_EXACT_SEED=<seed>` replays the same plan (timings
 /// differ from run to run).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs core: retries and replays applied twice under late replies"]
 async fn random_interleavings_keep_the_count_equal_to_the_live_guards() {
     let seed = std::env::var("DISTLOCK_EXACT_SEED")
         .ok()

@@ -302,7 +302,7 @@ fn populate_held(
         "local template, from, to, owner = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] \
         for i = from, to - 1 do \
           local key = string.format(template, i) \
-          redis.call('HSET', key, owner, 1, '#op', 'populate', '#fence', 0) \
+          redis.call('HSET', key, owner, 1, '#fence', 0, '#floor', 0, '#done', '1') \
           redis.call('PEXPIRE', key, 600000) \
         end \
         return to - from";

@@ -17,6 +17,7 @@ use crate::hold::{HeldLock, Hold, HoldState};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::lease::{lease_millis, validity};
+use crate::owner::Owner;
 use crate::release;
 use crate::scripts::unexpected_reply;
 use crate::subscriber::Subscription;
@@ -197,7 +198,7 @@ impl<'a> Wait<'a> {
     /// wait ended during the attempt.
     async fn attempt(
         &mut self,
-        owner: &Arc<str>,
+        owner: &Arc<Owner>,
         mode: Mode,
         sent: Instant,
     ) -> Result<Outcome, Option<LockError>> {
@@ -269,7 +270,7 @@ impl<'a> Wait<'a> {
     /// given back).
     fn granted(
         &mut self,
-        owner: &Arc<str>,
+        owner: &Arc<Owner>,
         mode: Mode,
         sent: Instant,
         count: u64,

@@ -12,6 +12,7 @@ use crate::detach::{spawn, Detached};
 use crate::error::{outcome_unknown, LockError};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
+use crate::owner::{Op, Owner};
 use crate::release;
 use crate::scripts::{unexpected_reply, AcquireReply};
 
@@ -51,7 +52,7 @@ impl From<AcquireReply> for Outcome {
 pub(crate) struct Attempt<'a> {
     pub(crate) inner: &'a Arc<Inner>,
     pub(crate) keys: &'a Arc<LockKeys>,
-    pub(crate) owner: &'a Arc<str>,
+    pub(crate) owner: &'a Arc<Owner>,
     pub(crate) lease_ms: u64,
     pub(crate) fencing: bool,
     pub(crate) reentry: bool,
@@ -70,7 +71,7 @@ impl Attempt<'_> {
             lease_ms: self.lease_ms,
             fencing: self.fencing,
             reentry: self.reentry,
-            attempt: self.inner.next_attempt(),
+            op: self.owner.op(),
         };
         let abandoned = invoke.clone();
         let call = Detached::new(Box::pin(invoke.clone().send()), move |result| {
@@ -106,11 +107,13 @@ impl Attempt<'_> {
 struct Invoke {
     inner: Arc<Inner>,
     keys: Arc<LockKeys>,
-    owner: Arc<str>,
+    owner: Arc<Owner>,
     lease_ms: u64,
     fencing: bool,
     reentry: bool,
-    attempt: u64,
+    /// The attempt's number among its owner's operations: pending while any clone
+    /// of this lives (the attempt, its background completion, its replays).
+    op: Arc<Op>,
 }
 
 impl Invoke {
@@ -131,14 +134,21 @@ impl Invoke {
     /// comes back too.
     async fn send_to(self, mut conn: Conn) -> redis::RedisResult<(AcquireReply, Option<i64>)> {
         let scripts = &self.inner.scripts;
-        let mut invocation = scripts.acquire.prepare_invoke();
+        let script = if self.reentry {
+            &scripts.reenter
+        } else {
+            &scripts.acquire
+        };
+        let floor = self.op.floor();
+        let mut invocation = script.prepare_invoke();
         invocation
             .key(&self.keys.lock)
             .key(&self.keys.fence)
-            .arg(&*self.owner)
+            .arg(self.owner.id())
             .arg(self.lease_ms)
             .arg(u8::from(self.fencing))
-            .arg(self.attempt)
+            .arg(self.op.seq())
+            .arg(floor)
             .arg(u8::from(self.reentry));
         let replicas = self.inner.config.replicas.filter(|_| !self.reentry);
         let Some((needed, timeout)) = replicas else {
@@ -147,14 +157,15 @@ impl Invoke {
         };
         let mut pipe = redis::pipe();
         pipe.cmd("EVALSHA")
-            .arg(scripts.acquire.get_hash())
+            .arg(script.get_hash())
             .arg(2)
             .arg(&self.keys.lock)
             .arg(&self.keys.fence)
-            .arg(&*self.owner)
+            .arg(self.owner.id())
             .arg(self.lease_ms)
             .arg(u8::from(self.fencing))
-            .arg(self.attempt)
+            .arg(self.op.seq())
+            .arg(floor)
             .arg(u8::from(self.reentry))
             .cmd("WAIT")
             .arg(needed)

@@ -20,9 +20,14 @@ use crate::error::LockError;
 use crate::inner::{Config, Inner};
 use crate::keys::validate_namespace;
 use crate::lease::{MAX_LEASE, MIN_WATCHDOG_LEASE};
-use crate::scripts::{Scripts, SOURCES};
+use crate::scripts::{sources, Scripts};
 use crate::subscriber::Subscriber;
 use crate::watchdog::Watchdog;
+
+/// How long a final release is remembered for its retry, at least and at most (four
+/// response timeouts in between).
+const MIN_REMEMBER: Duration = Duration::from_secs(1);
+const MAX_REMEMBER: Duration = Duration::from_secs(60);
 
 impl LockClient {
     /// A builder to configure and connect a client.
@@ -438,6 +443,7 @@ impl LockClientBuilder {
             default_wait: self.default_wait,
             default_lease: self.default_lease,
             fencing: self.fencing,
+            remember_release: (self.response_timeout * 4).clamp(MIN_REMEMBER, MAX_REMEMBER),
         };
         Ok(LockClient::new(Inner::new(
             backend,
@@ -706,7 +712,7 @@ async fn preload(conn: &mut Conn) -> Result<(), LockError> {
         }
     };
     if conn.is_cluster() {
-        for source in SOURCES {
+        for source in sources() {
             let loaded: redis::RedisResult<redis::Value> = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(source)
@@ -723,12 +729,13 @@ async fn preload(conn: &mut Conn) -> Result<(), LockError> {
     }
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    for source in SOURCES {
+    let sources = sources();
+    for source in &sources {
         pipe.cmd("SCRIPT").arg("LOAD").arg(source);
     }
     pipe.cmd("CONFIG").arg("GET").arg("maxmemory-policy");
     let replies: Vec<redis::Value> = pipe.query_async(conn).await?;
-    for reply in replies.iter().take(SOURCES.len()) {
+    for reply in replies.iter().take(sources.len()) {
         if let redis::Value::ServerError(err) = reply {
             return Err(refused(redis::RedisError::from(err.clone())));
         }

@@ -10,6 +10,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::LockError;
 use crate::keys::LockKeys;
+use crate::owner::Owner;
 
 /// One chain's hold of one lock: shared by the guard of the first acquisition and
 /// the guards of every re-entry under the same owner.
@@ -19,7 +20,7 @@ pub(crate) struct Hold {
     pub(crate) client_id: u64,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) display: Arc<str>,
-    pub(crate) owner: Arc<str>,
+    pub(crate) owner: Arc<Owner>,
     pub(crate) fence: Option<u64>,
     pub(crate) lost: CancellationToken,
     state: Mutex<HoldState>,
@@ -45,7 +46,7 @@ impl Hold {
         id: u64,
         client_id: u64,
         keys: Arc<LockKeys>,
-        owner: Arc<str>,
+        owner: Arc<Owner>,
         fence: Option<u64>,
         state: HoldState,
     ) -> Self {

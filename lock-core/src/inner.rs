@@ -11,6 +11,7 @@ use tokio_util::sync::DropGuard;
 use crate::backend::Backend;
 use crate::error::LockError;
 use crate::keys::LockKeys;
+use crate::owner::Owner;
 use crate::scripts::Scripts;
 use crate::subscriber::Subscriber;
 use crate::watchdog::Watchdog;
@@ -27,6 +28,9 @@ pub(crate) struct Config {
     pub(crate) default_wait: Duration,
     pub(crate) default_lease: Duration,
     pub(crate) fencing: bool,
+    /// How long a final release is remembered for its retry (`release.lua`'s
+    /// ARGV[6]): well past the response timeout, after which a retry is sent.
+    pub(crate) remember_release: Duration,
 }
 
 /// One client's connections, scripts, background tasks and id counters.
@@ -39,7 +43,6 @@ pub(crate) struct Inner {
     pub(crate) scripts: Arc<Scripts>,
     pub(crate) config: Config,
     owners: AtomicU64,
-    attempts: AtomicU64,
     holds: AtomicU64,
     pub(crate) subscriber: Subscriber,
     pub(crate) watchdog: Watchdog,
@@ -63,7 +66,6 @@ impl Inner {
             scripts,
             config,
             owners: AtomicU64::new(0),
-            attempts: AtomicU64::new(0),
             holds: AtomicU64::new(0),
             subscriber,
             watchdog,
@@ -77,14 +79,9 @@ impl Inner {
     }
 
     /// A fresh, unguessable owner id: `<client uuid>:<counter>`.
-    pub(crate) fn next_owner(&self) -> Arc<str> {
+    pub(crate) fn next_owner(&self) -> Arc<Owner> {
         let n = self.owners.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{n}", self.uuid).into()
-    }
-
-    /// A fresh attempt id, for the scripts' replay detection.
-    pub(crate) fn next_attempt(&self) -> u64 {
-        self.attempts.fetch_add(1, Ordering::Relaxed)
+        Owner::new(format!("{}:{n}", self.uuid).into())
     }
 
     /// A fresh hold id, the watchdog's key.

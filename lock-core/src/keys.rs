@@ -15,7 +15,8 @@ pub const MAX_NAMESPACE_LEN: usize = 128;
 /// cluster slot.
 ///
 /// For the lock name `N` in namespace `ns`: the hash `ns:{N}`, the fencing counter
-/// `ns:{N}:fence` and the channel `ns:{N}:released`. Inside the tag, `%`, `{` and `}`
+/// `ns:{N}:fence`, the channel `ns:{N}:released`, and `ns:{N}:freed`, which remembers
+/// the last final release for a short while (so that its retry knows it applied). Inside the tag, `%`, `{` and `}`
 /// are written `%25`, `%7B` and `%7D`, so the tag always ends where it should and is
 /// never empty, and two names never share keys.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -24,6 +25,7 @@ pub(crate) struct LockKeys {
     pub(crate) lock: Vec<u8>,
     pub(crate) fence: Vec<u8>,
     pub(crate) channel: Vec<u8>,
+    pub(crate) freed: Vec<u8>,
 }
 
 impl LockKeys {
@@ -61,11 +63,15 @@ impl LockKeys {
         let mut channel = Vec::with_capacity(lock.len() + 9);
         channel.extend_from_slice(&lock);
         channel.extend_from_slice(b":released");
+        let mut freed = Vec::with_capacity(lock.len() + 6);
+        freed.extend_from_slice(&lock);
+        freed.extend_from_slice(b":freed");
         Ok(Self {
             name: Arc::from(name),
             lock,
             fence,
             channel,
+            freed,
         })
     }
 
@@ -111,6 +117,7 @@ mod tests {
         assert_eq!(keys.lock, b"ns:{order:%7B42%7D}");
         assert_eq!(keys.fence, b"ns:{order:%7B42%7D}:fence");
         assert_eq!(keys.channel, b"ns:{order:%7B42%7D}:released");
+        assert_eq!(keys.freed, b"ns:{order:%7B42%7D}:freed");
     }
 
     #[test]

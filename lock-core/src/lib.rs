@@ -25,6 +25,7 @@
 //! | 1 | `scripts.rs` | the Lua scripts, and their replies decoded into types, once |
 //! | 1 | `detach.rs` | `Detached` (a request finished in the background when its caller goes away), `spawn` |
 //! | 2 | `keys.rs` | a lock name's Redis keys and channel; [`MAX_NAME_LEN`], [`MAX_NAMESPACE_LEN`] |
+//! | 2 | `owner.rs` | owner ids and the numbering of their operations (exactly-once replay detection) |
 //! | 2 | `lease.rs` | [`MIN_LEASE`], [`MAX_LEASE`], [`MIN_WATCHDOG_LEASE`], clock drift and validity |
 //! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `url.rs` URLs; `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
 //! | 3 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
@@ -62,6 +63,7 @@ mod hold;
 mod inner;
 mod keys;
 mod lease;
+mod owner;
 mod release;
 mod renew;
 mod request;

@@ -2,8 +2,10 @@
 //! that no guard will own (an abandoned or late acquire), a Redlock node's grant
 //! of an attempt that missed the majority. Each case has one function here; all of
 //! them go through one release round trip ([`round_trip`]), which runs
-//! `release.lua` on every node, retried once with the same attempt id after a lost
-//! reply, and combines the answers by the majority rules.
+//! `release.lua` on every node, retried once under the same operation number after
+//! a lost reply, and combines the answers by the majority rules. The script applies
+//! each numbered release at most once and, after the final one, remembers it for a
+//! while, so a retry says `Released` only when the release was applied.
 
 use std::sync::Arc;
 
@@ -16,6 +18,7 @@ use crate::faults::{self, Fault};
 use crate::hold::Hold;
 use crate::inner::Inner;
 use crate::keys::LockKeys;
+use crate::owner::Owner;
 use crate::scripts::{unexpected_reply, ReleaseReply, Scripts};
 
 /// [`LockGuard::unlock`](crate::LockGuard::unlock): gives back one hold of `hold`,
@@ -66,7 +69,12 @@ pub(crate) fn on_drop(inner: &Arc<Inner>, hold: Arc<Hold>) {
 /// Gives back one hold of `owner` that no guard owns (an abandoned attempt's grant,
 /// or one refused after it was granted), waiting for the answer; a failure is
 /// logged and left to the lease.
-pub(crate) async fn give_back(inner: &Arc<Inner>, keys: &LockKeys, owner: &str, lease_ms: u64) {
+pub(crate) async fn give_back(
+    inner: &Arc<Inner>,
+    keys: &LockKeys,
+    owner: &Arc<Owner>,
+    lease_ms: u64,
+) {
     if let Err(err) = round_trip(inner, keys, owner, lease_ms).await {
         tracing::debug!(error = %err, "distlock: could not give back an abandoned hold; its lease will end it");
     }
@@ -76,7 +84,7 @@ pub(crate) async fn give_back(inner: &Arc<Inner>, keys: &LockKeys, owner: &str, 
 pub(crate) fn give_back_later(
     inner: &Arc<Inner>,
     keys: Arc<LockKeys>,
-    owner: Arc<str>,
+    owner: Arc<Owner>,
     lease_ms: u64,
 ) {
     let inner = inner.clone();
@@ -91,22 +99,21 @@ pub(crate) async fn give_back_node(
     inner: &Inner,
     conn: Conn,
     keys: &LockKeys,
-    owner: &str,
+    owner: &Arc<Owner>,
     lease_ms: u64,
 ) {
-    let attempt = inner.next_attempt();
-    let publish = inner.backend.publish_command();
-    let keys = [keys.lock.clone(), keys.channel.clone()];
-    let result = on_node(
-        conn,
-        inner.scripts.clone(),
-        keys,
-        owner.to_owned(),
+    let op = owner.op();
+    let release = Release {
+        scripts: inner.scripts.clone(),
+        keys: [keys.lock.clone(), keys.channel.clone(), keys.freed.clone()],
+        owner: owner.id().to_owned(),
         lease_ms,
-        attempt,
-        publish,
-    )
-    .await;
+        seq: op.seq(),
+        floor: op.floor(),
+        publish: inner.backend.publish_command(),
+        remember_ms: remember_ms(inner),
+    };
+    let result = release.on_node(conn).await;
     if let Err(err) = result {
         tracing::debug!(error = %err, "distlock: could not give back a Redlock node's grant; its lease will end it");
     }
@@ -118,13 +125,13 @@ async fn release_hold(inner: Arc<Inner>, hold: Arc<Hold>) -> Result<ReleaseReply
     round_trip(&inner, &hold.keys, &hold.owner, lease_ms).await
 }
 
-/// One release on every node, each retried once with the same attempt id when the
-/// reply was lost (the script recognises a replay and does not apply it twice),
-/// combined by the majority rules.
+/// One release on every node, each retried once under the same number when the
+/// reply was lost (the script applies it at most once), combined by the majority
+/// rules.
 async fn round_trip(
     inner: &Inner,
     keys: &LockKeys,
-    owner: &str,
+    owner: &Arc<Owner>,
     lease_ms: u64,
 ) -> Result<ReleaseReply, LockError> {
     let span = tracing::debug_span!(
@@ -132,34 +139,31 @@ async fn round_trip(
         lock.name = %keys.display(),
         lock.hold_count = tracing::field::Empty,
     );
-    let attempt = inner.next_attempt();
-    let holder;
-    let owner = if faults::active(Fault::ReleaseWithoutOwnerCheck) {
-        holder = current_holder(inner, keys)
+    // Pending until every node answered (or the retry failed).
+    let op = owner.op();
+    let id = if faults::active(Fault::ReleaseWithoutOwnerCheck) {
+        current_holder(inner, keys)
             .await
-            .unwrap_or_else(|| owner.to_owned());
-        holder.as_str()
+            .unwrap_or_else(|| owner.id().to_owned())
     } else {
-        owner
+        owner.id().to_owned()
     };
-    let scripts = inner.scripts.clone();
-    let publish = inner.backend.publish_command();
-    let (lock, channel, owner) = (keys.lock.clone(), keys.channel.clone(), owner.to_owned());
+    let release = Release {
+        scripts: inner.scripts.clone(),
+        keys: [keys.lock.clone(), keys.channel.clone(), keys.freed.clone()],
+        owner: id,
+        lease_ms,
+        seq: op.seq(),
+        floor: op.floor(),
+        publish: inner.backend.publish_command(),
+        remember_ms: remember_ms(inner),
+    };
     let replies = inner
         .backend
-        .each(|conn| {
-            on_node(
-                conn,
-                scripts.clone(),
-                [lock.clone(), channel.clone()],
-                owner.clone(),
-                lease_ms,
-                attempt,
-                publish,
-            )
-        })
+        .each(|conn| release.clone().on_node(conn))
         .instrument(span.clone())
         .await;
+    drop(op);
     let verdict = redlock::release(replies, inner.backend.quorum())?;
     if let ReleaseReply::Released { remaining } = verdict {
         span.record("lock.hold_count", remaining);
@@ -167,49 +171,63 @@ async fn round_trip(
     Ok(verdict)
 }
 
-/// One release on one node, retried once with the same attempt id when the reply
-/// was lost (the script recognises a replay and does not apply it twice).
-async fn on_node(
-    mut conn: Conn,
+/// How long `release.lua` remembers a final release, in ms.
+fn remember_ms(inner: &Inner) -> u64 {
+    inner.config.remember_release.as_millis() as u64
+}
+
+/// One numbered release of one owner, as `release.lua` takes it.
+#[derive(Clone)]
+struct Release {
     scripts: Arc<Scripts>,
-    [lock, channel]: [Vec<u8>; 2],
+    /// The lock hash, the release channel, the record of the last final release.
+    keys: [Vec<u8>; 3],
     owner: String,
     lease_ms: u64,
-    attempt: u64,
+    seq: u64,
+    floor: u64,
     publish: &'static str,
-) -> redis::RedisResult<ReleaseReply> {
-    let mut retried = false;
-    loop {
-        let result: redis::RedisResult<Vec<i64>> = scripts
-            .release
-            .key(&lock)
-            .key(&channel)
-            .arg(&owner)
-            .arg(lease_ms)
-            .arg(attempt)
-            .arg(publish)
-            .invoke_async(&mut conn)
-            .await;
-        match result {
-            Ok(reply) => {
-                let decoded = ReleaseReply::decode(&reply)
-                    .ok_or_else(|| unexpected_reply("release.lua", &reply))?;
-                // A replayed final release finds the lock gone: the first try freed it.
-                if retried && decoded == ReleaseReply::NotHeld {
-                    return Ok(ReleaseReply::Released { remaining: 0 });
+    remember_ms: u64,
+}
+
+impl Release {
+    /// The release on one node, retried once under the same number when the reply
+    /// was lost (the script applies it at most once, and recognises the final one
+    /// after the lock was freed), or when a demoted master refused it.
+    async fn on_node(self, mut conn: Conn) -> redis::RedisResult<ReleaseReply> {
+        let [lock, channel, freed] = &self.keys;
+        let mut retried = false;
+        loop {
+            let result: redis::RedisResult<Vec<i64>> = self
+                .scripts
+                .release
+                .key(lock)
+                .key(channel)
+                .key(freed)
+                .arg(&self.owner)
+                .arg(self.lease_ms)
+                .arg(self.seq)
+                .arg(self.floor)
+                .arg(self.publish)
+                .arg(self.remember_ms)
+                .invoke_async(&mut conn)
+                .await;
+            match result {
+                Ok(reply) => {
+                    return ReleaseReply::decode(&reply)
+                        .ok_or_else(|| unexpected_reply("release.lua", &reply));
                 }
-                return Ok(decoded);
+                // Lost reply (maybe applied: the script knows), or a demoted master
+                // that refused it (not applied; the connection moved on).
+                Err(err)
+                    if !retried
+                        && (outcome_unknown(&err) || err.code().is_some_and(is_failover_code)) =>
+                {
+                    tracing::debug!(error = %err, "distlock: release failed; retrying once");
+                    retried = true;
+                }
+                Err(err) => return Err(err),
             }
-            // Lost reply (maybe applied: the replay is recognised), or a demoted
-            // master that refused it (not applied; the connection moved on).
-            Err(err)
-                if !retried
-                    && (outcome_unknown(&err) || err.code().is_some_and(is_failover_code)) =>
-            {
-                tracing::debug!(error = %err, "distlock: release failed; retrying once");
-                retried = true;
-            }
-            Err(err) => return Err(err),
         }
     }
 }

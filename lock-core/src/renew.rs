@@ -101,7 +101,7 @@ async fn renew_pipeline<'a>(
             .arg(scripts.renew.get_hash())
             .arg(1)
             .arg(&hold.keys.lock)
-            .arg(&*hold.owner)
+            .arg(hold.owner.id())
             .arg(lease_ms);
     }
     if let Some((needed, timeout)) = acks {

@@ -8,7 +8,10 @@ use redis::Script;
 /// Every script a client runs; built once, so that their SHA1s are computed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
+    /// `acquire.lua` for a new acquisition: refused on a server out of memory.
     pub(crate) acquire: Script,
+    /// `acquire.lua` for a re-entry: `allow-oom`, since a re-entry creates nothing.
+    pub(crate) reenter: Script,
     pub(crate) release: Script,
     pub(crate) renew: Script,
     pub(crate) force_release: Script,
@@ -21,17 +24,32 @@ const RENEW: &str = include_str!("../../lua/renew.lua");
 const FORCE_RELEASE: &str = include_str!("../../lua/force_release.lua");
 const INSPECT: &str = include_str!("../../lua/inspect.lua");
 
+/// `acquire.lua` has no first line of its own: it runs under one of these two.
+const NEW_LOCK: &str = "#!lua\n";
+const REENTRY: &str = "#!lua flags=allow-oom\n";
+
 /// The source of every script, for loading them ahead of use.
-pub(crate) const SOURCES: [&str; 5] = [ACQUIRE, RELEASE, RENEW, FORCE_RELEASE, INSPECT];
+pub(crate) fn sources() -> [String; 6] {
+    [
+        format!("{NEW_LOCK}{ACQUIRE}"),
+        format!("{REENTRY}{ACQUIRE}"),
+        RELEASE.to_owned(),
+        RENEW.to_owned(),
+        FORCE_RELEASE.to_owned(),
+        INSPECT.to_owned(),
+    ]
+}
 
 impl Scripts {
     pub(crate) fn new() -> Self {
+        let [acquire, reenter, release, renew, force_release, inspect] = sources();
         Self {
-            acquire: Script::new(ACQUIRE),
-            release: Script::new(RELEASE),
-            renew: Script::new(RENEW),
-            force_release: Script::new(FORCE_RELEASE),
-            inspect: Script::new(INSPECT),
+            acquire: Script::new(&acquire),
+            reenter: Script::new(&reenter),
+            release: Script::new(&release),
+            renew: Script::new(&renew),
+            force_release: Script::new(&force_release),
+            inspect: Script::new(&inspect),
         }
     }
 }

@@ -271,7 +271,7 @@ mod tests {
             7,
             1,
             keys,
-            "owner".into(),
+            crate::owner::Owner::new("owner".into()),
             None,
             HoldState {
                 guards: 1,
