@@ -1,0 +1,605 @@
+//! The scripts at their edges: lock hashes that distlock did not write (a count, or
+//! `#floor` / `#fence`, that is not an integer), and a server out of memory.
+//!
+//! Self-contained: every helper lives in this file.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use distlock::{LockClient, LockError};
+use distlock_testkit::RedisServer;
+
+type Conn = redis::aio::MultiplexedConnection;
+
+/// A throwaway server on loopback.
+fn server() -> RedisServer {
+    RedisServer::start().expect("start redis-server")
+}
+
+/// A fenced client of `server` with a watchdog lease of `lease`.
+async fn client(server: &RedisServer, lease: Duration) -> LockClient {
+    LockClient::builder()
+        .url(server.url())
+        .fencing(true)
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// A plain connection to `server`.
+async fn conn(server: &RedisServer) -> Conn {
+    redis::Client::open(server.url())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// `DUMP` of every key on the server, by name, and whether it has an expiry: equal
+/// dumps, nothing written.
+async fn dump_all(conn: &mut Conn) -> HashMap<Vec<u8>, (Vec<u8>, bool)> {
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(conn)
+        .await
+        .expect("KEYS");
+    let mut dumps = HashMap::new();
+    for key in keys {
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .expect("DUMP");
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .expect("PTTL");
+        dumps.insert(key, (dump, pttl >= 0));
+    }
+    dumps
+}
+
+/// The Redis key of lock `name` in the default namespace.
+fn lock_key(name: &str) -> String {
+    format!("distlock:{{{name}}}")
+}
+
+/// The owner field of a held lock `name` (the one field not starting with `#`).
+fn owner_of(server: &RedisServer, name: &str) -> String {
+    let fields = server.cmd(&["HKEYS", &lock_key(name)]).expect("HKEYS");
+    let owners: Vec<&str> = fields.lines().filter(|f| !f.starts_with('#')).collect();
+    assert_eq!(owners.len(), 1, "one owner in {fields:?}");
+    owners[0].to_owned()
+}
+
+/// The hold count of the one owner of lock `name`, as Redis stores it.
+fn redis_count(server: &RedisServer, name: &str) -> u64 {
+    let owner = owner_of(server, name);
+    let count = server
+        .cmd(&["HGET", &lock_key(name), &owner])
+        .expect("HGET");
+    count.parse().expect("an integer count")
+}
+
+/// One of the scripts of `lua/`, as the client sends it (`acquire.lua` under the
+/// first line of a new lock; `reenter`: under the re-entry's, `allow-oom`).
+fn script(name: &str) -> redis::Script {
+    let acquire = include_str!("../lua/acquire.lua");
+    let source = match name {
+        "acquire" => format!("#!lua\n{acquire}"),
+        "reenter" => format!("#!lua flags=allow-oom\n{acquire}"),
+        "release" => include_str!("../lua/release.lua").to_owned(),
+        "renew" => include_str!("../lua/renew.lua").to_owned(),
+        "inspect" => include_str!("../lua/inspect.lua").to_owned(),
+        other => panic!("no script {other}"),
+    };
+    redis::Script::new(&source)
+}
+
+/// Runs `acquire.lua` for lock `name` (KEYS and ARGV as its header says).
+async fn run_acquire(
+    conn: &mut Conn,
+    name: &str,
+    owner: &str,
+    attempt: u64,
+    reentry: bool,
+) -> redis::RedisResult<Vec<i64>> {
+    run_acquire_fenced(conn, name, owner, attempt, reentry, false).await
+}
+
+/// Runs `acquire.lua` for lock `name`, asking for a fencing token when `fencing`.
+async fn run_acquire_fenced(
+    conn: &mut Conn,
+    name: &str,
+    owner: &str,
+    attempt: u64,
+    reentry: bool,
+    fencing: bool,
+) -> redis::RedisResult<Vec<i64>> {
+    script(if reentry { "reenter" } else { "acquire" })
+        .key(lock_key(name))
+        .key(format!("{}:fence", lock_key(name)))
+        .arg(owner)
+        .arg(10_000)
+        .arg(u8::from(fencing))
+        .arg(attempt)
+        .arg(0)
+        .arg(u8::from(reentry))
+        .invoke_async(conn)
+        .await
+}
+
+/// Runs `release.lua` for lock `name`.
+async fn run_release(
+    conn: &mut Conn,
+    name: &str,
+    owner: &str,
+    attempt: u64,
+) -> redis::RedisResult<Vec<i64>> {
+    script("release")
+        .key(lock_key(name))
+        .key(format!("{}:released", lock_key(name)))
+        .key(format!("{}:freed", lock_key(name)))
+        .arg(owner)
+        .arg(10_000)
+        .arg(attempt)
+        .arg(0)
+        .arg("PUBLISH")
+        .arg(2_000)
+        .invoke_async(conn)
+        .await
+}
+
+/// Runs `renew.lua` for lock `name` with a lease of 60 s.
+async fn run_renew(conn: &mut Conn, name: &str, owner: &str) -> redis::RedisResult<i64> {
+    script("renew")
+        .key(lock_key(name))
+        .arg(owner)
+        .arg(60_000)
+        .invoke_async(conn)
+        .await
+}
+
+/// Writes the lock hash of `name` as `fields` (pairs), with a 10 s expiry.
+fn write_hash(server: &RedisServer, name: &str, fields: &[(&str, &str)]) {
+    let key = lock_key(name);
+    let _ = server.cmd(&["DEL", &key]);
+    let mut args = vec!["HSET", key.as_str()];
+    for (field, value) in fields {
+        args.push(field);
+        args.push(value);
+    }
+    server.cmd(&args).expect("HSET");
+    server.cmd(&["PEXPIRE", &key, "10000"]).expect("PEXPIRE");
+}
+
+/// Counts that are not integers as `HINCRBY` reads one.
+const NOT_INTEGERS: [&str; 6] = ["abc", "1.5", " 1", "007", "", "1e3"];
+
+fn is_conflict(err: &LockError) -> bool {
+    matches!(err, LockError::KeyConflict { .. })
+}
+
+// A lock hash whose count, `#floor` or `#fence` is not an integer: a conflict to
+// every script, and never written to.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_on_a_non_integer_count_is_a_key_conflict_and_writes_nothing() {
+    let server = server();
+    let locks = client(&server, Duration::from_secs(30)).await;
+    let mut conn = conn(&server).await;
+    let guard = locks.lock("count").await.expect("lock");
+    let owner = owner_of(&server, "count");
+    server
+        .cmd(&["HSET", &lock_key("count"), &owner, "abc"])
+        .expect("HSET");
+    let before = dump_all(&mut conn).await;
+    let reentry = guard.scope(async { locks.lock("count").await }).await;
+    let err = reentry.expect_err("a re-entry on a count that is not an integer");
+    assert!(is_conflict(&err), "{err:?}");
+    assert_eq!(dump_all(&mut conn).await, before, "the re-entry wrote");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_answers_a_conflict_for_every_non_integer_field_and_writes_nothing() {
+    let server = server();
+    let mut conn = conn(&server).await;
+    for value in NOT_INTEGERS {
+        let cases: [(&str, [(&str, &str); 3]); 3] = [
+            ("count", [("o", value), ("#floor", "7"), ("#fence", "0")]),
+            ("op", [("o", "1"), ("#floor", value), ("#fence", "0")]),
+            ("fence", [("o", "1"), ("#floor", "7"), ("#fence", value)]),
+        ];
+        for (field, hash) in cases {
+            write_hash(&server, "edge", &hash);
+            let before = dump_all(&mut conn).await;
+            // A replay (attempt 7 applied), a re-entry, an ordinary acquire by its
+            // owner and one by another owner.
+            for (owner, attempt, reentry) in [
+                ("o", 7, true),
+                ("o", 8, true),
+                ("o", 8, false),
+                ("p", 8, false),
+            ] {
+                let reply = run_acquire(&mut conn, "edge", owner, attempt, reentry).await;
+                assert_eq!(
+                    reply.as_deref().ok(),
+                    Some(&[-2][..]),
+                    "{field} = {value:?}, owner {owner}, attempt {attempt}, re-entry {reentry}: {reply:?}"
+                );
+            }
+            assert_eq!(dump_all(&mut conn).await, before, "{field} = {value:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_owner_of_a_hash_with_a_non_integer_count_gets_a_key_conflict() {
+    let server = server();
+    let locks = client(&server, Duration::from_secs(30)).await;
+    let mut conn = conn(&server).await;
+    // Without a TTL, as a foreign writer would leave it.
+    server
+        .cmd(&["HSET", &lock_key("foreign"), "someone", "abc"])
+        .expect("HSET");
+    let before = dump_all(&mut conn).await;
+    let result = locks.lock("foreign").wait(Duration::from_millis(300)).await;
+    let err = result.expect_err("a hash distlock did not write");
+    assert!(is_conflict(&err), "{err:?}");
+    assert_eq!(dump_all(&mut conn).await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_answers_a_conflict_for_every_non_integer_field_and_writes_nothing() {
+    let server = server();
+    let mut conn = conn(&server).await;
+    for value in NOT_INTEGERS {
+        // A count of 2 would be decremented, a count of 1 would free the lock: each
+        // field spoiled in turn, with both counts.
+        for count in ["1", "2"] {
+            let cases: [(&str, [(&str, &str); 3]); 3] = [
+                ("count", [("o", value), ("#floor", "7"), ("#fence", "0")]),
+                ("op", [("o", count), ("#floor", value), ("#fence", "0")]),
+                ("fence", [("o", count), ("#floor", "7"), ("#fence", value)]),
+            ];
+            for (field, hash) in cases {
+                write_hash(&server, "edge", &hash);
+                let before = dump_all(&mut conn).await;
+                for attempt in [7, 8] {
+                    let reply = run_release(&mut conn, "edge", "o", attempt).await;
+                    assert_eq!(
+                        reply.as_deref().ok(),
+                        Some(&[-2][..]),
+                        "{field} = {value:?}, count {count}, attempt {attempt}: {reply:?}"
+                    );
+                }
+                assert_eq!(dump_all(&mut conn).await, before, "{field} = {value:?}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlocking_a_non_integer_count_is_a_key_conflict_and_writes_nothing() {
+    let server = server();
+    let locks = client(&server, Duration::from_secs(30)).await;
+    let mut conn = conn(&server).await;
+    let guard = locks.lock("count").await.expect("lock");
+    let owner = owner_of(&server, "count");
+    server
+        .cmd(&["HSET", &lock_key("count"), &owner, "abc"])
+        .expect("HSET");
+    let before = dump_all(&mut conn).await;
+    let err = guard.unlock().await.expect_err("unlock");
+    assert!(is_conflict(&err), "{err:?}");
+    assert_eq!(dump_all(&mut conn).await, before, "the release wrote");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_does_not_renew_a_non_integer_field() {
+    let server = server();
+    let mut conn = conn(&server).await;
+    for value in NOT_INTEGERS {
+        let cases: [(&str, [(&str, &str); 3]); 3] = [
+            ("count", [("o", value), ("#floor", "7"), ("#fence", "0")]),
+            ("op", [("o", "1"), ("#floor", value), ("#fence", "0")]),
+            ("fence", [("o", "1"), ("#floor", "7"), ("#fence", value)]),
+        ];
+        for (field, hash) in cases {
+            write_hash(&server, "edge", &hash);
+            let reply = run_renew(&mut conn, "edge", "o").await;
+            assert_eq!(reply.ok(), Some(0), "{field} = {value:?}");
+            let pttl: i64 = server
+                .cmd(&["PTTL", &lock_key("edge")])
+                .expect("PTTL")
+                .parse()
+                .expect("a number");
+            assert!(
+                (0..=10_000).contains(&pttl),
+                "{field} = {value:?}: renewed to {pttl} ms"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_reports_a_non_integer_count_as_lost_and_stops_renewing() {
+    let lease = Duration::from_millis(300);
+    let server = server();
+    let locks = client(&server, lease).await;
+    let guard = locks.lock("count").await.expect("lock");
+    let owner = owner_of(&server, "count");
+    server
+        .cmd(&["HSET", &lock_key("count"), &owner, "abc"])
+        .expect("HSET");
+    let lost = tokio::time::timeout(lease * 2, guard.lost()).await;
+    assert!(lost.is_ok(), "still believed held after two leases");
+    // Not renewed: the hash ends with the lease it had.
+    tokio::time::sleep(lease).await;
+    let exists = server.cmd(&["EXISTS", &lock_key("count")]).expect("EXISTS");
+    assert_eq!(exists, "0", "the watchdog kept renewing it");
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reads_a_non_integer_field_as_a_conflict() {
+    let server = server();
+    let mut conn = conn(&server).await;
+    for value in NOT_INTEGERS {
+        let cases: [(&str, [(&str, &str); 3]); 3] = [
+            ("count", [("o", value), ("#floor", "7"), ("#fence", "0")]),
+            ("op", [("o", "1"), ("#floor", value), ("#fence", "0")]),
+            ("fence", [("o", "1"), ("#floor", "7"), ("#fence", value)]),
+        ];
+        for (field, hash) in cases {
+            write_hash(&server, "edge", &hash);
+            let reply: redis::RedisResult<Vec<i64>> = script("inspect")
+                .key(lock_key("edge"))
+                .key(format!("{}:fence", lock_key("edge")))
+                .invoke_async(&mut conn)
+                .await;
+            assert_eq!(
+                reply.as_deref().ok(),
+                Some(&[-2][..]),
+                "{field} = {value:?}: {reply:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_counter_that_is_not_a_counter_is_a_conflict_and_stays_untouched() {
+    let server = server();
+    let mut conn = conn(&server).await;
+    let fence = format!("{}:fence", lock_key("edge"));
+    for value in NOT_INTEGERS.into_iter().chain(["-3"]) {
+        server.cmd(&["SET", &fence, value]).expect("SET");
+        let before = dump_all(&mut conn).await;
+        let reply = run_acquire_fenced(&mut conn, "edge", "o", 1, false, true).await;
+        assert_eq!(
+            reply.as_deref().ok(),
+            Some(&[-2][..]),
+            "acquire, fence {value:?}: {reply:?}"
+        );
+        let reply: redis::RedisResult<Vec<i64>> = script("inspect")
+            .key(lock_key("edge"))
+            .key(&fence)
+            .invoke_async(&mut conn)
+            .await;
+        assert_eq!(
+            reply.as_deref().ok(),
+            Some(&[-2][..]),
+            "inspect, fence {value:?}: {reply:?}"
+        );
+        assert_eq!(dump_all(&mut conn).await, before, "fence {value:?}");
+    }
+}
+
+// Under `maxmemory` with `noeviction`: a re-entry goes through (it creates no key),
+// a new lock is refused with the OOM error, as before.
+
+/// A server under `noeviction` that is over its `maxmemory`: 3 MiB of keys without
+/// a TTL, then `maxmemory` lowered to 1 MiB.
+fn out_of_memory(server: &RedisServer) {
+    let value = "x".repeat(64 * 1024);
+    for n in 0..48 {
+        server
+            .cmd(&["SET", &format!("filler:{n}"), &value])
+            .expect("SET filler");
+    }
+    server
+        .cmd(&["CONFIG", "SET", "maxmemory", "1mb"])
+        .expect("CONFIG SET maxmemory");
+    let refused = server
+        .cmd(&["SET", "probe", "1"])
+        .expect_err("the server is out of memory");
+    assert!(refused.to_string().contains("OOM"), "{refused}");
+}
+
+fn noeviction_server() -> RedisServer {
+    RedisServer::builder()
+        .args(["--maxmemory-policy", "noeviction"])
+        .start()
+        .expect("start redis-server")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_oom_a_held_lock_reenters() {
+    let server = noeviction_server();
+    let locks = client(&server, Duration::from_secs(30)).await;
+    let guard = locks.lock("held").await.expect("lock before OOM");
+    out_of_memory(&server);
+    guard
+        .scope(async {
+            let inner = locks
+                .lock("held")
+                .await
+                .expect("a re-entry under OOM creates no key");
+            assert_eq!(inner.hold_count(), 2);
+            assert_eq!(redis_count(&server, "held"), 2);
+            inner.unlock().await.expect("release the re-entry");
+        })
+        .await;
+    assert_eq!(redis_count(&server, "held"), 1);
+    guard.unlock().await.expect("release under OOM");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_oom_a_new_lock_is_refused_with_the_oom_error_and_creates_nothing() {
+    let server = noeviction_server();
+    let locks = client(&server, Duration::from_secs(30)).await;
+    let mut conn = conn(&server).await;
+    let guard = locks.lock("held").await.expect("lock before OOM");
+    out_of_memory(&server);
+    let before = dump_all(&mut conn).await;
+    let oom = |what: &str, result: Result<(), LockError>| {
+        // The error every write gets from a full server under `noeviction`.
+        match result.expect_err(what) {
+            LockError::Redis(err) => {
+                assert_eq!(err.code(), Some("OOM"), "{what}: {err}");
+                assert!(
+                    err.to_string()
+                        .contains("command not allowed when used memory > 'maxmemory'"),
+                    "{what}: {err}"
+                );
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    };
+    let fresh = locks.lock("new").wait(Duration::ZERO).await.map(drop);
+    oom("a new lock", fresh);
+    let tried = locks.try_lock("new").await.map(drop);
+    oom("a try_lock", tried);
+    // A new name acquired while another lock is held is a new lock, not a re-entry.
+    let nested = guard
+        .scope(async { locks.lock("other").wait(Duration::ZERO).await })
+        .await
+        .map(drop);
+    oom("a nested new lock", nested);
+    assert_eq!(dump_all(&mut conn).await, before, "a write under OOM");
+    for key in ["distlock:{new}", "distlock:{new}:fence", "distlock:{other}"] {
+        assert_eq!(server.cmd(&["EXISTS", key]).expect("EXISTS"), "0", "{key}");
+    }
+    guard.unlock().await.expect("release under OOM");
+}
+
+/// A new acquisition runs under `#!lua` and is refused as a whole on a full server
+/// (busy or free: it would add data if it found the lock free); a re-entry runs
+/// under `allow-oom` and goes through, writing only the count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_oom_the_acquire_script_writes_only_on_a_reentry() {
+    let server = noeviction_server();
+    let mut conn = conn(&server).await;
+    write_hash(
+        &server,
+        "held",
+        &[("o", "1"), ("#floor", "7"), ("#fence", "0")],
+    );
+    out_of_memory(&server);
+    let before = dump_all(&mut conn).await;
+    // Another owner's new acquisition: refused; a replay: its answer again; neither
+    // writes.
+    let busy = run_acquire(&mut conn, "held", "p", 8, false).await;
+    let err = busy.expect_err("a new acquisition under OOM");
+    assert_eq!(err.code(), Some("OOM"), "{err}");
+    let replay = run_acquire(&mut conn, "held", "o", 7, true).await;
+    assert_eq!(replay.as_deref().ok(), Some(&[1, 1, 0][..]), "{replay:?}");
+    // A free name: refused, with the server's own error.
+    let fresh = run_acquire(&mut conn, "fresh", "o", 9, false).await;
+    let err = fresh.expect_err("a new lock under OOM");
+    assert_eq!(err.code(), Some("OOM"), "{err}");
+    assert_eq!(dump_all(&mut conn).await, before, "a write under OOM");
+    // The owner re-enters.
+    let again = run_acquire(&mut conn, "held", "o", 10, true).await;
+    assert_eq!(again.as_deref().ok(), Some(&[1, 2, 0][..]), "{again:?}");
+    let more = run_acquire(&mut conn, "held", "o", 11, true).await;
+    assert_eq!(more.as_deref().ok(), Some(&[1, 3, 0][..]), "{more:?}");
+}
+
+/// The remaining lease of lock `name` in ms (-1: no expiry, -2: no key).
+fn pttl(server: &RedisServer, name: &str) -> i64 {
+    server
+        .cmd(&["PTTL", &lock_key(name)])
+        .expect("PTTL")
+        .parse()
+        .expect("a number")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acquire_answers_that_create_nothing_leave_every_expiry_alone() {
+    let server = server();
+    let mut conn = conn(&server).await;
+    // A lock with a lease, and one without (as a foreign writer would leave it).
+    write_hash(
+        &server,
+        "leased",
+        &[("o", "1"), ("#floor", "7"), ("#fence", "0")],
+    );
+    server
+        .cmd(&["HSET", &lock_key("forever"), "o", "1"])
+        .expect("HSET");
+    server.cmd(&["SET", &lock_key("string"), "x"]).expect("SET");
+    let before = dump_all(&mut conn).await;
+    for (what, name, owner, attempt, reentry, expected) in [
+        ("busy", "leased", "p", 8, false, vec![0]),
+        ("busy, no expiry", "forever", "p", 8, false, vec![0, -1]),
+        ("a replay", "leased", "o", 7, true, vec![1, 1, 0]),
+        ("a re-entry of a free lock", "free", "o", 8, true, vec![-1]),
+        ("another type", "string", "o", 8, false, vec![-2]),
+    ] {
+        let reply = run_acquire(&mut conn, name, owner, attempt, reentry).await;
+        let reply = reply.unwrap_or_else(|err| panic!("{what}: {err}"));
+        assert_eq!(&reply[..expected.len()], &expected[..], "{what}: {reply:?}");
+    }
+    assert_eq!(dump_all(&mut conn).await, before, "an answer wrote");
+    assert!(
+        (1..=10_000).contains(&pttl(&server, "leased")),
+        "{}",
+        pttl(&server, "leased")
+    );
+    assert_eq!(pttl(&server, "forever"), -1);
+    assert_eq!(pttl(&server, "string"), -1);
+    assert_eq!(pttl(&server, "free"), -2);
+}
+
+// The server refusals that a write brings stay as they were: a replica (a demoted
+// master) refuses every answer of acquire.lua, read-only ones too, so that the
+// client notices the failover.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_refuses_every_acquire_with_readonly() {
+    let master = server();
+    let port = master.port().to_string();
+    let replica = RedisServer::builder()
+        .args(["--replicaof", "127.0.0.1", port.as_str()])
+        .start()
+        .expect("start the replica");
+    write_hash(
+        &master,
+        "held",
+        &[("o", "1"), ("#floor", "7"), ("#fence", "0")],
+    );
+    let mut synced = false;
+    for _ in 0..500 {
+        if replica.cmd(&["EXISTS", &lock_key("held")]).ok().as_deref() == Some("1") {
+            synced = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(synced, "the replica did not get the lock");
+    let mut conn = conn(&replica).await;
+    for (what, name, owner, attempt, reentry) in [
+        ("busy", "held", "p", 8, false),
+        ("a replay", "held", "o", 7, true),
+        ("a re-entry", "held", "o", 8, true),
+        ("a re-entry of a free lock", "free", "o", 8, true),
+        ("a new lock", "free", "o", 8, false),
+    ] {
+        let reply = run_acquire(&mut conn, name, owner, attempt, reentry).await;
+        let err = reply.expect_err(what);
+        assert_eq!(err.code(), Some("READONLY"), "{what}: {err}");
+    }
+}
