@@ -307,3 +307,52 @@ async fn one_release_wakes_one_local_waiter_though_every_node_announces_it() {
         task.await.expect("waiter");
     }
 }
+
+/// Observed: a waiter that lost a split vote gave its minority grants back, which
+/// published its owner id; when it later won and released, it published the same
+/// id, which the client's channel already kept among the releases it had heard,
+/// so nobody woke: the next waiter slept a whole lease. Now every release message
+/// is unique (owner and operation number).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_a_split_vote_still_wakes_the_next_waiter() {
+    let nodes: Vec<RedisServer> = distlock_testkit::start_many(3).expect("three servers");
+    let lease = Duration::from_secs(20);
+    let locks = redlock(&nodes, lease).await;
+    let key = support::lock_key("split");
+    // Two other owners hold one node each: every attempt gets one grant of three,
+    // gives it back, and tries again.
+    for (node, owner) in [(&nodes[1], "x"), (&nodes[2], "y")] {
+        node.cmd(&["HSET", &key, owner, "1"]).expect("HSET");
+        node.cmd(&["PEXPIRE", &key, "20000"]).expect("PEXPIRE");
+    }
+    let contend = |locks: LockClient| async move {
+        let guard = locks.lock("split").wait(Duration::from_secs(15)).await?;
+        let took = Instant::now();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        guard.unlock().await?;
+        Ok::<_, LockError>(took)
+    };
+    let first = tokio::spawn(contend(locks.clone()));
+    let second = tokio::spawn(contend(locks.clone()));
+    // Let both lose some split votes (each gives back, and its release is heard).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let grant_backs = support::command_calls(&nodes[0], "evalsha");
+    assert!(
+        grant_backs >= 4,
+        "{grant_backs} script calls: no split votes yet"
+    );
+    // The other owners go away without a word: the next attempt wins.
+    for node in &nodes[1..] {
+        node.cmd(&["DEL", &key]).expect("DEL");
+    }
+    let started = Instant::now();
+    let (a, b) = (first.await.expect("task"), second.await.expect("task"));
+    let (a, b) = (a.expect("first acquires"), b.expect("second acquires"));
+    let (early, late) = if a < b { (a, b) } else { (b, a) };
+    assert!(
+        late - early < Duration::from_secs(2),
+        "the second acquired {:?} after the first (held 100 ms; the lease is {lease:?})",
+        late - early
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
