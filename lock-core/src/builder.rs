@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
-use redis::{ConnectionInfo, ProtocolVersion};
+use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion};
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::sentinel::{NodeAuth, NodeOptions, SentinelConn};
+use crate::backend::tls;
 use crate::backend::url::{parse_url, parse_urls, redact, resp3};
 use crate::backend::{Backend, Conn, SubConn};
 use crate::client::LockClient;
@@ -416,6 +417,9 @@ impl LockClientBuilder {
     async fn connect_with(self, endpoints: Endpoints) -> Result<LockClient, LockError> {
         let shutdown = CancellationToken::new();
         let (push_tx, pushes) = mpsc::unbounded_channel();
+        if endpoints.use_tls(&self.sentinel_node) {
+            tls::ensure_provider();
+        }
         let (backend, sub_conn) = match endpoints {
             Endpoints::Single(info) => self.connect_single(info, push_tx).await?,
             Endpoints::Sentinel(sentinels, master_name) => {
@@ -694,6 +698,19 @@ enum Endpoints {
     Cluster(Vec<ConnectionInfo>),
     Sentinel(Vec<ConnectionInfo>, String),
     Redlock(Vec<ConnectionInfo>),
+}
+
+impl Endpoints {
+    /// Whether any connection of the deployment is TLS: a `rediss://` URL, or the
+    /// data nodes behind Sentinel with `sentinel_node_tls`.
+    fn use_tls(&self, sentinel_node: &NodeOptions) -> bool {
+        let tls = |info: &ConnectionInfo| matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+        match self {
+            Self::Single(info) => tls(info),
+            Self::Cluster(nodes) | Self::Redlock(nodes) => nodes.iter().any(tls),
+            Self::Sentinel(sentinels, _) => sentinel_node.tls || sentinels.iter().any(tls),
+        }
+    }
 }
 
 /// Loads every script (so the first lock needs no extra round trip) and warns when the

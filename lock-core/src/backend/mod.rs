@@ -7,6 +7,7 @@
 
 pub(crate) mod redlock;
 pub(crate) mod sentinel;
+pub(crate) mod tls;
 pub(crate) mod url;
 
 use std::future::Future;
