@@ -1,12 +1,14 @@
-//! `rediss://` in an application that links rustls with both crypto providers.
+//! `rediss://` in an application that links rustls with both crypto providers, and
+//! the TLS settings of the builder (`tls_root_ca`, `tls_client_cert`).
 //!
 //! This test binary's dev-dependency turns on rustls' `aws-lc-rs` feature beside
 //! distlock's `ring`, as reqwest, sqlx or the AWS SDK do in a real application:
-//! rustls can then no longer pick a process-level provider by itself. Each client
-//! runs in a child process (this binary again, one `#[ignore]`d test), so that what
-//! one test installs as the process default cannot help or hurt another. The
-//! certificates are made at test time (rcgen); the child trusts the CA through
-//! `SSL_CERT_FILE`.
+//! rustls can then no longer pick a process-level provider by itself. The provider
+//! tests run each client in a child process (this binary again, one `#[ignore]`d
+//! test), so that what one test installs as the process default cannot help or hurt
+//! another; the child trusts the CA through `SSL_CERT_FILE`. The tests of the
+//! certificate settings run in this process and trust nothing from the environment.
+//! Every certificate is made at test time (rcgen).
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -126,7 +128,9 @@ impl Certs {
         self.dir.join(name)
     }
 
-    /// Writes `ca.pem`, `server.pem` and `server.key` (for 127.0.0.1).
+    /// Writes `ca.pem`, `server.pem` and `server.key` (for 127.0.0.1), `client.pem`
+    /// and `client.key` signed by the same CA, and `other-ca.pem`, a CA that signed
+    /// none of them.
     fn make(&self) {
         let ca_key = KeyPair::generate().expect("CA key");
         let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
@@ -147,6 +151,27 @@ impl Certs {
             .expect("server certificate");
         std::fs::write(self.path("server.pem"), cert.pem()).expect("write cert");
         std::fs::write(self.path("server.key"), key.serialize_pem()).expect("write key");
+        let client_key = KeyPair::generate().expect("client key");
+        let mut client = CertificateParams::new(Vec::<String>::new()).expect("client params");
+        client
+            .distinguished_name
+            .push(DnType::CommonName, "distlock client");
+        let client = client
+            .signed_by(&client_key, &ca_cert, &ca_key)
+            .expect("client certificate");
+        std::fs::write(self.path("client.pem"), client.pem()).expect("write client cert");
+        std::fs::write(self.path("client.key"), client_key.serialize_pem())
+            .expect("write client key");
+        let other_key = KeyPair::generate().expect("other CA key");
+        let mut other = CertificateParams::new(Vec::<String>::new()).expect("other CA params");
+        other.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let other = other.self_signed(&other_key).expect("other CA");
+        std::fs::write(self.path("other-ca.pem"), other.pem()).expect("write other CA");
+    }
+
+    /// The contents of one of the files.
+    fn read(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.path(name)).expect("read a PEM file")
     }
 }
 
@@ -166,6 +191,13 @@ fn free_port() -> u16 {
 /// A redis-server that also listens with TLS (no client certificates) on the
 /// returned port.
 fn tls_server(certs: &Certs) -> (RedisServer, u16) {
+    tls_server_asking(certs, false)
+}
+
+/// A redis-server that also listens with TLS on the returned port, and with
+/// `client_certs` requires a client certificate signed by the CA.
+fn tls_server_asking(certs: &Certs, client_certs: bool) -> (RedisServer, u16) {
+    let auth_clients = if client_certs { "yes" } else { "no" };
     for _ in 0..5 {
         let port = free_port();
         let started = RedisServer::builder()
@@ -177,7 +209,7 @@ fn tls_server(certs: &Certs) -> (RedisServer, u16) {
             .arg(certs.path("server.key"))
             .arg("--tls-ca-cert-file")
             .arg(certs.path("ca.pem"))
-            .args(["--tls-auth-clients", "no"])
+            .args(["--tls-auth-clients", auth_clients])
             .start();
         match started {
             Ok(server) => return (server, port),
@@ -222,4 +254,96 @@ fn rediss_uses_the_provider_the_application_installed() {
         ["TLS_START provider=none", "TLS_OK provider=aws-lc-rs"],
         "the application's provider is kept, not replaced"
     );
+}
+
+/// Connects with `builder`, takes and releases a lock.
+async fn lock_once(builder: distlock::LockClientBuilder) -> Result<(), distlock::LockError> {
+    let locks = builder
+        .connect_timeout(Duration::from_secs(3))
+        .connect()
+        .await?;
+    let guard = locks.lock("tls-settings").await?;
+    guard.unlock().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_root_ca_given_to_the_builder_is_the_one_trusted() {
+    let certs = Certs::new("root-ca");
+    certs.make();
+    let (_server, port) = tls_server(&certs);
+    let url = format!("rediss://127.0.0.1:{port}/");
+
+    let trusted = lock_once(
+        LockClient::builder()
+            .url(&url)
+            .tls_root_ca(certs.read("ca.pem")),
+    )
+    .await;
+    assert!(trusted.is_ok(), "with the server's CA: {trusted:?}");
+
+    let other = lock_once(
+        LockClient::builder()
+            .url(&url)
+            .tls_root_ca(certs.read("other-ca.pem")),
+    )
+    .await
+    .expect_err("a CA that did not sign the server's certificate");
+    assert!(other.is_redis(), "{other}");
+    assert!(other.to_string().contains("certificate"), "{other}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented_to_a_server_that_requires_one() {
+    let certs = Certs::new("client-cert");
+    certs.make();
+    let (server, port) = tls_server_asking(&certs, true);
+    let url = format!("rediss://127.0.0.1:{port}/");
+    let builder = || {
+        LockClient::builder()
+            .url(&url)
+            .tls_root_ca(certs.read("ca.pem"))
+    };
+
+    let without = lock_once(builder()).await;
+    assert!(
+        without.as_ref().is_err_and(|err| err.is_redis()),
+        "a server that requires a client certificate refuses a client without one: {without:?}"
+    );
+    let with =
+        lock_once(builder().tls_client_cert(certs.read("client.pem"), certs.read("client.key")))
+            .await;
+    assert!(with.is_ok(), "with the client certificate: {with:?}");
+    assert_eq!(
+        server.cmd(&["DBSIZE"]).expect("DBSIZE"),
+        "0",
+        "nothing left held"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_nodes_behind_sentinel_are_verified_with_the_builders_root_ca() {
+    let certs = Certs::new("sentinel");
+    certs.make();
+    let group = distlock_testkit::SentinelGroup::start_tls(
+        "locks",
+        0,
+        1,
+        &certs.path("server.pem"),
+        &certs.path("server.key"),
+        &certs.path("ca.pem"),
+    )
+    .expect("a Sentinel group whose data nodes serve TLS");
+    let builder = |ca: &str| {
+        LockClient::builder()
+            .sentinel(group.sentinel_urls(), group.master_name())
+            .sentinel_node_tls(true)
+            .tls_root_ca(certs.read(ca))
+    };
+
+    let trusted = lock_once(builder("ca.pem")).await;
+    assert!(trusted.is_ok(), "with the data nodes' CA: {trusted:?}");
+    let other = lock_once(builder("other-ca.pem"))
+        .await
+        .expect_err("a CA that did not sign the data nodes' certificates");
+    assert!(other.to_string().contains("certificate"), "{other}");
 }

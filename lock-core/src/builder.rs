@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
-use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion};
+use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisResult, TlsCertificates};
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::sentinel::{NodeAuth, NodeOptions, SentinelConn};
-use crate::backend::tls;
+use crate::backend::tls::{self, TlsSettings};
 use crate::backend::url::{parse_url, parse_urls, redact, resp3};
 use crate::backend::{Backend, Conn, SubConn};
 use crate::client::LockClient;
@@ -67,6 +67,7 @@ pub struct LockClientBuilder {
     replicas: Option<(u32, Duration)>,
     redlock_node_timeout: Duration,
     sentinel_node: NodeOptions,
+    tls: TlsSettings,
 }
 
 impl Default for LockClientBuilder {
@@ -89,11 +90,20 @@ impl LockClientBuilder {
             replicas: None,
             redlock_node_timeout: Duration::from_millis(50),
             sentinel_node: NodeOptions::default(),
+            tls: TlsSettings::default(),
         }
     }
 
     /// The Redis server, as a URL: `redis://[user:password@]host:port[/db]`, or
     /// `rediss://` for TLS. Required.
+    ///
+    /// With `rediss://` the server's certificate is verified against the platform's
+    /// roots (which honour `SSL_CERT_FILE` and `SSL_CERT_DIR`), or against
+    /// [`tls_root_ca`](Self::tls_root_ca) when it is set, and must name the host of
+    /// the URL; see [`tls_client_cert`](Self::tls_client_cert) for servers that ask
+    /// for a client certificate. TLS uses the rustls crypto provider the application
+    /// installed before connecting, or else installs `ring` as the process default
+    /// (see the README's TLS paragraph).
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.target = Some(Target::Single(url.into()));
         self
@@ -201,7 +211,8 @@ impl LockClientBuilder {
 
     /// Whether the data nodes behind [`sentinel`](Self::sentinel) speak TLS, as a
     /// `rediss://` URL would: the certificate is verified against the platform's
-    /// roots (which honour `SSL_CERT_FILE`) and must name the address the Sentinels
+    /// roots (which honour `SSL_CERT_FILE`), or [`tls_root_ca`](Self::tls_root_ca)
+    /// when set, and must name the address the Sentinels
     /// announce (an IP address unless they announce hostnames). Default: off. Only
     /// with [`sentinel`](Self::sentinel); TLS to the Sentinels themselves is set by
     /// their URLs.
@@ -215,6 +226,75 @@ impl LockClientBuilder {
     /// [`sentinel`](Self::sentinel).
     pub fn sentinel_node_db(mut self, db: u32) -> Self {
         self.sentinel_node.db = db;
+        self
+    }
+
+    /// The certificate authority that signed the servers' certificates, as PEM (one
+    /// or more `-----BEGIN CERTIFICATE-----` blocks, e.g. the contents of `ca.pem`),
+    /// trusted instead of the platform's roots. Default: none, so the platform's
+    /// roots are used, which honour the `SSL_CERT_FILE` and `SSL_CERT_DIR`
+    /// environment variables.
+    ///
+    /// Applies to every TLS connection of the client: `rediss://` URLs (one server,
+    /// every cluster node, every Redlock master, the Sentinels) and the data nodes
+    /// behind Sentinel with [`sentinel_node_tls`](Self::sentinel_node_tls). Checked
+    /// before anything is dialed: PEM without a certificate, or that does not parse,
+    /// is refused with [`LockError::InvalidOption`], and so is this setting when no
+    /// connection uses TLS.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::LockClient;
+    ///
+    /// let locks = LockClient::builder()
+    ///     .url("rediss://10.0.0.5:6380")
+    ///     .tls_root_ca(std::fs::read("/etc/redis/tls/ca.pem")?)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_ca = Some(pem.into());
+        self
+    }
+
+    /// A client certificate (PEM: the certificate, then any intermediates) and its
+    /// private key (PEM), presented to servers that ask for one (redis-server's
+    /// `tls-auth-clients yes`). Default: none.
+    ///
+    /// Applies to the same connections as [`tls_root_ca`](Self::tls_root_ca).
+    /// Checked before anything is dialed: a certificate or key that does not parse,
+    /// or a key that does not belong to the certificate, is refused with
+    /// [`LockError::InvalidOption`], and so is this setting when no connection uses
+    /// TLS. The key never appears in `Debug` output or in messages.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::LockClient;
+    ///
+    /// let locks = LockClient::builder()
+    ///     .url("rediss://10.0.0.5:6380")
+    ///     .tls_root_ca(std::fs::read("/etc/redis/tls/ca.pem")?)
+    ///     .tls_client_cert(
+    ///         std::fs::read("/etc/redis/tls/client.pem")?,
+    ///         std::fs::read("/etc/redis/tls/client.key")?,
+    ///     )
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client_cert = Some((cert_pem.into(), key_pem.into()));
         self
     }
 
@@ -310,6 +390,20 @@ impl LockClientBuilder {
         check_replicas(self.replicas, self.response_timeout)?;
         check_timeouts(self.connect_timeout, self.response_timeout)?;
         self.validate_sentinel_node()?;
+        let endpoints = self.validate_target()?;
+        if self.tls.certificates()?.is_some() && !endpoints.use_tls(&self.sentinel_node) {
+            return Err(LockError::invalid_option(
+                self.tls.first_set_option().unwrap_or("tls_root_ca"),
+                "applies to TLS connections only, and none of the client's is one; use \
+                 `rediss://` URLs (or `.sentinel_node_tls(true)` for the data nodes behind \
+                 Sentinel), or leave the option out",
+            ));
+        }
+        Ok(endpoints)
+    }
+
+    /// Checks the target's URLs.
+    fn validate_target(&self) -> Result<Endpoints, LockError> {
         let target = self.target.as_ref().ok_or_else(|| {
             LockError::invalid_option(
                 "url",
@@ -420,14 +514,16 @@ impl LockClientBuilder {
         if endpoints.use_tls(&self.sentinel_node) {
             tls::ensure_provider();
         }
+        let certs = self.tls.certificates()?;
+        let endpoints = endpoints.with_certificates(certs.as_ref())?;
         let (backend, sub_conn) = match endpoints {
             Endpoints::Single(info) => self.connect_single(info, push_tx).await?,
             Endpoints::Sentinel(sentinels, master_name) => {
-                self.connect_sentinel(sentinels, &master_name, push_tx, &shutdown)
+                self.connect_sentinel(sentinels, &master_name, certs, push_tx, &shutdown)
                     .await?
             }
             Endpoints::Redlock(nodes) => self.connect_redlock(nodes, push_tx).await?,
-            Endpoints::Cluster(nodes) => self.connect_cluster(nodes, push_tx).await?,
+            Endpoints::Cluster(nodes) => self.connect_cluster(nodes, certs, push_tx).await?,
         };
         for conn in backend.nodes() {
             preload(&mut conn.clone()).await?;
@@ -503,13 +599,18 @@ impl LockClientBuilder {
         &self,
         sentinels: Vec<ConnectionInfo>,
         master_name: &str,
+        certs: Option<TlsCertificates>,
         push_tx: UnboundedSender<redis::PushInfo>,
         shutdown: &CancellationToken,
     ) -> Result<(Backend, SubConn), LockError> {
+        let nodes = NodeOptions {
+            certs,
+            ..self.sentinel_node.clone()
+        };
         let sentinel = SentinelConn::connect(
             sentinels,
             master_name,
-            &self.sentinel_node,
+            &nodes,
             push_tx,
             self.connect_timeout,
             self.response_timeout,
@@ -542,12 +643,17 @@ impl LockClientBuilder {
     async fn connect_cluster(
         &self,
         nodes: Vec<ConnectionInfo>,
+        certs: Option<TlsCertificates>,
         push_tx: UnboundedSender<redis::PushInfo>,
     ) -> Result<(Backend, SubConn), LockError> {
         let builder = |nodes: Vec<ConnectionInfo>| {
-            ClusterClientBuilder::new(nodes)
+            let builder = ClusterClientBuilder::new(nodes)
                 .connection_timeout(self.connect_timeout)
-                .response_timeout(self.response_timeout)
+                .response_timeout(self.response_timeout);
+            match &certs {
+                Some(certs) => builder.certs(certs.clone()),
+                None => builder,
+            }
         };
         let conn = builder(nodes.clone())
             .build()?
@@ -649,6 +755,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("replicas", &self.replicas)
             .field("redlock_node_timeout", &self.redlock_node_timeout)
             .field("sentinel_node", &self.sentinel_node)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -710,6 +817,23 @@ impl Endpoints {
             Self::Cluster(nodes) | Self::Redlock(nodes) => nodes.iter().any(tls),
             Self::Sentinel(sentinels, _) => sentinel_node.tls || sentinels.iter().any(tls),
         }
+    }
+
+    /// The endpoints with the certificates of `tls_root_ca` and `tls_client_cert` on
+    /// every TLS connection (the data nodes behind Sentinel get them when dialed).
+    fn with_certificates(self, certs: Option<&TlsCertificates>) -> RedisResult<Self> {
+        let each = |nodes: Vec<ConnectionInfo>| {
+            nodes
+                .into_iter()
+                .map(|info| tls::with_certificates(info, certs))
+                .collect::<RedisResult<Vec<_>>>()
+        };
+        Ok(match self {
+            Self::Single(info) => Self::Single(tls::with_certificates(info, certs)?),
+            Self::Cluster(nodes) => Self::Cluster(each(nodes)?),
+            Self::Redlock(nodes) => Self::Redlock(each(nodes)?),
+            Self::Sentinel(sentinels, name) => Self::Sentinel(each(sentinels)?, name),
+        })
     }
 }
 
@@ -863,6 +987,104 @@ mod tests {
             option_of(sentinel().sentinel_node_auth("", "pw").validate()),
             Some("sentinel_node_auth")
         );
+    }
+
+    /// A CA certificate, and a client certificate and key signed by it, as PEM.
+    fn test_pki() -> (String, String, String) {
+        let ca_key = rcgen::KeyPair::generate().expect("CA key");
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).expect("CA");
+        let key = rcgen::KeyPair::generate().expect("client key");
+        let cert = rcgen::CertificateParams::new(vec!["client".to_owned()])
+            .expect("client params")
+            .signed_by(&key, &ca_cert, &ca_key)
+            .expect("client certificate");
+        (ca_cert.pem(), cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn tls_settings_are_checked_before_dialing() {
+        let (ca, cert, key) = test_pki();
+        let tls = || LockClientBuilder::new().url("rediss://127.0.0.1:6380");
+        assert!(matches!(
+            tls().tls_root_ca(ca.clone()).validate(),
+            Ok(Endpoints::Single(_))
+        ));
+        let both = tls()
+            .tls_root_ca(ca.clone())
+            .tls_client_cert(cert.clone(), key.clone());
+        assert!(both.validate().is_ok());
+        assert_eq!(
+            option_of(tls().tls_root_ca("not a certificate").validate()),
+            Some("tls_root_ca")
+        );
+        assert_eq!(
+            option_of(tls().tls_root_ca(key.clone()).validate()),
+            Some("tls_root_ca"),
+            "a key is not a CA"
+        );
+        assert_eq!(
+            option_of(tls().tls_client_cert(cert.clone(), "no key").validate()),
+            Some("tls_client_cert")
+        );
+        assert_eq!(
+            option_of(tls().tls_client_cert(key.clone(), key.clone()).validate()),
+            Some("tls_client_cert")
+        );
+        let (_, _, other_key) = test_pki();
+        assert_eq!(
+            option_of(tls().tls_client_cert(cert.clone(), other_key).validate()),
+            Some("tls_client_cert"),
+            "a key of another certificate"
+        );
+        // Certificates with no TLS connection to use them are a mistake.
+        assert_eq!(
+            option_of(valid().tls_root_ca(ca.clone()).validate()),
+            Some("tls_root_ca")
+        );
+        assert_eq!(
+            option_of(
+                valid()
+                    .tls_client_cert(cert.clone(), key.clone())
+                    .validate()
+            ),
+            Some("tls_client_cert")
+        );
+        let sentinel = || LockClientBuilder::new().sentinel(["redis://127.0.0.1:26379"], "locks");
+        assert_eq!(
+            option_of(sentinel().tls_root_ca(ca.clone()).validate()),
+            Some("tls_root_ca")
+        );
+        assert!(sentinel()
+            .sentinel_node_tls(true)
+            .tls_root_ca(ca.clone())
+            .validate()
+            .is_ok());
+        let cluster = LockClientBuilder::new().cluster(["rediss://127.0.0.1:7000"]);
+        assert!(cluster.tls_root_ca(ca).validate().is_ok());
+    }
+
+    #[test]
+    fn a_refused_tls_setting_does_not_show_the_key() {
+        let (_, cert, key) = test_pki();
+        let err = LockClientBuilder::new()
+            .url("rediss://127.0.0.1:6380")
+            .tls_client_cert(key.clone(), key.clone())
+            .validate()
+            .err()
+            .map(|err| err.to_string())
+            .unwrap_or_default();
+        let secret = key.lines().nth(1).unwrap_or("-");
+        assert!(
+            err.contains("tls_client_cert") && !err.contains(secret),
+            "{err}"
+        );
+        let builder = LockClientBuilder::new()
+            .url("rediss://127.0.0.1:6380")
+            .tls_client_cert(cert, key.clone());
+        let shown = format!("{builder:?}");
+        assert!(!shown.contains(secret), "{shown}");
     }
 
     #[test]

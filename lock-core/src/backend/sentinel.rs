@@ -38,13 +38,14 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, PushInfo, PushKind,
-    RedisConnectionInfo, RedisError, RedisResult, Value,
+    RedisConnectionInfo, RedisError, RedisResult, TlsCertificates, Value,
 };
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::sync::{watch, Mutex};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::tls::with_certificates;
 use super::url::resp3;
 use crate::error::refused_credentials;
 
@@ -70,7 +71,7 @@ const FOLLOW_MAX_DELAY: Duration = Duration::from_secs(1);
 /// How to connect to the data nodes the Sentinels name, as the user configured it
 /// (`LockClientBuilder::sentinel_node_*`). The default is what the Sentinels' names
 /// alone give: no credentials, no TLS, database 0.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub(crate) struct NodeOptions {
     /// `AUTH` for every data node: an ACL user name (`None`: the `default` user,
     /// as with `requirepass`) and its password.
@@ -79,6 +80,8 @@ pub(crate) struct NodeOptions {
     pub(crate) tls: bool,
     /// The database the locks live in.
     pub(crate) db: u32,
+    /// The certificates of `tls_root_ca` and `tls_client_cert`, for TLS data nodes.
+    pub(crate) certs: Option<TlsCertificates>,
 }
 
 /// The credentials of the data nodes.
@@ -133,7 +136,8 @@ impl NodeOptions {
         } else {
             ConnectionAddr::Tcp(host, port)
         };
-        Ok(addr.into_connection_info()?.set_redis_settings(redis))
+        let info = addr.into_connection_info()?.set_redis_settings(redis);
+        with_certificates(info, self.certs.as_ref())
     }
 }
 
@@ -143,6 +147,7 @@ impl fmt::Debug for NodeOptions {
             .field("auth", &self.auth)
             .field("tls", &self.tls)
             .field("db", &self.db)
+            .field("certs", &self.certs)
             .finish()
     }
 }

@@ -1,4 +1,6 @@
-//! TLS (`rediss://`): the rustls crypto provider of distlock's connections.
+//! TLS (`rediss://`): the rustls crypto provider of distlock's connections, and the
+//! certificates the user gives (`LockClientBuilder::tls_root_ca`,
+//! `LockClientBuilder::tls_client_cert`).
 //!
 //! redis-rs builds each TLS connection's rustls configuration with
 //! `rustls::ClientConfig::builder()`, which takes the process-level provider, and
@@ -11,9 +13,20 @@
 //! - otherwise distlock installs `ring`, the provider it is built with, which is what
 //!   rustls itself would do with distlock alone in the process.
 //!
-//! Nothing is installed for plain-text (`redis://`) deployments.
+//! Nothing is installed for plain-text (`redis://`) deployments. The certificates
+//! are checked when the builder is validated, with an explicit `ring` provider (so
+//! the check installs nothing), and handed to redis-rs as its `TlsCertificates`.
 
+use std::fmt;
+use std::sync::Arc;
+
+use redis::{ClientTlsConfig, ConnectionAddr, ConnectionInfo, RedisResult, TlsCertificates};
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore};
+
+use crate::error::LockError;
 
 /// Makes sure rustls has a process-level crypto provider (see the module
 /// documentation): the application's, or else `ring`.
@@ -30,6 +43,152 @@ pub(crate) fn ensure_provider() {
             "distlock: no rustls crypto provider was installed; installed ring as the \
              process default for rediss:// connections"
         );
+    }
+}
+
+/// The certificates of the builder's TLS settings, as the user gave them (PEM).
+#[derive(Clone, Default)]
+pub(crate) struct TlsSettings {
+    /// `tls_root_ca`: the CA certificates trusted instead of the platform's roots.
+    pub(crate) root_ca: Option<Vec<u8>>,
+    /// `tls_client_cert`: the client's certificate chain and its private key.
+    pub(crate) client_cert: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsSettings {
+    /// The first builder method whose setting is set, if any.
+    pub(crate) fn first_set_option(&self) -> Option<&'static str> {
+        if self.root_ca.is_some() {
+            Some("tls_root_ca")
+        } else if self.client_cert.is_some() {
+            Some("tls_client_cert")
+        } else {
+            None
+        }
+    }
+
+    /// Checks the PEM (every certificate parses, there is at least one, the key fits
+    /// the certificate) and returns the certificates for redis-rs; `None` when
+    /// neither setting is set.
+    pub(crate) fn certificates(&self) -> Result<Option<TlsCertificates>, LockError> {
+        if self.first_set_option().is_none() {
+            return Ok(None);
+        }
+        let roots = match &self.root_ca {
+            Some(pem) => root_store(pem)?,
+            None => RootCertStore::empty(),
+        };
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|err| {
+                LockError::invalid_option(
+                    self.first_set_option().unwrap_or("tls_root_ca"),
+                    format!("rustls refused its default protocol versions ({err})"),
+                )
+            })?
+            .with_root_certificates(roots);
+        if let Some((cert_pem, key_pem)) = &self.client_cert {
+            let chain = cert_chain(cert_pem)?;
+            let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|err| {
+                LockError::invalid_option(
+                    "tls_client_cert",
+                    format!(
+                        "the key is not a PEM private key ({err}); pass the client's private \
+                         key as PEM (`-----BEGIN PRIVATE KEY-----`, or an RSA or EC key)"
+                    ),
+                )
+            })?;
+            config.with_client_auth_cert(chain, key).map_err(|err| {
+                LockError::invalid_option(
+                    "tls_client_cert",
+                    format!(
+                        "the key does not fit the certificate ({err}); pass the private key \
+                         that belongs to the client certificate"
+                    ),
+                )
+            })?;
+        }
+        Ok(Some(TlsCertificates {
+            client_tls: self
+                .client_cert
+                .as_ref()
+                .map(|(cert, key)| ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.root_ca.clone(),
+        }))
+    }
+}
+
+/// The CA certificates of `tls_root_ca`, at least one, each a trust anchor.
+fn root_store(pem: &[u8]) -> Result<RootCertStore, LockError> {
+    let refused = |why: String| {
+        LockError::invalid_option(
+            "tls_root_ca",
+            format!(
+                "{why}; pass the certificate of the CA that signed the server's certificate, \
+                 as PEM (the contents of a file that starts with \
+                 `-----BEGIN CERTIFICATE-----`)"
+            ),
+        )
+    };
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|err| refused(format!("a certificate does not parse ({err})")))?;
+        roots
+            .add(cert)
+            .map_err(|err| refused(format!("a certificate is not a usable CA ({err})")))?;
+    }
+    if roots.is_empty() {
+        return Err(refused("no PEM certificate was found".to_owned()));
+    }
+    Ok(roots)
+}
+
+/// The client certificate chain of `tls_client_cert`, at least one certificate.
+fn cert_chain(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, LockError> {
+    let refused = |why: String| {
+        LockError::invalid_option(
+            "tls_client_cert",
+            format!(
+                "{why}; pass the client certificate (and any intermediates after it) as PEM \
+                 (`-----BEGIN CERTIFICATE-----`)"
+            ),
+        )
+    };
+    let chain = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|err| refused(format!("a certificate does not parse ({err})")))?;
+    if chain.is_empty() {
+        return Err(refused("no PEM certificate was found".to_owned()));
+    }
+    Ok(chain)
+}
+
+/// `info` with the certificates, when it is a TLS connection and there are any.
+pub(crate) fn with_certificates(
+    info: ConnectionInfo,
+    certs: Option<&TlsCertificates>,
+) -> RedisResult<ConnectionInfo> {
+    match certs {
+        Some(certs) if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) => {
+            Ok(redis::Client::build_with_tls(info, certs.clone())?
+                .get_connection_info()
+                .clone())
+        }
+        _ => Ok(info),
+    }
+}
+
+impl fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A CA certificate is public; a private key is never printed.
+        f.debug_struct("TlsSettings")
+            .field("root_ca", &self.root_ca.as_ref().map(|_| "<set>"))
+            .field("client_cert", &self.client_cert.as_ref().map(|_| "<set>"))
+            .finish()
     }
 }
 
