@@ -12,6 +12,7 @@ use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisResult, TlsCer
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::dial::dial_once;
 use crate::backend::sentinel::{NodeAuth, NodeOptions, SentinelConn};
 use crate::backend::tls::{self, TlsSettings};
 use crate::backend::url::{parse_url, parse_urls, redact, resp3};
@@ -483,9 +484,12 @@ impl LockClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`LockError::InvalidOption`] for a setting out of range or an unparsable URL,
-    /// before any connection is tried; [`LockError::Redis`] when the server cannot be
-    /// reached within the connect timeout; [`LockError::UnsupportedServer`] for a
+    /// [`LockError::InvalidOption`] for a setting out of range, an unparsable URL or
+    /// PEM, before any connection is tried; [`LockError::Connect`], naming the server
+    /// (`host:port`), when it cannot be reached within the connect timeout or refuses
+    /// the connection: a refused password, a database number beyond the server's
+    /// `databases`, `rediss://` to a plain-text port, a certificate from a CA the
+    /// client does not trust each fail at once, with a hint of their own; [`LockError::UnsupportedServer`] for a
     /// server older than Redis 7.0; [`LockError::PermissionDenied`] when the Redis user
     /// may not load scripts.
     ///
@@ -495,16 +499,19 @@ impl LockClientBuilder {
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let endpoints = self.validate()?;
         let timeout = self.connect_timeout;
+        let servers = endpoints.describe();
         match tokio::time::timeout(timeout, self.connect_with(endpoints)).await {
             Ok(result) => result,
-            Err(_) => Err(LockError::Redis(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "connect timed out",
-                format!(
-                    "no connection to Redis within {timeout:?}; check that the server runs and the \
-                     URL is right"
-                ),
-            )))),
+            Err(_) => Err(LockError::connect(
+                servers,
+                redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "no connection within the connect timeout ({timeout:?}); check that the \
+                         server runs and the URL is right"
+                    ),
+                )),
+            )),
         }
     }
 
@@ -571,14 +578,23 @@ impl LockClientBuilder {
         info: ConnectionInfo,
         push_tx: UnboundedSender<redis::PushInfo>,
     ) -> Result<(ConnectionManager, ConnectionManager), LockError> {
-        let client = redis::Client::open(info.clone())?;
-        let conn = ConnectionManager::new_with_config(client, self.manager_config()).await?;
-        let sub_client = redis::Client::open(resp3(info))?;
+        let server = info.addr().to_string();
+        let failed = |err| LockError::connect(server.clone(), err);
+        let client = redis::Client::open(info.clone()).map_err(failed)?;
+        dial_once(&client, self.connect_timeout, self.response_timeout)
+            .await
+            .map_err(failed)?;
+        let conn = ConnectionManager::new_with_config(client, self.manager_config())
+            .await
+            .map_err(failed)?;
+        let sub_client = redis::Client::open(resp3(info)).map_err(failed)?;
         let sub_config = self
             .manager_config()
             .set_push_sender(push_tx)
             .set_automatic_resubscription();
-        let sub = ConnectionManager::new_with_config(sub_client, sub_config).await?;
+        let sub = ConnectionManager::new_with_config(sub_client, sub_config)
+            .await
+            .map_err(failed)?;
         Ok((conn, sub))
     }
 
@@ -607,6 +623,7 @@ impl LockClientBuilder {
             certs,
             ..self.sentinel_node.clone()
         };
+        let servers = Endpoints::Sentinel(sentinels.clone(), master_name.to_owned()).describe();
         let sentinel = SentinelConn::connect(
             sentinels,
             master_name,
@@ -616,7 +633,8 @@ impl LockClientBuilder {
             self.response_timeout,
             shutdown,
         )
-        .await?;
+        .await
+        .map_err(|err| LockError::connect(servers, err))?;
         let generation = sentinel.current().generation;
         let sub = SubConn::Sentinel(sentinel.clone(), generation);
         Ok((Backend::one(Conn::Sentinel(sentinel)), sub))
@@ -655,16 +673,22 @@ impl LockClientBuilder {
                 None => builder,
             }
         };
+        let servers = Endpoints::Cluster(nodes.clone()).describe();
+        let failed = |err| LockError::connect(servers.clone(), err);
         let conn = builder(nodes.clone())
-            .build()?
+            .build()
+            .map_err(failed)?
             .get_async_connection()
-            .await?;
+            .await
+            .map_err(failed)?;
         let sub = builder(nodes)
             .use_protocol(ProtocolVersion::RESP3)
             .push_sender(push_tx)
-            .build()?
+            .build()
+            .map_err(failed)?
             .get_async_connection()
-            .await?;
+            .await
+            .map_err(failed)?;
         Ok((Backend::one(Conn::Cluster(conn)), SubConn::Cluster(sub)))
     }
 }
@@ -816,6 +840,25 @@ impl Endpoints {
             Self::Single(info) => tls(info),
             Self::Cluster(nodes) | Self::Redlock(nodes) => nodes.iter().any(tls),
             Self::Sentinel(sentinels, _) => sentinel_node.tls || sentinels.iter().any(tls),
+        }
+    }
+
+    /// The servers, for messages: `host:port` of each (never a password).
+    fn describe(&self) -> String {
+        let list = |nodes: &[ConnectionInfo]| {
+            nodes
+                .iter()
+                .map(|info| info.addr().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            Self::Single(info) => info.addr().to_string(),
+            Self::Cluster(nodes) => format!("the cluster nodes {}", list(nodes)),
+            Self::Redlock(nodes) => format!("the Redlock masters {}", list(nodes)),
+            Self::Sentinel(sentinels, name) => {
+                format!("master `{name}` of the Sentinels {}", list(sentinels))
+            }
         }
     }
 

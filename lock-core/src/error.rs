@@ -115,6 +115,17 @@ pub enum LockError {
     /// Redis answered with an error, or could not be reached in time.
     #[error("Redis error: {0}; {hint}", hint = redis_hint(.0))]
     Redis(redis::RedisError),
+    /// [`LockClientBuilder::connect`](crate::LockClientBuilder::connect) could not
+    /// connect to a server, or the server refused the connection (credentials,
+    /// database, TLS). The message names the server and what to check.
+    #[error("could not connect to Redis at {server}: {source}; {hint}", hint = redis_hint(.source))]
+    Connect {
+        /// The server, as `host:port` (or the Sentinels, or the cluster nodes, that
+        /// were tried); never with a password.
+        server: String,
+        /// What redis-rs or the server said.
+        source: redis::RedisError,
+    },
 }
 
 impl From<redis::RedisError> for LockError {
@@ -185,13 +196,92 @@ pub(crate) fn refused_credentials(err: &redis::RedisError) -> bool {
     text.contains("Authentication required") || text.contains("WRONGPASS")
 }
 
+/// Why a server refused a connection in a way that trying again cannot fix; each
+/// has its own hint ([`redis_hint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The password (or user) was refused, or one is required.
+    Credentials,
+    /// The database number is beyond the server's `databases`.
+    Database,
+    /// A cluster node refused `SELECT`: a cluster has database 0 only.
+    ClusterDatabase,
+    /// `rediss://` to a port that speaks plain text.
+    NotTls,
+    /// The server's certificate is not signed by a CA the client trusts.
+    UnknownCa,
+    /// The server's certificate does not name the host the client dialed.
+    WrongName,
+    /// The server asked for a client certificate and got none.
+    ClientCertRequired,
+}
+
+/// What redis-rs says when the server's certificate is not signed by a trusted CA
+/// (a CA of another name, or one of the same name with another key).
+const UNKNOWN_CA: [&str; 2] = ["UnknownIssuer", "BadSignature"];
+
+/// The message of a `rediss://` connection that found a plain-text port (made by
+/// the dialer, which asks the port in plain text when a handshake fails).
+pub(crate) const NOT_TLS: &str = "this port does not speak TLS";
+
+/// Why `err` refused the connection for good, if it did.
+pub(crate) fn refusal(err: &redis::RedisError) -> Option<Refusal> {
+    let text = err.to_string();
+    let has = |needle: &str| text.contains(needle);
+    if refused_credentials(err) {
+        Some(Refusal::Credentials)
+    } else if has("DB index is out of range") || has("invalid DB index") {
+        Some(Refusal::Database)
+    } else if has("SELECT is not allowed in cluster mode") {
+        Some(Refusal::ClusterDatabase)
+    } else if has(NOT_TLS) || has("InvalidContentType") {
+        Some(Refusal::NotTls)
+    } else if UNKNOWN_CA.iter().any(|needle| has(needle)) {
+        Some(Refusal::UnknownCa)
+    } else if has("NotValidForName") || has("not valid for name") {
+        Some(Refusal::WrongName)
+    } else if has("CertificateRequired") {
+        Some(Refusal::ClientCertRequired)
+    } else {
+        None
+    }
+}
+
 /// What to do about a Redis error, for its message.
 fn redis_hint(err: &redis::RedisError) -> &'static str {
-    if refused_credentials(err) {
-        "check the user name and password (in the URL, or `sentinel_node_password` for \
-         the data nodes behind Sentinel)"
-    } else {
-        "check that the server is reachable and healthy"
+    match refusal(err) {
+        Some(Refusal::Credentials) => {
+            "check the user name and password (in the URL, or `sentinel_node_password` for \
+             the data nodes behind Sentinel)"
+        }
+        Some(Refusal::Database) => {
+            "the database number (`/N` at the end of the URL, or `sentinel_node_db`) is \
+             beyond the server's `databases` setting (16 by default, numbered from 0): use \
+             a lower one, or raise `databases` in the server's configuration"
+        }
+        Some(Refusal::ClusterDatabase) => {
+            "a Redis Cluster has database 0 only: leave the database out of the cluster \
+             URLs"
+        }
+        Some(Refusal::NotTls) => {
+            "use `redis://` for this port, or `rediss://` with the port of the server's \
+             `tls-port`"
+        }
+        Some(Refusal::UnknownCa) => {
+            "the server's certificate is not signed by a CA the client trusts: give that \
+             CA's certificate with `.tls_root_ca(pem)` (or add it to the platform's roots, \
+             e.g. through `SSL_CERT_FILE`)"
+        }
+        Some(Refusal::WrongName) => {
+            "the server's certificate does not name the host in the URL: connect by a name \
+             or IP address the certificate lists, or give the server a certificate for the \
+             address clients use"
+        }
+        Some(Refusal::ClientCertRequired) => {
+            "the server asks for a client certificate (`tls-auth-clients`): give one with \
+             `.tls_client_cert(cert_pem, key_pem)`"
+        }
+        None => "check that the server is reachable and healthy",
     }
 }
 
@@ -253,9 +343,31 @@ impl LockError {
         matches!(self, Self::PermissionDenied { .. })
     }
 
-    /// Whether the error came from Redis or the connection to it.
+    /// Whether the error came from Redis or the connection to it (including
+    /// [`Connect`](Self::Connect)).
     pub fn is_redis(&self) -> bool {
-        matches!(self, Self::Redis(_))
+        matches!(self, Self::Redis(_) | Self::Connect { .. })
+    }
+
+    /// Whether connecting to a server failed ([`Connect`](Self::Connect)).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() {
+    /// use distlock::LockClient;
+    ///
+    /// match LockClient::builder().url("redis://127.0.0.1:6379").connect().await {
+    ///     Ok(_locks) => {}
+    ///     // "could not connect to Redis at 127.0.0.1:6379: ...; <what to check>"
+    ///     Err(err) if err.is_connect() => eprintln!("{err}"),
+    ///     Err(err) => eprintln!("distlock: {err}"),
+    /// }
+    /// # }
+    /// ```
+    pub fn is_connect(&self) -> bool {
+        matches!(self, Self::Connect { .. })
     }
 
     /// Whether a waiter with time left should ask again after this error: a
@@ -263,9 +375,21 @@ impl LockError {
     /// back; replicas resyncing after a failover, or lagging for a moment, catch up).
     pub(crate) fn may_pass(&self) -> bool {
         match self {
-            Self::Redis(err) => transient(err),
+            Self::Redis(err) | Self::Connect { source: err, .. } => transient(err),
             Self::ReplicationNotConfirmed { .. } => true,
             _ => false,
+        }
+    }
+
+    /// A failed connection to `server` (`host:port`, or a description of the nodes
+    /// tried): [`Connect`](Self::Connect), unless the server refused permission.
+    pub(crate) fn connect(server: impl Into<String>, err: redis::RedisError) -> Self {
+        match Self::from(err) {
+            Self::Redis(source) => Self::Connect {
+                server: server.into(),
+                source,
+            },
+            other => other,
         }
     }
 
@@ -335,6 +459,114 @@ mod tests {
             "{unauthenticated}"
         );
         let forbidden = select("NOPERM User nosel has no permissions to run the 'select' command");
+        assert!(forbidden.is_permission_denied(), "{forbidden}");
+    }
+
+    /// The connect error of `err` at a made-up server.
+    fn at_connect(err: redis::RedisError) -> String {
+        LockError::connect("10.1.2.3:6390", err).to_string()
+    }
+
+    fn io_text(text: &str) -> redis::RedisError {
+        redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            text.to_owned(),
+        ))
+    }
+
+    #[test]
+    fn each_refusal_at_connect_gets_its_own_hint_and_names_the_server() {
+        // As redis-rs words them (seen against redis-server 7.0 and rustls 0.23).
+        let cases = [
+            (
+                redis::RedisError::from((
+                    redis::ErrorKind::AuthenticationFailed,
+                    "Password authentication failed",
+                )),
+                Refusal::Credentials,
+                "password",
+            ),
+            (
+                redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "Redis server refused to switch database",
+                    "Server(ResponseError): DB index is out of range".to_owned(),
+                )),
+                Refusal::Database,
+                "`databases`",
+            ),
+            (
+                redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    NOT_TLS,
+                    "it answered a plain-text PING".to_owned(),
+                )),
+                Refusal::NotTls,
+                "`redis://`",
+            ),
+            (
+                io_text("received corrupt message of type InvalidContentType"),
+                Refusal::NotTls,
+                "`redis://`",
+            ),
+            (
+                io_text("invalid peer certificate: UnknownIssuer"),
+                Refusal::UnknownCa,
+                "tls_root_ca",
+            ),
+            (
+                io_text("invalid peer certificate: BadSignature"),
+                Refusal::UnknownCa,
+                "tls_root_ca",
+            ),
+            (
+                io_text("invalid peer certificate: NotValidForName"),
+                Refusal::WrongName,
+                "name",
+            ),
+            (
+                io_text("received fatal alert: CertificateRequired"),
+                Refusal::ClientCertRequired,
+                "tls_client_cert",
+            ),
+            (
+                redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "Redis server refused to switch database",
+                    "Server(ResponseError): SELECT is not allowed in cluster mode".to_owned(),
+                )),
+                Refusal::ClusterDatabase,
+                "database 0",
+            ),
+        ];
+        for (err, expected, hint) in cases {
+            assert_eq!(refusal(&err), Some(expected), "{err}");
+            let text = at_connect(err);
+            assert!(text.contains("10.1.2.3:6390"), "{text}");
+            assert!(text.contains(hint), "{text}");
+            assert!(!text.contains("reachable"), "{text}");
+        }
+        let refused = io(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(refusal(&refused), None);
+        let text = at_connect(refused);
+        assert!(
+            text.contains("10.1.2.3:6390") && text.contains("reachable"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_connect_error_is_a_redis_error_and_keeps_permission_denied() {
+        let err = LockError::connect("h:1", io(std::io::ErrorKind::ConnectionRefused));
+        assert!(err.is_connect() && err.is_redis() && err.may_pass());
+        let forbidden = LockError::connect(
+            "h:1",
+            redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "Redis server refused to switch database",
+                "NOPERM User nosel has no permissions to run the 'select' command".to_owned(),
+            )),
+        );
         assert!(forbidden.is_permission_denied(), "{forbidden}");
     }
 

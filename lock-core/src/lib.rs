@@ -27,7 +27,7 @@
 //! | 2 | `keys.rs` | a lock name's Redis keys and channel; [`MAX_NAME_LEN`], [`MAX_NAMESPACE_LEN`] |
 //! | 2 | `owner.rs` | owner ids and the numbering of their operations (exactly-once replay detection) |
 //! | 2 | `lease.rs` | [`MIN_LEASE`], [`MAX_LEASE`], [`MIN_WATCHDOG_LEASE`], clock drift and validity |
-//! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `url.rs` URLs; `tls.rs` TLS (crypto provider); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
+//! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `url.rs` URLs; `tls.rs` TLS (crypto provider, certificates); `dial.rs` the first connection (fail fast on a refusal); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
 //! | 3 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
 //! | 3 | `subscriber.rs` | waiting: the queues of local waiters, woken by release messages |
 //! | 4 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |

@@ -5,6 +5,7 @@
 //! and `ASK`, and loads scripts on every node); waiters listen through [`SubConn`].
 //! Redlock's rules for combining the answers of its nodes are in [`redlock`].
 
+pub(crate) mod dial;
 pub(crate) mod redlock;
 pub(crate) mod sentinel;
 pub(crate) mod tls;

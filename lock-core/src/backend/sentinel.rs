@@ -45,6 +45,7 @@ use tokio::sync::{watch, Mutex};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::dial::dial_once;
 use super::tls::with_certificates;
 use super::url::resp3;
 use crate::error::refused_credentials;
@@ -411,6 +412,8 @@ async fn connect_master(
     generation: u64,
 ) -> RedisResult<Current> {
     let info = client.get_connection_info().clone();
+    // A refused password or database ends here, without the managers' retries.
+    dial_once(&client, settings.connect_timeout, settings.response_timeout).await?;
     let mut commands =
         ConnectionManager::new_with_config(client, settings.manager_config()).await?;
     let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut commands).await?;

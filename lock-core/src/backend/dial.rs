@@ -1,0 +1,92 @@
+//! The first connection to a server, made once before its connection managers are
+//! built: those retry every failure for seconds (which is right for a server that
+//! restarts, and wrong for a password it refuses), so a refusal that trying again
+//! cannot fix ([`refusal`]) ends the connect here, at once. It also tells a
+//! `rediss://` URL that points at a plain-text port, whose handshake would
+//! otherwise wait out the connect timeout (the server waits for a line that never
+//! comes), by asking the port in plain text.
+
+use std::time::Duration;
+
+use redis::{AsyncConnectionConfig, ConnectionAddr, RedisError, RedisResult};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::error::{refusal, NOT_TLS};
+
+/// How long a TLS handshake may go unanswered before the port is asked, in plain
+/// text, whether it speaks TLS at all.
+const ASK_PLAIN_TEXT_AFTER: Duration = Duration::from_millis(500);
+/// How long that question may take.
+const PLAIN_TEXT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Connects to `client`'s server once. Returns the error when the server refused
+/// the connection for good (see [`refusal`]; a plain-text port behind `rediss://`
+/// is one), and `Ok` when it connected or failed in a way that may pass, which the
+/// connection managers' retries then meet again.
+///
+/// # Cancel safety
+///
+/// Safe to drop: the connection, and the plain-text question, are dropped with it.
+pub(crate) async fn dial_once(
+    client: &redis::Client,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> RedisResult<()> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(Some(response_timeout));
+    let attempt = client.get_multiplexed_async_connection_with_config(&config);
+    let ConnectionAddr::TcpTls { host, port, .. } = client.get_connection_info().addr() else {
+        return match attempt.await {
+            Err(err) if refusal(&err).is_some() => Err(err),
+            _ => Ok(()),
+        };
+    };
+    tokio::pin!(attempt);
+    let result = tokio::select! {
+        result = &mut attempt => result,
+        plain = async {
+            tokio::time::sleep(ASK_PLAIN_TEXT_AFTER).await;
+            speaks_plain_text(host, *port).await
+        } => {
+            if plain {
+                return Err(not_tls());
+            }
+            attempt.await
+        }
+    };
+    match result {
+        Ok(_) => Ok(()),
+        Err(err) if refusal(&err).is_some() => Err(err),
+        // A handshake that failed at once (the port closed the connection, or
+        // answered something that is not TLS) may also be a plain-text port.
+        Err(_) if speaks_plain_text(host, *port).await => Err(not_tls()),
+        Err(_) => Ok(()),
+    }
+}
+
+/// The error of a `rediss://` URL that points at a plain-text port.
+fn not_tls() -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        NOT_TLS,
+        "it answered a plain-text PING".to_owned(),
+    ))
+}
+
+/// Whether `host:port` answers a plain-text `PING` with a RESP reply (`+PONG`, or
+/// an error such as `-NOAUTH`): a TLS port answers with a TLS alert, or not at all.
+async fn speaks_plain_text(host: &str, port: u16) -> bool {
+    let ask = async {
+        let mut stream = TcpStream::connect((host, port)).await?;
+        stream.write_all(b"PING\r\n").await?;
+        let mut first = [0_u8; 1];
+        stream.read_exact(&mut first).await?;
+        Ok::<bool, std::io::Error>(matches!(first[0], b'+' | b'-'))
+    };
+    matches!(
+        tokio::time::timeout(PLAIN_TEXT_TIMEOUT, ask).await,
+        Ok(Ok(true))
+    )
+}
