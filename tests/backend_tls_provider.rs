@@ -41,8 +41,9 @@ fn process_provider() -> &'static str {
 }
 
 /// Run in a child process: installs the application's provider when
-/// `DISTLOCK_APP_PROVIDER=aws-lc-rs`, connects to `DISTLOCK_URL`, takes and releases
-/// a lock, and prints `TLS_OK provider=<default after connecting>` or `TLS_ERR ...`.
+/// `DISTLOCK_APP_PROVIDER=aws-lc-rs`, connects to `DISTLOCK_URL` (trusting the CA
+/// file `DISTLOCK_ROOT_CA` with `.tls_root_ca(..)` when set), takes and releases a
+/// lock, and prints `TLS_OK provider=<default after connecting>` or `TLS_ERR ...`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a helper process, started by the other tests of this file"]
 async fn provider_child() {
@@ -56,9 +57,12 @@ async fn provider_child() {
             .expect("the first provider of the process");
     }
     let url = std::env::var("DISTLOCK_URL").expect("DISTLOCK_URL");
+    let mut builder = LockClient::builder().url(url);
+    if let Ok(ca) = std::env::var("DISTLOCK_ROOT_CA") {
+        builder = builder.tls_root_ca(std::fs::read(ca).expect("the CA file"));
+    }
     let result = async {
-        let locks = LockClient::builder()
-            .url(url)
+        let locks = builder
             .connect_timeout(Duration::from_secs(3))
             .connect()
             .await?;
@@ -75,6 +79,17 @@ async fn provider_child() {
 /// Runs [`provider_child`] with `SSL_CERT_FILE=ca`; returns its `TLS_` lines, or
 /// everything it printed when it printed none (a panic).
 fn run_child(url: &str, ca: &Path, app_provider: Option<&str>) -> Vec<String> {
+    run_child_with(url, ca, app_provider, None)
+}
+
+/// [`run_child`], and with `root_ca` the child also trusts that file through
+/// `.tls_root_ca(..)`.
+fn run_child_with(
+    url: &str,
+    ca: &Path,
+    app_provider: Option<&str>,
+    root_ca: Option<&Path>,
+) -> Vec<String> {
     let mut command = Command::new(std::env::current_exe().expect("test binary"));
     command
         .args([
@@ -88,9 +103,13 @@ fn run_child(url: &str, ca: &Path, app_provider: Option<&str>) -> Vec<String> {
         .env("DISTLOCK_URL", url)
         .env("SSL_CERT_FILE", ca)
         .env("SSL_CERT_DIR", "")
-        .env_remove("DISTLOCK_APP_PROVIDER");
+        .env_remove("DISTLOCK_APP_PROVIDER")
+        .env_remove("DISTLOCK_ROOT_CA");
     if let Some(provider) = app_provider {
         command.env("DISTLOCK_APP_PROVIDER", provider);
+    }
+    if let Some(root_ca) = root_ca {
+        command.env("DISTLOCK_ROOT_CA", root_ca);
     }
     let output = command.output().expect("run the child");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -348,4 +367,23 @@ async fn the_data_nodes_behind_sentinel_are_verified_with_the_builders_root_ca()
         .await
         .expect_err("a CA that did not sign the data nodes' certificates");
     assert!(other.to_string().contains("certificate"), "{other}");
+}
+
+#[test]
+fn an_unreadable_ssl_cert_file_is_named_even_with_a_root_ca() {
+    // redis-rs reads the platform's roots (which honour `SSL_CERT_FILE`) before it
+    // uses the builder's CA, so a variable naming a missing file fails the connect.
+    let certs = Certs::new("ssl-cert-file");
+    certs.make();
+    let (_server, port) = tls_server(&certs);
+    let url = format!("rediss://127.0.0.1:{port}/");
+    let missing = certs.path("no-such-bundle.pem");
+    let lines = run_child_with(&url, &missing, None, Some(&certs.path("ca.pem")));
+    let verdict = lines.last().map_or("", String::as_str);
+    assert!(
+        verdict.starts_with("TLS_ERR")
+            && verdict.contains("SSL_CERT_FILE")
+            && !verdict.contains("reachable"),
+        "the hint points at the variable: {verdict}"
+    );
 }

@@ -241,7 +241,9 @@ impl LockClientBuilder {
     /// behind Sentinel with [`sentinel_node_tls`](Self::sentinel_node_tls). Checked
     /// before anything is dialed: PEM without a certificate, or that does not parse,
     /// is refused with [`LockError::InvalidOption`], and so is this setting when no
-    /// connection uses TLS.
+    /// connection uses TLS. redis-rs still reads the platform's roots when this is
+    /// set, so `SSL_CERT_FILE` and `SSL_CERT_DIR`, if set, must name readable files
+    /// (the connect fails with a hint saying so otherwise).
     ///
     /// # Examples
     ///

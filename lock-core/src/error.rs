@@ -214,11 +214,17 @@ pub(crate) enum Refusal {
     WrongName,
     /// The server asked for a client certificate and got none.
     ClientCertRequired,
+    /// The platform's roots could not be read (`SSL_CERT_FILE`, `SSL_CERT_DIR`).
+    PlatformRoots,
 }
 
 /// What redis-rs says when the server's certificate is not signed by a trusted CA
 /// (a CA of another name, or one of the same name with another key).
 const UNKNOWN_CA: [&str; 2] = ["UnknownIssuer", "BadSignature"];
+
+/// What rustls-native-certs says when a file of the platform's roots (named by
+/// `SSL_CERT_FILE` or `SSL_CERT_DIR`, or the system's bundle) cannot be read.
+const PLATFORM_ROOTS: [&str; 2] = ["failed to read PEM from file", "failed to open file"];
 
 /// The message of a `rediss://` connection that found a plain-text port (made by
 /// the dialer, which asks the port in plain text when a handshake fails).
@@ -242,6 +248,8 @@ pub(crate) fn refusal(err: &redis::RedisError) -> Option<Refusal> {
         Some(Refusal::WrongName)
     } else if has("CertificateRequired") {
         Some(Refusal::ClientCertRequired)
+    } else if PLATFORM_ROOTS.iter().any(|needle| has(needle)) {
+        Some(Refusal::PlatformRoots)
     } else {
         None
     }
@@ -280,6 +288,10 @@ fn redis_hint(err: &redis::RedisError) -> &'static str {
         Some(Refusal::ClientCertRequired) => {
             "the server asks for a client certificate (`tls-auth-clients`): give one with \
              `.tls_client_cert(cert_pem, key_pem)`"
+        }
+        Some(Refusal::PlatformRoots) => {
+            "the platform's roots could not be read: fix or unset `SSL_CERT_FILE` and \
+             `SSL_CERT_DIR` (they are read even when `tls_root_ca` is set)"
         }
         None => "check that the server is reachable and healthy",
     }
@@ -528,6 +540,11 @@ mod tests {
                 io_text("received fatal alert: CertificateRequired"),
                 Refusal::ClientCertRequired,
                 "tls_client_cert",
+            ),
+            (
+                io_text("failed to read PEM from file: No such file or directory (os error 2) at '/x.pem'"),
+                Refusal::PlatformRoots,
+                "SSL_CERT_FILE",
             ),
             (
                 redis::RedisError::from((
