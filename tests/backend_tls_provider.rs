@@ -13,7 +13,7 @@
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use distlock::LockClient;
 use distlock_testkit::RedisServer;
@@ -385,5 +385,77 @@ fn an_unreadable_ssl_cert_file_is_named_even_with_a_root_ca() {
             && verdict.contains("SSL_CERT_FILE")
             && !verdict.contains("reachable"),
         "the hint points at the variable: {verdict}"
+    );
+}
+
+/// A one-node Redis Cluster (every slot on it) that serves clients and its bus over
+/// TLS (`tls-cluster yes`); returns its TLS port.
+fn tls_cluster_node(certs: &Certs) -> (RedisServer, u16) {
+    for _ in 0..5 {
+        let (port, bus) = (free_port(), free_port());
+        let started = RedisServer::builder()
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .arg("--cluster-port")
+            .arg(bus.to_string())
+            .arg("--tls-port")
+            .arg(port.to_string())
+            .args(["--tls-cluster", "yes"])
+            .arg("--tls-cert-file")
+            .arg(certs.path("server.pem"))
+            .arg("--tls-key-file")
+            .arg(certs.path("server.key"))
+            .arg("--tls-ca-cert-file")
+            .arg(certs.path("ca.pem"))
+            .args(["--tls-auth-clients", "no"])
+            .start();
+        let node = match started {
+            Ok(node) => node,
+            Err(err) if err.to_string().contains("Address already in use") => continue,
+            Err(err) => panic!("a TLS cluster node: {err}"),
+        };
+        node.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"])
+            .expect("CLUSTER ADDSLOTSRANGE");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !node
+            .cmd(&["CLUSTER", "INFO"])
+            .is_ok_and(|info| info.contains("cluster_state:ok"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not become healthy"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        return (node, port);
+    }
+    panic!("no free ports for a TLS cluster node");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_is_verified_with_the_builders_root_ca() {
+    let certs = Certs::new("cluster");
+    certs.make();
+    let (node, port) = tls_cluster_node(&certs);
+    let builder = |ca: &str| {
+        LockClient::builder()
+            .cluster([format!("rediss://127.0.0.1:{port}")])
+            .tls_root_ca(certs.read(ca))
+    };
+
+    let trusted = lock_once(builder("ca.pem")).await;
+    assert!(trusted.is_ok(), "with the node's CA: {trusted:?}");
+    assert_eq!(
+        node.cmd(&["DBSIZE"]).expect("DBSIZE"),
+        "0",
+        "nothing left held"
+    );
+    let other = lock_once(builder("other-ca.pem"))
+        .await
+        .expect_err("a CA that did not sign the node's certificate");
+    let text = other.to_string();
+    assert!(
+        text.contains(&format!("127.0.0.1:{port}")) && text.contains("tls_root_ca"),
+        "{text}"
     );
 }
