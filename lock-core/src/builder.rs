@@ -508,10 +508,7 @@ impl LockClientBuilder {
                 servers,
                 redis::RedisError::from(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
-                    format!(
-                        "no connection within the connect timeout ({timeout:?}); check that the \
-                         server runs and the URL is right"
-                    ),
+                    format!("no connection within the connect timeout ({timeout:?})"),
                 )),
             )),
         }

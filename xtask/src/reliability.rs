@@ -352,7 +352,7 @@ each scenario prints. `cargo xtask test` runs the same tests (the seeded faults 
 | security | `release.lua` / `renew.lua` run with a foreign owner | nothing changes |
 | security | `requirepass`; an ACL user with the minimal ACL | no or wrong password: refused; the minimal ACL runs every operation |
 | security | no channel permission; no script permission | the release fails and changes nothing; connect fails with `PermissionDenied` |
-| security | `rediss://` to a TLS redis-server, certificates made at test time (rcgen) | verified with the right CA (`SSL_CERT_FILE`); a wrong CA is a typed error (`LockError::Redis`) |
+| security | `rediss://` to a TLS redis-server, certificates made at test time (rcgen) | verified with the right CA (`SSL_CERT_FILE`); a wrong CA is a typed error (`LockError::Connect`, `is_redis()`) |
 
 ## The minimal ACL of a lock user
 

@@ -77,6 +77,10 @@ fn not_tls() -> RedisError {
 
 /// Whether `host:port` answers a plain-text `PING` with a RESP reply (`+PONG`, or
 /// an error such as `-NOAUTH`): a TLS port answers with a TLS alert, or not at all.
+///
+/// # Cancel safety
+///
+/// Safe to drop: the question's connection is closed with it.
 async fn speaks_plain_text(host: &str, port: u16) -> bool {
     let ask = async {
         let mut stream = TcpStream::connect((host, port)).await?;
