@@ -1130,6 +1130,29 @@ mod tests {
     }
 
     #[test]
+    fn the_servers_of_a_message_carry_no_password() {
+        let described = |builder: LockClientBuilder| {
+            builder
+                .validate()
+                .map(|endpoints| endpoints.describe())
+                .unwrap_or_default()
+        };
+        let one = described(LockClientBuilder::new().url("redis://:hunter2@10.0.0.1:6390/2"));
+        assert_eq!(one, "10.0.0.1:6390");
+        let cluster = described(
+            LockClientBuilder::new()
+                .cluster(["redis://u:hunter2@10.0.0.1:7000", "redis://10.0.0.2:7001"]),
+        );
+        assert_eq!(cluster, "the cluster nodes 10.0.0.1:7000, 10.0.0.2:7001");
+        let sentinel = described(
+            LockClientBuilder::new()
+                .sentinel(["redis://:hunter2@10.0.0.3:26379"], "locks")
+                .sentinel_node_password("s3cret"),
+        );
+        assert_eq!(sentinel, "master `locks` of the Sentinels 10.0.0.3:26379");
+    }
+
+    #[test]
     fn debug_output_hides_passwords() {
         let builder = LockClientBuilder::new()
             .url("redis://user:hunter2@127.0.0.1:6379")
