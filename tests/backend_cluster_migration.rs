@@ -1,0 +1,260 @@
+//! Waiters on a Redis Cluster while the hash slot of a held lock migrates to
+//! another master (`SETSLOT IMPORTING` / `MIGRATING`, `MIGRATE`, `SETSLOT NODE`).
+//!
+//! The old owner tells subscribers of the slot's sharded channels that they are
+//! unsubscribed (a `sunsubscribe` push); the waiters must subscribe again, on the
+//! new owner, or they sleep until the holder's lease runs out. The holder's
+//! renewals follow the keys to the new owner meanwhile.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock::LockClient;
+use distlock_testkit::{RedisCluster, RedisServer};
+use tokio::time::Instant;
+
+/// A client of `cluster` whose watchdog lease is `lease`.
+async fn client(cluster: &RedisCluster, lease: Duration) -> LockClient {
+    LockClient::builder()
+        .cluster(cluster.urls())
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect to the cluster")
+}
+
+/// The key of lock `name` (default namespace), and its release channel.
+fn lock_key(name: &str) -> String {
+    format!("distlock:{{{name}}}")
+}
+
+fn channel(name: &str) -> String {
+    format!("{}:released", lock_key(name))
+}
+
+/// The hash slot of lock `name`.
+fn slot_of(cluster: &RedisCluster, name: &str) -> u16 {
+    cluster.nodes()[0]
+        .cmd(&["CLUSTER", "KEYSLOT", &lock_key(name)])
+        .expect("CLUSTER KEYSLOT")
+        .parse()
+        .expect("a slot")
+}
+
+fn node_id(node: &RedisServer) -> String {
+    node.cmd(&["CLUSTER", "MYID"]).expect("CLUSTER MYID")
+}
+
+/// How many connections subscribe to the sharded channel of lock `name` on `node`.
+fn shard_subscribers(node: &RedisServer, name: &str) -> u64 {
+    node.cmd(&["PUBSUB", "SHARDNUMSUB", &channel(name)])
+        .expect("PUBSUB SHARDNUMSUB")
+        .lines()
+        .nth(1)
+        .and_then(|count| count.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The remaining lease of lock `name` on `node`, in milliseconds (negative when
+/// the key is not there).
+fn pttl(node: &RedisServer, name: &str) -> i64 {
+    node.cmd(&["PTTL", &lock_key(name)])
+        .expect("PTTL")
+        .parse()
+        .expect("a PTTL")
+}
+
+/// The hold count of lock `name` on `node` (0 when free or not there).
+fn count(node: &RedisServer, name: &str) -> u64 {
+    let fields = node.cmd(&["HGETALL", &lock_key(name)]).expect("HGETALL");
+    let fields: Vec<&str> = fields.lines().collect();
+    fields
+        .chunks(2)
+        .filter(|pair| pair.len() == 2 && !pair[0].starts_with('#'))
+        .map(|pair| pair[1].parse::<u64>().expect("a count"))
+        .sum()
+}
+
+/// Waits until `check` holds, up to `limit`; returns whether it did.
+async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Moves `slot` with its keys from master `from` to master `to` (node indexes), as
+/// `redis-cli --cluster reshard` does, and waits until the cluster agrees.
+async fn migrate_slot(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
+    let nodes = cluster.nodes();
+    let (source, target) = (&nodes[from], &nodes[to]);
+    let (source_id, target_id) = (node_id(source), node_id(target));
+    let slot_arg = slot.to_string();
+    target
+        .cmd(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id])
+        .expect("SETSLOT IMPORTING");
+    source
+        .cmd(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id])
+        .expect("SETSLOT MIGRATING");
+    let port = target.port().to_string();
+    loop {
+        let keys = source
+            .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"])
+            .expect("CLUSTER GETKEYSINSLOT");
+        let keys: Vec<&str> = keys.lines().filter(|key| !key.is_empty()).collect();
+        if keys.is_empty() {
+            break;
+        }
+        let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        migrate.extend(keys);
+        source.cmd(&migrate).expect("MIGRATE");
+    }
+    for node in [target, source] {
+        node.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id])
+            .expect("SETSLOT NODE");
+    }
+    for (index, node) in nodes[..cluster.masters()].iter().enumerate() {
+        if index != from && index != to {
+            node.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id])
+                .expect("SETSLOT NODE on another master");
+        }
+    }
+    let agreed = eventually(Duration::from_secs(10), || {
+        nodes[..cluster.masters()].iter().all(|node| {
+            node.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &slot_arg]).is_ok()
+                && cluster.node_for_slot(slot) == Some(to)
+        })
+    })
+    .await;
+    assert!(agreed, "the cluster agrees that slot {slot} moved");
+}
+
+/// When each waiter got the lock and when it gave it back.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    waiter: usize,
+    acquired: Instant,
+    released: Instant,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_acquire_promptly_after_the_slot_of_a_held_lock_migrates() {
+    let name = "migrating";
+    let lease = Duration::from_secs(30);
+    let cluster = RedisCluster::start(3, 1).expect("start a 3-master cluster");
+    let holder = client(&cluster, lease).await;
+    let waiters = client(&cluster, lease).await;
+    let slot = slot_of(&cluster, name);
+    let from = cluster
+        .node_for_slot(slot)
+        .expect("a master serves the slot");
+    let to = (0..cluster.masters())
+        .find(|&master| master != from)
+        .expect("another master");
+
+    let guard = holder.lock(name).await.expect("lock");
+
+    // Three waiters of one client, queued one after the other.
+    let inside = Arc::new(AtomicBool::new(false));
+    let turns = Arc::new(Mutex::new(Vec::<Turn>::new()));
+    let mut tasks = Vec::new();
+    for waiter in 0..3 {
+        let (locks, inside, turns) = (waiters.clone(), inside.clone(), turns.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = locks.lock(name).wait(Duration::from_secs(60)).await?;
+            let acquired = Instant::now();
+            assert!(
+                !inside.swap(true, Ordering::SeqCst),
+                "waiter {waiter} got the lock while another waiter held it"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            inside.store(false, Ordering::SeqCst);
+            let released = Instant::now();
+            guard.unlock().await?;
+            turns
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(Turn {
+                    waiter,
+                    acquired,
+                    released,
+                });
+            Ok::<_, distlock::LockError>(())
+        }));
+        // Let it ask, find the lock taken and queue before the next one comes.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        shard_subscribers(&cluster.nodes()[from], name),
+        1,
+        "the waiters listen on the lock's master"
+    );
+
+    migrate_slot(&cluster, slot, from, to).await;
+    assert_eq!(
+        count(&cluster.nodes()[to], name),
+        1,
+        "the lock moved with its slot"
+    );
+    assert!(
+        !guard.is_lost(),
+        "the holder keeps the lock through the move"
+    );
+
+    // The watchdog renews the lease on the new owner (every lease / 3): its PTTL,
+    // which only falls otherwise, goes up.
+    let mut last = pttl(&cluster.nodes()[to], name);
+    let renewed = eventually(lease / 3 + Duration::from_secs(3), || {
+        let now = pttl(&cluster.nodes()[to], name);
+        let up = now > last + 50;
+        last = now;
+        up
+    })
+    .await;
+    assert!(renewed, "the lease was renewed on the new owner");
+    assert!(!guard.is_lost(), "the holder still holds the lock");
+    let resubscribed = shard_subscribers(&cluster.nodes()[to], name);
+
+    let released = Instant::now();
+    guard.unlock().await.expect("unlock on the new owner");
+    for task in tasks {
+        task.await.expect("join").expect("the waiter acquired");
+    }
+    let turns = turns
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    // How long each waiter took to get the lock once it was free.
+    let mut free_since = released;
+    let mut latencies = Vec::new();
+    for turn in &turns {
+        assert!(
+            turn.acquired >= free_since,
+            "waiter {} got the lock before it was given back",
+            turn.waiter
+        );
+        latencies.push(turn.acquired - free_since);
+        free_since = turn.released;
+    }
+    let order: Vec<usize> = turns.iter().map(|turn| turn.waiter).collect();
+    assert!(
+        latencies
+            .iter()
+            .all(|latency| *latency < Duration::from_secs(1)),
+        "waiters {order:?} acquired {latencies:?} after the lock was free (lease {lease:?}); \
+         {resubscribed} subscriber(s) on the new owner"
+    );
+    assert_eq!(order, [0, 1, 2], "the waiters were served in arrival order");
+    assert_eq!(
+        resubscribed, 1,
+        "the waiters listened on the new owner while they waited"
+    );
+    assert_eq!(count(&cluster.nodes()[to], name), 0, "the lock is free");
+}
