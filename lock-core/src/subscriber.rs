@@ -7,6 +7,12 @@
 //! its tail. A task that asks for a lock whose channel is already subscribed joins
 //! the queue before its first attempt, so a release after that attempt wakes it and
 //! it needs no second look after subscribing.
+//!
+//! Redis may end a subscription on its own: a cluster master that hands the slot of
+//! a channel to another master unsubscribes its subscribers (a `sunsubscribe` push),
+//! and redis-rs then forgets the channel too. A channel that still has local waiters
+//! is subscribed again (on the new owner), and once that is confirmed its first
+//! waiter asks Redis again, in case the lock was released in between.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::poll_fn;
@@ -100,6 +106,24 @@ impl Channel {
         }
     }
 
+    /// Makes sure that a waiter asks Redis again after now, for a release that
+    /// nobody may have heard (the subscription was down): a waiter with a wake-up
+    /// pending asks anyway, else the longest-waiting one is woken. Waking the head
+    /// alone keeps the arrival order; one look is enough, since a lock that is
+    /// taken again will be released with a message that is heard.
+    fn recheck(&self) {
+        let mut queue = locked(&self.queue);
+        if queue.waiters.values().any(|slot| slot.notified) {
+            return;
+        }
+        if let Some(slot) = queue.waiters.values_mut().next() {
+            slot.notified = true;
+            if let Some(waker) = slot.waker.take() {
+                waker.wake();
+            }
+        }
+    }
+
     fn notify_all(&self) {
         let mut queue = locked(&self.queue);
         for slot in queue.waiters.values_mut() {
@@ -124,6 +148,13 @@ impl Shared {
         locked(&self.channels)
     }
 
+    /// The channel of `name`, while it has local waiters.
+    fn channel(&self, name: &[u8]) -> Option<Arc<Channel>> {
+        self.channels()
+            .get(name)
+            .map(|(_, channel)| channel.clone())
+    }
+
     fn wake_all(&self) {
         for (_, channel) in self.channels().values() {
             channel.notify_all();
@@ -131,9 +162,15 @@ impl Shared {
     }
 }
 
+/// What the command task does on the connection, in the order asked.
 enum Command {
+    /// A waiter needs the channel: subscribe unless subscribed, and answer.
     Subscribe(Vec<u8>, oneshot::Sender<redis::RedisResult<()>>),
+    /// The last waiter left: unsubscribe unless a new waiter came meanwhile.
     Unsubscribe(Vec<u8>),
+    /// Redis ended the subscription on its own (a cluster moved the channel's slot):
+    /// subscribe again while the channel has waiters.
+    Resubscribe(Vec<u8>),
 }
 
 /// The client's subscriber: ref-counted channels over one connection.
@@ -148,6 +185,7 @@ impl std::fmt::Debug for Command {
         match self {
             Self::Subscribe(..) => f.write_str("Subscribe"),
             Self::Unsubscribe(..) => f.write_str("Unsubscribe"),
+            Self::Resubscribe(..) => f.write_str("Resubscribe"),
         }
     }
 }
@@ -169,7 +207,13 @@ impl Subscriber {
             command_rx,
             shutdown.clone(),
         ));
-        tokio::spawn(run_pushes(shared.clone(), pushes, shutdown));
+        // Weak: the command task still ends when the client and its waiters are gone.
+        tokio::spawn(run_pushes(
+            shared.clone(),
+            pushes,
+            commands.downgrade(),
+            shutdown,
+        ));
         Self { shared, commands }
     }
 
@@ -313,6 +357,8 @@ async fn run_commands(
     shutdown: CancellationToken,
 ) {
     let mut active: HashSet<Vec<u8>> = HashSet::new();
+    // Channels that Redis unsubscribed and that could not be subscribed again yet.
+    let mut lost: HashSet<Vec<u8>> = HashSet::new();
     loop {
         let command = tokio::select! {
             () = shutdown.cancelled() => return,
@@ -323,6 +369,9 @@ async fn run_commands(
                     shared.wake_all();
                 }
                 resubscribe_if_moved(&mut conn, &active).await;
+                for channel in std::mem::take(&mut lost) {
+                    resubscribe(&mut conn, &shared, &mut active, &mut lost, channel).await;
+                }
                 continue;
             }
         };
@@ -335,6 +384,7 @@ async fn run_commands(
                 } else {
                     let result = conn.subscribe(&channel).await;
                     if result.is_ok() {
+                        lost.remove(&channel);
                         active.insert(channel);
                     }
                     result
@@ -343,12 +393,47 @@ async fn run_commands(
             }
             Some(Command::Unsubscribe(channel)) => {
                 let wanted = shared.channels().contains_key(&channel);
+                if !wanted {
+                    lost.remove(&channel);
+                }
                 if !wanted && active.remove(&channel) {
                     if let Err(err) = conn.unsubscribe(&channel).await {
                         tracing::debug!(error = %err, "distlock: unsubscribe failed");
                     }
                 }
             }
+            Some(Command::Resubscribe(channel)) => {
+                // Whatever we thought, Redis no longer sends this channel's messages.
+                active.remove(&channel);
+                resubscribe(&mut conn, &shared, &mut active, &mut lost, channel).await;
+            }
+        }
+    }
+}
+
+/// Subscribes `channel` again after Redis ended its subscription, if it still has
+/// local waiters; once confirmed, its first waiter asks Redis again (a release
+/// while it was not subscribed reached nobody). On failure the channel is `lost`,
+/// retried at the next heartbeat; its waiters sleep at most the holder's lease.
+async fn resubscribe(
+    conn: &mut SubConn,
+    shared: &Shared,
+    active: &mut HashSet<Vec<u8>>,
+    lost: &mut HashSet<Vec<u8>>,
+    channel: Vec<u8>,
+) {
+    let Some(entry) = shared.channel(&channel) else {
+        return;
+    };
+    match conn.subscribe(&channel).await {
+        Ok(()) => {
+            entry.confirmed.store(true, Ordering::Release);
+            entry.recheck();
+            active.insert(channel);
+        }
+        Err(err) => {
+            tracing::debug!(error = %err, "distlock: subscribing again after Redis unsubscribed failed; retrying");
+            lost.insert(channel);
         }
     }
 }
@@ -369,6 +454,7 @@ async fn resubscribe_if_moved(conn: &mut SubConn, active: &HashSet<Vec<u8>>) {
 async fn run_pushes(
     shared: Arc<Shared>,
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+    commands: mpsc::WeakUnboundedSender<Command>,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -401,6 +487,23 @@ async fn run_pushes(
                         channel.filter(|channel| channel.confirmed.load(Ordering::Acquire))
                     {
                         channel.notify_all();
+                    }
+                }
+            }
+            PushKind::Unsubscribe | PushKind::SUnsubscribe => {
+                // Redis unsubscribed us: a cluster master gave the channel's slot to
+                // another master (or we unsubscribed, and a new waiter came since;
+                // subscribing again is then harmless). Until subscribed again, new
+                // waiters subscribe rather than join.
+                if let Some(Value::BulkString(name)) = push.data.first() {
+                    if let Some(channel) = shared.channel(name) {
+                        tracing::debug!(
+                            "distlock: Redis unsubscribed a waited channel; subscribing again"
+                        );
+                        channel.confirmed.store(false, Ordering::Release);
+                        if let Some(commands) = commands.upgrade() {
+                            let _ = commands.send(Command::Resubscribe(name.clone()));
+                        }
                     }
                 }
             }
@@ -500,6 +603,71 @@ mod tests {
             assert!(channel.first_hearing(format!("later-{i}").as_bytes()));
         }
         assert!(channel.first_hearing(b"owner-1"), "forgotten after a while");
+    }
+
+    /// A push of `kind` for channel `c`, as redis-rs hands it over.
+    fn push(kind: PushKind) -> PushInfo {
+        PushInfo {
+            kind,
+            data: vec![Value::BulkString(b"c".to_vec()), Value::Int(0)],
+        }
+    }
+
+    #[test]
+    fn a_recheck_wakes_the_head_alone_and_only_when_no_wake_up_is_pending() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        let second = queued(&subscriber);
+        first.channel.recheck();
+        assert!(is_notified(&first) && !is_notified(&second));
+        first.channel.recheck();
+        assert!(!is_notified(&second), "the head will ask anyway");
+        // The head asks, finds the lock taken, and waits again: the next recheck
+        // is its own again, not its follower's.
+        first.rearm();
+        first.channel.recheck();
+        assert!(is_notified(&first) && !is_notified(&second));
+        drop(first);
+        assert!(is_notified(&second), "a waiter that gives up passes it on");
+    }
+
+    #[tokio::test]
+    async fn redis_unsubscribing_a_waited_channel_subscribes_it_again() {
+        let (subscriber, mut rx) = subscriber();
+        let waiter = queued(&subscriber);
+        let (pushes, push_rx) = mpsc::unbounded_channel();
+        let shutdown = CancellationToken::new();
+        let weak = subscriber.commands.downgrade();
+        let task = tokio::spawn(run_pushes(
+            subscriber.shared.clone(),
+            push_rx,
+            weak,
+            shutdown.clone(),
+        ));
+        pushes
+            .send(push(PushKind::SUnsubscribe))
+            .expect("the push task listens");
+        let command = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+        assert!(
+            matches!(&command, Ok(Some(Command::Resubscribe(name))) if name == b"c"),
+            "{command:?}"
+        );
+        assert!(
+            subscriber.join(b"c").is_none(),
+            "until subscribed again, a new waiter subscribes rather than joins"
+        );
+        // Not before the subscription is back: a look now could miss a release.
+        assert!(!is_notified(&waiter));
+        drop(waiter);
+        assert!(matches!(rx.recv().await, Some(Command::Unsubscribe(_))));
+
+        // A channel nobody waits for any more is left alone.
+        pushes
+            .send(push(PushKind::SUnsubscribe))
+            .expect("the push task listens");
+        drop(pushes);
+        let _ = task.await;
+        assert!(rx.try_recv().is_err(), "no command for an unwaited channel");
     }
 
     #[test]
