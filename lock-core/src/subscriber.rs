@@ -477,16 +477,17 @@ async fn run_pushes(
                 }
             }
             PushKind::Subscribe | PushKind::SSubscribe => {
-                // A subscription confirmed again after a reconnect: a release
-                // published while the connection was down reached nobody, so every
-                // waiter of the channel asks again. (At the first subscription this
-                // may cost one extra attempt, once.)
+                // A subscription confirmed again after a reconnect (or on a
+                // cluster's new owner): a release published while it was down
+                // reached nobody, so a waiter of the channel asks again; the head
+                // only, so that the others stay behind it. (At the first
+                // subscription this may cost one extra attempt, once.)
                 if let Some(Value::BulkString(name)) = push.data.first() {
-                    let channel = shared.channels().get(name).map(|(_, c)| c.clone());
-                    if let Some(channel) =
-                        channel.filter(|channel| channel.confirmed.load(Ordering::Acquire))
+                    if let Some(channel) = shared
+                        .channel(name)
+                        .filter(|channel| channel.confirmed.load(Ordering::Acquire))
                     {
-                        channel.notify_all();
+                        channel.recheck();
                     }
                 }
             }
@@ -668,6 +669,31 @@ mod tests {
         drop(pushes);
         let _ = task.await;
         assert!(rx.try_recv().is_err(), "no command for an unwaited channel");
+    }
+
+    #[tokio::test]
+    async fn a_subscription_confirmed_again_wakes_the_head_alone() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        let second = queued(&subscriber);
+        let (pushes, push_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run_pushes(
+            subscriber.shared.clone(),
+            push_rx,
+            subscriber.commands.downgrade(),
+            CancellationToken::new(),
+        ));
+        // After a reconnect, or after subscribing again on a cluster's new owner.
+        pushes
+            .send(push(PushKind::SSubscribe))
+            .expect("the push task listens");
+        drop(pushes);
+        let _ = task.await;
+        assert!(is_notified(&first), "the head asks again");
+        assert!(
+            !is_notified(&second),
+            "its follower keeps waiting behind it: waking both could reorder them"
+        );
     }
 
     #[test]
