@@ -90,9 +90,11 @@ async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// Moves `slot` with its keys from master `from` to master `to` (node indexes), as
-/// `redis-cli --cluster reshard` does, and waits until the cluster agrees.
-async fn migrate_slot(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
+/// Moves the slot of lock `name` with its keys from master `from` to master `to`
+/// (node indexes), as `redis-cli --cluster reshard` does, and waits until every
+/// master agrees.
+async fn migrate_slot(cluster: &RedisCluster, name: &str, from: usize, to: usize) {
+    let slot = slot_of(cluster, name);
     let nodes = cluster.nodes();
     let (source, target) = (&nodes[from], &nodes[to]);
     let (source_id, target_id) = (node_id(source), node_id(target));
@@ -126,11 +128,18 @@ async fn migrate_slot(cluster: &RedisCluster, slot: u16, from: usize, to: usize)
                 .expect("SETSLOT NODE on another master");
         }
     }
+    // Every master serves the lock's key there, or redirects to there.
+    let key = lock_key(name);
+    let moved = format!("MOVED {slot} 127.0.0.1:{port}");
     let agreed = eventually(Duration::from_secs(10), || {
-        nodes[..cluster.masters()].iter().all(|node| {
-            node.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &slot_arg]).is_ok()
-                && cluster.node_for_slot(slot) == Some(to)
-        })
+        nodes[..cluster.masters()]
+            .iter()
+            .enumerate()
+            .all(|(index, node)| match node.cmd(&["EXISTS", &key]) {
+                Ok(_) => index == to,
+                Err(distlock_testkit::TestkitError::Reply(reply)) => reply == moved,
+                Err(_) => false,
+            })
     })
     .await;
     assert!(agreed, "the cluster agrees that slot {slot} moved");
@@ -197,7 +206,7 @@ async fn waiters_acquire_promptly_after_the_slot_of_a_held_lock_migrates() {
         "the waiters listen on the lock's master"
     );
 
-    migrate_slot(&cluster, slot, from, to).await;
+    migrate_slot(&cluster, name, from, to).await;
     assert_eq!(
         count(&cluster.nodes()[to], name),
         1,
