@@ -153,29 +153,21 @@ struct Turn {
     released: Instant,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_acquire_promptly_after_the_slot_of_a_held_lock_migrates() {
-    let name = "migrating";
-    let lease = Duration::from_secs(30);
-    let cluster = RedisCluster::start(3, 1).expect("start a 3-master cluster");
-    let holder = client(&cluster, lease).await;
-    let waiters = client(&cluster, lease).await;
-    let slot = slot_of(&cluster, name);
-    let from = cluster
-        .node_for_slot(slot)
-        .expect("a master serves the slot");
-    let to = (0..cluster.masters())
-        .find(|&master| master != from)
-        .expect("another master");
+/// Local waiters of one client, queued in arrival order, each taking the lock for
+/// a moment when its turn comes.
+struct Waiters {
+    tasks: Vec<tokio::task::JoinHandle<Result<(), distlock::LockError>>>,
+    turns: Arc<Mutex<Vec<Turn>>>,
+}
 
-    let guard = holder.lock(name).await.expect("lock");
-
-    // Three waiters of one client, queued one after the other.
+/// Starts `n` waiters for lock `name`, one after the other, each queued (it asked,
+/// found the lock taken, and listens) before the next comes.
+async fn queue_waiters(locks: &LockClient, name: &'static str, n: usize) -> Waiters {
     let inside = Arc::new(AtomicBool::new(false));
     let turns = Arc::new(Mutex::new(Vec::<Turn>::new()));
     let mut tasks = Vec::new();
-    for waiter in 0..3 {
-        let (locks, inside, turns) = (waiters.clone(), inside.clone(), turns.clone());
+    for waiter in 0..n {
+        let (locks, inside, turns) = (locks.clone(), inside.clone(), turns.clone());
         tasks.push(tokio::spawn(async move {
             let guard = locks.lock(name).wait(Duration::from_secs(60)).await?;
             let acquired = Instant::now();
@@ -195,11 +187,65 @@ async fn waiters_acquire_promptly_after_the_slot_of_a_held_lock_migrates() {
                     acquired,
                     released,
                 });
-            Ok::<_, distlock::LockError>(())
+            Ok(())
         }));
-        // Let it ask, find the lock taken and queue before the next one comes.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    Waiters { tasks, turns }
+}
+
+impl Waiters {
+    /// Waits for every waiter to have had its turn, the first after `released`;
+    /// returns the order they were served in, and how long each took to get the
+    /// lock once it was free.
+    async fn served(self, released: Instant) -> (Vec<usize>, Vec<Duration>) {
+        for task in self.tasks {
+            task.await.expect("join").expect("the waiter acquired");
+        }
+        let turns = self
+            .turns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut free_since = released;
+        let mut latencies = Vec::new();
+        for turn in &turns {
+            assert!(
+                turn.acquired >= free_since,
+                "waiter {} got the lock before it was given back",
+                turn.waiter
+            );
+            latencies.push(turn.acquired - free_since);
+            free_since = turn.released;
+        }
+        (turns.iter().map(|turn| turn.waiter).collect(), latencies)
+    }
+}
+
+/// Whether every waiter got the lock within a few round trips of it being free.
+fn prompt(latencies: &[Duration]) -> bool {
+    latencies
+        .iter()
+        .all(|latency| *latency < Duration::from_secs(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_acquire_promptly_after_the_slot_of_a_held_lock_migrates() {
+    let name = "migrating";
+    let lease = Duration::from_secs(30);
+    let cluster = RedisCluster::start(3, 1).expect("start a 3-master cluster");
+    let holder = client(&cluster, lease).await;
+    let locks = client(&cluster, lease).await;
+    let slot = slot_of(&cluster, name);
+    let from = cluster
+        .node_for_slot(slot)
+        .expect("a master serves the slot");
+    let to = (0..cluster.masters())
+        .find(|&master| master != from)
+        .expect("another master");
+
+    let guard = holder.lock(name).await.expect("lock");
+    let waiters = queue_waiters(&locks, name, 3).await;
     assert_eq!(
         shard_subscribers(&cluster.nodes()[from], name),
         1,
@@ -233,30 +279,9 @@ async fn waiters_acquire_promptly_after_the_slot_of_a_held_lock_migrates() {
 
     let released = Instant::now();
     guard.unlock().await.expect("unlock on the new owner");
-    for task in tasks {
-        task.await.expect("join").expect("the waiter acquired");
-    }
-    let turns = turns
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
-    // How long each waiter took to get the lock once it was free.
-    let mut free_since = released;
-    let mut latencies = Vec::new();
-    for turn in &turns {
-        assert!(
-            turn.acquired >= free_since,
-            "waiter {} got the lock before it was given back",
-            turn.waiter
-        );
-        latencies.push(turn.acquired - free_since);
-        free_since = turn.released;
-    }
-    let order: Vec<usize> = turns.iter().map(|turn| turn.waiter).collect();
+    let (order, latencies) = waiters.served(released).await;
     assert!(
-        latencies
-            .iter()
-            .all(|latency| *latency < Duration::from_secs(1)),
+        prompt(&latencies),
         "waiters {order:?} acquired {latencies:?} after the lock was free (lease {lease:?}); \
          {resubscribed} subscriber(s) on the new owner"
     );
