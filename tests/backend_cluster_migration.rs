@@ -94,21 +94,26 @@ async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
 /// (node indexes), as `redis-cli --cluster reshard` does, and waits until every
 /// master agrees.
 async fn migrate_slot(cluster: &RedisCluster, name: &str, from: usize, to: usize) {
-    let slot = slot_of(cluster, name);
-    let nodes = cluster.nodes();
-    let (source, target) = (&nodes[from], &nodes[to]);
-    let (source_id, target_id) = (node_id(source), node_id(target));
-    let slot_arg = slot.to_string();
+    move_keys(cluster, name, from, to);
+    hand_over(cluster, name, from, to).await;
+}
+
+/// The first half of a migration: the slot of lock `name` is `IMPORTING` on `to`
+/// and `MIGRATING` on `from`, and its keys are moved to `to` (requests for them
+/// are redirected there with `ASK`); `from` still owns the slot.
+fn move_keys(cluster: &RedisCluster, name: &str, from: usize, to: usize) {
+    let slot = slot_of(cluster, name).to_string();
+    let (source, target) = (&cluster.nodes()[from], &cluster.nodes()[to]);
     target
-        .cmd(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id])
+        .cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &node_id(source)])
         .expect("SETSLOT IMPORTING");
     source
-        .cmd(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id])
+        .cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &node_id(target)])
         .expect("SETSLOT MIGRATING");
     let port = target.port().to_string();
     loop {
         let keys = source
-            .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"])
+            .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"])
             .expect("CLUSTER GETKEYSINSLOT");
         let keys: Vec<&str> = keys.lines().filter(|key| !key.is_empty()).collect();
         if keys.is_empty() {
@@ -118,21 +123,21 @@ async fn migrate_slot(cluster: &RedisCluster, name: &str, from: usize, to: usize
         migrate.extend(keys);
         source.cmd(&migrate).expect("MIGRATE");
     }
-    for node in [target, source] {
-        node.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id])
-            .expect("SETSLOT NODE");
-    }
-    for (index, node) in nodes[..cluster.masters()].iter().enumerate() {
-        if index != from && index != to {
-            node.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id])
-                .expect("SETSLOT NODE on another master");
-        }
-    }
-    // Every master serves the lock's key there, or redirects to there.
+}
+
+/// The second half: `SETSLOT NODE` gives the slot to `to` on the two masters, then
+/// on the others; waits until every master serves the lock's key or redirects to
+/// `to` with `MOVED`.
+async fn hand_over(cluster: &RedisCluster, name: &str, from: usize, to: usize) {
+    let others = (0..cluster.masters()).filter(|&index| index != from && index != to);
+    let order: Vec<usize> = [to, from].into_iter().chain(others).collect();
+    give_slot(cluster, name, to, &order);
+    let slot = slot_of(cluster, name);
+    let nodes = &cluster.nodes()[..cluster.masters()];
     let key = lock_key(name);
-    let moved = format!("MOVED {slot} 127.0.0.1:{port}");
+    let moved = format!("MOVED {slot} 127.0.0.1:{}", nodes[to].port());
     let agreed = eventually(Duration::from_secs(10), || {
-        nodes[..cluster.masters()]
+        nodes
             .iter()
             .enumerate()
             .all(|(index, node)| match node.cmd(&["EXISTS", &key]) {
@@ -143,6 +148,17 @@ async fn migrate_slot(cluster: &RedisCluster, name: &str, from: usize, to: usize
     })
     .await;
     assert!(agreed, "the cluster agrees that slot {slot} moved");
+}
+
+/// `CLUSTER SETSLOT <slot of name> NODE <to>` on each master of `on`, in order.
+fn give_slot(cluster: &RedisCluster, name: &str, to: usize, on: &[usize]) {
+    let slot = slot_of(cluster, name).to_string();
+    let target_id = node_id(&cluster.nodes()[to]);
+    for &index in on {
+        cluster.nodes()[index]
+            .cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id])
+            .expect("SETSLOT NODE");
+    }
 }
 
 /// When each waiter got the lock and when it gave it back.
@@ -291,4 +307,42 @@ async fn waiters_acquire_promptly_after_the_slot_of_a_held_lock_migrates() {
         "the waiters listened on the new owner while they waited"
     );
     assert_eq!(count(&cluster.nodes()[to], name), 0, "the lock is free");
+}
+
+/// A release on the new owner before the old one gave up the slot is published
+/// where nobody listens yet: once the old owner unsubscribes the waiters and they
+/// subscribe on the new one, the first of them must look again rather than sleep
+/// until the lease it last saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_the_new_owner_before_the_hand_over_is_not_missed() {
+    let name = "released-mid-migration";
+    let lease = Duration::from_secs(30);
+    let cluster = RedisCluster::start(3, 1).expect("start a 3-master cluster");
+    let holder = client(&cluster, lease).await;
+    let locks = client(&cluster, lease).await;
+    let slot = slot_of(&cluster, name);
+    let from = cluster
+        .node_for_slot(slot)
+        .expect("a master serves the slot");
+    let to = (0..cluster.masters())
+        .find(|&master| master != from)
+        .expect("another master");
+
+    let guard = holder.lock(name).await.expect("lock");
+    let waiters = queue_waiters(&locks, name, 2).await;
+    move_keys(&cluster, name, from, to);
+    // The new owner takes the slot; the old one learns it a little later (from
+    // the cluster bus, or from the SETSLOT below), and only then unsubscribes.
+    give_slot(&cluster, name, to, &[to]);
+    let released = Instant::now();
+    guard.unlock().await.expect("unlock on the new owner");
+    assert_eq!(count(&cluster.nodes()[to], name), 0, "the lock is free");
+    hand_over(&cluster, name, from, to).await;
+
+    let (order, latencies) = waiters.served(released).await;
+    assert!(
+        prompt(&latencies),
+        "waiters {order:?} acquired {latencies:?} after the lock was free (lease {lease:?})"
+    );
+    assert_eq!(order, [0, 1], "the waiters were served in arrival order");
 }
