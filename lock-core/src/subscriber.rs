@@ -415,6 +415,11 @@ async fn run_commands(
 /// local waiters; once confirmed, its first waiter asks Redis again (a release
 /// while it was not subscribed reached nobody). On failure the channel is `lost`,
 /// retried at the next heartbeat; its waiters sleep at most the holder's lease.
+///
+/// # Cancel safety
+///
+/// Only the command task awaits it, to the end; dropped half-way (the runtime
+/// shutting down), the channel is in neither set, which nobody reads any more.
 async fn resubscribe(
     conn: &mut SubConn,
     shared: &Shared,
