@@ -18,9 +18,9 @@ pub(crate) const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
 
 /// Commands that distlock's scripts run inside Redis: `INFO commandstats` counts those
 /// too, but they cost no round trip.
-const SCRIPT_INNER: [&str; 13] = [
+const SCRIPT_INNER: [&str; 14] = [
     "type", "hget", "hset", "hincrby", "pexpire", "pttl", "incr", "get", "del", "publish",
-    "spublish", "hexists", "hgetall",
+    "spublish", "hexists", "hgetall", "set",
 ];
 
 /// `INFO commandstats`: command name to calls.

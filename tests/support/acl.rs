@@ -19,11 +19,9 @@ pub const LOCK_USER_ACL: &[&str] = &[
     // Called by the scripts.
     "+type",
     "+get",
+    "+set",
     "+incr",
-    "+hget",
     "+hset",
-    "+hincrby",
-    "+hexists",
     "+hgetall",
     "+pexpire",
     "+pttl",

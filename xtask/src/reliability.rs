@@ -362,7 +362,7 @@ another namespace):
 ```text
 ACL SETUSER locker on >PASSWORD resetkeys ~distlock:* resetchannels &distlock:* -@all
     +hello +ping +script|load +evalsha +config|get +subscribe +unsubscribe
-    +type +get +incr +hget +hset +hincrby +hexists +hgetall +pexpire +pttl +del +publish
+    +type +get +set +incr +hset +hgetall +pexpire +pttl +del +publish
 ```
 
 The first line of commands is what the client sends (`config|get` only reads
