@@ -128,3 +128,44 @@ async fn a_replica_timeout_out_of_range_is_refused_before_connecting() {
         );
     }
 }
+
+/// Observed: when too few replicas acknowledged a new lock, the give-back ran inside
+/// the attempt, not detached: a wait that ended during it (here: while the server
+/// reloads the release script after `SCRIPT FLUSH`, every reply 300 ms late) cut it
+/// short, and the lock stayed held, with no guard, for its whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_lock_is_given_back_even_when_the_wait_ends_during_the_give_back() {
+    // No replica: `WAIT 1` answers 0 after its timeout.
+    let server = support::server();
+    let proxy = support::proxy(&server);
+    let locks = LockClient::builder()
+        .url(proxy.url())
+        .replicas(1, Duration::from_millis(50))
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    server.cmd(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
+    proxy.delay(
+        distlock_testkit::Direction::ToClient,
+        Duration::from_millis(300),
+        Duration::ZERO,
+    );
+    // Replies at about: 350 ms NOSCRIPT, 650 ms loaded, 1000 ms granted with 0
+    // acknowledgements; the give-back: 1300 ms NOSCRIPT, 1600 ms loaded, then the
+    // release. The wait ends in between, at 1450 ms.
+    let result = locks
+        .lock("refused")
+        .wait(Duration::from_millis(1450))
+        .await;
+    assert!(result.is_err(), "granted without a replica: {result:?}");
+    proxy.heal();
+    let freed = support::eventually(Duration::from_secs(3), || {
+        !support::exists(&server, &support::lock_key("refused"))
+    })
+    .await;
+    assert!(
+        freed,
+        "the refused lock is still held ({} hold(s), no guard) after the wait ended with {result:?}",
+        support::redis_count(&server, "refused")
+    );
+}

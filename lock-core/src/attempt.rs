@@ -83,7 +83,10 @@ impl Attempt<'_> {
                     let needed = self.inner.config.replicas.map_or(0, |(n, _)| n);
                     if acked < i64::from(needed) {
                         // Too few replicas have the lock: a failover could lose it.
-                        invoke.give_back().await;
+                        // Give it back, to the end even if the caller goes away
+                        // meanwhile (a wait that ends during the give-back).
+                        let give_back = async move { invoke.give_back().await };
+                        Detached::new(Box::pin(give_back), |()| Box::pin(async {})).await;
                         return Err(LockError::ReplicationNotConfirmed {
                             acked: u32::try_from(acked).unwrap_or(0),
                             needed,
