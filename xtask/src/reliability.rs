@@ -15,7 +15,8 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// The test binaries of the suite that run without seeded faults.
-pub(crate) const SUITES: [&str; 7] = [
+pub(crate) const SUITES: [&str; 8] = [
+    "reliability_exactly_once",
     "reliability_processes",
     "reliability_proxy",
     "reliability_server",
@@ -339,6 +340,11 @@ each scenario prints. `cargo xtask test` runs the same tests (the seeded faults 
 | network | every acquire reply later than the lease | the body never runs, no hold is left |
 | network | renewals blackholed | the guard is lost by its deadline, before anyone else gets the lock |
 | network | a re-entry's reply lost, connection healed | the hold count is not counted twice |
+| network | a release retried after a late reply while another operation of its owner lands (a dropped guard, a re-entry) | applied once: the count equals the live guards, nobody else gets the lock |
+| network | a re-entry's reply lost and the caller retries at once | the replay is recognised; after every unlock the lock is free |
+| network | a final release's first reply late, the retry after a force-unlock or a takeover | `Lost`, never `Ok`; `Ok` when the first try applied |
+| network | a seeded random schedule of re-entries, releases, drops and spawned re-entries, replies late past the response timeout | after every step the count in Redis equals the live guards, and the lock is free exactly when none is left |
+| server | killed, frozen or behind a blackhole during a wait (`lock`, `try_lock`, the macro) | the Redis error, never `Timeout`; `unlock()` of a lost guard says `Lost` |
 | network | every connection reset every 100 ms | typed errors, never a silent success (clean history, exact counter) |
 | network | 300 leases renewed in pipelined batches while connections reset every 150 ms | each guard either still holds its lock in Redis or reports the loss; unlock agrees |
 | network | 2–12 ms of jitter each way, 2 clients × 2 tasks, 200 sections | a clean history, an exact counter |
@@ -347,7 +353,7 @@ each scenario prints. `cargo xtask test` runs the same tests (the seeded faults 
 | pub/sub | 5,000 contended operations | no channel left subscribed |
 | input | empty, 1 MiB, over-cap names; zero, sub-ms, overflowing leases and waits | `InvalidName` / `InvalidOption`, no key touched (`DUMP` before = after) |
 | input | binary, invalid UTF-8, emoji, RTL, glob and brace names; proptest on 300 names | they lock; lock, fence and channel share one cluster slot; no two names share a key |
-| input | a key of another type; a corrupted lock hash (count `abc` or `-1`, no TTL) | `KeyConflict`, or a `Timeout` (held by a stranger), within 2 s; nothing changed |
+| input | a key of another type; a corrupted lock hash (count `abc` or `-1`, no TTL) | `KeyConflict` (`abc`), or a `Timeout` (`-1`: held by a stranger), within 2 s; nothing changed |
 | security | 10⁶ UUID v4 draws; owner ids read back with `HKEYS` | no duplicate; one random UUID per client |
 | security | `release.lua` / `renew.lua` run with a foreign owner | nothing changes |
 | security | `requirepass`; an ACL user with the minimal ACL | no or wrong password: refused; the minimal ACL runs every operation |

@@ -834,6 +834,7 @@ async fn random_interleavings_keep_the_count_equal_to_the_live_guards() {
     let mut log: Vec<String> = Vec::new();
     let started = Instant::now();
     let mut steps = 0;
+    let (mut late_steps, mut operations) = (0u64, 0u64);
 
     while steps < RANDOM_STEPS && started.elapsed() < RANDOM_BUDGET {
         steps += 1;
@@ -847,7 +848,10 @@ async fn random_interleavings_keep_the_count_equal_to_the_live_guards() {
         // end (a link late for good makes a lost acquire's replay give up, which is
         // another matter).
         let heal_at = late.then(|| Duration::from_millis(rng.random_range(20..=300)));
-        let mut ops = plan(&mut rng, &mut live).into_iter();
+        late_steps += u64::from(late);
+        let planned = plan(&mut rng, &mut live);
+        operations += planned.len() as u64;
+        let mut ops = planned.into_iter();
         log.push(format!(
             "step {steps}: replies {}ms late{}",
             delay.as_millis(),
@@ -914,4 +918,8 @@ async fn random_interleavings_keep_the_count_equal_to_the_live_guards() {
         hold_count(&server, RANDOM_NAME)
     );
     println!("seed {seed}: {steps} steps clean");
+    println!(
+        "RELIABILITY scenario=exactly_once_random_interleavings steps={steps} \
+         late_steps={late_steps} operations={operations} mismatches=0"
+    );
 }
