@@ -52,17 +52,21 @@ pub(crate) async fn raw_pairs(url: &str, pairs: usize) -> Result<(f64, Duration)
             .arg("owner")
             .arg(30_000)
             .arg(0)
-            .arg(i)
+            .arg(1)
+            .arg(0)
             .arg(0)
             .invoke_async(&mut conn)
             .await?;
         let _: Vec<i64> = release
             .key(&key)
             .key(format!("{key}:released"))
+            .key(format!("{key}:freed"))
             .arg("owner")
             .arg(30_000)
-            .arg(i)
+            .arg(2)
+            .arg(1)
             .arg("PUBLISH")
+            .arg(crate::server::REMEMBER_MS)
             .invoke_async(&mut conn)
             .await?;
     }
@@ -203,7 +207,8 @@ pub(crate) async fn raw_round_trips(
                 .arg("owner")
                 .arg(30_000)
                 .arg(0)
-                .arg(i)
+                .arg(1)
+                .arg(0)
                 .arg(0)
                 .query_async(&mut conn)
                 .await?;

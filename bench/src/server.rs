@@ -13,8 +13,13 @@ use crate::error::BoxError;
 use crate::stats::{median, pair_rate};
 
 /// distlock's scripts, byte for byte: `SCRIPT LOAD` gives the SHA the client uses.
-pub(crate) const ACQUIRE_LUA: &str = include_str!("../../lua/acquire.lua");
+/// `acquire.lua` runs under the first line the client gives a new lock.
+pub(crate) const ACQUIRE_LUA: &str = concat!("#!lua\n", include_str!("../../lua/acquire.lua"));
 pub(crate) const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
+
+/// How long the release script keeps the record of a final release in these runs
+/// (`release.lua`'s ARGV[6]; the client uses four response timeouts).
+pub(crate) const REMEMBER_MS: u64 = 2_000;
 
 /// Commands that distlock's scripts run inside Redis: `INFO commandstats` counts those
 /// too, but they cost no round trip.
@@ -382,6 +387,7 @@ pub(crate) fn measure_reference(
                 "0".to_owned(),
                 "1".to_owned(),
                 "0".to_owned(),
+                "0".to_owned(),
             ];
             let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
             let (rate, p50) =
@@ -392,22 +398,26 @@ pub(crate) fn measure_reference(
                 p50s.push(p50.as_secs_f64());
             }
             // Release on keys held by the owner: four times as many held keys as
-            // requests, so most requests release a held lock (DEL + PUBLISH); the share
+            // requests, so most requests release a held lock (PUBLISH, DEL, SET); the share
             // that hit is measured.
             let keyspace = requests * 4;
             populate_held(server, shape, &format!("r{tag}"), keyspace, owner)?;
-            let before_size: u64 = server.cmd(&["DBSIZE"])?.trim().parse()?;
-            let before_expired = info_field(server, "stats", "expired_keys")?;
+            let before = command_stats(server)?;
+            // Operation 2 of the owner (acquire.lua's "Exactly once"): the populated
+            // locks record operation 1 as applied, with a floor of 0.
             let release = [
                 "EVALSHA".to_owned(),
                 release_sha.clone(),
-                "2".to_owned(),
+                "3".to_owned(),
                 shape.key(&format!("r{tag}"), "__rand_int__"),
                 shape.key(&format!("r{tag}c"), "__rand_int__"),
+                shape.key(&format!("r{tag}x"), "__rand_int__"),
                 owner.to_owned(),
                 lease.clone(),
-                "1".to_owned(),
+                "2".to_owned(),
+                "0".to_owned(),
                 "PUBLISH".to_owned(),
+                REMEMBER_MS.to_string(),
             ];
             let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
             values[index * 2 + 1] =
@@ -417,10 +427,8 @@ pub(crate) fn measure_reference(
                 let n = u32::try_from(requests).unwrap_or(u32::MAX);
                 cpu_per_pair.push((acquire_cpu / n + release_cpu / n).as_secs_f64());
             }
-            let after_size: u64 = server.cmd(&["DBSIZE"])?.trim().parse()?;
-            let after_expired = info_field(server, "stats", "expired_keys")?;
-            let released =
-                (before_size + after_expired).saturating_sub(after_size + before_expired);
+            // Each release of a held lock publishes once.
+            let released = calls_between(&before, &command_stats(server)?, "publish");
             hits.push(released as f64 / requests as f64);
         }
         flush(server)?;
