@@ -117,7 +117,7 @@ if not state.held then
     end
     token = redis.call('INCR', fence_key)
   end
-  redis.call('HSET', lock, owner, 1, '#fence', token, '#floor', floor, '#done', seq)
+  redis.call('HSET', lock, owner, 1, '#fence', token, '#floor', ARGV[5], '#done', ARGV[4])
   redis.call('PEXPIRE', lock, lease)
   return {1, 1, token}
 end
@@ -143,8 +143,8 @@ if seq <= floor then
   -- Settled already: a stray copy of an old request, applied never again.
   return {1, state.count, state.token}
 end
-kept[#kept + 1] = tostring(seq)
+kept[#kept + 1] = ARGV[4]
 local count = state.count + 1
-redis.call('HSET', lock, owner, count, '#floor', floor, '#done', table.concat(kept, ' '))
+redis.call('HSET', lock, owner, count, '#floor', string.format('%d', floor), '#done', table.concat(kept, ' '))
 redis.call('PEXPIRE', lock, lease, 'GT')
 return {1, count, state.token}

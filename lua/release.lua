@@ -118,8 +118,9 @@ if seq <= floor then
   -- Settled already: a stray copy of an old request, applied never again.
   return {1, state.count}
 end
-kept[#kept + 1] = tostring(seq)
+kept[#kept + 1] = ARGV[3]
 local done = table.concat(kept, ' ')
+floor = string.format('%d', floor)
 
 if state.count > 1 then
   local count = state.count - 1
@@ -128,7 +129,7 @@ if state.count > 1 then
   return {1, count}
 end
 
-redis.call(publish, channel, owner .. ':' .. seq)
+redis.call(publish, channel, owner .. ':' .. ARGV[3])
 redis.call('DEL', lock)
 redis.call('SET', freed, owner .. ' ' .. floor .. ' ' .. done, 'PX', remember)
 return {1, 0}

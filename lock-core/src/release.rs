@@ -141,20 +141,20 @@ async fn round_trip(
     );
     // Pending until every node answered (or the retry failed).
     let op = owner.op();
-    let id = if faults::active(Fault::ReleaseWithoutOwnerCheck) {
-        current_holder(inner, keys)
-            .await
-            .unwrap_or_else(|| owner.id().to_owned())
-    } else {
-        owner.id().to_owned()
-    };
+    let (mut id, mut seq, mut floor) = (owner.id().to_owned(), op.seq(), op.floor());
+    if faults::active(Fault::ReleaseWithoutOwnerCheck) {
+        if let Some(holder) = current_holder(inner, keys).await {
+            // Whoever holds it, under a number its record cannot have seen.
+            (id, seq, floor) = (holder, FOREIGN_SEQ, 0);
+        }
+    }
     let release = Release {
         scripts: inner.scripts.clone(),
         keys: [keys.lock.clone(), keys.channel.clone(), keys.freed.clone()],
         owner: id,
         lease_ms,
-        seq: op.seq(),
-        floor: op.floor(),
+        seq,
+        floor,
         publish: inner.backend.publish_command(),
         remember_ms: remember_ms(inner),
     };
@@ -170,6 +170,10 @@ async fn round_trip(
     }
     Ok(verdict)
 }
+
+/// The operation number the seeded fault `ReleaseWithoutOwnerCheck` releases with:
+/// above any real one.
+const FOREIGN_SEQ: u64 = 10_000_000_000_000;
 
 /// How long `release.lua` remembers a final release, in ms.
 fn remember_ms(inner: &Inner) -> u64 {
