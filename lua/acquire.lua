@@ -1,6 +1,7 @@
 -- acquire.lua: take a lock, or re-enter one the caller already holds.
 --
--- The client runs this text under two first lines: `#!lua` for a new acquisition
+-- The client sends this text after hash.lua (the reader of the lock hash every
+-- script shares), under one of two first lines: `#!lua` for a new acquisition
 -- (refused as a whole on a server over `maxmemory` with `noeviction`: a new lock
 -- adds data) and `#!lua flags=allow-oom` for a re-entry, which only ever raises the
 -- count of a hash that exists, so that a full server still lets a holder re-enter.
@@ -54,53 +55,11 @@ local lock, fence_key = KEYS[1], KEYS[2]
 local owner, lease, fencing = ARGV[1], ARGV[2], ARGV[3]
 local seq, floor, reentry = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 
--- Whether `value` is an integer as distlock writes one: decimal, no sign but `-`, no
--- leading zero, no spaces, at most 18 digits (so that it never overflows). The same
--- check in every script.
-local function integer(value)
-  local digits = string.match(value, '^%-?([1-9]%d*)$')
-  return value == '0' or (digits ~= nil and #digits <= 18)
-end
-
--- Reads the lock hash: nil when it is not one distlock wrote; else the holder's
--- count for `owner` (nil: another owner, or none), whether anyone holds it, the
--- token, the holder's floor and its `#done` list.
-local function read(fields)
-  local state = { held = false, token = 0, floor = 0, done = '' }
-  for i = 1, #fields, 2 do
-    local field, value = fields[i], fields[i + 1]
-    if field == '#done' then
-      if not string.match(value, '^[%d ]*$') then
-        return nil
-      end
-      state.done = value
-    elseif field == '#fence' or field == '#floor' or string.sub(field, 1, 1) ~= '#' then
-      if not integer(value) then
-        return nil
-      end
-      if field == '#fence' then
-        state.token = tonumber(value)
-      elseif field == '#floor' then
-        state.floor = tonumber(value)
-      else
-        state.held = true
-        if field == owner then
-          state.count = tonumber(value)
-        end
-      end
-    end
-  end
-  if #fields > 0 and not state.held then
-    return nil
-  end
-  return state
-end
-
 local fields = redis.pcall('HGETALL', lock)
 if fields['err'] then
   return {-2}
 end
-local state = read(fields)
+local state = read(fields, owner)
 if not state then
   return {-2}
 end
@@ -111,8 +70,7 @@ if not state.held then
   end
   local token = 0
   if fencing == '1' then
-    local counter = redis.pcall('GET', fence_key)
-    if type(counter) == 'table' or (counter and not (integer(counter) and string.sub(counter, 1, 1) ~= '-')) then
+    if not read_counter(fence_key) then
       return {-2}
     end
     token = redis.call('INCR', fence_key)

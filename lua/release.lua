@@ -1,5 +1,7 @@
-#!lua flags=allow-oom
 -- release.lua: give back one hold of a lock; the last one frees it and tells waiters.
+--
+-- Sent after hash.lua, under `#!lua flags=allow-oom`: a full server must still let
+-- locks go.
 --
 -- KEYS[1]  the lock hash `<ns>:{name}` (see acquire.lua)
 -- KEYS[2]  the release channel `<ns>:{name}:released`, passed as a key so that a
@@ -25,50 +27,12 @@
 --   {-2}            KEYS[1] holds a value of another type, or a hash distlock did not
 --                   write (see acquire.lua); left untouched
 --
--- allow-oom: a full server must still let locks go. The message is published
--- before the delete, so a user without channel permission changes nothing.
+-- The message is published before the delete, so a user without channel permission
+-- changes nothing.
 
 local lock, channel, freed = KEYS[1], KEYS[2], KEYS[3]
 local owner, lease = ARGV[1], ARGV[2]
 local seq, floor, publish, remember = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
-
--- The check of acquire.lua.
-local function integer(value)
-  local digits = string.match(value, '^%-?([1-9]%d*)$')
-  return value == '0' or (digits ~= nil and #digits <= 18)
-end
-
--- As acquire.lua's `read`.
-local function read(fields)
-  local state = { held = false, token = 0, floor = 0, done = '' }
-  for i = 1, #fields, 2 do
-    local field, value = fields[i], fields[i + 1]
-    if field == '#done' then
-      if not string.match(value, '^[%d ]*$') then
-        return nil
-      end
-      state.done = value
-    elseif field == '#fence' or field == '#floor' or string.sub(field, 1, 1) ~= '#' then
-      if not integer(value) then
-        return nil
-      end
-      if field == '#fence' then
-        state.token = tonumber(value)
-      elseif field == '#floor' then
-        state.floor = tonumber(value)
-      else
-        state.held = true
-        if field == owner then
-          state.count = tonumber(value)
-        end
-      end
-    end
-  end
-  if #fields > 0 and not state.held then
-    return nil
-  end
-  return state
-end
 
 -- Whether `record` ("<owner> <floor> <done...>") says that this operation of
 -- `owner` was applied.
@@ -90,7 +54,7 @@ local fields = redis.pcall('HGETALL', lock)
 if fields['err'] then
   return {-2}
 end
-local state = read(fields)
+local state = read(fields, owner)
 if not state then
   return {-2}
 end

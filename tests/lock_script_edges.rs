@@ -86,16 +86,16 @@ fn redis_count(server: &RedisServer, name: &str) -> u64 {
 /// One of the scripts of `lua/`, as the client sends it (`acquire.lua` under the
 /// first line of a new lock; `reenter`: under the re-entry's, `allow-oom`).
 fn script(name: &str) -> redis::Script {
-    let acquire = include_str!("../lua/acquire.lua");
-    let source = match name {
-        "acquire" => format!("#!lua\n{acquire}"),
-        "reenter" => format!("#!lua flags=allow-oom\n{acquire}"),
-        "release" => include_str!("../lua/release.lua").to_owned(),
-        "renew" => include_str!("../lua/renew.lua").to_owned(),
-        "inspect" => include_str!("../lua/inspect.lua").to_owned(),
+    let (first_line, body) = match name {
+        "acquire" => ("#!lua", include_str!("../lua/acquire.lua")),
+        "reenter" => ("#!lua flags=allow-oom", include_str!("../lua/acquire.lua")),
+        "release" => ("#!lua flags=allow-oom", include_str!("../lua/release.lua")),
+        "renew" => ("#!lua flags=allow-oom", include_str!("../lua/renew.lua")),
+        "inspect" => ("#!lua flags=no-writes", include_str!("../lua/inspect.lua")),
         other => panic!("no script {other}"),
     };
-    redis::Script::new(&source)
+    let hash = include_str!("../lua/hash.lua");
+    redis::Script::new(&format!("{first_line}\n{hash}{body}"))
 }
 
 /// Runs `acquire.lua` for lock `name` (KEYS and ARGV as its header says).

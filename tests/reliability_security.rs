@@ -11,12 +11,18 @@ use distlock::{LockClient, LockError};
 use distlock_testkit::RedisServer;
 use support::LOCK_USER_ACL;
 
+/// A script as the client sends it: its first line, the shared hash reader, its text.
+fn script(body: &str) -> redis::Script {
+    let hash = include_str!("../lua/hash.lua");
+    redis::Script::new(&format!("#!lua flags=allow-oom\n{hash}{body}"))
+}
+
 fn release_script() -> redis::Script {
-    redis::Script::new(include_str!("../lua/release.lua"))
+    script(include_str!("../lua/release.lua"))
 }
 
 fn renew_script() -> redis::Script {
-    redis::Script::new(include_str!("../lua/renew.lua"))
+    script(include_str!("../lua/renew.lua"))
 }
 
 async fn dump(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<Vec<u8>> {
@@ -105,10 +111,13 @@ async fn a_foreign_owner_can_neither_release_nor_renew() {
     let released: Vec<i64> = release_script()
         .key(key)
         .key("distlock:{guarded}:released")
+        .key("distlock:{guarded}:freed")
         .arg(&foreign)
         .arg(1)
         .arg(424_242)
+        .arg(0)
         .arg("PUBLISH")
+        .arg(2_000)
         .invoke_async(&mut redis)
         .await
         .expect("release.lua");

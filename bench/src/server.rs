@@ -12,10 +12,18 @@ use crate::cpu::cpu_time;
 use crate::error::BoxError;
 use crate::stats::{median, pair_rate};
 
-/// distlock's scripts, byte for byte: `SCRIPT LOAD` gives the SHA the client uses.
-/// `acquire.lua` runs under the first line the client gives a new lock.
-pub(crate) const ACQUIRE_LUA: &str = concat!("#!lua\n", include_str!("../../lua/acquire.lua"));
-pub(crate) const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
+/// distlock's scripts, byte for byte as the client sends them (first line,
+/// `hash.lua`, the script): `SCRIPT LOAD` gives the SHA the client uses.
+pub(crate) const ACQUIRE_LUA: &str = concat!(
+    "#!lua\n",
+    include_str!("../../lua/hash.lua"),
+    include_str!("../../lua/acquire.lua")
+);
+pub(crate) const RELEASE_LUA: &str = concat!(
+    "#!lua flags=allow-oom\n",
+    include_str!("../../lua/hash.lua"),
+    include_str!("../../lua/release.lua")
+);
 
 /// How long the release script keeps the record of a final release in these runs
 /// (`release.lua`'s ARGV[6]; the client uses four response timeouts).

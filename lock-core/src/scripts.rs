@@ -18,25 +18,26 @@ pub(crate) struct Scripts {
     pub(crate) inspect: Script,
 }
 
+const HASH: &str = include_str!("../../lua/hash.lua");
 const ACQUIRE: &str = include_str!("../../lua/acquire.lua");
 const RELEASE: &str = include_str!("../../lua/release.lua");
 const RENEW: &str = include_str!("../../lua/renew.lua");
 const FORCE_RELEASE: &str = include_str!("../../lua/force_release.lua");
 const INSPECT: &str = include_str!("../../lua/inspect.lua");
 
-/// `acquire.lua` has no first line of its own: it runs under one of these two.
-const NEW_LOCK: &str = "#!lua\n";
-const REENTRY: &str = "#!lua flags=allow-oom\n";
-
-/// The source of every script, for loading them ahead of use.
+/// The source of every script, for loading them ahead of use: its first line (the
+/// flags), then `hash.lua` (the reader of the lock hash that four scripts share),
+/// then its own text. `acquire.lua` goes under two first lines: `#!lua` for a new
+/// lock (refused on a full server), `allow-oom` for a re-entry (which creates
+/// nothing). `force_release.lua` reads no hash and has its first line in its file.
 pub(crate) fn sources() -> [String; 6] {
     [
-        format!("{NEW_LOCK}{ACQUIRE}"),
-        format!("{REENTRY}{ACQUIRE}"),
-        RELEASE.to_owned(),
-        RENEW.to_owned(),
+        format!("#!lua\n{HASH}{ACQUIRE}"),
+        format!("#!lua flags=allow-oom\n{HASH}{ACQUIRE}"),
+        format!("#!lua flags=allow-oom\n{HASH}{RELEASE}"),
+        format!("#!lua flags=allow-oom\n{HASH}{RENEW}"),
         FORCE_RELEASE.to_owned(),
-        INSPECT.to_owned(),
+        format!("#!lua flags=no-writes\n{HASH}{INSPECT}"),
     ]
 }
 
