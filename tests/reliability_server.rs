@@ -402,3 +402,39 @@ async fn a_restart_is_reported_within_one_renewal_period() {
         "told {after:?} after the restart, more than one renewal period (+100 ms)"
     );
 }
+
+/// Observed: when Redis could not be reached at the end of an annotated function
+/// whose lock was already lost, the release's transport error hid the loss, and the
+/// macro warned that it "could not release the lock", not that the lock was lost
+/// while the function ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_annotated_function_warns_of_a_loss_even_when_redis_is_frozen_at_its_end() {
+    #[distlock::distributed_lock(key = "frozen-at-end", client = locks, lease = "300ms")]
+    async fn work(
+        locks: &LockClient,
+        server: &distlock_testkit::RedisServer,
+    ) -> Result<(), LockError> {
+        let held = distlock::current_lock().expect("inside the lock scope");
+        tokio::time::timeout(Duration::from_secs(2), held.lost())
+            .await
+            .expect("the fixed lease ended");
+        server.pause().expect("SIGSTOP");
+        Ok(())
+    }
+    let server = support::server();
+    let captured = capture_warnings();
+    let locks = client(&server, Duration::from_secs(30)).await;
+    let result = work(&locks, &server).await;
+    server.resume().expect("SIGCONT");
+    result.expect("on_lost = \"finish\" returns the body's result");
+    let warned = captured.text();
+    let ours = warned
+        .lines()
+        .filter(|line| line.contains("frozen-at-end"))
+        .collect::<Vec<_>>();
+    assert!(
+        ours.iter()
+            .any(|line| line.contains("lost while the function ran")),
+        "no loss warning for the function: {ours:?}"
+    );
+}
