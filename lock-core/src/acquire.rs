@@ -244,11 +244,7 @@ impl<'a> Wait<'a> {
                 Err(_) => return,
             }
         }
-        let hint = u64::try_from(pttl_ms)
-            .ok()
-            .filter(|ms| *ms > 0)
-            .map_or(UNKNOWN_LEASE_CAP, Duration::from_millis);
-        let sleep = hint.min(self.deadline - Instant::now());
+        let sleep = sleep_hint(pttl_ms).min(self.deadline - Instant::now());
         let waited = async {
             match &self.subscription {
                 Some(subscription) => {
@@ -381,6 +377,15 @@ async fn acquire_new(
     }
 }
 
+/// How long to sleep at most for a holder whose lease has `pttl_ms` left: until it
+/// ends; a lease about to end (0 ms left, as PTTL rounds) is worth a look in a
+/// millisecond, not the cap for an unknown lease (no expiry, or no answer).
+fn sleep_hint(pttl_ms: i64) -> Duration {
+    u64::try_from(pttl_ms)
+        .ok()
+        .map_or(UNKNOWN_LEASE_CAP, |ms| Duration::from_millis(ms.max(1)))
+}
+
 /// After a busy answer: the error when the wait is over, else a sleep.
 async fn wait_or_give_up(wait: &mut Wait<'_>, pttl_ms: i64) -> Result<(), LockError> {
     let now = Instant::now();
@@ -442,5 +447,19 @@ async fn reenter(
         Outcome::Conflict => Err(LockError::KeyConflict {
             name: hold.display.to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Observed: a holder's lease with 0 ms left (PTTL rounds down) was taken for an
+    /// unknown lease, and the waiter slept a whole second past its end.
+    #[test]
+    fn a_lease_about_to_end_is_looked_at_again_at_once() {
+        assert_eq!(sleep_hint(0), Duration::from_millis(1));
+        assert_eq!(sleep_hint(250), Duration::from_millis(250));
+        assert_eq!(sleep_hint(-1), UNKNOWN_LEASE_CAP, "no expiry");
     }
 }

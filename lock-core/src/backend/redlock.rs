@@ -22,7 +22,7 @@ pub(crate) enum AcquireVote {
         /// How many nodes answered that another owner holds it.
         busy: usize,
         /// When a majority is held by other owners, how long to wait for them at
-        /// most: the shortest positive lease among them (-1: unknown). `None` when
+        /// most: the shortest lease among them (0: ending now; -1: unknown). `None` when
         /// no majority holds it elsewhere (a split vote, or silent nodes): try again
         /// soon.
         wait_ms: Option<i64>,
@@ -59,7 +59,7 @@ pub(crate) fn acquire(replies: &[Option<AcquireReply>], quorum: usize) -> Acquir
     let wait_ms = (busy.len() >= quorum).then(|| {
         busy.iter()
             .copied()
-            .filter(|ms| *ms > 0)
+            .filter(|ms| *ms >= 0)
             .min()
             .unwrap_or(-1)
     });
