@@ -113,6 +113,8 @@ impl Watchdog {
         let mut holds = self.registry.holds();
         let mut state = hold.state();
         state.guards = state.guards.saturating_sub(1);
+        #[cfg(test)]
+        tests::between_count_and_registry();
         if state.guards == 0 {
             holds.remove(&hold.id);
         }
@@ -259,8 +261,6 @@ impl Task {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Barrier;
-
     use super::*;
     use crate::keys::LockKeys;
 
@@ -285,48 +285,56 @@ mod tests {
         hold
     }
 
-    /// The last guard's release (`guard_gone`) used to set the count to 0, let go of
-    /// the state, and only then remove the hold; a re-entry in between put it back,
-    /// and the removal then dropped a hold with a live guard: never renewed again,
-    /// and its loss never reported. Both now change the count under the registry's
-    /// lock; this races them many times and checks the invariant after each round.
+    thread_local! {
+        /// What a test runs inside `guard_gone`, between the count's change and the
+        /// registry's (on this thread only).
+        static BETWEEN: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
+            std::cell::RefCell::new(None);
+    }
+
+    pub(super) fn between_count_and_registry() {
+        BETWEEN.with(|between| {
+            if let Some(between) = between.borrow_mut().as_mut() {
+                between();
+            }
+        });
+    }
+
+    /// Observed: the last guard's release (`guard_gone`) set the count to 0, let go of
+    /// the state, and only then removed the hold; a re-entry in between (`guard_added`)
+    /// put it back, and the removal then dropped a hold with a live guard: never
+    /// renewed again, and its loss never reported. The re-entry here runs on another
+    /// thread exactly in that step; with both changes under the registry's lock it
+    /// waits for the release to finish instead.
     #[test]
     fn a_re_entry_racing_the_last_release_stays_watched() {
         let watchdog = Arc::new(Watchdog {
             registry: Arc::new(Registry::default()),
         });
         let hold = watched_hold(&watchdog);
-        let barrier = Arc::new(Barrier::new(2));
-        let rounds = 20_000;
-        let releaser = {
-            let (watchdog, hold, barrier) = (watchdog.clone(), hold.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                for _ in 0..rounds {
-                    barrier.wait();
-                    watchdog.guard_gone(&hold);
-                    barrier.wait();
-                    barrier.wait();
-                }
-            })
-        };
-        let mut unwatched = 0;
-        for _ in 0..rounds {
-            barrier.wait();
-            watchdog.guard_added(&hold, Instant::now());
-            barrier.wait();
-            // Both ran: one guard is left, whatever the order.
-            let guards = hold.state().guards;
-            let watched = watchdog.registry.holds().contains_key(&hold.id);
-            assert_eq!(guards, 1);
-            if !watched {
-                unwatched += 1;
-                watchdog.register(hold.clone());
-            }
-            barrier.wait();
-        }
-        releaser.join().expect("the releasing thread");
-        assert_eq!(
-            unwatched, 0,
+        let reentry = Arc::new(std::sync::Mutex::new(None));
+        BETWEEN.with(|between| {
+            let (watchdog, hold, reentry) = (watchdog.clone(), hold.clone(), reentry.clone());
+            *between.borrow_mut() = Some(Box::new(move || {
+                let (watchdog, hold) = (watchdog.clone(), hold.clone());
+                let thread =
+                    std::thread::spawn(move || watchdog.guard_added(&hold, Instant::now()));
+                // Long enough for the re-entry to finish, unless it has to wait.
+                std::thread::sleep(Duration::from_millis(50));
+                *reentry.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
+            }));
+        });
+        watchdog.guard_gone(&hold);
+        BETWEEN.with(|between| *between.borrow_mut() = None);
+        let thread = reentry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .expect("the re-entry ran");
+        thread.join().expect("the re-entering thread");
+        assert_eq!(hold.state().guards, 1, "the re-entry's guard is alive");
+        assert!(
+            watchdog.registry.holds().contains_key(&hold.id),
             "a hold with a live guard was dropped from the watchdog"
         );
     }
