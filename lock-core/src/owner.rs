@@ -7,7 +7,6 @@
 //! below it: everything at or below the floor is settled, so a script may forget it
 //! and must never apply it. See `lua/acquire.lua`, "Exactly once".
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -17,8 +16,9 @@ pub(crate) struct Owner {
     id: Arc<str>,
     /// The number of the next operation.
     next: AtomicU64,
-    /// The numbers of the operations whose outcome is not known yet.
-    pending: Mutex<BTreeSet<u64>>,
+    /// The numbers of the operations whose outcome is not known yet: a few at most,
+    /// and none while a held lock is idle (its memory is then given back).
+    pending: Mutex<Vec<u64>>,
 }
 
 impl Owner {
@@ -26,7 +26,7 @@ impl Owner {
         Arc::new(Self {
             id,
             next: AtomicU64::new(1),
-            pending: Mutex::new(BTreeSet::new()),
+            pending: Mutex::new(Vec::new()),
         })
     }
 
@@ -41,7 +41,7 @@ impl Owner {
     pub(crate) fn op(self: &Arc<Self>) -> Arc<Op> {
         let mut pending = self.pending();
         let seq = self.next.fetch_add(1, Ordering::Relaxed);
-        pending.insert(seq);
+        pending.push(seq);
         Arc::new(Op {
             owner: self.clone(),
             seq,
@@ -51,13 +51,13 @@ impl Owner {
     /// Every operation numbered at or below this is settled.
     fn floor(&self) -> u64 {
         let pending = self.pending();
-        match pending.first() {
+        match pending.iter().min() {
             Some(oldest) => oldest - 1,
             None => self.next.load(Ordering::Relaxed) - 1,
         }
     }
 
-    fn pending(&self) -> MutexGuard<'_, BTreeSet<u64>> {
+    fn pending(&self) -> MutexGuard<'_, Vec<u64>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -83,7 +83,12 @@ impl Op {
 
 impl Drop for Op {
     fn drop(&mut self) {
-        self.owner.pending().remove(&self.seq);
+        let mut pending = self.owner.pending();
+        pending.retain(|seq| *seq != self.seq);
+        if pending.is_empty() {
+            // A held lock spends most of its life with nothing in doubt.
+            *pending = Vec::new();
+        }
     }
 }
 
