@@ -55,11 +55,7 @@ local lock, fence_key = KEYS[1], KEYS[2]
 local owner, lease, fencing = ARGV[1], ARGV[2], ARGV[3]
 local seq, floor, reentry = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 
-local fields = redis.pcall('HGETALL', lock)
-if fields['err'] then
-  return {-2}
-end
-local state = read(fields, owner)
+local state = read_lock(lock, owner)
 if not state then
   return {-2}
 end
@@ -87,22 +83,12 @@ if not state.count then
   return {0, redis.call('PTTL', lock)}
 end
 
-floor = math.max(floor, state.floor)
-local kept = {}
-for n in string.gmatch(state.done, '%d+') do
-  if tonumber(n) == seq then
-    return {1, state.count, state.token}
-  end
-  if tonumber(n) > floor then
-    kept[#kept + 1] = n
-  end
-end
-if seq <= floor then
-  -- Settled already: a stray copy of an old request, applied never again.
+local new_floor, done = record(state, floor, seq, ARGV[4])
+if not new_floor then
+  -- Applied before (a replay), or settled: a stray copy, applied never again.
   return {1, state.count, state.token}
 end
-kept[#kept + 1] = ARGV[4]
 local count = state.count + 1
-redis.call('HSET', lock, owner, count, '#floor', string.format('%d', floor), '#done', table.concat(kept, ' '))
+redis.call('HSET', lock, owner, count, '#floor', new_floor, '#done', done)
 redis.call('PEXPIRE', lock, lease, 'GT')
 return {1, count, state.token}

@@ -48,6 +48,39 @@ local function read(fields, owner)
   return state
 end
 
+-- Reads the lock hash at `key` for `owner`, as `read` does: nil when `key` holds
+-- what distlock did not write (another type included).
+local function read_lock(key, owner)
+  local fields = redis.pcall('HGETALL', key)
+  if fields['err'] then
+    return nil
+  end
+  return read(fields, owner)
+end
+
+-- The holder's replay record once its operation `seq` (as the client sent it:
+-- `seq_text`) is applied, given the floor the client sent (see acquire.lua, "Exactly
+-- once"): the new floor and `#done`, with `seq` added and every number at or below
+-- the floor dropped. Nothing when `seq` must not be applied: it was already, or it is
+-- settled (at or below the floor).
+local function record(state, floor, seq, seq_text)
+  floor = math.max(floor, state.floor)
+  if seq <= floor then
+    return nil
+  end
+  local kept = {}
+  for n in string.gmatch(state.done, '%d+') do
+    if tonumber(n) == seq then
+      return nil
+    end
+    if tonumber(n) > floor then
+      kept[#kept + 1] = n
+    end
+  end
+  kept[#kept + 1] = seq_text
+  return string.format('%d', floor), table.concat(kept, ' ')
+end
+
 -- The fencing counter at `key`: 0 when there is none, nil when the key holds what
 -- distlock did not write (another type, or not a counter: an integer, not negative).
 local function read_counter(key)

@@ -21,11 +21,7 @@ if not counter then
   return {-2}
 end
 
-local fields = redis.pcall('HGETALL', lock)
-if fields['err'] then
-  return {-2}
-end
-local state = read(fields, nil)
+local state = read_lock(lock, nil)
 if not state then
   return {-2}
 end

@@ -50,11 +50,7 @@ local function applied_in(record)
   return false
 end
 
-local fields = redis.pcall('HGETALL', lock)
-if fields['err'] then
-  return {-2}
-end
-local state = read(fields, owner)
+local state = read_lock(lock, owner)
 if not state then
   return {-2}
 end
@@ -68,32 +64,20 @@ if not state.count then
   return {-1}
 end
 
-floor = math.max(floor, state.floor)
-local kept = {}
-for n in string.gmatch(state.done, '%d+') do
-  if tonumber(n) == seq then
-    return {1, state.count}
-  end
-  if tonumber(n) > floor then
-    kept[#kept + 1] = n
-  end
-end
-if seq <= floor then
-  -- Settled already: a stray copy of an old request, applied never again.
+local new_floor, done = record(state, floor, seq, ARGV[3])
+if not new_floor then
+  -- Applied before (a replay), or settled: a stray copy, applied never again.
   return {1, state.count}
 end
-kept[#kept + 1] = ARGV[3]
-local done = table.concat(kept, ' ')
-floor = string.format('%d', floor)
 
 if state.count > 1 then
   local count = state.count - 1
-  redis.call('HSET', lock, owner, count, '#floor', floor, '#done', done)
+  redis.call('HSET', lock, owner, count, '#floor', new_floor, '#done', done)
   redis.call('PEXPIRE', lock, lease, 'GT')
   return {1, count}
 end
 
 redis.call(publish, channel, owner .. ':' .. ARGV[3])
 redis.call('DEL', lock)
-redis.call('SET', freed, owner .. ' ' .. floor .. ' ' .. done, 'PX', remember)
+redis.call('SET', freed, owner .. ' ' .. new_floor .. ' ' .. done, 'PX', remember)
 return {1, 0}

@@ -15,11 +15,7 @@
 
 local lock, owner, lease = KEYS[1], ARGV[1], ARGV[2]
 
-local fields = redis.pcall('HGETALL', lock)
-if fields['err'] then
-  return 0
-end
-local state = read(fields, owner)
+local state = read_lock(lock, owner)
 if not state or not state.count then
   return 0
 end
