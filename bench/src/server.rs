@@ -26,7 +26,7 @@ pub(crate) const RELEASE_LUA: &str = concat!(
 );
 
 /// How long the release script keeps the record of a final release in these runs
-/// (`release.lua`'s ARGV[6]; the client uses four response timeouts).
+/// (`ARGV[6]` of `release.lua`; the client uses four response timeouts).
 pub(crate) const REMEMBER_MS: u64 = 2_000;
 
 /// Commands that distlock's scripts run inside Redis: `INFO commandstats` counts those
