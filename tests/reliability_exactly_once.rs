@@ -12,6 +12,8 @@
 //!
 //! Self-contained on purpose: no shared support module.
 
+mod support;
+
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,20 +22,12 @@ use distlock::{LockClient, LockContext, LockError, LockGuard};
 use distlock_testkit::{Direction, FaultProxy, RedisServer};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use support::{eventually, lock_key as key, proxy, redis_count as hold_count, server};
 use tokio::time::Instant;
 
 // ---------------------------------------------------------------------------------
 // Local helpers.
 // ---------------------------------------------------------------------------------
-
-fn server() -> RedisServer {
-    RedisServer::start()
-        .expect("start redis-server (see the testkit's error for how to install it)")
-}
-
-fn proxy(server: &RedisServer) -> FaultProxy {
-    FaultProxy::start(server.addr()).expect("start the fault proxy")
-}
 
 /// A client of `url` whose requests time out after `response_timeout`.
 async fn client(url: &str, response_timeout: Duration) -> LockClient {
@@ -54,52 +48,14 @@ async fn plain_client(url: &str) -> LockClient {
         .expect("connect")
 }
 
-fn key(name: &str) -> String {
-    format!("distlock:{{{name}}}")
-}
-
-/// The hold count of `name` in Redis (summed over owners; 0 when the key is gone).
-fn hold_count(server: &RedisServer, name: &str) -> u64 {
-    let fields = server.cmd(&["HGETALL", &key(name)]).expect("HGETALL");
-    let fields: Vec<&str> = fields.lines().collect();
-    fields
-        .chunks(2)
-        .filter(|pair| pair.len() == 2 && !pair[0].starts_with('#'))
-        .map(|pair| pair[1].parse::<u64>().expect("a count"))
-        .sum()
-}
-
 /// Whether the lock hash of `name` exists.
 fn exists(server: &RedisServer, name: &str) -> bool {
-    server.cmd(&["EXISTS", &key(name)]).expect("EXISTS") == "1"
+    support::exists(server, &key(name))
 }
 
 /// The remaining lease of `name` in ms, as Redis says (`PTTL`).
 fn pttl(server: &RedisServer, name: &str) -> String {
     server.cmd(&["PTTL", &key(name)]).expect("PTTL")
-}
-
-/// How many `EVALSHA` requests the server ran (from `INFO commandstats`).
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let info = server.cmd(&["INFO", "commandstats"]).expect("INFO");
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Waits until `check` holds, up to `limit`; returns whether it did.
-async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if check() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// The hold count of `name` once background work (retries, replays, give-backs) has
@@ -326,7 +282,7 @@ async fn unlock_with_a_late_first_reply(
         !guard.is_lost(),
         "not yet known lost (the watchdog renews at 10 s)"
     );
-    let before = evalsha_calls(server);
+    let before = support::command_calls(server, "evalsha");
     proxy.delay(
         Direction::ToClient,
         Duration::from_millis(450),
@@ -337,7 +293,7 @@ async fn unlock_with_a_late_first_reply(
     proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
     let result = unlock.await.expect("join");
     assert_eq!(
-        evalsha_calls(server) - before,
+        support::command_calls(server, "evalsha") - before,
         2,
         "the release was sent twice: its first try and one retry"
     );
