@@ -1,15 +1,14 @@
 -- acquire.lua: take a lock, or re-enter one the caller already holds.
 --
--- The client sends this text after hash.lua (the reader of the lock hash every
--- script shares), under one of two first lines: `#!lua` for a new acquisition
--- (refused as a whole on a server over `maxmemory` with `noeviction`: a new lock
--- adds data) and `#!lua flags=allow-oom` for a re-entry, which only ever raises the
--- count of a hash that exists, so that a full server still lets a holder re-enter.
+-- The client sends this text after lock.lua (how every script reads a lock), under
+-- one of two first lines: `#!lua` for a new acquisition (refused as a whole on a
+-- server over `maxmemory` with `noeviction`: a new lock adds data) and
+-- `#!lua flags=allow-oom` for a re-entry, which only ever raises the count of a lock
+-- that exists, so that a full server still lets a holder re-enter. A first
+-- acquisition without fencing is tried with a plain `SET NX` first (see lock.lua);
+-- this script runs when that did not take the lock, and for every other case.
 --
--- KEYS[1]  the lock hash `<ns>:{name}`: owner id -> hold count (one owner at a
---          time), plus metadata fields: `#fence` (the token issued with the first
---          acquisition, 0 without fencing), and the holder's replay record `#floor`
---          and `#done` (see "Exactly once" below)
+-- KEYS[1]  the lock `<ns>:{name}` (see lock.lua)
 -- KEYS[2]  the fencing counter `<ns>:{name}:fence`; read and written only when
 --          ARGV[3] is "1" and the lock is free
 -- ARGV[1]  owner id
@@ -27,27 +26,25 @@
 --   {1, hold_count, fence}  acquired, or this operation was applied before (a
 --                           replay); fence is 0 without fencing
 --   {0, pttl}               held by another owner; pttl is its remaining lease in ms
---                           (-1 when the hash has no expiry), the waiter's sleep cap
+--                           (-1 when the lock has no expiry), the waiter's sleep cap
 --   {-1}                    re-entry asked, but this owner no longer holds the lock
 --   {-2}                    KEYS[1] or KEYS[2] holds a value of another type, or
---                           KEYS[1] a hash distlock did not write (a count or a
---                           metadata field that is not an integer, no owner), or
---                           KEYS[2] a string that is not a counter; both untouched
+--                           KEYS[1] a string distlock did not write (see lock.lua),
+--                           or KEYS[2] a string that is not a counter; both untouched
 --
 -- Exactly once. A reply can be lost and the operation retried or replayed (by the
 -- client, or by a cluster connection on its own), and operations of one owner can
 -- overlap (`join!` branches re-entering, a dropped guard's background release). So
--- every operation carries its owner's sequence number, and the hash keeps, for its
--- holder, the numbers applied above the holder's floor (`#done`, space separated)
--- and the floor itself (`#floor`, the highest ever sent). An operation is applied
--- only if its number is above the floor and not in `#done`; then its number joins
--- `#done`, and numbers at or below the new floor leave it. Each number is thus
--- applied at most once, whatever the order of arrivals: above the floor `#done`
--- remembers it, at or below the floor nothing is applied. The record stays small:
--- the client raises the floor as outcomes become known, so `#done` holds only the
--- operations still in doubt, whatever the number of re-entries of a long-held lock;
--- and it dies with the lock (release.lua keeps the last holder's record for a short
--- while, for the retry of a final release).
+-- every operation carries its owner's sequence number, and the lock keeps, for its
+-- holder, the numbers applied above the holder's floor (done) and the floor itself
+-- (the highest ever sent). An operation is applied only if its number is above the
+-- floor and not in done; then its number joins done, and numbers at or below the
+-- new floor leave it. Each number is thus applied at most once, whatever the order
+-- of arrivals: above the floor done remembers it, at or below the floor nothing is
+-- applied. The record stays small: the client raises the floor as outcomes become
+-- known, so done holds only the operations still in doubt, whatever the number of
+-- re-entries of a long-held lock; and it dies with the lock (release.lua keeps the
+-- last holder's record for a short while, for the retry of a final release).
 --
 -- Every check comes before the first write: a Lua error does not roll back.
 
@@ -71,8 +68,7 @@ if not state.held then
     end
     token = redis.call('INCR', fence_key)
   end
-  redis.call('HSET', lock, owner, 1, '#fence', token, '#floor', ARGV[5], '#done', ARGV[4])
-  redis.call('PEXPIRE', lock, lease)
+  redis.call('SET', lock, encode(owner, 1, token, ARGV[5], ARGV[4]), 'PX', lease)
   return {1, 1, token}
 end
 
@@ -89,6 +85,6 @@ if not new_floor then
   return {1, state.count, state.token}
 end
 local count = state.count + 1
-redis.call('HSET', lock, owner, count, '#floor', new_floor, '#done', done)
+redis.call('SET', lock, encode(owner, count, state.token, new_floor, done), 'KEEPTTL')
 redis.call('PEXPIRE', lock, lease, 'GT')
 return {1, count, state.token}

@@ -1,8 +1,8 @@
 -- inspect.lua: read the state of a lock without changing it.
 --
--- Sent after hash.lua, under `#!lua flags=no-writes`.
+-- Sent after lock.lua, under `#!lua flags=no-writes`.
 --
--- KEYS[1]  the lock hash `<ns>:{name}` (see acquire.lua)
+-- KEYS[1]  the lock `<ns>:{name}` (see lock.lua)
 -- KEYS[2]  the fencing counter `<ns>:{name}:fence`
 --
 -- Returns
@@ -10,7 +10,7 @@
 --   {1, hold_count, pttl, token, counter}  held; pttl is the remaining lease in ms (-1: no
 --                                       expiry), token the holder's fencing token (0: none)
 --   {-2}                                a key holds a value of another type, or KEYS[1]
---                                       a hash that hash.lua's `read` does not accept,
+--                                       a string that lock.lua's `read` does not accept,
 --                                       or KEYS[2] a string that is not a counter (an
 --                                       integer, not negative)
 -- Owner ids are never returned.

@@ -1,9 +1,9 @@
 -- release.lua: give back one hold of a lock; the last one frees it and tells waiters.
 --
--- Sent after hash.lua, under `#!lua flags=allow-oom`: a full server must still let
+-- Sent after lock.lua, under `#!lua flags=allow-oom`: a full server must still let
 -- locks go.
 --
--- KEYS[1]  the lock hash `<ns>:{name}` (see acquire.lua)
+-- KEYS[1]  the lock `<ns>:{name}` (see lock.lua)
 -- KEYS[2]  the release channel `<ns>:{name}:released`, passed as a key so that a
 --          cluster routes it with the lock (same hash slot)
 -- KEYS[3]  the last final release `<ns>:{name}:freed`: "<owner> <floor> <done...>",
@@ -24,8 +24,8 @@
 --                   and a later release is never taken for a repeat
 --   {-1}            this owner does not hold the lock, and this release was not
 --                   applied (its lease ended, or it was force-unlocked or lost)
---   {-2}            KEYS[1] holds a value of another type, or a hash distlock did not
---                   write (see acquire.lua); left untouched
+--   {-2}            KEYS[1] holds a value of another type, or a string distlock did
+--                   not write (see lock.lua); left untouched
 --
 -- The message is published before the delete, so a user without channel permission
 -- changes nothing.
@@ -72,7 +72,7 @@ end
 
 if state.count > 1 then
   local count = state.count - 1
-  redis.call('HSET', lock, owner, count, '#floor', new_floor, '#done', done)
+  redis.call('SET', lock, encode(owner, count, state.token, new_floor, done), 'KEEPTTL')
   redis.call('PEXPIRE', lock, lease, 'GT')
   return {1, count}
 end

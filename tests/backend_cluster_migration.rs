@@ -67,13 +67,16 @@ fn pttl(node: &RedisServer, name: &str) -> i64 {
 
 /// The hold count of lock `name` on `node` (0 when free or not there).
 fn count(node: &RedisServer, name: &str) -> u64 {
-    let fields = node.cmd(&["HGETALL", &lock_key(name)]).expect("HGETALL");
-    let fields: Vec<&str> = fields.lines().collect();
-    fields
-        .chunks(2)
-        .filter(|pair| pair.len() == 2 && !pair[0].starts_with('#'))
-        .map(|pair| pair[1].parse::<u64>().expect("a count"))
-        .sum()
+    // The value is "<owner> <count> <fence> <floor> <done...>" (lua/lock.lua).
+    let value = node.cmd(&["GET", &lock_key(name)]).expect("GET");
+    if value == "(nil)" {
+        return 0;
+    }
+    value
+        .split(' ')
+        .nth(1)
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("not a lock value: {value:?}"))
 }
 
 /// Waits until `check` holds, up to `limit`; returns whether it did.

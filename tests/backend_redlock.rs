@@ -28,12 +28,10 @@ fn traces(nodes: &[RedisServer], name: &str, foreign: &str) -> Vec<String> {
     nodes
         .iter()
         .flat_map(|node| {
-            let fields = node.cmd(&["HKEYS", &key]).expect("HKEYS");
-            fields
-                .lines()
-                .filter(|field| !field.is_empty() && !field.starts_with('#') && *field != foreign)
-                .map(|field| format!("{}: {field}", node.port()))
-                .collect::<Vec<_>>()
+            // "<owner> <count> <fence> <floor> <done...>" (lua/lock.lua)
+            let value = node.cmd(&["GET", &key]).expect("GET");
+            let owner = value.split(' ').next().unwrap_or_default().to_owned();
+            (value != "(nil)" && owner != foreign).then(|| format!("{}: {owner}", node.port()))
         })
         .collect()
 }
@@ -71,8 +69,9 @@ async fn every_mask_of_foreign_holds_grants_exactly_with_a_free_majority() {
         let key = support::lock_key(&name);
         for (index, node) in nodes.iter().enumerate() {
             if mask & (1 << index) != 0 {
-                node.cmd(&["HSET", &key, foreign, "1"]).expect("HSET");
-                node.cmd(&["PEXPIRE", &key, "30000"]).expect("PEXPIRE");
+                let value = format!("{foreign} 1 0 0 1");
+                node.cmd(&["SET", &key, &value, "PX", "30000"])
+                    .expect("SET");
             }
         }
         let free = 5 - mask.count_ones();
@@ -322,8 +321,9 @@ async fn a_release_after_a_split_vote_still_wakes_the_next_waiter() {
     // Two other owners hold one node each: every attempt gets one grant of three,
     // gives it back, and tries again.
     for (node, owner) in [(&nodes[1], "x"), (&nodes[2], "y")] {
-        node.cmd(&["HSET", &key, owner, "1"]).expect("HSET");
-        node.cmd(&["PEXPIRE", &key, "20000"]).expect("PEXPIRE");
+        let value = format!("{owner} 1 0 0 1");
+        node.cmd(&["SET", &key, &value, "PX", "20000"])
+            .expect("SET");
     }
     let contend = |locks: LockClient| async move {
         let guard = locks.lock("split").wait(Duration::from_secs(15)).await?;

@@ -413,16 +413,12 @@ async fn count_in_db(node: &RedisServer, db: u32, name: &str) -> u64 {
         .get_multiplexed_async_connection()
         .await
         .expect("a connection to the data node");
-    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+    let value: Option<String> = redis::cmd("GET")
         .arg(support::lock_key(name))
         .query_async(&mut conn)
         .await
-        .expect("HGETALL");
-    fields
-        .iter()
-        .filter(|(field, _)| !field.starts_with('#'))
-        .map(|(_, count)| count.parse::<u64>().expect("a count"))
-        .sum()
+        .expect("GET");
+    value.map_or(0, |value| support::lock_value_count(&value))
 }
 
 /// Whether every connection of the lock client on `node` is logged in as

@@ -1,5 +1,6 @@
-//! The scripts at their edges: lock hashes that distlock did not write (a count, or
-//! `#floor` / `#fence`, that is not an integer), and a server out of memory.
+//! The scripts at their edges: lock values that distlock did not write (a count, a
+//! floor or a fencing token that is not an integer, a replay record that is not a
+//! list of numbers), and a server out of memory.
 //!
 //! Self-contained: every helper lives in this file.
 
@@ -66,21 +67,25 @@ fn lock_key(name: &str) -> String {
     format!("distlock:{{{name}}}")
 }
 
-/// The owner field of a held lock `name` (the one field not starting with `#`).
-fn owner_of(server: &RedisServer, name: &str) -> String {
-    let fields = server.cmd(&["HKEYS", &lock_key(name)]).expect("HKEYS");
-    let owners: Vec<&str> = fields.lines().filter(|f| !f.starts_with('#')).collect();
-    assert_eq!(owners.len(), 1, "one owner in {fields:?}");
-    owners[0].to_owned()
+/// The words of held lock `name`'s value: owner, count, fence, floor, done...
+fn words_of(server: &RedisServer, name: &str) -> Vec<String> {
+    let value = server.cmd(&["GET", &lock_key(name)]).expect("GET");
+    assert_ne!(value, "(nil)", "lock {name} is not held");
+    value.split(' ').map(str::to_owned).collect()
 }
 
 /// The hold count of the one owner of lock `name`, as Redis stores it.
 fn redis_count(server: &RedisServer, name: &str) -> u64 {
-    let owner = owner_of(server, name);
-    let count = server
-        .cmd(&["HGET", &lock_key(name), &owner])
-        .expect("HGET");
-    count.parse().expect("an integer count")
+    words_of(server, name)[1].parse().expect("an integer count")
+}
+
+/// Replaces the hold count of held lock `name` with `abc`, keeping its expiry.
+fn spoil_count(server: &RedisServer, name: &str) {
+    let mut words = words_of(server, name);
+    words[1] = "abc".to_owned();
+    server
+        .cmd(&["SET", &lock_key(name), &words.join(" "), "KEEPTTL"])
+        .expect("SET");
 }
 
 /// One of the scripts of `lua/`, as the client sends it (`acquire.lua` under the
@@ -94,8 +99,8 @@ fn script(name: &str) -> redis::Script {
         "inspect" => ("#!lua flags=no-writes", include_str!("../lua/inspect.lua")),
         other => panic!("no script {other}"),
     };
-    let hash = include_str!("../lua/hash.lua");
-    redis::Script::new(&format!("{first_line}\n{hash}{body}"))
+    let prelude = include_str!("../lua/lock.lua");
+    redis::Script::new(&format!("{first_line}\n{prelude}{body}"))
 }
 
 /// Runs `acquire.lua` for lock `name` (KEYS and ARGV as its header says).
@@ -162,27 +167,34 @@ async fn run_renew(conn: &mut Conn, name: &str, owner: &str) -> redis::RedisResu
         .await
 }
 
-/// Writes the lock hash of `name` as `fields` (pairs), with a 10 s expiry.
-fn write_hash(server: &RedisServer, name: &str, fields: &[(&str, &str)]) {
-    let key = lock_key(name);
-    let _ = server.cmd(&["DEL", &key]);
-    let mut args = vec!["HSET", key.as_str()];
-    for (field, value) in fields {
-        args.push(field);
-        args.push(value);
-    }
-    server.cmd(&args).expect("HSET");
-    server.cmd(&["PEXPIRE", &key, "10000"]).expect("PEXPIRE");
+/// Writes lock `name` as `value` (`"<owner> <count> <fence> <floor> <done...>"`,
+/// lua/lock.lua), with a 10 s expiry.
+fn write_lock(server: &RedisServer, name: &str, value: &str) {
+    server
+        .cmd(&["SET", &lock_key(name), value, "PX", "10000"])
+        .expect("SET");
 }
 
-/// Counts that are not integers as `HINCRBY` reads one.
+/// Numbers that are not integers as distlock writes one.
 const NOT_INTEGERS: [&str; 6] = ["abc", "1.5", " 1", "007", "", "1e3"];
+
+/// Lock values held by owner `o` with `count` holds (fence 0, floor 7), each with
+/// one word spoiled by `value`: the count, the floor, the fencing token, the replay
+/// record.
+fn spoiled(value: &str, count: &str) -> [(&'static str, String); 4] {
+    [
+        ("count", format!("o {value} 0 7")),
+        ("floor", format!("o {count} 0 {value}")),
+        ("fence", format!("o {count} {value} 7")),
+        ("done", format!("o {count} 0 7 8 {value}x")),
+    ]
+}
 
 fn is_conflict(err: &LockError) -> bool {
     matches!(err, LockError::KeyConflict { .. })
 }
 
-// A lock hash whose count, `#floor` or `#fence` is not an integer: a conflict to
+// A lock whose count, floor, fencing token or replay record is not what distlock writes: a conflict to
 // every script, and never written to.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,10 +203,7 @@ async fn a_reentry_on_a_non_integer_count_is_a_key_conflict_and_writes_nothing()
     let locks = client(&server, Duration::from_secs(30)).await;
     let mut conn = conn(&server).await;
     let guard = locks.lock("count").await.expect("lock");
-    let owner = owner_of(&server, "count");
-    server
-        .cmd(&["HSET", &lock_key("count"), &owner, "abc"])
-        .expect("HSET");
+    spoil_count(&server, "count");
     let before = dump_all(&mut conn).await;
     let reentry = guard.scope(async { locks.lock("count").await }).await;
     let err = reentry.expect_err("a re-entry on a count that is not an integer");
@@ -207,13 +216,8 @@ async fn acquire_answers_a_conflict_for_every_non_integer_field_and_writes_nothi
     let server = server();
     let mut conn = conn(&server).await;
     for value in NOT_INTEGERS {
-        let cases: [(&str, [(&str, &str); 3]); 3] = [
-            ("count", [("o", value), ("#floor", "7"), ("#fence", "0")]),
-            ("op", [("o", "1"), ("#floor", value), ("#fence", "0")]),
-            ("fence", [("o", "1"), ("#floor", "7"), ("#fence", value)]),
-        ];
-        for (field, hash) in cases {
-            write_hash(&server, "edge", &hash);
+        for (field, lock) in spoiled(value, "1") {
+            write_lock(&server, "edge", &lock);
             let before = dump_all(&mut conn).await;
             // A replay (attempt 7 applied), a re-entry, an ordinary acquire by its
             // owner and one by another owner.
@@ -236,17 +240,17 @@ async fn acquire_answers_a_conflict_for_every_non_integer_field_and_writes_nothi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_owner_of_a_hash_with_a_non_integer_count_gets_a_key_conflict() {
+async fn a_new_owner_of_a_lock_with_a_non_integer_count_gets_a_key_conflict() {
     let server = server();
     let locks = client(&server, Duration::from_secs(30)).await;
     let mut conn = conn(&server).await;
     // Without a TTL, as a foreign writer would leave it.
     server
-        .cmd(&["HSET", &lock_key("foreign"), "someone", "abc"])
-        .expect("HSET");
+        .cmd(&["SET", &lock_key("foreign"), "someone abc 0 0"])
+        .expect("SET");
     let before = dump_all(&mut conn).await;
     let result = locks.lock("foreign").wait(Duration::from_millis(300)).await;
-    let err = result.expect_err("a hash distlock did not write");
+    let err = result.expect_err("a lock distlock did not write");
     assert!(is_conflict(&err), "{err:?}");
     assert_eq!(dump_all(&mut conn).await, before);
 }
@@ -259,13 +263,8 @@ async fn release_answers_a_conflict_for_every_non_integer_field_and_writes_nothi
         // A count of 2 would be decremented, a count of 1 would free the lock: each
         // field spoiled in turn, with both counts.
         for count in ["1", "2"] {
-            let cases: [(&str, [(&str, &str); 3]); 3] = [
-                ("count", [("o", value), ("#floor", "7"), ("#fence", "0")]),
-                ("op", [("o", count), ("#floor", value), ("#fence", "0")]),
-                ("fence", [("o", count), ("#floor", "7"), ("#fence", value)]),
-            ];
-            for (field, hash) in cases {
-                write_hash(&server, "edge", &hash);
+            for (field, lock) in spoiled(value, count) {
+                write_lock(&server, "edge", &lock);
                 let before = dump_all(&mut conn).await;
                 for attempt in [7, 8] {
                     let reply = run_release(&mut conn, "edge", "o", attempt).await;
@@ -287,10 +286,7 @@ async fn unlocking_a_non_integer_count_is_a_key_conflict_and_writes_nothing() {
     let locks = client(&server, Duration::from_secs(30)).await;
     let mut conn = conn(&server).await;
     let guard = locks.lock("count").await.expect("lock");
-    let owner = owner_of(&server, "count");
-    server
-        .cmd(&["HSET", &lock_key("count"), &owner, "abc"])
-        .expect("HSET");
+    spoil_count(&server, "count");
     let before = dump_all(&mut conn).await;
     let err = guard.unlock().await.expect_err("unlock");
     assert!(is_conflict(&err), "{err:?}");
@@ -302,13 +298,8 @@ async fn renew_does_not_renew_a_non_integer_field() {
     let server = server();
     let mut conn = conn(&server).await;
     for value in NOT_INTEGERS {
-        let cases: [(&str, [(&str, &str); 3]); 3] = [
-            ("count", [("o", value), ("#floor", "7"), ("#fence", "0")]),
-            ("op", [("o", "1"), ("#floor", value), ("#fence", "0")]),
-            ("fence", [("o", "1"), ("#floor", "7"), ("#fence", value)]),
-        ];
-        for (field, hash) in cases {
-            write_hash(&server, "edge", &hash);
+        for (field, lock) in spoiled(value, "1") {
+            write_lock(&server, "edge", &lock);
             let reply = run_renew(&mut conn, "edge", "o").await;
             assert_eq!(reply.ok(), Some(0), "{field} = {value:?}");
             let pttl: i64 = server
@@ -330,13 +321,10 @@ async fn the_watchdog_reports_a_non_integer_count_as_lost_and_stops_renewing() {
     let server = server();
     let locks = client(&server, lease).await;
     let guard = locks.lock("count").await.expect("lock");
-    let owner = owner_of(&server, "count");
-    server
-        .cmd(&["HSET", &lock_key("count"), &owner, "abc"])
-        .expect("HSET");
+    spoil_count(&server, "count");
     let lost = tokio::time::timeout(lease * 2, guard.lost()).await;
     assert!(lost.is_ok(), "still believed held after two leases");
-    // Not renewed: the hash ends with the lease it had.
+    // Not renewed: the lock ends with the lease it had.
     tokio::time::sleep(lease).await;
     let exists = server.cmd(&["EXISTS", &lock_key("count")]).expect("EXISTS");
     assert_eq!(exists, "0", "the watchdog kept renewing it");
@@ -348,13 +336,8 @@ async fn inspect_reads_a_non_integer_field_as_a_conflict() {
     let server = server();
     let mut conn = conn(&server).await;
     for value in NOT_INTEGERS {
-        let cases: [(&str, [(&str, &str); 3]); 3] = [
-            ("count", [("o", value), ("#floor", "7"), ("#fence", "0")]),
-            ("op", [("o", "1"), ("#floor", value), ("#fence", "0")]),
-            ("fence", [("o", "1"), ("#floor", "7"), ("#fence", value)]),
-        ];
-        for (field, hash) in cases {
-            write_hash(&server, "edge", &hash);
+        for (field, lock) in spoiled(value, "1") {
+            write_lock(&server, "edge", &lock);
             let reply: redis::RedisResult<Vec<i64>> = script("inspect")
                 .key(lock_key("edge"))
                 .key(format!("{}:fence", lock_key("edge")))
@@ -492,11 +475,7 @@ async fn under_oom_a_new_lock_is_refused_with_the_oom_error_and_creates_nothing(
 async fn under_oom_the_acquire_script_writes_only_on_a_reentry() {
     let server = noeviction_server();
     let mut conn = conn(&server).await;
-    write_hash(
-        &server,
-        "held",
-        &[("o", "1"), ("#floor", "7"), ("#fence", "0")],
-    );
+    write_lock(&server, "held", "o 1 0 7");
     out_of_memory(&server);
     let before = dump_all(&mut conn).await;
     // Another owner's new acquisition: refused; a replay: its answer again; neither
@@ -532,14 +511,10 @@ async fn the_acquire_answers_that_create_nothing_leave_every_expiry_alone() {
     let server = server();
     let mut conn = conn(&server).await;
     // A lock with a lease, and one without (as a foreign writer would leave it).
-    write_hash(
-        &server,
-        "leased",
-        &[("o", "1"), ("#floor", "7"), ("#fence", "0")],
-    );
+    write_lock(&server, "leased", "o 1 0 7");
     server
-        .cmd(&["HSET", &lock_key("forever"), "o", "1"])
-        .expect("HSET");
+        .cmd(&["SET", &lock_key("forever"), "o 1 0 7"])
+        .expect("SET");
     server.cmd(&["SET", &lock_key("string"), "x"]).expect("SET");
     let before = dump_all(&mut conn).await;
     for (what, name, owner, attempt, reentry, expected) in [
@@ -576,11 +551,7 @@ async fn a_replica_refuses_every_acquire_with_readonly() {
         .args(["--replicaof", "127.0.0.1", port.as_str()])
         .start()
         .expect("start the replica");
-    write_hash(
-        &master,
-        "held",
-        &[("o", "1"), ("#floor", "7"), ("#fence", "0")],
-    );
+    write_lock(&master, "held", "o 1 0 7");
     let mut synced = false;
     for _ in 0..500 {
         if replica.cmd(&["EXISTS", &lock_key("held")]).ok().as_deref() == Some("1") {
@@ -602,4 +573,52 @@ async fn a_replica_refuses_every_acquire_with_readonly() {
         let err = reply.expect_err(what);
         assert_eq!(err.code(), Some("READONLY"), "{what}: {err}");
     }
+}
+
+// The plain first acquisition: the client writes a new lock itself with
+// `SET <lock> "<owner> 1 0 <floor> <seq>" NX GET PX <lease>` (lua/lock.lua), and the
+// scripts read that value as the one acquire.lua writes.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripts_read_the_plain_first_acquisition_as_their_own() {
+    let server = server();
+    let mut conn = conn(&server).await;
+    // Owner o's operation 3 (floor 2), as the client sends it.
+    let set = |name: &str| {
+        server
+            .cmd(&[
+                "SET",
+                &lock_key(name),
+                "o 1 0 2 3",
+                "NX",
+                "GET",
+                "PX",
+                "10000",
+            ])
+            .expect("SET")
+    };
+    assert_eq!(set("plain"), "(nil)", "a free lock is taken");
+    assert_eq!(set("plain"), "o 1 0 2 3", "a repeat takes nothing");
+    // A replay of operation 3 through the script is an answer, not a second hold.
+    let replay = run_acquire(&mut conn, "plain", "o", 3, false).await;
+    assert_eq!(replay.as_deref().ok(), Some(&[1, 1, 0][..]), "{replay:?}");
+    assert_eq!(redis_count(&server, "plain"), 1);
+    // Another owner finds it held; the owner re-enters with operation 4.
+    let busy = run_acquire(&mut conn, "plain", "p", 1, false).await;
+    assert_eq!(busy.as_deref().ok().map(|r| r[0]), Some(0), "{busy:?}");
+    let again = run_acquire(&mut conn, "plain", "o", 4, true).await;
+    assert_eq!(again.as_deref().ok(), Some(&[1, 2, 0][..]), "{again:?}");
+    // Both holds go back: the last one frees the lock; its retry knows it applied.
+    for (attempt, remaining) in [(5, 1), (6, 0), (6, 0)] {
+        let reply = run_release(&mut conn, "plain", "o", attempt).await;
+        assert_eq!(
+            reply.as_deref().ok(),
+            Some(&[1, remaining][..]),
+            "{attempt}: {reply:?}"
+        );
+    }
+    assert_eq!(
+        server.cmd(&["EXISTS", &lock_key("plain")]).expect("EXISTS"),
+        "0"
+    );
 }

@@ -4,13 +4,13 @@
 //! what is merely possible.
 //!
 //! A reply later than the response timeout makes the client retry (a release) or
-//! replay in the background (an acquire). The scripts recognise a replay by the id of
-//! the last attempt applied (`#op` in the lock hash), so another operation of the same
-//! owner that lands in between makes the replay look new. These tests drive real
-//! `redis-server`s through the testkit's `FaultProxy` (loopback only) and read the lock
-//! hash (`distlock:{NAME}`: `owner -> count`, `#op`, `#fence`) straight from the server.
-//!
-//! Self-contained on purpose: no shared support module.
+//! replay in the background (an acquire). Every operation carries its owner's
+//! sequence number, and the lock keeps its holder's replay record (the floor and the
+//! numbers applied above it, lua/acquire.lua "Exactly once"), so a replay is applied
+//! never twice, whatever lands in between. These tests drive real `redis-server`s
+//! through the testkit's `FaultProxy` (loopback only) and read the lock
+//! (`distlock:{NAME}`: `"<owner> <count> <fence> <floor> <done...>"`) straight from
+//! the server.
 
 mod support;
 
@@ -48,7 +48,7 @@ async fn plain_client(url: &str) -> LockClient {
         .expect("connect")
 }
 
-/// Whether the lock hash of `name` exists.
+/// Whether the lock of `name` exists.
 fn exists(server: &RedisServer, name: &str) -> bool {
     support::exists(server, &key(name))
 }

@@ -323,47 +323,57 @@ async fn foreign_and_corrupted_keys_give_typed_errors_and_stay_untouched() {
     )
     .await;
 
-    // Corrupted lock hashes without a TTL. A count that is not an integer is not a
-    // hash distlock wrote: a conflict (it used to look held, and the wait ran out
-    // for a lock nobody held). An integer count, even -1, looks held by another
-    // owner.
+    // Corrupted lock values without a TTL. A count that is not an integer is not a
+    // lock distlock wrote: a conflict (it used to look held, and the wait ran out
+    // for a lock nobody held); nor is a count below 1. A well-formed value of
+    // another owner looks held.
     server
-        .cmd(&["HSET", "distlock:{abc}", "someone", "abc"])
-        .expect("HSET");
+        .cmd(&["SET", "distlock:{abc}", "someone abc 0 0"])
+        .expect("SET");
     refused(
         &mut conn,
-        "lock a corrupted hash (abc)",
+        "lock a corrupted value (abc)",
         locks.lock("abc").wait(wait),
         conflict,
     )
     .await;
     server
-        .cmd(&["HSET", "distlock:{minus}", "someone", "-1"])
-        .expect("HSET");
+        .cmd(&["SET", "distlock:{minus}", "someone -1 0 0"])
+        .expect("SET");
     refused(
         &mut conn,
-        "lock a corrupted hash (minus)",
+        "lock a corrupted value (minus)",
         locks.lock("minus").wait(wait),
+        conflict,
+    )
+    .await;
+    server
+        .cmd(&["SET", "distlock:{foreign}", "someone 1 0 0"])
+        .expect("SET");
+    refused(
+        &mut conn,
+        "lock a value of another owner with no lease",
+        locks.lock("foreign").wait(wait),
         timeout,
     )
     .await;
-    support::summary("input_foreign_and_corrupted_keys", &[("bad_inputs", 7)]);
+    support::summary("input_foreign_and_corrupted_keys", &[("bad_inputs", 8)]);
 }
 
-/// Observed: `inspect` of a hash whose count is not a number fails with
+/// Observed: `inspect` of a lock whose count is not a number failed with
 /// `LockError::Redis` carrying the Lua error ("attempt to perform arithmetic on a nil
 /// value"), not a typed error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inspecting_a_corrupted_hash_gives_a_typed_error() {
+async fn inspecting_a_corrupted_lock_gives_a_typed_error() {
     let server = support::server();
     let locks = client(&server).await;
     let mut conn = conn(&server).await;
     server
-        .cmd(&["HSET", "distlock:{abc}", "someone", "abc"])
-        .expect("HSET");
+        .cmd(&["SET", "distlock:{abc}", "someone abc 0 0"])
+        .expect("SET");
     refused(
         &mut conn,
-        "inspect a corrupted hash",
+        "inspect a corrupted lock",
         locks.inspect("abc"),
         |err| matches!(err, LockError::KeyConflict { .. }),
     )

@@ -125,17 +125,7 @@ async fn a_lost_reply_is_not_counted_twice() {
         .connect()
         .await
         .expect("connect");
-    let count = || -> u64 {
-        server
-            .cmd(&["HGETALL", "distlock:{twice}"])
-            .expect("HGETALL")
-            .lines()
-            .collect::<Vec<_>>()
-            .chunks(2)
-            .filter(|pair| pair.len() == 2 && !pair[0].starts_with('#'))
-            .map(|pair| pair[1].parse::<u64>().expect("a count"))
-            .sum()
-    };
+    let count = || -> u64 { support::redis_count(&server, "twice") };
     let outer = locks.lock("twice").await.expect("lock");
     let inner = outer
         .scope(async {

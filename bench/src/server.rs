@@ -13,15 +13,15 @@ use crate::error::BoxError;
 use crate::stats::{median, pair_rate};
 
 /// distlock's scripts, byte for byte as the client sends them (first line,
-/// `hash.lua`, the script): `SCRIPT LOAD` gives the SHA the client uses.
+/// `lock.lua`, the script): `SCRIPT LOAD` gives the SHA the client uses.
 pub(crate) const ACQUIRE_LUA: &str = concat!(
     "#!lua\n",
-    include_str!("../../lua/hash.lua"),
+    include_str!("../../lua/lock.lua"),
     include_str!("../../lua/acquire.lua")
 );
 pub(crate) const RELEASE_LUA: &str = concat!(
     "#!lua flags=allow-oom\n",
-    include_str!("../../lua/hash.lua"),
+    include_str!("../../lua/lock.lua"),
     include_str!("../../lua/release.lua")
 );
 
@@ -315,8 +315,7 @@ fn populate_held(
         "local template, from, to, owner = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] \
         for i = from, to - 1 do \
           local key = string.format(template, i) \
-          redis.call('HSET', key, owner, 1, '#fence', 0, '#floor', 0, '#done', '1') \
-          redis.call('PEXPIRE', key, 600000) \
+          redis.call('SET', key, owner .. ' 1 0 0 1', 'PX', 600000) \
         end \
         return to - from";
     let mut from = 0;

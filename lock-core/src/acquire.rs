@@ -133,6 +133,8 @@ struct Wait<'a> {
     /// Whether an attempt found the lock held by another owner: only then is a wait
     /// that runs out a [`LockError::Timeout`], not an outage.
     seen_held: bool,
+    /// Whether an attempt was sent.
+    asked: bool,
 }
 
 impl<'a> Wait<'a> {
@@ -149,6 +151,7 @@ impl<'a> Wait<'a> {
             short_of_quorum: None,
             retried_after: None,
             seen_held: false,
+            asked: false,
         }
     }
 
@@ -213,7 +216,10 @@ impl<'a> Wait<'a> {
             lease_ms: mode.lease.as_millis() as u64,
             fencing: mode.fencing,
             reentry: false,
+            // The first look at a lock with no local waiters: most likely free.
+            plain: !self.asked && self.subscription.is_none(),
         };
+        self.asked = true;
         let answer = if self.deadline > sent {
             tokio::time::timeout_at(self.deadline, attempt.run()).await
         } else {
@@ -434,6 +440,7 @@ async fn reenter(
         lease_ms: lease.as_millis() as u64,
         fencing: false,
         reentry: true,
+        plain: false,
     };
     match attempt.run().await? {
         Outcome::Acquired { count, .. } => {

@@ -1,6 +1,7 @@
-//! One attempt at `acquire.lua`: sent to the backend (with `WAIT` in the same
-//! pipeline when replicas must acknowledge a new lock; to every node at once on
-//! Redlock), finished in the background when its caller goes away, replayed until
+//! One attempt at a lock: a plain `SET NX` for a first try at a lock that is likely
+//! free, else (or when that did not take it) `acquire.lua`; sent to the backend
+//! (with `WAIT` in the same pipeline when replicas must acknowledge a new lock; to
+//! every node at once on Redlock), finished in the background when its caller goes away, replayed until
 //! its outcome is known when the reply is lost, and any grant that no guard will
 //! own given back through `release.rs`.
 
@@ -56,6 +57,10 @@ pub(crate) struct Attempt<'a> {
     pub(crate) lease_ms: u64,
     pub(crate) fencing: bool,
     pub(crate) reentry: bool,
+    /// Ask with a plain `SET NX` first (see `lua/lock.lua`): one command instead of a
+    /// script, for a first try at a lock that is likely free. Only taken for a new
+    /// acquisition without fencing or replica acknowledgements.
+    pub(crate) plain: bool,
 }
 
 impl Attempt<'_> {
@@ -71,6 +76,10 @@ impl Attempt<'_> {
             lease_ms: self.lease_ms,
             fencing: self.fencing,
             reentry: self.reentry,
+            plain: self.plain
+                && !self.reentry
+                && !self.fencing
+                && self.inner.config.replicas.is_none(),
             op: self.owner.op(),
         };
         let abandoned = invoke.clone();
@@ -114,6 +123,8 @@ struct Invoke {
     lease_ms: u64,
     fencing: bool,
     reentry: bool,
+    /// Try a plain `SET NX` before the script (see [`Attempt::plain`]).
+    plain: bool,
     /// The attempt's number among its owner's operations: pending while any clone
     /// of this lives (the attempt, its background completion, its replays).
     op: Arc<Op>,
@@ -136,6 +147,11 @@ impl Invoke {
     /// pipeline (it counts only the writes of its own connection) and its answer
     /// comes back too.
     async fn send_to(self, mut conn: Conn) -> redis::RedisResult<(AcquireReply, Option<i64>)> {
+        if self.plain {
+            if let Some(reply) = self.set_if_free(&mut conn).await? {
+                return Ok((reply, None));
+            }
+        }
         let scripts = &self.inner.scripts;
         let script = if self.reentry {
             &scripts.reenter
@@ -184,6 +200,43 @@ impl Invoke {
             other => other?,
         };
         Ok((decode(&reply)?, Some(acked)))
+    }
+
+    /// The plain first try: `SET <lock> "<owner> 1 0 <floor> <seq>" NX GET PX <lease>`,
+    /// the value `acquire.lua` writes for a new lock. Its answer when that settles
+    /// it: taken (no previous value), or held by another owner (a value of another
+    /// owner; its lease is not known, so the waiter looks again soon). `None` when
+    /// only the script can tell: the value is this owner's (a replay of this very
+    /// attempt, say), or of another type.
+    async fn set_if_free(&self, conn: &mut Conn) -> redis::RedisResult<Option<AcquireReply>> {
+        let value = format!(
+            "{} 1 0 {} {}",
+            self.owner.id(),
+            self.op.floor(),
+            self.op.seq()
+        );
+        let previous: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("SET")
+            .arg(&self.keys.lock)
+            .arg(value)
+            .arg("NX")
+            .arg("GET")
+            .arg("PX")
+            .arg(self.lease_ms)
+            .query_async(conn)
+            .await;
+        let previous = match previous {
+            Ok(previous) => previous,
+            Err(err) if err.code() == Some("WRONGTYPE") => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        Ok(match previous {
+            None => Some(AcquireReply::Acquired { count: 1, fence: 0 }),
+            Some(value) => {
+                let holder = value.split(|byte| *byte == b' ').next().unwrap_or_default();
+                // pttl 0: not known, so the waiter looks again at once.
+                (holder != self.owner.id().as_bytes()).then_some(AcquireReply::Busy { pttl_ms: 0 })
+            }
+        })
     }
 
     /// Redlock: the attempt goes to every node at once. It is granted when a

@@ -14,7 +14,7 @@ pub const MAX_NAMESPACE_LEN: usize = 128;
 /// The Redis names of one lock: all three share one hash tag, so they share a
 /// cluster slot.
 ///
-/// For the lock name `N` in namespace `ns`: the hash `ns:{N}`, the fencing counter
+/// For the lock name `N` in namespace `ns`: the lock `ns:{N}`, the fencing counter
 /// `ns:{N}:fence`, the channel `ns:{N}:released`, and `ns:{N}:freed`, which remembers
 /// the last final release for a short while (so that its retry knows it applied). Inside the tag, `%`, `{` and `}`
 /// are written `%25`, `%7B` and `%7D`, so the tag always ends where it should and is

@@ -184,7 +184,7 @@ fn remember_ms(inner: &Inner) -> u64 {
 #[derive(Clone)]
 struct Release {
     scripts: Arc<Scripts>,
-    /// The lock hash, the release channel, the record of the last final release.
+    /// The lock, the release channel, the record of the last final release.
     keys: [Vec<u8>; 3],
     owner: String,
     lease_ms: u64,

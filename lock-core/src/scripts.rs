@@ -18,7 +18,7 @@ pub(crate) struct Scripts {
     pub(crate) inspect: Script,
 }
 
-const HASH: &str = include_str!("../../lua/hash.lua");
+const LOCK: &str = include_str!("../../lua/lock.lua");
 const ACQUIRE: &str = include_str!("../../lua/acquire.lua");
 const RELEASE: &str = include_str!("../../lua/release.lua");
 const RENEW: &str = include_str!("../../lua/renew.lua");
@@ -26,18 +26,17 @@ const FORCE_RELEASE: &str = include_str!("../../lua/force_release.lua");
 const INSPECT: &str = include_str!("../../lua/inspect.lua");
 
 /// The source of every script, for loading them ahead of use: its first line (the
-/// flags), then `hash.lua` (the reader of the lock hash that four scripts share),
-/// then its own text. `acquire.lua` goes under two first lines: `#!lua` for a new
-/// lock (refused on a full server), `allow-oom` for a re-entry (which creates
-/// nothing). `force_release.lua` reads no hash and has its first line in its file.
+/// flags), then `lock.lua` (how every script reads a lock), then its own text.
+/// `acquire.lua` goes under two first lines: `#!lua` for a new lock (refused on a
+/// full server), `allow-oom` for a re-entry (which creates nothing).
 pub(crate) fn sources() -> [String; 6] {
     [
-        format!("#!lua\n{HASH}{ACQUIRE}"),
-        format!("#!lua flags=allow-oom\n{HASH}{ACQUIRE}"),
-        format!("#!lua flags=allow-oom\n{HASH}{RELEASE}"),
-        format!("#!lua flags=allow-oom\n{HASH}{RENEW}"),
-        FORCE_RELEASE.to_owned(),
-        format!("#!lua flags=no-writes\n{HASH}{INSPECT}"),
+        format!("#!lua\n{LOCK}{ACQUIRE}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{ACQUIRE}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{RELEASE}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{RENEW}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{FORCE_RELEASE}"),
+        format!("#!lua flags=no-writes\n{LOCK}{INSPECT}"),
     ]
 }
 

@@ -16,13 +16,12 @@ pub const LOCK_USER_ACL: &[&str] = &[
     "+config|get",
     "+subscribe",
     "+unsubscribe",
-    // Called by the scripts.
-    "+type",
-    "+get",
+    // Sent by the client (a first acquisition without fencing) and called by the
+    // scripts.
     "+set",
+    // Called by the scripts.
+    "+get",
     "+incr",
-    "+hset",
-    "+hgetall",
     "+pexpire",
     "+pttl",
     "+del",

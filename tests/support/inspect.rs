@@ -10,13 +10,27 @@ pub fn lock_key(name: &str) -> String {
 
 /// The hold count of lock `name` as Redis stores it (0 when free).
 pub fn redis_count(server: &RedisServer, name: &str) -> u64 {
-    let fields = server.cmd(&["HGETALL", &lock_key(name)]).expect("HGETALL");
-    let fields: Vec<&str> = fields.lines().collect();
-    fields
-        .chunks(2)
-        .filter(|pair| pair.len() == 2 && !pair[0].starts_with('#'))
-        .map(|pair| pair[1].parse::<u64>().expect("a count"))
-        .sum()
+    let value = server.cmd(&["GET", &lock_key(name)]).expect("GET");
+    lock_value_count(&value)
+}
+
+/// The hold count in a lock's value as `GET` renders it (`(nil)`: free, 0); the
+/// value is `"<owner> <count> <fence> <floor> <done...>"` (lua/lock.lua).
+pub fn lock_value_count(value: &str) -> u64 {
+    if value == "(nil)" {
+        return 0;
+    }
+    value
+        .split(' ')
+        .nth(1)
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("not a lock value: {value:?}"))
+}
+
+/// The owner id holding lock `name` (`None` when free).
+pub fn redis_holder(server: &RedisServer, name: &str) -> Option<String> {
+    let value = server.cmd(&["GET", &lock_key(name)]).expect("GET");
+    (value != "(nil)").then(|| value.split(' ').next().unwrap_or_default().to_owned())
 }
 
 /// Whether `key` exists on `server`.
@@ -51,30 +65,52 @@ pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Commands that distlock's scripts run inside Redis: `INFO commandstats` counts
-/// those too, but they cost no round trip.
-const SCRIPT_INNER: [&str; 13] = [
-    "type", "hget", "hset", "hincrby", "pexpire", "pttl", "incr", "get", "del", "publish",
-    "hexists", "hgetall", "set",
-];
+/// The commands the tests send to look at a server: never counted as requests.
+const LOOKS: [&str; 4] = ["slowlog", "config", "info", "client"];
 
-/// The requests clients sent to the server (round trips, when not pipelined):
-/// every command counted by `INFO commandstats`, less `INFO` itself and the commands
-/// that scripts run inside Redis.
+/// The requests clients sent to the server (round trips, when not pipelined) since
+/// the first call on `server`, less the tests' own looks (`INFO`, `CONFIG`, ...).
+/// `INFO commandstats` cannot tell a client's `SET` from one that a script runs, so
+/// the server's slow log does, with every command logged: its entries from a script
+/// have no client address (`?:0`). The first call turns that logging on (the count
+/// starts there), so call it before the part that is counted.
 pub fn client_requests(server: &RedisServer) -> u64 {
-    let info = server.cmd(&["INFO", "commandstats"]).expect("INFO");
-    info.lines()
-        .filter(|line| line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info:"))
-        .filter(|line| {
-            let name = line["cmdstat_".len()..]
-                .split(':')
-                .next()
-                .unwrap_or_default();
-            !SCRIPT_INNER.contains(&name)
+    server
+        .cmd(&[
+            "CONFIG",
+            "SET",
+            "slowlog-log-slower-than",
+            "0",
+            "slowlog-max-len",
+            "1000000",
+        ])
+        .expect("CONFIG SET slowlog");
+    let client = redis::Client::open(format!("redis://{}", server.addr())).expect("a URL");
+    let mut conn = client.get_connection().expect("a connection");
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query(&mut conn)
+        .expect("SLOWLOG GET");
+    entries
+        .iter()
+        .filter(|entry| {
+            let redis::Value::Array(fields) = entry else {
+                return false;
+            };
+            let text = |value: &redis::Value| match value {
+                redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).to_lowercase(),
+                redis::Value::SimpleString(text) => text.to_lowercase(),
+                _ => String::new(),
+            };
+            let command = match fields.get(3) {
+                Some(redis::Value::Array(args)) => args.first().map(text).unwrap_or_default(),
+                _ => String::new(),
+            };
+            let from_script = fields.get(4).map(text).as_deref() == Some("?:0");
+            !from_script && !LOOKS.contains(&command.as_str())
         })
-        .filter_map(|line| line.split("calls=").nth(1))
-        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .sum()
+        .count() as u64
 }
 
 /// The value of `key` in a `key=value` line, such as one of `CLIENT LIST`.

@@ -368,10 +368,11 @@ another namespace):
 ```text
 ACL SETUSER locker on >PASSWORD resetkeys ~distlock:* resetchannels &distlock:* -@all
     +hello +ping +script|load +evalsha +config|get +subscribe +unsubscribe
-    +type +get +set +incr +hset +hgetall +pexpire +pttl +del +publish
+    +set +get +incr +pexpire +pttl +del +publish
 ```
 
-The first line of commands is what the client sends (`config|get` only reads
+The first line of commands is what the client sends, with `set` (a first
+acquisition without fencing is one `SET NX GET PX`; `config|get` only reads
 `maxmemory-policy` for the eviction warning; on Redis 7.2+ add `+client|setinfo`
 to avoid a refused, ignored `CLIENT SETINFO`); the second is what the scripts call,
 which Redis checks against the same ACL. `the_minimal_acl_is_enough_for_every_operation`

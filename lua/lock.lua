@@ -1,0 +1,98 @@
+-- lock.lua: how every script reads a lock. Not a script of its own: the client sends
+-- it in front of acquire.lua, release.lua, renew.lua, inspect.lua and
+-- force_release.lua (after their first line), so that all of them read the lock, and
+-- judge whether distlock wrote it, in one way.
+--
+-- A lock is one string key `<ns>:{name}`, with the lease as its expiry:
+--
+--   "<owner> <count> <fence> <floor> <done...>"
+--
+-- owner  the holder's owner id (no spaces); one owner at a time
+-- count  its hold count, 1 or more
+-- fence  the fencing token issued with the first acquisition (0: none)
+-- floor  the holder's floor, and done the numbers of its operations applied above
+--        it (space separated): its replay record (see acquire.lua, "Exactly once")
+--
+-- A first acquisition without fencing is written by the client itself, with
+-- `SET <lock> "<owner> 1 0 <floor> <seq>" NX GET PX <lease>`: the cheapest write
+-- that creates a lock, and the same one acquire.lua makes.
+
+-- Reads a lock's value (a string, or false when the key does not exist): a table
+-- with `held` (some owner holds it), `holder`, `total` (the holder's count), `count`
+-- (the count of `owner`; nil when `owner` does not hold it), `token`, `floor` and
+-- `done`; nil when distlock did not write it (not of the form above, a number with a
+-- leading zero, or one of more than 18 digits, which could overflow).
+local function read(value, owner)
+  if value == false then
+    return { held = false, total = 0, token = 0, floor = 0, done = '' }
+  end
+  local holder, count, token, floor, done =
+    string.match(value, '^(%S+) ([1-9]%d*) (%d+) (%d+) ?([%d ]*)$')
+  if not holder or #count > 18 or #token > 18 or #floor > 18
+      or (#token > 1 and string.byte(token) == 48) or (#floor > 1 and string.byte(floor) == 48) then
+    return nil
+  end
+  local state = {
+    held = true, holder = holder, total = tonumber(count), token = tonumber(token),
+    floor = tonumber(floor), done = done,
+  }
+  if holder == owner then
+    state.count = state.total
+  end
+  return state
+end
+
+-- Reads the lock at `key` for `owner`, as `read` does: nil when `key` holds what
+-- distlock did not write (another type included).
+local function read_lock(key, owner)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' then
+    return nil
+  end
+  return read(value, owner)
+end
+
+-- The value of a lock held `count` times by `owner`, with fencing token `token` and
+-- the replay record `floor` and `done` (as `record` gives them).
+local function encode(owner, count, token, floor, done)
+  return string.format('%s %d %d %s %s', owner, count, token, floor, done)
+end
+
+-- The holder's replay record once its operation `seq` (as the client sent it:
+-- `seq_text`) is applied, given the floor the client sent (see acquire.lua, "Exactly
+-- once"): the new floor and done, with `seq` added and every number at or below the
+-- floor dropped. Nothing when `seq` must not be applied: it was already, or it is
+-- settled (at or below the floor).
+local function record(state, floor, seq, seq_text)
+  floor = math.max(floor, state.floor)
+  if seq <= floor then
+    return nil
+  end
+  local kept = {}
+  for n in string.gmatch(state.done, '%d+') do
+    if tonumber(n) == seq then
+      return nil
+    end
+    if tonumber(n) > floor then
+      kept[#kept + 1] = n
+    end
+  end
+  kept[#kept + 1] = seq_text
+  return string.format('%d', floor), table.concat(kept, ' ')
+end
+
+-- The fencing counter at `key`: 0 when there is none, nil when the key holds what
+-- distlock did not write (another type, or not a counter: an integer of at most 18
+-- digits, not negative, no leading zero).
+local function read_counter(key)
+  local value = redis.pcall('GET', key)
+  if value == false then
+    return 0
+  end
+  if type(value) ~= 'string' or not (value == '0' or string.match(value, '^[1-9]%d*$'))
+      or #value > 18 then
+    return nil
+  end
+  return tonumber(value)
+end
+
