@@ -239,10 +239,11 @@ impl Release {
 /// The owner id that holds `keys` now (for the seeded fault that skips the owner check).
 async fn current_holder(inner: &Inner, keys: &LockKeys) -> Option<String> {
     let mut conn = inner.backend.first();
-    let fields: Vec<String> = redis::cmd("HKEYS")
+    // "<owner> <count> <fence> <floor> <done...>" (lua/lock.lua)
+    let value: String = redis::cmd("GET")
         .arg(&keys.lock)
         .query_async(&mut conn)
         .await
         .ok()?;
-    fields.into_iter().find(|field| !field.starts_with('#'))
+    value.split(' ').next().map(str::to_owned)
 }
