@@ -11,6 +11,8 @@
 -- KEYS[1]  the lock `<ns>:{name}` (see lock.lua)
 -- KEYS[2]  the fencing counter `<ns>:{name}:fence`; read and written only when
 --          ARGV[3] is "1" and the lock is free
+-- KEYS[3]  the last final release `<ns>:{name}:freed` (see release.lua): written
+--          only when this call takes a tombstone, whose record moves there
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds, validated by the client (10 ..= the documented maximum)
 -- ARGV[3]  "1": issue a fencing token when this call creates the lock; "0": do not
@@ -48,7 +50,7 @@
 --
 -- Every check comes before the first write: a Lua error does not roll back.
 
-local lock, fence_key = KEYS[1], KEYS[2]
+local lock, fence_key, freed = KEYS[1], KEYS[2], KEYS[3]
 local owner, lease, fencing = ARGV[1], ARGV[2], ARGV[3]
 local seq, floor, reentry = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 
@@ -67,6 +69,13 @@ if not state.held then
       return {-2}
     end
     token = redis.call('INCR', fence_key)
+  end
+  if state.freed then
+    -- The record of the last final release stays readable for as long as it had.
+    local left = redis.call('PTTL', lock)
+    if left > 0 then
+      redis.call('SET', freed, state.freed, 'PX', left)
+    end
   end
   redis.call('SET', lock, encode(owner, 1, token, ARGV[5], ARGV[4]), 'PX', lease)
   return {1, 1, token}

@@ -13,6 +13,12 @@
 -- floor  the holder's floor, and done the numbers of its operations applied above
 --        it (space separated): its replay record (see acquire.lua, "Exactly once")
 --
+-- A final release leaves the lock free as a tombstone, "- <owner> <floor> <done...>"
+-- (the last holder's replay record), that expires after a short while: a retry of
+-- that release reads there that it was applied. The first acquisition of a
+-- tombstone moves the record to `<ns>:{name}:freed` (with the time it had left),
+-- where the retry looks next.
+--
 -- A first acquisition without fencing is written by the client itself, with
 -- `SET <lock> "<owner> 1 0 <floor> <seq>" NX GET PX <lease>`: the cheapest write
 -- that creates a lock, and the same one acquire.lua makes.
@@ -20,11 +26,18 @@
 -- Reads a lock's value (a string, or false when the key does not exist): a table
 -- with `held` (some owner holds it), `holder`, `total` (the holder's count), `count`
 -- (the count of `owner`; nil when `owner` does not hold it), `token`, `floor` and
--- `done`; nil when distlock did not write it (not of the form above, a number with a
--- leading zero, or one of more than 18 digits, which could overflow).
+-- `done`, and for a tombstone `freed` (its record, "<owner> <floor> <done...>"); nil
+-- when distlock did not write it (not of a form above, a number with a leading
+-- zero, or one of more than 18 digits, which could overflow).
 local function read(value, owner)
   if value == false then
     return { held = false, total = 0, token = 0, floor = 0, done = '' }
+  end
+  if string.sub(value, 1, 2) == '- ' then
+    if not string.match(value, '^%- %S+ %d+ ?[%d ]*$') then
+      return nil
+    end
+    return { held = false, total = 0, token = 0, floor = 0, done = '', freed = string.sub(value, 3) }
   end
   local holder, count, token, floor, done =
     string.match(value, '^(%S+) ([1-9]%d*) (%d+) (%d+) ?([%d ]*)$')

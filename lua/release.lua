@@ -7,18 +7,20 @@
 -- KEYS[2]  the release channel `<ns>:{name}:released`, passed as a key so that a
 --          cluster routes it with the lock (same hash slot)
 -- KEYS[3]  the last final release `<ns>:{name}:freed`: "<owner> <floor> <done...>",
---          the replay record of the holder that freed the lock, kept for ARGV[6] ms
+--          the replay record of the holder that freed the lock, once another owner
+--          took the tombstone (see lock.lua); read only
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds to keep at least while holds remain
 -- ARGV[3]  the operation's sequence number (see acquire.lua, "Exactly once")
 -- ARGV[4]  the owner's floor (see acquire.lua)
 -- ARGV[5]  "PUBLISH", or "SPUBLISH" on a cluster
--- ARGV[6]  how long, in ms, KEYS[3] remembers a final release for its retry
+-- ARGV[6]  how long, in ms, the tombstone of a final release lasts, for its retry
 --
 -- Returns
 --   {1, remaining}  one hold given back, or this operation was applied before (a
 --                   replay, also of the final release after the lock was freed);
---                   remaining 0 means the lock is free and a message went out on
+--                   remaining 0 means the lock is free (a tombstone) and a
+--                   message went out on
 --                   KEYS[2]: "<owner>:<seq>", unique per release, so that a client
 --                   hearing one release from several Redlock nodes wakes one waiter,
 --                   and a later release is never taken for a repeat
@@ -27,7 +29,7 @@
 --   {-2}            KEYS[1] holds a value of another type, or a string distlock did
 --                   not write (see lock.lua); left untouched
 --
--- The message is published before the delete, so a user without channel permission
+-- The message is published before the write, so a user without channel permission
 -- changes nothing.
 
 local lock, channel, freed = KEYS[1], KEYS[2], KEYS[3]
@@ -56,7 +58,11 @@ if not state then
 end
 
 if not state.count then
-  -- Not held by this owner: was this release the final one, applied before?
+  -- Not held by this owner: was this release the final one, applied before? Its
+  -- record is the tombstone, or moved to KEYS[3] when another owner took that.
+  if state.freed and applied_in(state.freed) then
+    return {1, 0}
+  end
   local record = redis.pcall('GET', freed)
   if type(record) == 'string' and applied_in(record) then
     return {1, 0}
@@ -78,6 +84,5 @@ if state.count > 1 then
 end
 
 redis.call(publish, channel, owner .. ':' .. ARGV[3])
-redis.call('DEL', lock)
-redis.call('SET', freed, owner .. ' ' .. new_floor .. ' ' .. done, 'PX', remember)
+redis.call('SET', lock, '- ' .. owner .. ' ' .. new_floor .. ' ' .. done, 'PX', remember)
 return {1, 0}

@@ -31,7 +31,9 @@ fn traces(nodes: &[RedisServer], name: &str, foreign: &str) -> Vec<String> {
             // "<owner> <count> <fence> <floor> <done...>" (lua/lock.lua)
             let value = node.cmd(&["GET", &key]).expect("GET");
             let owner = value.split(' ').next().unwrap_or_default().to_owned();
-            (value != "(nil)" && owner != foreign).then(|| format!("{}: {owner}", node.port()))
+            // A tombstone ("- ...") is a free lock.
+            (value != "(nil)" && owner != "-" && owner != foreign)
+                .then(|| format!("{}: {owner}", node.port()))
         })
         .collect()
 }

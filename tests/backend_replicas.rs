@@ -160,7 +160,7 @@ async fn a_refused_lock_is_given_back_even_when_the_wait_ends_during_the_give_ba
     assert!(result.is_err(), "granted without a replica: {result:?}");
     proxy.heal();
     let freed = support::eventually(Duration::from_secs(3), || {
-        !support::exists(&server, &support::lock_key("refused"))
+        !support::held(&server, &support::lock_key("refused"))
     })
     .await;
     assert!(

@@ -126,6 +126,7 @@ async fn run_acquire_fenced(
     script(if reentry { "reenter" } else { "acquire" })
         .key(lock_key(name))
         .key(format!("{}:fence", lock_key(name)))
+        .key(format!("{}:freed", lock_key(name)))
         .arg(owner)
         .arg(10_000)
         .arg(u8::from(fencing))
@@ -180,13 +181,14 @@ const NOT_INTEGERS: [&str; 6] = ["abc", "1.5", " 1", "007", "", "1e3"];
 
 /// Lock values held by owner `o` with `count` holds (fence 0, floor 7), each with
 /// one word spoiled by `value`: the count, the floor, the fencing token, the replay
-/// record.
-fn spoiled(value: &str, count: &str) -> [(&'static str, String); 4] {
+/// record; and a tombstone of `o` whose floor is spoiled.
+fn spoiled(value: &str, count: &str) -> [(&'static str, String); 5] {
     [
         ("count", format!("o {value} 0 7")),
         ("floor", format!("o {count} 0 {value}")),
         ("fence", format!("o {count} {value} 7")),
         ("done", format!("o {count} 0 7 8 {value}x")),
+        ("tombstone", format!("- o {value}x 7")),
     ]
 }
 
@@ -617,8 +619,32 @@ async fn the_scripts_read_the_plain_first_acquisition_as_their_own() {
             "{attempt}: {reply:?}"
         );
     }
+    // Free, as a tombstone with the record of that release: the client's plain SET
+    // does not take it (the script does), and the retry still knows it applied
+    // after another owner took the lock and the record moved to `:freed`.
+    let tombstone = server.cmd(&["GET", &lock_key("plain")]).expect("GET");
+    assert_eq!(tombstone, "- o 2 3 4 5 6", "the tombstone");
     assert_eq!(
-        server.cmd(&["EXISTS", &lock_key("plain")]).expect("EXISTS"),
-        "0"
+        set("plain"),
+        tombstone,
+        "a plain SET leaves a tombstone alone"
     );
+    let taken = run_acquire(&mut conn, "plain", "p", 1, false).await;
+    assert_eq!(taken.as_deref().ok(), Some(&[1, 1, 0][..]), "{taken:?}");
+    let freed = format!("{}:freed", lock_key("plain"));
+    assert_eq!(server.cmd(&["GET", &freed]).expect("GET"), "o 2 3 4 5 6");
+    let ttl: i64 = server
+        .cmd(&["PTTL", &freed])
+        .expect("PTTL")
+        .parse()
+        .expect("a number");
+    assert!(
+        (1..=2_000).contains(&ttl),
+        "the record keeps its time: {ttl} ms"
+    );
+    let retry = run_release(&mut conn, "plain", "o", 6).await;
+    assert_eq!(retry.as_deref().ok(), Some(&[1, 0][..]), "{retry:?}");
+    let stray = run_release(&mut conn, "plain", "o", 7).await;
+    assert_eq!(stray.as_deref().ok(), Some(&[-1][..]), "{stray:?}");
+    assert_eq!(redis_count(&server, "plain"), 1, "p holds it, untouched");
 }

@@ -48,9 +48,9 @@ async fn plain_client(url: &str) -> LockClient {
         .expect("connect")
 }
 
-/// Whether the lock of `name` exists.
+/// Whether the lock of `name` is held (not free, not a tombstone).
 fn exists(server: &RedisServer, name: &str) -> bool {
-    support::exists(server, &key(name))
+    support::held(server, &key(name))
 }
 
 /// The remaining lease of `name` in ms, as Redis says (`PTTL`).
@@ -311,6 +311,52 @@ async fn a_final_release_whose_first_reply_is_late_is_ok_when_it_applied() {
     let result = unlock_with_a_late_first_reply(&server, &proxy, NAME, async {}).await;
     assert!(result.is_ok(), "{result:?}");
     assert!(!exists(&server, NAME), "the lock is free");
+}
+
+/// The first try applies and frees the lock; its reply is late, and a waiter of
+/// another client takes the lock before the retry arrives. The retry still finds
+/// the record of its release (the tombstone it left moved to `:freed` when the
+/// waiter took the lock), and `unlock()` says `Ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_release_retried_after_a_waiter_took_the_lock_is_ok() {
+    const NAME: &str = "final:handed";
+    let server = server();
+    let proxy = proxy(&server);
+    let other = plain_client(&server.url()).await;
+    let holder = client(&proxy.url(), Duration::from_millis(300)).await;
+    let guard = holder.lock(NAME).await.expect("lock");
+    let waiter = tokio::spawn({
+        let other = other.clone();
+        async move { other.lock(NAME).wait(Duration::from_secs(5)).await }
+    });
+    let waiting = eventually(Duration::from_secs(2), || {
+        support::channel_subscribers(&server, NAME) > 0
+    })
+    .await;
+    assert!(waiting, "the waiter never subscribed");
+    let before = support::command_calls(&server, "evalsha");
+    proxy.delay(
+        Direction::ToClient,
+        Duration::from_millis(450),
+        Duration::ZERO,
+    );
+    let unlock = tokio::spawn(guard.unlock());
+    let taken = waiter
+        .await
+        .expect("join")
+        .expect("the waiter takes the lock");
+    proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+    let result = unlock.await.expect("join");
+    assert!(
+        support::command_calls(&server, "evalsha") - before >= 3,
+        "the release, the waiter's acquire and the release's retry"
+    );
+    assert_eq!(hold_count(&server, NAME), 1, "the waiter holds it");
+    discard(Some(taken)).await;
+    assert!(
+        result.is_ok(),
+        "the release applied, yet unlock() returned {result:?}"
+    );
 }
 
 /// The lock is force-unlocked and taken by another holder; the old holder's release

@@ -140,7 +140,7 @@ async fn dropped_guard(server: &RedisServer) -> bool {
         Err(LockError::Timeout { .. }) => false,
         Err(err) => panic!("{err}"),
     };
-    let no_key = !support::exists(server, "distlock:{dropped}");
+    let no_key = !support::held(server, "distlock:{dropped}");
     free && no_key
 }
 
@@ -258,7 +258,7 @@ async fn late_reply(server: &RedisServer) -> (Report, bool) {
     }
     proxy.heal();
     let free = support::eventually(Duration::from_secs(3), || {
-        !support::exists(server, "distlock:{late}")
+        !support::held(server, "distlock:{late}")
     })
     .await;
     (history.check(), free)

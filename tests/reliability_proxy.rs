@@ -28,7 +28,7 @@ async fn a_reply_later_than_the_lease_never_runs_the_body_and_leaves_no_hold() {
     drop(attempt);
     proxy.heal();
     let clean = support::eventually(Duration::from_secs(3), || {
-        !support::exists(&server, "distlock:{late}")
+        !support::held(&server, "distlock:{late}")
     })
     .await;
     support::summary(
@@ -153,7 +153,7 @@ async fn a_lost_reply_is_not_counted_twice() {
         ],
     );
     assert!(settled, "hold count {after} after the heal, expected 1");
-    assert!(!support::exists(&server, "distlock:{twice}"), "left held");
+    assert!(!support::held(&server, "distlock:{twice}"), "left held");
 }
 
 /// Eight tasks lock and unlock through a proxy that resets every connection every
@@ -373,7 +373,7 @@ async fn resets_mid_pipeline_never_leave_a_guard_believing_in_a_lost_lock() {
     for (n, guard) in guards.iter().enumerate() {
         if guard.is_lost() {
             lost += 1;
-        } else if !support::exists(&server, &format!("distlock:{{batch:{n}}}")) {
+        } else if !support::held(&server, &format!("distlock:{{batch:{n}}}")) {
             believed_but_gone.push(n);
         }
     }

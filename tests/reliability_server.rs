@@ -195,7 +195,7 @@ async fn writes_paused_longer_than_the_wait_give_an_error_and_leave_nothing_held
     // After the pause the blocked request runs; the hold it takes must be given back.
     tokio::time::sleep(pause.saturating_sub(paused.elapsed())).await;
     let nothing_held = support::eventually(Duration::from_secs(3), || {
-        !support::exists(&server, "distlock:{paused}")
+        !support::held(&server, "distlock:{paused}")
     })
     .await;
     let kind = match &result {
@@ -290,7 +290,7 @@ async fn out_of_memory_refuses_acquires_but_renews_and_releases() {
     assert!(still_held, "renewals failed under OOM");
     released.expect("release under OOM");
     assert!(
-        !support::exists(&server, "distlock:{held}"),
+        !support::held(&server, "distlock:{held}"),
         "held after the release"
     );
 }
@@ -368,7 +368,7 @@ async fn an_evicting_server_is_warned_about_and_an_evicted_lock_is_reported_lost
         ],
     );
     assert!(
-        !support::exists(&server, "distlock:{evicted}"),
+        !support::held(&server, "distlock:{evicted}"),
         "the lock was not evicted"
     );
     assert!(lost.is_ok(), "an evicted lock was not reported lost");

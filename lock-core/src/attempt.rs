@@ -163,6 +163,7 @@ impl Invoke {
         invocation
             .key(&self.keys.lock)
             .key(&self.keys.fence)
+            .key(&self.keys.freed)
             .arg(self.owner.id())
             .arg(self.lease_ms)
             .arg(u8::from(self.fencing))
@@ -177,9 +178,10 @@ impl Invoke {
         let mut pipe = redis::pipe();
         pipe.cmd("EVALSHA")
             .arg(script.get_hash())
-            .arg(2)
+            .arg(3)
             .arg(&self.keys.lock)
             .arg(&self.keys.fence)
+            .arg(&self.keys.freed)
             .arg(self.owner.id())
             .arg(self.lease_ms)
             .arg(u8::from(self.fencing))
@@ -207,7 +209,8 @@ impl Invoke {
     /// it: taken (no previous value), or held by another owner (a value of another
     /// owner; its lease is not known, so the waiter looks again soon). `None` when
     /// only the script can tell: the value is this owner's (a replay of this very
-    /// attempt, say), or of another type.
+    /// attempt, say), a tombstone (a lock freed a moment ago, whose record the
+    /// script keeps), or of another type.
     async fn set_if_free(&self, conn: &mut Conn) -> redis::RedisResult<Option<AcquireReply>> {
         let value = format!(
             "{} 1 0 {} {}",
@@ -233,8 +236,9 @@ impl Invoke {
             None => Some(AcquireReply::Acquired { count: 1, fence: 0 }),
             Some(value) => {
                 let holder = value.split(|byte| *byte == b' ').next().unwrap_or_default();
+                let other = holder != b"-" && holder != self.owner.id().as_bytes();
                 // pttl 0: not known, so the waiter looks again at once.
-                (holder != self.owner.id().as_bytes()).then_some(AcquireReply::Busy { pttl_ms: 0 })
+                other.then_some(AcquireReply::Busy { pttl_ms: 0 })
             }
         })
     }

@@ -15,10 +15,12 @@ pub const MAX_NAMESPACE_LEN: usize = 128;
 /// cluster slot.
 ///
 /// For the lock name `N` in namespace `ns`: the lock `ns:{N}`, the fencing counter
-/// `ns:{N}:fence`, the channel `ns:{N}:released`, and `ns:{N}:freed`, which remembers
-/// the last final release for a short while (so that its retry knows it applied). Inside the tag, `%`, `{` and `}`
-/// are written `%25`, `%7B` and `%7D`, so the tag always ends where it should and is
-/// never empty, and two names never share keys.
+/// `ns:{N}:fence`, the channel `ns:{N}:released`, and `ns:{N}:freed`, where the record
+/// of the last final release moves, for the rest of its short life, when another
+/// owner takes the lock's tombstone (so that a retry of that release knows it
+/// applied; see `lua/lock.lua`). Inside the tag, `%`, `{` and `}` are written `%25`,
+/// `%7B` and `%7D`, so the tag always ends where it should and is never empty, and
+/// two names never share keys.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct LockKeys {
     pub(crate) name: Arc<[u8]>,

@@ -14,10 +14,11 @@ pub fn redis_count(server: &RedisServer, name: &str) -> u64 {
     lock_value_count(&value)
 }
 
-/// The hold count in a lock's value as `GET` renders it (`(nil)`: free, 0); the
-/// value is `"<owner> <count> <fence> <floor> <done...>"` (lua/lock.lua).
+/// The hold count in a lock's value as `GET` renders it (`(nil)` or a tombstone
+/// `"- ..."`: free, 0); the value is `"<owner> <count> <fence> <floor> <done...>"`
+/// (lua/lock.lua).
 pub fn lock_value_count(value: &str) -> u64 {
-    if value == "(nil)" {
+    if value == "(nil)" || value.starts_with("- ") {
         return 0;
     }
     value
@@ -30,7 +31,14 @@ pub fn lock_value_count(value: &str) -> u64 {
 /// The owner id holding lock `name` (`None` when free).
 pub fn redis_holder(server: &RedisServer, name: &str) -> Option<String> {
     let value = server.cmd(&["GET", &lock_key(name)]).expect("GET");
-    (value != "(nil)").then(|| value.split(' ').next().unwrap_or_default().to_owned())
+    (lock_value_count(&value) > 0).then(|| value.split(' ').next().unwrap_or_default().to_owned())
+}
+
+/// Whether the lock at Redis key `key` is held: a value that is not a tombstone
+/// (a final release leaves `"- <owner> <floor> <done...>"` for a short while).
+pub fn held(server: &RedisServer, key: &str) -> bool {
+    let value = server.cmd(&["GET", key]).expect("GET");
+    value != "(nil)" && !value.starts_with("- ")
 }
 
 /// Whether `key` exists on `server`.
@@ -133,8 +141,9 @@ pub fn client_connections(node: &RedisServer) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Keys and channels left behind: every key except the workload's (`rel:*`) and the
-/// fencing counters (which live forever by design), and every channel.
+/// Keys and channels left behind: every key except the workload's (`rel:*`), the
+/// fencing counters (which live forever by design) and the short-lived records of
+/// final releases (tombstones and `:freed`), and every channel.
 pub fn leaks(server: &RedisServer) -> (Vec<String>, Vec<String>) {
     let keys = server.cmd(&["KEYS", "*"]).expect("KEYS");
     let keys = keys
@@ -145,6 +154,7 @@ pub fn leaks(server: &RedisServer) -> (Vec<String>, Vec<String>) {
                 && !key.ends_with(":fence")
                 // The record of the last final release, for its retry; it expires.
                 && !key.ends_with(":freed")
+                && !is_tombstone(server, key)
         })
         .map(str::to_owned)
         .collect();
@@ -155,4 +165,11 @@ pub fn leaks(server: &RedisServer) -> (Vec<String>, Vec<String>) {
         .map(str::to_owned)
         .collect();
     (keys, channels)
+}
+
+/// Whether `key` holds the tombstone of a final release (lua/lock.lua).
+fn is_tombstone(server: &RedisServer, key: &str) -> bool {
+    server
+        .cmd(&["GET", key])
+        .is_ok_and(|value| value.starts_with("- "))
 }
