@@ -144,18 +144,20 @@ async fn run_release(
     owner: &str,
     attempt: u64,
 ) -> redis::RedisResult<Vec<i64>> {
-    script("release")
+    let replies: Vec<Vec<i64>> = script("release")
         .key(lock_key(name))
         .key(format!("{}:released", lock_key(name)))
         .key(format!("{}:freed", lock_key(name)))
+        .arg("PUBLISH")
+        .arg(2_000)
         .arg(owner)
         .arg(10_000)
         .arg(attempt)
         .arg(0)
-        .arg("PUBLISH")
-        .arg(2_000)
         .invoke_async(conn)
-        .await
+        .await?;
+    let [reply] = <[Vec<i64>; 1]>::try_from(replies).expect("one answer for one release");
+    Ok(reply)
 }
 
 /// Runs `renew.lua` for lock `name` with a lease of 60 s.

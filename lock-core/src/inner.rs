@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio_util::sync::DropGuard;
 
 use crate::backend::Backend;
+use crate::batch::Batcher;
 use crate::error::LockError;
 use crate::keys::LockKeys;
 use crate::owner::Owner;
@@ -46,6 +47,8 @@ pub(crate) struct Inner {
     holds: AtomicU64,
     pub(crate) subscriber: Subscriber,
     pub(crate) watchdog: Watchdog,
+    /// Sends releases in batches, on one endpoint (not on a cluster or Redlock).
+    pub(crate) batcher: Option<Arc<Batcher>>,
     /// Stops the background tasks when the last clone, guard and request are gone.
     _shutdown: DropGuard,
 }
@@ -59,6 +62,15 @@ impl Inner {
         watchdog: Watchdog,
         shutdown: DropGuard,
     ) -> Self {
+        let one_endpoint = !backend.is_redlock() && !backend.first().is_cluster();
+        let batcher = one_endpoint.then(|| {
+            let remember_ms = config.remember_release.as_millis() as u64;
+            Arc::new(Batcher::new(
+                scripts.clone(),
+                backend.publish_command(),
+                remember_ms,
+            ))
+        });
         Self {
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
             uuid: uuid::Uuid::new_v4().simple().to_string(),
@@ -69,6 +81,7 @@ impl Inner {
             holds: AtomicU64::new(0),
             subscriber,
             watchdog,
+            batcher,
             _shutdown: shutdown,
         }
     }

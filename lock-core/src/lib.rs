@@ -30,6 +30,7 @@
 //! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `url.rs` URLs; `tls.rs` TLS (crypto provider, certificates); `dial.rs` the first connection (fail fast on a refusal); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
 //! | 3 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
 //! | 3 | `subscriber.rs` | waiting: the queues of local waiters, woken by release messages |
+//! | 3 | `batch.rs` | group commit: the releases ready at the same moment, as one run of `release.lua` |
 //! | 4 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |
 //! | 4 | `renew.rs` | one renewal round trip for a batch of holds |
 //! | 5 | `watchdog.rs` | when to renew, and telling guards of a loss |
@@ -51,6 +52,7 @@
 mod acquire;
 mod attempt;
 mod backend;
+mod batch;
 mod builder;
 mod client;
 mod context;

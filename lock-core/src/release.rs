@@ -12,6 +12,7 @@ use std::sync::Arc;
 use tracing::Instrument;
 
 use crate::backend::{redlock, Conn};
+use crate::batch::{self, Batcher, Item};
 use crate::detach::{log_failure, spawn, Detached};
 use crate::error::{is_failover_code, outcome_unknown, LockError};
 use crate::faults::{self, Fault};
@@ -103,16 +104,14 @@ pub(crate) async fn give_back_node(
     lease_ms: u64,
 ) {
     let op = owner.op();
-    let release = Release {
-        scripts: inner.scripts.clone(),
-        keys: [keys.lock.clone(), keys.channel.clone(), keys.freed.clone()],
-        owner: owner.id().to_owned(),
+    let release = Release::new(
+        inner,
+        keys,
+        owner.id().to_owned(),
         lease_ms,
-        seq: op.seq(),
-        floor: op.floor(),
-        publish: inner.backend.publish_command(),
-        remember_ms: remember_ms(inner),
-    };
+        op.seq(),
+        op.floor(),
+    );
     let result = release.on_node(conn).await;
     if let Err(err) = result {
         tracing::debug!(error = %err, "distlock: could not give back a Redlock node's grant; its lease will end it");
@@ -148,16 +147,7 @@ async fn round_trip(
             (id, seq, floor) = (holder, FOREIGN_SEQ, 0);
         }
     }
-    let release = Release {
-        scripts: inner.scripts.clone(),
-        keys: [keys.lock.clone(), keys.channel.clone(), keys.freed.clone()],
-        owner: id,
-        lease_ms,
-        seq,
-        floor,
-        publish: inner.backend.publish_command(),
-        remember_ms: remember_ms(inner),
-    };
+    let release = Release::new(inner, keys, id, lease_ms, seq, floor);
     let replies = inner
         .backend
         .each(|conn| release.clone().on_node(conn))
@@ -175,48 +165,69 @@ async fn round_trip(
 /// above any real one.
 const FOREIGN_SEQ: u64 = 10_000_000_000_000;
 
-/// How long `release.lua` remembers a final release, in ms.
-fn remember_ms(inner: &Inner) -> u64 {
-    inner.config.remember_release.as_millis() as u64
-}
-
-/// One numbered release of one owner, as `release.lua` takes it.
+/// One numbered release of one owner, as `release.lua` takes it, and how it goes:
+/// in a batch with other releases on one endpoint, alone on a cluster or a Redlock
+/// node.
 #[derive(Clone)]
 struct Release {
+    item: Item,
     scripts: Arc<Scripts>,
-    /// The lock, the release channel, the record of the last final release.
-    keys: [Vec<u8>; 3],
-    owner: String,
-    lease_ms: u64,
-    seq: u64,
-    floor: u64,
     publish: &'static str,
+    /// How long `release.lua` remembers a final release, in ms.
     remember_ms: u64,
+    batcher: Option<Arc<Batcher>>,
 }
 
 impl Release {
+    fn new(
+        inner: &Inner,
+        keys: &LockKeys,
+        owner: String,
+        lease_ms: u64,
+        seq: u64,
+        floor: u64,
+    ) -> Self {
+        Self {
+            item: Item {
+                keys: [keys.lock.clone(), keys.channel.clone(), keys.freed.clone()],
+                owner,
+                lease_ms,
+                seq,
+                floor,
+            },
+            scripts: inner.scripts.clone(),
+            publish: inner.backend.publish_command(),
+            remember_ms: inner.config.remember_release.as_millis() as u64,
+            batcher: inner.batcher.clone(),
+        }
+    }
+
+    /// One run of the release on `conn`: in a batch when there is a batcher.
+    async fn send(&self, mut conn: Conn) -> redis::RedisResult<Vec<i64>> {
+        if let Some(batcher) = &self.batcher {
+            return batcher.release(conn, self.item.clone()).await;
+        }
+        let replies = batch::run(
+            &self.scripts,
+            self.publish,
+            self.remember_ms,
+            &[&self.item],
+            &mut conn,
+        )
+        .await?;
+        match <[Vec<i64>; 1]>::try_from(replies) {
+            Ok([reply]) => Ok(reply),
+            Err(replies) => Err(unexpected_reply("release.lua", &[replies.len() as i64])),
+        }
+    }
+
     /// The release on one node, retried once under the same number when the reply
     /// was lost (the script applies it at most once, and recognises the final one
     /// after the lock was freed), or when a demoted master refused it.
-    async fn on_node(self, mut conn: Conn) -> redis::RedisResult<ReleaseReply> {
-        let [lock, channel, freed] = &self.keys;
+    async fn on_node(self, conn: Conn) -> redis::RedisResult<ReleaseReply> {
         let mut retried = false;
         loop {
-            let result: redis::RedisResult<Vec<i64>> = self
-                .scripts
-                .release
-                .key(lock)
-                .key(channel)
-                .key(freed)
-                .arg(&self.owner)
-                .arg(self.lease_ms)
-                .arg(self.seq)
-                .arg(self.floor)
-                .arg(self.publish)
-                .arg(self.remember_ms)
-                .invoke_async(&mut conn)
-                .await;
-            match result {
+            match self.send(conn.clone()).await {
                 Ok(reply) => {
                     return ReleaseReply::decode(&reply)
                         .ok_or_else(|| unexpected_reply("release.lua", &reply));

@@ -1,0 +1,200 @@
+//! Group commit of releases: the releases that are ready at the same moment go to
+//! Redis as one run of `release.lua` (which takes any number of releases and
+//! answers each as if it ran alone), so that many tasks releasing at once cost the
+//! server one script call, one request to parse and one reply to write, instead of
+//! one each.
+//!
+//! Nothing waits to fill a batch: a release finds a free sending slot and goes at
+//! once, alone if nothing else is ready. Only while [`IN_FLIGHT`] batches are on
+//! the way do releases queue, and the queue goes as the next batch when one
+//! returns. So one task sees the round trip it had, and under load the batches grow
+//! with the load.
+//!
+//! Only for one endpoint (a single server, Sentinel's master): a script's keys must
+//! share a cluster slot, and a Redlock release is one request per node.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::oneshot;
+
+use crate::backend::Conn;
+use crate::detach::spawn;
+use crate::scripts::Scripts;
+
+/// How many batches may be on the way at once.
+const IN_FLIGHT: usize = 2;
+
+/// The most releases in one batch (three keys and four arguments each).
+const MAX_BATCH: usize = 64;
+
+/// One numbered release of one owner, as `release.lua` takes it.
+#[derive(Clone, Debug)]
+pub(crate) struct Item {
+    /// The lock, the release channel, the record of the last final release.
+    pub(crate) keys: [Vec<u8>; 3],
+    pub(crate) owner: String,
+    pub(crate) lease_ms: u64,
+    pub(crate) seq: u64,
+    pub(crate) floor: u64,
+}
+
+/// The answer of one release: `release.lua`'s reply for it.
+type Answer = redis::RedisResult<Vec<i64>>;
+
+/// The releases of one client to one endpoint, sent in batches.
+pub(crate) struct Batcher {
+    scripts: Arc<Scripts>,
+    publish: &'static str,
+    remember_ms: u64,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: Vec<(Item, oneshot::Sender<Answer>)>,
+    in_flight: usize,
+}
+
+impl Batcher {
+    pub(crate) fn new(scripts: Arc<Scripts>, publish: &'static str, remember_ms: u64) -> Self {
+        Self {
+            scripts,
+            publish,
+            remember_ms,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `item` on `conn`, in a batch with the releases ready at the same moment.
+    /// The batch is sent by a task of its own, so that dropping this future loses
+    /// no release of the batch: it is applied (or not) all the same, unanswered.
+    pub(crate) async fn release(self: &Arc<Self>, conn: Conn, item: Item) -> Answer {
+        let (answer, answered) = oneshot::channel();
+        let batch = {
+            let mut state = self.state();
+            state.queue.push((item, answer));
+            if state.in_flight < IN_FLIGHT {
+                state.in_flight += 1;
+                Some(take(&mut state.queue))
+            } else {
+                None
+            }
+        };
+        if let Some(batch) = batch {
+            spawn(self.clone().send_all(conn, batch));
+        }
+        answered.await.unwrap_or_else(|_| {
+            // The sending task was dropped with its runtime: the outcome is unknown.
+            Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the release was not answered: its runtime shut down",
+            )))
+        })
+    }
+
+    /// Sends `batch`, then whatever queued meanwhile, until the queue is empty.
+    async fn send_all(
+        self: Arc<Self>,
+        conn: Conn,
+        mut batch: Vec<(Item, oneshot::Sender<Answer>)>,
+    ) {
+        loop {
+            self.send(conn.clone(), batch).await;
+            let mut state = self.state();
+            if state.queue.is_empty() {
+                state.in_flight -= 1;
+                return;
+            }
+            batch = take(&mut state.queue);
+        }
+    }
+
+    /// One run of `release.lua` for every release of `batch`, each answered in turn.
+    async fn send(&self, mut conn: Conn, batch: Vec<(Item, oneshot::Sender<Answer>)>) {
+        let items: Vec<&Item> = batch.iter().map(|(item, _)| item).collect();
+        let result = run(
+            &self.scripts,
+            self.publish,
+            self.remember_ms,
+            &items,
+            &mut conn,
+        )
+        .await;
+        match result {
+            Ok(replies) if replies.len() == batch.len() => {
+                for ((_, answer), reply) in batch.into_iter().zip(replies) {
+                    let _ = answer.send(Ok(reply));
+                }
+            }
+            Ok(replies) => {
+                let err = unexpected_count(replies.len(), batch.len());
+                for (_, answer) in batch {
+                    let _ = answer.send(Err(err.clone()));
+                }
+            }
+            Err(err) => {
+                for (_, answer) in batch {
+                    let _ = answer.send(Err(err.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// The next batch: the oldest [`MAX_BATCH`] releases of `queue`.
+fn take<T>(queue: &mut Vec<T>) -> Vec<T> {
+    let rest = queue.split_off(queue.len().min(MAX_BATCH));
+    std::mem::replace(queue, rest)
+}
+
+/// Runs `release.lua` once for `items`, in order: one reply per item.
+pub(crate) async fn run(
+    scripts: &Scripts,
+    publish: &str,
+    remember_ms: u64,
+    items: &[&Item],
+    conn: &mut Conn,
+) -> redis::RedisResult<Vec<Vec<i64>>> {
+    let mut invocation = scripts.release.prepare_invoke();
+    for item in items {
+        for key in &item.keys {
+            invocation.key(key);
+        }
+    }
+    invocation.arg(publish).arg(remember_ms);
+    for item in items {
+        invocation
+            .arg(&item.owner)
+            .arg(item.lease_ms)
+            .arg(item.seq)
+            .arg(item.floor);
+    }
+    invocation.invoke_async(conn).await
+}
+
+fn unexpected_count(got: usize, sent: usize) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Parse,
+        "unexpected script reply",
+        format!("release.lua answered {got} releases of {sent}"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_takes_the_oldest_releases_up_to_the_limit() {
+        let mut queue: Vec<usize> = (0..MAX_BATCH + 3).collect();
+        let batch = take(&mut queue);
+        assert_eq!(batch, (0..MAX_BATCH).collect::<Vec<_>>());
+        assert_eq!(queue, vec![MAX_BATCH, MAX_BATCH + 1, MAX_BATCH + 2]);
+        assert_eq!(take(&mut queue).len(), 3);
+        assert!(queue.is_empty());
+    }
+}
