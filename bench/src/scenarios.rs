@@ -40,33 +40,31 @@ pub(crate) async fn one_task(
 /// pair: what redis-rs and Tokio cost by themselves, for the profile of scenario 1.
 pub(crate) async fn raw_pairs(url: &str, pairs: usize) -> Result<(f64, Duration), BoxError> {
     let mut conn = redis::Client::open(url)?.get_connection_manager().await?;
-    let acquire = redis::Script::new(crate::server::ACQUIRE_LUA);
     let release = redis::Script::new(crate::server::RELEASE_LUA);
     let start = Instant::now();
     let cpu = cpu_time(libc::RUSAGE_SELF);
     for i in 0..pairs {
         let key = format!("distlock:{{raw:{i}}}");
-        let _: Vec<i64> = acquire
-            .key(&key)
-            .key(format!("{key}:fence"))
-            .arg("owner")
+        // A first acquisition as distlock sends it: a plain SET NX (lua/lock.lua).
+        let _: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg("owner 1 0 0 1")
+            .arg("NX")
+            .arg("GET")
+            .arg("PX")
             .arg(30_000)
-            .arg(0)
-            .arg(1)
-            .arg(0)
-            .arg(0)
-            .invoke_async(&mut conn)
+            .query_async(&mut conn)
             .await?;
-        let _: Vec<i64> = release
+        let _: Vec<Vec<i64>> = release
             .key(&key)
             .key(format!("{key}:released"))
             .key(format!("{key}:freed"))
+            .arg("PUBLISH")
+            .arg(crate::server::REMEMBER_MS)
             .arg("owner")
             .arg(30_000)
             .arg(2)
             .arg(1)
-            .arg("PUBLISH")
-            .arg(crate::server::REMEMBER_MS)
             .invoke_async(&mut conn)
             .await?;
     }
@@ -201,9 +199,10 @@ pub(crate) async fn raw_round_trips(
             let start = Instant::now();
             let _: Vec<i64> = redis::cmd("EVALSHA")
                 .arg(&sha)
-                .arg(2)
+                .arg(3)
                 .arg(&key)
                 .arg(format!("{key}:fence"))
+                .arg(format!("{key}:freed"))
                 .arg("owner")
                 .arg(30_000)
                 .arg(0)

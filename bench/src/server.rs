@@ -358,7 +358,6 @@ pub(crate) fn measure_reference(
     settings: ReferenceSettings,
 ) -> Result<Reference, BoxError> {
     let binary = redis_benchmark_binary()?;
-    let acquire_sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_LUA])?;
     let release_sha = server.cmd(&["SCRIPT", "LOAD", RELEASE_LUA])?;
     let owner = "0123456789abcdef0123456789abcdef:1";
     let lease = settings.lease_ms.to_string();
@@ -383,18 +382,16 @@ pub(crate) fn measure_reference(
             };
             let tag = format!("{run}{}", ["c", "p"][index]);
             // Acquire on fresh keys: a keyspace far larger than the request count.
+            // A first acquisition as the client sends it: a plain SET of the value
+            // acquire.lua would write (lua/lock.lua).
             let acquire = [
-                "EVALSHA".to_owned(),
-                acquire_sha.clone(),
-                "2".to_owned(),
+                "SET".to_owned(),
                 shape.key(&format!("a{tag}"), "__rand_int__"),
-                shape.key(&format!("a{tag}f"), "__rand_int__"),
-                owner.to_owned(),
+                format!("{owner} 1 0 0 1"),
+                "NX".to_owned(),
+                "GET".to_owned(),
+                "PX".to_owned(),
                 lease.clone(),
-                "0".to_owned(),
-                "1".to_owned(),
-                "0".to_owned(),
-                "0".to_owned(),
             ];
             let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
             let (rate, p50) =
@@ -419,12 +416,12 @@ pub(crate) fn measure_reference(
                 shape.key(&format!("r{tag}"), "__rand_int__"),
                 shape.key(&format!("r{tag}c"), "__rand_int__"),
                 shape.key(&format!("r{tag}x"), "__rand_int__"),
+                "PUBLISH".to_owned(),
+                REMEMBER_MS.to_string(),
                 owner.to_owned(),
                 lease.clone(),
                 "2".to_owned(),
                 "0".to_owned(),
-                "PUBLISH".to_owned(),
-                REMEMBER_MS.to_string(),
             ];
             let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
             values[index * 2 + 1] =
