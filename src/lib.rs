@@ -1,7 +1,8 @@
 //! A reentrant distributed lock for async Rust on Redis, with an attribute macro for
 //! business functions.
 //!
-//! A lock is a Redis hash `owner -> hold count` with a lease, driven by Lua scripts.
+//! A lock is one Redis string (its owner, hold count, fencing token and replay record)
+//! with a lease, driven by Lua scripts.
 //! Several processes (or tasks) that take the same lock name exclude each other;
 //! code that already holds a lock takes it again without waiting. distlock gives you:
 //!

@@ -37,7 +37,7 @@
 //! | 6 | `inner.rs` | `Inner`: one client's state, what every internal function takes |
 //! | 7 | `release.rs` | every give-back of a hold, one function per case |
 //! | 8 | `guard.rs` | [`LockGuard`]; `unlock` and `Drop` call down into `release.rs` |
-//! | 8 | `attempt.rs` | one run of `acquire.lua`: `WAIT`, replay after a lost reply, Redlock fan-out |
+//! | 8 | `attempt.rs` | one attempt: a plain `SET NX` for a likely-free lock, else `acquire.lua`; `WAIT`, replay after a lost reply, Redlock fan-out |
 //! | 9 | `acquire.rs` | the wait loop of a new acquisition, and re-entry |
 //! | 10 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`] |
 //! | 11 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`], `inspect`, `force_unlock` |
