@@ -2,9 +2,9 @@
 //! subscribed while local waiters need them, one waiter woken per release message.
 //!
 //! The local waiters of one channel queue in arrival order, and keep their place
-//! across attempts: a release message wakes the longest-waiting task, and a woken
-//! task that finds the lock taken again goes back to the head of the queue, not to
-//! its tail. A task that asks for a lock whose channel is already subscribed joins
+//! across attempts: a release message, a recheck and a lost connection wake the
+//! first waiter alone (the others stay behind it), and a woken task that finds the
+//! lock taken again goes back to the head of the queue, not to its tail. A task that asks for a lock whose channel is already subscribed joins
 //! the queue before its first attempt, so a release after that attempt wakes it and
 //! it needs no second look after subscribing.
 //!
@@ -62,10 +62,28 @@ struct Queue {
     waiters: BTreeMap<u64, Slot>,
 }
 
+/// A waiter's place. Only the first waiter is ever woken, so only its slot can
+/// have a wake-up pending.
 #[derive(Debug, Default)]
 struct Slot {
     notified: bool,
     waker: Option<Waker>,
+}
+
+impl Queue {
+    /// Wakes the first waiter, unless it has a wake-up pending already (it will ask
+    /// anyway, after now). With no waiter, nothing happens: every waiter asks Redis
+    /// before it waits.
+    fn wake_first(&mut self) {
+        if let Some(slot) = self.waiters.values_mut().next() {
+            if !slot.notified {
+                slot.notified = true;
+                if let Some(waker) = slot.waker.take() {
+                    waker.wake();
+                }
+            }
+        }
+    }
 }
 
 impl Channel {
@@ -93,45 +111,14 @@ impl Channel {
         ticket
     }
 
-    /// Wakes the longest-waiting task that has no wake-up pending (one release
-    /// message: one waiter). With none, the message is dropped: every waiter will
-    /// ask Redis again anyway.
-    fn notify_one(&self) {
-        let mut queue = locked(&self.queue);
-        if let Some(slot) = queue.waiters.values_mut().find(|slot| !slot.notified) {
-            slot.notified = true;
-            if let Some(waker) = slot.waker.take() {
-                waker.wake();
-            }
-        }
-    }
-
-    /// Makes sure that a waiter asks Redis again after now, for a release that
-    /// nobody may have heard (the subscription was down): a waiter with a wake-up
-    /// pending asks anyway, else the longest-waiting one is woken. Waking the head
-    /// alone keeps the arrival order; one look is enough, since a lock that is
-    /// taken again will be released with a message that is heard.
-    fn recheck(&self) {
-        let mut queue = locked(&self.queue);
-        if queue.waiters.values().any(|slot| slot.notified) {
-            return;
-        }
-        if let Some(slot) = queue.waiters.values_mut().next() {
-            slot.notified = true;
-            if let Some(waker) = slot.waker.take() {
-                waker.wake();
-            }
-        }
-    }
-
-    fn notify_all(&self) {
-        let mut queue = locked(&self.queue);
-        for slot in queue.waiters.values_mut() {
-            slot.notified = true;
-            if let Some(waker) = slot.waker.take() {
-                waker.wake();
-            }
-        }
+    /// Makes the first waiter ask Redis after now: for a release message (one
+    /// release, one waiter), or as a recheck, for a release that nobody may have
+    /// heard (the subscription was down). Waking the first alone keeps the arrival
+    /// order, and one look is enough: a lock that is taken again will be released
+    /// with a message that is heard. A message while the first has a wake-up
+    /// pending wakes nobody else: the first's coming attempt sees that release too.
+    fn wake_first(&self) {
+        locked(&self.queue).wake_first();
     }
 }
 
@@ -155,9 +142,11 @@ impl Shared {
             .map(|(_, channel)| channel.clone())
     }
 
-    fn wake_all(&self) {
+    /// After the connection may have missed releases: the first waiter of every
+    /// queue asks again (the others stay behind it).
+    fn recheck_all(&self) {
         for (_, channel) in self.channels().values() {
-            channel.notify_all();
+            channel.wake_first();
         }
     }
 }
@@ -331,11 +320,14 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let slot = locked(&self.channel.queue).waiters.remove(&self.ticket);
+        let mut queue = locked(&self.channel.queue);
+        let slot = queue.waiters.remove(&self.ticket);
         if slot.is_some_and(|slot| slot.notified) && !self.settled {
-            // A waiter that gives up must not swallow a release meant for the queue.
-            self.channel.notify_one();
+            // A waiter that gives up must not swallow a release meant for the
+            // queue: the next one, now first, asks in its stead.
+            queue.wake_first();
         }
+        drop(queue);
         let mut channels = self.shared.channels();
         if let Some((refs, _)) = channels.get_mut(&self.name) {
             *refs -= 1;
@@ -365,8 +357,8 @@ async fn run_commands(
             command = commands.recv() => command,
             () = tokio::time::sleep(HEARTBEAT) => {
                 if let Err(err) = conn.ping().await {
-                    tracing::debug!(error = %err, "distlock: subscriber heartbeat failed; waking waiters");
-                    shared.wake_all();
+                    tracing::debug!(error = %err, "distlock: subscriber heartbeat failed; waking the first waiters");
+                    shared.recheck_all();
                 }
                 resubscribe_if_moved(&mut conn, &active).await;
                 for channel in std::mem::take(&mut lost) {
@@ -433,7 +425,7 @@ async fn resubscribe(
     match conn.subscribe(&channel).await {
         Ok(()) => {
             entry.confirmed.store(true, Ordering::Release);
-            entry.recheck();
+            entry.wake_first();
             active.insert(channel);
         }
         Err(err) => {
@@ -477,7 +469,7 @@ async fn run_pushes(
                         _ => ANONYMOUS_RELEASE,
                     };
                     if let Some(channel) = channel.filter(|c| c.first_hearing(message)) {
-                        channel.notify_one();
+                        channel.wake_first();
                     }
                 }
             }
@@ -492,7 +484,7 @@ async fn run_pushes(
                         .channel(name)
                         .filter(|channel| channel.confirmed.load(Ordering::Acquire))
                     {
-                        channel.recheck();
+                        channel.wake_first();
                     }
                 }
             }
@@ -514,8 +506,10 @@ async fn run_pushes(
                 }
             }
             PushKind::Disconnection => {
-                tracing::debug!("distlock: subscriber disconnected; waking every waiter");
-                shared.wake_all();
+                // Releases may have been missed: the first waiter of every queue
+                // asks again; the others keep their places behind it.
+                tracing::debug!("distlock: subscriber disconnected; waking the first waiters");
+                shared.recheck_all();
             }
             _ => {}
         }
@@ -565,29 +559,31 @@ mod tests {
     }
 
     #[test]
-    fn a_woken_waiter_keeps_its_place_at_the_head() {
+    fn a_release_wakes_the_first_waiter_alone_and_it_keeps_its_place() {
         let (subscriber, _rx) = subscriber();
         let first = queued(&subscriber);
         let second = queued(&subscriber);
-        first.channel.notify_one();
+        first.channel.wake_first();
         assert!(is_notified(&first) && !is_notified(&second));
         // The first waiter asks again and finds the lock taken: the next release
         // is still its own.
         first.rearm();
-        first.channel.notify_one();
+        first.channel.wake_first();
         assert!(is_notified(&first) && !is_notified(&second));
-        // A second message while the first is still on its way goes to the next.
-        first.channel.notify_one();
-        assert!(is_notified(&second));
+        // A second message while the first has not asked yet wakes nobody else:
+        // the first's coming attempt sees that release too, and a second asker
+        // could take the lock from under it.
+        first.channel.wake_first();
+        assert!(!is_notified(&second));
     }
 
     #[test]
-    fn a_waiter_that_gives_up_passes_its_wake_up_on_and_one_that_acquired_does_not() {
+    fn a_first_waiter_that_gives_up_passes_its_wake_up_on_and_one_that_acquired_does_not() {
         let (subscriber, _rx) = subscriber();
         let first = queued(&subscriber);
         let second = queued(&subscriber);
         let third = queued(&subscriber);
-        first.channel.notify_one();
+        first.channel.wake_first();
         drop(first);
         assert!(is_notified(&second), "the wake-up moved on");
         second.settle();
@@ -624,14 +620,14 @@ mod tests {
         let (subscriber, _rx) = subscriber();
         let first = queued(&subscriber);
         let second = queued(&subscriber);
-        first.channel.recheck();
+        subscriber.shared.recheck_all();
         assert!(is_notified(&first) && !is_notified(&second));
-        first.channel.recheck();
+        subscriber.shared.recheck_all();
         assert!(!is_notified(&second), "the head will ask anyway");
         // The head asks, finds the lock taken, and waits again: the next recheck
         // is its own again, not its follower's.
         first.rearm();
-        first.channel.recheck();
+        subscriber.shared.recheck_all();
         assert!(is_notified(&first) && !is_notified(&second));
         drop(first);
         assert!(is_notified(&second), "a waiter that gives up passes it on");
@@ -698,6 +694,36 @@ mod tests {
         assert!(
             !is_notified(&second),
             "its follower keeps waiting behind it: waking both could reorder them"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lost_connection_wakes_the_head_alone() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        let second = queued(&subscriber);
+        let (pushes, push_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run_pushes(
+            subscriber.shared.clone(),
+            push_rx,
+            subscriber.commands.downgrade(),
+            CancellationToken::new(),
+        ));
+        pushes
+            .send(PushInfo {
+                kind: PushKind::Disconnection,
+                data: vec![],
+            })
+            .expect("the push task listens");
+        drop(pushes);
+        let _ = task.await;
+        assert!(
+            is_notified(&first),
+            "a release may have been missed: the head asks"
+        );
+        assert!(
+            !is_notified(&second),
+            "its follower keeps its place behind it"
         );
     }
 

@@ -7,8 +7,9 @@
 //! asks every Sentinel for the master again and takes the one named by more than
 //! half of those that answer (so one Sentinel that has not yet heard of a failover
 //! cannot send the client back to a master about to be demoted), checks with `ROLE`
-//! that the node really is a master, swaps both connections to it, and wakes every
-//! waiter so that they ask the new master. Two paths lead there:
+//! that the node really is a master, swaps both connections to it, and wakes the
+//! first waiter of every lock so that it asks the new master (the others follow it
+//! in their order). Two paths lead there:
 //!
 //! - **Proactive**: a background task per configured Sentinel subscribes to its
 //!   `+switch-master` channel, on which a Sentinel announces a completed failover
@@ -271,7 +272,8 @@ impl SentinelConn {
     }
 
     /// Asks the Sentinels for the master again, unless someone already did since
-    /// `seen` was current; swaps to it if it moved, and wakes every waiter.
+    /// `seen` was current; swaps to it if it moved, and wakes the first waiter of
+    /// every lock.
     ///
     /// # Cancel safety
     ///
