@@ -1,6 +1,13 @@
 //! Taking a lock: a new acquisition waits (attempt, then sleep until a release
 //! message or the holder's lease, then attempt again) within its wait; a re-entry
 //! adds one hold to the chain's hold, without waiting.
+//!
+//! A new acquisition takes its place in the queue of this client's waiters for the
+//! name before anything else (see `subscriber.rs`), and asks Redis only when it is
+//! first: at once when nobody of this client asked before it, else when its turn
+//! comes. So the tasks of one client get a lock in the order they asked for it, and
+//! a task that has just released a lock does not take it back from those that
+//! waited. A re-entry never queues.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,13 +27,19 @@ use crate::lease::{lease_millis, validity};
 use crate::owner::Owner;
 use crate::release;
 use crate::scripts::unexpected_reply;
-use crate::subscriber::Subscription;
+use crate::subscriber::{Place, Turn};
 
 /// How long a waiter pauses after a transient failure before asking again.
 const TRANSIENT_PAUSE: Duration = Duration::from_millis(100);
 
 /// How long a waiter sleeps when the holder's lease has no expiry to cap it.
 const UNKNOWN_LEASE_CAP: Duration = Duration::from_secs(1);
+
+/// How long the waiters behind the first of a queue go, at most, without one of the
+/// queue asking Redis: they never ask out of turn, so this bounds what a lost
+/// release message costs them. A waiter that becomes first without ever having
+/// asked looks within this long too.
+const QUEUE_LOOK: Duration = Duration::from_secs(1);
 
 /// What a lock request asked for; `None` takes the client's default.
 #[derive(Debug, Clone, Copy, Default)]
@@ -124,8 +137,8 @@ struct Wait<'a> {
     keys: Arc<LockKeys>,
     start: Instant,
     deadline: Instant,
-    /// The place in the queue of local waiters, once there is one.
-    subscription: Option<Subscription>,
+    /// The place in the queue of this client's waiters for the lock, taken at once.
+    place: Place,
     /// Redlock: the last attempt got too few grants (granted, held by another owner).
     short_of_quorum: Option<(u64, u64)>,
     /// The failure of the last attempt, when it was one that may pass.
@@ -139,15 +152,16 @@ struct Wait<'a> {
 
 impl<'a> Wait<'a> {
     fn new(inner: &'a Arc<Inner>, keys: Arc<LockKeys>, start: Instant, deadline: Instant) -> Self {
-        // Queue behind the local waiters of this lock, if there are any: listening
-        // before asking means that a release after this attempt wakes us.
-        let subscription = inner.subscriber.join(&keys.channel);
+        // Behind the tasks of this client that asked for the lock before us, ahead
+        // of any that ask after: no round trip, so a lock taken without waiting
+        // costs nothing more.
+        let place = inner.subscriber.enqueue(&keys.channel);
         Self {
             inner,
             keys,
             start,
             deadline,
-            subscription,
+            place,
             short_of_quorum: None,
             retried_after: None,
             seen_held: false,
@@ -180,7 +194,11 @@ impl<'a> Wait<'a> {
         )))
     }
 
-    /// The wait ran out after a busy answer: on Redlock, the last vote's numbers.
+    /// The wait ran out after a busy answer, or behind tasks of this client that
+    /// asked first: on Redlock, the last vote's numbers; else a timeout. A waiter
+    /// that ran out behind others without ever asking Redis gets a timeout too:
+    /// they asked for the lock before it and were waiting for it (or held it),
+    /// contention as surely as another client's hold.
     fn busy(&self, now: Instant) -> LockError {
         match self.short_of_quorum {
             Some((granted, held)) => LockError::QuorumNotReached {
@@ -206,9 +224,7 @@ impl<'a> Wait<'a> {
         sent: Instant,
     ) -> Result<Outcome, Option<LockError>> {
         // A wake-up before this attempt is used up by it: its reply reflects the release.
-        if let Some(subscription) = &self.subscription {
-            subscription.rearm();
-        }
+        self.place.rearm();
         let attempt = Attempt {
             inner: self.inner,
             keys: &self.keys,
@@ -216,8 +232,9 @@ impl<'a> Wait<'a> {
             lease_ms: mode.lease.as_millis() as u64,
             fencing: mode.fencing,
             reentry: false,
-            // The first look at a lock with no local waiters: most likely free.
-            plain: !self.asked && self.subscription.is_none(),
+            // The first look at a lock that no waiter of this client listens for
+            // (nobody had to wait for it lately): most likely free.
+            plain: !self.asked && !self.place.is_listening(),
         };
         self.asked = true;
         let answer = if self.deadline > sent {
@@ -231,40 +248,38 @@ impl<'a> Wait<'a> {
         }
     }
 
-    /// After a busy answer: joins the waiters of the lock if not yet done, else
-    /// sleeps until a release message wakes us or the holder's lease (`pttl_ms`)
-    /// may have ended, within the wait.
-    async fn sleep(&mut self, pttl_ms: i64) {
-        let now = Instant::now();
-        if self.subscription.is_none() {
-            let subscribe = self.inner.subscriber.subscribe(&self.keys.channel);
-            match tokio::time::timeout(self.deadline - now, subscribe).await {
-                Ok(Ok(subscribed)) => {
-                    // Ask again: a release before the subscription reached nobody.
-                    self.subscription = Some(subscribed);
-                    return;
-                }
+    /// Waits for this waiter's turn to ask Redis, within the wait: until a release
+    /// message wakes it, or, once it is first, until the holder's lease may have
+    /// ended (`pttl_ms`, from its last busy answer; `None` when it never asked).
+    /// Before that, makes sure that release messages reach the queue (a release
+    /// before the subscription was confirmed reached nobody: the first waiter then
+    /// asks again). The error when the wait ended with the waiter still behind
+    /// others.
+    async fn wait_turn(&mut self, pttl_ms: Option<i64>) -> Result<(), LockError> {
+        if Instant::now() < self.deadline && !self.place.is_listening() {
+            match tokio::time::timeout_at(self.deadline, self.place.listen()).await {
+                Ok(Ok(())) => {}
                 Ok(Err(err)) => {
                     tracing::debug!(error = %err, "distlock: could not subscribe; waiting for the lease instead");
                 }
-                Err(_) => return,
+                // Out of time: the turn below says what is left to do.
+                Err(_) => {}
             }
         }
-        let sleep = sleep_hint(pttl_ms).min(self.deadline - Instant::now());
-        let waited = async {
-            match &self.subscription {
-                Some(subscription) => {
-                    let _ = tokio::time::timeout(sleep, subscription.notified()).await;
-                }
-                None => tokio::time::sleep(sleep).await,
-            }
-        };
-        waited
-            .instrument(tracing::trace_span!(
-                "distlock.wait",
-                lock.pttl_ms = pttl_ms
-            ))
+        let look_at = pttl_ms.map(|pttl_ms| Instant::now() + sleep_hint(pttl_ms));
+        let span = tracing::trace_span!("distlock.wait", lock.pttl_ms = tracing::field::Empty);
+        if let Some(pttl_ms) = pttl_ms {
+            span.record("lock.pttl_ms", pttl_ms);
+        }
+        let turn = self
+            .place
+            .turn(look_at, self.deadline, QUEUE_LOOK)
+            .instrument(span)
             .await;
+        match turn {
+            Turn::Ask => Ok(()),
+            Turn::OutOfTime => Err(self.busy(Instant::now())),
+        }
     }
 
     /// The attempt of `owner` sent at `sent` was granted: the guard of a new hold,
@@ -304,9 +319,7 @@ impl<'a> Wait<'a> {
             },
         ));
         self.inner.watchdog.register(hold.clone());
-        if let Some(subscription) = self.subscription.take() {
-            subscription.settle();
-        }
+        self.place.settle();
         Some(LockGuard::new(
             self.inner,
             HeldLock { hold, count },
@@ -316,13 +329,17 @@ impl<'a> Wait<'a> {
 }
 
 /// A new acquisition: attempts until granted, waiting for releases in between,
-/// until the wait runs out.
+/// until the wait runs out. With tasks of this client ahead in the queue, it sends
+/// nothing until its turn comes (a zero wait then fails at once, as busy).
 async fn acquire_new(
     mut wait: Wait<'_>,
     context: &LockContext,
     mode: Mode,
 ) -> Result<LockGuard, LockError> {
     let mut owner = wait.inner.next_owner();
+    if !wait.place.is_first() {
+        wait.wait_turn(None).await?;
+    }
     loop {
         let sent = Instant::now();
         let outcome = match wait.attempt(&owner, mode, sent).await {
@@ -392,14 +409,14 @@ fn sleep_hint(pttl_ms: i64) -> Duration {
         .map_or(UNKNOWN_LEASE_CAP, |ms| Duration::from_millis(ms.max(1)))
 }
 
-/// After a busy answer: the error when the wait is over, else a sleep.
+/// After a busy answer: the error when the wait is over, else a wait for the turn
+/// to ask again.
 async fn wait_or_give_up(wait: &mut Wait<'_>, pttl_ms: i64) -> Result<(), LockError> {
     let now = Instant::now();
     if now >= wait.deadline {
         return Err(wait.busy(now));
     }
-    wait.sleep(pttl_ms).await;
-    Ok(())
+    wait.wait_turn(Some(pttl_ms)).await
 }
 
 /// A re-entry: one more hold on the chain's hold, one round trip, no waiting. It

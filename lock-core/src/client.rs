@@ -108,7 +108,9 @@ impl LockClient {
     /// Set `.wait(d)` (how long to wait when busy; default [`default_wait`]),
     /// `.lease(d)` (a fixed lease with no watchdog; default: a watchdog lease) and
     /// `.fencing(true)` before awaiting. If the current call chain already holds
-    /// `name`, the request re-enters it: one round trip, no waiting.
+    /// `name`, the request re-enters it: one round trip, no waiting. Otherwise it
+    /// queues behind the tasks of this client that asked for `name` before it: they
+    /// get the lock first.
     ///
     /// Names are bytes (`&str`, `String`, `&[u8]`, `Vec<u8>`), 1 to
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) long.
@@ -119,7 +121,8 @@ impl LockClient {
     }
 
     /// A request for the lock `name` that does not wait: it resolves to `Ok(None)`
-    /// when another owner holds it.
+    /// when another owner holds it, or when tasks of this client asked for it first
+    /// and are still waiting (they go first; nothing is sent).
     pub fn try_lock(&self, name: impl AsRef<[u8]>) -> TryLockRequest {
         TryLockRequest::new(self.lock(name))
     }

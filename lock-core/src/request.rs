@@ -19,7 +19,9 @@ use crate::keys::LockKeys;
 ///
 /// # Errors
 ///
-/// - [`LockError::Timeout`]: another owner held the lock for the whole wait.
+/// - [`LockError::Timeout`]: another owner held the lock for the whole wait, or
+///   tasks of this client that asked for it first still had it or waited for it
+///   (a client's tasks get a lock in the order they asked).
 /// - [`LockError::InvalidName`], [`LockError::InvalidOption`]: refused before anything
 ///   was sent to Redis.
 /// - [`LockError::Lost`]: a re-entry found that the chain's hold was lost.
@@ -132,14 +134,16 @@ impl IntoFuture for LockRequest {
 }
 
 /// A request that does not wait, made by [`LockClient::try_lock`](crate::LockClient::try_lock). Await it: `Ok(None)`
-/// means another owner holds the lock.
+/// means another owner holds the lock, or tasks of this client asked for it first
+/// and still wait for it (then nothing is sent: they go first).
 ///
 /// # Errors
 ///
 /// As [`LockRequest`], except that a busy lock is `Ok(None)`, not an error: on one
-/// server a lock held by another owner; on Redlock, a majority missed because
-/// other owners held some of the nodes that answered ([`LockError::is_busy`]; too
-/// few answers is still [`LockError::QuorumNotReached`]).
+/// server a lock held by another owner (or waited for by tasks of this client that
+/// asked first); on Redlock, a majority missed because other owners held some of
+/// the nodes that answered ([`LockError::is_busy`]; too few answers is still
+/// [`LockError::QuorumNotReached`]).
 ///
 /// # Cancel safety
 ///

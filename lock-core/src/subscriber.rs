@@ -1,18 +1,42 @@
 //! Event-driven waiting: one RESP3 subscriber connection per client, channels
 //! subscribed while local waiters need them, one waiter woken per release message.
 //!
-//! The local waiters of one channel queue in arrival order, and keep their place
-//! across attempts: a release message, a recheck and a lost connection wake the
-//! first waiter alone (the others stay behind it), and a woken task that finds the
-//! lock taken again goes back to the head of the queue, not to its tail. A task that asks for a lock whose channel is already subscribed joins
-//! the queue before its first attempt, so a release after that attempt wakes it and
-//! it needs no second look after subscribing.
+//! The local waiters of one lock name form one queue, in arrival order, served
+//! first come, first served. Every new acquisition takes its [`Place`] at the tail
+//! at once, before it sends anything to Redis (a place costs no round trip: the
+//! channel is subscribed only once a waiter has to wait), and only the first waiter
+//! of a queue asks Redis:
+//!
+//! - A new acquisition with nobody ahead asks at once. One with waiters ahead sends
+//!   nothing until it is first and its turn comes, so it never takes the lock from
+//!   under a task of this client that asked before it; a task that has just
+//!   released the lock and asks again goes to the tail, behind those that waited.
+//! - A release message, a recheck (after a subscription was confirmed, or when the
+//!   connection may have missed a release) and a lost connection all wake the first
+//!   waiter alone. A wake-up it still has when it asks is used up by that attempt,
+//!   whose reply reflects every release before it; one that finds the lock taken
+//!   again keeps its place at the head.
+//! - A waiter that leaves (it got the lock, gave up, ran out of time, or its future
+//!   was dropped) leaves the others in their order. A first waiter that gives up
+//!   with a wake-up unused hands it to the next; one that got the lock keeps it (it
+//!   told of the release it used).
+//! - The first waiter looks again when the holder's lease may have ended; one that
+//!   became first without ever asking has no lease to go by and looks within the
+//!   `quiet` time of [`Place::turn`]. A waiter behind others never asks on its own;
+//!   when nobody of its queue asked for `quiet`, it wakes the first. So a lost
+//!   release message costs a queue with waiters behind its first one to two
+//!   `quiet`s (a lone waiter, at most the holder's lease), and a queue whose first
+//!   waits on a long lease asks about once per `quiet`.
+//!
+//! A lock future that is kept but no longer polled holds up the waiters behind it
+//! (as with tokio's fair `Mutex`) until it is dropped or their own waits end.
 //!
 //! Redis may end a subscription on its own: a cluster master that hands the slot of
 //! a channel to another master unsubscribes its subscribers (a `sunsubscribe` push),
 //! and redis-rs then forgets the channel too. A channel that still has local waiters
-//! is subscribed again (on the new owner), and once that is confirmed its first
-//! waiter asks Redis again, in case the lock was released in between.
+//! (that asked for the subscription) is subscribed again (on the new owner), and
+//! once that is confirmed its first waiter asks Redis again, in case the lock was
+//! released in between.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::poll_fn;
@@ -23,6 +47,7 @@ use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::SubConn;
@@ -46,9 +71,13 @@ const ANONYMOUS_RELEASE: &[u8] = b"released";
 /// The local side of one release channel: its waiters, first come first served.
 #[derive(Debug, Default)]
 pub(crate) struct Channel {
-    /// Whether Redis confirmed the subscription: from then on, a release wakes a
-    /// waiter that joined the queue before it.
+    /// Whether Redis confirmed the subscription: from then on, a release wakes the
+    /// first waiter of the queue.
     confirmed: AtomicBool,
+    /// Whether a subscription was asked for on behalf of this channel's waiters:
+    /// only then does the last of them to leave unsubscribe (a lock taken without
+    /// waiting costs nothing on the subscriber connection).
+    requested: AtomicBool,
     queue: Mutex<Queue>,
     /// The last release messages (owner ids): on Redlock every node publishes the
     /// same release, and one release wakes one waiter.
@@ -60,6 +89,8 @@ struct Queue {
     /// The next ticket: tickets grow with arrival.
     next: u64,
     waiters: BTreeMap<u64, Slot>,
+    /// When a waiter of the queue last asked Redis.
+    looked: Option<Instant>,
 }
 
 /// A waiter's place. Only the first waiter is ever woken, so only its slot can
@@ -72,8 +103,8 @@ struct Slot {
 
 impl Queue {
     /// Wakes the first waiter, unless it has a wake-up pending already (it will ask
-    /// anyway, after now). With no waiter, nothing happens: every waiter asks Redis
-    /// before it waits.
+    /// anyway, after now). With no waiter, nothing happens: a waiter that comes
+    /// later asks Redis before it waits.
     fn wake_first(&mut self) {
         if let Some(slot) = self.waiters.values_mut().next() {
             if !slot.notified {
@@ -113,16 +144,27 @@ impl Channel {
 
     /// Makes the first waiter ask Redis after now: for a release message (one
     /// release, one waiter), or as a recheck, for a release that nobody may have
-    /// heard (the subscription was down). Waking the first alone keeps the arrival
-    /// order, and one look is enough: a lock that is taken again will be released
-    /// with a message that is heard. A message while the first has a wake-up
-    /// pending wakes nobody else: the first's coming attempt sees that release too.
+    /// heard (the subscription was not confirmed yet, or down). Waking the first
+    /// alone keeps the arrival order, and one look is enough: a lock that is taken
+    /// again will be released with a message that is heard. A message while the
+    /// first has a wake-up pending wakes nobody else: the first's coming attempt
+    /// sees that release too.
     fn wake_first(&self) {
         locked(&self.queue).wake_first();
     }
+
+    /// Wakes the first waiter if no waiter of the queue asked Redis for `quiet`:
+    /// the fallback of the waiters behind it, who never ask on their own.
+    fn wake_first_if_quiet(&self, quiet: Duration) {
+        let mut queue = locked(&self.queue);
+        if queue.looked.is_some_and(|at| at.elapsed() < quiet) {
+            return;
+        }
+        queue.wake_first();
+    }
 }
 
-/// Channel name -> (local subscriptions, channel).
+/// Channel name -> (local waiters, channel).
 type Channels = HashMap<Vec<u8>, (usize, Arc<Channel>)>;
 
 #[derive(Debug, Default)]
@@ -206,34 +248,85 @@ impl Subscriber {
         Self { shared, commands }
     }
 
-    /// Joins the waiters of `channel` if Redis already confirmed its subscription:
-    /// a release published from now on wakes this waiter (or one that came before
-    /// it). `None` when the channel is not subscribed yet.
-    pub(crate) fn join(&self, channel: &[u8]) -> Option<Subscription> {
+    /// Takes a place at the tail of the queue of `channel`'s local waiters, at once
+    /// and without a word to Redis: from now on, no later acquisition of this client
+    /// goes before this one. Release messages reach the queue once a waiter has
+    /// [listened](Place::listen).
+    pub(crate) fn enqueue(&self, channel: &[u8]) -> Place {
         let entry = {
             let mut channels = self.shared.channels();
-            let (refs, entry) = channels.get_mut(channel)?;
-            if !entry.confirmed.load(Ordering::Acquire) {
-                return None;
+            match channels.get_mut(channel) {
+                Some((refs, entry)) => {
+                    *refs += 1;
+                    entry.clone()
+                }
+                None => {
+                    let entry = Arc::<Channel>::default();
+                    channels.insert(channel.to_vec(), (1, entry.clone()));
+                    entry
+                }
             }
-            *refs += 1;
-            entry.clone()
         };
-        Some(self.subscription(channel, entry))
+        let ticket = entry.enqueue();
+        Place {
+            shared: self.shared.clone(),
+            commands: self.commands.clone(),
+            name: channel.to_vec(),
+            channel: entry,
+            ticket,
+        }
+    }
+}
+
+/// What a waiter's turn brought.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Ask Redis now.
+    Ask,
+    /// The wait ended with the waiter still behind others of its queue.
+    OutOfTime,
+}
+
+/// A local waiter's place in the queue of one release channel, from the start of a
+/// new acquisition until it gets the lock or gives up; it keeps the channel's local
+/// side (and its subscription, once asked for) alive.
+#[derive(Debug)]
+pub(crate) struct Place {
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedSender<Command>,
+    name: Vec<u8>,
+    channel: Arc<Channel>,
+    ticket: u64,
+}
+
+impl Place {
+    /// Whether no waiter of this client is ahead in the queue: only then may this one
+    /// ask Redis without being woken.
+    pub(crate) fn is_first(&self) -> bool {
+        locked(&self.channel.queue).waiters.keys().next() == Some(&self.ticket)
     }
 
-    /// Subscribes to `channel` for as long as the returned subscription lives, and
-    /// queues the caller among its waiters. Returns once Redis confirmed the
-    /// subscription: a release published after that wakes a waiter.
-    pub(crate) async fn subscribe(&self, channel: &[u8]) -> Result<Subscription, LockError> {
-        let entry = {
-            let mut channels = self.shared.channels();
-            let (refs, entry) = channels.entry(channel.to_vec()).or_default();
-            *refs += 1;
-            entry.clone()
-        };
-        // From here on, dropping the subscription undoes the count.
-        let subscription = self.subscription(channel, entry);
+    /// Whether Redis confirmed the channel's subscription, so that releases wake the
+    /// queue.
+    pub(crate) fn is_listening(&self) -> bool {
+        self.channel.confirmed.load(Ordering::Acquire)
+    }
+
+    /// Makes sure that the channel's release messages reach the queue: subscribes
+    /// unless Redis already confirmed it, and returns once it has. The first
+    /// confirmation wakes the first waiter, which asks again: a release published
+    /// before the confirmation reached nobody.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: a subscription asked for is still made, and undone when the
+    /// last waiter leaves; whoever listens next waits for its confirmation again.
+    pub(crate) async fn listen(&self) -> Result<(), LockError> {
+        if self.is_listening() {
+            return Ok(());
+        }
+        // Before the command: whoever leaves last then unsubscribes.
+        self.channel.requested.store(true, Ordering::SeqCst);
         let (reply_tx, reply_rx) = oneshot::channel();
         let gone = || {
             LockError::Redis(redis::RedisError::from((
@@ -242,60 +335,33 @@ impl Subscriber {
             )))
         };
         self.commands
-            .send(Command::Subscribe(channel.to_vec(), reply_tx))
+            .send(Command::Subscribe(self.name.clone(), reply_tx))
             .map_err(|_| gone())?;
         reply_rx.await.map_err(|_| gone())??;
-        subscription
-            .channel
-            .confirmed
-            .store(true, Ordering::Release);
-        Ok(subscription)
-    }
-
-    /// A subscription of an entry whose count the caller already raised.
-    fn subscription(&self, name: &[u8], channel: Arc<Channel>) -> Subscription {
-        let ticket = channel.enqueue();
-        Subscription {
-            shared: self.shared.clone(),
-            commands: self.commands.clone(),
-            name: name.to_vec(),
-            channel,
-            ticket,
-            settled: false,
+        if !self.channel.confirmed.swap(true, Ordering::AcqRel) {
+            self.channel.wake_first();
         }
+        Ok(())
     }
-}
 
-/// A local waiter's interest in one release channel, and its place in the queue.
-#[derive(Debug)]
-pub(crate) struct Subscription {
-    shared: Arc<Shared>,
-    commands: mpsc::UnboundedSender<Command>,
-    name: Vec<u8>,
-    channel: Arc<Channel>,
-    ticket: u64,
-    /// The waiter got the lock: a wake-up it still has is not passed on.
-    settled: bool,
-}
-
-impl Subscription {
     /// Forgets a wake-up received so far: call it before each attempt, whose reply
-    /// reflects every release before it.
+    /// reflects every release before it. Counts as the queue's latest look.
     pub(crate) fn rearm(&self) {
         let mut queue = locked(&self.channel.queue);
+        queue.looked = Some(Instant::now());
         if let Some(slot) = queue.waiters.get_mut(&self.ticket) {
             slot.notified = false;
         }
     }
 
-    /// Resolves once a release (or a reconnect) woke this waiter since the last
+    /// Resolves once a release (or a recheck) woke this waiter since the last
     /// [`rearm`](Self::rearm).
     ///
     /// # Cancel safety
     ///
     /// Safe to drop (as a timed-out wait does): the wake-up stays recorded in the
-    /// waiter's place, and the next call, or the drop of the subscription, sees it.
-    pub(crate) async fn notified(&self) {
+    /// waiter's place, and the next call, or the drop of the place, sees it.
+    async fn notified(&self) {
         poll_fn(|cx| {
             let mut queue = locked(&self.channel.queue);
             match queue.waiters.get_mut(&self.ticket) {
@@ -311,32 +377,78 @@ impl Subscription {
         .await;
     }
 
-    /// Leaves the queue after getting the lock, keeping any wake-up: it was this
-    /// waiter's to use.
-    pub(crate) fn settle(mut self) {
-        self.settled = true;
+    /// Waits for this waiter's turn to ask Redis, until `deadline`:
+    ///
+    /// - woken (a release message, a recheck, a wake-up handed on by a first waiter
+    ///   that left): [`Turn::Ask`];
+    /// - first in the queue: at `look_at` (when the lease it was told of may end), or
+    ///   at once when it has none (it never asked, or its look is due), or at the
+    ///   deadline for a last look: [`Turn::Ask`];
+    /// - behind others: it never asks on its own, but every `quiet` it checks its
+    ///   place again, and when nobody of the queue asked for `quiet`, it wakes the
+    ///   first; at the deadline: [`Turn::OutOfTime`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: a wake-up received stays in the waiter's place (see
+    /// [`notified`](Self::notified)).
+    pub(crate) async fn turn(
+        &self,
+        look_at: Option<Instant>,
+        deadline: Instant,
+        quiet: Duration,
+    ) -> Turn {
+        loop {
+            let now = Instant::now();
+            let first = self.is_first();
+            let until = match (first, look_at) {
+                (true, Some(at)) => at.min(deadline),
+                (true, None) => return Turn::Ask,
+                (false, _) if now >= deadline => return Turn::OutOfTime,
+                (false, _) => (now + quiet).min(deadline),
+            };
+            if tokio::time::timeout_at(until, self.notified())
+                .await
+                .is_ok()
+                || first
+            {
+                return Turn::Ask;
+            }
+            self.channel.wake_first_if_quiet(quiet);
+        }
+    }
+
+    /// Leaves the queue after getting the lock, keeping any wake-up: it told of the
+    /// release this waiter used. The next waiter becomes first, and waits for the
+    /// release of this one.
+    pub(crate) fn settle(&mut self) {
+        locked(&self.channel.queue).waiters.remove(&self.ticket);
     }
 }
 
-impl Drop for Subscription {
+impl Drop for Place {
     fn drop(&mut self) {
-        let mut queue = locked(&self.channel.queue);
-        let slot = queue.waiters.remove(&self.ticket);
-        if slot.is_some_and(|slot| slot.notified) && !self.settled {
-            // A waiter that gives up must not swallow a release meant for the
-            // queue: the next one, now first, asks in its stead.
-            queue.wake_first();
+        {
+            let mut queue = locked(&self.channel.queue);
+            let slot = queue.waiters.remove(&self.ticket);
+            if slot.is_some_and(|slot| slot.notified) {
+                // A waiter that gives up must not swallow a release meant for the
+                // queue: the next one, now first, asks in its stead.
+                queue.wake_first();
+            }
         }
-        drop(queue);
         let mut channels = self.shared.channels();
-        if let Some((refs, _)) = channels.get_mut(&self.name) {
+        if let Some((refs, entry)) = channels.get_mut(&self.name) {
             *refs -= 1;
             if *refs == 0 {
+                let subscribed = entry.requested.load(Ordering::SeqCst);
                 channels.remove(&self.name);
-                // The command task unsubscribes unless a new waiter came meanwhile.
-                let _ = self
-                    .commands
-                    .send(Command::Unsubscribe(std::mem::take(&mut self.name)));
+                if subscribed {
+                    // The command task unsubscribes unless a new waiter came meanwhile.
+                    let _ = self
+                        .commands
+                        .send(Command::Unsubscribe(std::mem::take(&mut self.name)));
+                }
             }
         }
     }
@@ -384,7 +496,14 @@ async fn run_commands(
                 let _ = reply.send(result);
             }
             Some(Command::Unsubscribe(channel)) => {
-                let wanted = shared.channels().contains_key(&channel);
+                let wanted = match shared.channels().get(&channel) {
+                    // The new waiters' last one unsubscribes what stays subscribed.
+                    Some((_, entry)) => {
+                        entry.requested.store(true, Ordering::SeqCst);
+                        true
+                    }
+                    None => false,
+                };
                 if !wanted {
                     lost.remove(&channel);
                 }
@@ -422,6 +541,7 @@ async fn resubscribe(
     let Some(entry) = shared.channel(&channel) else {
         return;
     };
+    entry.requested.store(true, Ordering::SeqCst);
     match conn.subscribe(&channel).await {
         Ok(()) => {
             entry.confirmed.store(true, Ordering::Release);
@@ -490,11 +610,16 @@ async fn run_pushes(
             }
             PushKind::Unsubscribe | PushKind::SUnsubscribe => {
                 // Redis unsubscribed us: a cluster master gave the channel's slot to
-                // another master (or we unsubscribed, and a new waiter came since;
-                // subscribing again is then harmless). Until subscribed again, new
-                // waiters subscribe rather than join.
+                // another master (or we unsubscribed, and a new waiter that asked for
+                // the subscription came since; subscribing again is then harmless).
+                // A channel whose waiters never asked for one (locks taken without
+                // waiting) is left alone. Until subscribed again, a waiter that has
+                // to wait subscribes itself.
                 if let Some(Value::BulkString(name)) = push.data.first() {
-                    if let Some(channel) = shared.channel(name) {
+                    if let Some(channel) = shared
+                        .channel(name)
+                        .filter(|channel| channel.requested.load(Ordering::SeqCst))
+                    {
                         tracing::debug!(
                             "distlock: Redis unsubscribed a waited channel; subscribing again"
                         );
@@ -520,6 +645,10 @@ async fn run_pushes(
 mod tests {
     use super::*;
 
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::Context;
+
     fn subscriber() -> (Subscriber, mpsc::UnboundedReceiver<Command>) {
         let (commands, rx) = mpsc::unbounded_channel();
         let subscriber = Subscriber {
@@ -529,33 +658,68 @@ mod tests {
         (subscriber, rx)
     }
 
-    /// A waiter queued on a channel that Redis confirmed.
-    fn queued(subscriber: &Subscriber) -> Subscription {
-        {
-            let mut channels = subscriber.shared.channels();
-            let (_, channel) = channels.entry(b"c".to_vec()).or_default();
-            channel.confirmed.store(true, Ordering::Release);
-        }
-        subscriber.join(b"c").expect("the channel is confirmed")
+    /// A waiter queued on channel `c`, whose subscription was asked for and
+    /// confirmed.
+    fn queued(subscriber: &Subscriber) -> Place {
+        let place = subscriber.enqueue(b"c");
+        place.channel.requested.store(true, Ordering::SeqCst);
+        place.channel.confirmed.store(true, Ordering::Release);
+        place
     }
 
-    fn is_notified(subscription: &Subscription) -> bool {
-        let queue = locked(&subscription.channel.queue);
-        queue.waiters[&subscription.ticket].notified
+    fn is_notified(place: &Place) -> bool {
+        let queue = locked(&place.channel.queue);
+        queue.waiters[&place.ticket].notified
+    }
+
+    /// Polls `future` once, with a waker that does nothing.
+    fn poll_once<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        future.poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    const QUIET: Duration = Duration::from_millis(100);
+
+    /// Whether the (paused) clock is at `at`, give or take the timer's millisecond.
+    fn at_about(at: Instant) -> bool {
+        let now = Instant::now();
+        now >= at && now - at <= Duration::from_millis(1)
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
     }
 
     #[test]
-    fn join_needs_a_confirmed_subscription() {
-        let (subscriber, _rx) = subscriber();
-        assert!(subscriber.join(b"c").is_none(), "no local waiters yet");
-        subscriber
-            .shared
-            .channels()
-            .insert(b"c".to_vec(), (1, Arc::default()));
+    fn a_place_costs_nothing_on_the_connection() {
+        let (subscriber, mut rx) = subscriber();
+        let place = subscriber.enqueue(b"c");
+        assert!(place.is_first() && !place.is_listening());
+        drop(place);
+        assert!(subscriber.shared.channels().is_empty());
         assert!(
-            subscriber.join(b"c").is_none(),
-            "not confirmed by Redis yet"
+            rx.try_recv().is_err(),
+            "neither a subscription nor an unsubscription for a lock nobody waited for"
         );
+    }
+
+    #[test]
+    fn a_newcomer_queues_behind_the_waiters_and_becomes_first_when_they_leave() {
+        let (subscriber, _rx) = subscriber();
+        let mut first = queued(&subscriber);
+        let second = queued(&subscriber);
+        let third = queued(&subscriber);
+        assert!(first.is_first() && !second.is_first() && !third.is_first());
+        // The first gets the lock: the next is first, with no wake-up (the lock is
+        // held: it waits for the release).
+        first.channel.wake_first();
+        first.settle();
+        assert!(second.is_first() && !is_notified(&second));
+        // A waiter behind others that gives up leaves the order as it was.
+        drop(third);
+        let fourth = queued(&subscriber);
+        assert!(second.is_first() && !fourth.is_first());
+        drop(first);
+        assert!(second.is_first());
     }
 
     #[test]
@@ -565,8 +729,8 @@ mod tests {
         let second = queued(&subscriber);
         first.channel.wake_first();
         assert!(is_notified(&first) && !is_notified(&second));
-        // The first waiter asks again and finds the lock taken: the next release
-        // is still its own.
+        // The first asks again and finds the lock taken: the next release is still
+        // its own.
         first.rearm();
         first.channel.wake_first();
         assert!(is_notified(&first) && !is_notified(&second));
@@ -581,13 +745,19 @@ mod tests {
     fn a_first_waiter_that_gives_up_passes_its_wake_up_on_and_one_that_acquired_does_not() {
         let (subscriber, _rx) = subscriber();
         let first = queued(&subscriber);
-        let second = queued(&subscriber);
+        let mut second = queued(&subscriber);
         let third = queued(&subscriber);
         first.channel.wake_first();
         drop(first);
         assert!(is_notified(&second), "the wake-up moved on");
         second.settle();
         assert!(!is_notified(&third), "the acquirer used its wake-up");
+        drop(second);
+        assert!(!is_notified(&third));
+        // One that leaves unwoken hands nothing on.
+        let fourth = queued(&subscriber);
+        drop(third);
+        assert!(fourth.is_first() && !is_notified(&fourth));
     }
 
     #[test]
@@ -605,6 +775,139 @@ mod tests {
             assert!(channel.first_hearing(format!("later-{i}").as_bytes()));
         }
         assert!(channel.first_hearing(b"owner-1"), "forgotten after a while");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_behind_others_never_asks_and_runs_out_behind_them() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        let second = queued(&subscriber);
+        let deadline = Instant::now() + QUIET * 5;
+        // The first keeps asking (and finding the lock taken) more often than quiet.
+        let looking = async {
+            while Instant::now() < deadline {
+                first.rearm();
+                tokio::time::sleep(QUIET / 2).await;
+            }
+        };
+        let (turn, ()) = tokio::join!(second.turn(None, deadline, QUIET), looking);
+        assert_eq!(turn, Turn::OutOfTime);
+        assert!(Instant::now() >= deadline);
+        assert!(!is_notified(&first), "the first looked often enough");
+        assert!(!second.is_first());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_queue_is_looked_at_by_its_first_waiter() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        let second = queued(&subscriber);
+        // The first asked, and sleeps on a long lease; its release message is lost.
+        first.rearm();
+        let deadline = Instant::now() + QUIET * 3;
+        let mut turn = pin!(second.turn(None, deadline, QUIET));
+        assert!(poll_once(turn.as_mut()).is_pending());
+        tokio::time::sleep(QUIET / 2).await;
+        assert!(poll_once(turn.as_mut()).is_pending());
+        assert!(!is_notified(&first), "the first looked a moment ago");
+        tokio::time::sleep(QUIET).await;
+        assert!(
+            poll_once(turn.as_mut()).is_pending(),
+            "it still waits its turn"
+        );
+        assert!(
+            is_notified(&first),
+            "nobody looked for quiet: the first asks"
+        );
+        assert_eq!(turn.await, Turn::OutOfTime);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_waiter_asks_when_woken_or_when_its_look_is_due() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        let _second = queued(&subscriber);
+        let start = Instant::now();
+        let look_at = start + QUIET * 4;
+        assert_eq!(first.turn(Some(look_at), far(), QUIET).await, Turn::Ask);
+        assert!(at_about(look_at), "nobody woke it: at the lease's end");
+
+        first.rearm();
+        let mut turn = pin!(first.turn(Some(far()), far(), QUIET));
+        assert!(poll_once(turn.as_mut()).is_pending());
+        first.channel.wake_first();
+        assert_eq!(poll_once(turn.as_mut()), Poll::Ready(Turn::Ask));
+
+        first.rearm();
+        let deadline = Instant::now() + QUIET;
+        assert_eq!(first.turn(Some(far()), deadline, QUIET).await, Turn::Ask);
+        assert!(at_about(deadline), "a last look at the end of the wait");
+        assert_eq!(
+            first.turn(None, far(), QUIET).await,
+            Turn::Ask,
+            "a first that has no lease to go by asks at once"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_up_handed_on_reaches_the_next_waiter_at_once() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        let second = queued(&subscriber);
+        let mut turn = pin!(second.turn(None, far(), QUIET));
+        assert!(poll_once(turn.as_mut()).is_pending());
+        first.channel.wake_first();
+        drop(first);
+        assert_eq!(poll_once(turn.as_mut()), Poll::Ready(Turn::Ask));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_that_becomes_first_unwoken_looks_within_quiet() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        let second = queued(&subscriber);
+        let start = Instant::now();
+        let mut turn = pin!(second.turn(None, far(), QUIET));
+        assert!(poll_once(turn.as_mut()).is_pending());
+        // The first gives up unwoken: the lock is held, its release will wake the
+        // second; should that message be lost, the second looks all the same.
+        drop(first);
+        assert_eq!(turn.await, Turn::Ask);
+        assert!(Instant::now() - start <= QUIET);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_a_turn_anywhere_in_the_queue_keeps_it_consistent() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        let second = queued(&subscriber);
+        let third = queued(&subscriber);
+        let fourth = queued(&subscriber);
+        // Every waiter sits in its turn; those of the first and the second are
+        // dropped (a timeout, a select!), and then the waiters themselves.
+        {
+            let mut turn = pin!(first.turn(Some(far()), far(), QUIET));
+            assert!(poll_once(turn.as_mut()).is_pending());
+            let mut turn = pin!(second.turn(None, far(), QUIET));
+            assert!(poll_once(turn.as_mut()).is_pending());
+        }
+        {
+            let mut turn = pin!(third.turn(None, far(), QUIET));
+            assert!(poll_once(turn.as_mut()).is_pending());
+            drop(second);
+            // A release wakes the first even though it is not waiting right now:
+            // the wake-up is kept for it, and handed on when it leaves.
+            first.channel.wake_first();
+            assert!(is_notified(&first));
+            drop(first);
+            assert_eq!(poll_once(turn.as_mut()), Poll::Ready(Turn::Ask));
+        }
+        assert!(third.is_first() && !fourth.is_first() && !is_notified(&fourth));
+        drop(third);
+        assert!(
+            fourth.is_first() && is_notified(&fourth),
+            "handed on once more"
+        );
     }
 
     /// A push of `kind` for channel `c`, as redis-rs hands it over.
@@ -634,6 +937,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn listening_subscribes_once_and_its_confirmation_wakes_the_first_waiter() {
+        let (subscriber, mut rx) = subscriber();
+        let first = subscriber.enqueue(b"c");
+        let second = subscriber.enqueue(b"c");
+        // The first waiter's attempt is on its way, sent before the subscription.
+        first.rearm();
+        let answer = async {
+            match rx.recv().await {
+                Some(Command::Subscribe(name, reply)) => {
+                    assert_eq!(name, b"c");
+                    let _ = reply.send(Ok(()));
+                }
+                other => panic!("expected a subscription, got {other:?}"),
+            }
+        };
+        let (listened, ()) = tokio::join!(second.listen(), answer);
+        listened.expect("listen");
+        assert!(first.is_listening() && second.is_listening());
+        assert!(
+            is_notified(&first) && !is_notified(&second),
+            "a release before the confirmation reached nobody: the first asks again"
+        );
+        first.rearm();
+        first.listen().await.expect("already confirmed");
+        assert!(rx.try_recv().is_err(), "no second subscription");
+        assert!(!is_notified(&first), "no second recheck");
+        drop((first, second));
+        assert!(matches!(rx.try_recv(), Ok(Command::Unsubscribe(name)) if name == b"c"));
+    }
+
+    #[tokio::test]
     async fn redis_unsubscribing_a_waited_channel_subscribes_it_again() {
         let (subscriber, mut rx) = subscriber();
         let waiter = queued(&subscriber);
@@ -655,15 +989,17 @@ mod tests {
             "{command:?}"
         );
         assert!(
-            subscriber.join(b"c").is_none(),
-            "until subscribed again, a new waiter subscribes rather than joins"
+            !subscriber.enqueue(b"c").is_listening(),
+            "until subscribed again, a waiter that has to wait subscribes itself"
         );
         // Not before the subscription is back: a look now could miss a release.
         assert!(!is_notified(&waiter));
         drop(waiter);
         assert!(matches!(rx.recv().await, Some(Command::Unsubscribe(_))));
 
-        // A channel nobody waits for any more is left alone.
+        // A channel nobody waits for any more is left alone, and so is one whose
+        // waiters never asked for a subscription.
+        let _uncontended = subscriber.enqueue(b"c");
         pushes
             .send(push(PushKind::SUnsubscribe))
             .expect("the push task listens");
