@@ -172,3 +172,143 @@ async fn sixty_four_tasks_of_one_client_take_the_lock_in_the_order_they_asked() 
     check(64, &fairness);
     assert_eq!(support::redis_count(&server, "fair:64"), 0);
 }
+
+/// When a queued waiter's lock future is dropped: before the holder releases, or
+/// this long after the release was sent.
+#[derive(Debug, Clone, Copy)]
+enum DropAt {
+    Before,
+    After(Duration),
+}
+
+/// Waits `delay` without giving up the worker for a whole timer tick.
+async fn pause(delay: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < delay {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Four waiters of one client queue behind a lock held by another client; the
+/// lock futures of the second and the first are dropped at the given points; the
+/// holder releases. Returns the order in which the waiters got the lock.
+async fn queue_and_drop(
+    server: &distlock_testkit::RedisServer,
+    holder: &LockClient,
+    locks: &LockClient,
+    name: &str,
+    (second_at, first_at): (DropAt, DropAt),
+) -> Vec<usize> {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let gate = holder.lock(name).await.expect("the holder");
+    let mut cancels = Vec::new();
+    let mut waiters = Vec::new();
+    for index in 0..4 {
+        let (locks, name) = (locks.clone(), name.to_owned());
+        let (order, inside) = (order.clone(), inside.clone());
+        let (cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
+        cancels.push(Some(cancel));
+        waiters.push(tokio::spawn(async move {
+            let request = locks.lock(name.as_str()).wait(Duration::from_secs(10));
+            let guard = tokio::select! {
+                guard = request => guard.expect("lock"),
+                _ = cancelled => return None,
+            };
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+            order.lock().expect("order").push(index);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            guard.unlock().await.expect("unlock");
+            Some(Instant::now())
+        }));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        support::eventually(Duration::from_secs(2), || support::channel_subscribers(
+            server, name
+        ) == 1)
+        .await,
+        "the waiters subscribed"
+    );
+    // Let the first waiter's look after subscribing come back: all four wait.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut drop_at = |index: usize| {
+        if let Some(cancel) = cancels[index].take() {
+            let _ = cancel.send(());
+        }
+    };
+    let mut after = Vec::new();
+    for (index, at) in [(1, second_at), (0, first_at)] {
+        match at {
+            DropAt::Before => drop_at(index),
+            DropAt::After(delay) => after.push((delay, index)),
+        }
+    }
+    after.sort();
+    let released = Instant::now();
+    let unlocking = tokio::spawn(gate.unlock());
+    for (delay, index) in after {
+        pause(delay.saturating_sub(released.elapsed())).await;
+        drop_at(index);
+    }
+    unlocking.await.expect("join").expect("release");
+    for (index, waiter) in waiters.into_iter().enumerate() {
+        let finished = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("every waiter finished")
+            .expect("join");
+        if index >= 2 {
+            let finished = finished.expect("the waiters not dropped got the lock");
+            // Four critical sections of 10 ms at most: no wait for a fallback.
+            assert!(
+                finished - released < Duration::from_millis(600),
+                "waiter {index} of {name} got the lock {:?} after the release",
+                finished - released
+            );
+        }
+    }
+    let order = order.lock().expect("order").clone();
+    order
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_dropped_anywhere_in_the_queue_leave_the_others_in_order() {
+    use rand::Rng;
+    let server = support::server();
+    let holder = support::client(&server).await;
+    let locks = support::client(&server).await;
+    let ms = |ms: u64| DropAt::After(Duration::from_micros(ms * 1000));
+    let mut points = vec![
+        (DropAt::Before, DropAt::Before),
+        (DropAt::Before, ms(0)),
+        (ms(0), DropAt::Before),
+        (ms(0), ms(0)),
+        (DropAt::Before, DropAt::After(Duration::from_micros(300))),
+        (ms(1), DropAt::After(Duration::from_micros(500))),
+        (DropAt::Before, ms(2)),
+        (ms(5), DropAt::Before),
+        // By then the first may hold the lock, or have released it to the second.
+        (ms(12), ms(12)),
+        (ms(25), ms(3)),
+    ];
+    let mut rng = rand::rng();
+    for _ in 0..10 {
+        let mut random = || DropAt::After(Duration::from_micros(rng.random_range(0..4000)));
+        points.push((random(), random()));
+    }
+    for (round, point) in points.into_iter().enumerate() {
+        let name = format!("cancel:{round}");
+        let order = queue_and_drop(&server, &holder, &locks, &name, point).await;
+        let mut expected = vec![0, 1, 2, 3];
+        expected.retain(|index| order.contains(index));
+        assert_eq!(order, expected, "{point:?}: out of arrival order");
+        assert!(order.ends_with(&[2, 3]), "{point:?}: {order:?}");
+        assert_eq!(support::redis_count(&server, &name), 0, "{point:?}");
+    }
+    let clean = support::eventually(Duration::from_secs(2), || {
+        support::leaks(&server) == (Vec::new(), Vec::new())
+    })
+    .await;
+    assert!(clean, "left behind: {:?}", support::leaks(&server));
+}
