@@ -68,8 +68,9 @@ fn pttl(node: &RedisServer, name: &str) -> i64 {
 /// The hold count of lock `name` on `node` (0 when free or not there).
 fn count(node: &RedisServer, name: &str) -> u64 {
     // The value is "<owner> <count> <fence> <floor> <done...>" (lua/lock.lua).
+    // A final release leaves a tombstone "- <owner> <floor> <done...>": free.
     let value = node.cmd(&["GET", &lock_key(name)]).expect("GET");
-    if value == "(nil)" {
+    if value == "(nil)" || value.starts_with("- ") {
         return 0;
     }
     value
