@@ -11,7 +11,7 @@ use distlock_testkit::RedisServer;
 use tokio::time::Instant;
 
 use crate::error::BoxError;
-use crate::server::{calls_between, command_stats, info_field};
+use crate::server::{calls_between, command_stats, distlock_release_channel, info_field};
 
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine.
 pub(crate) fn monotonic_ns() -> u64 {
@@ -120,7 +120,7 @@ pub(crate) async fn wakeup(
         child.expect("waiting")?;
         // The waiter listens once its subscriber is on the channel; give it a moment
         // more for the attempt it makes right after subscribing.
-        let channel = format!("distlock:{{{name}}}:released");
+        let channel = distlock_release_channel(&name);
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let reply = server.cmd(&["PUBSUB", "NUMSUB", &channel])?;

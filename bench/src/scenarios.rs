@@ -11,7 +11,11 @@ use tokio::time::Instant;
 
 use crate::cpu::cpu_time;
 use crate::error::BoxError;
-use crate::server::{calls_between, client_requests_between, command_stats, command_stats_async};
+use crate::server::{
+    calls_between, client_requests_between, command_stats, command_stats_async,
+    distlock_acquire_attempts, distlock_acquire_cmd, distlock_release_cmd, ACQUIRE_LUA,
+    RELEASE_LUA,
+};
 use crate::stats::{percentile, us};
 
 /// Lock+unlock pairs per second of one task on fresh names (scenario 1), and the
@@ -40,32 +44,25 @@ pub(crate) async fn one_task(
 /// pair: what redis-rs and Tokio cost by themselves, for the profile of scenario 1.
 pub(crate) async fn raw_pairs(url: &str, pairs: usize) -> Result<(f64, Duration), BoxError> {
     let mut conn = redis::Client::open(url)?.get_connection_manager().await?;
-    let release = redis::Script::new(crate::server::RELEASE_LUA);
+    let acquire: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(ACQUIRE_LUA)
+        .query_async(&mut conn)
+        .await?;
+    let release: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(RELEASE_LUA)
+        .query_async(&mut conn)
+        .await?;
     let start = Instant::now();
     let cpu = cpu_time(libc::RUSAGE_SELF);
     for i in 0..pairs {
-        let key = format!("distlock:{{raw:{i}}}");
-        // A first acquisition as distlock sends it: a plain SET NX (lua/lock.lua).
-        let _: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg("owner 1 0 0 1")
-            .arg("NX")
-            .arg("GET")
-            .arg("PX")
-            .arg(30_000)
+        let name = format!("raw:{i}");
+        let _: redis::Value = distlock_acquire_cmd(&acquire, &name, "owner")
             .query_async(&mut conn)
             .await?;
-        let _: Vec<Vec<i64>> = release
-            .key(&key)
-            .key(format!("{key}:released"))
-            .key(format!("{key}:freed"))
-            .arg("PUBLISH")
-            .arg(crate::server::REMEMBER_MS)
-            .arg("owner")
-            .arg(30_000)
-            .arg(2)
-            .arg(1)
-            .invoke_async(&mut conn)
+        let _: redis::Value = distlock_release_cmd(&release, &name, "owner")
+            .query_async(&mut conn)
             .await?;
     }
     let cpu = cpu_time(libc::RUSAGE_SELF) - cpu;
@@ -185,7 +182,7 @@ pub(crate) async fn raw_round_trips(
     let mut conn = client.get_multiplexed_async_connection().await?;
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(crate::server::ACQUIRE_LUA)
+        .arg(ACQUIRE_LUA)
         .query_async(&mut conn)
         .await?;
     let mut results = [Duration::ZERO; 2];
@@ -195,22 +192,9 @@ pub(crate) async fn raw_round_trips(
             if !pause.is_zero() {
                 tokio::time::sleep(pause).await;
             }
-            let key = format!("distlock:{{raw:{tag}:{index}:{i}}}");
+            let cmd = distlock_acquire_cmd(&sha, &format!("raw:{tag}:{index}:{i}"), "owner");
             let start = Instant::now();
-            let _: Vec<i64> = redis::cmd("EVALSHA")
-                .arg(&sha)
-                .arg(3)
-                .arg(&key)
-                .arg(format!("{key}:fence"))
-                .arg(format!("{key}:freed"))
-                .arg("owner")
-                .arg(30_000)
-                .arg(0)
-                .arg(1)
-                .arg(0)
-                .arg(0)
-                .query_async(&mut conn)
-                .await?;
+            let _: redis::Value = cmd.query_async(&mut conn).await?;
             rtts.push(start.elapsed());
         }
         results[index] = percentile(&rtts, 50.0);
@@ -442,8 +426,7 @@ impl Contender for LockClient {
         after: &HashMap<String, u64>,
         acquisitions: u64,
     ) -> u64 {
-        // Every EVALSHA less one release per acquisition.
-        calls_between(before, after, "evalsha").saturating_sub(acquisitions)
+        distlock_acquire_attempts(before, after, acquisitions)
     }
 }
 

@@ -1,5 +1,11 @@
 //! What the harness asks the server: command counts, and the reference rates that
 //! `redis-benchmark` measures with distlock's own scripts.
+//!
+//! The last part of this file ("distlock's protocol") is every place where the
+//! harness depends on the lock's layout or on the scripts' commands: the script
+//! sources, the keys and channel of a lock, the commands the scripts run inside
+//! Redis, the requests of a first acquisition and of a release, the prefill of held
+//! locks and `redis-benchmark`'s command lines. Adapt there when they change.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,30 +17,6 @@ use distlock_testkit::{redis_server_binary, RedisServer};
 use crate::cpu::cpu_time;
 use crate::error::BoxError;
 use crate::stats::{median, pair_rate};
-
-/// distlock's scripts, byte for byte as the client sends them (first line,
-/// `lock.lua`, the script): `SCRIPT LOAD` gives the SHA the client uses.
-pub(crate) const ACQUIRE_LUA: &str = concat!(
-    "#!lua\n",
-    include_str!("../../lua/lock.lua"),
-    include_str!("../../lua/acquire.lua")
-);
-pub(crate) const RELEASE_LUA: &str = concat!(
-    "#!lua flags=allow-oom\n",
-    include_str!("../../lua/lock.lua"),
-    include_str!("../../lua/release.lua")
-);
-
-/// How long the release script keeps the record of a final release in these runs
-/// (`ARGV[6]` of `release.lua`; the client uses four response timeouts).
-pub(crate) const REMEMBER_MS: u64 = 2_000;
-
-/// Commands that distlock's scripts run inside Redis: `INFO commandstats` counts those
-/// too, but they cost no round trip.
-const SCRIPT_INNER: [&str; 14] = [
-    "type", "hget", "hset", "hincrby", "pexpire", "pttl", "incr", "get", "del", "publish",
-    "spublish", "hexists", "hgetall", "set",
-];
 
 /// `INFO commandstats`: command name to calls.
 pub(crate) fn command_stats(server: &RedisServer) -> Result<HashMap<String, u64>, BoxError> {
@@ -90,7 +72,9 @@ pub(crate) fn client_requests_between(
 ) -> u64 {
     after
         .keys()
-        .filter(|name| name.as_str() != "info" && !SCRIPT_INNER.contains(&name.as_str()))
+        .filter(|name| {
+            name.as_str() != "info" && !DISTLOCK_SCRIPT_COMMANDS.contains(&name.as_str())
+        })
         .map(|name| calls_between(before, after, name))
         .sum()
 }
@@ -299,45 +283,6 @@ impl KeyShape {
     }
 }
 
-/// Fills `keys` keys `prefix %012d suffix` with a lock held once by `owner` (as
-/// acquire.lua leaves it), in server-side loops of 10 000 keys: a longer script
-/// would stall a cluster node past its node timeout and start a failover.
-fn populate_held(
-    server: &RedisServer,
-    shape: &KeyShape,
-    what: &str,
-    keys: u64,
-    owner: &str,
-) -> Result<(), BoxError> {
-    const CHUNK: u64 = 10_000;
-    let template = shape.key(what, "%012d");
-    let script =
-        "local template, from, to, owner = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] \
-        for i = from, to - 1 do \
-          local key = string.format(template, i) \
-          redis.call('SET', key, owner .. ' 1 0 0 1', 'PX', 600000) \
-        end \
-        return to - from";
-    let mut from = 0;
-    while from < keys {
-        let to = (from + CHUNK).min(keys);
-        server.cmd_timeout(
-            &[
-                "EVAL",
-                script,
-                "0",
-                &template,
-                &from.to_string(),
-                &to.to_string(),
-                owner,
-            ],
-            Duration::from_secs(30),
-        )?;
-        from = to;
-    }
-    Ok(())
-}
-
 /// Empties the server without blocking it (a blocked cluster node would be failed
 /// over), and waits until the memory is given back, up to 60 s.
 pub(crate) fn flush(server: &RedisServer) -> Result<(), BoxError> {
@@ -358,9 +303,6 @@ pub(crate) fn measure_reference(
     settings: ReferenceSettings,
 ) -> Result<Reference, BoxError> {
     let binary = redis_benchmark_binary()?;
-    let release_sha = server.cmd(&["SCRIPT", "LOAD", RELEASE_LUA])?;
-    let owner = "0123456789abcdef0123456789abcdef:1";
-    let lease = settings.lease_ms.to_string();
     let mut runs = Vec::new();
     let mut hits = Vec::new();
     let mut p50s = Vec::new();
@@ -381,58 +323,35 @@ pub(crate) fn measure_reference(
                 requests,
             };
             let tag = format!("{run}{}", ["c", "p"][index]);
-            // Acquire on fresh keys: a keyspace far larger than the request count.
-            // A first acquisition as the client sends it: a plain SET of the value
-            // acquire.lua would write (lua/lock.lua).
-            let acquire = [
-                "SET".to_owned(),
-                shape.key(&format!("a{tag}"), "__rand_int__"),
-                format!("{owner} 1 0 0 1"),
-                "NX".to_owned(),
-                "GET".to_owned(),
-                "PX".to_owned(),
-                lease.clone(),
-            ];
+            let commands = distlock_reference_commands(server, shape, &tag, settings.lease_ms)?;
             let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
-            let (rate, p50) =
-                redis_benchmark(&binary, server.port(), load, 1_000_000_000, &acquire)?;
+            let (rate, p50) = redis_benchmark(
+                &binary,
+                server.port(),
+                load,
+                1_000_000_000,
+                &commands.acquire,
+            )?;
             values[index * 2] = rate;
             let acquire_cpu = cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
             if index == 0 {
                 p50s.push(p50.as_secs_f64());
             }
             // Release on keys held by the owner: four times as many held keys as
-            // requests, so most requests release a held lock (PUBLISH, DEL, SET); the share
-            // that hit is measured.
+            // requests, so most requests release a held lock; the share that hit is
+            // measured.
             let keyspace = requests * 4;
-            populate_held(server, shape, &format!("r{tag}"), keyspace, owner)?;
+            prefill_distlock_locks(server, shape, &tag, keyspace)?;
             let before = command_stats(server)?;
-            // Operation 2 of the owner (acquire.lua's "Exactly once"): the populated
-            // locks record operation 1 as applied, with a floor of 0.
-            let release = [
-                "EVALSHA".to_owned(),
-                release_sha.clone(),
-                "3".to_owned(),
-                shape.key(&format!("r{tag}"), "__rand_int__"),
-                shape.key(&format!("r{tag}c"), "__rand_int__"),
-                shape.key(&format!("r{tag}x"), "__rand_int__"),
-                "PUBLISH".to_owned(),
-                REMEMBER_MS.to_string(),
-                owner.to_owned(),
-                lease.clone(),
-                "2".to_owned(),
-                "0".to_owned(),
-            ];
             let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
             values[index * 2 + 1] =
-                redis_benchmark(&binary, server.port(), load, keyspace, &release)?.0;
+                redis_benchmark(&binary, server.port(), load, keyspace, &commands.release)?.0;
             let release_cpu = cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
             if index == 0 {
                 let n = u32::try_from(requests).unwrap_or(u32::MAX);
                 cpu_per_pair.push((acquire_cpu / n + release_cpu / n).as_secs_f64());
             }
-            // Each release of a held lock publishes once.
-            let released = calls_between(&before, &command_stats(server)?, "publish");
+            let released = distlock_releases_that_freed(&before, &command_stats(server)?);
             hits.push(released as f64 / requests as f64);
         }
         flush(server)?;
@@ -449,6 +368,191 @@ pub(crate) fn measure_reference(
         cpu_per_pair_c1: Duration::from_secs_f64(median(&cpu_per_pair)),
         runs,
     })
+}
+
+// ---- distlock's protocol --------------------------------------------------------
+
+/// distlock's scripts, byte for byte as the client sends them (first line,
+/// `hash.lua`, the script): `SCRIPT LOAD` gives the SHA the client uses.
+pub(crate) const ACQUIRE_LUA: &str = concat!(
+    "#!lua\n",
+    include_str!("../../lua/hash.lua"),
+    include_str!("../../lua/acquire.lua")
+);
+pub(crate) const RELEASE_LUA: &str = concat!(
+    "#!lua flags=allow-oom\n",
+    include_str!("../../lua/hash.lua"),
+    include_str!("../../lua/release.lua")
+);
+
+/// How long the release script keeps the record of a final release in these runs
+/// (`ARGV[6]` of `release.lua`; the client uses four response timeouts).
+const REMEMBER_MS: u64 = 2_000;
+
+/// Commands that distlock's scripts run inside Redis: `INFO commandstats` counts those
+/// too, but they cost no round trip. (A command the client also sends itself would
+/// have to be told apart another way.)
+pub(crate) const DISTLOCK_SCRIPT_COMMANDS: &[&str] = &[
+    "type", "hget", "hset", "hincrby", "pexpire", "pttl", "incr", "get", "del", "publish",
+    "spublish", "hexists", "hgetall", "set",
+];
+
+/// The owner id of the reference's locks (a client's uuid and counter).
+const DISTLOCK_OWNER: &str = "0123456789abcdef0123456789abcdef:1";
+
+/// distlock's acquire attempts between two [`command_stats`] snapshots, of which
+/// `acquisitions` succeeded: every EVALSHA less one release per acquisition.
+pub(crate) fn distlock_acquire_attempts(
+    before: &HashMap<String, u64>,
+    after: &HashMap<String, u64>,
+    acquisitions: u64,
+) -> u64 {
+    calls_between(before, after, "evalsha").saturating_sub(acquisitions)
+}
+
+/// Release requests between two [`command_stats`] snapshots that really released a
+/// held lock: each publishes once.
+fn distlock_releases_that_freed(
+    before: &HashMap<String, u64>,
+    after: &HashMap<String, u64>,
+) -> u64 {
+    calls_between(before, after, "publish")
+}
+
+/// The channel a waiter for `name` subscribes to (`name` needs no escaping).
+pub(crate) fn distlock_release_channel(name: &str) -> String {
+    format!("distlock:{{{name}}}:released")
+}
+
+/// A first acquisition of the lock `name` by `owner`, as the client sends it, for
+/// plain redis-rs (`sha`: acquire.lua's); the reply is not looked at.
+pub(crate) fn distlock_acquire_cmd(sha: &str, name: &str, owner: &str) -> redis::Cmd {
+    let key = format!("distlock:{{{name}}}");
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha)
+        .arg(2)
+        .arg(&key)
+        .arg(format!("{key}:fence"))
+        .arg(owner)
+        .arg(30_000)
+        .arg(0)
+        .arg(1)
+        .arg(0)
+        .arg(0);
+    cmd
+}
+
+/// The release of what [`distlock_acquire_cmd`] took (`sha`: release.lua's).
+pub(crate) fn distlock_release_cmd(sha: &str, name: &str, owner: &str) -> redis::Cmd {
+    let key = format!("distlock:{{{name}}}");
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha)
+        .arg(3)
+        .arg(&key)
+        .arg(format!("{key}:released"))
+        .arg(format!("{key}:freed"))
+        .arg(owner)
+        .arg(30_000)
+        .arg(2)
+        .arg(1)
+        .arg("PUBLISH")
+        .arg(REMEMBER_MS);
+    cmd
+}
+
+/// `redis-benchmark`'s command lines of one reference run: a first acquisition on
+/// fresh keys, and a release of a held lock (keys [`prefill_distlock_locks`] filled).
+#[derive(Debug, Clone)]
+struct ReferenceCommands {
+    acquire: Vec<String>,
+    release: Vec<String>,
+}
+
+/// distlock's reference: EVALSHA acquire.lua on fresh keys (a keyspace far larger
+/// than the request count), EVALSHA release.lua on the keys [`prefill_distlock_locks`]
+/// filled, as operation 2 of the owner (acquire.lua's "Exactly once": the prefilled
+/// locks record operation 1 as applied, with a floor of 0).
+fn distlock_reference_commands(
+    server: &RedisServer,
+    shape: &KeyShape,
+    tag: &str,
+    lease_ms: u64,
+) -> Result<ReferenceCommands, BoxError> {
+    let acquire_sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_LUA])?;
+    let release_sha = server.cmd(&["SCRIPT", "LOAD", RELEASE_LUA])?;
+    let rand = "__rand_int__";
+    let lease = lease_ms.to_string();
+    let acquire = [
+        "EVALSHA",
+        &acquire_sha,
+        "2",
+        &shape.key(&format!("a{tag}"), rand),
+        &shape.key(&format!("a{tag}f"), rand),
+        DISTLOCK_OWNER,
+        &lease,
+        "0",
+        "1",
+        "0",
+        "0",
+    ];
+    let release = [
+        "EVALSHA",
+        &release_sha,
+        "3",
+        &shape.key(&format!("r{tag}"), rand),
+        &shape.key(&format!("r{tag}c"), rand),
+        &shape.key(&format!("r{tag}x"), rand),
+        DISTLOCK_OWNER,
+        &lease,
+        "2",
+        "0",
+        "PUBLISH",
+        &REMEMBER_MS.to_string(),
+    ];
+    Ok(ReferenceCommands {
+        acquire: acquire.iter().map(|s| s.to_string()).collect(),
+        release: release.iter().map(|s| s.to_string()).collect(),
+    })
+}
+
+/// Fills `keys` release keys of the run `tag` with a lock held once by the
+/// reference's owner, exactly as acquire.lua leaves a first acquisition, in
+/// server-side loops of 10 000 keys: a longer script would stall a cluster node past
+/// its node timeout and start a failover.
+fn prefill_distlock_locks(
+    server: &RedisServer,
+    shape: &KeyShape,
+    tag: &str,
+    keys: u64,
+) -> Result<(), BoxError> {
+    const CHUNK: u64 = 10_000;
+    let template = shape.key(&format!("r{tag}"), "%012d");
+    let script =
+        "local template, from, to, owner = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] \
+        for i = from, to - 1 do \
+          local key = string.format(template, i) \
+          redis.call('HSET', key, owner, 1, '#fence', 0, '#floor', 0, '#done', '1') \
+          redis.call('PEXPIRE', key, 600000) \
+        end \
+        return to - from";
+    let mut from = 0;
+    while from < keys {
+        let to = (from + CHUNK).min(keys);
+        server.cmd_timeout(
+            &[
+                "EVAL",
+                script,
+                "0",
+                &template,
+                &from.to_string(),
+                &to.to_string(),
+                DISTLOCK_OWNER,
+            ],
+            Duration::from_secs(30),
+        )?;
+        from = to;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
