@@ -1,29 +1,50 @@
 //! The load generator behind `cargo xtask bench`.
 //!
 //! It starts a throwaway `redis-server` (and a local Redis Cluster) through
-//! `distlock-testkit`, measures the physical limit of the server for distlock's own
-//! scripts with `redis-benchmark`, runs every scenario of issue 6 against the same
-//! server in the same run, each at least three times, and prints a Markdown table of
-//! medians, each a ratio to its reference. With `--write FILE` it also puts the table
-//! into FILE (BENCHMARKS.md) between the `bench:start` and `bench:end` markers.
+//! `distlock-testkit`, measures the physical limit of the server with
+//! `redis-benchmark` (with distlock's own scripts and with rslock's commands), runs
+//! every scenario of issues 6 and 13 against the same server in the same run, distlock
+//! and the rslock peer taking turns, and prints a Markdown table of medians, each a
+//! ratio to its reference. With `--write FILE` it also puts the table into FILE
+//! (BENCHMARKS.md) between the `bench:start` and `bench:end` markers.
 //!
 //! ```text
-//! distlock-bench [--runs N] [--write FILE] [--quick] [--skip-cluster]
+//! distlock-bench [--runs N] [--write FILE] [--quick] [--skip-cluster] [--cluster-only]
 //! ```
+//!
+//! | file | owns |
+//! | --- | --- |
+//! | `main.rs` | the command line and the order of the phases |
+//! | `throughput.rs` | the references and scenarios 1 and 2 against the peer, run by run |
+//! | `contention_matrix.rs` | scenario 4's configurations against the peer, run by run |
+//! | `contention.rs` | one contention run and what its log shows |
+//! | `scenarios.rs` | lock+unlock pairs, plain redis-rs baselines, re-entry, macro, costs |
+//! | `children.rs` | the scenarios in another process (5: wake-up, 6: many leases) |
+//! | `peer.rs`, `contender.rs` | rslock and distlock as clients the scenarios drive |
+//! | `reference.rs` | `redis-benchmark` runs |
+//! | `server.rs` | what the server is asked, and every dependency on the lock layout |
+//! | `report.rs` | the Markdown report, one function per section |
+//! | `runtime.rs`, `settings.rs`, `stats.rs`, `cpu.rs`, `error.rs` | small shared pieces |
 //!
 //! The binary also runs itself as a child for the scenarios that need another
 //! process (`child-waiter`, `child-leases`).
 
 mod children;
+mod contender;
+mod contention;
+mod contention_matrix;
 mod cpu;
 mod error;
 #[cfg(feature = "rslock")]
 mod peer;
+mod reference;
 mod report;
+mod runtime;
 mod scenarios;
 mod server;
 mod settings;
 mod stats;
+mod throughput;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -31,116 +52,30 @@ use std::time::Duration;
 use distlock::LockClient;
 use distlock_testkit::{RedisCluster, RedisServer};
 
-use crate::children::Leases;
+use crate::contender::connect_distlock;
 use crate::cpu::cpu_time;
 use crate::error::BoxError;
+use crate::reference::{Load, Reference};
 use crate::report::Results;
-use crate::scenarios::{Contention, Micro, Reentry};
-use crate::server::{KeyShape, Reference};
+use crate::runtime::Flavor;
+use crate::scenarios::Micro;
+use crate::server::{KeyShape, Protocol};
 use crate::settings::Settings;
 use crate::stats::median;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let current = Flavor::CurrentThread;
     let result = match args.first().map(String::as_str) {
-        Some("child-waiter") => runtime().and_then(|rt| {
-            let url = args.get(1).ok_or("child-waiter URL")?;
-            rt.block_on(children::child_waiter(url))
-        }),
-        Some("child-leases") => runtime().and_then(|rt| {
-            let arg = |i: usize| -> Result<u64, BoxError> {
-                Ok(args
-                    .get(i)
-                    .ok_or("child-leases URL LOCKS HOLD_MS LEASE_MS")?
-                    .parse()?)
-            };
-            let url = args.get(1).ok_or("child-leases URL")?;
-            rt.block_on(children::child_leases(
-                url,
-                arg(2)? as usize,
-                Duration::from_millis(arg(3)?),
-                Duration::from_millis(arg(4)?),
-            ))
-        }),
-        Some("one-task") => runtime().and_then(|rt| {
-            // For profilers: scenario 1 alone against a running server.
-            let url = args.get(1).ok_or("one-task URL PAIRS")?;
-            let pairs: usize = args.get(2).ok_or("one-task URL PAIRS")?.parse()?;
-            rt.block_on(async {
-                let client = LockClient::builder().url(url.as_str()).connect().await?;
-                let (rate, cpu) =
-                    scenarios::one_task(&client, "profile", pairs, Duration::from_secs(120))
-                        .await?;
-                println!(
-                    "{rate:.0} pairs/s, {:.1} µs CPU per pair",
-                    cpu.as_secs_f64() * 1e6
-                );
-                Ok(())
-            })
-        }),
-        Some("raw-pairs") => runtime().and_then(|rt| {
-            // Scenario 1's requests through plain redis-rs, to split the client's cost.
-            let url = args.get(1).ok_or("raw-pairs URL PAIRS")?;
-            let pairs: usize = args.get(2).ok_or("raw-pairs URL PAIRS")?.parse()?;
-            rt.block_on(async {
-                let (rate, cpu) = scenarios::raw_pairs(url, pairs).await?;
-                println!(
-                    "{rate:.0} pairs/s, {:.1} µs CPU per pair",
-                    cpu.as_secs_f64() * 1e6
-                );
-                Ok(())
-            })
-        }),
-        Some("many-tasks") => runtime().and_then(|rt| {
-            // For profilers: scenario 2 alone against a running server.
-            let url = args.get(1).ok_or("many-tasks URL PAIRS_PER_TASK")?;
-            let pairs: usize = args
-                .get(2)
-                .ok_or("many-tasks URL PAIRS_PER_TASK")?
-                .parse()?;
-            rt.block_on(async {
-                let client = LockClient::builder().url(url.as_str()).connect().await?;
-                let cpu = cpu_time(libc::RUSAGE_SELF);
-                let rate =
-                    scenarios::many_tasks(&client, "profile", 64, pairs, Duration::from_secs(120))
-                        .await?;
-                let cpu = cpu_time(libc::RUSAGE_SELF) - cpu;
-                let per_pair = cpu.as_secs_f64() * 1e6 / (64 * pairs) as f64;
-                println!("{rate:.0} pairs/s, {per_pair:.1} µs CPU per pair");
-                Ok(())
-            })
-        }),
-        Some("contention") => runtime().and_then(|rt| {
-            // Scenario 4 alone on a server of its own, to iterate on the hand-off.
-            let seconds: u64 = args.get(1).map_or(Ok(5), |s| s.parse())?;
-            rt.block_on(async {
-                let server = RedisServer::start()?;
-                let client = LockClient::builder().url(server.url()).connect().await?;
-                let mut settings = Settings::full().contention;
-                settings.duration = Duration::from_secs(seconds);
-                let c = scenarios::contention(&client, &server, "alone", settings).await?;
-                println!(
-                    "{:.0} acq/s, hand-off p50 {:?} p99 {:?}, same task {:.1} %, overtaking {:.1} %, \
-                     wait p99 {:?} max {:?}, {:.3} requests ({:.3} with the warm-up) and {:.3} \
-                     acquire calls per acquisition, {} overlaps; critical section {:?} on \
-                     average, starvation bound {:?}",
-                    c.per_second,
-                    c.handoff_p50,
-                    c.handoff_p99,
-                    c.same_task_share * 100.0,
-                    c.overtaking_share * 100.0,
-                    c.wait_p99,
-                    c.wait_max,
-                    c.requests_per_acquisition,
-                    c.requests_per_acquisition_whole,
-                    c.acquire_calls_per_acquisition,
-                    c.overlaps,
-                    c.critical_mean,
-                    (c.critical_mean + c.handoff_p50) * settings.tasks as u32
-                );
-                Ok(())
-            })
-        }),
+        Some("child-waiter") => match args.get(1) {
+            Some(url) => runtime::block_on(current, children::child_waiter(url)),
+            None => Err("child-waiter URL".into()),
+        },
+        Some("child-leases") => child_leases(&args),
+        Some("one-task") => profile_pairs(&args, 1),
+        Some("many-tasks") => profile_pairs(&args, 64),
+        Some("raw-pairs") => raw_pairs(&args),
+        Some("contention") => contention_alone(&args),
         _ => harness(&args),
     };
     match result {
@@ -152,41 +87,150 @@ fn main() -> ExitCode {
     }
 }
 
-/// The client's runtime: one thread, as `redis-benchmark` drives the server from one
-/// thread; the server gets the other core.
-fn runtime() -> Result<tokio::runtime::Runtime, BoxError> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
+/// The child of scenario 6: `child-leases URL LOCKS HOLD_MS LEASE_MS`.
+fn child_leases(args: &[String]) -> Result<(), BoxError> {
+    const USAGE: &str = "child-leases URL LOCKS HOLD_MS LEASE_MS";
+    let arg = |i: usize| -> Result<u64, BoxError> {
+        let text = args.get(i).ok_or(USAGE)?;
+        text.parse()
+            .map_err(|err| format!("{USAGE}: {text:?}: {err}").into())
+    };
+    let url = args.get(1).ok_or(USAGE)?;
+    let (locks, hold, lease) = (
+        arg(2)? as usize,
+        Duration::from_millis(arg(3)?),
+        Duration::from_millis(arg(4)?),
+    );
+    runtime::block_on(
+        Flavor::CurrentThread,
+        children::child_leases(url, locks, hold, lease),
+    )
 }
+
+/// URL and count arguments of the profiling modes.
+fn url_and_count(args: &[String], usage: &str) -> Result<(String, usize), BoxError> {
+    let url = args.get(1).ok_or(usage)?.clone();
+    let count = args.get(2).ok_or(usage)?;
+    let count = count
+        .parse()
+        .map_err(|err| format!("{usage}: {count:?}: {err}"))?;
+    Ok((url, count))
+}
+
+/// For profilers: scenario 1 (`one-task URL PAIRS`) or 2 (`many-tasks URL
+/// PAIRS_PER_TASK`, 64 tasks) alone against a running server, on a current-thread
+/// runtime (`DISTLOCK_BENCH_RUNTIME=multi-thread` for the other).
+fn profile_pairs(args: &[String], tasks: usize) -> Result<(), BoxError> {
+    let usage = if tasks == 1 {
+        "one-task URL PAIRS"
+    } else {
+        "many-tasks URL PAIRS_PER_TASK"
+    };
+    let (url, pairs) = url_and_count(args, usage)?;
+    let flavor = match std::env::var("DISTLOCK_BENCH_RUNTIME").as_deref() {
+        Ok("multi-thread") => Flavor::MultiThread,
+        _ => Flavor::CurrentThread,
+    };
+    runtime::block_on(flavor, async {
+        let client = connect_distlock(&url).await?;
+        let cpu = cpu_time(libc::RUSAGE_SELF);
+        let start = std::time::Instant::now();
+        let limit = Duration::from_secs(120);
+        let done = scenarios::pairs(&client, "profile", tasks, pairs, limit).await?;
+        let rate = done as f64 / start.elapsed().as_secs_f64();
+        let cpu = cpu_time(libc::RUSAGE_SELF) - cpu;
+        let per_pair = cpu.as_secs_f64() * 1e6 / done.max(1) as f64;
+        println!("{rate:.0} pairs/s, {per_pair:.1} µs CPU per pair ({flavor})");
+        Ok(())
+    })
+}
+
+/// Scenario 1's requests through plain redis-rs (`raw-pairs URL PAIRS`), to split the
+/// client's cost.
+fn raw_pairs(args: &[String]) -> Result<(), BoxError> {
+    let (url, pairs) = url_and_count(args, "raw-pairs URL PAIRS")?;
+    runtime::block_on(Flavor::CurrentThread, async {
+        let (rate, cpu) = scenarios::raw_pairs(&url, pairs).await?;
+        println!(
+            "{rate:.0} pairs/s, {:.1} µs CPU per pair",
+            cpu.as_secs_f64() * 1e6
+        );
+        Ok(())
+    })
+}
+
+/// Scenario 4 alone (`contention [SECONDS] [TASKS] [THINK_MS]`), one shared distlock
+/// client, on a server of its own, to iterate on the hand-off.
+fn contention_alone(args: &[String]) -> Result<(), BoxError> {
+    let number = |i: usize, default: u64| -> Result<u64, BoxError> {
+        args.get(i).map_or(Ok(default), |s| {
+            s.parse()
+                .map_err(|err| format!("contention [SECONDS] [TASKS] [THINK_MS]: {err}").into())
+        })
+    };
+    let mut settings = Settings::full().contention.base;
+    settings.duration = Duration::from_secs(number(1, 5)?);
+    settings.tasks = number(2, 8)? as usize;
+    settings.think = Duration::from_millis(number(3, 1)?);
+    let server = RedisServer::start()?;
+    let c = runtime::block_on(Flavor::CurrentThread, async {
+        let client = connect_distlock(&server.url()).await?;
+        contention::contend(&[client], &server, "alone", settings).await
+    })?;
+    println!(
+        "{:.0} acq/s, hand-off p50 {:?} p99 {:?}, same task {:.1} %, overtaking {:.1} %, \
+         wait p99 {:?} max {:?}, {:.3} requests ({:.3} with the warm-up) and {:.3} \
+         acquire calls per acquisition, {} overlaps; critical section {:?} on average, \
+         starvation bound {:?}",
+        c.per_second,
+        c.handoff_p50,
+        c.handoff_p99,
+        c.same_task_share * 100.0,
+        c.overtaking_share * 100.0,
+        c.wait_p99,
+        c.wait_max,
+        c.requests_per_acquisition,
+        c.requests_per_acquisition_whole,
+        c.acquire_calls_per_acquisition,
+        c.overlaps,
+        c.critical_mean,
+        c.starvation_bound(settings.tasks)
+    );
+    Ok(())
+}
+
+/// The usage line of the harness.
+const USAGE: &str =
+    "distlock-bench [--runs N] [--write FILE] [--quick] [--skip-cluster] [--cluster-only]";
 
 fn harness(args: &[String]) -> Result<(), BoxError> {
     let mut settings = Settings::full();
+    let mut runs = None;
     let mut write = None;
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         match arg.as_str() {
             "--quick" => settings = Settings::quick(),
             "--runs" => {
-                let runs: usize = iter.next().ok_or("--runs N")?.parse()?;
-                settings.runs = runs.max(1);
-                settings.interleaved_runs = runs.max(1);
-                settings.reference.runs = runs.max(1);
+                let n = iter.next().ok_or("--runs N")?;
+                runs = Some(n.parse().map_err(|err| format!("--runs {n:?}: {err}"))?);
             }
             "--write" => write = Some(iter.next().ok_or("--write FILE")?.clone()),
             "--skip-cluster" => settings.cluster = false,
             "--cluster-only" => settings.cluster_only = true,
             "-h" | "--help" => {
-                println!("distlock-bench [--runs N] [--write FILE] [--quick] [--skip-cluster] [--cluster-only]");
+                println!("{USAGE}");
                 return Ok(());
             }
-            other => return Err(format!("unknown argument {other:?}").into()),
+            other => return Err(format!("unknown argument {other:?}; {USAGE}").into()),
         }
+    }
+    if let Some(runs) = runs {
+        settings = settings.with_runs(runs);
     }
     let load_before = report::load_average();
     let started = std::time::Instant::now();
-    let rt = runtime()?;
-    let mut results = rt.block_on(run_all(&settings))?;
+    let mut results = run_all(&settings)?;
     results.load_before = load_before;
     results.load_after = report::load_average();
     results.elapsed = started.elapsed();
@@ -203,10 +247,12 @@ fn note(what: &str) {
     eprintln!("distlock-bench: {what}");
 }
 
-async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
+/// Every phase, each on a fresh runtime (the throughput and contention phases make
+/// one per measurement).
+fn run_all(settings: &Settings) -> Result<Results, BoxError> {
     if settings.cluster_only {
         return Ok(Results {
-            cluster: Some(cluster_scenario(settings).await?),
+            cluster: Some(cluster_scenario(settings)?),
             ..Results::default()
         });
     }
@@ -214,14 +260,45 @@ async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
         .args(["--maxmemory-policy", "noeviction"])
         .start()?;
     note(&format!("started redis-server at {}", server.url()));
-    let mut results = Results::default();
-
-    let client = LockClient::builder().url(server.url()).connect().await?;
-    // Warm the connections and the scripts.
-    for i in 0..100 {
-        client.lock(format!("warm:{i}")).await?.unlock().await?;
+    let mut results = Results {
+        throughput: throughput::run(&server, &settings.throughput, &note)?,
+        contention: contention_matrix::run(&server, &settings.contention, &note)?,
+        ..Results::default()
+    };
+    runtime::block_on(
+        Flavor::CurrentThread,
+        one_client_scenarios(&server, settings, &mut results),
+    )?;
+    note("6: many leases (a child process)");
+    server::flush(&server)?;
+    for _ in 0..settings.runs {
+        results
+            .leases
+            .push(children::many_leases(&server, settings.leases)?);
     }
+    drop(server);
+    if settings.cluster {
+        note("2 on a Redis Cluster (3 masters, 1 replica each)");
+        match cluster_scenario(settings) {
+            Ok(cluster) => results.cluster = Some(cluster),
+            Err(err) => {
+                note(&format!("the cluster scenario failed: {err}"));
+                results.cluster_error = Some(err.to_string());
+            }
+        }
+    }
+    Ok(results)
+}
 
+/// The scenarios with one distlock client and no peer: client-side costs (micro),
+/// re-entry (3), wake-up in another process (5) and the macro (7).
+async fn one_client_scenarios(
+    server: &RedisServer,
+    settings: &Settings,
+    results: &mut Results,
+) -> Result<(), BoxError> {
+    let client = connect_distlock(&server.url()).await?;
+    contender::warm(&client, "warm", 100).await?;
     note("micro: client-side costs");
     let mut micro = Vec::new();
     for run in 0..settings.runs {
@@ -237,184 +314,32 @@ async fn run_all(settings: &Settings) -> Result<Results, BoxError> {
         ),
         current_lock_ns: median(&micro.iter().map(|m| m.current_lock_ns).collect::<Vec<_>>()),
     };
-
-    // The reference and scenarios 1 and 2 (and the peer's) take turns, run by run, so
-    // that a change in the machine's load hits them alike; each ratio is taken within
-    // its run, and the median of the ratios is reported.
-    #[cfg(feature = "rslock")]
-    let peer_settings: Vec<Option<Duration>> = vec![None, Some(Duration::from_millis(1))];
-    #[cfg(feature = "rslock")]
-    let managers: Vec<rslock::LockManager> = peer_settings
-        .iter()
-        .map(|delay| peer::manager(&server.url(), *delay))
-        .collect();
-    #[cfg(feature = "rslock")]
-    {
-        results.peers = peer_settings
-            .iter()
-            .map(|delay| report::PeerResults {
-                retry: *delay,
-                ..Default::default()
-            })
-            .collect();
-    }
-    let mut references = Vec::new();
-    for run in 0..settings.interleaved_runs {
-        note(&format!(
-            "run {}: reference (redis-benchmark with distlock's scripts), 1: one task, \
-             2: many tasks",
-            run + 1
-        ));
-        // Each reference right before the scenario it is the reference of.
-        let mut reference_settings = settings.reference;
-        reference_settings.runs = 1;
-        reference_settings.loads = [true, false];
-        let reference_c1 =
-            server::measure_reference(&server, &KeyShape::Single, reference_settings)?;
-        let tag = run.to_string();
-        let (one, cpu) =
-            scenarios::one_task(&client, &tag, settings.one_task_pairs, settings.limit).await?;
-        results.one_task_cpu.push(cpu.as_secs_f64());
-        let (raw, raw_cpu) = scenarios::raw_pairs(&server.url(), settings.one_task_pairs).await?;
-        results.raw_pairs.push(raw);
-        results.raw_pairs_cpu.push(raw_cpu.as_secs_f64());
-        results.one_task_vs_raw.push(one / raw);
-        #[cfg(feature = "rslock")]
-        let mut peer_one = Vec::new();
-        #[cfg(feature = "rslock")]
-        for (index, manager) in managers.iter().enumerate() {
-            let tag = format!("{index}:{run}");
-            peer_one.push(
-                peer::one_task(manager, &tag, settings.one_task_pairs, settings.limit).await?,
-            );
-        }
-        reference_settings.loads = [false, true];
-        let reference_ceiling =
-            server::measure_reference(&server, &KeyShape::Single, reference_settings)?;
-        let reference = server::Reference::merge(reference_c1, reference_ceiling);
-        let many = scenarios::many_tasks(
-            &client,
-            &tag,
-            settings.tasks,
-            settings.pairs_per_task,
-            settings.limit,
-        )
-        .await?;
-        results.one_task.push(one);
-        results.one_task_ratio.push(one / reference.pairs_c1());
-        results.raw_pairs_ratio.push(raw / reference.pairs_c1());
-        results.many_tasks.push(many);
-        results
-            .many_tasks_ratio
-            .push(many / reference.pairs_ceiling());
-        #[cfg(feature = "rslock")]
-        for (index, manager) in managers.iter().enumerate() {
-            let tag = format!("{index}:{run}");
-            let one = peer_one[index];
-            let many = peer::many_tasks(
-                manager,
-                &tag,
-                settings.tasks,
-                settings.pairs_per_task,
-                settings.limit,
-            )
-            .await?;
-            let peer = &mut results.peers[index];
-            peer.one_task.push(one);
-            peer.one_task_ratio.push(one / reference.pairs_c1());
-            peer.many_tasks.push(many);
-            peer.many_tasks_ratio.push(many / reference.pairs_ceiling());
-        }
-        references.push(reference);
-    }
-    results.reference = server::Reference::combine(&references);
-
     note("3: re-entry");
-    let mut reentries: Vec<Reentry> = Vec::new();
     for run in 0..settings.runs {
-        reentries.push(
-            scenarios::reentry(&client, &server, &run.to_string(), settings.reentry_rounds).await?,
-        );
+        let tag = run.to_string();
+        let reentry = scenarios::reentry(&client, server, &tag, settings.reentry_rounds).await?;
+        results.reentry.push(reentry);
     }
-    results.reentry = reentries;
-    note("4: contention");
-    let mut contention: Vec<Contention> = Vec::new();
-    for run in 0..settings.runs {
-        results.raw_rtt.push(
-            scenarios::raw_round_trips(
-                &server.url(),
-                &run.to_string(),
-                300,
-                settings.contention.think,
-            )
-            .await?,
-        );
-        contention.push(
-            scenarios::contention(&client, &server, &run.to_string(), settings.contention).await?,
-        );
-    }
-    results.contention = contention;
     note("5: wake-up in another process");
     for run in 0..settings.runs {
-        results.wakeup.push(
-            children::wakeup(&client, &server, &run.to_string(), settings.wakeup_rounds).await?,
-        );
+        let rounds = settings.wakeup_rounds;
+        results
+            .wakeup
+            .push(children::wakeup(&client, server, &run.to_string(), rounds).await?);
     }
     note("7: the macro against the guard API");
     for run in 0..settings.runs {
-        results.macro_ratio.push(
-            scenarios::macro_overhead(
-                &client,
-                (run as u64 + 1) << 32,
-                settings.macro_rounds,
-                settings.macro_calls,
-            )
-            .await?,
-        );
+        let first_id = (run as u64 + 1) << 32;
+        let (rounds, calls) = (settings.macro_rounds, settings.macro_calls);
+        let ratio = scenarios::macro_overhead(&client, first_id, rounds, calls).await?;
+        results.macro_ratio.push(ratio);
     }
-    drop(client);
-
-    #[cfg(feature = "rslock")]
-    for (index, manager) in managers.iter().enumerate() {
-        note(&format!(
-            "peer: rslock, retry {:?}: 4",
-            peer_settings[index]
-        ));
-        for run in 0..settings.runs {
-            let tag = format!("{index}:{run}");
-            let contention = peer::contention(manager, &server, &tag, settings.contention).await?;
-            results.peers[index].contention.push(contention);
-        }
-    }
-
-    note("6: many leases (a child process)");
-    crate::server::flush(&server)?;
-    let mut leases: Vec<Leases> = Vec::new();
-    for _ in 0..settings.runs {
-        leases.push(children::many_leases(&server, settings.leases)?);
-    }
-    results.leases = leases;
-    drop(server);
-
-    if settings.cluster {
-        note("2 on a Redis Cluster (3 masters, 1 replica each)");
-        match cluster_scenario(settings).await {
-            Ok(cluster) => results.cluster = Some(cluster),
-            Err(err) => {
-                note(&format!("the cluster scenario failed: {err}"));
-                results.cluster_error = Some(err.to_string());
-            }
-        }
-    }
-    Ok(results)
+    Ok(())
 }
 
-/// Scenario 2 on a local cluster, against the ceiling of one of its masters.
-async fn cluster_scenario(settings: &Settings) -> Result<report::ClusterResults, BoxError> {
-    let cluster = RedisCluster::start(3, 1)?;
-    let master = &cluster.nodes()[0];
-    // A hash tag whose slot the first master owns (as it says itself): every
-    // reference key lands there.
+/// A hash tag whose slot the cluster's first master owns (as it says itself): every
+/// reference key lands there.
+fn first_master_tag(master: &RedisServer) -> Result<String, BoxError> {
     let nodes = master.cmd(&["CLUSTER", "NODES"])?;
     let ranges: Vec<(u16, u16)> = nodes
         .lines()
@@ -429,44 +354,50 @@ async fn cluster_scenario(settings: &Settings) -> Result<report::ClusterResults,
             Some((first, last))
         })
         .collect();
-    let tag = (0..100_000)
+    (0..100_000)
         .map(|i| format!("m{i}"))
         .find(|tag| {
             let slot = crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16384;
             ranges.iter().any(|&(a, b)| a <= slot && slot <= b)
         })
-        .ok_or("no hash tag on the first master")?;
-    let client = LockClient::builder()
-        .cluster(cluster.urls())
-        .connect()
-        .await?;
-    for i in 0..100 {
-        client.lock(format!("warm:{i}")).await?.unlock().await?;
-    }
-    let shape = KeyShape::Slot(tag);
-    let mut reference_settings = settings.reference;
-    reference_settings.runs = 1;
-    reference_settings.loads = [false, true];
-    let mut references = Vec::new();
-    let mut many = Vec::new();
-    let mut ratios = Vec::new();
-    for run in 0..settings.runs {
-        let reference = server::measure_reference(master, &shape, reference_settings)?;
-        let value = scenarios::many_tasks(
-            &client,
-            &format!("c{run}"),
-            settings.tasks,
-            settings.pairs_per_task,
-            settings.limit,
-        )
-        .await?;
-        many.push(value);
-        ratios.push(value / reference.pairs_ceiling());
-        references.push(reference);
-    }
-    Ok(report::ClusterResults {
-        reference: Reference::combine(&references),
-        many_tasks: many,
-        many_tasks_ratio: ratios,
+        .ok_or_else(|| "no hash tag on the first master".into())
+}
+
+/// Scenario 2 (the first task count) on a local cluster, against the ceiling of one of
+/// its masters with distlock's scripts.
+fn cluster_scenario(settings: &Settings) -> Result<report::ClusterResults, BoxError> {
+    let cluster = RedisCluster::start(3, 1)?;
+    let master = &cluster.nodes()[0];
+    let shape = KeyShape::Slot(first_master_tag(master)?);
+    let t = &settings.throughput;
+    let tasks = t.task_counts.first().copied().unwrap_or(64);
+    let pairs_per_task = (t.many_pairs / tasks.max(1)).max(1);
+    runtime::block_on(Flavor::CurrentThread, async {
+        let client = LockClient::builder()
+            .cluster(cluster.urls())
+            .connect()
+            .await?;
+        contender::warm(&client, "warm", 100).await?;
+        let mut results = report::ClusterResults {
+            tasks,
+            ..Default::default()
+        };
+        let mut references = Vec::new();
+        for run in 0..settings.runs {
+            let tag = format!("c{run}");
+            let (protocol, load) = (Protocol::Distlock, Load::Pipelined);
+            let rates = reference::measure(master, &shape, protocol, load, t.reference, &tag)?;
+            let start = std::time::Instant::now();
+            let done = scenarios::pairs(&client, &tag, tasks, pairs_per_task, t.limit).await?;
+            let rate = done as f64 / start.elapsed().as_secs_f64();
+            results.many_tasks.push(rate);
+            results.many_tasks_ratio.push(rate / rates.pairs());
+            references.push(Reference {
+                pipelined: rates,
+                ..Reference::default()
+            });
+        }
+        results.reference = Reference::combine(&references);
+        Ok(results)
     })
 }

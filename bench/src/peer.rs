@@ -1,15 +1,16 @@
-//! The peer: the same scenarios with the `rslock` crate (feature `rslock`).
+//! The peer: the `rslock` crate (feature `rslock`) as a [`Contender`], on its own
+//! terms: its own commands (`SET NX PX`, a compare-and-delete script) and its own
+//! retries.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use distlock_testkit::RedisServer;
 use rslock::LockManager;
 use tokio::time::Instant;
 
+use crate::contender::Contender;
 use crate::error::BoxError;
-use crate::scenarios::{contend, many_tasks_with, Contender, Contention, ContentionSettings};
-use crate::server::calls_between;
+use crate::server::{calls_between, MINIMAL_SCRIPT_COMMANDS};
 
 /// rslock's TTL in every scenario: distlock's default watchdog lease.
 const TTL: Duration = Duration::from_secs(30);
@@ -39,37 +40,11 @@ async fn lock_until(
     }
 }
 
-/// Scenario 1 with rslock.
-pub(crate) async fn one_task(
-    manager: &LockManager,
-    tag: &str,
-    pairs: usize,
-    limit: Duration,
-) -> Result<f64, BoxError> {
-    let start = Instant::now();
-    let mut done = 0;
-    while done < pairs && start.elapsed() < limit {
-        let lock = lock_until(manager, &format!("rs1:{tag}:{done}"), start + limit).await?;
-        manager.unlock(&lock).await;
-        done += 1;
-    }
-    Ok(done as f64 / start.elapsed().as_secs_f64())
-}
-
-/// Scenario 2 with rslock.
-pub(crate) async fn many_tasks(
-    manager: &LockManager,
-    tag: &str,
-    tasks: usize,
-    pairs_per_task: usize,
-    limit: Duration,
-) -> Result<f64, BoxError> {
-    many_tasks_with(manager, &format!("rs2:{tag}"), tasks, pairs_per_task, limit).await
-}
-
 impl Contender for LockManager {
     type Held = rslock::Lock;
     type Error = BoxError;
+
+    const SCRIPT_COMMANDS: &'static [&'static str] = MINIMAL_SCRIPT_COMMANDS;
 
     async fn acquire(&self, name: &str, stop: Instant) -> Result<rslock::Lock, BoxError> {
         lock_until(self, name, stop + Duration::from_secs(10)).await
@@ -88,14 +63,4 @@ impl Contender for LockManager {
         // rslock takes the lock with SET NX and releases it with a script.
         calls_between(before, after, "set")
     }
-}
-
-/// Scenario 4 with rslock.
-pub(crate) async fn contention(
-    manager: &LockManager,
-    server: &RedisServer,
-    tag: &str,
-    settings: ContentionSettings,
-) -> Result<Contention, BoxError> {
-    contend(manager, server, &format!("rs4:{tag}"), settings).await
 }

@@ -5,11 +5,17 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::children::Leases;
+use crate::contender::Subject;
+use crate::contention::Contention;
+use crate::contention_matrix::{self, Config, ConfigResults, ContentionResults, Sharing};
 use crate::error::BoxError;
-use crate::scenarios::{fmt_us, Contention, Micro, Reentry};
-use crate::server::{redis_benchmark_binary, Reference};
+use crate::reference::{redis_benchmark_binary, Load, Reference};
+use crate::runtime::Flavor;
+use crate::scenarios::{fmt_us, Micro, Reentry, RoundTrips};
+use crate::server::Protocol;
 use crate::settings::Settings;
 use crate::stats::{median, percentile, us};
+use crate::throughput::{Cell, Sample, ThroughputResults};
 
 /// The markers in BENCHMARKS.md between which the generated part goes.
 const START: &str =
@@ -19,35 +25,17 @@ const END: &str = "<!-- bench:end -->";
 /// Everything measured, per run.
 #[derive(Debug, Default)]
 pub(crate) struct Results {
-    pub(crate) reference: Reference,
+    /// The references and scenarios 1 and 2, distlock and rslock.
+    pub(crate) throughput: ThroughputResults,
+    /// Scenario 4 in every configuration, distlock and rslock.
+    pub(crate) contention: ContentionResults,
     pub(crate) micro: Micro,
-    pub(crate) one_task: Vec<f64>,
-    /// The harness process's CPU seconds per pair in scenario 1.
-    pub(crate) one_task_cpu: Vec<f64>,
-    /// Each run's scenario 1 over the same run's `-c 1` pair rate.
-    pub(crate) one_task_ratio: Vec<f64>,
-    /// Scenario 1's two scripts through plain redis-rs (no distlock), pairs/s.
-    pub(crate) raw_pairs: Vec<f64>,
-    /// The harness process's CPU seconds per pair of the plain redis-rs run.
-    pub(crate) raw_pairs_cpu: Vec<f64>,
-    /// Each run's plain redis-rs rate over the `-c 1` pair rate.
-    pub(crate) raw_pairs_ratio: Vec<f64>,
-    /// Each run's scenario 1 over the plain redis-rs rate of the same run.
-    pub(crate) one_task_vs_raw: Vec<f64>,
-    pub(crate) many_tasks: Vec<f64>,
-    /// Each run's scenario 2 over the same run's pipelined pair rate.
-    pub(crate) many_tasks_ratio: Vec<f64>,
     pub(crate) reentry: Vec<Reentry>,
-    pub(crate) contention: Vec<Contention>,
-    /// Plain redis-rs EVALSHA round trips, p50: back to back, and after 1 ms idle.
-    pub(crate) raw_rtt: Vec<(Duration, Duration)>,
     pub(crate) wakeup: Vec<Vec<Duration>>,
     pub(crate) leases: Vec<Leases>,
     pub(crate) macro_ratio: Vec<f64>,
     pub(crate) cluster: Option<ClusterResults>,
     pub(crate) cluster_error: Option<String>,
-    #[cfg_attr(not(feature = "rslock"), allow(dead_code))]
-    pub(crate) peers: Vec<PeerResults>,
     pub(crate) load_before: String,
     pub(crate) load_after: String,
     pub(crate) elapsed: Duration,
@@ -56,21 +44,10 @@ pub(crate) struct Results {
 /// Scenario 2 on a cluster.
 #[derive(Debug, Default)]
 pub(crate) struct ClusterResults {
+    pub(crate) tasks: usize,
     pub(crate) reference: Reference,
     pub(crate) many_tasks: Vec<f64>,
     pub(crate) many_tasks_ratio: Vec<f64>,
-}
-
-/// The peer's figures at one setting.
-#[derive(Debug, Default)]
-#[cfg_attr(not(feature = "rslock"), allow(dead_code))]
-pub(crate) struct PeerResults {
-    pub(crate) retry: Option<Duration>,
-    pub(crate) one_task: Vec<f64>,
-    pub(crate) one_task_ratio: Vec<f64>,
-    pub(crate) many_tasks: Vec<f64>,
-    pub(crate) many_tasks_ratio: Vec<f64>,
-    pub(crate) contention: Vec<Contention>,
 }
 
 /// `/proc/loadavg`'s three load averages.
@@ -222,12 +199,16 @@ fn runs_list(values: &[f64], unit: impl Fn(f64) -> String) -> String {
 /// The generated part of BENCHMARKS.md.
 pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
     let rows: Vec<Row> = [
+        ceiling_rows(results),
         one_task_rows(results),
         many_tasks_rows(settings, results),
+        peer_rows(results),
+        cpu_rows(results),
         reentry_rows(results),
         contention_rate_rows(settings, results),
         fairness_rows(settings, results),
         contention_request_rows(settings, results),
+        contention_target_rows(settings, results),
         wakeup_rows(results),
         lease_rows(settings, results),
         macro_rows(results),
@@ -240,7 +221,8 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
     let _ = writeln!(out, "{START}\n");
     header(&mut out, settings, results);
     main_table(&mut out, &rows);
-    peers_table(&mut out, settings, results);
+    throughput_table(&mut out, results);
+    contention_table(&mut out, settings, results);
     details(&mut out, settings, results);
     let _ = writeln!(out, "{END}");
     out
@@ -258,14 +240,17 @@ fn header(out: &mut String, settings: &Settings, results: &Results) {
     let _ = writeln!(
         out,
         "Load average (1, 5, 15 min) before: {} · after: {} · harness run time {:.0} s. \
-         Every figure is the median of {} runs ({} for the reference and scenarios 1 and 2, \
-         which take turns run by run); every ratio is against a reference measured on the \
-         same server in the same run.\n",
+         Every figure is the median of {} runs ({} for the references and scenarios 1 and \
+         2, {} for scenario 4, where distlock and rslock take turns run by run: distlock \
+         first in odd runs, rslock first in even ones); every ratio is taken within a run, \
+         against a reference measured on the same server in the same run; \"no task \
+         starved\" is judged on the worst run.\n",
         results.load_before,
         results.load_after,
         results.elapsed.as_secs_f64(),
         settings.runs,
-        settings.interleaved_runs
+        settings.throughput.runs,
+        settings.contention.runs
     );
 }
 
@@ -289,16 +274,91 @@ fn main_table(out: &mut String, rows: &[Row]) {
     }
 }
 
-/// Scenario 1, one task: against the `-c 1` reference and against plain redis-rs.
+/// The label of a load in the report.
+fn load_label(load: Load) -> &'static str {
+    match load {
+        Load::C1 => "`-c 1`",
+        Load::Pipelined => "`-P 16 -c 8`",
+    }
+}
+
+/// What distlock's protocol costs the server: its pair rate with distlock's scripts
+/// against the one with rslock's commands, at both loads.
+fn ceiling_rows(results: &Results) -> Vec<Row> {
+    let t = &results.throughput;
+    let (d, m) = (
+        t.reference(Protocol::Distlock),
+        t.reference(Protocol::Minimal),
+    );
+    [Load::Pipelined, Load::C1]
+        .into_iter()
+        .map(|load| {
+            let per_run: Vec<f64> = t
+                .references
+                .iter()
+                .map(|r| r.distlock.at(load).pairs() / r.minimal.at(load).pairs().max(1e-9))
+                .collect();
+            Row {
+                scenario: format!(
+                    "0. What distlock's protocol costs the server: redis-benchmark's pair rate \
+                     with distlock's scripts against rslock's commands, {}",
+                    load_label(load)
+                ),
+                measured: format!("{} pairs", rate(d.at(load).pairs())),
+                reference: format!(
+                    "{} pairs (`SET NX PX` + compare-and-delete EVALSHA)",
+                    rate(m.at(load).pairs())
+                ),
+                ratio: ratio(median(&per_run)),
+                target: "—".into(),
+                met: None,
+            }
+        })
+        .collect()
+}
+
+/// A rate against both references: "N/s pairs (load, distlock's scripts); rslock's
+/// commands: M/s, ratio R".
+fn against_both(results: &Results, cell: &Cell) -> String {
+    let t = &results.throughput;
+    let load = cell.load();
+    let minimal = median(&t.against_reference(cell, &cell.distlock, Protocol::Minimal));
+    format!(
+        "{} pairs ({}, distlock's scripts; against rslock's commands' {} pairs: {:.2})",
+        rate(t.reference(Protocol::Distlock).at(load).pairs()),
+        load_label(load),
+        rate(t.reference(Protocol::Minimal).at(load).pairs()),
+        minimal
+    )
+}
+
+/// Scenario 1, one task on the current-thread runtime: against the `-c 1` references
+/// and against plain redis-rs.
 fn one_task_rows(results: &Results) -> Vec<Row> {
-    let reference = &results.reference;
-    let one = median(&results.one_task);
-    let one_ratio = median(&results.one_task_ratio);
+    let t = &results.throughput;
+    let Some(cell) = t.cell(1, Flavor::CurrentThread) else {
+        return Vec::new();
+    };
+    let one = median_of(&cell.distlock, Sample::rate);
+    let one_ratio = median(&t.against_reference(cell, &cell.distlock, Protocol::Distlock));
+    let c1 = t.reference(Protocol::Distlock).pairs_c1();
+    let raw: Vec<f64> = t.raw.iter().map(|r| r.0).collect();
+    let raw_ratio: Vec<f64> = raw
+        .iter()
+        .zip(&t.references)
+        .map(|(raw, r)| raw / r.distlock.pairs_c1().max(1e-9))
+        .collect();
+    let one_vs_raw: Vec<f64> = cell
+        .distlock
+        .iter()
+        .zip(&raw)
+        .map(|(s, raw)| s.rate() / raw.max(1e-9))
+        .collect();
     vec![
         Row {
-            scenario: "1. One task, lock+unlock on fresh names".into(),
+            scenario: "1. One task, lock+unlock on fresh names (current-thread runtime)".into(),
             measured: rate(one),
-            reference: format!("{} pairs (`-c 1`)", rate(reference.pairs_c1())),
+            reference: against_both(results, cell),
             ratio: ratio(one_ratio),
             target: "≥ 0.90".into(),
             met: Some(one_ratio >= 0.9),
@@ -307,49 +367,57 @@ fn one_task_rows(results: &Results) -> Vec<Row> {
             scenario: "1r. The same two scripts through plain redis-rs (`ConnectionManager`, \
                        no distlock), one request in flight"
                 .into(),
-            measured: rate(median(&results.raw_pairs)),
-            reference: format!("{} pairs (`-c 1`)", rate(reference.pairs_c1())),
-            ratio: ratio(median(&results.raw_pairs_ratio)),
+            measured: rate(median(&raw)),
+            reference: format!("{} pairs (`-c 1`)", rate(c1)),
+            ratio: ratio(median(&raw_ratio)),
             target: "—".into(),
             met: None,
         },
         Row {
             scenario: "1d. Scenario 1 against plain redis-rs (what distlock adds)".into(),
             measured: rate(one),
-            reference: format!("{} pairs (row 1r)", rate(median(&results.raw_pairs))),
-            ratio: ratio(median(&results.one_task_vs_raw)),
+            reference: format!("{} pairs (row 1r)", rate(median(&raw))),
+            ratio: ratio(median(&one_vs_raw)),
             target: "—".into(),
             met: None,
         },
     ]
 }
 
-/// Scenario 2, many tasks: on the single server, and on the cluster (or why not).
+/// Scenario 2 at the first task count on the current-thread runtime, on the single
+/// server, and on the cluster (or why not).
 fn many_tasks_rows(settings: &Settings, results: &Results) -> Vec<Row> {
-    let many = median(&results.many_tasks);
-    let many_ratio = median(&results.many_tasks_ratio);
-    let mut rows = vec![Row {
-        scenario: format!("2. {} tasks, each on its own names", settings.tasks),
-        measured: rate(many),
-        reference: format!(
-            "{} pairs (`-P 16 -c 8`)",
-            rate(results.reference.pairs_ceiling())
-        ),
-        ratio: ratio(many_ratio),
-        target: "≥ 0.80".into(),
-        met: Some(many_ratio >= 0.8),
-    }];
+    let t = &results.throughput;
+    let tasks = settings
+        .throughput
+        .task_counts
+        .first()
+        .copied()
+        .unwrap_or(64);
+    let mut rows = Vec::new();
+    if let Some(cell) = t.cell(tasks, Flavor::CurrentThread) {
+        let many_ratio = median(&t.against_reference(cell, &cell.distlock, Protocol::Distlock));
+        rows.push(Row {
+            scenario: format!("2. {tasks} tasks, each on its own names (current-thread runtime)"),
+            measured: rate(median_of(&cell.distlock, Sample::rate)),
+            reference: against_both(results, cell),
+            ratio: ratio(many_ratio),
+            target: "≥ 0.80".into(),
+            met: Some(many_ratio >= 0.8),
+        });
+    }
     if let Some(cluster) = &results.cluster {
-        let value = median(&cluster.many_tasks);
-        let ceiling = cluster.reference.pairs_ceiling();
         let r = median(&cluster.many_tasks_ratio);
         rows.push(Row {
             scenario: format!(
                 "2c. {} tasks on a local Redis Cluster (3 masters, 1 replica each)",
-                settings.tasks
+                cluster.tasks
             ),
-            measured: rate(value),
-            reference: format!("{} pairs (`-P 16 -c 8`, one master)", rate(ceiling)),
+            measured: rate(median(&cluster.many_tasks)),
+            reference: format!(
+                "{} pairs (`-P 16 -c 8`, one master, distlock's scripts)",
+                rate(cluster.reference.pairs_ceiling())
+            ),
             ratio: ratio(r),
             target: "≥ 0.80".into(),
             met: Some(r >= 0.8),
@@ -357,12 +425,109 @@ fn many_tasks_rows(settings: &Settings, results: &Results) -> Vec<Row> {
     }
     if let Some(err) = &results.cluster_error {
         rows.push(Row {
-            scenario: format!("2c. {} tasks on a local Redis Cluster", settings.tasks),
+            scenario: format!("2c. {tasks} tasks on a local Redis Cluster"),
             measured: format!("failed: {err}"),
             reference: "—".into(),
             ratio: "—".into(),
             target: "≥ 0.80".into(),
             met: Some(false),
+        });
+    }
+    rows
+}
+
+/// The name of a throughput scenario.
+fn cell_label(cell: &Cell) -> String {
+    if cell.tasks <= 1 {
+        format!("1p. One task on fresh names, {} runtime", cell.flavor)
+    } else {
+        format!(
+            "2p. {} tasks, each on its own names, {} runtime",
+            cell.tasks, cell.flavor
+        )
+    }
+}
+
+/// The row that says the peer was not built.
+fn no_peer_row() -> Row {
+    Row {
+        scenario: "Peer (rslock)".into(),
+        measured: "not built".into(),
+        reference: "build with `--features rslock`, as `cargo xtask bench` does".into(),
+        ratio: "—".into(),
+        target: "—".into(),
+        met: None,
+    }
+}
+
+/// Scenarios 1 and 2 against rslock in the same run, on each runtime.
+fn peer_rows(results: &Results) -> Vec<Row> {
+    let cells = &results.throughput.cells;
+    if cells.iter().all(|c| c.peer.is_empty()) {
+        return vec![no_peer_row()];
+    }
+    cells
+        .iter()
+        .map(|cell| {
+            let r = median(&cell.against_peer(Sample::rate));
+            Row {
+                scenario: format!("{}: pairs/s against rslock", cell_label(cell)),
+                measured: rate(median_of(&cell.distlock, Sample::rate)),
+                reference: format!(
+                    "{} (rslock, same runtime)",
+                    rate(median_of(&cell.peer, Sample::rate))
+                ),
+                ratio: ratio(r),
+                target: "≥ 1.00".into(),
+                met: Some(r >= 1.0),
+            }
+        })
+        .collect()
+}
+
+/// Server and client CPU per lock+unlock pair against rslock's, in each throughput
+/// scenario.
+fn cpu_rows(results: &Results) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for cell in results
+        .throughput
+        .cells
+        .iter()
+        .filter(|c| !c.peer.is_empty())
+    {
+        let commands = median(&cell.against_peer(Sample::server_command_us));
+        let cpu = median(&cell.against_peer(Sample::server_cpu_us));
+        rows.push(Row {
+            scenario: format!(
+                "{}: server time per pair, `INFO commandstats` (every command's usec) · \
+                 `INFO cpu` (user + sys)",
+                cell_label(cell)
+            ),
+            measured: format!(
+                "{:.1} µs · {:.1} µs",
+                median_of(&cell.distlock, Sample::server_command_us),
+                median_of(&cell.distlock, Sample::server_cpu_us)
+            ),
+            reference: format!(
+                "{:.1} µs · {:.1} µs (rslock)",
+                median_of(&cell.peer, Sample::server_command_us),
+                median_of(&cell.peer, Sample::server_cpu_us)
+            ),
+            ratio: format!("{commands:.2} · {cpu:.2}"),
+            target: "≤ 1.20".into(),
+            met: Some(commands <= 1.2 && cpu <= 1.2),
+        });
+        let client = median(&cell.against_peer(Sample::client_cpu_us));
+        rows.push(Row {
+            scenario: format!("{}: client CPU per pair (this process)", cell_label(cell)),
+            measured: format!("{:.1} µs", median_of(&cell.distlock, Sample::client_cpu_us)),
+            reference: format!(
+                "{:.1} µs (rslock)",
+                median_of(&cell.peer, Sample::client_cpu_us)
+            ),
+            ratio: ratio(client),
+            target: "≤ 1.00".into(),
+            met: Some(client <= 1.0),
         });
     }
     rows
@@ -383,24 +548,89 @@ fn reentry_rows(results: &Results) -> Vec<Row> {
     }]
 }
 
-/// Scenario 4, contention: how fast the lock changes hands.
+/// Issue 6's contention case: the first task count, one shared client, the first
+/// think time that is not zero.
+fn base_config(settings: &Settings) -> Config {
+    let m = &settings.contention;
+    Config {
+        tasks: m.task_counts.first().copied().unwrap_or(8),
+        think: m
+            .thinks
+            .iter()
+            .copied()
+            .find(|t| !t.is_zero())
+            .unwrap_or(Duration::from_millis(1)),
+        sharing: Sharing::Shared,
+    }
+}
+
+/// `subject`'s runs of `config`.
+fn runs_of(results: &Results, config: Config, subject: Subject) -> &[Contention] {
+    results
+        .contention
+        .get(config)
+        .map_or(&[], |c: &ConfigResults| c.of(subject))
+}
+
+/// The median plain redis-rs round trips of `runs`.
+fn round_trips(runs: &[RoundTrips]) -> RoundTrips {
+    RoundTrips {
+        back_to_back: median_duration(runs, |r| r.back_to_back),
+        after_idle: median_duration(runs, |r| r.after_idle),
+    }
+}
+
+/// The worst run's longest wait, and the worst run's longest wait over its own bound
+/// of "no task starved".
+fn worst_wait(runs: &[Contention], tasks: usize) -> (Duration, f64) {
+    let longest = runs.iter().map(|c| c.wait_max).max().unwrap_or_default();
+    let worst = runs
+        .iter()
+        .map(|c| c.wait_max.as_secs_f64() / c.starvation_bound(tasks).as_secs_f64().max(1e-9))
+        .fold(0.0, f64::max);
+    (longest, worst)
+}
+
+/// A configuration in words.
+fn config_label(config: Config) -> String {
+    let think = if config.think.is_zero() {
+        "no think time".to_owned()
+    } else {
+        format!("{:?} think time", config.think)
+    };
+    let clients = match config.sharing {
+        Sharing::Shared => "one client",
+        Sharing::PerTask => "a client per task",
+    };
+    format!("{} tasks on one name, {clients}, {think}", config.tasks)
+}
+
+/// redis-benchmark's p50 latency of an EVALSHA acquire at `-c 1` (distlock's
+/// scripts), median over the runs.
+fn evalsha_latency(results: &Results) -> Duration {
+    results
+        .throughput
+        .reference(Protocol::Distlock)
+        .c1
+        .acquire_p50
+}
+
+/// Scenario 4 in issue 6's case: how fast the lock changes hands.
 fn contention_rate_rows(settings: &Settings, results: &Results) -> Vec<Row> {
-    let latency = results.reference.evalsha_latency();
-    let c = &results.contention;
+    let config = base_config(settings);
+    let c = runs_of(results, config, Subject::Distlock);
+    let latency = evalsha_latency(results);
+    let rtt = round_trips(&results.contention.round_trips);
     let per_second = median_of(c, |c| c.per_second);
     let critical = median_duration(c, |c| c.critical_mean);
-    let ideal = 1.0 / (critical + latency * 2).as_secs_f64();
+    let ideal = 1.0 / (critical + latency * 2).as_secs_f64().max(1e-9);
     let handoff = median_duration(c, |c| c.handoff_p50);
-    let handoff_ratio = handoff.as_secs_f64() / latency.as_secs_f64();
-    let raw_idle = median_duration(&results.raw_rtt, |r| r.1);
-    let raw_tight = median_duration(&results.raw_rtt, |r| r.0);
+    let handoff_ratio = handoff.as_secs_f64() / latency.as_secs_f64().max(1e-9);
     let handoff99 = median_duration(c, |c| c.handoff_p99);
+    let latency_cell = format!("{} (EVALSHA p50 latency, `-c 1`)", fmt_us(latency));
     vec![
         Row {
-            scenario: format!(
-                "4. Contention, {} tasks on one name: acquisitions/s",
-                settings.contention.tasks
-            ),
+            scenario: format!("4. Contention, {}: acquisitions/s", config_label(config)),
             measured: rate(per_second),
             reference: format!(
                 "{} (1 / (critical section as run + 2 × EVALSHA latency))",
@@ -413,7 +643,7 @@ fn contention_rate_rows(settings: &Settings, results: &Results) -> Vec<Row> {
         Row {
             scenario: "4. Hand-off to another task, p50".into(),
             measured: fmt_us(handoff),
-            reference: format!("{} (EVALSHA p50 latency, `-c 1`)", fmt_us(latency)),
+            reference: latency_cell.clone(),
             ratio: ratio(handoff_ratio),
             target: "≤ 3.00".into(),
             met: Some(handoff_ratio <= 3.0),
@@ -424,36 +654,34 @@ fn contention_rate_rows(settings: &Settings, results: &Results) -> Vec<Row> {
             measured: fmt_us(handoff),
             reference: format!(
                 "{} (p50; back to back: {})",
-                fmt_us(raw_idle),
-                fmt_us(raw_tight)
+                fmt_us(rtt.after_idle),
+                fmt_us(rtt.back_to_back)
             ),
-            ratio: ratio(handoff.as_secs_f64() / raw_idle.as_secs_f64()),
+            ratio: ratio(handoff.as_secs_f64() / rtt.after_idle.as_secs_f64().max(1e-9)),
             target: "—".into(),
             met: None,
         },
         Row {
             scenario: "4. Hand-off to another task, p99".into(),
             measured: fmt_us(handoff99),
-            reference: format!("{} (EVALSHA latency)", fmt_us(latency)),
-            ratio: ratio(handoff99.as_secs_f64() / latency.as_secs_f64()),
+            reference: latency_cell,
+            ratio: ratio(handoff99.as_secs_f64() / latency.as_secs_f64().max(1e-9)),
             target: "—".into(),
             met: None,
         },
     ]
 }
 
-/// Scenario 4, contention: who gets the lock, and how long the others wait.
+/// Scenario 4 in issue 6's case: who gets the lock, and how long the others wait.
 fn fairness_rows(settings: &Settings, results: &Results) -> Vec<Row> {
-    let c = &results.contention;
+    let config = base_config(settings);
+    let c = runs_of(results, config, Subject::Distlock);
     let same = median_of(c, |c| c.same_task_share);
-    let fair = 1.0 / settings.contention.tasks as f64;
+    let fair = 1.0 / config.tasks.max(1) as f64;
     let overtaking = median_of(c, |c| c.overtaking_share);
-    let critical = median_duration(c, |c| c.critical_mean);
-    let handoff = median_duration(c, |c| c.handoff_p50);
-    let starvation = (critical + handoff) * settings.contention.tasks as u32;
+    let bound = median_duration(c, |c| c.starvation_bound(config.tasks));
     let wait99 = median_duration(c, |c| c.wait_p99);
-    let wait_max = median_duration(c, |c| c.wait_max);
-    let worst_max = c.iter().map(|c| c.wait_max).max().unwrap_or_default();
+    let (longest, worst) = worst_wait(c, config.tasks);
     vec![
         Row {
             scenario: "4. Share of acquisitions by the task that just released".into(),
@@ -475,39 +703,46 @@ fn fairness_rows(settings: &Settings, results: &Results) -> Vec<Row> {
             scenario: "4. Acquire wait, p99".into(),
             measured: fmt_us(wait99),
             reference: format!(
-                "{} (8 × (critical section as run + hand-off p50))",
-                fmt_us(starvation)
+                "{} ({} × (critical section as run + hand-off p50))",
+                fmt_us(bound),
+                config.tasks
             ),
-            ratio: ratio(wait99.as_secs_f64() / starvation.as_secs_f64()),
+            ratio: ratio(wait99.as_secs_f64() / bound.as_secs_f64().max(1e-9)),
             target: "—".into(),
             met: None,
         },
         Row {
-            scenario: "4. Acquire wait, max (no task starved)".into(),
-            measured: format!("{} (worst run {})", fmt_us(wait_max), fmt_us(worst_max)),
-            reference: format!("{} (as above)", fmt_us(starvation)),
-            ratio: ratio(wait_max.as_secs_f64() / starvation.as_secs_f64()),
+            scenario: "4. Acquire wait, max, worst run (no task starved)".into(),
+            measured: fmt_us(longest),
+            reference: format!("{} (as above, each run's own)", fmt_us(bound)),
+            ratio: ratio(worst),
             target: "< 1.00".into(),
-            met: Some(wait_max < starvation),
+            met: Some(worst < 1.0),
         },
     ]
 }
 
-/// Scenario 4, contention: the requests each acquisition costs, and whether two tasks
-/// ever held the lock at once.
+/// Scenario 4: the requests each acquisition costs (issue 6's case), and whether two
+/// holders ever held a lock at once (every configuration).
 fn contention_request_rows(settings: &Settings, results: &Results) -> Vec<Row> {
-    let c = &results.contention;
+    let c = runs_of(results, base_config(settings), Subject::Distlock);
     let per_acq = median_of(c, |c| c.requests_per_acquisition);
     let per_acq_whole = median_of(c, |c| c.requests_per_acquisition_whole);
     let acquire_calls = median_of(c, |c| c.acquire_calls_per_acquisition);
-    let overlaps: usize = c.iter().map(|c| c.overlaps).sum();
-    let acquisitions: usize = c.iter().map(|c| c.acquisitions).sum();
+    let all: Vec<&Contention> = results
+        .contention
+        .configs
+        .iter()
+        .flat_map(|c| c.of(Subject::Distlock))
+        .collect();
+    let overlaps: usize = all.iter().map(|c| c.overlaps).sum();
+    let acquisitions: usize = all.iter().map(|c| c.acquisitions).sum();
     vec![
         Row {
             scenario: format!(
                 "4. Client requests per acquisition (acquire attempts + release + subscribe), \
                  after the first {} ms",
-                settings.contention.warmup.as_millis()
+                settings.contention.base.warmup.as_millis()
             ),
             measured: format!(
                 "{per_acq:.3} (acquire attempts alone: {acquire_calls:.3}; whole run, with \
@@ -519,7 +754,7 @@ fn contention_request_rows(settings: &Settings, results: &Results) -> Vec<Row> {
             met: Some(per_acq <= 3.0),
         },
         Row {
-            scenario: "4. Overlapping holders".into(),
+            scenario: "4. Overlapping holders, every configuration".into(),
             measured: format!("{overlaps} in {acquisitions} acquisitions"),
             reference: "0".into(),
             ratio: "—".into(),
@@ -529,9 +764,101 @@ fn contention_request_rows(settings: &Settings, results: &Results) -> Vec<Row> {
     ]
 }
 
+/// Scenario 4 with one client and no think time, at each task count: the targets
+/// against rslock and for the order of the waiters.
+fn contention_target_rows(settings: &Settings, results: &Results) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for &tasks in &settings.contention.task_counts {
+        let config = Config {
+            tasks,
+            think: Duration::ZERO,
+            sharing: Sharing::Shared,
+        };
+        let c = runs_of(results, config, Subject::Distlock);
+        if c.is_empty() {
+            continue;
+        }
+        let label = format!("4t. {}", config_label(config));
+        rows.push(peer_rate_row(&label, c, results, config));
+        let same = median_of(c, |c| c.same_task_share);
+        let bound = 2.0 / tasks.max(1) as f64;
+        rows.push(Row {
+            scenario: format!("{label}: share of acquisitions by the task that just released"),
+            measured: format!("{:.1} %", same * 100.0),
+            reference: format!("{:.1} % (2 / {tasks})", bound * 100.0),
+            ratio: ratio(same / bound),
+            target: "≤ 1.00".into(),
+            met: Some(same <= bound),
+        });
+        let overtaking = median_of(c, |c| c.overtaking_share);
+        let worst_overtaking = c.iter().map(|c| c.overtaking_share).fold(0.0, f64::max);
+        rows.push(Row {
+            scenario: format!(
+                "{label}: acquisitions that overtook a waiting task of the same client"
+            ),
+            measured: format!(
+                "{:.1} % (worst run {:.1} %)",
+                overtaking * 100.0,
+                worst_overtaking * 100.0
+            ),
+            reference: "0 % (first come, first served)".into(),
+            ratio: "—".into(),
+            target: "0 in every run".into(),
+            met: Some(worst_overtaking == 0.0),
+        });
+        let (longest, worst) = worst_wait(c, tasks);
+        rows.push(Row {
+            scenario: format!("{label}: acquire wait, max, worst run (no task starved)"),
+            measured: fmt_us(longest),
+            reference: format!(
+                "{tasks} × (critical section as run + hand-off p50), each run's own"
+            ),
+            ratio: ratio(worst),
+            target: "< 1.00".into(),
+            met: Some(worst < 1.0),
+        });
+    }
+    rows
+}
+
+/// Acquisitions per second against rslock at its defaults in the same runs.
+fn peer_rate_row(label: &str, c: &[Contention], results: &Results, config: Config) -> Row {
+    let per_second = median_of(c, |c| c.per_second);
+    #[cfg(feature = "rslock")]
+    {
+        let peer = runs_of(results, config, Subject::Rslock(None));
+        let per_run: Vec<f64> = c
+            .iter()
+            .zip(peer)
+            .map(|(d, p)| d.per_second / p.per_second.max(1e-9))
+            .collect();
+        let r = median(&per_run);
+        Row {
+            scenario: format!("{label}: acquisitions/s against rslock at its defaults"),
+            measured: rate(per_second),
+            reference: format!(
+                "{} (rslock, defaults)",
+                rate(median_of(peer, |c| c.per_second))
+            ),
+            ratio: ratio(r),
+            target: "≥ 1.00".into(),
+            met: Some(r >= 1.0),
+        }
+    }
+    #[cfg(not(feature = "rslock"))]
+    {
+        let _ = (results, config);
+        Row {
+            scenario: format!("{label}: acquisitions/s against rslock at its defaults"),
+            measured: rate(per_second),
+            ..no_peer_row()
+        }
+    }
+}
+
 /// Scenario 5, wake-up of a waiter in another process: p50 and p99.
 fn wakeup_rows(results: &Results) -> Vec<Row> {
-    let latency = results.reference.evalsha_latency();
+    let latency = evalsha_latency(results);
     let p50 = median_duration(&results.wakeup, |w| percentile(w, 50.0));
     let p99 = median_duration(&results.wakeup, |w| percentile(w, 99.0));
     [("p50", p50), ("p99", p99)]
@@ -540,7 +867,7 @@ fn wakeup_rows(results: &Results) -> Vec<Row> {
             scenario: format!("5. Wake-up, release → waiter in another process acquired, {label}"),
             measured: fmt_us(value),
             reference: format!("{} (EVALSHA latency)", fmt_us(latency)),
-            ratio: ratio(value.as_secs_f64() / latency.as_secs_f64()),
+            ratio: ratio(value.as_secs_f64() / latency.as_secs_f64().max(1e-9)),
             target: "—".into(),
             met: None,
         })
@@ -600,9 +927,9 @@ fn macro_rows(results: &Results) -> Vec<Row> {
     }]
 }
 
-/// The client-side costs, against one EVALSHA.
+/// The client-side costs, against one plain EVALSHA round trip.
 fn micro_rows(results: &Results) -> Vec<Row> {
-    let latency = results.reference.evalsha_latency();
+    let latency = evalsha_latency(results);
     let m = results.micro;
     [
         (
@@ -620,116 +947,111 @@ fn micro_rows(results: &Results) -> Vec<Row> {
         scenario: format!("Client cost: {label}"),
         measured: format!("{ns:.0} ns"),
         reference: format!("{} (EVALSHA latency)", fmt_us(latency)),
-        ratio: format!("{:.5}", ns / latency.as_nanos() as f64),
+        ratio: format!("{:.5}", ns / (latency.as_nanos() as f64).max(1.0)),
         target: "—".into(),
         met: None,
     })
     .collect()
 }
 
-/// The peer's two settings as found in the results: rslock's defaults, and a 1 ms
-/// retry.
-type Peers<'a> = [Option<&'a PeerResults>; 2];
-
-/// One cell per peer setting; "—" for a setting not measured.
-fn peer_cells(peers: Peers<'_>, f: &dyn Fn(&PeerResults) -> String) -> [String; 2] {
-    peers.map(|p| p.map_or_else(|| "—".to_owned(), f))
+/// "distlock / rslock" figures of a cell, medians.
+fn pair_of(cell: &Cell, f: fn(&Sample) -> f64, digits: usize) -> String {
+    let peer = if cell.peer.is_empty() {
+        "—".to_owned()
+    } else {
+        format!("{:.digits$}", median_of(&cell.peer, f))
+    };
+    format!("{:.digits$} / {peer}", median_of(&cell.distlock, f))
 }
 
-/// The peer table: distlock and rslock side by side, same server, same run (or a
-/// note that the peer was not built).
-fn peers_table(out: &mut String, settings: &Settings, results: &Results) {
-    if results.peers.is_empty() {
+/// The throughput table: every scenario on every runtime, distlock and rslock, with
+/// both references and the CPU figures.
+fn throughput_table(out: &mut String, results: &Results) {
+    let t = &results.throughput;
+    let _ = writeln!(
+        out,
+        "\n#### Throughput: distlock and rslock, same server, same run\n\n\
+         Pairs/s; ceilings are redis-benchmark's pair rates (`-c 1` for one task, \
+         `-P 16 -c 8` for more) with distlock's scripts and with rslock's commands; CPU in \
+         µs per lock+unlock pair, distlock / rslock.\n\n\
+         | Scenario | Runtime | distlock | rslock | distlock / rslock | distlock / ceiling (distlock's scripts) | distlock / ceiling (rslock's commands) | rslock / ceiling (rslock's commands) | server, commandstats | server, `INFO cpu` | client CPU |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for cell in &t.cells {
+        let scenario = if cell.tasks <= 1 {
+            "1. one task".to_owned()
+        } else {
+            format!("2. {} tasks", cell.tasks)
+        };
+        let peer_rate = if cell.peer.is_empty() {
+            "—".to_owned()
+        } else {
+            rate(median_of(&cell.peer, Sample::rate))
+        };
+        let vs = |samples: &[Sample], protocol| {
+            let r = t.against_reference(cell, samples, protocol);
+            if r.is_empty() {
+                "—".to_owned()
+            } else {
+                ratio(median(&r))
+            }
+        };
         let _ = writeln!(
             out,
-            "\nPeer (rslock): not measured in this run (build with `--features rslock`, as \
-             `cargo xtask bench` does).\n"
+            "| {scenario} | {} | {} | {peer_rate} | {} | {} | {} | {} | {} | {} | {} |",
+            cell.flavor,
+            rate(median_of(&cell.distlock, Sample::rate)),
+            if cell.peer.is_empty() {
+                "—".to_owned()
+            } else {
+                ratio(median(&cell.against_peer(Sample::rate)))
+            },
+            vs(&cell.distlock, Protocol::Distlock),
+            vs(&cell.distlock, Protocol::Minimal),
+            vs(&cell.peer, Protocol::Minimal),
+            pair_of(cell, Sample::server_command_us, 1),
+            pair_of(cell, Sample::server_cpu_us, 1),
+            pair_of(cell, Sample::client_cpu_us, 1)
         );
-        return;
     }
-    let _ = writeln!(
-        out,
-        "\n#### Peer: rslock, same server, same run\n\n\
-         | Scenario | distlock | rslock, defaults (3 tries, ≤ 200 ms apart) | rslock, 1 ms retry |\n\
-         | --- | ---: | ---: | ---: |"
-    );
-    let find = |delay: Option<Duration>| results.peers.iter().find(|p| p.retry == delay);
-    let peers = [find(None), find(Some(Duration::from_millis(1)))];
-    peer_throughput_lines(out, settings, results, peers);
-    peer_contention_lines(out, results, peers);
 }
 
-/// The peer table's scenarios 1 and 2.
-fn peer_throughput_lines(
-    out: &mut String,
-    settings: &Settings,
-    results: &Results,
-    peers: Peers<'_>,
-) {
-    let one = peer_cells(peers, &|p| {
-        let v = median(&p.one_task);
-        format!("{} ({:.2})", rate(v), median(&p.one_task_ratio))
-    });
+/// The contention table: every configuration of scenario 4, every subject.
+fn contention_table(out: &mut String, settings: &Settings, results: &Results) {
     let _ = writeln!(
         out,
-        "| 1. one task, pairs/s (ratio to `-c 1` pairs) | {} ({:.2}) | {} | {} |",
-        rate(median(&results.one_task)),
-        median(&results.one_task_ratio),
-        one[0],
-        one[1]
+        "\n#### Contention: every configuration, distlock and rslock, same server, same run\n\n\
+         Critical section {:?} (a Tokio sleep: as run, 1 to 2.4 ms); {} runtime; medians of \
+         {} runs, the longest wait from the worst run, as a multiple of that run's bound \
+         (tasks × (critical section as run + hand-off p50)).\n\n\
+         | Configuration | Client | acquisitions/s | hand-off p50 | share by the task that just released | overtaking a waiting task: same client / any | wait max, worst run (× bound) | requests per acquisition | overlaps |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        settings.contention.base.critical,
+        settings.contention.flavor,
+        settings.contention.runs
     );
-    let many = peer_cells(peers, &|p| {
-        let v = median(&p.many_tasks);
-        format!("{} ({:.2})", rate(v), median(&p.many_tasks_ratio))
-    });
-    let _ = writeln!(
-        out,
-        "| 2. {} tasks, pairs/s (ratio to the pipelined ceiling) | {} ({:.2}) | {} | {} |",
-        settings.tasks,
-        rate(median(&results.many_tasks)),
-        median(&results.many_tasks_ratio),
-        many[0],
-        many[1]
-    );
-}
-
-/// The peer table's scenario 4.
-fn peer_contention_lines(out: &mut String, results: &Results, peers: Peers<'_>) {
-    let latency = results.reference.evalsha_latency();
-    type Metric = (&'static str, fn(&[Contention], Duration) -> String);
-    let metrics: [Metric; 7] = [
-        ("4. acquisitions/s", |c, _| {
-            rate(median_of(c, |c| c.per_second))
-        }),
-        ("4. hand-off p50 (× EVALSHA latency)", |c, l| {
-            let h = median_duration(c, |c| c.handoff_p50);
-            format!("{} ({:.1})", fmt_us(h), h.as_secs_f64() / l.as_secs_f64())
-        }),
-        ("4. share by the task that just released", |c, _| {
-            format!("{:.1} %", median_of(c, |c| c.same_task_share) * 100.0)
-        }),
-        ("4. acquisitions overtaking an earlier waiter", |c, _| {
-            format!("{:.1} %", median_of(c, |c| c.overtaking_share) * 100.0)
-        }),
-        ("4. acquire wait max", |c, _| {
-            fmt_us(median_duration(c, |c| c.wait_max))
-        }),
-        ("4. client requests per acquisition", |c, _| {
-            format!("{:.1}", median_of(c, |c| c.requests_per_acquisition))
-        }),
-        ("4. overlapping holders", |c, _| {
-            c.iter().map(|c| c.overlaps).sum::<usize>().to_string()
-        }),
-    ];
-    for (label, metric) in metrics {
-        let values = peer_cells(peers, &|p| metric(&p.contention, latency));
-        let _ = writeln!(
-            out,
-            "| {label} | {} | {} | {} |",
-            metric(&results.contention, latency),
-            values[0],
-            values[1]
-        );
+    for config in &results.contention.configs {
+        for subject in contention_matrix::subjects() {
+            let c = config.of(subject);
+            if c.is_empty() {
+                continue;
+            }
+            let (longest, worst) = worst_wait(c, config.config.tasks);
+            let _ = writeln!(
+                out,
+                "| {} | {subject} | {} | {} | {:.1} % | {:.1} % / {:.1} % | {} ({:.2}) | {:.1} | {} |",
+                config_label(config.config),
+                rate(median_of(c, |c| c.per_second)),
+                fmt_us(median_duration(c, |c| c.handoff_p50)),
+                median_of(c, |c| c.same_task_share) * 100.0,
+                median_of(c, |c| c.overtaking_share) * 100.0,
+                median_of(c, |c| c.overtaking_any_share) * 100.0,
+                fmt_us(longest),
+                worst,
+                median_of(c, |c| c.requests_per_acquisition),
+                c.iter().map(|c| c.overlaps).sum::<usize>()
+            );
+        }
     }
 }
 
@@ -738,7 +1060,7 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
     let _ = writeln!(out, "\n#### Details of this run\n");
     reference_details(out, results);
     throughput_details(out, results);
-    contention_details(out, results);
+    contention_details(out, settings, results);
     wakeup_details(out, results);
     lease_details(out, results);
     let _ = writeln!(
@@ -749,91 +1071,160 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
     let _ = writeln!(out, "- Settings: `{settings:?}`");
 }
 
-/// The reference's runs, on the single server and on the cluster.
+/// The references' runs, on the single server and on the cluster.
 fn reference_details(out: &mut String, results: &Results) {
-    let r = &results.reference;
-    let _ = writeln!(
-        out,
-        "- Reference (single server), per run [acquire `-c 1`, release `-c 1`, acquire \
-         pipelined, release pipelined] requests/s: {}. Medians: {:.0}, {:.0}, {:.0}, {:.0}. \
-         Share of release requests that released a held lock: {:.1} % (the rest found no \
-         lock, which is cheaper: the reference errs in the server's favour).",
-        r.runs
+    let t = &results.throughput;
+    for (protocol, label) in [
+        (Protocol::Distlock, "distlock's scripts"),
+        (Protocol::Minimal, "rslock's commands"),
+    ] {
+        let runs: Vec<String> = t
+            .references
             .iter()
-            .map(|run| format!(
-                "[{:.0}, {:.0}, {:.0}, {:.0}]",
-                run[0], run[1], run[2], run[3]
-            ))
-            .collect::<Vec<_>>()
-            .join(", "),
-        r.acquire_c1,
-        r.release_c1,
-        r.acquire_ceiling,
-        r.release_ceiling,
-        r.release_hits * 100.0
-    );
+            .map(|r| {
+                let r = r.of(protocol);
+                format!(
+                    "[{:.0}, {:.0}, {:.0}, {:.0}]",
+                    r.c1.acquire, r.c1.release, r.pipelined.acquire, r.pipelined.release
+                )
+            })
+            .collect();
+        let m = t.reference(protocol);
+        let _ = writeln!(
+            out,
+            "- Reference with {label}, per run [acquire `-c 1`, release `-c 1`, acquire \
+             pipelined, release pipelined] requests/s: {}. Medians: {:.0}, {:.0}, {:.0}, {:.0}. \
+             Share of release requests that released a held lock: {:.1} % (`-c 1`), {:.1} % \
+             (pipelined); the rest found no lock, which is cheaper. redis-benchmark's CPU per \
+             acquire + release at `-c 1`: {:.1} µs; its acquire p50 at `-c 1`: {}.",
+            runs.join(", "),
+            m.c1.acquire,
+            m.c1.release,
+            m.pipelined.acquire,
+            m.pipelined.release,
+            m.c1.release_hits * 100.0,
+            m.pipelined.release_hits * 100.0,
+            us(m.c1.cpu_per_pair),
+            fmt_us(m.c1.acquire_p50)
+        );
+    }
     if let Some(cluster) = &results.cluster {
         let c = &cluster.reference;
         let _ = writeln!(
             out,
-            "- Reference on the cluster's first master: acquire {:.0}/s and release {:.0}/s \
-             pipelined; scenario 2 on the cluster per run: {}.",
-            c.acquire_ceiling,
-            c.release_ceiling,
+            "- Reference on the cluster's first master (distlock's scripts): acquire {:.0}/s \
+             and release {:.0}/s pipelined; scenario 2 on the cluster per run: {}.",
+            c.pipelined.acquire,
+            c.pipelined.release,
             runs_list(&cluster.many_tasks, rate)
         );
     }
 }
 
-/// Scenarios 1 (with plain redis-rs) and 2, run by run.
+/// Scenarios 1 and 2 run by run, and plain redis-rs.
 fn throughput_details(out: &mut String, results: &Results) {
+    let t = &results.throughput;
+    for cell in &t.cells {
+        let rates = |s: &[Sample]| runs_list(&s.iter().map(Sample::rate).collect::<Vec<_>>(), rate);
+        let _ = writeln!(
+            out,
+            "- {} per run: distlock {} (client CPU per pair {}); rslock {} (client CPU per \
+             pair {}); distlock / rslock {}.",
+            cell_label(cell),
+            rates(&cell.distlock),
+            runs_list(
+                &cell
+                    .distlock
+                    .iter()
+                    .map(Sample::client_cpu_us)
+                    .collect::<Vec<_>>(),
+                |v| format!("{v:.1} µs")
+            ),
+            rates(&cell.peer),
+            runs_list(
+                &cell
+                    .peer
+                    .iter()
+                    .map(Sample::client_cpu_us)
+                    .collect::<Vec<_>>(),
+                |v| format!("{v:.1} µs")
+            ),
+            runs_list(&cell.against_peer(Sample::rate), |v| format!("{v:.2}"))
+        );
+    }
     let _ = writeln!(
         out,
-        "- Scenario 1 per run: {} (ratios {}); client CPU per lock+unlock pair {} (median; \
-         redis-benchmark's per acquire + release request at `-c 1`: {:.1} µs). Plain redis-rs \
-         per run: {} (ratios to `-c 1` {}; scenario 1 over it {}), client CPU per pair {}. \
-         Scenario 2 per run: {} (ratios {}).",
-        runs_list(&results.one_task, rate),
-        runs_list(&results.one_task_ratio, |v| format!("{v:.2}")),
-        runs_list(&results.one_task_cpu, |v| format!("{:.1} µs", v * 1e6)),
-        results.reference.cpu_per_pair_c1.as_secs_f64() * 1e6,
-        runs_list(&results.raw_pairs, rate),
-        runs_list(&results.raw_pairs_ratio, |v| format!("{v:.2}")),
-        runs_list(&results.one_task_vs_raw, |v| format!("{v:.2}")),
-        runs_list(&results.raw_pairs_cpu, |v| format!("{:.1} µs", v * 1e6)),
-        runs_list(&results.many_tasks, rate),
-        runs_list(&results.many_tasks_ratio, |v| format!("{v:.2}"))
+        "- Plain redis-rs (scenario 1's two scripts, current-thread) per run: {}, client CPU \
+         per pair {}.",
+        runs_list(&t.raw.iter().map(|r| r.0).collect::<Vec<_>>(), rate),
+        runs_list(
+            &t.raw.iter().map(|r| us(r.1)).collect::<Vec<_>>(),
+            |v| format!("{v:.1} µs")
+        )
     );
 }
 
-/// Scenario 4, run by run, with the profile of the hand-off.
-fn contention_details(out: &mut String, results: &Results) {
-    for (run, c) in results.contention.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "- Scenario 4, run {}: {} acquisitions, critical section {} on average, {:.0}/s, hand-off p50 {} p99 {}, same task \
-             {:.1} %, overtaking an earlier waiter {:.1} %, wait p99 {} max {}, {:.3} requests ({:.3} over the whole run) and \
-             {:.3} acquire attempts per acquisition after the warm-up, {} overlaps. Hand-off profile (p50): release round trip {}, release \
-             start → waiter's final attempt sent {}, final attempt → acquired {}.",
-            run + 1,
-            c.acquisitions,
-            fmt_us(c.critical_mean),
-            c.per_second,
-            fmt_us(c.handoff_p50),
-            fmt_us(c.handoff_p99),
-            c.same_task_share * 100.0,
-            c.overtaking_share * 100.0,
-            fmt_us(c.wait_p99),
-            fmt_us(c.wait_max),
-            c.requests_per_acquisition,
-            c.requests_per_acquisition_whole,
-            c.acquire_calls_per_acquisition,
-            c.overlaps,
-            fmt_us(c.release_rtt_p50),
-            fmt_us(c.to_woken_p50),
-            fmt_us(c.woken_to_acquired_p50)
-        );
+/// One contention run in a line.
+fn contention_line(c: &Contention) -> String {
+    format!(
+        "{} acquisitions, critical section {} on average, {:.0}/s, hand-off p50 {} p99 {}, \
+         same task {:.1} %, overtaking a waiting task of the same client {:.1} % (of any \
+         client {:.1} %), wait p99 {} max {}, {:.3} requests ({:.3} over the whole run) and \
+         {:.3} acquire attempts per acquisition after the warm-up, {} overlaps",
+        c.acquisitions,
+        fmt_us(c.critical_mean),
+        c.per_second,
+        fmt_us(c.handoff_p50),
+        fmt_us(c.handoff_p99),
+        c.same_task_share * 100.0,
+        c.overtaking_share * 100.0,
+        c.overtaking_any_share * 100.0,
+        fmt_us(c.wait_p99),
+        fmt_us(c.wait_max),
+        c.requests_per_acquisition,
+        c.requests_per_acquisition_whole,
+        c.acquire_calls_per_acquisition,
+        c.overlaps
+    )
+}
+
+/// Scenario 4 run by run for distlock, with the profile of the hand-off in issue 6's
+/// case, and the plain round trips.
+fn contention_details(out: &mut String, settings: &Settings, results: &Results) {
+    let base = base_config(settings);
+    for config in &results.contention.configs {
+        for (run, c) in config.of(Subject::Distlock).iter().enumerate() {
+            let mut line = format!(
+                "- Scenario 4, {}, distlock, run {}: {}.",
+                config_label(config.config),
+                run + 1,
+                contention_line(c)
+            );
+            if config.config == base {
+                let _ = write!(
+                    line,
+                    " Hand-off profile (p50): release round trip {}, release start → \
+                     waiter's final attempt sent {}, final attempt → acquired {}.",
+                    fmt_us(c.release_rtt_p50),
+                    fmt_us(c.to_woken_p50),
+                    fmt_us(c.woken_to_acquired_p50)
+                );
+            }
+            let _ = writeln!(out, "{line}");
+        }
     }
+    let _ = writeln!(
+        out,
+        "- Plain redis-rs EVALSHA round trip per contention run (p50, back to back / after \
+         1 ms idle): {}.",
+        results
+            .contention
+            .round_trips
+            .iter()
+            .map(|r| format!("{} / {}", fmt_us(r.back_to_back), fmt_us(r.after_idle)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 }
 
 /// Scenario 5, run by run.

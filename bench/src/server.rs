@@ -1,27 +1,24 @@
-//! What the harness asks the server: command counts, and the reference rates that
-//! `redis-benchmark` measures with distlock's own scripts.
+//! What the harness asks the server (command counts, CPU), and every place where the
+//! harness depends on distlock's lock layout or on its scripts' commands.
 //!
-//! The last part of this file ("distlock's protocol") is every place where the
-//! harness depends on the lock's layout or on the scripts' commands: the script
-//! sources, the keys and channel of a lock, the commands the scripts run inside
-//! Redis, the requests of a first acquisition and of a release, the prefill of held
-//! locks and `redis-benchmark`'s command lines. Adapt there when they change.
+//! The second half of this file is the one to adapt when the layout or the scripts
+//! change: the script sources, the keys and channel of a lock, the commands the
+//! scripts run inside Redis, the prefill of held locks, the requests a first
+//! acquisition and a release send, and `redis-benchmark`'s command lines for the
+//! reference. Beside it, the same for rslock's commands (the minimal protocol), so
+//! that both references are measured the same way.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use distlock_testkit::{redis_server_binary, RedisServer};
+use distlock_testkit::RedisServer;
 
-use crate::cpu::cpu_time;
 use crate::error::BoxError;
-use crate::stats::{median, pair_rate};
 
 /// `INFO commandstats`: command name to calls.
 pub(crate) fn command_stats(server: &RedisServer) -> Result<HashMap<String, u64>, BoxError> {
     let info = server.cmd_timeout(&["INFO", "commandstats"], Duration::from_secs(30))?;
-    Ok(parse_command_stats(&info))
+    Ok(parse_command_stats(&info, "calls="))
 }
 
 /// [`command_stats`] over an async connection, for a snapshot in the middle of a run
@@ -33,10 +30,11 @@ pub(crate) async fn command_stats_async(
         .arg("commandstats")
         .query_async(conn)
         .await?;
-    Ok(parse_command_stats(&info))
+    Ok(parse_command_stats(&info, "calls="))
 }
 
-fn parse_command_stats(info: &str) -> HashMap<String, u64> {
+/// One field (`calls=` or `usec=`) of every `cmdstat_` line of `INFO commandstats`.
+fn parse_command_stats(info: &str, field: &str) -> HashMap<String, u64> {
     let mut stats = HashMap::new();
     for line in info.lines() {
         let Some(rest) = line.strip_prefix("cmdstat_") else {
@@ -45,12 +43,12 @@ fn parse_command_stats(info: &str) -> HashMap<String, u64> {
         let Some((name, fields)) = rest.split_once(':') else {
             continue;
         };
-        let calls = fields
+        let value = fields
             .split(',')
-            .find_map(|field| field.strip_prefix("calls="))
-            .and_then(|calls| calls.parse().ok())
+            .find_map(|f| f.strip_prefix(field))
+            .and_then(|value| value.parse().ok())
             .unwrap_or(0);
-        stats.insert(name.to_owned(), calls);
+        stats.insert(name.to_owned(), value);
     }
     stats
 }
@@ -61,22 +59,66 @@ pub(crate) fn calls_between(
     after: &HashMap<String, u64>,
     command: &str,
 ) -> u64 {
-    after.get(command).copied().unwrap_or(0) - before.get(command).copied().unwrap_or(0)
+    after
+        .get(command)
+        .copied()
+        .unwrap_or(0)
+        .saturating_sub(before.get(command).copied().unwrap_or(0))
 }
 
 /// Requests clients sent between two snapshots: every command but `INFO` and the
-/// commands that scripts run inside Redis.
+/// commands that the client's scripts run inside Redis (`inner`).
 pub(crate) fn client_requests_between(
     before: &HashMap<String, u64>,
     after: &HashMap<String, u64>,
+    inner: &[&str],
 ) -> u64 {
     after
         .keys()
-        .filter(|name| {
-            name.as_str() != "info" && !DISTLOCK_SCRIPT_COMMANDS.contains(&name.as_str())
-        })
+        .filter(|name| name.as_str() != "info" && !inner.contains(&name.as_str()))
         .map(|name| calls_between(before, after, name))
         .sum()
+}
+
+/// What the server had spent at one moment: for the server's CPU per lock+unlock pair.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ServerUsage {
+    /// The sum of every `cmdstat_*` `usec` but `INFO`'s and `CONFIG`'s. A command
+    /// that a script runs counts twice: in its own line and in the script's time.
+    pub(crate) command_usec: u64,
+    /// `used_cpu_user` + `used_cpu_sys` of `INFO cpu`, in seconds.
+    pub(crate) cpu_secs: f64,
+}
+
+impl ServerUsage {
+    /// Both sections in one `INFO`, so they describe the same moment.
+    pub(crate) fn take(server: &RedisServer) -> Result<Self, BoxError> {
+        let info = server.cmd_timeout(&["INFO", "commandstats", "cpu"], Duration::from_secs(30))?;
+        let command_usec = parse_command_stats(&info, "usec=")
+            .into_iter()
+            .filter(|(name, _)| name != "info" && name != "config")
+            .map(|(_, usec)| usec)
+            .sum();
+        let cpu = |field: &str| -> Result<f64, BoxError> {
+            let prefix = format!("{field}:");
+            info.lines()
+                .find_map(|line| line.strip_prefix(&prefix))
+                .and_then(|value| value.trim().parse().ok())
+                .ok_or_else(|| format!("no {field} in INFO cpu").into())
+        };
+        Ok(ServerUsage {
+            command_usec,
+            cpu_secs: cpu("used_cpu_user")? + cpu("used_cpu_sys")?,
+        })
+    }
+
+    /// Commands' microseconds and CPU microseconds spent since `before`.
+    pub(crate) fn since(&self, before: &ServerUsage) -> (f64, f64) {
+        (
+            self.command_usec.saturating_sub(before.command_usec) as f64,
+            (self.cpu_secs - before.cpu_secs).max(0.0) * 1e6,
+        )
+    }
 }
 
 /// A field of `INFO <section>` as a number.
@@ -93,196 +135,6 @@ pub(crate) fn info_field(
         .ok_or_else(|| format!("no {field} in INFO {section}").into())
 }
 
-/// The `redis-benchmark` next to `redis-server`, or the one on PATH.
-pub(crate) fn redis_benchmark_binary() -> Result<PathBuf, BoxError> {
-    if let Ok(server) = redis_server_binary() {
-        if let Some(dir) = server.parent() {
-            let candidate = dir.join("redis-benchmark");
-            if candidate.is_file() {
-                return Ok(candidate);
-            }
-        }
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let candidate = dir.join("redis-benchmark");
-            if candidate.is_file() {
-                return Ok(candidate);
-            }
-        }
-    }
-    Err(
-        "redis-benchmark not found next to redis-server nor on PATH (Debian: apt-get install \
-         redis-tools)"
-            .into(),
-    )
-}
-
-/// How `redis-benchmark` drives the server.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Load {
-    pub(crate) clients: u32,
-    pub(crate) pipeline: u32,
-    pub(crate) requests: u64,
-}
-
-/// One `redis-benchmark` run of `command`; returns requests per second and the
-/// median latency.
-fn redis_benchmark(
-    binary: &Path,
-    port: u16,
-    load: Load,
-    keyspace: u64,
-    command: &[String],
-) -> Result<(f64, Duration), BoxError> {
-    let output = Command::new(binary)
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(["-c", &load.clients.to_string()])
-        .args(["-P", &load.pipeline.to_string()])
-        .args(["-n", &load.requests.to_string()])
-        .args(["-r", &keyspace.to_string()])
-        .arg("--csv")
-        .args(command)
-        .output()?;
-    if !output.status.success() {
-        return Err(format!(
-            "redis-benchmark failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-        .into());
-    }
-    parse_csv(&String::from_utf8_lossy(&output.stdout)).ok_or_else(|| {
-        format!(
-            "no rate in redis-benchmark's output: {:?}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-        .into()
-    })
-}
-
-/// The `rps` and `p50_latency_ms` columns of `redis-benchmark --csv`: the 7th and
-/// 4th fields from the end of the data line (the title, a command line, comes first).
-fn parse_csv(text: &str) -> Option<(f64, Duration)> {
-    text.lines()
-        .filter(|line| !line.starts_with("\"test\""))
-        .find_map(|line| {
-            let fields: Vec<&str> = line.trim().trim_matches('"').split("\",\"").collect();
-            let at = |back: usize| -> Option<f64> {
-                fields
-                    .len()
-                    .checked_sub(back)
-                    .and_then(|i| fields[i].parse().ok())
-            };
-            Some((at(7)?, Duration::from_secs_f64(at(4)? / 1000.0)))
-        })
-}
-
-/// The physical limit of one server for distlock's scripts, measured by
-/// `redis-benchmark` (median of the runs).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Reference {
-    /// EVALSHA acquire.lua on fresh keys, one request in flight (`-c 1`), per second.
-    pub(crate) acquire_c1: f64,
-    /// EVALSHA release.lua on held keys, `-c 1`, per second.
-    pub(crate) release_c1: f64,
-    /// As `acquire_c1`, pipelined (`-P 16 -c 8`).
-    pub(crate) acquire_ceiling: f64,
-    /// As `release_c1`, pipelined.
-    pub(crate) release_ceiling: f64,
-    /// Share of release requests that found a held key (the rest were cheaper misses).
-    pub(crate) release_hits: f64,
-    /// redis-benchmark's CPU time per `-c 1` acquire plus per `-c 1` release: its
-    /// client-side cost of a lock+unlock pair.
-    pub(crate) cpu_per_pair_c1: Duration,
-    /// Median latency of the `-c 1` acquire (redis-benchmark's p50).
-    pub(crate) acquire_c1_p50: Duration,
-    /// Each run's values, for the details.
-    pub(crate) runs: Vec<[f64; 4]>,
-}
-
-impl Reference {
-    /// Lock+unlock pairs per second with one request in flight.
-    pub(crate) fn pairs_c1(&self) -> f64 {
-        pair_rate(self.acquire_c1, self.release_c1)
-    }
-
-    /// Lock+unlock pairs per second, pipelined: the server's ceiling.
-    pub(crate) fn pairs_ceiling(&self) -> f64 {
-        pair_rate(self.acquire_ceiling, self.release_ceiling)
-    }
-
-    /// The time of one EVALSHA acquire with one request in flight: the median
-    /// latency redis-benchmark saw (its mean is dominated by the stalls of a loaded
-    /// machine; medians are compared with medians).
-    pub(crate) fn evalsha_latency(&self) -> Duration {
-        self.acquire_c1_p50
-    }
-
-    /// The `-c 1` figures of `c1` with the pipelined ones of `ceiling`.
-    pub(crate) fn merge(c1: Reference, ceiling: Reference) -> Reference {
-        let runs = c1
-            .runs
-            .iter()
-            .zip(&ceiling.runs)
-            .map(|(a, b)| [a[0], a[1], b[2], b[3]])
-            .collect();
-        Reference {
-            acquire_ceiling: ceiling.acquire_ceiling,
-            release_ceiling: ceiling.release_ceiling,
-            release_hits: (c1.release_hits + ceiling.release_hits) / 2.0,
-            runs,
-            ..c1
-        }
-    }
-
-    /// The median of several references, field by field.
-    pub(crate) fn combine(references: &[Reference]) -> Reference {
-        let column =
-            |f: &dyn Fn(&Reference) -> f64| median(&references.iter().map(f).collect::<Vec<_>>());
-        Reference {
-            acquire_c1: column(&|r| r.acquire_c1),
-            release_c1: column(&|r| r.release_c1),
-            acquire_ceiling: column(&|r| r.acquire_ceiling),
-            release_ceiling: column(&|r| r.release_ceiling),
-            release_hits: column(&|r| r.release_hits),
-            acquire_c1_p50: Duration::from_secs_f64(column(&|r| r.acquire_c1_p50.as_secs_f64())),
-            cpu_per_pair_c1: Duration::from_secs_f64(column(&|r| r.cpu_per_pair_c1.as_secs_f64())),
-            runs: references.iter().flat_map(|r| r.runs.clone()).collect(),
-        }
-    }
-}
-
-/// Settings of the reference runs.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ReferenceSettings {
-    pub(crate) runs: usize,
-    pub(crate) c1_requests: u64,
-    pub(crate) ceiling_requests: u64,
-    /// Lease of the acquire runs, ms (the client's default watchdog lease).
-    pub(crate) lease_ms: u64,
-    /// Which loads to measure: `-c 1`, and pipelined.
-    pub(crate) loads: [bool; 2],
-}
-
-/// Keys of the reference runs: `distlock:{<tag>:<n>}` on a single server, or
-/// `distlock:{<tag>}:<n>` with a tag owned by one cluster master (all in one slot).
-#[derive(Debug, Clone)]
-pub(crate) enum KeyShape {
-    Single,
-    Slot(String),
-}
-
-impl KeyShape {
-    /// The key for `run`/`what`, with `number` in place of the counter (a
-    /// `__rand_int__` for redis-benchmark, or a Lua format).
-    fn key(&self, what: &str, number: &str) -> String {
-        match self {
-            KeyShape::Single => format!("distlock:{{ref{what}:{number}}}"),
-            KeyShape::Slot(tag) => format!("distlock:{{{tag}}}:ref{what}:{number}"),
-        }
-    }
-}
-
 /// Empties the server without blocking it (a blocked cluster node would be failed
 /// over), and waits until the memory is given back, up to 60 s.
 pub(crate) fn flush(server: &RedisServer) -> Result<(), BoxError> {
@@ -296,78 +148,113 @@ pub(crate) fn flush(server: &RedisServer) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Measures the reference on `server`.
-pub(crate) fn measure_reference(
+/// Runs `body` (Lua, with `ARGV[1]` a key template with one `%012d`, `ARGV[2]` and
+/// `ARGV[3]` the first and one past the last number, `ARGV[4..]` = `args`) in
+/// server-side loops of 10 000 keys: a longer script would stall a cluster node past
+/// its node timeout and start a failover.
+fn fill_in_chunks(
     server: &RedisServer,
-    shape: &KeyShape,
-    settings: ReferenceSettings,
-) -> Result<Reference, BoxError> {
-    let binary = redis_benchmark_binary()?;
-    let mut runs = Vec::new();
-    let mut hits = Vec::new();
-    let mut p50s = Vec::new();
-    let mut cpu_per_pair = Vec::new();
-    for run in 0..settings.runs {
-        let mut values = [0.0; 4];
-        for (index, (clients, pipeline, requests)) in [
-            (1, 1, settings.c1_requests),
-            (8, 16, settings.ceiling_requests),
-        ]
-        .into_iter()
-        .enumerate()
-        .filter(|(index, _)| settings.loads[*index])
-        {
-            let load = Load {
-                clients,
-                pipeline,
-                requests,
-            };
-            let tag = format!("{run}{}", ["c", "p"][index]);
-            let commands = distlock_reference_commands(server, shape, &tag, settings.lease_ms)?;
-            let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
-            let (rate, p50) = redis_benchmark(
-                &binary,
-                server.port(),
-                load,
-                1_000_000_000,
-                &commands.acquire,
-            )?;
-            values[index * 2] = rate;
-            let acquire_cpu = cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
-            if index == 0 {
-                p50s.push(p50.as_secs_f64());
-            }
-            // Release on keys held by the owner: four times as many held keys as
-            // requests, so most requests release a held lock; the share that hit is
-            // measured.
-            let keyspace = requests * 4;
-            prefill_distlock_locks(server, shape, &tag, keyspace)?;
-            let before = command_stats(server)?;
-            let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
-            values[index * 2 + 1] =
-                redis_benchmark(&binary, server.port(), load, keyspace, &commands.release)?.0;
-            let release_cpu = cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
-            if index == 0 {
-                let n = u32::try_from(requests).unwrap_or(u32::MAX);
-                cpu_per_pair.push((acquire_cpu / n + release_cpu / n).as_secs_f64());
-            }
-            let released = distlock_releases_that_freed(&before, &command_stats(server)?);
-            hits.push(released as f64 / requests as f64);
-        }
-        flush(server)?;
-        runs.push(values);
+    body: &str,
+    template: &str,
+    keys: u64,
+    args: &[&str],
+) -> Result<(), BoxError> {
+    const CHUNK: u64 = 10_000;
+    let script = format!(
+        "local template, from, to = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]) \
+         for i = from, to - 1 do local key = string.format(template, i) {body} end \
+         return to - from"
+    );
+    let mut from = 0;
+    while from < keys {
+        let to = (from + CHUNK).min(keys);
+        let (first, last) = (from.to_string(), to.to_string());
+        let mut command = vec!["EVAL", &script, "0", template, &first, &last];
+        command.extend_from_slice(args);
+        server.cmd_timeout(&command, Duration::from_secs(30))?;
+        from = to;
     }
-    let column = |i: usize| median(&runs.iter().map(|run| run[i]).collect::<Vec<_>>());
-    Ok(Reference {
-        acquire_c1: column(0),
-        release_c1: column(1),
-        acquire_ceiling: column(2),
-        release_ceiling: column(3),
-        release_hits: median(&hits),
-        acquire_c1_p50: Duration::from_secs_f64(median(&p50s)),
-        cpu_per_pair_c1: Duration::from_secs_f64(median(&cpu_per_pair)),
-        runs,
-    })
+    Ok(())
+}
+
+/// Which commands a reference runs: distlock's scripts, or rslock's commands (the
+/// minimal protocol: `SET NX PX` and a compare-and-delete script).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    Distlock,
+    Minimal,
+}
+
+/// Keys of the reference runs: `distlock:{<tag>:<n>}` on a single server, or
+/// `distlock:{<tag>}:<n>` with a tag owned by one cluster master (all in one slot).
+#[derive(Debug, Clone)]
+pub(crate) enum KeyShape {
+    Single,
+    Slot(String),
+}
+
+impl KeyShape {
+    /// The key for `what`, with `number` in place of the counter (a `__rand_int__`
+    /// for redis-benchmark, or a Lua format).
+    fn key(&self, what: &str, number: &str) -> String {
+        match self {
+            KeyShape::Single => format!("distlock:{{ref{what}:{number}}}"),
+            KeyShape::Slot(tag) => format!("distlock:{{{tag}}}:ref{what}:{number}"),
+        }
+    }
+}
+
+/// `redis-benchmark`'s command lines of one reference: a first acquisition on fresh
+/// keys, and a release of a held lock (keys that [`prefill_held`] filled).
+#[derive(Debug, Clone)]
+pub(crate) struct ReferenceCommands {
+    pub(crate) acquire: Vec<String>,
+    pub(crate) release: Vec<String>,
+}
+
+/// Loads `protocol`'s scripts on `server` and gives its reference command lines for
+/// the run `tag` (`lease_ms`: the acquire's lease).
+pub(crate) fn reference_commands(
+    server: &RedisServer,
+    protocol: Protocol,
+    shape: &KeyShape,
+    tag: &str,
+    lease_ms: u64,
+) -> Result<ReferenceCommands, BoxError> {
+    match protocol {
+        Protocol::Distlock => distlock_reference_commands(server, shape, tag, lease_ms),
+        Protocol::Minimal => minimal_reference_commands(server, shape, tag, lease_ms),
+    }
+}
+
+/// Fills `keys` keys of the run `tag` with a lock held by the reference's owner,
+/// as a first acquisition of `protocol` leaves it.
+pub(crate) fn prefill_held(
+    server: &RedisServer,
+    protocol: Protocol,
+    shape: &KeyShape,
+    tag: &str,
+    keys: u64,
+) -> Result<(), BoxError> {
+    match protocol {
+        Protocol::Distlock => prefill_distlock_locks(server, shape, tag, keys),
+        Protocol::Minimal => prefill_minimal_locks(server, shape, tag, keys),
+    }
+}
+
+/// Release requests between two [`command_stats`] snapshots that really released a
+/// held lock (the others found none, which is cheaper).
+pub(crate) fn releases_that_freed(
+    protocol: Protocol,
+    before: &HashMap<String, u64>,
+    after: &HashMap<String, u64>,
+) -> u64 {
+    match protocol {
+        // Each release of a held lock publishes once.
+        Protocol::Distlock => calls_between(before, after, "publish"),
+        // rslock's script deletes a key it finds held by the owner.
+        Protocol::Minimal => calls_between(before, after, "del"),
+    }
 }
 
 // ---- distlock's protocol --------------------------------------------------------
@@ -389,6 +276,9 @@ pub(crate) const RELEASE_LUA: &str = concat!(
 /// (`ARGV[6]` of `release.lua`; the client uses four response timeouts).
 const REMEMBER_MS: u64 = 2_000;
 
+/// The owner id of the reference's locks (a client's uuid and counter).
+const DISTLOCK_OWNER: &str = "0123456789abcdef0123456789abcdef:1";
+
 /// Commands that distlock's scripts run inside Redis: `INFO commandstats` counts those
 /// too, but they cost no round trip. (A command the client also sends itself would
 /// have to be told apart another way.)
@@ -396,9 +286,6 @@ pub(crate) const DISTLOCK_SCRIPT_COMMANDS: &[&str] = &[
     "type", "hget", "hset", "hincrby", "pexpire", "pttl", "incr", "get", "del", "publish",
     "spublish", "hexists", "hgetall", "set",
 ];
-
-/// The owner id of the reference's locks (a client's uuid and counter).
-const DISTLOCK_OWNER: &str = "0123456789abcdef0123456789abcdef:1";
 
 /// distlock's acquire attempts between two [`command_stats`] snapshots, of which
 /// `acquisitions` succeeded: every EVALSHA less one release per acquisition.
@@ -408,15 +295,6 @@ pub(crate) fn distlock_acquire_attempts(
     acquisitions: u64,
 ) -> u64 {
     calls_between(before, after, "evalsha").saturating_sub(acquisitions)
-}
-
-/// Release requests between two [`command_stats`] snapshots that really released a
-/// held lock: each publishes once.
-fn distlock_releases_that_freed(
-    before: &HashMap<String, u64>,
-    after: &HashMap<String, u64>,
-) -> u64 {
-    calls_between(before, after, "publish")
 }
 
 /// The channel a waiter for `name` subscribes to (`name` needs no escaping).
@@ -458,14 +336,6 @@ pub(crate) fn distlock_release_cmd(sha: &str, name: &str, owner: &str) -> redis:
         .arg("PUBLISH")
         .arg(REMEMBER_MS);
     cmd
-}
-
-/// `redis-benchmark`'s command lines of one reference run: a first acquisition on
-/// fresh keys, and a release of a held lock (keys [`prefill_distlock_locks`] filled).
-#[derive(Debug, Clone)]
-struct ReferenceCommands {
-    acquire: Vec<String>,
-    release: Vec<String>,
 }
 
 /// distlock's reference: EVALSHA acquire.lua on fresh keys (a keyspace far larger
@@ -515,44 +385,73 @@ fn distlock_reference_commands(
     })
 }
 
-/// Fills `keys` release keys of the run `tag` with a lock held once by the
-/// reference's owner, exactly as acquire.lua leaves a first acquisition, in
-/// server-side loops of 10 000 keys: a longer script would stall a cluster node past
-/// its node timeout and start a failover.
+/// Fills the release keys of the run `tag` with a lock held once by the reference's
+/// owner, exactly as acquire.lua leaves a first acquisition.
 fn prefill_distlock_locks(
     server: &RedisServer,
     shape: &KeyShape,
     tag: &str,
     keys: u64,
 ) -> Result<(), BoxError> {
-    const CHUNK: u64 = 10_000;
+    let body = "redis.call('HSET', key, ARGV[4], 1, '#fence', 0, '#floor', 0, '#done', '1') \
+                redis.call('PEXPIRE', key, 600000)";
     let template = shape.key(&format!("r{tag}"), "%012d");
-    let script =
-        "local template, from, to, owner = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] \
-        for i = from, to - 1 do \
-          local key = string.format(template, i) \
-          redis.call('HSET', key, owner, 1, '#fence', 0, '#floor', 0, '#done', '1') \
-          redis.call('PEXPIRE', key, 600000) \
-        end \
-        return to - from";
-    let mut from = 0;
-    while from < keys {
-        let to = (from + CHUNK).min(keys);
-        server.cmd_timeout(
-            &[
-                "EVAL",
-                script,
-                "0",
-                &template,
-                &from.to_string(),
-                &to.to_string(),
-                DISTLOCK_OWNER,
-            ],
-            Duration::from_secs(30),
-        )?;
-        from = to;
-    }
-    Ok(())
+    fill_in_chunks(server, body, &template, keys, &[DISTLOCK_OWNER])
+}
+
+// ---- rslock's protocol (the minimal one) ------------------------------------------
+
+/// rslock's release: delete the key if it still holds the owner's value.
+const MINIMAL_RELEASE_LUA: &str = r#"if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end"#;
+
+/// The value of the reference's locks: rslock's owner is 20 random bytes.
+const MINIMAL_OWNER: &str = "0123456789abcdefghij";
+
+/// Commands that rslock's scripts run inside Redis (its release and its extend).
+#[cfg_attr(not(feature = "rslock"), allow(dead_code))]
+pub(crate) const MINIMAL_SCRIPT_COMMANDS: &[&str] = &["get", "del"];
+
+/// rslock's reference: `SET key val NX PX lease` on fresh keys, and EVALSHA of the
+/// compare-and-delete script on the keys [`prefill_minimal_locks`] filled.
+fn minimal_reference_commands(
+    server: &RedisServer,
+    shape: &KeyShape,
+    tag: &str,
+    lease_ms: u64,
+) -> Result<ReferenceCommands, BoxError> {
+    let release_sha = server.cmd(&["SCRIPT", "LOAD", MINIMAL_RELEASE_LUA])?;
+    let acquire = [
+        "SET",
+        &shape.key(&format!("s{tag}"), "__rand_int__"),
+        MINIMAL_OWNER,
+        "NX",
+        "PX",
+        &lease_ms.to_string(),
+    ];
+    let release = [
+        "EVALSHA",
+        &release_sha,
+        "1",
+        &shape.key(&format!("d{tag}"), "__rand_int__"),
+        MINIMAL_OWNER,
+    ];
+    Ok(ReferenceCommands {
+        acquire: acquire.iter().map(|s| s.to_string()).collect(),
+        release: release.iter().map(|s| s.to_string()).collect(),
+    })
+}
+
+/// Fills the release keys of the run `tag` with the reference's owner, as rslock's
+/// `SET NX PX` leaves them.
+fn prefill_minimal_locks(
+    server: &RedisServer,
+    shape: &KeyShape,
+    tag: &str,
+    keys: u64,
+) -> Result<(), BoxError> {
+    let body = "redis.call('SET', key, ARGV[4], 'PX', 600000)";
+    let template = shape.key(&format!("d{tag}"), "%012d");
+    fill_in_chunks(server, body, &template, keys, &[MINIMAL_OWNER])
 }
 
 #[cfg(test)]
@@ -560,9 +459,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_the_rate_from_csv() {
-        let text = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\
-                    \"EVALSHA abc 2 k1 k2 o 30000 0 1 0\",\"12345.67\",\"0.071\",\"0.040\",\"0.071\",\"0.087\",\"0.111\",\"0.543\"\n";
-        assert_eq!(parse_csv(text), Some((12345.67, Duration::from_micros(71))));
+    fn reads_calls_and_usec() {
+        let info = "# Commandstats\r\ncmdstat_set:calls=1000,usec=246,usec_per_call=0.25\r\n\
+                    cmdstat_eval:calls=1,usec=1365,usec_per_call=1365.00\r\n";
+        assert_eq!(parse_command_stats(info, "calls=")["set"], 1000);
+        assert_eq!(parse_command_stats(info, "usec=")["eval"], 1365);
     }
 }

@@ -3,22 +3,23 @@
 use std::time::Duration;
 
 use crate::children::LeaseSettings;
-use crate::scenarios::ContentionSettings;
-use crate::server::ReferenceSettings;
+use crate::contention::ContentionSettings;
+use crate::contention_matrix::{ContentionMatrix, Sharing};
+use crate::reference::ReferenceSettings;
+use crate::runtime::Flavor;
+use crate::throughput::ThroughputSettings;
 
 /// Every setting of a run; printed into the report.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
+    /// Runs of the scenarios that do not take turns with the peer (3, 5, 6, 7, the
+    /// cluster).
     pub(crate) runs: usize,
-    /// Runs of the reference and scenarios 1 and 2, interleaved: the throughput
-    /// scenarios are the most sensitive to the load of a shared machine.
-    pub(crate) interleaved_runs: usize,
-    pub(crate) reference: ReferenceSettings,
-    pub(crate) one_task_pairs: usize,
-    pub(crate) tasks: usize,
-    pub(crate) pairs_per_task: usize,
+    /// The reference and scenarios 1 and 2, distlock and the peer taking turns.
+    pub(crate) throughput: ThroughputSettings,
+    /// Scenario 4 across its configurations, distlock and the peer taking turns.
+    pub(crate) contention: ContentionMatrix,
     pub(crate) reentry_rounds: usize,
-    pub(crate) contention: ContentionSettings,
     pub(crate) wakeup_rounds: usize,
     pub(crate) leases: LeaseSettings,
     pub(crate) macro_rounds: usize,
@@ -26,32 +27,42 @@ pub(crate) struct Settings {
     pub(crate) cluster: bool,
     /// Only scenario 2 on the cluster (to check the harness).
     pub(crate) cluster_only: bool,
-    pub(crate) limit: Duration,
 }
 
 impl Settings {
+    /// The benchmark: about 12 minutes on a 2-core machine.
     pub(crate) fn full() -> Self {
         Settings {
             runs: 3,
-            interleaved_runs: 5,
-            reference: ReferenceSettings {
+            throughput: ThroughputSettings {
+                runs: 5,
+                reference: ReferenceSettings {
+                    c1_requests: 20_000,
+                    ceiling_requests: 100_000,
+                    lease_ms: 30_000,
+                },
+                one_task_pairs: 10_000,
+                task_counts: vec![64, 256],
+                many_pairs: 64_000,
+                flavors: vec![Flavor::MultiThread, Flavor::CurrentThread],
+                limit: Duration::from_secs(30),
+            },
+            contention: ContentionMatrix {
                 runs: 3,
-                c1_requests: 20_000,
-                ceiling_requests: 100_000,
-                lease_ms: 30_000,
-                loads: [true, true],
+                task_counts: vec![8, 64],
+                thinks: vec![Duration::ZERO, Duration::from_millis(1)],
+                sharings: vec![Sharing::Shared, Sharing::PerTask],
+                base: ContentionSettings {
+                    tasks: 8,
+                    critical: Duration::from_millis(1),
+                    think: Duration::from_millis(1),
+                    duration: Duration::from_secs(3),
+                    warmup: Duration::from_millis(300),
+                },
+                flavor: Flavor::CurrentThread,
+                round_trip_samples: 300,
             },
-            one_task_pairs: 10_000,
-            tasks: 64,
-            pairs_per_task: 1_000,
             reentry_rounds: 100,
-            contention: ContentionSettings {
-                tasks: 8,
-                critical: Duration::from_millis(1),
-                think: Duration::from_millis(1),
-                duration: Duration::from_secs(4),
-                warmup: Duration::from_millis(300),
-            },
             wakeup_rounds: 200,
             leases: LeaseSettings {
                 locks: 100_000,
@@ -62,26 +73,43 @@ impl Settings {
             macro_calls: 200,
             cluster: true,
             cluster_only: false,
-            limit: Duration::from_secs(30),
         }
     }
 
-    /// A fast pass to check the harness itself; its figures are not the benchmark.
+    /// A fast pass to check the harness itself (about a minute); its figures are
+    /// not the benchmark.
     pub(crate) fn quick() -> Self {
         let mut settings = Self::full();
-        settings.reference.c1_requests = 5_000;
-        settings.reference.ceiling_requests = 50_000;
-        settings.one_task_pairs = 2_000;
-        settings.pairs_per_task = 200;
+        settings.runs = 1;
+        let throughput = &mut settings.throughput;
+        // Two runs, so that both orders of the clients run.
+        throughput.runs = 2;
+        throughput.reference.c1_requests = 3_000;
+        throughput.reference.ceiling_requests = 20_000;
+        throughput.one_task_pairs = 1_000;
+        throughput.many_pairs = 6_400;
+        let contention = &mut settings.contention;
+        contention.runs = 1;
+        contention.base.duration = Duration::from_millis(500);
+        contention.base.warmup = Duration::from_millis(100);
+        contention.round_trip_samples = 50;
         settings.reentry_rounds = 20;
-        settings.contention.duration = Duration::from_secs(1);
-        settings.wakeup_rounds = 30;
+        settings.wakeup_rounds = 20;
         settings.leases = LeaseSettings {
             locks: 10_000,
-            hold: Duration::from_secs(5),
+            hold: Duration::from_secs(4),
             lease: Duration::from_secs(3),
         };
-        settings.macro_rounds = 6;
+        settings.macro_rounds = 4;
         settings
+    }
+
+    /// `runs` runs of everything (at least one; two for the phases that take turns,
+    /// so that both orders run).
+    pub(crate) fn with_runs(mut self, runs: usize) -> Self {
+        self.runs = runs.max(1);
+        self.throughput.runs = runs.max(1);
+        self.contention.runs = runs.max(1);
+        self
     }
 }
