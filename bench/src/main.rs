@@ -321,7 +321,12 @@ async fn one_client_scenarios(
         results.reentry.push(reentry);
     }
     note("5: wake-up in another process");
+    let samples = settings.contention.round_trip_samples;
     for run in 0..settings.runs {
+        let tag = format!("5:{run}");
+        let idle = Duration::from_millis(1);
+        let rtt = scenarios::raw_round_trips(&server.url(), &tag, samples, idle).await?;
+        results.wakeup_round_trips.push(rtt);
         let rounds = settings.wakeup_rounds;
         results
             .wakeup
