@@ -230,9 +230,20 @@ impl tracing::Subscriber for RenewCounter {
 /// Settings of scenario 6.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LeaseSettings {
-    pub(crate) locks: usize,
+    /// The client's memory is read once each count is held; the last is the count
+    /// the watchdog keeps for the hold.
+    pub(crate) stages: [usize; 2],
     pub(crate) hold: Duration,
     pub(crate) lease: Duration,
+    /// How long the child waits after the last release before it reads its memory.
+    pub(crate) settle: Duration,
+}
+
+impl LeaseSettings {
+    /// The locks held during the hold.
+    pub(crate) fn locks(&self) -> usize {
+        self.stages[1]
+    }
 }
 
 /// What scenario 6 measured.
@@ -250,8 +261,16 @@ pub(crate) struct Leases {
     /// Every command the server counted during the hold (scripts' inner ones too).
     pub(crate) server_commands: u64,
     pub(crate) rss_before_kib: u64,
+    /// Once the first stage's count was held.
+    pub(crate) rss_first_kib: u64,
     pub(crate) rss_held_kib: u64,
     pub(crate) rss_after_kib: u64,
+    /// After every lock was released and the child waited `settle`.
+    pub(crate) rss_released_kib: u64,
+    /// Then after `malloc_trim(0)` (a diagnostic).
+    pub(crate) rss_trimmed_kib: u64,
+    /// How long the releases took.
+    pub(crate) release_secs: f64,
 }
 
 impl Leases {
@@ -266,15 +285,36 @@ impl Leases {
         self.pipelines as f64 / (self.periods(settings) * hundreds).max(1e-9)
     }
 
-    /// RSS growth per held lock, bytes (at the end of the hold).
+    /// RSS growth per held lock, bytes, with the first stage's count held.
+    pub(crate) fn bytes_per_lock_first(&self, settings: LeaseSettings) -> f64 {
+        (self.rss_first_kib.saturating_sub(self.rss_before_kib) * 1024) as f64
+            / settings.stages[0].max(1) as f64
+    }
+
+    /// RSS growth per held lock, bytes, at the end of the hold.
     pub(crate) fn bytes_per_lock(&self) -> f64 {
         (self.rss_after_kib.saturating_sub(self.rss_before_kib) * 1024) as f64
             / (self.held.max(1)) as f64
     }
+
+    /// RSS once every lock was released, over RSS before any was taken.
+    pub(crate) fn released_over_baseline(&self) -> f64 {
+        self.rss_released_kib as f64 / self.rss_before_kib.max(1) as f64
+    }
 }
 
-/// Scenario 6: a child holds `settings.locks` locks under the watchdog for
-/// `settings.hold`; the server's command counts are taken around the hold.
+/// A `name=value` field of a child's line.
+fn field(line: &str, name: &str) -> Result<f64, BoxError> {
+    line.split_whitespace()
+        .find_map(|pair| pair.strip_prefix(&format!("{name}=")))
+        .ok_or_else(|| format!("no {name} in {line:?}"))?
+        .parse()
+        .map_err(|err| format!("{name} in {line:?}: {err}").into())
+}
+
+/// Scenario 6: a child takes `settings.stages` locks, holds them under the watchdog
+/// for `settings.hold`, then releases them all; the server's command counts are
+/// taken around the hold.
 pub(crate) fn many_leases(
     server: &RedisServer,
     settings: LeaseSettings,
@@ -282,52 +322,119 @@ pub(crate) fn many_leases(
     let mut child = ChildProcess::spawn(&[
         "child-leases".to_owned(),
         server.url(),
-        settings.locks.to_string(),
+        settings.stages[0].to_string(),
+        settings.stages[1].to_string(),
         settings.hold.as_millis().to_string(),
         settings.lease.as_millis().to_string(),
+        settings.settle.as_millis().to_string(),
     ])?;
-    let acquire_secs: f64 = child.expect("held")?.parse()?;
+    let held = child.expect("held")?;
     let before = command_stats(server)?;
     let before_total = info_field(server, "stats", "total_commands_processed")?;
     let result = child.expect("result")?;
     let after = command_stats(server)?;
     let after_total = info_field(server, "stats", "total_commands_processed")?;
+    let released = child.expect("released")?;
     child.finish()?;
     crate::server::flush(server)?;
-    let field = |name: &str| -> Result<u64, BoxError> {
-        result
-            .split_whitespace()
-            .find_map(|pair| pair.strip_prefix(&format!("{name}=")))
-            .ok_or_else(|| format!("no {name} in {result:?}"))?
-            .parse()
-            .map_err(Into::into)
-    };
+    let kib = |line: &str, name: &str| field(line, name).map(|v| v as u64);
     Ok(Leases {
-        held: field("held")?,
-        lost: field("lost")?,
-        acquire_secs,
-        pipelines: field("pipelines")?,
-        renewals: field("renewals")?,
+        held: kib(&result, "held")?,
+        lost: kib(&result, "lost")?,
+        acquire_secs: field(&held, "secs")?,
+        pipelines: kib(&result, "pipelines")?,
+        renewals: kib(&result, "renewals")?,
         server_evalsha: calls_between(&before, &after, "evalsha"),
         // Less the INFO calls of this measurement.
         server_commands: after_total.saturating_sub(before_total + 3),
-        rss_before_kib: field("rss_before")?,
-        rss_held_kib: field("rss_held")?,
-        rss_after_kib: field("rss_after")?,
+        rss_before_kib: kib(&held, "rss_before")?,
+        rss_first_kib: kib(&held, "rss_first")?,
+        rss_held_kib: kib(&held, "rss_held")?,
+        rss_after_kib: kib(&result, "rss_after")?,
+        rss_released_kib: kib(&released, "rss")?,
+        rss_trimmed_kib: kib(&released, "rss_trimmed")?,
+        release_secs: field(&released, "secs")?,
     })
 }
 
-/// The child of scenario 6.
-pub(crate) async fn child_leases(
-    url: &str,
-    locks: usize,
-    hold: Duration,
-    lease: Duration,
-) -> Result<(), BoxError> {
+/// The settings of the child of scenario 6, from its command line.
+pub(crate) fn child_lease_settings(args: &[String]) -> Result<LeaseSettings, BoxError> {
+    const USAGE: &str = "child-leases URL FIRST LOCKS HOLD_MS LEASE_MS SETTLE_MS";
+    let arg = |i: usize| -> Result<u64, BoxError> {
+        let text = args.get(i).ok_or(USAGE)?;
+        text.parse()
+            .map_err(|err| format!("{USAGE}: {text:?}: {err}").into())
+    };
+    Ok(LeaseSettings {
+        stages: [arg(2)? as usize, arg(3)? as usize],
+        hold: Duration::from_millis(arg(4)?),
+        lease: Duration::from_millis(arg(5)?),
+        settle: Duration::from_millis(arg(6)?),
+    })
+}
+
+/// Takes the locks `s6:<from>` .. `s6:<to - 1>` with `tasks` tasks.
+async fn take_locks(
+    client: &LockClient,
+    from: usize,
+    to: usize,
+    tasks: usize,
+) -> Result<Vec<distlock::LockGuard>, BoxError> {
+    let mut set = tokio::task::JoinSet::new();
+    for task in 0..tasks {
+        let client = client.clone();
+        set.spawn(async move {
+            let mut guards = Vec::new();
+            for i in (from + task..to).step_by(tasks) {
+                guards.push(client.lock(format!("s6:{i}")).await?);
+            }
+            Ok::<_, distlock::LockError>(guards)
+        });
+    }
+    let mut guards = Vec::with_capacity(to.saturating_sub(from));
+    while let Some(joined) = set.join_next().await {
+        guards.extend(joined??);
+    }
+    Ok(guards)
+}
+
+/// Releases every guard with `tasks` tasks.
+async fn release_all(guards: Vec<distlock::LockGuard>, tasks: usize) -> Result<(), BoxError> {
+    let mut chunks: Vec<Vec<distlock::LockGuard>> = (0..tasks).map(|_| Vec::new()).collect();
+    for (i, guard) in guards.into_iter().enumerate() {
+        chunks[i % tasks].push(guard);
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for chunk in chunks {
+        set.spawn(async move {
+            for guard in chunk {
+                guard.unlock().await?;
+            }
+            Ok::<_, distlock::LockError>(())
+        });
+    }
+    while let Some(joined) = set.join_next().await {
+        joined??;
+    }
+    Ok(())
+}
+
+/// Writes one line to the parent.
+fn tell(line: &str) -> Result<(), BoxError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The child of scenario 6: takes the locks in two stages, holds them, releases
+/// them, and reports its memory at each step and the watchdog's renewals.
+pub(crate) async fn child_leases(url: &str, settings: LeaseSettings) -> Result<(), BoxError> {
+    const TASKS: usize = 256;
     tracing::subscriber::set_global_default(RenewCounter)?;
     let client = LockClient::builder()
         .url(url)
-        .default_lease(lease)
+        .default_lease(settings.lease)
         .connect()
         .await?;
     for i in 0..100 {
@@ -335,43 +442,49 @@ pub(crate) async fn child_leases(
     }
     let rss_before = rss_kib();
     let start = Instant::now();
-    let tasks = 256;
-    let mut set = tokio::task::JoinSet::new();
-    for task in 0..tasks {
-        let client = client.clone();
-        set.spawn(async move {
-            let mut guards = Vec::with_capacity(locks / tasks + 1);
-            for i in (task..locks).step_by(tasks) {
-                guards.push(client.lock(format!("s6:{i}")).await?);
-            }
-            Ok::<_, distlock::LockError>(guards)
-        });
-    }
-    let mut guards = Vec::with_capacity(locks);
-    while let Some(joined) = set.join_next().await {
-        guards.extend(joined??);
-    }
-    let acquire_secs = start.elapsed().as_secs_f64();
+    let [first, locks] = settings.stages;
+    let mut guards = take_locks(&client, 0, first.min(locks), TASKS).await?;
+    let rss_first = rss_kib();
+    guards.extend(take_locks(&client, first.min(locks), locks, TASKS).await?);
+    let secs = start.elapsed().as_secs_f64();
     let rss_held = rss_kib();
     let (pipelines, renewals) = (
         PIPELINES.load(Ordering::Relaxed),
         RENEWALS.load(Ordering::Relaxed),
     );
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "held {acquire_secs}")?;
-    out.flush()?;
-    tokio::time::sleep(hold).await;
+    tell(&format!(
+        "held secs={secs} rss_before={rss_before} rss_first={rss_first} rss_held={rss_held}"
+    ))?;
+    tokio::time::sleep(settings.hold).await;
     let lost = guards.iter().filter(|guard| guard.is_lost()).count();
-    let rss_after = rss_kib();
-    writeln!(
-        out,
-        "result held={} lost={lost} pipelines={} renewals={} rss_before={rss_before} \
-         rss_held={rss_held} rss_after={rss_after}",
+    tell(&format!(
+        "result held={} lost={lost} pipelines={} renewals={} rss_after={}",
         guards.len(),
         PIPELINES.load(Ordering::Relaxed) - pipelines,
         RENEWALS.load(Ordering::Relaxed) - renewals,
-    )?;
-    out.flush()?;
-    // The parent flushes the server: skip 100 000 background releases.
-    std::process::exit(0);
+        rss_kib()
+    ))?;
+    let start = Instant::now();
+    release_all(guards, TASKS).await?;
+    let secs = start.elapsed().as_secs_f64();
+    tokio::time::sleep(settings.settle).await;
+    let rss = rss_kib();
+    tell(&format!(
+        "released secs={secs} rss={rss} rss_trimmed={}",
+        trimmed_rss_kib()
+    ))?;
+    drop(client);
+    Ok(())
+}
+
+/// RSS after asking the allocator to give its free memory back (glibc's
+/// `malloc_trim`): tells memory the allocator keeps from memory still in use. Only a
+/// diagnostic; the target is judged without it.
+fn trimmed_rss_kib() -> u64 {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory of the allocator to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    rss_kib()
 }

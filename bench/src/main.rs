@@ -71,7 +71,10 @@ fn main() -> ExitCode {
             Some(url) => runtime::block_on(current, children::child_waiter(url)),
             None => Err("child-waiter URL".into()),
         },
-        Some("child-leases") => child_leases(&args),
+        Some("child-leases") => children::child_lease_settings(&args).and_then(|settings| {
+            let url = args.get(1).ok_or("child-leases URL ...")?;
+            runtime::block_on(current, children::child_leases(url, settings))
+        }),
         Some("one-task") => profile_pairs(&args, 1),
         Some("many-tasks") => profile_pairs(&args, 64),
         Some("raw-pairs") => raw_pairs(&args),
@@ -85,26 +88,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The child of scenario 6: `child-leases URL LOCKS HOLD_MS LEASE_MS`.
-fn child_leases(args: &[String]) -> Result<(), BoxError> {
-    const USAGE: &str = "child-leases URL LOCKS HOLD_MS LEASE_MS";
-    let arg = |i: usize| -> Result<u64, BoxError> {
-        let text = args.get(i).ok_or(USAGE)?;
-        text.parse()
-            .map_err(|err| format!("{USAGE}: {text:?}: {err}").into())
-    };
-    let url = args.get(1).ok_or(USAGE)?;
-    let (locks, hold, lease) = (
-        arg(2)? as usize,
-        Duration::from_millis(arg(3)?),
-        Duration::from_millis(arg(4)?),
-    );
-    runtime::block_on(
-        Flavor::CurrentThread,
-        children::child_leases(url, locks, hold, lease),
-    )
 }
 
 /// URL and count arguments of the profiling modes.

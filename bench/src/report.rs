@@ -879,23 +879,35 @@ fn wakeup_rows(results: &Results) -> Vec<Row> {
 /// Scenario 6, many leases under the watchdog: losses, renewal round trips, memory.
 fn lease_rows(settings: &Settings, results: &Results) -> Vec<Row> {
     let l = &results.leases;
-    let lease_settings = settings.leases;
+    let s = settings.leases;
     let lost: u64 = l.iter().map(|l| l.lost).sum();
     let held = median_of(l, |l| l.held as f64);
-    let per100 = median_of(l, |l| l.round_trips_per_100(lease_settings));
+    let per100 = median_of(l, |l| l.round_trips_per_100(s));
     let per_pipeline = median_of(l, |l| l.renewals as f64 / l.pipelines.max(1) as f64);
-    let bytes = median_of(l, Leases::bytes_per_lock);
+    let first = median_of(l, |l| l.bytes_per_lock_first(s));
+    let last = median_of(l, Leases::bytes_per_lock);
+    let released = median_of(l, Leases::released_over_baseline);
+    let memory_row = |scenario: String, bytes: f64| Row {
+        scenario,
+        measured: format!("{bytes:.0} B"),
+        reference: "1 KiB".into(),
+        ratio: ratio(bytes / 1024.0),
+        target: "≤ 1.00".into(),
+        met: Some(bytes <= 1024.0),
+    };
     vec![
         Row {
             scenario: format!(
                 "6. {} locks held under the watchdog ({:?} lease) for {:?}: leases lost",
-                lease_settings.locks, lease_settings.lease, lease_settings.hold
+                s.locks(),
+                s.lease,
+                s.hold
             ),
             measured: format!("{lost} (held {held:.0})"),
             reference: "0".into(),
             ratio: "—".into(),
             target: "0".into(),
-            met: Some(lost == 0 && held as usize == lease_settings.locks),
+            met: Some(lost == 0 && held as usize == s.locks()),
         },
         Row {
             scenario: "6. Renewal round trips per 100 leases per renewal period".into(),
@@ -905,13 +917,33 @@ fn lease_rows(settings: &Settings, results: &Results) -> Vec<Row> {
             target: "≤ 1.00".into(),
             met: Some(per100 <= 1.0),
         },
+        memory_row(
+            format!(
+                "6. Client memory (RSS) growth per held lock, {} held",
+                s.stages[0]
+            ),
+            first,
+        ),
+        memory_row(
+            format!(
+                "6. Client memory (RSS) growth per held lock, {} held, at the end of the hold",
+                s.stages[1]
+            ),
+            last,
+        ),
         Row {
-            scenario: "6. Client memory (RSS) growth per held lock".into(),
-            measured: format!("{bytes:.0} B"),
-            reference: "1 KiB".into(),
-            ratio: ratio(bytes / 1024.0),
-            target: "≤ 1.00".into(),
-            met: Some(bytes <= 1024.0),
+            scenario: format!(
+                "6. Client memory (RSS) once every lock is released, {:?} later",
+                s.settle
+            ),
+            measured: format!("{:.0} KiB", median_of(l, |l| l.rss_released_kib as f64)),
+            reference: format!(
+                "{:.0} KiB (before taking them)",
+                median_of(l, |l| l.rss_before_kib as f64)
+            ),
+            ratio: ratio(released),
+            target: "≤ 1.10".into(),
+            met: Some(released <= 1.1),
         },
     ]
 }
@@ -1258,7 +1290,9 @@ fn lease_details(out: &mut String, results: &Results) {
             out,
             "- Scenario 6, run {}: {} held (taken in {:.1} s), {} lost; during the hold {} \
              renewal pipelines carried {} renewals (server: {} EVALSHA, {} commands in all); \
-             RSS {} KiB before, {} KiB once held, {} KiB at the end.",
+             RSS {} KiB before, {} KiB at the first stage, {} KiB once all held, {} KiB at \
+             the end of the hold, {} KiB once all were released (in {:.1} s) and the process \
+             waited, {} KiB after `malloc_trim(0)` (the difference is free memory the allocator kept).",
             run + 1,
             l.held,
             l.acquire_secs,
@@ -1268,8 +1302,12 @@ fn lease_details(out: &mut String, results: &Results) {
             l.server_evalsha,
             l.server_commands,
             l.rss_before_kib,
+            l.rss_first_kib,
             l.rss_held_kib,
-            l.rss_after_kib
+            l.rss_after_kib,
+            l.rss_released_kib,
+            l.release_secs,
+            l.rss_trimmed_kib
         );
     }
 }

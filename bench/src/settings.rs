@@ -65,9 +65,10 @@ impl Settings {
             reentry_rounds: 100,
             wakeup_rounds: 200,
             leases: LeaseSettings {
-                locks: 100_000,
+                stages: [10_000, 100_000],
                 hold: Duration::from_secs(30),
                 lease: Duration::from_secs(10),
+                settle: Duration::from_secs(2),
             },
             macro_rounds: 30,
             macro_calls: 200,
@@ -96,9 +97,10 @@ impl Settings {
         settings.reentry_rounds = 20;
         settings.wakeup_rounds = 20;
         settings.leases = LeaseSettings {
-            locks: 10_000,
+            stages: [2_000, 10_000],
             hold: Duration::from_secs(4),
             lease: Duration::from_secs(3),
+            settle: Duration::from_secs(1),
         };
         settings.macro_rounds = 4;
         settings
