@@ -106,8 +106,8 @@ impl Settings {
         settings
     }
 
-    /// `runs` runs of everything (at least one; two for the phases that take turns,
-    /// so that both orders run).
+    /// `runs` runs of everything (at least one; the phases that take turns need two
+    /// for both orders to run).
     pub(crate) fn with_runs(mut self, runs: usize) -> Self {
         self.runs = runs.max(1);
         self.throughput.runs = runs.max(1);
