@@ -30,7 +30,7 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// The benchmark: about 12 minutes on a 2-core machine.
+    /// The benchmark: about 10 minutes on a 2-core machine.
     pub(crate) fn full() -> Self {
         Settings {
             runs: 3,
@@ -77,7 +77,7 @@ impl Settings {
         }
     }
 
-    /// A fast pass to check the harness itself (about a minute); its figures are
+    /// A fast pass to check the harness itself (under a minute); its figures are
     /// not the benchmark.
     pub(crate) fn quick() -> Self {
         let mut settings = Self::full();
