@@ -40,15 +40,17 @@ COMMANDS:
     demo [EXAMPLE...] Run examples against throwaway redis-servers (REDIS_URL points
                       at a fresh server for each). Default: `order_flow`, the order and
                       inventory service; also `demo`, `guard_api`, `fencing`, or `all`.
-    bench [ARGS...]   Run the benchmarks of issue 6 (package `distlock-bench`, built
-                      in release with the rslock peer): start a throwaway redis-server
-                      and a local Redis Cluster, measure the physical limit with
-                      redis-benchmark, run every scenario 3 times, print a Markdown
-                      table of medians as ratios to it, and write it into
-                      BENCHMARKS.md. ARGS go to the harness: `--quick` (a fast check
-                      of the harness, not a benchmark), `--runs N`, `--skip-cluster`.
-                      Takes about 5 minutes; the criterion micro-benchmarks run with
-                      `cargo bench -p distlock-bench`.
+    bench [ARGS...]   Run the benchmarks of issues 6 and 13 (package `distlock-bench`,
+                      built in release with the rslock peer): start a throwaway
+                      redis-server and a local Redis Cluster, measure the physical
+                      limit with redis-benchmark (distlock's scripts and rslock's
+                      commands), run every scenario at least 3 times, distlock and
+                      rslock in turn, print a Markdown table of medians as ratios to
+                      the references, and write it into BENCHMARKS.md. ARGS go to the
+                      harness: `--quick` (a fast check of the harness, not a
+                      benchmark), `--runs N`, `--skip-cluster`. Takes about 10
+                      minutes (`--quick`: under one); the criterion micro-benchmarks
+                      run with `cargo bench -p distlock-bench`.
     cluster           Start a local Redis Cluster (3 masters, 3 replicas) on free
                       127.0.0.1 ports, print its node URLs and how to point the client
                       or the examples at it, and keep it up until Ctrl-C, SIGTERM or
