@@ -9,7 +9,9 @@ use tokio::time::Instant;
 
 use crate::contender::Contender;
 use crate::error::BoxError;
-use crate::server::{client_requests_between, command_stats, command_stats_async};
+use crate::server::{
+    client_requests_between, command_stats, command_stats_async, log_every_command,
+};
 use crate::stats::percentile;
 
 /// One acquisition in the contention scenario.
@@ -273,6 +275,8 @@ where
     let mut info = redis::Client::open(server.url())?
         .get_multiplexed_async_connection()
         .await?;
+    // Every command in the slow log, to tell a client's SET from a script's.
+    log_every_command(server, true)?;
     let before = command_stats(server)?;
     let start = Instant::now();
     let stop = start + settings.duration;
@@ -302,6 +306,7 @@ where
     let elapsed = start.elapsed();
     let after = command_stats(server)?;
     let warm_stats = snapshot.await??;
+    log_every_command(server, false)?;
     let log = std::mem::take(&mut *lock_log(&log));
     let steady_acquisitions = log.iter().filter(|a| a.acquired >= warm).count() as u64;
     let inner = C::SCRIPT_COMMANDS;

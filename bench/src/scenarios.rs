@@ -12,7 +12,8 @@ use crate::cpu::cpu_time;
 use crate::error::BoxError;
 use crate::server::{
     calls_between, client_requests_between, command_stats, distlock_acquire_cmd,
-    distlock_release_cmd, ACQUIRE_LUA, DISTLOCK_SCRIPT_COMMANDS, RELEASE_LUA,
+    distlock_acquire_script_cmd, distlock_release_cmd, ACQUIRE_LUA, DISTLOCK_SCRIPT_COMMANDS,
+    RELEASE_LUA,
 };
 use crate::stats::{percentile, us};
 
@@ -74,16 +75,11 @@ async fn pairs_of_task<C: Contender>(
     Ok(done)
 }
 
-/// Scenario 1 without distlock: the same two scripts through a plain redis-rs
-/// `ConnectionManager`, one request in flight. Pairs per second and client CPU per
+/// Scenario 1 without distlock: the same two requests (a plain `SET NX` and
+/// release.lua) through a plain redis-rs `ConnectionManager`, one request in flight. Pairs per second and client CPU per
 /// pair: what redis-rs and Tokio cost by themselves, for the profile of scenario 1.
 pub(crate) async fn raw_pairs(url: &str, pairs: usize) -> Result<(f64, Duration), BoxError> {
     let mut conn = redis::Client::open(url)?.get_connection_manager().await?;
-    let acquire: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(ACQUIRE_LUA)
-        .query_async(&mut conn)
-        .await?;
     let release: String = redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(RELEASE_LUA)
@@ -93,7 +89,7 @@ pub(crate) async fn raw_pairs(url: &str, pairs: usize) -> Result<(f64, Duration)
     let cpu = cpu_time(libc::RUSAGE_SELF);
     for i in 0..pairs {
         let name = format!("raw:{i}");
-        let _: redis::Value = distlock_acquire_cmd(&acquire, &name, "owner")
+        let _: redis::Value = distlock_acquire_cmd(&name, "owner")
             .query_async(&mut conn)
             .await?;
         let _: redis::Value = distlock_release_cmd(&release, &name, "owner")
@@ -168,8 +164,9 @@ pub(crate) struct RoundTrips {
     pub(crate) after_idle: Duration,
 }
 
-/// Measures [`RoundTrips`]: `samples` first acquisitions of fresh names by acquire.lua
-/// through a plain redis-rs connection (no distlock), each way.
+/// Measures [`RoundTrips`]: `samples` acquisitions of fresh names by acquire.lua (as
+/// a waiter's attempt runs it) through a plain redis-rs connection (no distlock),
+/// each way.
 pub(crate) async fn raw_round_trips(
     url: &str,
     tag: &str,
@@ -190,7 +187,7 @@ pub(crate) async fn raw_round_trips(
             if !pause.is_zero() {
                 tokio::time::sleep(pause).await;
             }
-            let cmd = distlock_acquire_cmd(&sha, &format!("raw:{tag}:{index}:{i}"), "owner");
+            let cmd = distlock_acquire_script_cmd(&sha, &format!("raw:{tag}:{index}:{i}"), "owner");
             let start = Instant::now();
             let _: redis::Value = cmd.query_async(&mut conn).await?;
             rtts.push(start.elapsed());

@@ -15,10 +15,16 @@ use distlock_testkit::RedisServer;
 
 use crate::error::BoxError;
 
-/// `INFO commandstats`: command name to calls.
+/// `INFO commandstats`: command name to calls; while [`log_every_command`] is on, also
+/// the clients' own requests as the slow log tells them ([`CLIENT_REQUESTS`],
+/// [`CLIENT_ACQUIRES`]).
 pub(crate) fn command_stats(server: &RedisServer) -> Result<HashMap<String, u64>, BoxError> {
     let info = server.cmd_timeout(&["INFO", "commandstats"], Duration::from_secs(30))?;
-    Ok(parse_command_stats(&info, "calls="))
+    let mut stats = parse_command_stats(&info, "calls=");
+    let mut conn = redis::Client::open(server.url())?.get_connection()?;
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query(&mut conn)?;
+    count_logged_requests(&log, &mut stats);
+    Ok(stats)
 }
 
 /// [`command_stats`] over an async connection, for a snapshot in the middle of a run
@@ -30,7 +36,77 @@ pub(crate) async fn command_stats_async(
         .arg("commandstats")
         .query_async(conn)
         .await?;
-    Ok(parse_command_stats(&info, "calls="))
+    let mut stats = parse_command_stats(&info, "calls=");
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query_async(conn)
+        .await?;
+    count_logged_requests(&log, &mut stats);
+    Ok(stats)
+}
+
+/// The pseudo-command under which [`command_stats`] counts the requests that
+/// clients sent (not the harness's own looks), from the slow log.
+pub(crate) const CLIENT_REQUESTS: &str = "(client requests)";
+
+/// The pseudo-command under which [`command_stats`] counts distlock's acquire
+/// attempts that clients sent: plain `SET`s and runs of acquire.lua.
+pub(crate) const CLIENT_ACQUIRES: &str = "(client acquires)";
+
+/// The commands the harness sends to look at the server: never a client's request.
+const LOOKS: [&str; 4] = ["slowlog", "config", "info", "client"];
+
+/// Has the server log every command in its slow log (emptied first), so that a
+/// client's `SET` can be told from one a script runs: `INFO commandstats` counts
+/// both, and distlock sends a `SET` itself for a first acquisition. Only for the
+/// scenarios that count requests: logging costs the server a little per command.
+pub(crate) fn log_every_command(server: &RedisServer, on: bool) -> Result<(), BoxError> {
+    let threshold = if on { "0" } else { "10000" };
+    server.cmd(&[
+        "CONFIG",
+        "SET",
+        "slowlog-log-slower-than",
+        threshold,
+        "slowlog-max-len",
+        "1000000",
+    ])?;
+    server.cmd(&["SLOWLOG", "RESET"])?;
+    Ok(())
+}
+
+/// Counts, from `SLOWLOG GET -1`'s entries, the clients' requests and distlock's
+/// acquire attempts into `stats` (entries of a script's commands have no client
+/// address, `?:0`).
+fn count_logged_requests(log: &[redis::Value], stats: &mut HashMap<String, u64>) {
+    let text = |value: &redis::Value| match value {
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        redis::Value::SimpleString(text) => text.clone(),
+        _ => String::new(),
+    };
+    let acquire_sha = redis::Script::new(ACQUIRE_LUA).get_hash().to_owned();
+    let (mut requests, mut acquires) = (0, 0);
+    for entry in log {
+        let redis::Value::Array(fields) = entry else {
+            continue;
+        };
+        let args: Vec<String> = match fields.get(3) {
+            Some(redis::Value::Array(args)) => args.iter().take(2).map(text).collect(),
+            _ => continue,
+        };
+        let command = args.first().map(|c| c.to_lowercase()).unwrap_or_default();
+        if fields.get(4).map(text).as_deref() == Some("?:0") || LOOKS.contains(&command.as_str()) {
+            continue;
+        }
+        requests += 1;
+        let acquire = command == "set"
+            || (command == "evalsha" && args.get(1).is_some_and(|sha| *sha == acquire_sha));
+        acquires += u64::from(acquire);
+    }
+    if requests > 0 {
+        stats.insert(CLIENT_REQUESTS.to_owned(), requests);
+        stats.insert(CLIENT_ACQUIRES.to_owned(), acquires);
+    }
 }
 
 /// One field (`calls=` or `usec=`) of every `cmdstat_` line of `INFO commandstats`.
@@ -73,9 +149,14 @@ pub(crate) fn client_requests_between(
     after: &HashMap<String, u64>,
     inner: &[&str],
 ) -> u64 {
+    if after.contains_key(CLIENT_REQUESTS) {
+        return calls_between(before, after, CLIENT_REQUESTS);
+    }
     after
         .keys()
-        .filter(|name| name.as_str() != "info" && !inner.contains(&name.as_str()))
+        .filter(|name| {
+            name.as_str() != "info" && !name.starts_with('(') && !inner.contains(&name.as_str())
+        })
         .map(|name| calls_between(before, after, name))
         .sum()
 }
@@ -260,40 +341,44 @@ pub(crate) fn releases_that_freed(
 // ---- distlock's protocol --------------------------------------------------------
 
 /// distlock's scripts, byte for byte as the client sends them (first line,
-/// `hash.lua`, the script): `SCRIPT LOAD` gives the SHA the client uses.
+/// `lock.lua`, the script): `SCRIPT LOAD` gives the SHA the client uses.
 pub(crate) const ACQUIRE_LUA: &str = concat!(
     "#!lua\n",
-    include_str!("../../lua/hash.lua"),
+    include_str!("../../lua/lock.lua"),
     include_str!("../../lua/acquire.lua")
 );
 pub(crate) const RELEASE_LUA: &str = concat!(
     "#!lua flags=allow-oom\n",
-    include_str!("../../lua/hash.lua"),
+    include_str!("../../lua/lock.lua"),
     include_str!("../../lua/release.lua")
 );
 
 /// How long the release script keeps the record of a final release in these runs
-/// (`ARGV[6]` of `release.lua`; the client uses four response timeouts).
+/// (`ARGV[2]` of `release.lua`; the client uses four response timeouts).
 const REMEMBER_MS: u64 = 2_000;
 
 /// The owner id of the reference's locks (a client's uuid and counter).
 const DISTLOCK_OWNER: &str = "0123456789abcdef0123456789abcdef:1";
 
 /// Commands that distlock's scripts run inside Redis: `INFO commandstats` counts those
-/// too, but they cost no round trip. (A command the client also sends itself would
-/// have to be told apart another way.)
+/// too, but they cost no round trip. The client also sends `SET` itself (a first
+/// acquisition): where that matters, [`log_every_command`] tells them apart.
 pub(crate) const DISTLOCK_SCRIPT_COMMANDS: &[&str] = &[
-    "type", "hget", "hset", "hincrby", "pexpire", "pttl", "incr", "get", "del", "publish",
-    "spublish", "hexists", "hgetall", "set",
+    "get", "set", "pexpire", "pttl", "incr", "del", "publish", "spublish",
 ];
 
 /// distlock's acquire attempts between two [`command_stats`] snapshots, of which
-/// `acquisitions` succeeded: every EVALSHA less one release per acquisition.
+/// `acquisitions` succeeded: from the slow log when it logs every command (plain
+/// `SET`s and acquire.lua runs), else every EVALSHA less one release per
+/// acquisition (which misses the plain `SET`s).
 pub(crate) fn distlock_acquire_attempts(
     before: &HashMap<String, u64>,
     after: &HashMap<String, u64>,
     acquisitions: u64,
 ) -> u64 {
+    if after.contains_key(CLIENT_ACQUIRES) {
+        return calls_between(before, after, CLIENT_ACQUIRES);
+    }
     calls_between(before, after, "evalsha").saturating_sub(acquisitions)
 }
 
@@ -302,15 +387,30 @@ pub(crate) fn distlock_release_channel(name: &str) -> String {
     format!("distlock:{{{name}}}:released")
 }
 
-/// A first acquisition of the lock `name` by `owner`, as the client sends it, for
-/// plain redis-rs (`sha`: acquire.lua's); the reply is not looked at.
-pub(crate) fn distlock_acquire_cmd(sha: &str, name: &str, owner: &str) -> redis::Cmd {
+/// A first acquisition of the lock `name` by `owner`, as the client sends it (a
+/// plain `SET NX GET PX` of the value acquire.lua would write, lua/lock.lua), for
+/// plain redis-rs; the reply is not looked at.
+pub(crate) fn distlock_acquire_cmd(name: &str, owner: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(format!("distlock:{{{name}}}"))
+        .arg(format!("{owner} 1 0 0 1"))
+        .arg("NX")
+        .arg("GET")
+        .arg("PX")
+        .arg(30_000);
+    cmd
+}
+
+/// A run of acquire.lua for the lock `name` by `owner` (`sha`: acquire.lua's), as a
+/// waiter sends it; the reply is not looked at.
+pub(crate) fn distlock_acquire_script_cmd(sha: &str, name: &str, owner: &str) -> redis::Cmd {
     let key = format!("distlock:{{{name}}}");
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(sha)
-        .arg(2)
+        .arg(3)
         .arg(&key)
         .arg(format!("{key}:fence"))
+        .arg(format!("{key}:freed"))
         .arg(owner)
         .arg(30_000)
         .arg(0)
@@ -329,41 +429,39 @@ pub(crate) fn distlock_release_cmd(sha: &str, name: &str, owner: &str) -> redis:
         .arg(&key)
         .arg(format!("{key}:released"))
         .arg(format!("{key}:freed"))
+        .arg("PUBLISH")
+        .arg(REMEMBER_MS)
         .arg(owner)
         .arg(30_000)
         .arg(2)
-        .arg(1)
-        .arg("PUBLISH")
-        .arg(REMEMBER_MS);
+        .arg(1);
     cmd
 }
 
-/// distlock's reference: EVALSHA acquire.lua on fresh keys (a keyspace far larger
-/// than the request count), EVALSHA release.lua on the keys [`prefill_distlock_locks`]
-/// filled, as operation 2 of the owner (acquire.lua's "Exactly once": the prefilled
-/// locks record operation 1 as applied, with a floor of 0).
+/// distlock's reference: a first acquisition as the client sends it (a plain `SET NX
+/// GET PX`) on fresh keys (a keyspace far larger than the request count), EVALSHA
+/// release.lua (one release per run, as one task sends it) on the keys
+/// [`prefill_distlock_locks`] filled, as operation 2 of the owner (acquire.lua's
+/// "Exactly once": the prefilled locks record operation 1 as applied, with a floor
+/// of 0).
 fn distlock_reference_commands(
     server: &RedisServer,
     shape: &KeyShape,
     tag: &str,
     lease_ms: u64,
 ) -> Result<ReferenceCommands, BoxError> {
-    let acquire_sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_LUA])?;
     let release_sha = server.cmd(&["SCRIPT", "LOAD", RELEASE_LUA])?;
     let rand = "__rand_int__";
     let lease = lease_ms.to_string();
+    let value = format!("{DISTLOCK_OWNER} 1 0 0 1");
     let acquire = [
-        "EVALSHA",
-        &acquire_sha,
-        "2",
+        "SET",
         &shape.key(&format!("a{tag}"), rand),
-        &shape.key(&format!("a{tag}f"), rand),
-        DISTLOCK_OWNER,
+        &value,
+        "NX",
+        "GET",
+        "PX",
         &lease,
-        "0",
-        "1",
-        "0",
-        "0",
     ];
     let release = [
         "EVALSHA",
@@ -372,12 +470,12 @@ fn distlock_reference_commands(
         &shape.key(&format!("r{tag}"), rand),
         &shape.key(&format!("r{tag}c"), rand),
         &shape.key(&format!("r{tag}x"), rand),
+        "PUBLISH",
+        &REMEMBER_MS.to_string(),
         DISTLOCK_OWNER,
         &lease,
         "2",
         "0",
-        "PUBLISH",
-        &REMEMBER_MS.to_string(),
     ];
     Ok(ReferenceCommands {
         acquire: acquire.iter().map(|s| s.to_string()).collect(),
@@ -393,8 +491,7 @@ fn prefill_distlock_locks(
     tag: &str,
     keys: u64,
 ) -> Result<(), BoxError> {
-    let body = "redis.call('HSET', key, ARGV[4], 1, '#fence', 0, '#floor', 0, '#done', '1') \
-                redis.call('PEXPIRE', key, 600000)";
+    let body = "redis.call('SET', key, ARGV[4] .. ' 1 0 0 1', 'PX', 600000)";
     let template = shape.key(&format!("r{tag}"), "%012d");
     fill_in_chunks(server, body, &template, keys, &[DISTLOCK_OWNER])
 }
