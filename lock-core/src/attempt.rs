@@ -162,8 +162,8 @@ impl Invoke {
         let mut invocation = script.prepare_invoke();
         invocation
             .key(&self.keys.lock)
-            .key(&self.keys.fence)
-            .key(&self.keys.freed)
+            .key(self.keys.fence())
+            .key(self.keys.freed())
             .arg(self.owner.id())
             .arg(self.lease_ms)
             .arg(u8::from(self.fencing))
@@ -180,8 +180,8 @@ impl Invoke {
             .arg(script.get_hash())
             .arg(3)
             .arg(&self.keys.lock)
-            .arg(&self.keys.fence)
-            .arg(&self.keys.freed)
+            .arg(self.keys.fence())
+            .arg(self.keys.freed())
             .arg(self.owner.id())
             .arg(self.lease_ms)
             .arg(u8::from(self.fencing))

@@ -181,7 +181,7 @@ impl LockClient {
                     let reply: Vec<i64> = scripts
                         .inspect
                         .key(&keys.lock)
-                        .key(&keys.fence)
+                        .key(keys.fence())
                         .invoke_async(&mut conn)
                         .await?;
                     InspectReply::decode(&reply)

@@ -25,9 +25,7 @@ pub const MAX_NAMESPACE_LEN: usize = 128;
 pub(crate) struct LockKeys {
     pub(crate) name: Arc<[u8]>,
     pub(crate) lock: Vec<u8>,
-    pub(crate) fence: Vec<u8>,
     pub(crate) channel: Vec<u8>,
-    pub(crate) freed: Vec<u8>,
 }
 
 impl LockKeys {
@@ -59,22 +57,22 @@ impl LockKeys {
             }
         }
         lock.push(b'}');
-        let mut fence = Vec::with_capacity(lock.len() + 6);
-        fence.extend_from_slice(&lock);
-        fence.extend_from_slice(b":fence");
-        let mut channel = Vec::with_capacity(lock.len() + 9);
-        channel.extend_from_slice(&lock);
-        channel.extend_from_slice(b":released");
-        let mut freed = Vec::with_capacity(lock.len() + 6);
-        freed.extend_from_slice(&lock);
-        freed.extend_from_slice(b":freed");
+        let channel = suffixed(&lock, b":released");
         Ok(Self {
             name: Arc::from(name),
             lock,
-            fence,
             channel,
-            freed,
         })
+    }
+
+    /// The fencing counter: made when a request needs it, not kept with a held lock.
+    pub(crate) fn fence(&self) -> Vec<u8> {
+        suffixed(&self.lock, b":fence")
+    }
+
+    /// The record of the last final release: made when a request needs it.
+    pub(crate) fn freed(&self) -> Vec<u8> {
+        suffixed(&self.lock, b":freed")
     }
 
     /// The name as text for messages and traces (invalid UTF-8 is replaced).
@@ -89,6 +87,14 @@ impl fmt::Debug for LockKeys {
             .field(&String::from_utf8_lossy(&self.lock))
             .finish()
     }
+}
+
+/// `key` followed by `suffix`, in one allocation.
+fn suffixed(key: &[u8], suffix: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len() + suffix.len());
+    out.extend_from_slice(key);
+    out.extend_from_slice(suffix);
+    out
 }
 
 /// Checks a namespace: non-empty, at most [`MAX_NAMESPACE_LEN`] bytes, no braces.
@@ -117,9 +123,9 @@ mod tests {
     fn keys_share_one_non_empty_tag() {
         let keys = LockKeys::new("ns", b"order:{42}").expect("valid name");
         assert_eq!(keys.lock, b"ns:{order:%7B42%7D}");
-        assert_eq!(keys.fence, b"ns:{order:%7B42%7D}:fence");
+        assert_eq!(keys.fence(), b"ns:{order:%7B42%7D}:fence");
         assert_eq!(keys.channel, b"ns:{order:%7B42%7D}:released");
-        assert_eq!(keys.freed, b"ns:{order:%7B42%7D}:freed");
+        assert_eq!(keys.freed(), b"ns:{order:%7B42%7D}:freed");
     }
 
     #[test]

@@ -189,7 +189,7 @@ impl Release {
     ) -> Self {
         Self {
             item: Item {
-                keys: [keys.lock.clone(), keys.channel.clone(), keys.freed.clone()],
+                keys: [keys.lock.clone(), keys.channel.clone(), keys.freed()],
                 owner,
                 lease_ms,
                 seq,
