@@ -22,8 +22,14 @@ pub(crate) fn command_stats(server: &RedisServer) -> Result<HashMap<String, u64>
     let info = server.cmd_timeout(&["INFO", "commandstats"], Duration::from_secs(30))?;
     let mut stats = parse_command_stats(&info, "calls=");
     let mut conn = redis::Client::open(server.url())?.get_connection()?;
-    let log: Vec<redis::Value> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query(&mut conn)?;
-    count_logged_requests(&log, &mut stats);
+    let threshold: (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("slowlog-log-slower-than")
+        .query(&mut conn)?;
+    if threshold.1 == "0" {
+        let log: Vec<redis::Value> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query(&mut conn)?;
+        count_logged_requests(&log, &mut stats);
+    }
     Ok(stats)
 }
 
@@ -37,12 +43,19 @@ pub(crate) async fn command_stats_async(
         .query_async(conn)
         .await?;
     let mut stats = parse_command_stats(&info, "calls=");
-    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+    let threshold: (String, String) = redis::cmd("CONFIG")
         .arg("GET")
-        .arg(-1)
+        .arg("slowlog-log-slower-than")
         .query_async(conn)
         .await?;
-    count_logged_requests(&log, &mut stats);
+    if threshold.1 == "0" {
+        let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query_async(conn)
+            .await?;
+        count_logged_requests(&log, &mut stats);
+    }
     Ok(stats)
 }
 
@@ -142,8 +155,9 @@ pub(crate) fn calls_between(
         .saturating_sub(before.get(command).copied().unwrap_or(0))
 }
 
-/// Requests clients sent between two snapshots: every command but `INFO` and the
-/// commands that the client's scripts run inside Redis (`inner`).
+/// Requests clients sent between two snapshots: from the slow log when it logs every
+/// command, else every command but the harness's looks and the commands that the
+/// client's scripts run inside Redis (`inner`).
 pub(crate) fn client_requests_between(
     before: &HashMap<String, u64>,
     after: &HashMap<String, u64>,
@@ -155,7 +169,10 @@ pub(crate) fn client_requests_between(
     after
         .keys()
         .filter(|name| {
-            name.as_str() != "info" && !name.starts_with('(') && !inner.contains(&name.as_str())
+            // The harness's own looks (`INFO`, `SLOWLOG`, and `CLIENT SETINFO` of the
+            // connection it opens to read the slow log) are no client's requests.
+            let command = name.split('|').next().unwrap_or_default();
+            !LOOKS.contains(&command) && !name.starts_with('(') && !inner.contains(&name.as_str())
         })
         .map(|name| calls_between(before, after, name))
         .sum()
