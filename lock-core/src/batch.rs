@@ -5,10 +5,10 @@
 //! one each.
 //!
 //! Nothing waits to fill a batch: a release finds a free sending slot and goes at
-//! once, alone if nothing else is ready. Only while [`IN_FLIGHT`] batches are on
-//! the way do releases queue, and the queue goes as the next batch when one
-//! returns. So one task sees the round trip it had, and under load the batches grow
-//! with the load.
+//! once, alone if nothing else is ready, sent by its own task (no hop through
+//! another). Only while [`IN_FLIGHT`] batches are on the way do releases queue, and
+//! the queue goes as the next batch, from a task of its own, when one returns. So one
+//! task sees the round trip it had, and under load the batches grow with the load.
 //!
 //! Only for one endpoint (a single server, Sentinel's master): a script's keys must
 //! share a cluster slot, and a Redlock release is one request per node.
@@ -70,8 +70,14 @@ impl Batcher {
     }
 
     /// Runs `item` on `conn`, in a batch with the releases ready at the same moment.
-    /// The batch is sent by a task of its own, so that dropping this future loses
-    /// no release of the batch: it is applied (or not) all the same, unanswered.
+    ///
+    /// # Cancel safety
+    ///
+    /// Callers run it to the end (a release is always finished in the background,
+    /// see `release.rs`). Dropped while it sends a batch, the other releases of that
+    /// batch are answered with an error of unknown outcome (their callers retry them
+    /// under the same number, which the script applies at most once), and the
+    /// releases queued meanwhile are still sent.
     pub(crate) async fn release(self: &Arc<Self>, conn: Conn, item: Item) -> Answer {
         let (answer, answered) = oneshot::channel();
         let batch = {
@@ -85,7 +91,14 @@ impl Batcher {
             }
         };
         if let Some(batch) = batch {
-            spawn(self.clone().send_all(conn, batch));
+            // Hands the sending slot on when the batch is answered (or this future
+            // dropped): to a task for what queued meanwhile, or back.
+            let slot = Slot {
+                batcher: self.clone(),
+                conn: conn.clone(),
+            };
+            self.send(conn, batch).await;
+            drop(slot);
         }
         answered.await.unwrap_or_else(|_| {
             // The sending task was dropped with its runtime: the outcome is unknown.
@@ -142,6 +155,26 @@ impl Batcher {
                 }
             }
         }
+    }
+}
+
+/// A sending slot in use by the task that sends a batch itself.
+struct Slot {
+    batcher: Arc<Batcher>,
+    conn: Conn,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let next = {
+            let mut state = self.batcher.state();
+            if state.queue.is_empty() {
+                state.in_flight -= 1;
+                return;
+            }
+            take(&mut state.queue)
+        };
+        spawn(self.batcher.clone().send_all(self.conn.clone(), next));
     }
 }
 
