@@ -6,6 +6,8 @@
 //! new owner, or they sleep until the holder's lease runs out. The holder's
 //! renewals follow the keys to the new owner meanwhile.
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,11 +26,9 @@ async fn client(cluster: &RedisCluster, lease: Duration) -> LockClient {
         .expect("connect to the cluster")
 }
 
-/// The key of lock `name` (default namespace), and its release channel.
-fn lock_key(name: &str) -> String {
-    format!("distlock:{{{name}}}")
-}
+use support::{eventually, lock_key, redis_count as count};
 
+/// The release channel of lock `name` (default namespace).
 fn channel(name: &str) -> String {
     format!("{}:released", lock_key(name))
 }
@@ -63,35 +63,6 @@ fn pttl(node: &RedisServer, name: &str) -> i64 {
         .expect("PTTL")
         .parse()
         .expect("a PTTL")
-}
-
-/// The hold count of lock `name` on `node` (0 when free or not there).
-fn count(node: &RedisServer, name: &str) -> u64 {
-    // The value is "<owner> <count> <fence> <floor> <done...>" (lua/lock.lua).
-    // A final release leaves a tombstone "- <owner> <floor> <done...>": free.
-    let value = node.cmd(&["GET", &lock_key(name)]).expect("GET");
-    if value == "(nil)" || value.starts_with("- ") {
-        return 0;
-    }
-    value
-        .split(' ')
-        .nth(1)
-        .and_then(|count| count.parse().ok())
-        .unwrap_or_else(|| panic!("not a lock value: {value:?}"))
-}
-
-/// Waits until `check` holds, up to `limit`; returns whether it did.
-async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if check() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Moves the slot of lock `name` with its keys from master `from` to master `to`

@@ -1008,24 +1008,29 @@ mod tests {
         assert!(rx.try_recv().is_err(), "no command for an unwaited channel");
     }
 
+    /// Runs the push task of `subscriber` over `pushes`, until it handled them all.
+    async fn handle_pushes(subscriber: &Subscriber, pushes: Vec<PushInfo>) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run_pushes(
+            subscriber.shared.clone(),
+            receiver,
+            subscriber.commands.downgrade(),
+            CancellationToken::new(),
+        ));
+        for push in pushes {
+            sender.send(push).expect("the push task listens");
+        }
+        drop(sender);
+        let _ = task.await;
+    }
+
     #[tokio::test]
     async fn a_subscription_confirmed_again_wakes_the_head_alone() {
         let (subscriber, _rx) = subscriber();
         let first = queued(&subscriber);
         let second = queued(&subscriber);
-        let (pushes, push_rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(run_pushes(
-            subscriber.shared.clone(),
-            push_rx,
-            subscriber.commands.downgrade(),
-            CancellationToken::new(),
-        ));
         // After a reconnect, or after subscribing again on a cluster's new owner.
-        pushes
-            .send(push(PushKind::SSubscribe))
-            .expect("the push task listens");
-        drop(pushes);
-        let _ = task.await;
+        handle_pushes(&subscriber, vec![push(PushKind::SSubscribe)]).await;
         assert!(is_notified(&first), "the head asks again");
         assert!(
             !is_notified(&second),
@@ -1038,21 +1043,11 @@ mod tests {
         let (subscriber, _rx) = subscriber();
         let first = queued(&subscriber);
         let second = queued(&subscriber);
-        let (pushes, push_rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(run_pushes(
-            subscriber.shared.clone(),
-            push_rx,
-            subscriber.commands.downgrade(),
-            CancellationToken::new(),
-        ));
-        pushes
-            .send(PushInfo {
-                kind: PushKind::Disconnection,
-                data: vec![],
-            })
-            .expect("the push task listens");
-        drop(pushes);
-        let _ = task.await;
+        let lost = PushInfo {
+            kind: PushKind::Disconnection,
+            data: vec![],
+        };
+        handle_pushes(&subscriber, vec![lost]).await;
         assert!(
             is_notified(&first),
             "a release may have been missed: the head asks"
