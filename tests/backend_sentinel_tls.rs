@@ -290,6 +290,20 @@ fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_
         tls_port(new),
         support::client_connections(master)
     );
+    // The client checks the new master's role over a connection of its own before
+    // its command connection moves: until then a lock could still land on the old
+    // master (not demoted yet: Sentinel reconfigures it seconds later) and vanish
+    // when that node resyncs as a replica (Sentinel's asynchronous replication, not
+    // what this test is about). So wait until none of its connections is left there.
+    let previous = &group.data_nodes()[old];
+    assert!(
+        eventually(Duration::from_secs(5), || support::client_connections(
+            previous
+        )
+        .is_empty()),
+        "the client still talks to the old master: {:?}",
+        support::client_connections(previous)
+    );
     order(&mut child, "lock after", "HELD after");
     assert_eq!(redis_count(master, "after"), 1);
     order(&mut child, "unlock", "UNLOCKED");
