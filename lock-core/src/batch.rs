@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 
 use crate::backend::Conn;
 use crate::detach::spawn;
+use crate::keys::LockKeys;
 use crate::scripts::Scripts;
 
 /// How many batches may be on the way at once.
@@ -27,12 +28,13 @@ const IN_FLIGHT: usize = 2;
 /// The most releases in one batch (three keys and four arguments each).
 const MAX_BATCH: usize = 64;
 
-/// One numbered release of one owner, as `release.lua` takes it.
+/// One numbered release of one owner, as `release.lua` takes it (cheap to clone:
+/// the keys and the owner id are shared).
 #[derive(Clone, Debug)]
 pub(crate) struct Item {
-    /// The lock, the release channel, the record of the last final release.
-    pub(crate) keys: [Vec<u8>; 3],
-    pub(crate) owner: String,
+    /// The lock's keys: the lock, its release channel, its `:freed` record.
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) owner: Arc<str>,
     pub(crate) lease_ms: u64,
     pub(crate) seq: u64,
     pub(crate) floor: u64,
@@ -41,11 +43,14 @@ pub(crate) struct Item {
 /// The answer of one release: `release.lua`'s reply for it.
 type Answer = redis::RedisResult<Vec<i64>>;
 
-/// The releases of one client to one endpoint, sent in batches.
+/// The releases of one client: sent in batches to one endpoint, else one by one.
 pub(crate) struct Batcher {
     scripts: Arc<Scripts>,
     publish: &'static str,
     remember_ms: u64,
+    /// Whether releases go in batches (one endpoint), or each alone (a cluster, whose
+    /// script keys must share a slot, or a Redlock node).
+    batches: bool,
     state: Mutex<State>,
 }
 
@@ -56,11 +61,17 @@ struct State {
 }
 
 impl Batcher {
-    pub(crate) fn new(scripts: Arc<Scripts>, publish: &'static str, remember_ms: u64) -> Self {
+    pub(crate) fn new(
+        scripts: Arc<Scripts>,
+        publish: &'static str,
+        remember_ms: u64,
+        batches: bool,
+    ) -> Self {
         Self {
             scripts,
             publish,
             remember_ms,
+            batches,
             state: Mutex::new(State::default()),
         }
     }
@@ -78,7 +89,14 @@ impl Batcher {
     /// batch are answered with an error of unknown outcome (their callers retry them
     /// under the same number, which the script applies at most once), and the
     /// releases queued meanwhile are still sent.
-    pub(crate) async fn release(self: &Arc<Self>, conn: Conn, item: Item) -> Answer {
+    pub(crate) async fn release(self: &Arc<Self>, mut conn: Conn, item: Item) -> Answer {
+        if !self.batches {
+            let replies = self.run(&[&item], &mut conn).await?;
+            return match <[Vec<i64>; 1]>::try_from(replies) {
+                Ok([reply]) => Ok(reply),
+                Err(replies) => Err(unexpected_count(replies.len(), 1)),
+            };
+        }
         let (answer, answered) = oneshot::channel();
         let batch = {
             let mut state = self.state();
@@ -129,14 +147,7 @@ impl Batcher {
     /// One run of `release.lua` for every release of `batch`, each answered in turn.
     async fn send(&self, mut conn: Conn, batch: Vec<(Item, oneshot::Sender<Answer>)>) {
         let items: Vec<&Item> = batch.iter().map(|(item, _)| item).collect();
-        let result = run(
-            &self.scripts,
-            self.publish,
-            self.remember_ms,
-            &items,
-            &mut conn,
-        )
-        .await;
+        let result = self.run(&items, &mut conn).await;
         match result {
             Ok(replies) if replies.len() == batch.len() => {
                 for ((_, answer), reply) in batch.into_iter().zip(replies) {
@@ -184,29 +195,26 @@ fn take<T>(queue: &mut Vec<T>) -> Vec<T> {
     std::mem::replace(queue, rest)
 }
 
-/// Runs `release.lua` once for `items`, in order: one reply per item.
-pub(crate) async fn run(
-    scripts: &Scripts,
-    publish: &str,
-    remember_ms: u64,
-    items: &[&Item],
-    conn: &mut Conn,
-) -> redis::RedisResult<Vec<Vec<i64>>> {
-    let mut invocation = scripts.release.prepare_invoke();
-    for item in items {
-        for key in &item.keys {
-            invocation.key(key);
+impl Batcher {
+    /// Runs `release.lua` once for `items`, in order: one reply per item.
+    async fn run(&self, items: &[&Item], conn: &mut Conn) -> redis::RedisResult<Vec<Vec<i64>>> {
+        let mut invocation = self.scripts.release.prepare_invoke();
+        for item in items {
+            invocation
+                .key(&item.keys.lock)
+                .key(&item.keys.channel)
+                .key(item.keys.freed());
         }
+        invocation.arg(self.publish).arg(self.remember_ms);
+        for item in items {
+            invocation
+                .arg(&*item.owner)
+                .arg(item.lease_ms)
+                .arg(item.seq)
+                .arg(item.floor);
+        }
+        invocation.invoke_async(conn).await
     }
-    invocation.arg(publish).arg(remember_ms);
-    for item in items {
-        invocation
-            .arg(&item.owner)
-            .arg(item.lease_ms)
-            .arg(item.seq)
-            .arg(item.floor);
-    }
-    invocation.invoke_async(conn).await
 }
 
 fn unexpected_count(got: usize, sent: usize) -> redis::RedisError {

@@ -47,8 +47,8 @@ pub(crate) struct Inner {
     holds: AtomicU64,
     pub(crate) subscriber: Subscriber,
     pub(crate) watchdog: Watchdog,
-    /// Sends releases in batches, on one endpoint (not on a cluster or Redlock).
-    pub(crate) batcher: Option<Arc<Batcher>>,
+    /// Sends releases: in batches on one endpoint, one by one on a cluster or Redlock.
+    pub(crate) batcher: Arc<Batcher>,
     /// Stops the background tasks when the last clone, guard and request are gone.
     _shutdown: DropGuard,
 }
@@ -63,14 +63,12 @@ impl Inner {
         shutdown: DropGuard,
     ) -> Self {
         let one_endpoint = !backend.is_redlock() && !backend.first().is_cluster();
-        let batcher = one_endpoint.then(|| {
-            let remember_ms = config.remember_release.as_millis() as u64;
-            Arc::new(Batcher::new(
-                scripts.clone(),
-                backend.publish_command(),
-                remember_ms,
-            ))
-        });
+        let batcher = Arc::new(Batcher::new(
+            scripts.clone(),
+            backend.publish_command(),
+            config.remember_release.as_millis() as u64,
+            one_endpoint,
+        ));
         Self {
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
             uuid: uuid::Uuid::new_v4().simple().to_string(),

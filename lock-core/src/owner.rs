@@ -35,6 +35,11 @@ impl Owner {
         &self.id
     }
 
+    /// The owner id, shared (no copy of its text).
+    pub(crate) fn shared_id(&self) -> Arc<str> {
+        self.id.clone()
+    }
+
     /// Numbers a new operation; it is pending until the returned [`Op`] (and every
     /// clone of its `Arc`) is dropped, which happens once its outcome is known or
     /// given up.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tracing::Instrument;
 
 use crate::backend::{redlock, Conn};
-use crate::batch::{self, Batcher, Item};
+use crate::batch::{Batcher, Item};
 use crate::detach::{log_failure, spawn, Detached};
 use crate::error::{is_failover_code, outcome_unknown, LockError};
 use crate::faults::{self, Fault};
@@ -20,7 +20,7 @@ use crate::hold::Hold;
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::owner::Owner;
-use crate::scripts::{unexpected_reply, ReleaseReply, Scripts};
+use crate::scripts::{unexpected_reply, ReleaseReply};
 
 /// [`LockGuard::unlock`](crate::LockGuard::unlock): gives back one hold of `hold`,
 /// and says whether the lock was still held.
@@ -72,7 +72,7 @@ pub(crate) fn on_drop(inner: &Arc<Inner>, hold: Arc<Hold>) {
 /// logged and left to the lease.
 pub(crate) async fn give_back(
     inner: &Arc<Inner>,
-    keys: &LockKeys,
+    keys: &Arc<LockKeys>,
     owner: &Arc<Owner>,
     lease_ms: u64,
 ) {
@@ -99,7 +99,7 @@ pub(crate) fn give_back_later(
 pub(crate) async fn give_back_node(
     inner: &Inner,
     conn: Conn,
-    keys: &LockKeys,
+    keys: &Arc<LockKeys>,
     owner: &Arc<Owner>,
     lease_ms: u64,
 ) {
@@ -107,7 +107,7 @@ pub(crate) async fn give_back_node(
     let release = Release::new(
         inner,
         keys,
-        owner.id().to_owned(),
+        owner.shared_id(),
         lease_ms,
         op.seq(),
         op.floor(),
@@ -129,7 +129,7 @@ async fn release_hold(inner: Arc<Inner>, hold: Arc<Hold>) -> Result<ReleaseReply
 /// rules.
 async fn round_trip(
     inner: &Inner,
-    keys: &LockKeys,
+    keys: &Arc<LockKeys>,
     owner: &Arc<Owner>,
     lease_ms: u64,
 ) -> Result<ReleaseReply, LockError> {
@@ -140,11 +140,11 @@ async fn round_trip(
     );
     // Pending until every node answered (or the retry failed).
     let op = owner.op();
-    let (mut id, mut seq, mut floor) = (owner.id().to_owned(), op.seq(), op.floor());
+    let (mut id, mut seq, mut floor) = (owner.shared_id(), op.seq(), op.floor());
     if faults::active(Fault::ReleaseWithoutOwnerCheck) {
         if let Some(holder) = current_holder(inner, keys).await {
             // Whoever holds it, under a number its record cannot have seen.
-            (id, seq, floor) = (holder, FOREIGN_SEQ, 0);
+            (id, seq, floor) = (holder.into(), FOREIGN_SEQ, 0);
         }
     }
     let release = Release::new(inner, keys, id, lease_ms, seq, floor);
@@ -165,59 +165,33 @@ async fn round_trip(
 /// above any real one.
 const FOREIGN_SEQ: u64 = 10_000_000_000_000;
 
-/// One numbered release of one owner, as `release.lua` takes it, and how it goes:
-/// in a batch with other releases on one endpoint, alone on a cluster or a Redlock
-/// node.
+/// One numbered release of one owner, and the client's sender of releases (in a
+/// batch with other releases on one endpoint, alone on a cluster or a Redlock node).
 #[derive(Clone)]
 struct Release {
     item: Item,
-    scripts: Arc<Scripts>,
-    publish: &'static str,
-    /// How long `release.lua` remembers a final release, in ms.
-    remember_ms: u64,
-    batcher: Option<Arc<Batcher>>,
+    batcher: Arc<Batcher>,
 }
 
 impl Release {
     fn new(
         inner: &Inner,
-        keys: &LockKeys,
-        owner: String,
+        keys: &Arc<LockKeys>,
+        owner: Arc<str>,
         lease_ms: u64,
         seq: u64,
         floor: u64,
     ) -> Self {
+        let item = Item {
+            keys: keys.clone(),
+            owner,
+            lease_ms,
+            seq,
+            floor,
+        };
         Self {
-            item: Item {
-                keys: [keys.lock.clone(), keys.channel.clone(), keys.freed()],
-                owner,
-                lease_ms,
-                seq,
-                floor,
-            },
-            scripts: inner.scripts.clone(),
-            publish: inner.backend.publish_command(),
-            remember_ms: inner.config.remember_release.as_millis() as u64,
+            item,
             batcher: inner.batcher.clone(),
-        }
-    }
-
-    /// One run of the release on `conn`: in a batch when there is a batcher.
-    async fn send(&self, mut conn: Conn) -> redis::RedisResult<Vec<i64>> {
-        if let Some(batcher) = &self.batcher {
-            return batcher.release(conn, self.item.clone()).await;
-        }
-        let replies = batch::run(
-            &self.scripts,
-            self.publish,
-            self.remember_ms,
-            &[&self.item],
-            &mut conn,
-        )
-        .await?;
-        match <[Vec<i64>; 1]>::try_from(replies) {
-            Ok([reply]) => Ok(reply),
-            Err(replies) => Err(unexpected_reply("release.lua", &[replies.len() as i64])),
         }
     }
 
@@ -227,7 +201,7 @@ impl Release {
     async fn on_node(self, conn: Conn) -> redis::RedisResult<ReleaseReply> {
         let mut retried = false;
         loop {
-            match self.send(conn.clone()).await {
+            match self.batcher.release(conn.clone(), self.item.clone()).await {
                 Ok(reply) => {
                     return ReleaseReply::decode(&reply)
                         .ok_or_else(|| unexpected_reply("release.lua", &reply));
