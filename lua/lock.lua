@@ -24,7 +24,7 @@
 -- that creates a lock, and the same one acquire.lua makes.
 
 -- Reads a lock's value (a string, or false when the key does not exist): a table
--- with `held` (some owner holds it), `holder`, `total` (the holder's count), `count`
+-- with `held` (some owner holds it), `total` (the holder's count), `count`
 -- (the count of `owner`; nil when `owner` does not hold it), `token`, `floor` and
 -- `done`, and for a tombstone `freed` (its record, "<owner> <floor> <done...>"); nil
 -- when distlock did not write it (not of a form above, a number with a leading
@@ -46,7 +46,7 @@ local function read(value, owner)
     return nil
   end
   local state = {
-    held = true, holder = holder, total = tonumber(count), token = tonumber(token),
+    held = true, total = tonumber(count), token = tonumber(token),
     floor = tonumber(floor), done = done,
   }
   if holder == owner then
@@ -69,6 +69,12 @@ end
 -- the replay record `floor` and `done` (as `record` gives them).
 local function encode(owner, count, token, floor, done)
   return string.format('%s %d %d %s %s', owner, count, token, floor, done)
+end
+
+-- The tombstone a final release of `owner` leaves, with its replay record (as
+-- `record` gives it): what `read` takes for a free lock with `freed`.
+local function tombstone(owner, floor, done)
+  return '- ' .. owner .. ' ' .. floor .. ' ' .. done
 end
 
 -- The holder's replay record once its operation `seq` (as the client sent it:

@@ -91,7 +91,7 @@ local function release(lock, channel, freed, owner, lease, seq_text, floor_text)
   end
 
   redis.call(publish, channel, owner .. ':' .. seq_text)
-  redis.call('SET', lock, '- ' .. owner .. ' ' .. new_floor .. ' ' .. done, 'PX', remember)
+  redis.call('SET', lock, tombstone(owner, new_floor, done), 'PX', remember)
   return {1, 0}
 end
 

@@ -149,6 +149,7 @@ async fn a_late_batch_is_retried_and_each_release_applied_once() {
         Duration::from_millis(450),
         Duration::ZERO,
     );
+    let sent = tokio::time::Instant::now();
     let releases = tokio::spawn(unlock_together(inner));
     tokio::time::sleep(Duration::from_millis(50)).await;
     proxy.delay(
@@ -157,6 +158,10 @@ async fn a_late_batch_is_retried_and_each_release_applied_once() {
         Duration::ZERO,
     );
     let results = releases.await.expect("join");
+    assert!(
+        sent.elapsed() >= Duration::from_millis(300),
+        "answered within the response timeout: the first replies were not late, nothing was retried"
+    );
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     let runs = support::command_calls(&server, "evalsha") - before;
     assert!(runs < (2 * LOCKS) as u64, "not batched: {runs} runs");
