@@ -1,4 +1,5 @@
--- release.lua: give back one hold of a lock; the last one frees it and tells waiters.
+-- release.lua: give back one hold of a lock; the last one frees it and tells waiters,
+-- or hands it to the releasing client's next waiter.
 --
 -- Sent after lock.lua, under `#!lua flags=allow-oom`: a full server must still let
 -- locks go.
@@ -7,20 +8,29 @@
 -- releases that are ready at the same moment together, see lock-core/src/batch.rs);
 -- each is applied, or not, exactly as if it ran alone.
 --
--- KEYS     three per release, for release i (from 0) KEYS[3i+1 .. 3i+3]:
+-- KEYS     three or four per release, in order:
 --   the lock `<ns>:{name}` (see lock.lua)
 --   the release channel `<ns>:{name}:released`, passed as a key so that a cluster
 --          routes it with the lock (same hash slot)
 --   the last final release `<ns>:{name}:freed`: "<owner> <floor> <done...>", the
 --          replay record of the holder that freed the lock, once another owner
---          took the tombstone (see lock.lua); read only
+--          took the tombstone (see lock.lua), or was handed the lock
+--   the fencing counter `<ns>:{name}:fence`, only when the release has a successor
+--          that asks for fencing
 -- ARGV[1]  "PUBLISH", or "SPUBLISH" on a cluster
--- ARGV[2]  how long, in ms, the tombstone of a final release lasts, for its retry
--- ARGV     then four per release, for release i ARGV[4i+3 .. 4i+6]:
+-- ARGV[2]  how long, in ms, the record of a final release lasts, for its retry
+-- ARGV     then five per release, for release i ARGV[5i+3 .. 5i+7]:
 --   owner id
 --   lease in milliseconds to keep at least while holds remain
 --   the operation's sequence number (see acquire.lua, "Exactly once")
 --   the owner's floor (see acquire.lua)
+--   the successor: "" for none, else "<owner> <lease> <seq> <floor> <fencing>", a
+--          waiter of the releasing client (lock-core/src/handoff.rs) that takes
+--          the lock if this release gives back the last hold and nobody else
+--          listens on the channel (the releasing client's own subscriber is the
+--          one listener): its owner id, its lease in ms, the number of the
+--          hand-off among its operations (an acquire), its floor, and "1" to be
+--          given the next fencing token
 --
 -- Returns one answer per release, in order:
 --   {1, remaining}  one hold given back, or this operation was applied before (a
@@ -30,6 +40,9 @@
 --                   release, so that a client hearing one release from several
 --                   Redlock nodes wakes one waiter, and a later release is never
 --                   taken for a repeat
+--   {2, fence}      the last hold given back and the lock handed to the successor,
+--                   with fencing token fence (0: none), or this was applied before
+--                   and the successor holds the lock; no message
 --   {-1}            this owner does not hold the lock, and this release was not
 --                   applied (its lease ended, or it was force-unlocked or lost)
 --   {-2}            the lock holds a value of another type, or a string distlock did
@@ -39,6 +52,10 @@
 -- changes nothing.
 
 local publish, remember = ARGV[1], ARGV[2]
+local numsub = 'NUMSUB'
+if publish == 'SPUBLISH' then
+  numsub = 'SHARDNUMSUB'
+end
 
 -- Whether `record` ("<owner> <floor> <done...>") says that operation `seq` of
 -- `owner` was applied.
@@ -56,25 +73,48 @@ local function applied_in(record, owner, seq)
   return false
 end
 
--- One release: operation `seq_text` of `owner`, whose floor is `floor_text`.
-local function release(lock, channel, freed, owner, lease, seq_text, floor_text)
+-- Whether the only listener on `channel` is one client (the releasing one, whose
+-- waiter is the successor): no waiter of another client is told of releases there.
+local function alone_on(channel)
+  local reply = redis.pcall('PUBSUB', numsub, channel)
+  return type(reply) == 'table' and reply[2] == 1
+end
+
+-- One release: operation `seq_text` of `owner`, whose floor is `floor_text`;
+-- `successor` the waiter it may hand the lock to (nil: none), as parsed below, and
+-- `fence` that waiter's fencing counter.
+local function release(lock, channel, freed, fence, owner, lease, seq_text, floor_text, successor)
   local seq, floor = tonumber(seq_text), tonumber(floor_text)
-  local state = read_lock(lock, owner)
+  local value = redis.pcall('GET', lock)
+  if type(value) == 'table' then
+    return {-2}
+  end
+  local state = read(value, owner)
   if not state then
     return {-2}
   end
 
   if not state.count then
     -- Not held by this owner: was this release the final one, applied before? Its
-    -- record is the tombstone, or moved to `freed` when another owner took that.
-    if state.freed and applied_in(state.freed, owner, seq) then
-      return {1, 0}
+    -- record is the tombstone, or moved to `freed` when another owner took that
+    -- (or was handed the lock).
+    local applied = state.freed and applied_in(state.freed, owner, seq)
+    if not applied then
+      local record = redis.pcall('GET', freed)
+      applied = type(record) == 'string' and applied_in(record, owner, seq)
     end
-    local record = redis.pcall('GET', freed)
-    if type(record) == 'string' and applied_in(record, owner, seq) then
-      return {1, 0}
+    if not applied then
+      return {-1}
     end
-    return {-1}
+    if successor then
+      -- The successor's owner id sent nothing of its own while this release was
+      -- on its way: holding the lock, it was handed it by this release.
+      local now = read(value, successor.owner)
+      if now and now.count then
+        return {2, now.token}
+      end
+    end
+    return {1, 0}
   end
 
   local new_floor, done = record(state, floor, seq, seq_text)
@@ -90,16 +130,48 @@ local function release(lock, channel, freed, owner, lease, seq_text, floor_text)
     return {1, count}
   end
 
+  if successor and alone_on(channel) then
+    local token = 0
+    if successor.fencing == '1' then
+      token = read_counter(fence)
+    end
+    if token then
+      if successor.fencing == '1' then
+        token = redis.call('INCR', fence)
+      end
+      redis.call('SET', freed, owner .. ' ' .. new_floor .. ' ' .. done, 'PX', remember)
+      redis.call('SET', lock,
+        encode(successor.owner, 1, token, successor.floor, successor.seq), 'PX', successor.lease)
+      return {2, token}
+    end
+    -- A counter distlock did not write: free the lock as always; the waiter's own
+    -- attempt reports the conflict.
+  end
+
   redis.call(publish, channel, owner .. ':' .. seq_text)
   redis.call('SET', lock, tombstone(owner, new_floor, done), 'PX', remember)
   return {1, 0}
 end
 
 local answers = {}
-for i = 0, #KEYS / 3 - 1 do
-  local k, a = 3 * i, 4 * i + 2
-  answers[i + 1] = release(
-    KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+local k = 0
+for a = 3, #ARGV, 5 do
+  local successor, fence = nil, nil
+  local o, l, s, f, fencing = string.match(ARGV[a + 4], '^(%S+) (%d+) (%d+) (%d+) ([01])$')
+  if o then
+    successor = { owner = o, lease = l, seq = s, floor = f, fencing = fencing }
+    if fencing == '1' then
+      fence = KEYS[k + 4]
+    end
+  end
+  answers[#answers + 1] = release(
+    KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], fence,
+    ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], successor
   )
+  if fence then
+    k = k + 4
+  else
+    k = k + 3
+  end
 end
 return answers

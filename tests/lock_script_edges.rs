@@ -137,27 +137,162 @@ async fn run_acquire_fenced(
         .await
 }
 
-/// Runs `release.lua` for lock `name`.
+/// Runs `release.lua` for lock `name`, with no successor.
 async fn run_release(
     conn: &mut Conn,
     name: &str,
     owner: &str,
     attempt: u64,
 ) -> redis::RedisResult<Vec<i64>> {
-    let replies: Vec<Vec<i64>> = script("release")
+    run_release_to(conn, name, owner, attempt, "").await
+}
+
+/// Runs `release.lua` for lock `name` with `successor` ("" for none, else
+/// "<owner> <lease> <seq> <floor> <fencing>"; with fencing, the fencing counter is
+/// the fourth key).
+async fn run_release_to(
+    conn: &mut Conn,
+    name: &str,
+    owner: &str,
+    attempt: u64,
+    successor: &str,
+) -> redis::RedisResult<Vec<i64>> {
+    let release = script("release");
+    let mut invocation = release.prepare_invoke();
+    invocation
         .key(lock_key(name))
         .key(format!("{}:released", lock_key(name)))
-        .key(format!("{}:freed", lock_key(name)))
+        .key(format!("{}:freed", lock_key(name)));
+    if successor.ends_with(" 1") {
+        invocation.key(format!("{}:fence", lock_key(name)));
+    }
+    invocation
         .arg("PUBLISH")
         .arg(2_000)
         .arg(owner)
         .arg(10_000)
         .arg(attempt)
         .arg(0)
-        .invoke_async(conn)
-        .await?;
+        .arg(successor);
+    let replies: Vec<Vec<i64>> = invocation.invoke_async(conn).await?;
     let [reply] = <[Vec<i64>; 1]>::try_from(replies).expect("one answer for one release");
     Ok(reply)
+}
+
+/// A connection subscribed to the release channel of lock `name`: a listener, as a
+/// client with waiters for the lock has one.
+async fn listener(server: &RedisServer, name: &str) -> redis::aio::PubSub {
+    let client = redis::Client::open(server.url()).expect("a URL");
+    let mut pubsub = client
+        .get_async_pubsub()
+        .await
+        .expect("a pub/sub connection");
+    pubsub
+        .subscribe(format!("{}:released", lock_key(name)))
+        .await
+        .expect("SUBSCRIBE");
+    pubsub
+}
+
+/// The last hold of a release with a successor goes to the successor when one
+/// client listens on the channel (the releasing one, whose waiter the successor
+/// is): a new lease, the successor's replay record, the releaser's record kept for
+/// its retry, which answers the same. With no listener or with two, the lock is
+/// freed and published as without a successor; a release that is not the last
+/// hands nothing over; a successor that cannot be parsed is none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_listens() {
+    let server = server();
+    let mut conn = conn(&server).await;
+    let name = "edge:successor";
+    let lock = lock_key(name);
+
+    write_lock(&server, name, "a 2 0 0 1");
+    let first = listener(&server, name).await;
+    assert_eq!(
+        run_release_to(&mut conn, name, "a", 2, "b 5000 1 0 0").await,
+        Ok(vec![1, 1]),
+        "not the last hold"
+    );
+    assert_eq!(
+        run_release_to(&mut conn, name, "a", 3, "b 5000 1 0 0").await,
+        Ok(vec![2, 0]),
+        "handed over"
+    );
+    assert_eq!(server.cmd(&["GET", &lock]).expect("GET"), "b 1 0 0 1");
+    let pttl: i64 = server
+        .cmd(&["PTTL", &lock])
+        .expect("PTTL")
+        .parse()
+        .expect("a number");
+    assert!(
+        (4_000..=5_000).contains(&pttl),
+        "the successor's lease: {pttl}"
+    );
+    assert_eq!(
+        server.cmd(&["GET", &format!("{lock}:freed")]).expect("GET"),
+        "a 0 1 2 3",
+        "the releaser's record, for its retry"
+    );
+    assert_eq!(
+        run_release_to(&mut conn, name, "a", 3, "b 5000 1 0 0").await,
+        Ok(vec![2, 0]),
+        "the retry finds the successor holding the lock"
+    );
+    assert_eq!(server.cmd(&["GET", &lock]).expect("GET"), "b 1 0 0 1");
+
+    // With fencing: the next token.
+    server
+        .cmd(&["SET", &format!("{lock}:fence"), "41"])
+        .expect("SET");
+    assert_eq!(
+        run_release_to(&mut conn, name, "b", 2, "c 5000 1 0 1").await,
+        Ok(vec![2, 42])
+    );
+    assert_eq!(server.cmd(&["GET", &lock]).expect("GET"), "c 1 42 0 1");
+
+    // Two listeners: another client waits too; freed and published.
+    let second = listener(&server, name).await;
+    assert_eq!(
+        run_release_to(&mut conn, name, "c", 2, "d 5000 1 0 0").await,
+        Ok(vec![1, 0])
+    );
+    assert!(server
+        .cmd(&["GET", &lock])
+        .expect("GET")
+        .starts_with("- c "));
+    drop((first, second));
+
+    // Nobody listens (the waiter's client is not subscribed): as without one.
+    write_lock(&server, name, "e 1 0 0 1");
+    let channel = format!("{lock}:released");
+    for _ in 0..100 {
+        let numsub = server.cmd(&["PUBSUB", "NUMSUB", &channel]).expect("NUMSUB");
+        if numsub.lines().nth(1) == Some("0") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        run_release_to(&mut conn, name, "e", 2, "f 5000 1 0 0").await,
+        Ok(vec![1, 0])
+    );
+    assert!(server
+        .cmd(&["GET", &lock])
+        .expect("GET")
+        .starts_with("- e "));
+
+    // A successor that cannot be parsed is none.
+    let _listening = listener(&server, name).await;
+    write_lock(&server, name, "g 1 0 0 1");
+    assert_eq!(
+        run_release_to(&mut conn, name, "g", 2, "h lots 1 0 0").await,
+        Ok(vec![1, 0])
+    );
+    assert!(server
+        .cmd(&["GET", &lock])
+        .expect("GET")
+        .starts_with("- g "));
 }
 
 /// Runs `renew.lua` for lock `name` with a lease of 60 s.

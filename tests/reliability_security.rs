@@ -116,6 +116,7 @@ async fn a_foreign_owner_can_neither_release_nor_renew() {
         .arg(1)
         .arg(424_242)
         .arg(0)
+        .arg("")
         .invoke_async(&mut redis)
         .await
         .expect("release.lua");

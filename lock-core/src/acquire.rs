@@ -20,6 +20,7 @@ use crate::context::LockContext;
 use crate::error::LockError;
 use crate::faults::{self, Fault};
 use crate::guard::LockGuard;
+use crate::handoff::{Delivery, Offer};
 use crate::hold::{HeldLock, Hold, HoldState};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
@@ -148,6 +149,9 @@ struct Wait<'a> {
     seen_held: bool,
     /// Whether an attempt was sent.
     asked: bool,
+    /// Whether this client's releases may hand the lock to its waiters: one
+    /// endpoint, no replica acknowledgements.
+    hands_off: bool,
 }
 
 impl<'a> Wait<'a> {
@@ -166,6 +170,17 @@ impl<'a> Wait<'a> {
             retried_after: None,
             seen_held: false,
             asked: false,
+            hands_off: !inner.backend.is_redlock() && inner.config.replicas.is_none(),
+        }
+    }
+
+    /// Waits for what came of the release that claimed this waiter's offer, within
+    /// the wait. Out of time, the waiter gives up as one behind others does (a
+    /// grant delivered after that is given back with its place).
+    async fn handed(&mut self) -> Result<Delivery, LockError> {
+        match tokio::time::timeout_at(self.deadline, self.place.delivery()).await {
+            Ok(delivery) => Ok(delivery),
+            Err(_) => Err(self.busy(Instant::now())),
         }
     }
 
@@ -255,7 +270,16 @@ impl<'a> Wait<'a> {
     /// before the subscription was confirmed reached nobody: the first waiter then
     /// asks again). The error when the wait ended with the waiter still behind
     /// others.
-    async fn wait_turn(&mut self, pttl_ms: Option<i64>) -> Result<(), LockError> {
+    ///
+    /// While it waits, the waiter offers itself (as `owner`, holding as `mode` says)
+    /// to this client's releases of the lock, which may hand it the lock (see
+    /// `handoff.rs`).
+    async fn wait_turn(
+        &mut self,
+        owner: &Arc<Owner>,
+        mode: Mode,
+        pttl_ms: Option<i64>,
+    ) -> Result<(), LockError> {
         if Instant::now() < self.deadline && !self.place.is_listening() {
             match tokio::time::timeout_at(self.deadline, self.place.listen()).await {
                 Ok(Ok(())) => {}
@@ -265,6 +289,13 @@ impl<'a> Wait<'a> {
                 // Out of time: the turn below says what is left to do.
                 Err(_) => {}
             }
+        }
+        if self.hands_off {
+            self.place.offer(Offer {
+                owner: owner.clone(),
+                lease_ms: mode.lease.as_millis() as u64,
+                fencing: mode.fencing,
+            });
         }
         let look_at = pttl_ms.map(|pttl_ms| Instant::now() + sleep_hint(pttl_ms));
         let span = tracing::trace_span!("distlock.wait", lock.pttl_ms = tracing::field::Empty);
@@ -337,10 +368,39 @@ async fn acquire_new(
     mode: Mode,
 ) -> Result<LockGuard, LockError> {
     let mut owner = wait.inner.next_owner();
+    // The holder's lease as the last busy answer told it.
+    let mut pttl = None;
     if !wait.place.is_first() {
-        wait.wait_turn(None).await?;
+        wait.wait_turn(&owner, mode, pttl).await?;
     }
     loop {
+        if !wait.place.withdraw_offer() {
+            // A release of this client claimed the offer: no attempt of our own
+            // until it says what came of it.
+            match wait.handed().await? {
+                Delivery::Granted(grant) => {
+                    let (fence, sent) = grant.accept();
+                    if let Some(guard) = wait.granted(&owner, mode, sent, 1, fence, context) {
+                        return Ok(guard);
+                    }
+                    // Too late to count on (given back): as after a late reply.
+                    if Instant::now() + TRANSIENT_PAUSE >= wait.deadline {
+                        return Err(wait.ran_out());
+                    }
+                    owner = wait.inner.next_owner();
+                    tokio::time::sleep(TRANSIENT_PAUSE).await;
+                }
+                Delivery::Declined { ask: false } => {
+                    wait_or_give_up(&mut wait, &owner, mode, pttl).await?;
+                    continue;
+                }
+                Delivery::Declined { ask: true } => {}
+                // Whatever the old owner id may have been handed is given back by
+                // the releaser: ask under a new one.
+                Delivery::Unknown => owner = wait.inner.next_owner(),
+            }
+            continue;
+        }
         let sent = Instant::now();
         let outcome = match wait.attempt(&owner, mode, sent).await {
             Ok(outcome) => outcome,
@@ -379,7 +439,8 @@ async fn acquire_new(
             Outcome::Busy { pttl_ms } => {
                 wait.short_of_quorum = None;
                 wait.seen_held = true;
-                wait_or_give_up(&mut wait, pttl_ms).await?;
+                pttl = Some(pttl_ms);
+                wait_or_give_up(&mut wait, &owner, mode, pttl).await?;
             }
             Outcome::NoQuorum {
                 granted,
@@ -388,7 +449,8 @@ async fn acquire_new(
             } => {
                 wait.short_of_quorum = Some((granted, held));
                 wait.seen_held |= held > 0;
-                wait_or_give_up(&mut wait, retry_ms).await?;
+                pttl = Some(retry_ms);
+                wait_or_give_up(&mut wait, &owner, mode, pttl).await?;
             }
             Outcome::NotHeld => return Err(unexpected_reply("acquire.lua", &[-1]).into()),
             Outcome::Conflict => {
@@ -409,14 +471,20 @@ fn sleep_hint(pttl_ms: i64) -> Duration {
         .map_or(UNKNOWN_LEASE_CAP, |ms| Duration::from_millis(ms.max(1)))
 }
 
-/// After a busy answer: the error when the wait is over, else a wait for the turn
-/// to ask again.
-async fn wait_or_give_up(wait: &mut Wait<'_>, pttl_ms: i64) -> Result<(), LockError> {
+/// After a busy answer (whose lease is `pttl_ms`), or a release that did not hand
+/// the lock over: the error when the wait is over, else a wait for the turn to ask
+/// again.
+async fn wait_or_give_up(
+    wait: &mut Wait<'_>,
+    owner: &Arc<Owner>,
+    mode: Mode,
+    pttl_ms: Option<i64>,
+) -> Result<(), LockError> {
     let now = Instant::now();
     if now >= wait.deadline {
         return Err(wait.busy(now));
     }
-    wait.wait_turn(Some(pttl_ms)).await
+    wait.wait_turn(owner, mode, pttl_ms).await
 }
 
 /// A re-entry: one more hold on the chain's hold, one round trip, no waiting. It

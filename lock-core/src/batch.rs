@@ -25,7 +25,7 @@ use crate::scripts::Scripts;
 /// How many batches may be on the way at once.
 const IN_FLIGHT: usize = 2;
 
-/// The most releases in one batch (three keys and four arguments each).
+/// The most releases in one batch (three or four keys and five arguments each).
 const MAX_BATCH: usize = 64;
 
 /// One numbered release of one owner, as `release.lua` takes it (cheap to clone:
@@ -38,6 +38,34 @@ pub(crate) struct Item {
     pub(crate) lease_ms: u64,
     pub(crate) seq: u64,
     pub(crate) floor: u64,
+    /// The waiter of this client that the lock goes to if this release gives back
+    /// the last hold (see `handoff.rs`).
+    pub(crate) successor: Option<Arc<Successor>>,
+}
+
+/// A waiter's owner that a final release hands the lock to, and how it holds it:
+/// the operation of that owner that the hand-off is (numbered as an acquire).
+#[derive(Debug)]
+pub(crate) struct Successor {
+    pub(crate) owner: Arc<str>,
+    pub(crate) lease_ms: u64,
+    pub(crate) seq: u64,
+    pub(crate) floor: u64,
+    pub(crate) fencing: bool,
+}
+
+impl Successor {
+    /// As `release.lua` takes it: "<owner> <lease> <seq> <floor> <fencing>".
+    fn encode(&self) -> String {
+        format!(
+            "{} {} {} {} {}",
+            self.owner,
+            self.lease_ms,
+            self.seq,
+            self.floor,
+            u8::from(self.fencing)
+        )
+    }
 }
 
 /// The answer of one release: `release.lua`'s reply for it.
@@ -204,6 +232,9 @@ impl Batcher {
                 .key(&item.keys.lock)
                 .key(&item.keys.channel)
                 .key(item.keys.freed());
+            if item.successor.as_ref().is_some_and(|next| next.fencing) {
+                invocation.key(item.keys.fence());
+            }
         }
         invocation.arg(self.publish).arg(self.remember_ms);
         for item in items {
@@ -212,6 +243,10 @@ impl Batcher {
                 .arg(item.lease_ms)
                 .arg(item.seq)
                 .arg(item.floor);
+            match &item.successor {
+                Some(next) => invocation.arg(next.encode()),
+                None => invocation.arg(""),
+            };
         }
         invocation.invoke_async(conn).await
     }

@@ -8,7 +8,8 @@
 //!   acquires of the same name re-enter, concurrent branches exclude each other.
 //! - Waiters wake on a Redis pub/sub message when the lock is released, not by
 //!   polling; one release wakes one waiter, and a client's waiters for a name are
-//!   served first come, first served.
+//!   served first come, first served. A release hands the lock straight to the
+//!   next waiter of its own client (one round trip) when no other client waits.
 //! - One watchdog task per client renews every lease; a [`LockGuard`] tells you when
 //!   its lock was lost.
 //! - Dropping any future at any await point leaves no hold behind.
@@ -26,6 +27,7 @@
 //! | 1 | `detach.rs` | `Detached` (a request finished in the background when its caller goes away), `spawn` |
 //! | 2 | `keys.rs` | a lock name's Redis keys and channel; [`MAX_NAME_LEN`], [`MAX_NAMESPACE_LEN`] |
 //! | 2 | `owner.rs` | owner ids and the numbering of their operations (exactly-once replay detection) |
+//! | 2 | `handoff.rs` | local hand-off: a waiter's offer, and what a release delivers to it (a grant gives its hold back unless a guard takes it) |
 //! | 2 | `lease.rs` | [`MIN_LEASE`], [`MAX_LEASE`], [`MIN_WATCHDOG_LEASE`], clock drift and validity |
 //! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `url.rs` URLs; `tls.rs` TLS (crypto provider, certificates); `dial.rs` the first connection (fail fast on a refusal); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
 //! | 3 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
@@ -61,6 +63,7 @@ mod error;
 #[doc(hidden)]
 pub mod faults;
 mod guard;
+mod handoff;
 mod hold;
 mod inner;
 mod keys;

@@ -11,16 +11,22 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use crate::backend::{redlock, Conn};
-use crate::batch::{Batcher, Item};
+use crate::batch::{Batcher, Item, Successor};
 use crate::detach::{log_failure, spawn, Detached};
 use crate::error::{is_failover_code, outcome_unknown, LockError};
 use crate::faults::{self, Fault};
+use crate::handoff::{Delivery, Grant};
 use crate::hold::Hold;
 use crate::inner::Inner;
 use crate::keys::LockKeys;
-use crate::owner::Owner;
+use crate::owner::{Op, Owner};
 use crate::scripts::{unexpected_reply, ReleaseReply};
+use crate::subscriber::Claim;
 
 /// [`LockGuard::unlock`](crate::LockGuard::unlock): gives back one hold of `hold`,
 /// and says whether the lock was still held.
@@ -37,8 +43,8 @@ pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), Lo
         Err(err) => return Err(err),
     };
     match reply {
-        ReleaseReply::Released { .. } if !hold.is_lost() => Ok(()),
-        ReleaseReply::Released { .. } => Err(hold.lost_error()),
+        ReleaseReply::Released { .. } | ReleaseReply::Handed { .. } if !hold.is_lost() => Ok(()),
+        ReleaseReply::Released { .. } | ReleaseReply::Handed { .. } => Err(hold.lost_error()),
         ReleaseReply::NotHeld => {
             hold.mark_lost("the lock was not held by its owner at release");
             Err(hold.lost_error())
@@ -109,8 +115,8 @@ pub(crate) async fn give_back_node(
         keys,
         owner.shared_id(),
         lease_ms,
-        op.seq(),
-        op.floor(),
+        (op.seq(), op.floor()),
+        None,
     );
     let result = release.on_node(conn).await;
     if let Err(err) = result {
@@ -126,9 +132,11 @@ async fn release_hold(inner: Arc<Inner>, hold: Arc<Hold>) -> Result<ReleaseReply
 
 /// One release on every node, each retried once under the same number when the
 /// reply was lost (the script applies it at most once), combined by the majority
-/// rules.
+/// rules. On one endpoint, the first waiter of this client for the lock (if it
+/// offered itself) is the release's successor: the lock is handed to it if this is
+/// the last hold (see `handoff.rs`).
 async fn round_trip(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     keys: &Arc<LockKeys>,
     owner: &Arc<Owner>,
     lease_ms: u64,
@@ -141,24 +149,125 @@ async fn round_trip(
     // Pending until every node answered (or the retry failed).
     let op = owner.op();
     let (mut id, mut seq, mut floor) = (owner.shared_id(), op.seq(), op.floor());
+    let mut claim = None;
     if faults::active(Fault::ReleaseWithoutOwnerCheck) {
         if let Some(holder) = current_holder(inner, keys).await {
             // Whoever holds it, under a number its record cannot have seen.
             (id, seq, floor) = (holder.into(), FOREIGN_SEQ, 0);
         }
+    } else if !inner.backend.is_redlock() && inner.config.replicas.is_none() {
+        claim = inner.subscriber.claim(&keys.channel).map(HandOff::new);
     }
-    let release = Release::new(inner, keys, id, lease_ms, seq, floor);
+    let successor = claim.as_ref().map(HandOff::successor);
+    let sent = Instant::now();
+    let release = Release::new(inner, keys, id, lease_ms, (seq, floor), successor);
     let replies = inner
         .backend
         .each(|conn| release.clone().on_node(conn))
         .instrument(span.clone())
         .await;
     drop(op);
-    let verdict = redlock::release(replies, inner.backend.quorum())?;
-    if let ReleaseReply::Released { remaining } = verdict {
-        span.record("lock.hold_count", remaining);
+    let verdict = redlock::release(replies, inner.backend.quorum());
+    if let Some(claim) = claim {
+        claim.deliver(inner, keys, &verdict, sent, release);
+    }
+    let verdict = verdict?;
+    match verdict {
+        ReleaseReply::Released { remaining } => {
+            span.record("lock.hold_count", remaining);
+        }
+        ReleaseReply::Handed { .. } => {
+            span.record("lock.hold_count", 0);
+        }
+        ReleaseReply::NotHeld | ReleaseReply::Conflict => {}
     }
     Ok(verdict)
+}
+
+/// A release's claim on a waiter of this client, and the number of the hand-off
+/// among the waiter's owner's operations: pending until it is known whether the
+/// waiter was handed the lock.
+struct HandOff {
+    claim: Claim,
+    op: Arc<Op>,
+}
+
+impl HandOff {
+    fn new(claim: Claim) -> Self {
+        let op = claim.offer().owner.op();
+        Self { claim, op }
+    }
+
+    fn successor(&self) -> Arc<Successor> {
+        let offer = self.claim.offer();
+        Arc::new(Successor {
+            owner: offer.owner.shared_id(),
+            lease_ms: offer.lease_ms,
+            seq: self.op.seq(),
+            floor: self.op.floor(),
+            fencing: offer.fencing,
+        })
+    }
+
+    /// Tells the waiter what came of the release `release`, sent at `sent`: the
+    /// lock (given back if the waiter has left), a refusal, or, when the answer was
+    /// lost, that it is not known; the release is then replayed in the background
+    /// until it is, and a hold the waiter's owner was handed given back.
+    fn deliver(
+        self,
+        inner: &Arc<Inner>,
+        keys: &Arc<LockKeys>,
+        verdict: &Result<ReleaseReply, redis::RedisError>,
+        sent: Instant,
+        release: Release,
+    ) {
+        let offer = self.claim.offer().clone();
+        let delivery = match verdict {
+            Ok(ReleaseReply::Handed { fence }) => {
+                let (inner, keys) = (inner.clone(), keys.clone());
+                let give_back = move || give_back_later(&inner, keys, offer.owner, offer.lease_ms);
+                Delivery::Granted(Grant::new(*fence, sent, Box::new(give_back)))
+            }
+            Ok(ReleaseReply::Released { .. }) => Delivery::Declined { ask: false },
+            Ok(ReleaseReply::NotHeld | ReleaseReply::Conflict) => Delivery::Declined { ask: true },
+            Err(_) => {
+                let (inner, keys, op) = (inner.clone(), keys.clone(), self.op.clone());
+                spawn(async move {
+                    // Pending until then: nothing of that owner is settled above it.
+                    let _op = op;
+                    settle_hand_off(&inner, &keys, release, &offer.owner, offer.lease_ms).await;
+                });
+                Delivery::Unknown
+            }
+        };
+        // Dropped here when the waiter has left: a grant gives its hold back.
+        drop(self.claim.deliver(delivery));
+    }
+}
+
+/// Replays a release whose answer was lost, and that had a successor, until it is
+/// known whether the successor's owner was handed the lock; if it was, gives that
+/// hold back (its waiter has moved on to a fresh owner id).
+async fn settle_hand_off(
+    inner: &Arc<Inner>,
+    keys: &Arc<LockKeys>,
+    release: Release,
+    successor: &Arc<Owner>,
+    lease_ms: u64,
+) {
+    for round in 1..=5u32 {
+        tokio::time::sleep(Duration::from_millis(50) * round).await;
+        match release.clone().on_node(inner.backend.first()).await {
+            Ok(ReleaseReply::Handed { .. }) => {
+                give_back(inner, keys, successor, lease_ms).await;
+                return;
+            }
+            Ok(_) => return,
+            Err(err) if outcome_unknown(&err) => continue,
+            Err(_) => return,
+        }
+    }
+    tracing::debug!(lock.name = %keys.display(), "distlock: outcome of a lost hand-off unknown; its lease will end it");
 }
 
 /// The operation number the seeded fault `ReleaseWithoutOwnerCheck` releases with:
@@ -179,8 +288,8 @@ impl Release {
         keys: &Arc<LockKeys>,
         owner: Arc<str>,
         lease_ms: u64,
-        seq: u64,
-        floor: u64,
+        (seq, floor): (u64, u64),
+        successor: Option<Arc<Successor>>,
     ) -> Self {
         let item = Item {
             keys: keys.clone(),
@@ -188,6 +297,7 @@ impl Release {
             lease_ms,
             seq,
             floor,
+            successor,
         };
         Self {
             item,

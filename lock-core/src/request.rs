@@ -40,7 +40,9 @@ use crate::keys::LockKeys;
 ///
 /// Dropping the future at any point leaves no hold that no guard owns: a request in
 /// flight is run to completion in a background task, and the hold it took (if any) is
-/// given back. A hold count is never decremented that this request did not add.
+/// given back; so is a lock that a release of this client was handing to the waiting
+/// request when it was dropped. A hold count is never decremented that this request
+/// did not add.
 #[must_use = "a lock request does nothing until it is awaited"]
 pub struct LockRequest {
     inner: Arc<Inner>,

@@ -87,6 +87,9 @@ impl AcquireReply {
 pub(crate) enum ReleaseReply {
     /// One hold given back; `remaining` holds are left (0: the lock is free).
     Released { remaining: u64 },
+    /// The last hold given back, and the lock handed to the release's successor
+    /// with fencing token `fence` (0: none).
+    Handed { fence: u64 },
     /// The owner does not hold the lock.
     NotHeld,
     /// The lock key holds a value of another type.
@@ -98,6 +101,9 @@ impl ReleaseReply {
         match *reply {
             [1, remaining] => Some(Self::Released {
                 remaining: u64::try_from(remaining).ok()?,
+            }),
+            [2, fence] => Some(Self::Handed {
+                fence: u64::try_from(fence).ok()?,
             }),
             [-1] => Some(Self::NotHeld),
             [-2] => Some(Self::Conflict),
@@ -204,6 +210,11 @@ mod tests {
             ReleaseReply::decode(&[1, 0]),
             Some(ReleaseReply::Released { remaining: 0 })
         );
+        assert_eq!(
+            ReleaseReply::decode(&[2, 9]),
+            Some(ReleaseReply::Handed { fence: 9 })
+        );
+        assert_eq!(ReleaseReply::decode(&[2, -1]), None);
         assert_eq!(ReleaseReply::decode(&[-1]), Some(ReleaseReply::NotHeld));
         assert_eq!(
             InspectReply::decode(&[1, 2, 500, 0, 7]),

@@ -52,6 +52,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::SubConn;
 use crate::error::LockError;
+use crate::handoff::{Delivery, Offer};
 
 /// How often the idle subscriber pings Redis, so that a dead connection is noticed
 /// (and the waiters woken) within about this long.
@@ -94,11 +95,20 @@ struct Queue {
 }
 
 /// A waiter's place. Only the first waiter is ever woken, so only its slot can
-/// have a wake-up pending.
+/// have a wake-up pending; only the first waiter's offer is ever claimed.
 #[derive(Debug, Default)]
 struct Slot {
     notified: bool,
     waker: Option<Waker>,
+    /// What a release may hand this waiter (see `handoff.rs`): there while it waits
+    /// between attempts, taken by the release that claims it.
+    offer: Option<Offer>,
+    /// A release claimed the offer and is on its way: the waiter sends nothing
+    /// until it delivers.
+    claimed: bool,
+    /// What came of the claim, until the waiter reads it (dropped with the slot
+    /// when the waiter left: a grant then gives its hold back).
+    delivery: Option<Delivery>,
 }
 
 impl Queue {
@@ -278,6 +288,75 @@ impl Subscriber {
     }
 }
 
+impl Subscriber {
+    /// Claims the offer of the first waiter for `channel`, if it made one (it waits
+    /// for a release, and the channel's messages reach it): from now on it sends
+    /// nothing of its own until the claim is delivered.
+    pub(crate) fn claim(&self, channel: &[u8]) -> Option<Claim> {
+        let entry = self.shared.channel(channel)?;
+        let claimed = {
+            let mut queue = locked(&entry.queue);
+            let (&ticket, slot) = queue.waiters.iter_mut().next()?;
+            let offer = slot.offer.take()?;
+            slot.claimed = true;
+            (ticket, offer)
+        };
+        let (ticket, offer) = claimed;
+        Some(Claim {
+            channel: entry,
+            ticket,
+            offer,
+            delivered: false,
+        })
+    }
+}
+
+/// A release's claim on the offer of the first waiter of a queue. Dropped
+/// undelivered (the release was dropped with its runtime), it delivers
+/// [`Delivery::Unknown`].
+#[derive(Debug)]
+pub(crate) struct Claim {
+    channel: Arc<Channel>,
+    ticket: u64,
+    offer: Offer,
+    delivered: bool,
+}
+
+impl Claim {
+    /// What the waiter accepts.
+    pub(crate) fn offer(&self) -> &Offer {
+        &self.offer
+    }
+
+    /// Hands `delivery` to the waiter and wakes it; gives it back when the waiter
+    /// has left meanwhile (the caller then drops it: a grant gives its hold back).
+    pub(crate) fn deliver(mut self, delivery: Delivery) -> Option<Delivery> {
+        self.delivered = true;
+        self.put(delivery)
+    }
+
+    fn put(&self, delivery: Delivery) -> Option<Delivery> {
+        let mut queue = locked(&self.channel.queue);
+        let Some(slot) = queue.waiters.get_mut(&self.ticket) else {
+            return Some(delivery);
+        };
+        slot.claimed = false;
+        slot.delivery = Some(delivery);
+        if let Some(waker) = slot.waker.take() {
+            waker.wake();
+        }
+        None
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.delivered {
+            let _ = self.put(Delivery::Unknown);
+        }
+    }
+}
+
 /// What a waiter's turn brought.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Turn {
@@ -344,6 +423,62 @@ impl Place {
         Ok(())
     }
 
+    /// Offers this waiter to the releases of this client while it waits (see
+    /// `handoff.rs`): only when release messages reach the queue, and not while a
+    /// release has its earlier offer.
+    pub(crate) fn offer(&self, offer: Offer) {
+        if !self.is_listening() {
+            return;
+        }
+        let mut queue = locked(&self.channel.queue);
+        if let Some(slot) = queue.waiters.get_mut(&self.ticket) {
+            if !slot.claimed && slot.delivery.is_none() {
+                slot.offer = Some(offer);
+            }
+        }
+    }
+
+    /// Takes the offer back before an attempt of the waiter's own: `false` when a
+    /// release claimed it (or delivered already); the waiter must then not ask
+    /// Redis, but [wait for the delivery](Self::delivery).
+    pub(crate) fn withdraw_offer(&self) -> bool {
+        let mut queue = locked(&self.channel.queue);
+        match queue.waiters.get_mut(&self.ticket) {
+            Some(slot) if slot.claimed || slot.delivery.is_some() => false,
+            Some(slot) => {
+                slot.offer = None;
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// What came of the release that claimed this waiter's offer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: a delivery not read yet stays in the waiter's place (and a
+    /// grant gives its hold back if the place is dropped with it).
+    pub(crate) async fn delivery(&self) -> Delivery {
+        poll_fn(|cx| {
+            let mut queue = locked(&self.channel.queue);
+            match queue.waiters.get_mut(&self.ticket) {
+                Some(slot) => match slot.delivery.take() {
+                    Some(delivery) => Poll::Ready(delivery),
+                    None => {
+                        if !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                            slot.waker = Some(cx.waker().clone());
+                        }
+                        Poll::Pending
+                    }
+                },
+                // Not in the queue: nothing can be delivered to it.
+                None => Poll::Ready(Delivery::Unknown),
+            }
+        })
+        .await
+    }
+
     /// Forgets a wake-up received so far: call it before each attempt, whose reply
     /// reflects every release before it. Counts as the queue's latest look.
     pub(crate) fn rearm(&self) {
@@ -365,7 +500,7 @@ impl Place {
         poll_fn(|cx| {
             let mut queue = locked(&self.channel.queue);
             match queue.waiters.get_mut(&self.ticket) {
-                Some(slot) if !slot.notified => {
+                Some(slot) if !slot.notified && slot.delivery.is_none() => {
                     if !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                         slot.waker = Some(cx.waker().clone());
                     }
@@ -422,21 +557,26 @@ impl Place {
     /// release this waiter used. The next waiter becomes first, and waits for the
     /// release of this one.
     pub(crate) fn settle(&mut self) {
-        locked(&self.channel.queue).waiters.remove(&self.ticket);
+        let slot = locked(&self.channel.queue).waiters.remove(&self.ticket);
+        // Outside the lock: a delivery left in it gives its hold back.
+        drop(slot);
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        {
+        let slot = {
             let mut queue = locked(&self.channel.queue);
             let slot = queue.waiters.remove(&self.ticket);
-            if slot.is_some_and(|slot| slot.notified) {
+            if slot.as_ref().is_some_and(|slot| slot.notified) {
                 // A waiter that gives up must not swallow a release meant for the
                 // queue: the next one, now first, asks in its stead.
                 queue.wake_first();
             }
-        }
+            slot
+        };
+        // Outside the lock: a grant delivered and never read gives its hold back.
+        drop(slot);
         let mut channels = self.shared.channels();
         if let Some((refs, entry)) = channels.get_mut(&self.name) {
             *refs -= 1;
@@ -687,6 +827,108 @@ mod tests {
 
     fn far() -> Instant {
         Instant::now() + Duration::from_secs(3600)
+    }
+
+    fn offer() -> Offer {
+        Offer {
+            owner: crate::owner::Owner::new("waiter".into()),
+            lease_ms: 1000,
+            fencing: false,
+        }
+    }
+
+    fn grant(given_back: &Arc<AtomicBool>) -> Delivery {
+        let given_back = given_back.clone();
+        Delivery::Granted(crate::handoff::Grant::new(
+            0,
+            Instant::now(),
+            Box::new(move || given_back.store(true, Ordering::SeqCst)),
+        ))
+    }
+
+    #[test]
+    fn a_release_claims_the_offer_of_the_first_waiter_alone() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        let second = queued(&subscriber);
+        assert!(subscriber.claim(b"c").is_none(), "nobody offered");
+        second.offer(offer());
+        assert!(
+            subscriber.claim(b"c").is_none(),
+            "the second may not be handed the lock before the first"
+        );
+        first.offer(offer());
+        let claim = subscriber.claim(b"c").expect("the first's offer");
+        assert!(subscriber.claim(b"c").is_none(), "claimed once");
+        assert!(!first.withdraw_offer(), "claimed: no attempt of its own");
+        first.offer(offer());
+        assert!(!first.withdraw_offer(), "no new offer while claimed");
+        assert!(second.withdraw_offer());
+        assert!(claim.deliver(Delivery::Declined { ask: false }).is_none());
+        assert!(!first.withdraw_offer(), "a delivery to read first");
+    }
+
+    #[test]
+    fn a_waiter_that_is_not_listening_offers_nothing() {
+        let (subscriber, _rx) = subscriber();
+        let place = subscriber.enqueue(b"c");
+        place.offer(offer());
+        assert!(subscriber.claim(b"c").is_none());
+        assert!(place.withdraw_offer());
+    }
+
+    #[tokio::test]
+    async fn a_delivery_wakes_the_waiter_and_a_grant_to_a_waiter_gone_comes_back() {
+        let (subscriber, _rx) = subscriber();
+        let mut first = queued(&subscriber);
+        first.offer(offer());
+        let claim = subscriber.claim(b"c").expect("claimed");
+        let given_back = Arc::new(AtomicBool::new(false));
+        {
+            let mut delivery = pin!(first.delivery());
+            assert!(poll_once(delivery.as_mut()).is_pending());
+            assert!(claim.deliver(grant(&given_back)).is_none());
+            match poll_once(delivery.as_mut()) {
+                Poll::Ready(Delivery::Granted(grant)) => drop(grant.accept()),
+                other => panic!("expected the grant, got {other:?}"),
+            }
+        }
+        assert!(!given_back.load(Ordering::SeqCst));
+        // It holds the lock now: out of the queue.
+        first.settle();
+
+        // The waiter leaves while the release is on its way: the grant comes back
+        // to the releaser, whose drop gives the hold back.
+        let second = queued(&subscriber);
+        second.offer(offer());
+        let claim = subscriber.claim(b"c").expect("claimed");
+        drop((first, second));
+        let returned = claim.deliver(grant(&given_back));
+        assert!(matches!(returned, Some(Delivery::Granted(_))));
+        drop(returned);
+        assert!(given_back.load(Ordering::SeqCst));
+
+        // Delivered, never read, and the waiter leaves: given back with its place.
+        let given_back = Arc::new(AtomicBool::new(false));
+        let third = queued(&subscriber);
+        third.offer(offer());
+        let claim = subscriber.claim(b"c").expect("claimed");
+        assert!(claim.deliver(grant(&given_back)).is_none());
+        drop(third);
+        assert!(given_back.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_claim_dropped_undelivered_tells_the_waiter_nothing_is_known() {
+        let (subscriber, _rx) = subscriber();
+        let first = queued(&subscriber);
+        first.offer(offer());
+        drop(subscriber.claim(b"c").expect("claimed"));
+        let mut delivery = pin!(first.delivery());
+        assert!(matches!(
+            poll_once(delivery.as_mut()),
+            Poll::Ready(Delivery::Unknown)
+        ));
     }
 
     #[test]

@@ -26,4 +26,7 @@ pub const LOCK_USER_ACL: &[&str] = &[
     "+pttl",
     "+del",
     "+publish",
+    // Called by the release script before it hands a lock to a waiter of the
+    // releasing client (no other client may listen for the release).
+    "+pubsub|numsub",
 ];

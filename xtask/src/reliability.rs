@@ -368,7 +368,7 @@ another namespace):
 ```text
 ACL SETUSER locker on >PASSWORD resetkeys ~distlock:* resetchannels &distlock:* -@all
     +hello +ping +script|load +evalsha +config|get +subscribe +unsubscribe
-    +set +get +incr +pexpire +pttl +del +publish
+    +set +get +incr +pexpire +pttl +del +publish +pubsub|numsub
 ```
 
 The first line of commands is what the client sends, with `set` (a first

@@ -83,6 +83,8 @@ pub(crate) fn release<E>(
     for reply in replies {
         match reply {
             Ok(ReleaseReply::Released { remaining }) => released.push(remaining),
+            // Redlock releases carry no successor: a single endpoint's answer.
+            Ok(handed @ ReleaseReply::Handed { .. }) => return Ok(handed),
             Ok(ReleaseReply::Conflict) => return Ok(ReleaseReply::Conflict),
             Ok(ReleaseReply::NotHeld) => {}
             Err(err) => {
