@@ -451,7 +451,9 @@ pub(crate) fn distlock_release_cmd(sha: &str, name: &str, owner: &str) -> redis:
         .arg(owner)
         .arg(30_000)
         .arg(2)
-        .arg(1);
+        .arg(1)
+        // No successor (see release.lua).
+        .arg("");
     cmd
 }
 
@@ -493,6 +495,8 @@ fn distlock_reference_commands(
         &lease,
         "2",
         "0",
+        // No successor (see release.lua).
+        "",
     ];
     Ok(ReferenceCommands {
         acquire: acquire.iter().map(|s| s.to_string()).collect(),
