@@ -176,6 +176,8 @@ async fn strange_names_lock_and_keep_their_keys_in_one_slot() {
     ];
     for name in &names {
         let guard = locks.lock(name).await.expect("lock a strange name");
+        assert_eq!(guard.name(), String::from_utf8_lossy(name), "shown as text");
+        assert_eq!(guard.held().name_bytes(), name.as_slice(), "kept as given");
         let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
             .arg("distlock:*")
             .query_async(&mut conn)

@@ -159,7 +159,7 @@ impl<'a> Wait<'a> {
         // Behind the tasks of this client that asked for the lock before us, ahead
         // of any that ask after: no round trip, so a lock taken without waiting
         // costs nothing more.
-        let place = inner.subscriber.enqueue(&keys.channel);
+        let place = inner.subscriber.enqueue(keys.channel());
         Self {
             inner,
             keys,
@@ -505,7 +505,7 @@ async fn reenter(
                 "fencing was asked for on a re-entry of lock `{}`, whose outermost \
                  acquisition took no fencing token; ask for fencing on the outermost \
                  acquisition (`.fencing(true)`, or `fencing` on the outer annotated function)",
-                hold.display
+                hold.display()
             ),
         ));
     }
@@ -537,7 +537,7 @@ async fn reenter(
             Err(hold.lost_error())
         }
         Outcome::Conflict => Err(LockError::KeyConflict {
-            name: hold.display.to_string(),
+            name: hold.display().to_owned(),
         }),
     }
 }

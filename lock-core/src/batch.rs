@@ -230,7 +230,7 @@ impl Batcher {
         for item in items {
             invocation
                 .key(&item.keys.lock)
-                .key(&item.keys.channel)
+                .key(item.keys.channel())
                 .key(item.keys.freed());
             if item.successor.as_ref().is_some_and(|next| next.fencing) {
                 invocation.key(item.keys.fence());

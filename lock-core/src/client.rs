@@ -228,7 +228,7 @@ impl LockClient {
                     let reply: i64 = scripts
                         .force_release
                         .key(&keys.lock)
-                        .key(&keys.channel)
+                        .key(keys.channel())
                         .arg(publish)
                         .invoke_async(&mut conn)
                         .await?;

@@ -19,7 +19,8 @@ pub(crate) struct Hold {
     pub(crate) id: u64,
     pub(crate) client_id: u64,
     pub(crate) keys: Arc<LockKeys>,
-    pub(crate) display: Arc<str>,
+    /// The name as text, when it is not UTF-8 (else it is the name itself).
+    lossy_name: Option<Box<str>>,
     pub(crate) owner: Arc<Owner>,
     pub(crate) fence: Option<u64>,
     pub(crate) lost: CancellationToken,
@@ -53,12 +54,24 @@ impl Hold {
         Self {
             id,
             client_id,
-            display: keys.display().into(),
+            lossy_name: match keys.display_cow() {
+                std::borrow::Cow::Borrowed(_) => None,
+                std::borrow::Cow::Owned(lossy) => Some(lossy.into()),
+            },
             keys,
             owner,
             fence,
             lost: CancellationToken::new(),
             state: Mutex::new(state),
+        }
+    }
+
+    /// The name as text for messages and traces (bytes that are not UTF-8 are
+    /// shown as U+FFFD).
+    pub(crate) fn display(&self) -> &str {
+        match &self.lossy_name {
+            Some(lossy) => lossy,
+            None => std::str::from_utf8(&self.keys.name).unwrap_or_default(),
         }
     }
 
@@ -89,15 +102,15 @@ impl Hold {
         let guards = self.state().guards;
         self.lost.cancel();
         if guards > 0 {
-            tracing::warn!(lock.name = %self.display, reason = why, "distlock: lock lost");
+            tracing::warn!(lock.name = %self.display(), reason = why, "distlock: lock lost");
         } else {
-            tracing::debug!(lock.name = %self.display, reason = why, "distlock: released hold ended");
+            tracing::debug!(lock.name = %self.display(), reason = why, "distlock: released hold ended");
         }
     }
 
     pub(crate) fn lost_error(&self) -> LockError {
         LockError::Lost {
-            name: self.display.to_string(),
+            name: self.display().to_owned(),
         }
     }
 }
@@ -105,7 +118,7 @@ impl Hold {
 impl fmt::Debug for Hold {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Hold")
-            .field("name", &self.display)
+            .field("name", &self.display())
             .field("fence", &self.fence)
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
@@ -126,7 +139,7 @@ pub struct HeldLock {
 impl HeldLock {
     /// The lock name (bytes that are not UTF-8 are shown as U+FFFD).
     pub fn name(&self) -> &str {
-        &self.hold.display
+        self.hold.display()
     }
 
     /// The lock name as the bytes it was given.

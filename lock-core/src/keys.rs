@@ -11,8 +11,9 @@ pub const MAX_NAME_LEN: usize = 1024;
 /// The longest namespace accepted, in bytes.
 pub const MAX_NAMESPACE_LEN: usize = 128;
 
-/// The Redis names of one lock: all three share one hash tag, so they share a
-/// cluster slot.
+/// The Redis names of one lock: all of them share one hash tag, so they share a
+/// cluster slot. Only the lock's own key is kept; the others are made when a
+/// request needs them (a held lock keeps its keys as long as it is held).
 ///
 /// For the lock name `N` in namespace `ns`: the lock `ns:{N}`, the fencing counter
 /// `ns:{N}:fence`, the channel `ns:{N}:released`, and `ns:{N}:freed`, where the record
@@ -25,7 +26,6 @@ pub const MAX_NAMESPACE_LEN: usize = 128;
 pub(crate) struct LockKeys {
     pub(crate) name: Arc<[u8]>,
     pub(crate) lock: Vec<u8>,
-    pub(crate) channel: Vec<u8>,
 }
 
 impl LockKeys {
@@ -57,12 +57,15 @@ impl LockKeys {
             }
         }
         lock.push(b'}');
-        let channel = suffixed(&lock, b":released");
         Ok(Self {
             name: Arc::from(name),
             lock,
-            channel,
         })
+    }
+
+    /// The release channel: made when a request needs it.
+    pub(crate) fn channel(&self) -> Vec<u8> {
+        suffixed(&self.lock, b":released")
     }
 
     /// The fencing counter: made when a request needs it, not kept with a held lock.
@@ -77,7 +80,12 @@ impl LockKeys {
 
     /// The name as text for messages and traces (invalid UTF-8 is replaced).
     pub(crate) fn display(&self) -> String {
-        String::from_utf8_lossy(&self.name).into_owned()
+        self.display_cow().into_owned()
+    }
+
+    /// As [`display`](Self::display), borrowed when the name is UTF-8.
+    pub(crate) fn display_cow(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.name)
     }
 }
 
@@ -124,7 +132,7 @@ mod tests {
         let keys = LockKeys::new("ns", b"order:{42}").expect("valid name");
         assert_eq!(keys.lock, b"ns:{order:%7B42%7D}");
         assert_eq!(keys.fence(), b"ns:{order:%7B42%7D}:fence");
-        assert_eq!(keys.channel, b"ns:{order:%7B42%7D}:released");
+        assert_eq!(keys.channel(), b"ns:{order:%7B42%7D}:released");
         assert_eq!(keys.freed(), b"ns:{order:%7B42%7D}:freed");
     }
 

@@ -50,7 +50,7 @@ pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), Lo
             Err(hold.lost_error())
         }
         ReleaseReply::Conflict => Err(LockError::KeyConflict {
-            name: hold.display.to_string(),
+            name: hold.display().to_owned(),
         }),
     }
 }
@@ -64,7 +64,7 @@ pub(crate) fn on_drop(inner: &Arc<Inner>, hold: Arc<Hold>) {
     inner.watchdog.guard_gone(&hold);
     if tokio::runtime::Handle::try_current().is_err() {
         tracing::warn!(
-            lock.name = %hold.display,
+            lock.name = %hold.display(),
             "distlock: a lock guard was dropped outside a Tokio runtime; the lock stays held \
              until its lease ends"
         );
@@ -155,8 +155,11 @@ async fn round_trip(
             // Whoever holds it, under a number its record cannot have seen.
             (id, seq, floor) = (holder.into(), FOREIGN_SEQ, 0);
         }
-    } else if !inner.backend.is_redlock() && inner.config.replicas.is_none() {
-        claim = inner.subscriber.claim(&keys.channel).map(HandOff::new);
+    } else if !inner.backend.is_redlock()
+        && inner.config.replicas.is_none()
+        && inner.subscriber.waits()
+    {
+        claim = inner.subscriber.claim(&keys.channel()).map(HandOff::new);
     }
     let successor = claim.as_ref().map(HandOff::successor);
     let sent = Instant::now();

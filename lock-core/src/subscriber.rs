@@ -262,17 +262,17 @@ impl Subscriber {
     /// and without a word to Redis: from now on, no later acquisition of this client
     /// goes before this one. Release messages reach the queue once a waiter has
     /// [listened](Place::listen).
-    pub(crate) fn enqueue(&self, channel: &[u8]) -> Place {
+    pub(crate) fn enqueue(&self, channel: Vec<u8>) -> Place {
         let entry = {
             let mut channels = self.shared.channels();
-            match channels.get_mut(channel) {
+            match channels.get_mut(&channel) {
                 Some((refs, entry)) => {
                     *refs += 1;
                     entry.clone()
                 }
                 None => {
                     let entry = Arc::<Channel>::default();
-                    channels.insert(channel.to_vec(), (1, entry.clone()));
+                    channels.insert(channel.clone(), (1, entry.clone()));
                     entry
                 }
             }
@@ -281,7 +281,7 @@ impl Subscriber {
         Place {
             shared: self.shared.clone(),
             commands: self.commands.clone(),
-            name: channel.to_vec(),
+            name: channel,
             channel: entry,
             ticket,
         }
@@ -289,6 +289,11 @@ impl Subscriber {
 }
 
 impl Subscriber {
+    /// Whether any task of this client waits for a lock (or is about to ask for one).
+    pub(crate) fn waits(&self) -> bool {
+        !self.shared.channels().is_empty()
+    }
+
     /// Claims the offer of the first waiter for `channel`, if it made one (it waits
     /// for a release, and the channel's messages reach it): from now on it sends
     /// nothing of its own until the claim is delivered.
@@ -801,7 +806,7 @@ mod tests {
     /// A waiter queued on channel `c`, whose subscription was asked for and
     /// confirmed.
     fn queued(subscriber: &Subscriber) -> Place {
-        let place = subscriber.enqueue(b"c");
+        let place = subscriber.enqueue(b"c".to_vec());
         place.channel.requested.store(true, Ordering::SeqCst);
         place.channel.confirmed.store(true, Ordering::Release);
         place
@@ -871,7 +876,7 @@ mod tests {
     #[test]
     fn a_waiter_that_is_not_listening_offers_nothing() {
         let (subscriber, _rx) = subscriber();
-        let place = subscriber.enqueue(b"c");
+        let place = subscriber.enqueue(b"c".to_vec());
         place.offer(offer());
         assert!(subscriber.claim(b"c").is_none());
         assert!(place.withdraw_offer());
@@ -934,7 +939,7 @@ mod tests {
     #[test]
     fn a_place_costs_nothing_on_the_connection() {
         let (subscriber, mut rx) = subscriber();
-        let place = subscriber.enqueue(b"c");
+        let place = subscriber.enqueue(b"c".to_vec());
         assert!(place.is_first() && !place.is_listening());
         drop(place);
         assert!(subscriber.shared.channels().is_empty());
@@ -1181,8 +1186,8 @@ mod tests {
     #[tokio::test]
     async fn listening_subscribes_once_and_its_confirmation_wakes_the_first_waiter() {
         let (subscriber, mut rx) = subscriber();
-        let first = subscriber.enqueue(b"c");
-        let second = subscriber.enqueue(b"c");
+        let first = subscriber.enqueue(b"c".to_vec());
+        let second = subscriber.enqueue(b"c".to_vec());
         // The first waiter's attempt is on its way, sent before the subscription.
         first.rearm();
         let answer = async {
@@ -1231,7 +1236,7 @@ mod tests {
             "{command:?}"
         );
         assert!(
-            !subscriber.enqueue(b"c").is_listening(),
+            !subscriber.enqueue(b"c".to_vec()).is_listening(),
             "until subscribed again, a waiter that has to wait subscribes itself"
         );
         // Not before the subscription is back: a look now could miss a release.
@@ -1241,7 +1246,7 @@ mod tests {
 
         // A channel nobody waits for any more is left alone, and so is one whose
         // waiters never asked for a subscription.
-        let _uncontended = subscriber.enqueue(b"c");
+        let _uncontended = subscriber.enqueue(b"c".to_vec());
         pushes
             .send(push(PushKind::SUnsubscribe))
             .expect("the push task listens");
