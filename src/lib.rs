@@ -211,9 +211,9 @@
 struct ReadmeDoctests;
 
 pub use distlock_core::{
-    current_lock, global, HeldLock, LockClient, LockClientBuilder, LockContext, LockError,
-    LockFuture, LockGuard, LockInfo, LockRequest, TryLockRequest, MAX_LEASE, MAX_NAMESPACE_LEN,
-    MAX_NAME_LEN, MIN_LEASE, MIN_WATCHDOG_LEASE,
+    current_lock, global, HeldLock, LockAllRequest, LockClient, LockClientBuilder, LockContext,
+    LockError, LockFuture, LockGuard, LockInfo, LockRequest, MultiLockGuard, TryLockRequest,
+    MAX_LEASE, MAX_LOCK_ALL, MAX_NAMESPACE_LEN, MAX_NAME_LEN, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 
 #[cfg(feature = "macros")]

@@ -173,6 +173,56 @@ async fn behaviour(builder: impl Fn() -> LockClientBuilder) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+
+    many_at_once(&locks, &other).await;
+}
+
+/// `lock_all`: two clients take the same names (in three cluster slots) listed in
+/// opposite orders, without deadlock or overlap; a set with one name held
+/// elsewhere is not taken, and leaves the others free.
+async fn many_at_once(locks: &LockClient, other: &LockClient) {
+    let names = ["b:set:1", "b:set:2", "b:set:3"];
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let mut callers = Vec::new();
+    for (client, reversed) in [(locks.clone(), false), (other.clone(), true)] {
+        let mut order = names;
+        if reversed {
+            order.reverse();
+        }
+        let (inside, overlaps) = (inside.clone(), overlaps.clone());
+        callers.push(tokio::spawn(async move {
+            for round in 0..50 {
+                let all = client
+                    .lock_all(order)
+                    .wait(Duration::from_secs(5))
+                    .await
+                    .unwrap_or_else(|err| panic!("round {round} of {order:?}: {err}"));
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                all.unlock().await.expect("unlock");
+            }
+        }));
+    }
+    for caller in callers {
+        caller.await.expect("caller");
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two sets held at once");
+
+    let busy = other.lock("b:set:2").await.expect("lock");
+    let result = locks.lock_all(names).wait(Duration::from_millis(200)).await;
+    assert!(
+        result.is_err(),
+        "a set with a name held elsewhere: {result:?}"
+    );
+    for name in ["b:set:1", "b:set:3"] {
+        let info = other.inspect(name).await.expect("inspect");
+        assert!(!info.held, "{name} left held: {info:?}");
+    }
+    busy.unlock().await.expect("unlock");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,8 @@ use crate::backend::redlock::{self, ForceVote, InspectVote};
 use crate::error::LockError;
 use crate::hold::HeldLock;
 use crate::inner::Inner;
-use crate::request::{LockRequest, TryLockRequest};
+use crate::multi::canonical;
+use crate::request::{LockAllRequest, LockRequest, TryLockRequest};
 use crate::scripts::{unexpected_reply, ForceReleaseReply, InspectReply, LockView};
 
 static GLOBAL: RwLock<Option<LockClient>> = RwLock::new(None);
@@ -118,6 +119,36 @@ impl LockClient {
     /// [`default_wait`]: crate::LockClientBuilder::default_wait
     pub fn lock(&self, name: impl AsRef<[u8]>) -> LockRequest {
         LockRequest::new(self.inner.clone(), self.inner.keys(name.as_ref()))
+    }
+
+    /// A request for every lock of `names` at once, all or nothing, with one guard
+    /// for the set: see [`LockAllRequest`] for the order the names are taken in and
+    /// what happens when one cannot be had. Duplicates count once.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let skus = vec!["inventory:7", "inventory:3"];
+    /// let cart = locks.lock_all(&skus).wait(Duration::from_secs(2)).await?;
+    /// // ... reserve every SKU ...
+    /// cart.unlock().await
+    /// # }
+    /// ```
+    pub fn lock_all<I>(&self, names: I) -> LockAllRequest
+    where
+        I: IntoIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let keys = names
+            .into_iter()
+            .map(|name| self.inner.keys(name.as_ref()))
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(canonical);
+        LockAllRequest::new(self.inner.clone(), keys)
     }
 
     /// A request for the lock `name` that does not wait: it resolves to `Ok(None)`

@@ -25,6 +25,27 @@ pub(crate) async fn log_failure<T>(operation: impl Future<Output = Result<T, Loc
     }
 }
 
+/// Runs `futures` concurrently and collects their outputs in order.
+pub(crate) async fn join_all<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    let mut count = 0;
+    for (index, future) in futures.into_iter().enumerate() {
+        set.spawn(async move { (index, future.await) });
+        count += 1;
+    }
+    let mut outputs: Vec<Option<F::Output>> = (0..count).map(|_| None).collect();
+    while let Some(joined) = set.join_next().await {
+        if let Ok((index, output)) = joined {
+            outputs[index] = Some(output);
+        }
+    }
+    outputs.into_iter().flatten().collect()
+}
+
 /// A request in flight that must not be lost with its caller: if the future is
 /// dropped before it completes, the request runs to completion in a background
 /// task, and `abandon` receives its output there.

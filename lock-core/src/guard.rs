@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::context::LockContext;
+use crate::detach::join_all;
 use crate::error::LockError;
 use crate::hold::HeldLock;
 use crate::inner::Inner;
@@ -132,6 +133,112 @@ impl fmt::Debug for LockGuard {
             .field("hold_count", &self.hold_count())
             .field("fencing_token", &self.fencing_token())
             .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+/// Every lock of a set taken by [`LockClient::lock_all`](crate::LockClient::lock_all):
+/// one guard for all of them. Release them together with
+/// [`unlock`](MultiLockGuard::unlock); dropping the guard releases them in the
+/// background (on one endpoint, in one run of the release script).
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// // Every SKU of a cart, in whatever order the cart lists them.
+/// let cart = ["sku:7", "sku:3", "sku:9"];
+/// let all = locks.lock_all(cart).await?;
+/// assert_eq!(all.names().collect::<Vec<_>>(), ["sku:3", "sku:7", "sku:9"]);
+/// all.scope(async {
+///     // Nested acquires of any of the three re-enter.
+/// })
+/// .await;
+/// all.unlock().await
+/// # }
+/// ```
+#[must_use = "if unused the locks are released immediately"]
+#[clippy::has_significant_drop]
+pub struct MultiLockGuard {
+    guards: Vec<LockGuard>,
+}
+
+impl MultiLockGuard {
+    pub(crate) fn new(guards: Vec<LockGuard>) -> Self {
+        Self { guards }
+    }
+
+    /// The names of the set, in the order they were taken (sorted by their key in
+    /// Redis, each once).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.guards.iter().map(LockGuard::name)
+    }
+
+    /// The guard of each lock, in the order of [`names`](Self::names): their fencing
+    /// tokens, hold counts and loss signals.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// Whether any lock of the set was lost; see [`HeldLock::is_lost`].
+    pub fn is_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// The lock context of the set: the caller's context plus every lock of it.
+    pub fn context(&self) -> LockContext {
+        self.guards
+            .last()
+            .map(LockGuard::context)
+            .unwrap_or_default()
+    }
+
+    /// Runs `fut` with every lock of the set in its context: acquires of any of the
+    /// names inside it re-enter.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `fut`; the guard is untouched.
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        self.context().scope(fut)
+    }
+
+    /// Releases every lock of the set, all at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::unlock`], for the first lock whose release failed; a loss
+    /// ([`LockError::Lost`]) is reported before any other error. Every release is
+    /// made whatever the others answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockGuard::unlock`]: dropping the future does not lose the releases.
+    pub async fn unlock(self) -> Result<(), LockError> {
+        let results = join_all(self.guards.into_iter().map(LockGuard::unlock)).await;
+        let mut first = None;
+        for result in results {
+            match result {
+                Ok(()) => {}
+                Err(err @ LockError::Lost { .. })
+                    if !matches!(first, Some(LockError::Lost { .. })) =>
+                {
+                    first = Some(err);
+                }
+                Err(err) => {
+                    first.get_or_insert(err);
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl fmt::Debug for MultiLockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLockGuard")
+            .field("locks", &self.guards)
             .finish()
     }
 }

@@ -38,10 +38,11 @@
 //! | 5 | `watchdog.rs` | when to renew, and telling guards of a loss |
 //! | 6 | `inner.rs` | `Inner`: one client's state, what every internal function takes |
 //! | 7 | `release.rs` | every give-back of a hold, one function per case |
-//! | 8 | `guard.rs` | [`LockGuard`]; `unlock` and `Drop` call down into `release.rs` |
+//! | 8 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
 //! | 8 | `attempt.rs` | one attempt: a plain `SET NX` for a likely-free lock, else `acquire.lua`; `WAIT`, replay after a lost reply, Redlock fan-out |
 //! | 9 | `acquire.rs` | the wait loop of a new acquisition, and re-entry |
-//! | 10 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`] |
+//! | 9 | `multi.rs` | many names at once (`lock_all`): canonical order, all or nothing |
+//! | 10 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`], [`LockAllRequest`] |
 //! | 11 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`], `inspect`, `force_unlock` |
 //! | 12 | `builder.rs` | [`LockClientBuilder`]: settings, their validation, connecting |
 #![warn(
@@ -68,6 +69,7 @@ mod hold;
 mod inner;
 mod keys;
 mod lease;
+mod multi;
 mod owner;
 mod release;
 mod renew;
@@ -80,8 +82,9 @@ pub use builder::LockClientBuilder;
 pub use client::{global, LockClient, LockInfo};
 pub use context::{current_lock, LockContext};
 pub use error::LockError;
-pub use guard::LockGuard;
+pub use guard::{LockGuard, MultiLockGuard};
 pub use hold::HeldLock;
 pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
 pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
-pub use request::{LockFuture, LockRequest, TryLockRequest};
+pub use multi::MAX_LOCK_ALL;
+pub use request::{LockAllRequest, LockFuture, LockRequest, TryLockRequest};

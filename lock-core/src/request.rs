@@ -11,9 +11,10 @@ use std::time::Duration;
 use crate::acquire::{acquire, Options};
 use crate::detach::BoxFuture;
 use crate::error::LockError;
-use crate::guard::LockGuard;
+use crate::guard::{LockGuard, MultiLockGuard};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
+use crate::multi::acquire_all;
 
 /// A request for a lock, made by [`LockClient::lock`](crate::LockClient::lock). Await it to get the guard.
 ///
@@ -189,5 +190,89 @@ impl IntoFuture for TryLockRequest {
                 Err(err) => Err(err),
             }
         })
+    }
+}
+
+/// A request for several locks at once, made by
+/// [`LockClient::lock_all`](crate::LockClient::lock_all). Await it to get one guard
+/// for all of them.
+///
+/// The names are taken in one canonical order (sorted by their key in Redis, each
+/// once), whatever order they were listed in: two callers that list the same names
+/// in different orders never deadlock. A name the call chain holds already is
+/// re-entered. The options hold for every name; the wait is one budget for the
+/// whole set.
+///
+/// # Errors
+///
+/// The errors of [`LockRequest`], for the first name that could not be had (a
+/// [`LockError::Timeout`] names it); every name taken before it was given back.
+/// [`LockError::InvalidName`] for an empty list, more than
+/// [`MAX_LOCK_ALL`](crate::MAX_LOCK_ALL) names or an invalid name, before anything
+/// is sent.
+///
+/// # Cancel safety
+///
+/// Dropping the future at any point leaves no hold that no guard owns: the names
+/// taken so far are given back in the background, as a dropped [`LockRequest`]
+/// gives back its own.
+#[must_use = "a lock request does nothing until it is awaited"]
+pub struct LockAllRequest {
+    inner: Arc<Inner>,
+    keys: Result<Vec<Arc<LockKeys>>, LockError>,
+    options: Options,
+}
+
+impl LockAllRequest {
+    pub(crate) fn new(inner: Arc<Inner>, keys: Result<Vec<Arc<LockKeys>>, LockError>) -> Self {
+        Self {
+            inner,
+            keys,
+            options: Options::default(),
+        }
+    }
+
+    /// How long to wait, in all, for the whole set; as [`LockRequest::wait`].
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.options.wait = Some(wait);
+        self
+    }
+
+    /// A fixed lease for every name; as [`LockRequest::lease`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.options.lease = Some(lease);
+        self
+    }
+
+    /// Whether each name's first acquisition issues a fencing token; as
+    /// [`LockRequest::fencing`].
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.options.fencing = Some(fencing);
+        self
+    }
+}
+
+impl fmt::Debug for LockAllRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = self
+            .keys
+            .as_ref()
+            .ok()
+            .map(|keys| keys.iter().map(|keys| keys.display()).collect::<Vec<_>>());
+        f.debug_struct("LockAllRequest")
+            .field("names", &names)
+            .field("wait", &self.options.wait)
+            .field("lease", &self.options.lease)
+            .field("fencing", &self.options.fencing)
+            .finish()
+    }
+}
+
+impl IntoFuture for LockAllRequest {
+    type Output = Result<MultiLockGuard, LockError>;
+    type IntoFuture = BoxFuture<Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(acquire_all(self.inner, self.keys, self.options))
     }
 }
