@@ -16,6 +16,11 @@
 //! Each order takes its SKUs in sorted order. Two orders that took them in opposite
 //! orders could each hold one and wait for the other until `wait` runs out.
 //!
+//! Two carts check out at the same time as the orders, each with one
+//! `LockClient::lock_all` of every SKU it lists (two more SKUs, `eggs` and `figs`):
+//! they list them in opposite orders, and `lock_all` takes them in one canonical
+//! order, so they never deadlock each other.
+//!
 //! Run it with `cargo xtask demo` (a throwaway `redis-server`), or against your own
 //! server: `REDIS_URL=redis://127.0.0.1:6379 cargo run --example order_flow`, or a
 //! Redis Cluster: `REDIS_CLUSTER_URLS=redis://127.0.0.1:7000,... cargo run --example
@@ -34,7 +39,14 @@ mod common;
 use common::{Data, Target};
 
 /// The shelf at the start.
-const STOCK: [(&str, i64); 4] = [("apple", 6), ("bread", 4), ("cheese", 5), ("dates", 3)];
+const STOCK: [(&str, i64); 6] = [
+    ("apple", 6),
+    ("bread", 4),
+    ("cheese", 5),
+    ("dates", 3),
+    ("eggs", 2),
+    ("figs", 2),
+];
 
 /// The orders: id and lines (SKU, quantity), in the order the customer wrote them.
 const ORDERS: [(u32, &[(&str, i64)]); 8] = [
@@ -46,6 +58,12 @@ const ORDERS: [(u32, &[(&str, i64)]); 8] = [
     (6, &[("cheese", 2), ("dates", 1)]),
     (7, &[("bread", 2), ("cheese", 1), ("apple", 1)]),
     (8, &[("dates", 1), ("apple", 2)]),
+];
+
+/// The carts: id and lines, in the order the customer listed them (opposite orders).
+const CARTS: [(u32, &[(&str, i64)]); 2] = [
+    (101, &[("figs", 1), ("eggs", 1)]),
+    (102, &[("eggs", 1), ("figs", 1)]),
 ];
 
 /// Every Redis key of this example starts with this.
@@ -231,6 +249,55 @@ async fn confirm_order(shop: &Shop, order: &Order) -> Result<(), OrderError> {
     Ok(())
 }
 
+/// Checks out a cart: takes every SKU it lists at once (`lock_all`, whatever the
+/// order of the list), then reserves every line or none: every count is read before
+/// any is written.
+async fn checkout(shop: &Shop, cart: &Order, listed: &[(&str, i64)]) -> Result<bool, OrderError> {
+    let locks = distlock::global()?;
+    let names: Vec<String> = listed
+        .iter()
+        .map(|(sku, _)| format!("inventory:{sku}"))
+        .collect();
+    let all = locks.lock_all(&names).wait(Duration::from_secs(10)).await?;
+    let held: Vec<&str> = all.names().collect();
+    shop.story
+        .say(cart.id, format!("cart holds {} at once", held.join(", ")));
+    let reserved = async {
+        let mut left = Vec::new();
+        for line in &cart.lines {
+            let stock = shop.stock(&line.sku).await?;
+            if stock < line.quantity {
+                return Ok::<_, OrderError>(None);
+            }
+            left.push((line.sku.clone(), stock - line.quantity));
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        for (sku, stock) in &left {
+            shop.set_stock(sku, *stock).await?;
+        }
+        Ok(Some(()))
+    }
+    .await;
+    let outcome = match reserved {
+        Ok(Some(())) => {
+            shop.set_status(cart.id, "confirmed").await?;
+            shop.story.say(cart.id, "cart confirmed");
+            Ok(true)
+        }
+        Ok(None) => {
+            shop.set_status(cart.id, "rejected").await?;
+            shop.story.say(
+                cart.id,
+                "cart rejected: not enough stock; nothing was taken",
+            );
+            Ok(false)
+        }
+        Err(err) => Err(err),
+    };
+    all.unlock().await?;
+    outcome
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let target = Target::from_env();
@@ -253,7 +320,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (sku, stock) in STOCK {
         shop.set_stock(sku, stock).await?;
     }
-    let orders: Vec<Order> = ORDERS
+    let mut orders: Vec<Order> = ORDERS
+        .iter()
+        .map(|(id, lines)| Order::new(*id, lines))
+        .collect();
+    let carts: Vec<Order> = CARTS
         .iter()
         .map(|(id, lines)| Order::new(*id, lines))
         .collect();
@@ -276,9 +347,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!();
 
-    // Every order on its own task, all at once.
+    // Every order and every cart on its own task, all at once.
     let started = Instant::now();
-    let tasks: Vec<_> = orders
+    let mut tasks: Vec<_> = orders
         .iter()
         .cloned()
         .map(|order| {
@@ -286,6 +357,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tokio::spawn(async move { place_order(&shop, &order).await })
         })
         .collect();
+    for (cart, (_, listed)) in carts.iter().cloned().zip(CARTS) {
+        let shop = shop.clone();
+        tasks.push(tokio::spawn(
+            async move { checkout(&shop, &cart, listed).await },
+        ));
+    }
+    orders.extend(carts);
     let mut confirmed = Vec::new();
     for (order, task) in orders.iter().zip(tasks) {
         if task.await?? {
