@@ -63,7 +63,8 @@ async fn callers_listing_the_same_names_in_opposite_orders_never_deadlock() {
 }
 
 /// One name of the set is held by another client: the set is not had, the error
-/// names the busy lock, and the names taken before it are free again.
+/// names the busy lock, and the other names are free (on one server they were never
+/// taken; where names are taken one by one, they were given back).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_with_one_name_held_elsewhere_is_not_taken_and_leaves_the_others_free() {
     let server = support::server();
@@ -92,6 +93,107 @@ async fn a_set_with_one_name_held_elsewhere_is_not_taken_and_leaves_the_others_f
         "taken in the canonical order"
     );
     all.unlock().await.expect("unlock");
+}
+
+/// On one server the set is taken by one script run, whole or not at all: while it
+/// waits for a name held elsewhere it holds none of the others, and the release of
+/// that name lets it take them all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_one_server_a_waiting_set_holds_nothing_and_is_taken_in_one_run() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let other = support::client(&server).await;
+
+    let before = support::client_requests(&server);
+    let all = locks
+        .lock_all(["one:a", "one:b", "one:c", "one:d", "one:e"])
+        .await
+        .expect("lock_all");
+    assert_eq!(
+        support::client_requests(&server) - before,
+        1,
+        "five names, one request"
+    );
+    all.unlock().await.expect("unlock");
+
+    let busy = other.lock("one:c").await.expect("lock");
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .lock_all(["one:a", "one:b", "one:c", "one:d", "one:e"])
+                .wait(Duration::from_secs(5))
+                .await
+        }
+    });
+    let subscribed = eventually(Duration::from_secs(2), || {
+        support::channel_subscribers(&server, "one:c") == 1
+    })
+    .await;
+    assert!(subscribed, "the set waits for one:c's release");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for name in ["one:a", "one:b", "one:d", "one:e"] {
+        assert!(!held(&server, name), "{name} held while the set waits");
+    }
+    let released = Instant::now();
+    busy.unlock().await.expect("unlock");
+    let all = waiter.await.expect("join").expect("the set");
+    assert!(
+        released.elapsed() < Duration::from_millis(500),
+        "the set was not woken by the release: {:?}",
+        released.elapsed()
+    );
+    for name in ["one:a", "one:b", "one:c", "one:d", "one:e"] {
+        assert_eq!(hold_count(&server, name), 1, "{name}");
+    }
+    all.unlock().await.expect("unlock");
+}
+
+/// The run that takes a set gets its reply late (after the response timeout): the
+/// set is asked for again under a fresh owner id, and the late run's holds are
+/// found and given back; each name ends up held once, by the set's guard, and free
+/// after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_whose_reply_was_late_is_held_once() {
+    use distlock_testkit::Direction;
+    let server = support::server();
+    let proxy = support::proxy(&server);
+    let locks = distlock::LockClient::builder()
+        .url(proxy.url())
+        .response_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .expect("connect");
+    let names = ["late:a", "late:b", "late:c"];
+    proxy.delay(
+        Direction::ToClient,
+        Duration::from_millis(450),
+        Duration::ZERO,
+    );
+    let request = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock_all(names).wait(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+    let all = request.await.expect("join").expect("the set, in the end");
+    for name in names {
+        assert_eq!(hold_count(&server, name), 1, "{name} held once");
+    }
+    let owners: Vec<_> = names
+        .iter()
+        .map(|name| support::redis_holder(&server, name))
+        .collect();
+    assert!(
+        owners.windows(2).all(|pair| pair[0] == pair[1]),
+        "one owner: {owners:?}"
+    );
+    all.unlock().await.expect("unlock");
+    let clean = eventually(Duration::from_secs(3), || {
+        names.iter().all(|name| !held(&server, name))
+    })
+    .await;
+    assert!(clean, "left held: {:?}", support::leaks(&server));
 }
 
 /// A chain that holds one name of a set re-enters it (its count goes up, under the
@@ -226,4 +328,33 @@ async fn sets_dropped_at_random_points_leave_no_name_held() {
     })
     .await;
     assert!(clean, "left held: {:?}", support::leaks(&server));
+}
+
+/// A key of one name holds something distlock did not write (another type, or a
+/// string of another form): the set is a `KeyConflict` naming it, and nothing is
+/// written, neither there nor at the other names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_value_at_one_name_is_a_conflict_and_writes_nothing() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    for (value, kind) in [
+        (&["SET", "not a lock"][..], "string"),
+        (&["HSET", "f", "v"][..], "hash"),
+    ] {
+        let key = support::lock_key("foreign:b");
+        let mut args = vec![value[0], key.as_str()];
+        args.extend_from_slice(&value[1..]);
+        server.cmd(&args).expect("write the foreign value");
+        let err = locks
+            .lock_all(["foreign:a", "foreign:b", "foreign:c"])
+            .await
+            .expect_err("a conflict");
+        match &err {
+            LockError::KeyConflict { name } => assert_eq!(name, "foreign:b", "{kind}"),
+            other => panic!("{kind}: expected a key conflict, got {other:?}"),
+        }
+        let keys = server.cmd(&["KEYS", "*"]).expect("KEYS");
+        assert_eq!(keys.trim(), key, "{kind}: only the foreign key exists");
+        server.cmd(&["DEL", &key]).expect("DEL");
+    }
 }

@@ -31,7 +31,7 @@ use crate::scripts::unexpected_reply;
 use crate::subscriber::{Place, Turn};
 
 /// How long a waiter pauses after a transient failure before asking again.
-const TRANSIENT_PAUSE: Duration = Duration::from_millis(100);
+pub(crate) const TRANSIENT_PAUSE: Duration = Duration::from_millis(100);
 
 /// How long a waiter sleeps when the holder's lease has no expiry to cap it.
 const UNKNOWN_LEASE_CAP: Duration = Duration::from_secs(1);
@@ -40,7 +40,7 @@ const UNKNOWN_LEASE_CAP: Duration = Duration::from_secs(1);
 /// queue asking Redis: they never ask out of turn, so this bounds what a lost
 /// release message costs them. A waiter that becomes first without ever having
 /// asked looks within this long too.
-const QUEUE_LOOK: Duration = Duration::from_secs(1);
+pub(crate) const QUEUE_LOOK: Duration = Duration::from_secs(1);
 
 /// What a lock request asked for; `None` takes the client's default.
 #[derive(Debug, Clone, Copy, Default)]
@@ -52,10 +52,10 @@ pub(crate) struct Options {
 
 /// How a new acquisition holds the lock.
 #[derive(Debug, Clone, Copy)]
-struct Mode {
-    lease: Duration,
-    watchdog: bool,
-    fencing: bool,
+pub(crate) struct Mode {
+    pub(crate) lease: Duration,
+    pub(crate) watchdog: bool,
+    pub(crate) fencing: bool,
 }
 
 /// Takes the lock of `keys` for the current call chain: re-enters it when the chain
@@ -99,7 +99,7 @@ pub(crate) async fn acquire(
 }
 
 /// The request's options with the client's defaults filled in and checked.
-fn settle_options(
+pub(crate) fn settle_options(
     inner: &Inner,
     options: Options,
     start: Instant,
@@ -465,7 +465,7 @@ async fn acquire_new(
 /// How long to sleep at most for a holder whose lease has `pttl_ms` left: until it
 /// ends; a lease about to end (0 ms left, as PTTL rounds) is worth a look in a
 /// millisecond, not the cap for an unknown lease (no expiry, or no answer).
-fn sleep_hint(pttl_ms: i64) -> Duration {
+pub(crate) fn sleep_hint(pttl_ms: i64) -> Duration {
     u64::try_from(pttl_ms)
         .ok()
         .map_or(UNKNOWN_LEASE_CAP, |ms| Duration::from_millis(ms.max(1)))

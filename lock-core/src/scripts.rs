@@ -12,6 +12,8 @@ pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     /// `acquire.lua` for a re-entry: `allow-oom`, since a re-entry creates nothing.
     pub(crate) reenter: Script,
+    /// `acquire_all.lua`: every lock of a set, or none.
+    pub(crate) acquire_all: Script,
     pub(crate) release: Script,
     pub(crate) renew: Script,
     pub(crate) force_release: Script,
@@ -20,6 +22,7 @@ pub(crate) struct Scripts {
 
 const LOCK: &str = include_str!("../../lua/lock.lua");
 const ACQUIRE: &str = include_str!("../../lua/acquire.lua");
+const ACQUIRE_ALL: &str = include_str!("../../lua/acquire_all.lua");
 const RELEASE: &str = include_str!("../../lua/release.lua");
 const RENEW: &str = include_str!("../../lua/renew.lua");
 const FORCE_RELEASE: &str = include_str!("../../lua/force_release.lua");
@@ -29,10 +32,11 @@ const INSPECT: &str = include_str!("../../lua/inspect.lua");
 /// flags), then `lock.lua` (how every script reads a lock), then its own text.
 /// `acquire.lua` goes under two first lines: `#!lua` for a new lock (refused on a
 /// full server), `allow-oom` for a re-entry (which creates nothing).
-pub(crate) fn sources() -> [String; 6] {
+pub(crate) fn sources() -> [String; 7] {
     [
         format!("#!lua\n{LOCK}{ACQUIRE}"),
         format!("#!lua flags=allow-oom\n{LOCK}{ACQUIRE}"),
+        format!("#!lua\n{LOCK}{ACQUIRE_ALL}"),
         format!("#!lua flags=allow-oom\n{LOCK}{RELEASE}"),
         format!("#!lua flags=allow-oom\n{LOCK}{RENEW}"),
         format!("#!lua flags=allow-oom\n{LOCK}{FORCE_RELEASE}"),
@@ -42,10 +46,11 @@ pub(crate) fn sources() -> [String; 6] {
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let [acquire, reenter, release, renew, force_release, inspect] = sources();
+        let [acquire, reenter, acquire_all, release, renew, force_release, inspect] = sources();
         Self {
             acquire: Script::new(&acquire),
             reenter: Script::new(&reenter),
+            acquire_all: Script::new(&acquire_all),
             release: Script::new(&release),
             renew: Script::new(&renew),
             force_release: Script::new(&force_release),
@@ -77,6 +82,47 @@ impl AcquireReply {
             [0, pttl_ms] => Some(Self::Busy { pttl_ms }),
             [-1] => Some(Self::NotHeld),
             [-2] => Some(Self::Conflict),
+            _ => None,
+        }
+    }
+}
+
+/// What `acquire_all.lua` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AcquireAllReply {
+    /// Every lock taken or re-entered: the hold count and fencing token (0: none)
+    /// of each, in order.
+    Acquired(Vec<(u64, u64)>),
+    /// The name at this index (from 0) is held by another owner, for `pttl_ms` more
+    /// milliseconds (negative: unknown).
+    Busy { index: usize, pttl_ms: i64 },
+    /// The name at this index was to be re-entered, but is no longer held by its owner.
+    NotHeld { index: usize },
+    /// A key of the name at this index holds a value of another type.
+    Conflict { index: usize },
+}
+
+impl AcquireAllReply {
+    /// Decodes the reply for a set of `names` names.
+    pub(crate) fn decode(reply: &[i64], names: usize) -> Option<Self> {
+        let index = |i: i64| {
+            usize::try_from(i)
+                .ok()?
+                .checked_sub(1)
+                .filter(|i| *i < names)
+        };
+        match reply {
+            [1, rest @ ..] if rest.len() == 2 * names => rest
+                .chunks_exact(2)
+                .map(|pair| Some((u64::try_from(pair[0]).ok()?, u64::try_from(pair[1]).ok()?)))
+                .collect::<Option<Vec<_>>>()
+                .map(Self::Acquired),
+            [0, i, pttl_ms] => Some(Self::Busy {
+                index: index(*i)?,
+                pttl_ms: *pttl_ms,
+            }),
+            [-1, i] => Some(Self::NotHeld { index: index(*i)? }),
+            [-2, i] => Some(Self::Conflict { index: index(*i)? }),
             _ => None,
         }
     }
@@ -193,6 +239,44 @@ pub(crate) fn unexpected_reply(script: &'static str, reply: &[i64]) -> redis::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_set_reply_decodes_with_its_indexes_from_zero() {
+        assert_eq!(
+            AcquireAllReply::decode(&[1, 1, 0, 2, 7], 2),
+            Some(AcquireAllReply::Acquired(vec![(1, 0), (2, 7)]))
+        );
+        assert_eq!(
+            AcquireAllReply::decode(&[1, 1, 0], 2),
+            None,
+            "one name short"
+        );
+        assert_eq!(
+            AcquireAllReply::decode(&[0, 2, 150], 2),
+            Some(AcquireAllReply::Busy {
+                index: 1,
+                pttl_ms: 150
+            })
+        );
+        assert_eq!(
+            AcquireAllReply::decode(&[0, 3, 150], 2),
+            None,
+            "no such name"
+        );
+        assert_eq!(
+            AcquireAllReply::decode(&[0, 0, 150], 2),
+            None,
+            "indexes start at 1"
+        );
+        assert_eq!(
+            AcquireAllReply::decode(&[-1, 1], 2),
+            Some(AcquireAllReply::NotHeld { index: 0 })
+        );
+        assert_eq!(
+            AcquireAllReply::decode(&[-2, 2], 2),
+            Some(AcquireAllReply::Conflict { index: 1 })
+        );
+    }
 
     #[test]
     fn replies_decode_into_their_types() {

@@ -1,0 +1,105 @@
+-- acquire_all.lua: take every lock of a set, or none.
+--
+-- Sent after lock.lua (how every script reads a lock), under `#!lua`: a set that
+-- creates a lock adds data, and is refused as a whole on a server over `maxmemory`
+-- with `noeviction`. The client sends it when every key of the set is on one
+-- endpoint (one server, Sentinel's master, or one cluster slot); each lock is the
+-- plain lock of acquire.lua, written in the same way, so that a set and a plain
+-- acquisition of one of its names exclude each other.
+--
+-- KEYS     three per name, for name i (from 1) KEYS[3i-2 .. 3i], in the client's
+--          canonical order:
+--   the lock `<ns>:{name}` (see lock.lua)
+--   the fencing counter `<ns>:{name}:fence`; read and written only when ARGV[1] is
+--          "1" and the lock is free
+--   the last final release `<ns>:{name}:freed` (see release.lua): written only
+--          when this call takes a tombstone, whose record moves there
+-- ARGV[1]  "1": issue a fencing token for each lock this call creates; "0": do not
+-- ARGV     then five per name, for name i ARGV[5i-3 .. 5i+1]:
+--   owner id: the set's own for a name the caller does not hold, the caller's hold's
+--          for one it holds (a re-entry)
+--   lease in milliseconds, validated by the client (a re-entry only ever lengthens
+--          the lock's lease)
+--   the operation's sequence number among that owner's operations (see
+--          acquire.lua, "Exactly once")
+--   that owner's floor
+--   "1": a re-entry (the caller believes it holds the lock: never created here);
+--          "0": a new acquisition
+--
+-- Returns
+--   {1, count_1, fence_1, count_2, fence_2, ...}  every lock taken or re-entered
+--                  (or this operation was applied before: a replay), with the hold
+--                  count and fencing token (0: none) of each, in order
+--   {0, i, pttl}   name i is held by another owner (pttl: its remaining lease in
+--                  ms, -1 without expiry); nothing was written
+--   {-1, i}        name i was to be re-entered, but its owner no longer holds it;
+--                  nothing was written
+--   {-2, i}        a key of name i holds a value of another type, or a string
+--                  distlock did not write (see lock.lua); nothing was written
+--
+-- Every check, for every name, comes before the first write: a Lua error does not
+-- roll back, and a set is taken whole or not at all.
+
+local fencing = ARGV[1]
+local names = #KEYS / 3
+
+-- The keys and arguments of name i.
+local function name(i)
+  local k, a = 3 * (i - 1), 5 * (i - 1) + 1
+  return KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
+    ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+end
+
+local states = {}
+for i = 1, names do
+  local lock, fence_key, _, owner, _, _, _, reentry = name(i)
+  local state = read_lock(lock, owner)
+  if not state then
+    return {-2, i}
+  end
+  if reentry == '1' then
+    if not state.count then
+      return {-1, i}
+    end
+  elseif state.held and not state.count then
+    return {0, i, redis.call('PTTL', lock)}
+  end
+  if not state.held and fencing == '1' and not read_counter(fence_key) then
+    return {-2, i}
+  end
+  states[i] = state
+end
+
+local answer = {1}
+for i = 1, names do
+  local lock, fence_key, freed, owner, lease, seq_text, floor_text = name(i)
+  local state = states[i]
+  if not state.held then
+    local token = 0
+    if fencing == '1' then
+      token = redis.call('INCR', fence_key)
+    end
+    if state.freed then
+      -- The record of the last final release stays readable for as long as it had.
+      local left = redis.call('PTTL', lock)
+      if left > 0 then
+        redis.call('SET', freed, state.freed, 'PX', left)
+      end
+    end
+    redis.call('SET', lock, encode(owner, 1, token, floor_text, seq_text), 'PX', lease)
+    answer[#answer + 1] = 1
+    answer[#answer + 1] = token
+  else
+    local new_floor, done = record(state, tonumber(floor_text), tonumber(seq_text), seq_text)
+    local count = state.count
+    if new_floor then
+      count = count + 1
+      redis.call('SET', lock, encode(owner, count, state.token, new_floor, done), 'KEEPTTL')
+      redis.call('PEXPIRE', lock, lease, 'GT')
+    end
+    -- Without a new record: applied before (a replay), or settled; as it stands.
+    answer[#answer + 1] = count
+    answer[#answer + 1] = state.token
+  end
+end
+return answer
