@@ -100,6 +100,45 @@ where
     Ok(build(client.as_lock_client(), key, options))
 }
 
+/// The request for every key of `keys` at once (`keys = [..]`), from the global
+/// client.
+pub fn request_all<const N: usize>(
+    keys: [String; N],
+    options: Options,
+) -> Result<LockAllRequest, LockError> {
+    Ok(build_all(&global()?, keys, options))
+}
+
+/// The request for every key of `keys` at once, from `client`.
+pub fn request_all_with<C, const N: usize>(
+    client: &C,
+    keys: [String; N],
+    options: Options,
+) -> Result<LockAllRequest, LockError>
+where
+    C: AsLockClient + ?Sized,
+{
+    Ok(build_all(client.as_lock_client(), keys, options))
+}
+
+fn build_all<const N: usize>(
+    client: &LockClient,
+    keys: [String; N],
+    options: Options,
+) -> LockAllRequest {
+    let mut request = client.lock_all(keys);
+    if let Some(wait) = options.wait {
+        request = request.wait(wait);
+    }
+    if let Some(lease) = options.lease {
+        request = request.lease(lease);
+    }
+    if let Some(fencing) = options.fencing {
+        request = request.fencing(fencing);
+    }
+    request
+}
+
 fn build<K: AsRef<[u8]>>(client: &LockClient, key: K, options: Options) -> LockRequest {
     let mut request = client.lock(key);
     if let Some(wait) = options.wait {
@@ -121,43 +160,109 @@ pub fn lock_error<R: LockResult>(error: LockError) -> R {
     R::from_lock_error(error)
 }
 
-/// Takes the lock.
-async fn acquire(request: Result<LockRequest, LockError>) -> Result<LockGuard, LockError> {
+/// What an annotated function holds while its body runs: one lock or a set.
+pub trait Held: Sized {
+    /// Runs `fut` in the scope of the lock(s).
+    fn run_in<F: Future>(&self, fut: F) -> impl Future<Output = F::Output>;
+    /// Completes when a lock is lost.
+    fn on_lost(&self) -> impl Future<Output = ()>;
+    /// Releases the lock(s).
+    fn release(self) -> impl Future<Output = Result<(), LockError>>;
+    /// The name(s), for warnings.
+    fn label(&self) -> String;
+    /// The name of a lock that was lost (of the first, for a set).
+    fn lost_name(&self) -> String {
+        self.label()
+    }
+}
+
+impl Held for LockGuard {
+    fn run_in<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        self.scope(fut)
+    }
+
+    fn on_lost(&self) -> impl Future<Output = ()> {
+        self.lost()
+    }
+
+    fn release(self) -> impl Future<Output = Result<(), LockError>> {
+        self.unlock()
+    }
+
+    fn label(&self) -> String {
+        self.name().to_owned()
+    }
+}
+
+impl Held for MultiLockGuard {
+    fn run_in<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        self.scope(fut)
+    }
+
+    fn on_lost(&self) -> impl Future<Output = ()> {
+        self.lost()
+    }
+
+    fn release(self) -> impl Future<Output = Result<(), LockError>> {
+        self.unlock()
+    }
+
+    fn label(&self) -> String {
+        self.names().collect::<Vec<_>>().join(", ")
+    }
+
+    fn lost_name(&self) -> String {
+        self.guards()
+            .iter()
+            .find(|guard| guard.is_lost())
+            .map_or_else(|| self.label(), |guard| guard.name().to_owned())
+    }
+}
+
+/// Takes the lock(s).
+async fn acquire<Q, G>(request: Result<Q, LockError>) -> Result<G, LockError>
+where
+    Q: std::future::IntoFuture<Output = Result<G, LockError>>,
+{
     request?.await
 }
 
 /// `on_lost = "finish"`: runs `body` in the lock scope, releases the lock, and
 /// returns the body's output, with a warning when the lock was lost meanwhile.
-pub async fn run_finish<F, R>(
-    request: Result<LockRequest, LockError>,
+pub async fn run_finish<Q, G, F, R>(
+    request: Result<Q, LockError>,
     body: F,
     lock_error: fn(LockError) -> R,
     function: &'static str,
 ) -> R
 where
+    Q: std::future::IntoFuture<Output = Result<G, LockError>>,
+    G: Held,
     F: Future<Output = R>,
 {
     let guard = match acquire(request).await {
         Ok(guard) => guard,
         Err(error) => return lock_error(error),
     };
-    let output = guard.scope(body).await;
-    let held = guard.held();
-    if let Err(error) = guard.unlock().await {
-        warn_release(function, &held, &error);
+    let output = guard.run_in(body).await;
+    let label = guard.label();
+    if let Err(error) = guard.release().await {
+        warn_release(function, &label, &error);
     }
     output
 }
 
 /// `on_lost = "abort"`: as [`run_finish`], but the body is dropped as soon as the lock
 /// is lost, and a loss seen before the function returns is its error.
-pub async fn run_abort<F, R>(
-    request: Result<LockRequest, LockError>,
+pub async fn run_abort<Q, G, F, R>(
+    request: Result<Q, LockError>,
     body: F,
     lock_error: fn(LockError) -> R,
     function: &'static str,
 ) -> R
 where
+    Q: std::future::IntoFuture<Output = Result<G, LockError>>,
+    G: Held,
     F: Future<Output = R>,
 {
     let guard = match acquire(request).await {
@@ -165,8 +270,8 @@ where
         Err(error) => return lock_error(error),
     };
     let output = {
-        let mut body = pin!(guard.scope(body));
-        let mut lost = pin!(guard.lost());
+        let mut body = pin!(guard.run_in(body));
+        let mut lost = pin!(guard.on_lost());
         std::future::poll_fn(|cx| {
             if lost.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(None);
@@ -175,24 +280,22 @@ where
         })
         .await
     };
-    let held = guard.held();
-    match (output, guard.unlock().await) {
+    let (label, lost_name) = (guard.label(), guard.lost_name());
+    match (output, guard.release().await) {
         (Some(output), Ok(())) => output,
         (_, Err(error)) if error.is_lost() => lock_error(error),
-        (None, _) => lock_error(LockError::Lost {
-            name: held.name().to_owned(),
-        }),
+        (None, _) => lock_error(LockError::Lost { name: lost_name }),
         (Some(output), Err(error)) => {
-            warn_release(function, &held, &error);
+            warn_release(function, &label, &error);
             output
         }
     }
 }
 
-fn warn_release(function: &'static str, held: &HeldLock, error: &LockError) {
+fn warn_release(function: &'static str, label: &str, error: &LockError) {
     if error.is_lost() {
         tracing::warn!(
-            lock.name = held.name(),
+            lock.name = label,
             function,
             %error,
             "distlock: the lock was lost while the function ran; returning its result anyway \
@@ -200,7 +303,7 @@ fn warn_release(function: &'static str, held: &HeldLock, error: &LockError) {
         );
     } else {
         tracing::warn!(
-            lock.name = held.name(),
+            lock.name = label,
             function,
             %error,
             "distlock: could not release the lock; its lease will end it"

@@ -186,6 +186,29 @@ impl MultiLockGuard {
         self.guards.iter().any(LockGuard::is_lost)
     }
 
+    /// A future that completes when any lock of the set is lost (and never, if they
+    /// are released normally). Use it in `select!` to stop work as soon as the set
+    /// is no longer all held.
+    ///
+    /// # Cancel safety
+    ///
+    /// The future only watches tokens: dropping it changes nothing.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut watches: Vec<_> = self
+            .guards
+            .iter()
+            .map(|guard| Box::pin(guard.lost()))
+            .collect();
+        std::future::poll_fn(move |cx| {
+            for watch in &mut watches {
+                if watch.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(());
+                }
+            }
+            std::task::Poll::Pending
+        })
+    }
+
     /// The lock context of the set: the caller's context plus every lock of it.
     pub fn context(&self) -> LockContext {
         self.guards

@@ -12,6 +12,7 @@ use crate::template::Template;
 
 mod kw {
     syn::custom_keyword!(key);
+    syn::custom_keyword!(keys);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(lease);
     syn::custom_keyword!(client);
@@ -20,7 +21,7 @@ mod kw {
 }
 
 /// Every argument, in the order the docs list them.
-const VALID: &str = "`key`, `wait`, `lease`, `client`, `fencing`, `on_lost`, `crate`";
+const VALID: &str = "`key`, `keys`, `wait`, `lease`, `client`, `fencing`, `on_lost`, `crate`";
 
 /// `distlock::MIN_LEASE` and `distlock::MAX_LEASE`, in milliseconds (the facade's
 /// tests check that they agree).
@@ -31,6 +32,8 @@ const MAX_LEASE_MS: u64 = 24 * 60 * 60 * 1000;
 const RENAMED: &[(&str, &str)] = &[
     ("name", "key"),
     ("lock", "key"),
+    ("names", "keys"),
+    ("locks", "keys"),
     ("timeout", "wait"),
     ("wait_time", "wait"),
     ("wait_timeout", "wait"),
@@ -65,6 +68,7 @@ pub(crate) struct Millis {
 #[derive(Default)]
 pub(crate) struct Args {
     key: Option<LitStr>,
+    keys: Option<(Vec<LitStr>, Span)>,
     wait: Option<Millis>,
     lease: Option<Millis>,
     client: Option<Expr>,
@@ -73,9 +77,27 @@ pub(crate) struct Args {
     krate: Option<Path>,
 }
 
+/// The locks an annotated function takes.
+pub(crate) enum Locks {
+    /// `key = ".."`: one lock.
+    One(Template),
+    /// `keys = [..]`: every lock of the list at once (`LockClient::lock_all`).
+    All(Vec<Template>),
+}
+
+impl Locks {
+    /// Every template.
+    pub(crate) fn templates(&self) -> &[Template] {
+        match self {
+            Locks::One(template) => std::slice::from_ref(template),
+            Locks::All(templates) => templates,
+        }
+    }
+}
+
 /// The checked configuration of one annotated function.
 pub(crate) struct Config {
-    pub(crate) key: Template,
+    pub(crate) locks: Locks,
     pub(crate) wait: Option<Millis>,
     pub(crate) lease: Option<Millis>,
     pub(crate) client: Option<Expr>,
@@ -93,6 +115,10 @@ impl Parse for Args {
                 let name = input.parse::<kw::key>()?;
                 let value = string_value(input, "key", "key = \"order:{order.id}\"")?;
                 set(&mut args.key, value, name.span, "key")?;
+            } else if lookahead.peek(kw::keys) {
+                let name = input.parse::<kw::keys>()?;
+                let value = string_list(input)?;
+                set(&mut args.keys, (value, name.span), name.span, "keys")?;
             } else if lookahead.peek(kw::wait) {
                 let name = input.parse::<kw::wait>()?;
                 let value = duration_value(input, "wait", "wait = \"5s\"")?;
@@ -182,16 +208,40 @@ impl Parse for Args {
 impl Args {
     /// Checks the rules between the arguments.
     pub(crate) fn build(self) -> syn::Result<Config> {
-        let Some(key) = self.key else {
-            return Err(syn::Error::new(
-                Span::call_site(),
-                "missing `key`: name the lock with a template of the parameters, like \
-                 `#[distributed_lock(key = \"order:{order.id}\")]`",
-            ));
+        let locks = match (self.key, self.keys) {
+            (Some(_), Some((_, span))) => {
+                return Err(syn::Error::new(
+                    span,
+                    "`key` and `keys` together: give `key` for one lock, or `keys` for \
+                     several taken at once, like `keys = [\"order:{order.id}\", \"inventory:{sku}\"]`",
+                ));
+            }
+            (Some(key), None) => Locks::One(Template::parse(&key)?),
+            (None, Some((keys, span))) => {
+                if keys.is_empty() {
+                    return Err(syn::Error::new(
+                        span,
+                        "`keys` is empty: list the locks to take at once, like \
+                         `keys = [\"order:{order.id}\", \"inventory:{sku}\"]`",
+                    ));
+                }
+                Locks::All(
+                    keys.iter()
+                        .map(Template::parse)
+                        .collect::<syn::Result<_>>()?,
+                )
+            }
+            (None, None) => {
+                return Err(syn::Error::new(
+                    Span::call_site(),
+                    "missing `key`: name the lock with a template of the parameters, like \
+                     `#[distributed_lock(key = \"order:{order.id}\")]` (or several locks at \
+                     once with `keys = [..]`)",
+                ));
+            }
         };
-        let key = Template::parse(&key)?;
         Ok(Config {
-            key,
+            locks,
             wait: self.wait,
             lease: self.lease,
             client: self.client,
@@ -245,6 +295,40 @@ fn string_value(input: ParseStream<'_>, name: &str, example: &str) -> syn::Resul
         let value = input.parse::<Expr>().map_err(|err| error(err.span()))?;
         Err(error(value.span()))
     }
+}
+
+/// `= ["..", ".."]` after `keys`.
+fn string_list(input: ParseStream<'_>) -> syn::Result<Vec<LitStr>> {
+    const EXAMPLE: &str = "keys = [\"order:{order.id}\", \"inventory:{sku}\"]";
+    let error = |span: Span| {
+        syn::Error::new(
+            span,
+            format!("`keys` takes a list of string literals, like `{EXAMPLE}`"),
+        )
+    };
+    if !input.peek(Token![=]) {
+        return Err(error(input.span()));
+    }
+    input.parse::<Token![=]>()?;
+    if !input.peek(syn::token::Bracket) {
+        let value = input.parse::<Expr>().map_err(|err| error(err.span()))?;
+        return Err(error(value.span()));
+    }
+    let content;
+    syn::bracketed!(content in input);
+    let mut keys = Vec::new();
+    while !content.is_empty() {
+        if !content.peek(LitStr) {
+            let value = content.parse::<Expr>().map_err(|err| error(err.span()))?;
+            return Err(error(value.span()));
+        }
+        keys.push(content.parse::<LitStr>()?);
+        if content.is_empty() {
+            break;
+        }
+        content.parse::<Token![,]>()?;
+    }
+    Ok(keys)
 }
 
 fn duration_value(input: ParseStream<'_>, name: &str, example: &str) -> syn::Result<Millis> {
@@ -340,6 +424,19 @@ mod tests {
     }
 
     #[test]
+    fn several_keys() {
+        let config = parse(quote::quote!(
+            keys = ["order:{id}", "inventory:{sku}",],
+            wait = "1s"
+        ))
+        .unwrap_or_else(|err| panic!("{err}"));
+        match config.locks {
+            Locks::All(templates) => assert_eq!(templates.len(), 2),
+            Locks::One(_) => panic!("expected several keys"),
+        }
+    }
+
+    #[test]
     fn errors() {
         for (tokens, needle) in [
             (quote::quote!(), "missing `key`"),
@@ -365,6 +462,18 @@ mod tests {
             (quote::quote!(key = "a", crate = "a b"), "not a path"),
             (quote::quote!(key = "a", fencing = 1), "flag"),
             (quote::quote!(key = "a" wait = "5s"), "expected `,`"),
+            (quote::quote!(keys = []), "`keys` is empty"),
+            (quote::quote!(keys = "a"), "list of string literals"),
+            (quote::quote!(keys = ["a", b]), "list of string literals"),
+            (
+                quote::quote!(key = "a", keys = ["b"]),
+                "`key` and `keys` together",
+            ),
+            (
+                quote::quote!(keys = ["a"], keys = ["b"]),
+                "duplicate argument `keys`",
+            ),
+            (quote::quote!(names = ["a"]), "did you mean `keys`"),
         ] {
             let err = parse(tokens.clone())
                 .err()

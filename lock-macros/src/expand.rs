@@ -35,7 +35,7 @@ use syn::{
     Block, Expr, FnArg, GenericArgument, ItemFn, Pat, PathArguments, ReturnType, Stmt, Type,
 };
 
-use crate::attr::{Config, Millis, OnLost};
+use crate::attr::{Config, Locks, Millis, OnLost};
 
 /// The annotated function, checked, ready to expand.
 pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenStream> {
@@ -45,14 +45,31 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
     let private = private(&config, Span::call_site());
     let request = format_ident!("__distlock_request", span = Span::mixed_site());
 
-    let key = config.key.to_expr(&quote!(#private::format_key));
+    let format_key = quote!(#private::format_key);
+    let (key, request_fn, request_with_fn) = match &config.locks {
+        Locks::One(template) => (
+            template.to_expr(&format_key),
+            quote!(request),
+            quote!(request_with),
+        ),
+        Locks::All(templates) => {
+            let keys = templates
+                .iter()
+                .map(|template| template.to_expr(&format_key));
+            (
+                quote!([#(::std::string::String::from(#keys)),*]),
+                quote!(request_all),
+                quote!(request_all_with),
+            )
+        }
+    };
     let options = options(&config, &private);
     let make_request = match &config.client {
-        None => quote!(#private::request(#key, #options)),
+        None => quote!(#private::#request_fn(#key, #options)),
         Some(client) => {
             // Spanned on the expression: a value that is not a client is reported there.
             let span = client.span();
-            let request_with = respan(quote!(#private::request_with), span);
+            let request_with = respan(quote!(#private::#request_with_fn), span);
             let client = quote_spanned!(span=> &(#client));
             quote!(#request_with(#client, #key, #options))
         }
@@ -271,11 +288,16 @@ fn bindings(pat: &Pat, names: &mut BTreeSet<String>) {
     }
 }
 
-/// Every placeholder must start with a parameter.
+/// Every placeholder of every template must start with a parameter.
 fn check_template(config: &Config, function: &ItemFn, shape: Shape) -> syn::Result<()> {
     let (names, has_self) = parameters(function, shape);
     let mut errors: Option<syn::Error> = None;
-    for placeholder in config.key.placeholders() {
+    for (template, placeholder) in config
+        .locks
+        .templates()
+        .iter()
+        .flat_map(|template| template.placeholders().map(move |p| (template, p)))
+    {
         let known = if placeholder.root == "self" {
             has_self
         } else {
@@ -301,7 +323,7 @@ fn check_template(config: &Config, function: &ItemFn, shape: Shape) -> syn::Resu
             ""
         };
         let error = syn::Error::new(
-            config.key.lit.span(),
+            template.lit.span(),
             format!(
                 "`{{{}}}` in the key template is not a parameter of `{}`; {list}{hint}",
                 placeholder.source, function.sig.ident

@@ -89,7 +89,8 @@ use proc_macro::TokenStream;
 ///
 /// | argument | value | default |
 /// |---|---|---|
-/// | `key` | a template of the arguments: `"order:{order.id}"` | required |
+/// | `key` | a template of the arguments: `"order:{order.id}"` | required (or `keys`) |
+/// | `keys` | a list of templates, every lock taken at once: `["order:{id}", "inventory:{sku}"]` | — |
 /// | `wait` | how long to wait for a busy lock: `"5s"`, `"0s"` fails at once | the client's `default_wait` |
 /// | `lease` | a fixed lease, with no watchdog: `"30s"` | a watchdog lease, renewed while the body runs |
 /// | `client` | the client, an expression: `self.locks` | the global client |
@@ -133,6 +134,26 @@ use proc_macro::TokenStream;
 /// the arguments; method calls and other expressions are not allowed (compute the
 /// value into an argument). Lock names are bytes, 1 to `distlock::MAX_NAME_LEN` long;
 /// a longer name is a `LockError::InvalidName` at run time.
+///
+/// ## `keys = ["…", "…"]`
+///
+/// Several locks, all taken before the body runs and all released after it, with
+/// `LockClient::lock_all`: whatever order the templates list them in, they are taken
+/// in one canonical order, so two functions that list the same locks in different
+/// orders never deadlock each other; when one cannot be had, none is left held and
+/// the body does not run. Each template follows the rules of `key`; inside the body
+/// any of the names re-enters. Give `key` or `keys`, not both.
+///
+/// ```
+/// # use distlock::{distributed_lock, LockError};
+/// // Moves stock between two SKUs: `move_stock("a", "b")` and `move_stock("b", "a")`
+/// // take the same two locks in the same order.
+/// #[distributed_lock(keys = ["inventory:{from}", "inventory:{to}"], wait = "5s")]
+/// pub async fn move_stock(from: &str, to: &str, units: u32) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
 ///
 /// ## `wait = "…"`
 ///

@@ -33,6 +33,19 @@ impl Service {
     pub async fn by_value(self) -> Result<Self, LockError> {
         Ok(self)
     }
+
+    /// Several locks at once, with every other argument.
+    #[distributed_lock(
+        keys = ["{self.tenant}:order:{id}", "inventory:{sku}", "audit"],
+        client = self.locks,
+        wait = "2s",
+        lease = "1m",
+        fencing,
+        on_lost = "abort",
+    )]
+    pub async fn checkout(&self, id: u64, sku: &str) -> Result<u64, LockError> {
+        Ok(id + sku.len() as u64)
+    }
 }
 
 /// Docs and attributes stay on the function.
