@@ -198,6 +198,7 @@
 //! guard.unlock().await?;
 //! # Ok(()) }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -217,6 +218,7 @@ pub use distlock_core::{
 };
 
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use distlock_macros::distributed_lock;
 
 /// Items used by code that `#[distributed_lock]` generates. Not a public API.

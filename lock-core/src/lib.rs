@@ -45,6 +45,7 @@
 //! | 10 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`], [`LockAllRequest`] |
 //! | 11 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`], `inspect`, `force_unlock` |
 //! | 12 | `builder.rs` | [`LockClientBuilder`]: settings, their validation, connecting |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,

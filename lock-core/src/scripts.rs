@@ -20,13 +20,13 @@ pub(crate) struct Scripts {
     pub(crate) inspect: Script,
 }
 
-const LOCK: &str = include_str!("../../lua/lock.lua");
-const ACQUIRE: &str = include_str!("../../lua/acquire.lua");
-const ACQUIRE_ALL: &str = include_str!("../../lua/acquire_all.lua");
-const RELEASE: &str = include_str!("../../lua/release.lua");
-const RENEW: &str = include_str!("../../lua/renew.lua");
-const FORCE_RELEASE: &str = include_str!("../../lua/force_release.lua");
-const INSPECT: &str = include_str!("../../lua/inspect.lua");
+const LOCK: &str = include_str!("../lua/lock.lua");
+const ACQUIRE: &str = include_str!("../lua/acquire.lua");
+const ACQUIRE_ALL: &str = include_str!("../lua/acquire_all.lua");
+const RELEASE: &str = include_str!("../lua/release.lua");
+const RENEW: &str = include_str!("../lua/renew.lua");
+const FORCE_RELEASE: &str = include_str!("../lua/force_release.lua");
+const INSPECT: &str = include_str!("../lua/inspect.lua");
 
 /// The source of every script, for loading them ahead of use: its first line (the
 /// flags), then `lock.lua` (how every script reads a lock), then its own text.
@@ -239,6 +239,41 @@ pub(crate) fn unexpected_reply(script: &'static str, reply: &[i64]) -> redis::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scripts are embedded from `lock-core/lua/`, links to the repository's
+    /// `lua/` (so that the package carries them): in a checkout, every embedded text
+    /// is the bytes of its file in `lua/` (a link replaced by a copy would drift). In
+    /// a packaged crate there is no `../lua`, and `cargo xtask package` checks the
+    /// packaged copies instead.
+    #[test]
+    fn the_embedded_scripts_are_the_repository_s() {
+        let repository = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lua");
+        if !repository.is_dir() {
+            return;
+        }
+        let embedded = [
+            ("lock.lua", LOCK),
+            ("acquire.lua", ACQUIRE),
+            ("acquire_all.lua", ACQUIRE_ALL),
+            ("release.lua", RELEASE),
+            ("renew.lua", RENEW),
+            ("force_release.lua", FORCE_RELEASE),
+            ("inspect.lua", INSPECT),
+        ];
+        let files = std::fs::read_dir(&repository)
+            .expect("lua/")
+            .filter(|entry| {
+                entry
+                    .as_ref()
+                    .is_ok_and(|entry| entry.path().extension().is_some_and(|e| e == "lua"))
+            })
+            .count();
+        assert_eq!(files, embedded.len(), "every script of lua/ is embedded");
+        for (file, text) in embedded {
+            let source = std::fs::read_to_string(repository.join(file)).expect("a script");
+            assert_eq!(text, source, "lock-core/lua/{file} is not lua/{file}");
+        }
+    }
 
     #[test]
     fn a_set_reply_decodes_with_its_indexes_from_zero() {

@@ -6,6 +6,7 @@
 
 use std::env;
 use std::ffi::OsString;
+use std::fs;
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
@@ -62,6 +63,9 @@ COMMANDS:
                       Sentinel URLs, the master and how to point the client or the
                       examples at it, and keep it up until Ctrl-C, SIGTERM or the end
                       of stdin (Ctrl-D), as `cluster` does; then stop every process.
+    package           `cargo package --workspace`: package every publishable crate and
+                      build each from its package alone, then check that the scripts
+                      packaged in distlock-core are the bytes of `lua/`.
     help, --help      Print this help.
 
 REDIS:
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         Some("sentinel") => sentinel(&rest),
         Some("reliability") => reliability_suite(),
         Some("bench") => bench(&rest),
+        Some("package") => package(),
         Some("help" | "--help" | "-h") => {
             print!("{HELP}");
             Ok(())
@@ -107,6 +112,54 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `cargo xtask package`: every publishable crate packaged and built from its
+/// package (`cargo package --workspace`, which verifies), then the scripts that
+/// distlock-core packaged (through its `lua/` links) compared with `lua/`.
+fn package() -> Result<()> {
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(workspace_root())
+        // The benchmark harness and xtask are not published (`publish = false`).
+        .args([
+            "package",
+            "--workspace",
+            "--exclude",
+            "distlock-bench",
+            "--exclude",
+            "xtask",
+        ]);
+    run(command)?;
+    let version = env!("CARGO_PKG_VERSION");
+    let packaged = workspace_root()
+        .join("target/package")
+        .join(format!("distlock-core-{version}"))
+        .join("lua");
+    let sources = workspace_root().join("lua");
+    let read = |path: &Path| {
+        fs::read(path).map_err(|err| Failure::Message(format!("{}: {err}", path.display())))
+    };
+    let entries = fs::read_dir(&sources)
+        .map_err(|err| Failure::Message(format!("{}: {err}", sources.display())))?;
+    let mut checked = 0;
+    for entry in entries {
+        let entry = entry.map_err(|err| Failure::Message(err.to_string()))?;
+        let name = entry.file_name();
+        let source = read(&entry.path())?;
+        let copy = read(&packaged.join(&name))?;
+        if copy != source {
+            return Err(Failure::Message(format!(
+                "distlock-core packaged lua/{} with other bytes than lua/{0}: its link in \
+                 lock-core/lua/ must point at the repository's file",
+                name.to_string_lossy()
+            )));
+        }
+        checked += 1;
+    }
+    println!("xtask: the {checked} scripts packaged in distlock-core are the bytes of lua/");
+    Ok(())
 }
 
 /// `cargo xtask test`: all targets (with `extra` args), then the doctests.

@@ -1,0 +1,1 @@
+../../lua/force_release.lua
