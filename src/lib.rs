@@ -217,6 +217,11 @@ pub use distlock_core::{
     MAX_LEASE, MAX_LOCK_ALL, MAX_NAMESPACE_LEN, MAX_NAME_LEN, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 
+/// The `redis` crate (1.x) that distlock is built on: [`LockError::Redis`] and
+/// [`LockError::Connect`] carry its `RedisError`. Match on it through this path, with
+/// no separate dependency on `redis` (nor a version that must agree).
+pub use distlock_core::redis;
+
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use distlock_macros::distributed_lock;

@@ -284,7 +284,7 @@ where
     match (output, guard.release().await) {
         (Some(output), Ok(())) => output,
         (_, Err(error)) if error.is_lost() => lock_error(error),
-        (None, _) => lock_error(LockError::Lost { name: lost_name }),
+        (None, _) => lock_error(LockError::lost_lock(lost_name)),
         (Some(output), Err(error)) => {
             warn_release(function, &label, &error);
             output

@@ -270,7 +270,8 @@ async fn replication_loss_is_refused_with_replica_acknowledgement() {
             err,
             distlock::LockError::ReplicationNotConfirmed {
                 acked: 0,
-                needed: 1
+                needed: 1,
+                ..
             }
         ),
         "{err}"

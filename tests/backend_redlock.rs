@@ -89,6 +89,7 @@ async fn every_mask_of_foreign_holds_grants_exactly_with_a_free_majority() {
                     got,
                     needed,
                     held_elsewhere,
+                    ..
                 } => {
                     assert_eq!(got, free as usize, "mask {mask:05b}: grants");
                     assert_eq!(needed, 3, "mask {mask:05b}: majority");
@@ -129,6 +130,7 @@ async fn a_minority_down_keeps_working_and_a_majority_down_fails_clearly() {
             got,
             needed,
             held_elsewhere,
+            ..
         } => {
             assert_eq!(needed, 3);
             assert!(got <= 2, "got {got}");

@@ -67,7 +67,7 @@ async fn a_lock_is_granted_once_a_replica_has_it_and_refused_otherwise() {
         .await
         .expect_err("no replica can acknowledge");
     match err {
-        LockError::ReplicationNotConfirmed { acked, needed } => {
+        LockError::ReplicationNotConfirmed { acked, needed, .. } => {
             assert_eq!((acked, needed), (0, 1));
         }
         other => panic!("expected ReplicationNotConfirmed, got {other}"),

@@ -331,7 +331,7 @@ async fn bad_sentinel_node_settings_are_refused_before_anything_is_sent() {
     // connection was tried.
     let sentinels = ["redis://127.0.0.1:1"];
     let invalid = |err: LockError| match err {
-        LockError::InvalidOption { option, reason } => (option, reason),
+        LockError::InvalidOption { option, reason, .. } => (option, reason),
         other => panic!("not an invalid option: {other}"),
     };
 

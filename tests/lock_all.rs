@@ -350,7 +350,7 @@ async fn a_foreign_value_at_one_name_is_a_conflict_and_writes_nothing() {
             .await
             .expect_err("a conflict");
         match &err {
-            LockError::KeyConflict { name } => assert_eq!(name, "foreign:b", "{kind}"),
+            LockError::KeyConflict { name, .. } => assert_eq!(name, "foreign:b", "{kind}"),
             other => panic!("{kind}: expected a key conflict, got {other:?}"),
         }
         let keys = server.cmd(&["KEYS", "*"]).expect("KEYS");

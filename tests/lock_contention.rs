@@ -85,7 +85,7 @@ async fn try_lock_on_a_busy_name_is_none_and_wait_times_out_after_the_wait() {
         .expect_err("busy for the whole wait");
     let elapsed = start.elapsed();
     match &err {
-        LockError::Timeout { name, waited } => {
+        LockError::Timeout { name, waited, .. } => {
             assert_eq!(name, "busy");
             assert!(*waited >= wait, "reported {waited:?}");
         }

@@ -199,7 +199,7 @@ async fn leases_too_short_to_count_on_are_refused() {
         let tried = locks.try_lock("tiny").lease(lease).await;
         for result in [waited.map(Some), tried] {
             match result {
-                Err(LockError::InvalidOption { option, reason }) => {
+                Err(LockError::InvalidOption { option, reason, .. }) => {
                     assert_eq!(option, "lease");
                     assert!(reason.contains("10ms"), "the minimum is named: {reason}");
                 }

@@ -15,6 +15,7 @@ pub enum LockError {
          wait longer with `.wait(..)`, use `try_lock` to skip busy locks, or look at the \
          holder with `LockClient::inspect`"
     )]
+    #[non_exhaustive]
     Timeout {
         /// The lock name.
         name: String,
@@ -27,24 +28,28 @@ pub enum LockError {
          released it, so another owner may have held it meanwhile; check `is_lost()` before \
          committing work, and use fencing tokens so that stale writes are refused"
     )]
+    #[non_exhaustive]
     Lost {
         /// The lock name.
         name: String,
     },
     /// An operation needed the lock to be held by this owner, and it is not.
     #[error("lock `{name}` is not held by this owner; acquire it first")]
+    #[non_exhaustive]
     NotHeld {
         /// The lock name.
         name: String,
     },
     /// The lock name cannot be used; nothing was sent to Redis.
     #[error("invalid lock name: {reason}")]
+    #[non_exhaustive]
     InvalidName {
         /// Why the name was refused, and what to use instead.
         reason: String,
     },
     /// An option is out of its range; nothing was sent to Redis.
     #[error("invalid option `{option}`: {reason}")]
+    #[non_exhaustive]
     InvalidOption {
         /// The option, as the builder method that sets it is named.
         option: &'static str,
@@ -57,6 +62,7 @@ pub enum LockError {
          untouched; pick another lock name or another namespace (`LockClientBuilder::namespace`), \
          or remove the foreign key"
     )]
+    #[non_exhaustive]
     KeyConflict {
         /// The lock name.
         name: String,
@@ -69,6 +75,7 @@ pub enum LockError {
          for another owner); wait longer if another owner holds it, otherwise check that a \
          majority of the nodes is reachable within `redlock_node_timeout`"
     )]
+    #[non_exhaustive]
     QuorumNotReached {
         /// How many nodes granted the lock (the grants were given back).
         got: usize,
@@ -84,6 +91,7 @@ pub enum LockError {
         "only {acked} of the {needed} replicas required acknowledged the lock in time, so it \
          was released; check the replicas' health and lag, or lower `replicas(..)`"
     )]
+    #[non_exhaustive]
     ReplicationNotConfirmed {
         /// How many replicas acknowledged.
         acked: u32,
@@ -98,6 +106,7 @@ pub enum LockError {
     NoGlobalClient,
     /// The Redis server cannot run distlock.
     #[error("unsupported Redis server: {reason}")]
+    #[non_exhaustive]
     UnsupportedServer {
         /// What is missing, and what to run instead.
         reason: String,
@@ -108,6 +117,7 @@ pub enum LockError {
         "Redis refused permission ({detail}); grant the lock user the commands and keys \
          distlock needs (see the README's ACL section)"
     )]
+    #[non_exhaustive]
     PermissionDenied {
         /// What Redis said.
         detail: String,
@@ -119,6 +129,7 @@ pub enum LockError {
     /// connect to a server, or the server refused the connection (credentials,
     /// database, TLS). The message names the server and what to check.
     #[error("could not connect to Redis at {server}: {source}; {hint}", hint = redis_hint(.source))]
+    #[non_exhaustive]
     Connect {
         /// The server, as `host:port` (or the Sentinels, or the cluster nodes, that
         /// were tried); never with a password.
@@ -298,6 +309,13 @@ fn redis_hint(err: &redis::RedisError) -> &'static str {
 }
 
 impl LockError {
+    /// [`LockError::Lost`] for lock `name`: for the code that `#[distributed_lock]`
+    /// generates (the variants cannot be built outside this crate). Not a public API.
+    #[doc(hidden)]
+    pub fn lost_lock(name: impl Into<String>) -> Self {
+        Self::Lost { name: name.into() }
+    }
+
     /// Whether the wait for the lock ran out.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Timeout { .. })

@@ -79,6 +79,19 @@ mod scripts;
 mod subscriber;
 mod watchdog;
 
+/// The `redis` crate (1.x) that distlock is built on: [`LockError::Redis`] and
+/// [`LockError::Connect`] carry its [`RedisError`](redis::RedisError). Match on it
+/// through this path, and no separate dependency on `redis` (nor a version that must
+/// agree) is needed.
+///
+/// ```
+/// # use distlock_core as distlock;
+/// fn timed_out(err: &distlock::LockError) -> bool {
+///     matches!(err, distlock::LockError::Redis(e) if e.is_timeout())
+/// }
+/// ```
+pub use redis;
+
 pub use builder::LockClientBuilder;
 pub use client::{global, LockClient, LockInfo};
 pub use context::{current_lock, LockContext};
