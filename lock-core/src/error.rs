@@ -4,12 +4,38 @@ use std::time::Duration;
 
 /// Everything that can go wrong when taking, holding or giving back a lock.
 ///
-/// Each message says what happened and what to do about it. Match on the variant,
-/// or use the `is_*` predicates, which keep working when variants are added.
+/// Each message says what happened and what to do about it; every variant's docs
+/// show its message. Match on the variant (with `..`: variants may gain fields), or
+/// use the `is_*` predicates, which keep working when variants are added.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+/// use distlock::LockError;
+///
+/// match locks.lock("report:daily").wait(Duration::from_secs(1)).await {
+///     Ok(guard) => guard.unlock().await?,
+///     // Another process has it: skip this run.
+///     Err(err) if err.is_busy() => println!("busy: {err}"),
+///     Err(LockError::InvalidName { reason, .. }) => panic!("a bug in the caller: {reason}"),
+///     // Redis is down, the user lacks a permission, ...: report it.
+///     Err(err) => return Err(err),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// The lock stayed held by another owner for the whole wait.
+    /// The lock stayed held by another owner for the whole wait (or, in this
+    /// client, by tasks that asked for it first).
+    ///
+    /// Its message: ``timed out after 2s waiting for lock `order:42`: another owner
+    /// still holds it; wait longer with `.wait(..)`, use `try_lock` to skip busy locks,
+    /// or look at the holder with `LockClient::inspect` ``.
     #[error(
         "timed out after {waited:?} waiting for lock `{name}`: another owner still holds it; \
          wait longer with `.wait(..)`, use `try_lock` to skip busy locks, or look at the \
@@ -23,6 +49,12 @@ pub enum LockError {
         waited: Duration,
     },
     /// The lease ended (or the lock was force-unlocked) while this owner believed it held it.
+    ///
+    /// Its message: ``lock `order:42` was lost: its lease ended or it was
+    /// force-unlocked before this owner released it, so another owner may have held it
+    /// meanwhile; check `is_lost()` before committing work, and use fencing tokens so
+    /// that stale writes are refused``. Treat the work done under the lock as
+    /// unprotected.
     #[error(
         "lock `{name}` was lost: its lease ended or it was force-unlocked before this owner \
          released it, so another owner may have held it meanwhile; check `is_lost()` before \
@@ -34,6 +66,8 @@ pub enum LockError {
         name: String,
     },
     /// An operation needed the lock to be held by this owner, and it is not.
+    ///
+    /// Its message: ``lock `order:42` is not held by this owner; acquire it first``.
     #[error("lock `{name}` is not held by this owner; acquire it first")]
     #[non_exhaustive]
     NotHeld {
@@ -41,6 +75,10 @@ pub enum LockError {
         name: String,
     },
     /// The lock name cannot be used; nothing was sent to Redis.
+    ///
+    /// Its message: `invalid lock name: ` and the reason, which says what to use
+    /// instead, such as ``the name is empty; give each resource a non-empty name such
+    /// as `order:42` ``.
     #[error("invalid lock name: {reason}")]
     #[non_exhaustive]
     InvalidName {
@@ -48,6 +86,9 @@ pub enum LockError {
         reason: String,
     },
     /// An option is out of its range; nothing was sent to Redis.
+    ///
+    /// Its message: ``invalid option `lease`: `` and the reason, which gives the range
+    /// to use.
     #[error("invalid option `{option}`: {reason}")]
     #[non_exhaustive]
     InvalidOption {
@@ -56,7 +97,12 @@ pub enum LockError {
         /// Why the value was refused, and what range to use.
         reason: String,
     },
-    /// A Redis key that distlock needs for this lock holds a value of another type.
+    /// A Redis key that distlock needs for this lock holds a value of another type,
+    /// or a string that distlock did not write.
+    ///
+    /// Its message: ``the Redis keys of lock `order:42` hold a value of another type,
+    /// which distlock left untouched; pick another lock name or another namespace
+    /// (`LockClientBuilder::namespace`), or remove the foreign key``.
     #[error(
         "the Redis keys of lock `{name}` hold a value of another type, which distlock left \
          untouched; pick another lock name or another namespace (`LockClientBuilder::namespace`), \
@@ -70,6 +116,10 @@ pub enum LockError {
     /// Too few Redis nodes granted the lock for it to be safe (Redlock): because
     /// another owner held it on the others, because they did not answer in time, or
     /// both. On one server, the same wait ends in [`LockError::Timeout`].
+    ///
+    /// Its message: ``only 1 of the 3 Redis nodes needed granted the lock (2 held it
+    /// for another owner); wait longer if another owner holds it, otherwise check that
+    /// a majority of the nodes is reachable within `redlock_node_timeout` ``.
     #[error(
         "only {got} of the {needed} Redis nodes needed granted the lock ({held_elsewhere} held it \
          for another owner); wait longer if another owner holds it, otherwise check that a \
@@ -87,6 +137,10 @@ pub enum LockError {
         held_elsewhere: usize,
     },
     /// Fewer replicas than required acknowledged a new lock in time; it was released.
+    ///
+    /// Its message: ``only 0 of the 1 replicas required acknowledged the lock in time,
+    /// so it was released; check the replicas' health and lag, or lower
+    /// `replicas(..)` ``.
     #[error(
         "only {acked} of the {needed} replicas required acknowledged the lock in time, so it \
          was released; check the replicas' health and lag, or lower `replicas(..)`"
@@ -99,12 +153,19 @@ pub enum LockError {
         needed: u32,
     },
     /// A global client was asked for, and none is installed.
+    ///
+    /// Its message: ``no global lock client is installed: call
+    /// `LockClient::builder().url(..).connect().await?.install_global()` at startup, or
+    /// pass a client explicitly``.
     #[error(
         "no global lock client is installed: call `LockClient::builder().url(..).connect().await?\
          .install_global()` at startup, or pass a client explicitly"
     )]
     NoGlobalClient,
     /// The Redis server cannot run distlock.
+    ///
+    /// Its message: `unsupported Redis server: ` and what is missing, such as a server
+    /// older than 7.0, with what to run instead.
     #[error("unsupported Redis server: {reason}")]
     #[non_exhaustive]
     UnsupportedServer {
@@ -113,6 +174,9 @@ pub enum LockError {
     },
     /// The Redis user may not run distlock's scripts or publish on its channels;
     /// nothing was changed.
+    ///
+    /// Its message: ``Redis refused permission (NOPERM ...); grant the lock user the
+    /// commands and keys distlock needs (see the README's ACL section)``.
     #[error(
         "Redis refused permission ({detail}); grant the lock user the commands and keys \
          distlock needs (see the README's ACL section)"
@@ -123,11 +187,18 @@ pub enum LockError {
         detail: String,
     },
     /// Redis answered with an error, or could not be reached in time.
+    ///
+    /// Its message: `Redis error: ` and what redis-rs said, then a hint of what to
+    /// check (that the server is reachable and healthy, a failover, a password).
     #[error("Redis error: {0}; {hint}", hint = redis_hint(.0))]
     Redis(redis::RedisError),
     /// [`LockClientBuilder::connect`](crate::LockClientBuilder::connect) could not
     /// connect to a server, or the server refused the connection (credentials,
     /// database, TLS). The message names the server and what to check.
+    ///
+    /// Its message: `could not connect to Redis at 127.0.0.1:6379: ` and what the
+    /// server or redis-rs said, then what to check (the password, the database
+    /// number, `rediss://` against a plain port, the CA).
     #[error("could not connect to Redis at {server}: {source}; {hint}", hint = redis_hint(.source))]
     #[non_exhaustive]
     Connect {
@@ -437,6 +508,67 @@ mod tests {
 
     fn io(kind: std::io::ErrorKind) -> redis::RedisError {
         redis::RedisError::from(std::io::Error::from(kind))
+    }
+
+    /// The messages that the variants' docs show.
+    #[test]
+    fn messages_are_the_ones_the_docs_show() {
+        let name = || "order:42".to_owned();
+        let cases = [
+            (
+                LockError::Timeout {
+                    name: name(),
+                    waited: Duration::from_secs(2),
+                },
+                "timed out after 2s waiting for lock `order:42`: another owner still holds it; \
+                 wait longer with `.wait(..)`, use `try_lock` to skip busy locks, or look at the \
+                 holder with `LockClient::inspect`",
+            ),
+            (
+                LockError::Lost { name: name() },
+                "lock `order:42` was lost: its lease ended or it was force-unlocked before this \
+                 owner released it, so another owner may have held it meanwhile; check \
+                 `is_lost()` before committing work, and use fencing tokens so that stale \
+                 writes are refused",
+            ),
+            (
+                LockError::NotHeld { name: name() },
+                "lock `order:42` is not held by this owner; acquire it first",
+            ),
+            (
+                LockError::KeyConflict { name: name() },
+                "the Redis keys of lock `order:42` hold a value of another type, which distlock \
+                 left untouched; pick another lock name or another namespace \
+                 (`LockClientBuilder::namespace`), or remove the foreign key",
+            ),
+            (
+                LockError::QuorumNotReached {
+                    got: 1,
+                    needed: 3,
+                    held_elsewhere: 2,
+                },
+                "only 1 of the 3 Redis nodes needed granted the lock (2 held it for another \
+                 owner); wait longer if another owner holds it, otherwise check that a majority \
+                 of the nodes is reachable within `redlock_node_timeout`",
+            ),
+            (
+                LockError::ReplicationNotConfirmed {
+                    acked: 0,
+                    needed: 1,
+                },
+                "only 0 of the 1 replicas required acknowledged the lock in time, so it was \
+                 released; check the replicas' health and lag, or lower `replicas(..)`",
+            ),
+            (
+                LockError::NoGlobalClient,
+                "no global lock client is installed: call \
+                 `LockClient::builder().url(..).connect().await?.install_global()` at startup, \
+                 or pass a client explicitly",
+            ),
+        ];
+        for (error, message) in cases {
+            assert_eq!(error.to_string(), message);
+        }
     }
 
     #[test]

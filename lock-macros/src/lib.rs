@@ -3,18 +3,18 @@
 //! Use it through the facade crate: `use distlock::distributed_lock;` (its default
 //! feature `macros`). The documentation is on [`macro@distributed_lock`].
 //!
-//! # Working on this crate
+//! ```
+//! use distlock::{distributed_lock, LockError};
 //!
-//! - `src/attr.rs` parses the arguments, `src/template.rs` the key template,
-//!   `src/expand.rs` writes the new body; the code it generates calls into
-//!   `distlock::__private` (the facade's `src/private.rs`).
-//! - `tests/ui/pass/*.rs` must compile without warnings; each `tests/ui/fail/*.rs`
-//!   must fail with the committed `.stderr`. After an intended change to a message,
-//!   regenerate them with
-//!   `TRYBUILD=overwrite cargo test -p distlock-macros --test ui` and review the diff.
-//! - The behaviour against a real Redis is tested in the facade's `tests/macro_*.rs`;
-//!   since those tests use the macro, `cargo clippy --workspace --all-targets` also
-//!   checks that the expansion is lint-free.
+//! #[distributed_lock(key = "order:{id}", wait = "5s")]
+//! async fn place_order(id: u64) -> Result<(), LockError> {
+//!     // Runs while this process holds `order:<id>`.
+//!     Ok(())
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! How to work on this crate is in the repository's `CONTRIBUTING.md`.
 
 mod attr;
 mod expand;
