@@ -33,6 +33,17 @@ const MAX_REMEMBER: Duration = Duration::from_secs(60);
 
 impl LockClient {
     /// A builder to configure and connect a client.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClient;
+    ///
+    /// let builder = LockClient::builder().url("redis://127.0.0.1:6379");
+    /// // Then `builder.connect().await?`; see `LockClientBuilder` for every setting.
+    /// # let _ = builder;
+    /// ```
     pub fn builder() -> LockClientBuilder {
         LockClientBuilder::new()
     }
@@ -40,7 +51,18 @@ impl LockClient {
 
 /// Configures and connects a [`LockClient`].
 ///
+/// Start from [`LockClient::builder`], name the deployment ([`url`](Self::url),
+/// [`sentinel`](Self::sentinel), [`cluster`](Self::cluster) or
+/// [`redlock`](Self::redlock)), add settings, then [`connect`](Self::connect). Every
+/// setting is checked when `connect` is called, before anything is dialed.
+///
 /// # Examples
+///
+/// One example per deployment. The settings that belong to no deployment (the
+/// namespace, waits, leases, fencing, timeouts) are shown on one server and work
+/// the same on every other.
+///
+/// ## One server
 ///
 /// ```no_run
 /// # use distlock_core as distlock;
@@ -52,6 +74,93 @@ impl LockClient {
 ///     .url("redis://127.0.0.1:6379")
 ///     .namespace("billing")
 ///     .default_wait(Duration::from_secs(5))
+///     // Locks outlive a crashed client by 15 s at most.
+///     .default_lease(Duration::from_secs(15))
+///     // Every lock gets a fencing token.
+///     .fencing(true)
+///     .connect_timeout(Duration::from_secs(2))
+///     .response_timeout(Duration::from_millis(300))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// ## Sentinel
+///
+/// The data nodes use an ACL user and database 2; each new lock waits until one
+/// replica has it (see also the example of [`sentinel`](Self::sentinel)).
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+/// use distlock::LockClient;
+///
+/// let locks = LockClient::builder()
+///     .sentinel(
+///         ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+///         "locks",
+///     )
+///     .sentinel_node_auth("locks-app", "s3cret")
+///     .sentinel_node_db(2)
+///     .replicas(1, Duration::from_millis(100))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// ## Redis Cluster
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::LockError> {
+/// use distlock::LockClient;
+///
+/// // Some of the nodes: the others are found through them.
+/// let locks = LockClient::builder()
+///     .cluster(["redis://10.0.1.1:7000", "redis://10.0.1.2:7000", "redis://10.0.1.3:7000"])
+///     .namespace("checkout")
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// ## Redlock
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+/// use distlock::LockClient;
+///
+/// // Three independent masters: a lock needs two of them.
+/// let locks = LockClient::builder()
+///     .redlock(["redis://10.0.2.1:6379", "redis://10.0.2.2:6379", "redis://10.0.2.3:6379"])
+///     .redlock_node_timeout(Duration::from_millis(100))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// ## TLS
+///
+/// `rediss://` URLs turn TLS on (one server, the nodes of a cluster, Redlock
+/// masters, Sentinels), and [`sentinel_node_tls`](Self::sentinel_node_tls) turns it
+/// on for the data nodes behind Sentinel. Here every connection of a Sentinel
+/// deployment uses TLS, with certificates from a private CA; for one server see the
+/// examples of [`tls_root_ca`](Self::tls_root_ca) and
+/// [`tls_client_cert`](Self::tls_client_cert).
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use distlock::LockClient;
+///
+/// let locks = LockClient::builder()
+///     .sentinel(["rediss://10.0.0.1:26380", "rediss://10.0.0.2:26380"], "locks")
+///     .sentinel_node_tls(true)
+///     .sentinel_node_password("s3cret")
+///     .tls_root_ca(std::fs::read("/etc/redis/tls/ca.pem")?)
 ///     .connect()
 ///     .await?;
 /// # Ok(()) }
@@ -79,6 +188,18 @@ impl Default for LockClientBuilder {
 
 impl LockClientBuilder {
     /// A builder with every setting at its default; [`url`](Self::url) must be set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClientBuilder;
+    ///
+    /// // The same as `LockClient::builder()`.
+    /// let builder = LockClientBuilder::new().url("redis://app:s3cret@127.0.0.1:6379");
+    /// // `Debug` output never shows a password.
+    /// assert!(!format!("{builder:?}").contains("s3cret"));
+    /// ```
     pub fn new() -> Self {
         Self {
             target: None,
@@ -105,6 +226,8 @@ impl LockClientBuilder {
     /// for a client certificate. TLS uses the rustls crypto provider the application
     /// installed before connecting, or else installs `ring` as the process default
     /// (see the README's TLS paragraph).
+    ///
+    /// See the [one-server example](Self#one-server).
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.target = Some(Target::Single(url.into()));
         self
@@ -117,6 +240,8 @@ impl LockClientBuilder {
     /// shard: locks spread over every master, and waiting uses sharded pub/sub
     /// (`SSUBSCRIBE`, `SPUBLISH`). A failover to a replica that had not yet received a
     /// lock loses it (the holder is told at its next renewal).
+    ///
+    /// See the [Redis Cluster example](Self#redis-cluster).
     pub fn cluster<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -143,6 +268,8 @@ impl LockClientBuilder {
     /// [`sentinel_node_tls`](Self::sentinel_node_tls) and
     /// [`sentinel_node_db`](Self::sentinel_node_db): by default no password, no TLS
     /// and database 0.
+    ///
+    /// See also the [Sentinel](Self#sentinel) and [TLS](Self#tls) examples.
     ///
     /// # Examples
     ///
@@ -182,6 +309,8 @@ impl LockClientBuilder {
     /// Give every data node the same password (and `masterauth`), since any replica
     /// may become the master. The password never appears in `Debug` output or in
     /// logs. Must not be empty; only with [`sentinel`](Self::sentinel).
+    ///
+    /// See the example of [`sentinel`](Self::sentinel).
     pub fn sentinel_node_password(mut self, password: impl Into<String>) -> Self {
         self.sentinel_node.auth = Some(NodeAuth {
             username: None,
@@ -198,6 +327,8 @@ impl LockClientBuilder {
     /// The user needs the same rules on every data node as on a single server (see
     /// the ACL section of the README). The password never appears in `Debug` output
     /// or in logs. Neither may be empty; only with [`sentinel`](Self::sentinel).
+    ///
+    /// See the [Sentinel example](Self#sentinel).
     pub fn sentinel_node_auth(
         mut self,
         username: impl Into<String>,
@@ -217,6 +348,8 @@ impl LockClientBuilder {
     /// announce (an IP address unless they announce hostnames). Default: off. Only
     /// with [`sentinel`](Self::sentinel); TLS to the Sentinels themselves is set by
     /// their URLs.
+    ///
+    /// See the [TLS example](Self#tls).
     pub fn sentinel_node_tls(mut self, tls: bool) -> Self {
         self.sentinel_node.tls = tls;
         self
@@ -225,6 +358,8 @@ impl LockClientBuilder {
     /// The database of the data nodes behind [`sentinel`](Self::sentinel) that
     /// holds the locks (as `/db` in a URL). Default: 0. Only with
     /// [`sentinel`](Self::sentinel).
+    ///
+    /// See the [Sentinel example](Self#sentinel).
     pub fn sentinel_node_db(mut self, db: u32) -> Self {
         self.sentinel_node.db = db;
         self
@@ -312,6 +447,8 @@ impl LockClientBuilder {
     /// a majority no longer has it) and waking waiters work as on one server. Fencing
     /// tokens are not available on Redlock: per-node counters do not give a single
     /// order.
+    ///
+    /// See the [Redlock example](Self#redlock).
     pub fn redlock<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -323,6 +460,8 @@ impl LockClientBuilder {
 
     /// How long each Redlock node may take to answer one request before it counts as
     /// not granting it. Default: 50 ms; keep it far below the lease.
+    ///
+    /// See the [Redlock example](Self#redlock).
     pub fn redlock_node_timeout(mut self, timeout: Duration) -> Self {
         self.redlock_node_timeout = timeout;
         self
@@ -330,6 +469,8 @@ impl LockClientBuilder {
 
     /// The prefix of every Redis key and channel distlock uses: `<namespace>:{name}`.
     /// Default: `distlock`. 1 to 128 bytes, without `{` or `}`.
+    ///
+    /// See the [one-server example](Self#one-server).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = namespace.into();
         self
@@ -337,6 +478,8 @@ impl LockClientBuilder {
 
     /// How long [`LockClient::lock`] waits for a busy lock unless the request says
     /// otherwise with `.wait(..)`. Default: 10 s. Zero fails fast.
+    ///
+    /// See the [one-server example](Self#one-server).
     pub fn default_wait(mut self, wait: Duration) -> Self {
         self.default_wait = wait;
         self
@@ -345,6 +488,8 @@ impl LockClientBuilder {
     /// The watchdog lease: how long a lock outlives a client that stops renewing it
     /// (a crash, a partition, a stalled runtime). The watchdog renews it every third
     /// of it. Default: 30 s; from [`MIN_WATCHDOG_LEASE`] to [`MAX_LEASE`].
+    ///
+    /// See the [one-server example](Self#one-server).
     pub fn default_lease(mut self, lease: Duration) -> Self {
         self.default_lease = lease;
         self
@@ -353,6 +498,8 @@ impl LockClientBuilder {
     /// Issue fencing tokens for every lock of this client (a request can still turn
     /// them on with `.fencing(true)`). Default: off, because each fenced name keeps a
     /// small counter key in Redis forever, so that tokens never repeat.
+    ///
+    /// Not available on Redlock. See the [one-server example](Self#one-server).
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.fencing = fencing;
         self
@@ -360,6 +507,8 @@ impl LockClientBuilder {
 
     /// How long connecting may take before [`connect`](Self::connect) gives up.
     /// Default: 5 s.
+    ///
+    /// See the [one-server example](Self#one-server).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -367,6 +516,8 @@ impl LockClientBuilder {
 
     /// How long a single Redis request may take before it fails. Default: 500 ms.
     /// Keep it well below a third of the lease.
+    ///
+    /// See the [one-server example](Self#one-server).
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -380,6 +531,8 @@ impl LockClientBuilder {
     /// This narrows, but does not close, the window in which a failover to a replica
     /// loses a lock: replication stays asynchronous. Default: off. `timeout` must be
     /// at least 1 ms and below the [`response_timeout`](Self::response_timeout).
+    ///
+    /// See the [Sentinel example](Self#sentinel).
     pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = Some((replicas, timeout));
         self
@@ -498,6 +651,29 @@ impl LockClientBuilder {
     /// # Cancel safety
     ///
     /// Dropping the future drops the half-made connections; nothing is left behind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use distlock::LockClient;
+    ///
+    /// // Settings are checked before anything is dialed: no server is needed to learn
+    /// // that Redlock has no fencing tokens.
+    /// let refused = LockClient::builder()
+    ///     .redlock([
+    ///         "redis://10.0.2.1:6379",
+    ///         "redis://10.0.2.2:6379",
+    ///         "redis://10.0.2.3:6379",
+    ///     ])
+    ///     .fencing(true)
+    ///     .connect()
+    ///     .await;
+    /// assert!(refused.is_err_and(|err| err.is_invalid_input()));
+    /// # }
+    /// ```
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let endpoints = self.validate()?;
         let timeout = self.connect_timeout;

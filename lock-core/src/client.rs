@@ -53,6 +53,20 @@ impl fmt::Debug for LockClient {
 }
 
 /// What [`LockClient::inspect`] found about a lock. Owner ids are never shown.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// let info = locks.inspect("ledger:7").await?;
+/// if !info.held {
+///     // The counter outlives the holders: the next one gets a higher token.
+///     println!("free; last token issued: {:?}", info.last_fencing_token);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
@@ -78,6 +92,27 @@ impl LockClient {
 
     /// Makes this client the one [`global`] returns (and that `#[distributed_lock]` uses
     /// without `client = ..`), replacing any installed before. Returns the client.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// use distlock::LockClient;
+    ///
+    /// // At start-up:
+    /// let locks = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .connect()
+    ///     .await?
+    ///     .install_global();
+    /// // Anywhere else in the process:
+    /// let guard = distlock::global()?.lock("report:daily").await?;
+    /// guard.unlock().await?;
+    /// # let _ = locks;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn install_global(self) -> LockClient {
         let mut global = GLOBAL.write().unwrap_or_else(PoisonError::into_inner);
         *global = Some(self.clone());
@@ -85,21 +120,74 @@ impl LockClient {
     }
 
     /// The namespace of every key this client uses.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// use distlock::LockClient;
+    ///
+    /// let locks = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .namespace("billing")
+    ///     .connect()
+    ///     .await?;
+    /// // The lock `order:42` is the key `billing:{order:42}`.
+    /// assert_eq!(locks.namespace(), "billing");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn namespace(&self) -> &str {
         &self.inner.config.namespace
     }
 
     /// How long a lock request waits unless it says otherwise.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// // A request that may wait twice as long as the others.
+    /// let guard = locks.lock("report:monthly").wait(locks.default_wait() * 2).await?;
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn default_wait(&self) -> Duration {
         self.inner.config.default_wait
     }
 
     /// The watchdog lease.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// // How long a lock without a fixed lease outlives a crash of this process.
+    /// println!("a crashed holder's locks end within {:?}", locks.default_lease());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn default_lease(&self) -> Duration {
         self.inner.config.default_lease
     }
 
     /// Whether every lock of this client gets a fencing token.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let guard = locks.lock("ledger:7").await?;
+    /// if locks.fencing() {
+    ///     assert!(guard.fencing_token().is_some());
+    /// }
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn fencing(&self) -> bool {
         self.inner.config.fencing
     }
@@ -117,6 +205,33 @@ impl LockClient {
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) long.
     ///
     /// [`default_wait`]: crate::LockClientBuilder::default_wait
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// // Wait up to the client's default wait.
+    /// let guard = locks.lock("report:daily").await?;
+    /// guard.unlock().await?;
+    ///
+    /// // Wait up to 2 s, with a token and a fixed lease of 60 s.
+    /// let guard = locks
+    ///     .lock("ledger:7")
+    ///     .wait(Duration::from_secs(2))
+    ///     .fencing(true)
+    ///     .lease(Duration::from_secs(60))
+    ///     .await?;
+    /// guard.unlock().await?;
+    ///
+    /// // Names are bytes: any `AsRef<[u8]>`.
+    /// let id: u64 = 42;
+    /// let guard = locks.lock(format!("order:{id}")).await?;
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn lock(&self, name: impl AsRef<[u8]>) -> LockRequest {
         LockRequest::new(self.inner.clone(), self.inner.keys(name.as_ref()))
     }
@@ -154,6 +269,20 @@ impl LockClient {
     /// A request for the lock `name` that does not wait: it resolves to `Ok(None)`
     /// when another owner holds it, or when tasks of this client asked for it first
     /// and are still waiting (they go first; nothing is sent).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// // `None`: another instance runs the cleanup, so this run skips it.
+    /// if let Some(guard) = locks.try_lock("cron:cleanup").await? {
+    ///     // ... clean up ...
+    ///     guard.unlock().await?;
+    /// }
+    /// Ok(())
+    /// # }
+    /// ```
     pub fn try_lock(&self, name: impl AsRef<[u8]>) -> TryLockRequest {
         TryLockRequest::new(self.lock(name))
     }
@@ -174,6 +303,28 @@ impl LockClient {
     ///
     /// Dropping the future while it waits leaves no hold behind; dropping it while
     /// `body` runs drops `body` and releases the lock in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// # async fn charge(_order: u64) -> Result<u64, distlock::LockError> { Ok(0) }
+    /// // The body's value is returned once the lock is released.
+    /// let total = locks
+    ///     .with_lock("order:42", |held| async move {
+    ///         println!("holding `{}`", held.name());
+    ///         40 + 2
+    ///     })
+    ///     .await?;
+    /// assert_eq!(total, 42);
+    ///
+    /// // A body that fails: the first `?` is the lock's error, the second the body's.
+    /// let receipt = locks.with_lock("order:42", |_| charge(42)).await??;
+    /// # let _ = receipt;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn with_lock<F, Fut, T>(
         &self,
         name: impl AsRef<[u8]>,
@@ -200,6 +351,22 @@ impl LockClient {
     /// # Cancel safety
     ///
     /// Read-only: dropping the future changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let info = locks.inspect("order:42").await?;
+    /// if info.held {
+    ///     println!(
+    ///         "held at depth {}, lease left {:?}, token {:?}",
+    ///         info.hold_count, info.lease_remaining, info.fencing_token
+    ///     );
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn inspect(&self, name: impl AsRef<[u8]>) -> Result<LockInfo, LockError> {
         let keys = self.inner.keys(name.as_ref())?;
         let scripts = self.inner.scripts.clone();
@@ -246,6 +413,21 @@ impl LockClient {
     /// # Cancel safety
     ///
     /// The request may still be applied after the future is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// // An operator breaks a lock left by a stuck holder.
+    /// if locks.force_unlock("order:42").await? {
+    ///     println!("deleted `order:42`; its holder is told at its next renewal");
+    /// } else {
+    ///     println!("`order:42` was free");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn force_unlock(&self, name: impl AsRef<[u8]>) -> Result<bool, LockError> {
         let keys = self.inner.keys(name.as_ref())?;
         let scripts = self.inner.scripts.clone();
@@ -294,6 +476,21 @@ impl From<LockView> for LockInfo {
 /// # Errors
 ///
 /// [`LockError::NoGlobalClient`] when none was installed.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::LockError> {
+/// // Code far from start-up, which installed the client with `install_global`.
+/// async fn nightly_report() -> Result<(), distlock::LockError> {
+///     let guard = distlock::global()?.lock("report:nightly").await?;
+///     // ... write the report ...
+///     guard.unlock().await
+/// }
+/// # nightly_report().await
+/// # }
+/// ```
 pub fn global() -> Result<LockClient, LockError> {
     GLOBAL
         .read()

@@ -24,6 +24,23 @@ use crate::release;
 /// The guard does not set the lock context by itself: to make nested acquires of the
 /// same name re-enter, run the dependent code inside [`scope`](LockGuard::scope) (or
 /// use [`LockClient::with_lock`](crate::LockClient::with_lock) or the `#[distributed_lock]` macro, which do it for you).
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// let guard = locks.lock("order:42").await?;
+/// guard
+///     .scope(async {
+///         // ... work; nested acquires of `order:42` re-enter ...
+///     })
+///     .await;
+/// // Dropping `guard` would release the lock in the background; `unlock` waits
+/// // for Redis and says whether the lock was still held.
+/// guard.unlock().await
+/// # }
+/// ```
 #[must_use = "if unused the lock is released immediately"]
 #[clippy::has_significant_drop]
 pub struct LockGuard {
@@ -45,21 +62,80 @@ impl LockGuard {
     }
 
     /// The lock name (bytes that are not UTF-8 are shown as U+FFFD).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let guard = locks.lock("report:daily").await?;
+    /// assert_eq!(guard.name(), "report:daily");
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
         self.held.name()
     }
 
     /// The hold count in Redis when this guard was acquired (1: outermost).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let outer = locks.lock("order:42").await?;
+    /// assert_eq!(outer.hold_count(), 1);
+    /// // A re-entry inside the lock's scope adds one hold.
+    /// let inner = outer.scope(async { locks.lock("order:42").await }).await?;
+    /// assert_eq!(inner.hold_count(), 2);
+    /// inner.unlock().await?;
+    /// outer.unlock().await
+    /// # }
+    /// ```
     pub fn hold_count(&self) -> u64 {
         self.held.hold_count()
     }
 
     /// The fencing token, when fencing is on for this lock; see [`HeldLock::fencing_token`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// # async fn write_ledger(_token: u64, _entry: &str) {}
+    /// let guard = locks.lock("ledger:7").fencing(true).await?;
+    /// if let Some(token) = guard.fencing_token() {
+    ///     // Send the token with every write; the ledger refuses tokens older than
+    ///     // the newest it has seen.
+    ///     write_ledger(token, "credit 10").await;
+    /// }
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn fencing_token(&self) -> Option<u64> {
         self.held.fencing_token()
     }
 
     /// Whether the lock was lost; see [`HeldLock::is_lost`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// # async fn build_export() -> Vec<u8> { Vec::new() }
+    /// # async fn commit_export(_export: Vec<u8>) {}
+    /// let guard = locks.lock("export:nightly").await?;
+    /// let export = build_export().await;
+    /// // Once the lock is lost, another owner may hold it: do not commit then.
+    /// if !guard.is_lost() {
+    ///     commit_export(export).await;
+    /// }
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.held.is_lost()
     }
@@ -69,16 +145,69 @@ impl LockGuard {
     /// # Cancel safety
     ///
     /// The future only watches a token: dropping it changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// // A fixed lease of 5 s: the lock is lost if the export takes longer.
+    /// let guard = locks.lock("export:nightly").lease(Duration::from_secs(5)).await?;
+    /// tokio::select! {
+    ///     () = tokio::time::sleep(Duration::from_secs(1)) => println!("export done"),
+    ///     () = guard.lost() => println!("lost the lock: stop and roll back"),
+    /// }
+    /// // `Err(LockError::Lost)` when the lock was lost.
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn lost(&self) -> WaitForCancellationFutureOwned {
         self.held.lost()
     }
 
     /// A cheap view of this lock to hand to code that should see it but not release it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let guard = locks.lock("order:42").await?;
+    /// // A task that reports a loss: it sees the lock, it cannot release it.
+    /// let held = guard.held();
+    /// let watcher = tokio::spawn(async move {
+    ///     held.lost().await;
+    ///     eprintln!("lost `{}`", held.name());
+    /// });
+    /// // ... exclusive work ...
+    /// guard.unlock().await?;
+    /// watcher.abort();
+    /// Ok(())
+    /// # }
+    /// ```
     pub fn held(&self) -> HeldLock {
         self.held.clone()
     }
 
     /// The lock context of this guard: the caller's context plus this lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let outer = locks.lock("order:42").await?;
+    /// let inner = outer.scope(async { locks.lock("customer:7").await }).await?;
+    /// // The locks of the context, innermost first.
+    /// let context = inner.context();
+    /// let names: Vec<&str> = context.locks().map(|held| held.name()).collect();
+    /// assert_eq!(names, ["customer:7", "order:42"]);
+    /// inner.unlock().await?;
+    /// outer.unlock().await
+    /// # }
+    /// ```
     pub fn context(&self) -> LockContext {
         self.context.clone()
     }
@@ -89,6 +218,23 @@ impl LockGuard {
     /// # Cancel safety
     ///
     /// Dropping the returned future drops `fut`; the guard is untouched.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let guard = locks.lock("order:42").await?;
+    /// guard
+    ///     .scope(async {
+    ///         // Same name, same chain: re-enters at once instead of waiting.
+    ///         let inner = locks.lock("order:42").await?;
+    ///         inner.unlock().await
+    ///     })
+    ///     .await?;
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
         self.context.clone().scope(fut)
     }
@@ -111,6 +257,26 @@ impl LockGuard {
     /// Renewal stops at the first poll. Dropping the future before it completes does
     /// not lose the release: the request in flight runs to completion in a background
     /// task.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let guard = locks.lock("report:daily").await?;
+    /// // ... exclusive work ...
+    /// match guard.unlock().await {
+    ///     Ok(()) => Ok(()),
+    ///     // The lease ended or the lock was force-unlocked: the work may have
+    ///     // overlapped another holder.
+    ///     Err(err) if err.is_lost() => {
+    ///         eprintln!("{err}");
+    ///         Ok(())
+    ///     }
+    ///     Err(err) => Err(err),
+    /// }
+    /// # }
+    /// ```
     pub async fn unlock(mut self) -> Result<(), LockError> {
         self.released = true;
         release::unlock(&self.inner, self.held.hold.clone()).await
@@ -171,17 +337,58 @@ impl MultiLockGuard {
 
     /// The names of the set, in the order they were taken (sorted by their key in
     /// Redis, each once).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let all = locks.lock_all(["sku:7", "sku:3", "sku:7"]).await?;
+    /// assert_eq!(all.names().collect::<Vec<_>>(), ["sku:3", "sku:7"]);
+    /// all.unlock().await
+    /// # }
+    /// ```
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.guards.iter().map(LockGuard::name)
     }
 
     /// The guard of each lock, in the order of [`names`](Self::names): their fencing
     /// tokens, hold counts and loss signals.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let all = locks.lock_all(["ledger:1", "ledger:2"]).fencing(true).await?;
+    /// for guard in all.guards() {
+    ///     println!("`{}`: token {:?}", guard.name(), guard.fencing_token());
+    /// }
+    /// all.unlock().await
+    /// # }
+    /// ```
     pub fn guards(&self) -> &[LockGuard] {
         &self.guards
     }
 
     /// Whether any lock of the set was lost; see [`HeldLock::is_lost`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// # async fn reserve_stock() -> u64 { 0 }
+    /// # async fn commit_order(_order: u64) {}
+    /// let cart = locks.lock_all(["sku:3", "sku:7"]).await?;
+    /// let order = reserve_stock().await;
+    /// // Commit only while every SKU is still held.
+    /// if !cart.is_lost() {
+    ///     commit_order(order).await;
+    /// }
+    /// cart.unlock().await
+    /// # }
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.guards.iter().any(LockGuard::is_lost)
     }
@@ -193,6 +400,22 @@ impl MultiLockGuard {
     /// # Cancel safety
     ///
     /// The future only watches tokens: dropping it changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let cart = locks.lock_all(["sku:3", "sku:7"]).await?;
+    /// tokio::select! {
+    ///     () = tokio::time::sleep(Duration::from_secs(1)) => println!("stock reserved"),
+    ///     () = cart.lost() => println!("lost a SKU's lock: stop and roll back"),
+    /// }
+    /// cart.unlock().await
+    /// # }
+    /// ```
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut watches: Vec<_> = self
             .guards
@@ -210,6 +433,25 @@ impl MultiLockGuard {
     }
 
     /// The lock context of the set: the caller's context plus every lock of it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let cart = locks.lock_all(["sku:3", "sku:7"]).await?;
+    /// // Hand the whole set to a spawned task: it re-enters any of the names.
+    /// let task = tokio::spawn(cart.context().scope({
+    ///     let locks = locks.clone();
+    ///     async move {
+    ///         let one = locks.lock("sku:7").await?;
+    ///         one.unlock().await
+    ///     }
+    /// }));
+    /// task.await.expect("task panicked")?;
+    /// cart.unlock().await
+    /// # }
+    /// ```
     pub fn context(&self) -> LockContext {
         self.guards
             .last()
@@ -223,6 +465,22 @@ impl MultiLockGuard {
     /// # Cancel safety
     ///
     /// Dropping the returned future drops `fut`; the guard is untouched.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let cart = locks.lock_all(["sku:3", "sku:7"]).await?;
+    /// cart.scope(async {
+    ///     let one = locks.lock("sku:7").await?; // re-enters, no waiting
+    ///     assert_eq!(one.hold_count(), 2);
+    ///     one.unlock().await
+    /// })
+    /// .await?;
+    /// cart.unlock().await
+    /// # }
+    /// ```
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
         self.context().scope(fut)
     }
@@ -238,6 +496,21 @@ impl MultiLockGuard {
     /// # Cancel safety
     ///
     /// As [`LockGuard::unlock`]: dropping the future does not lose the releases.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let cart = locks.lock_all(["sku:3", "sku:7"]).await?;
+    /// // ... reserve every SKU ...
+    /// if let Err(err) = cart.unlock().await {
+    ///     // A loss is reported first: the reservation may have overlapped another holder.
+    ///     eprintln!("releasing the cart: {err}");
+    /// }
+    /// Ok(())
+    /// # }
+    /// ```
     pub async fn unlock(self) -> Result<(), LockError> {
         let results = join_all(self.guards.into_iter().map(LockGuard::unlock)).await;
         let mut first = None;

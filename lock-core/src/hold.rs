@@ -130,6 +130,24 @@ impl fmt::Debug for Hold {
 /// Cheap to clone; it does not keep the lock held (the [`LockGuard`](crate::LockGuard) does). Returned by
 /// [`LockGuard::held`](crate::LockGuard::held), handed to the body of [`LockClient::with_lock`](crate::LockClient::with_lock), and returned
 /// by [`current_lock`](crate::current_lock) inside a lock scope.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// locks
+///     .with_lock("order:42", |held| async move {
+///         println!(
+///             "holding `{}` at depth {}, token {:?}",
+///             held.name(),
+///             held.hold_count(),
+///             held.fencing_token()
+///         );
+///     })
+///     .await
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct HeldLock {
     pub(crate) hold: Arc<Hold>,
@@ -138,17 +156,65 @@ pub struct HeldLock {
 
 impl HeldLock {
     /// The lock name (bytes that are not UTF-8 are shown as U+FFFD).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// locks
+    ///     .with_lock("report:daily", |held| async move {
+    ///         assert_eq!(held.name(), "report:daily");
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
         self.hold.display()
     }
 
     /// The lock name as the bytes it was given.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let name = b"job:\xff\x01".to_vec();
+    /// locks
+    ///     .with_lock(&name, |held| async move {
+    ///         assert_eq!(held.name_bytes(), b"job:\xff\x01");
+    ///         // `name` shows the byte that is not UTF-8 as U+FFFD.
+    ///         assert_eq!(held.name(), "job:\u{fffd}\u{1}");
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
     pub fn name_bytes(&self) -> &[u8] {
         &self.hold.keys.name
     }
 
     /// The hold count in Redis when this guard was acquired: 1 for the outermost
     /// acquisition, 2 for the first re-entry, and so on.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let guard = locks.lock("order:42").await?;
+    /// let depth = guard
+    ///     .scope(async {
+    ///         let inner = locks.lock("order:42").await?; // a re-entry
+    ///         let depth = inner.held().hold_count();
+    ///         inner.unlock().await?;
+    ///         Ok::<_, distlock::LockError>(depth)
+    ///     })
+    ///     .await?;
+    /// assert_eq!((guard.held().hold_count(), depth), (1, 2));
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn hold_count(&self) -> u64 {
         self.count
     }
@@ -158,12 +224,63 @@ impl HeldLock {
     /// Tokens grow with every new holder of the name and never repeat; re-entries
     /// return the token of the outermost acquisition. Hand it to the resource you
     /// protect, and have the resource refuse a token lower than one it has seen.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// // The protected resource: refuses a write with a token older than the
+    /// // newest it has seen (a holder that lost the lock and does not know yet).
+    /// #[derive(Default)]
+    /// struct Ledger {
+    ///     newest: u64,
+    /// }
+    ///
+    /// impl Ledger {
+    ///     fn write(&mut self, token: u64, _entry: &str) -> bool {
+    ///         if token < self.newest {
+    ///             return false;
+    ///         }
+    ///         self.newest = token;
+    ///         true
+    ///     }
+    /// }
+    ///
+    /// let mut ledger = Ledger::default();
+    /// let guard = locks.lock("ledger:7").fencing(true).await?;
+    /// let held = guard.held();
+    /// if let Some(token) = held.fencing_token() {
+    ///     assert!(ledger.write(token, "credit 10"));
+    /// }
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn fencing_token(&self) -> Option<u64> {
         self.hold.fence
     }
 
     /// Whether the lock was lost: its lease ended, the watchdog found it gone, or it
     /// could not renew it before the lease ended.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// # async fn build_export() -> Vec<u8> { Vec::new() }
+    /// # async fn commit_export(_export: Vec<u8>) {}
+    /// locks
+    ///     .with_lock("export:nightly", |held| async move {
+    ///         let export = build_export().await;
+    ///         // Once the lock is lost, another owner may hold it: do not commit then.
+    ///         if !held.is_lost() {
+    ///             commit_export(export).await;
+    ///         }
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.hold.is_lost()
     }
@@ -174,12 +291,57 @@ impl HeldLock {
     /// # Cancel safety
     ///
     /// The future only watches a token: dropping it changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// # async fn export() -> u64 { 0 }
+    /// let outcome = locks
+    ///     .with_lock("export:nightly", |held| async move {
+    ///         tokio::select! {
+    ///             rows = export() => Ok(rows),
+    ///             () = held.lost() => Err("lost the lock: the export stopped"),
+    ///         }
+    ///     })
+    ///     .await;
+    /// // `Err(LockError::Lost)` from `with_lock` when the lock was lost.
+    /// # let _ = outcome;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn lost(&self) -> WaitForCancellationFutureOwned {
         self.hold.lost.clone().cancelled_owned()
     }
 
     /// A token cancelled when the lock is lost, for code that takes a
     /// [`CancellationToken`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// # async fn load_batches() -> Vec<Vec<u8>> { Vec::new() }
+    /// use tokio_util::sync::CancellationToken;
+    ///
+    /// // Code that takes a token: it stops between batches once it is cancelled.
+    /// async fn export_batches(batches: Vec<Vec<u8>>, stop: CancellationToken) {
+    ///     for batch in batches {
+    ///         if stop.is_cancelled() {
+    ///             return;
+    ///         }
+    ///         // ... write `batch` ...
+    /// #       let _ = batch;
+    ///     }
+    /// }
+    ///
+    /// let guard = locks.lock("export:nightly").await?;
+    /// export_batches(load_batches().await, guard.held().lost_token()).await;
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn lost_token(&self) -> CancellationToken {
         self.hold.lost.child_token()
     }

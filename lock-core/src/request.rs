@@ -44,6 +44,24 @@ use crate::multi::acquire_all;
 /// given back; so is a lock that a release of this client was handing to the waiting
 /// request when it was dropped. A hold count is never decremented that this request
 /// did not add.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+///
+/// // Every option is set before the request is awaited.
+/// let guard = locks
+///     .lock("invoice:2024-06")
+///     .wait(Duration::from_secs(2))
+///     .lease(Duration::from_secs(60))
+///     .fencing(true)
+///     .await?;
+/// guard.unlock().await
+/// # }
+/// ```
 #[must_use = "a lock request does nothing until it is awaited"]
 pub struct LockRequest {
     inner: Arc<Inner>,
@@ -63,6 +81,23 @@ impl LockRequest {
     /// How long to wait while another owner holds the lock; zero fails at once.
     /// Default: the client's [`default_wait`](crate::LockClientBuilder::default_wait).
     /// Re-entries never wait.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// match locks.lock("report:daily").wait(Duration::from_secs(2)).await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     // Another owner held the lock for the whole 2 s.
+    ///     Err(err) if err.is_busy() => println!("someone else writes the report"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// Ok(())
+    /// # }
+    /// ```
     pub fn wait(mut self, wait: Duration) -> Self {
         self.options.wait = Some(wait);
         self
@@ -74,6 +109,21 @@ impl LockRequest {
     ///
     /// On a re-entry, the lease of the outermost acquisition stays in charge; a fixed
     /// lease here can only lengthen it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// // No watchdog: the lock ends after 60 s at the latest, even if this process
+    /// // stalls; the guard reports the loss then.
+    /// let guard = locks.lock("import:batch-7").lease(Duration::from_secs(60)).await?;
+    /// // ... work that takes well under a minute ...
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn lease(mut self, lease: Duration) -> Self {
         self.options.lease = Some(lease);
         self
@@ -84,6 +134,17 @@ impl LockRequest {
     /// its absence) of the outermost acquisition; `.fencing(true)` on a re-entry of a
     /// lock taken without a token is refused with [`LockError::InvalidOption`]: ask
     /// for fencing on the outermost acquisition.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let guard = locks.lock("ledger:7").fencing(true).await?;
+    /// assert!(guard.fencing_token().is_some());
+    /// guard.unlock().await
+    /// # }
+    /// ```
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.options.fencing = Some(fencing);
         self
@@ -106,6 +167,26 @@ impl fmt::Debug for LockRequest {
 /// # Cancel safety
 ///
 /// As [`LockRequest`]: dropping it at any point leaves no hold that no guard owns.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// use std::future::IntoFuture;
+/// use std::time::Duration;
+///
+/// use distlock::LockFuture;
+///
+/// // A request turned into its future, to be stored or passed on by its type.
+/// let pending: LockFuture = locks.lock("report:daily").into_future();
+/// // A timeout that drops it before it resolves leaves no hold behind.
+/// match tokio::time::timeout(Duration::from_secs(1), pending).await {
+///     Ok(taken) => taken?.unlock().await,
+///     Err(_elapsed) => Ok(()),
+/// }
+/// # }
+/// ```
 #[must_use = "futures do nothing unless polled"]
 pub struct LockFuture {
     inner: BoxFuture<Result<LockGuard, LockError>>,
@@ -151,6 +232,22 @@ impl IntoFuture for LockRequest {
 /// # Cancel safety
 ///
 /// As [`LockRequest`]: a dropped request leaves no hold behind.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// match locks.try_lock("cron:cleanup").await? {
+///     Some(guard) => {
+///         // ... clean up ...
+///         guard.unlock().await?;
+///     }
+///     None => println!("another instance runs the cleanup"),
+/// }
+/// Ok(())
+/// # }
+/// ```
 #[must_use = "a lock request does nothing until it is awaited"]
 #[derive(Debug)]
 pub struct TryLockRequest {
@@ -165,12 +262,42 @@ impl TryLockRequest {
     }
 
     /// A fixed lease, as [`LockRequest::lease`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// // If this process dies, the next run can take the lock 5 minutes later at most.
+    /// let request = locks.try_lock("cron:cleanup").lease(Duration::from_secs(300));
+    /// if let Some(guard) = request.await? {
+    ///     // ... clean up ...
+    ///     guard.unlock().await?;
+    /// }
+    /// Ok(())
+    /// # }
+    /// ```
     pub fn lease(mut self, lease: Duration) -> Self {
         self.request = self.request.lease(lease);
         self
     }
 
     /// Whether to issue a fencing token, as [`LockRequest::fencing`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// if let Some(guard) = locks.try_lock("ledger:7").fencing(true).await? {
+    ///     println!("took `ledger:7` with token {:?}", guard.fencing_token());
+    ///     guard.unlock().await?;
+    /// }
+    /// Ok(())
+    /// # }
+    /// ```
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.request = self.request.fencing(fencing);
         self
@@ -216,6 +343,32 @@ impl IntoFuture for TryLockRequest {
 /// Dropping the future at any point leaves no hold that no guard owns: the names
 /// taken so far are given back in the background, as a dropped [`LockRequest`]
 /// gives back its own.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+///
+/// // Two checkouts list the same SKUs in different orders. Both take `sku:3`
+/// // first, so neither holds one SKU while it waits for the other's.
+/// let checkout = |skus: [&'static str; 2]| {
+///     let locks = locks.clone();
+///     async move {
+///         let cart = locks.lock_all(skus).wait(Duration::from_secs(2)).await?;
+///         // ... reserve the SKUs ...
+///         cart.unlock().await
+///     }
+/// };
+/// let (first, second) = tokio::join!(
+///     checkout(["sku:3", "sku:7"]),
+///     checkout(["sku:7", "sku:3"])
+/// );
+/// first?;
+/// second
+/// # }
+/// ```
 #[must_use = "a lock request does nothing until it is awaited"]
 pub struct LockAllRequest {
     inner: Arc<Inner>,
@@ -233,12 +386,42 @@ impl LockAllRequest {
     }
 
     /// How long to wait, in all, for the whole set; as [`LockRequest::wait`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// match locks.lock_all(["sku:3", "sku:7"]).wait(Duration::from_secs(2)).await {
+    ///     Ok(cart) => cart.unlock().await?,
+    ///     // The error names the lock that stayed busy; no lock of the set is held.
+    ///     Err(err) if err.is_busy() => println!("{err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// Ok(())
+    /// # }
+    /// ```
     pub fn wait(mut self, wait: Duration) -> Self {
         self.options.wait = Some(wait);
         self
     }
 
     /// A fixed lease for every name; as [`LockRequest::lease`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// // No watchdog: every lock of the set ends after 30 s at the latest.
+    /// let cart = locks.lock_all(["sku:3", "sku:7"]).lease(Duration::from_secs(30)).await?;
+    /// cart.unlock().await
+    /// # }
+    /// ```
     pub fn lease(mut self, lease: Duration) -> Self {
         self.options.lease = Some(lease);
         self
@@ -246,6 +429,17 @@ impl LockAllRequest {
 
     /// Whether each name's first acquisition issues a fencing token; as
     /// [`LockRequest::fencing`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let all = locks.lock_all(["ledger:1", "ledger:2"]).fencing(true).await?;
+    /// assert!(all.guards().iter().all(|guard| guard.fencing_token().is_some()));
+    /// all.unlock().await
+    /// # }
+    /// ```
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.options.fencing = Some(fencing);
         self
