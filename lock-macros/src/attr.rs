@@ -349,26 +349,54 @@ fn duration_value(input: ParseStream<'_>, name: &str, example: &str) -> syn::Res
     })
 }
 
+/// The milliseconds in one `unit` (`ms`, `s`, `m` or `h`).
+fn unit_scale(unit: &str) -> Option<u64> {
+    match unit {
+        "ms" => Some(1),
+        "s" => Some(1_000),
+        "m" => Some(60_000),
+        "h" => Some(3_600_000),
+        _ => None,
+    }
+}
+
 /// `"250ms"`, `"5s"`, `"2m"`, `"1h"` in milliseconds.
-pub(crate) fn parse_duration(text: &str) -> Result<u64, &'static str> {
+pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
     let (number, unit) = text.split_at(digits);
     if number.is_empty() {
-        return Err("it does not start with a number");
+        return Err("it does not start with a number".into());
+    }
+    if let Some(fraction) = unit.strip_prefix('.') {
+        return Err(fraction_hint(number, fraction));
     }
     let scale = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "" => return Err("the unit is missing"),
-        _ => return Err("unknown unit"),
+        "" => return Err("the unit is missing".into()),
+        unit => unit_scale(unit).ok_or("unknown unit")?,
     };
     number
         .parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(scale))
-        .ok_or("it is too large")
+        .ok_or_else(|| "it is too large".into())
+}
+
+/// Why `"<whole>.<fraction>"` is refused, with the whole number of milliseconds it
+/// means when there is one (`"1.5s"`: write `"1500ms"`).
+fn fraction_hint(whole: &str, fraction: &str) -> String {
+    let decimals = fraction.bytes().take_while(u8::is_ascii_digit).count();
+    let (decimals, unit) = fraction.split_at(decimals);
+    let millis = unit_scale(unit).and_then(|scale| {
+        let places = u32::try_from(decimals.len()).ok()?;
+        let divisor = 10u64.checked_pow(places)?;
+        let whole = whole.parse::<u64>().ok()?.checked_mul(scale)?;
+        let part = decimals.parse::<u64>().unwrap_or(0).checked_mul(scale)?;
+        (part % divisor == 0).then(|| whole.checked_add(part / divisor))?
+    });
+    match millis {
+        Some(millis) => format!("fractions are not supported: write \"{millis}ms\""),
+        None => "fractions are not supported: use a smaller unit".into(),
+    }
 }
 
 #[cfg(test)]
@@ -382,6 +410,18 @@ mod tests {
         assert_eq!(parse_duration("5s"), Ok(5_000));
         assert_eq!(parse_duration("2m"), Ok(120_000));
         assert_eq!(parse_duration("1h"), Ok(3_600_000));
+        assert_eq!(
+            parse_duration("1.5s"),
+            Err("fractions are not supported: write \"1500ms\"".to_owned())
+        );
+        assert_eq!(
+            parse_duration("0.25m"),
+            Err("fractions are not supported: write \"15000ms\"".to_owned())
+        );
+        assert_eq!(
+            parse_duration("1.0005s"),
+            Err("fractions are not supported: use a smaller unit".to_owned())
+        );
         for bad in [
             "",
             "s",
