@@ -65,15 +65,6 @@ pub enum LockError {
         /// The lock name.
         name: String,
     },
-    /// An operation needed the lock to be held by this owner, and it is not.
-    ///
-    /// Its message: ``lock `order:42` is not held by this owner; acquire it first``.
-    #[error("lock `{name}` is not held by this owner; acquire it first")]
-    #[non_exhaustive]
-    NotHeld {
-        /// The lock name.
-        name: String,
-    },
     /// The lock name cannot be used; nothing was sent to Redis.
     ///
     /// Its message: `invalid lock name: ` and the reason, which says what to use
@@ -414,11 +405,6 @@ impl LockError {
         matches!(self, Self::Lost { .. })
     }
 
-    /// Whether the lock is not held by this owner.
-    pub fn is_not_held(&self) -> bool {
-        matches!(self, Self::NotHeld { .. })
-    }
-
     /// Whether the input was refused before anything reached Redis (name or option).
     pub fn is_invalid_input(&self) -> bool {
         matches!(self, Self::InvalidName { .. } | Self::InvalidOption { .. })
@@ -530,10 +516,6 @@ mod tests {
                  owner released it, so another owner may have held it meanwhile; check \
                  `is_lost()` before committing work, and use fencing tokens so that stale \
                  writes are refused",
-            ),
-            (
-                LockError::NotHeld { name: name() },
-                "lock `order:42` is not held by this owner; acquire it first",
             ),
             (
                 LockError::KeyConflict { name: name() },
