@@ -46,7 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok::<_, LockError>(())
             }
         })
-        .await??;
+        .await?;
     println!(
         "   free again: {}\n",
         !locks.inspect("demo:order:42").await?.held

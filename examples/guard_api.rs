@@ -91,7 +91,7 @@ async fn main() -> Result<(), Error> {
                 held.name(),
                 held.hold_count()
             );
-            40 + 2
+            Ok::<_, LockError>(40 + 2)
         })
         .await?;
     println!("   with_lock returned {total}\n");

@@ -65,7 +65,7 @@
 //!                 Ok::<_, LockError>(42)
 //!             }
 //!         })
-//!         .await??;
+//!         .await?;
 //!     assert_eq!(total, 42);
 //!
 //!     // A fixed lease, and work that stops as soon as the lock is lost.

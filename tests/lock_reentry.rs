@@ -183,11 +183,11 @@ async fn with_lock_scopes_the_body_and_current_lock_sees_it() {
                     "re-entry keeps the token"
                 );
                 inner.unlock().await.expect("unlock");
-                (
+                Ok::<_, distlock::LockError>((
                     current.name().to_owned(),
                     current.fencing_token(),
                     inner_count,
-                )
+                ))
             }
         })
         .await
@@ -215,7 +215,12 @@ async fn with_lock_releases_when_the_body_panics() {
         let locks = locks.clone();
         async move {
             locks
-                .with_lock("panicky", |_| async { panic!("body failed") })
+                .with_lock("panicky", |_| async {
+                    if true {
+                        panic!("body failed");
+                    }
+                    Ok::<(), distlock::LockError>(())
+                })
                 .await
         }
     });

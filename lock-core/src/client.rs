@@ -289,15 +289,20 @@ impl LockClient {
 
     /// Takes the lock `name`, runs `body` inside its scope, and releases it.
     ///
-    /// `body` gets a [`HeldLock`] (name, fencing token, loss signal). Nested acquires of
-    /// `name` inside `body` re-enter. The lock is released on every exit: return, panic
-    /// (during unwinding, in the background), or cancellation (in the background).
+    /// `body` gets a [`HeldLock`] (name, fencing token, loss signal) and returns a
+    /// `Result` whose error type a [`LockError`] converts into (`LockError` itself,
+    /// your own error with `From<LockError>`, `anyhow::Error`, ...), as an annotated
+    /// function does: one `?` serves the lock's errors and the body's. Nested acquires
+    /// of `name` inside `body` re-enter. The lock is released on every exit: return,
+    /// panic (during unwinding, in the background), or cancellation (in the
+    /// background).
     ///
     /// # Errors
     ///
-    /// The errors of [`lock`](Self::lock) (the body does not run), and
-    /// [`LockError::Lost`] when the lock was lost before it was released (the body ran,
-    /// its output is dropped: treat its effects as unprotected).
+    /// The errors of [`lock`](Self::lock) (the body does not run), converted into `E`;
+    /// the body's own error (the lock was released); and [`LockError::Lost`] when the
+    /// lock was lost before it was released (the body ran, its output is dropped:
+    /// treat its effects as unprotected).
     ///
     /// # Cancel safety
     ///
@@ -314,30 +319,27 @@ impl LockClient {
     /// let total = locks
     ///     .with_lock("order:42", |held| async move {
     ///         println!("holding `{}`", held.name());
-    ///         40 + 2
+    ///         Ok::<_, distlock::LockError>(40 + 2)
     ///     })
     ///     .await?;
     /// assert_eq!(total, 42);
     ///
-    /// // A body that fails: the first `?` is the lock's error, the second the body's.
-    /// let receipt = locks.with_lock("order:42", |_| charge(42)).await??;
+    /// // A body that can fail: one `?` for the lock's errors and the body's.
+    /// let receipt = locks.with_lock("order:42", |_| charge(42)).await?;
     /// # let _ = receipt;
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn with_lock<F, Fut, T>(
-        &self,
-        name: impl AsRef<[u8]>,
-        body: F,
-    ) -> Result<T, LockError>
+    pub async fn with_lock<F, Fut, T, E>(&self, name: impl AsRef<[u8]>, body: F) -> Result<T, E>
     where
         F: FnOnce(HeldLock) -> Fut,
-        Fut: Future<Output = T>,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<LockError>,
     {
         let guard = self.lock(name).await?;
         let output = guard.scope(body(guard.held())).await;
         guard.unlock().await?;
-        Ok(output)
+        output
     }
 
     /// Reads the state of the lock `name` without changing it. One round trip.

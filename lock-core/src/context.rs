@@ -81,6 +81,7 @@ impl LockContext {
     ///         // Inside the body of `with_lock`: the context holds `order:42`.
     ///         let context = LockContext::current();
     ///         assert_eq!(context.innermost().map(|held| held.name()), Some("order:42"));
+    ///         Ok(())
     ///     })
     ///     .await
     /// # }
@@ -237,7 +238,10 @@ impl fmt::Debug for LockContext {
 ///
 /// log_step("start"); // outside any lock
 /// locks
-///     .with_lock("order:42", |_| async { log_step("charge") }) // under `order:42`
+///     .with_lock("order:42", |_| async {
+///         log_step("charge"); // under `order:42`
+///         Ok(())
+///     })
 ///     .await
 /// # }
 /// ```

@@ -144,6 +144,7 @@ impl fmt::Debug for Hold {
 ///             held.hold_count(),
 ///             held.fencing_token()
 ///         );
+///         Ok(())
 ///     })
 ///     .await
 /// # }
@@ -165,6 +166,7 @@ impl HeldLock {
     /// locks
     ///     .with_lock("report:daily", |held| async move {
     ///         assert_eq!(held.name(), "report:daily");
+    ///         Ok(())
     ///     })
     ///     .await
     /// # }
@@ -186,6 +188,7 @@ impl HeldLock {
     ///         assert_eq!(held.name_bytes(), b"job:\xff\x01");
     ///         // `name` shows the byte that is not UTF-8 as U+FFFD.
     ///         assert_eq!(held.name(), "job:\u{fffd}\u{1}");
+    ///         Ok(())
     ///     })
     ///     .await
     /// # }
@@ -277,6 +280,7 @@ impl HeldLock {
     ///         if !held.is_lost() {
     ///             commit_export(export).await;
     ///         }
+    ///         Ok(())
     ///     })
     ///     .await
     /// # }
@@ -298,15 +302,15 @@ impl HeldLock {
     /// # use distlock_core as distlock;
     /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
     /// # async fn export() -> u64 { 0 }
-    /// let outcome = locks
+    /// let outcome: Result<Option<u64>, distlock::LockError> = locks
     ///     .with_lock("export:nightly", |held| async move {
     ///         tokio::select! {
-    ///             rows = export() => Ok(rows),
-    ///             () = held.lost() => Err("lost the lock: the export stopped"),
+    ///             rows = export() => Ok(Some(rows)),
+    ///             // Lost: stop at once; `with_lock` then returns `LockError::Lost`.
+    ///             () = held.lost() => Ok(None),
     ///         }
     ///     })
     ///     .await;
-    /// // `Err(LockError::Lost)` from `with_lock` when the lock was lost.
     /// # let _ = outcome;
     /// # Ok(())
     /// # }
