@@ -63,21 +63,10 @@ if not state.held then
   if reentry == '1' then
     return {-1}
   end
-  local token = 0
-  if fencing == '1' then
-    if not read_counter(fence_key) then
-      return {-2}
-    end
-    token = redis.call('INCR', fence_key)
+  if fencing == '1' and not read_counter(fence_key) then
+    return {-2}
   end
-  if state.freed then
-    -- The record of the last final release stays readable for as long as it had.
-    local left = redis.call('PTTL', lock)
-    if left > 0 then
-      redis.call('SET', freed, state.freed, 'PX', left)
-    end
-  end
-  redis.call('SET', lock, encode(owner, 1, token, ARGV[5], ARGV[4]), 'PX', lease)
+  local token = take(lock, fence_key, freed, state, owner, lease, fencing == '1', ARGV[5], ARGV[4])
   return {1, 1, token}
 end
 
@@ -88,12 +77,5 @@ if not state.count then
   return {0, redis.call('PTTL', lock)}
 end
 
-local new_floor, done = record(state, floor, seq, ARGV[4])
-if not new_floor then
-  -- Applied before (a replay), or settled: a stray copy, applied never again.
-  return {1, state.count, state.token}
-end
-local count = state.count + 1
-redis.call('SET', lock, encode(owner, count, state.token, new_floor, done), 'KEEPTTL')
-redis.call('PEXPIRE', lock, lease, 'GT')
-return {1, count, state.token}
+-- A replay, or a settled stray copy, answers the count as it stands.
+return {1, add_hold(lock, state, owner, lease, floor, seq, ARGV[4]), state.token}

@@ -75,29 +75,12 @@ for i = 1, names do
   local lock, fence_key, freed, owner, lease, seq_text, floor_text = name(i)
   local state = states[i]
   if not state.held then
-    local token = 0
-    if fencing == '1' then
-      token = redis.call('INCR', fence_key)
-    end
-    if state.freed then
-      -- The record of the last final release stays readable for as long as it had.
-      local left = redis.call('PTTL', lock)
-      if left > 0 then
-        redis.call('SET', freed, state.freed, 'PX', left)
-      end
-    end
-    redis.call('SET', lock, encode(owner, 1, token, floor_text, seq_text), 'PX', lease)
+    local token = take(lock, fence_key, freed, state, owner, lease, fencing == '1', floor_text, seq_text)
     answer[#answer + 1] = 1
     answer[#answer + 1] = token
   else
-    local new_floor, done = record(state, tonumber(floor_text), tonumber(seq_text), seq_text)
-    local count = state.count
-    if new_floor then
-      count = count + 1
-      redis.call('SET', lock, encode(owner, count, state.token, new_floor, done), 'KEEPTTL')
-      redis.call('PEXPIRE', lock, lease, 'GT')
-    end
-    -- Without a new record: applied before (a replay), or settled; as it stands.
+    -- A replay, or a settled stray copy, answers the count as it stands.
+    local count = add_hold(lock, state, owner, lease, tonumber(floor_text), tonumber(seq_text), seq_text)
     answer[#answer + 1] = count
     answer[#answer + 1] = state.token
   end

@@ -100,6 +100,41 @@ local function record(state, floor, seq, seq_text)
   return string.format('%d', floor), table.concat(kept, ' ')
 end
 
+-- Takes the free lock at `lock` (as `state` read it: no key, or a tombstone, whose
+-- record moves to `freed` for the time it had left) for `owner`, held once for
+-- `lease` ms, its replay record the operation `seq_text` above `floor_text`; with
+-- `fencing`, issues the next token of the counter at `fence_key` (which the caller
+-- checked with `read_counter`). Returns the token, 0 without fencing.
+local function take(lock, fence_key, freed, state, owner, lease, fencing, floor_text, seq_text)
+  local token = 0
+  if fencing then
+    token = redis.call('INCR', fence_key)
+  end
+  if state.freed then
+    local left = redis.call('PTTL', lock)
+    if left > 0 then
+      redis.call('SET', freed, state.freed, 'PX', left)
+    end
+  end
+  redis.call('SET', lock, encode(owner, 1, token, floor_text, seq_text), 'PX', lease)
+  return token
+end
+
+-- Adds a hold of `owner`, its operation `seq` (sent as `seq_text`, with `floor`), to
+-- the lock at `lock` that it holds (as `state` read it), keeping the lease at least
+-- `lease` ms. Returns the count: one more, or as it stands when the operation must
+-- not be applied (a replay, or settled: see `record`).
+local function add_hold(lock, state, owner, lease, floor, seq, seq_text)
+  local new_floor, done = record(state, floor, seq, seq_text)
+  if not new_floor then
+    return state.count
+  end
+  local count = state.count + 1
+  redis.call('SET', lock, encode(owner, count, state.token, new_floor, done), 'KEEPTTL')
+  redis.call('PEXPIRE', lock, lease, 'GT')
+  return count
+end
+
 -- The fencing counter at `key`: 0 when there is none, nil when the key holds what
 -- distlock did not write (another type, or not a counter: an integer of at most 18
 -- digits, not negative, no leading zero).
