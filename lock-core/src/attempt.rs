@@ -6,10 +6,9 @@
 //! own given back through `release.rs`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::backend::{redlock, Conn};
-use crate::detach::{spawn, Detached};
+use crate::detach::{replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, LockError};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
@@ -298,25 +297,14 @@ impl Invoke {
     /// Replays the attempt on one node until its outcome is known, and gives back
     /// the grant if there was one.
     async fn resolve_on(self, conn: Conn) {
-        for round in 1..=5u32 {
-            tokio::time::sleep(Duration::from_millis(50) * round).await;
-            match self.clone().send_to(conn.clone()).await {
-                Ok((reply, _)) => {
-                    if let AcquireReply::Acquired { .. } = reply {
-                        release::give_back_node(
-                            &self.inner,
-                            conn,
-                            &self.keys,
-                            &self.owner,
-                            self.lease_ms,
-                        )
-                        .await;
-                    }
-                    return;
-                }
-                Err(err) if outcome_unknown(&err) => continue,
-                Err(_) => return,
-            }
+        let name = self.keys.display();
+        let reply = replay_until_known(&name, "Redlock node's acquire", || {
+            self.clone().send_to(conn.clone())
+        })
+        .await;
+        if let Some((AcquireReply::Acquired { .. }, _)) = reply {
+            release::give_back_node(&self.inner, conn, &self.keys, &self.owner, self.lease_ms)
+                .await;
         }
     }
 
@@ -333,20 +321,11 @@ impl Invoke {
     /// Replays the attempt (a no-op if it was applied) until the outcome is known,
     /// then gives back the hold if there is one.
     async fn resolve(self) {
-        for round in 1..=5u32 {
-            tokio::time::sleep(Duration::from_millis(50) * round).await;
-            match self.clone().send().await {
-                Ok((outcome, _)) => {
-                    if let Outcome::Acquired { .. } = outcome {
-                        self.give_back().await;
-                    }
-                    return;
-                }
-                Err(err) if outcome_unknown(&err) => continue,
-                Err(_) => return,
-            }
+        let name = self.keys.display();
+        let reply = replay_until_known(&name, "acquire", || self.clone().send()).await;
+        if let Some((Outcome::Acquired { .. }, _)) = reply {
+            self.give_back().await;
         }
-        tracing::debug!(lock.name = %self.keys.display(), "distlock: outcome of a lost acquire unknown; its lease will end it");
     }
 
     async fn give_back(&self) {

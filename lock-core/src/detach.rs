@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::error::LockError;
+use crate::error::{outcome_unknown, LockError};
 
 /// A boxed, sendable future.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -44,6 +44,30 @@ where
         }
     }
     outputs.into_iter().flatten().collect()
+}
+
+/// Sends again a request whose reply was lost (a no-op where it was applied, as
+/// every script replays), up to five times with a growing pause, until its outcome
+/// is known: the reply, or `None` when it failed for good or stayed unknown (then
+/// the lease of whatever it took ends it; logged for `what` on lock `name`).
+pub(crate) async fn replay_until_known<T, F, Fut>(name: &str, what: &str, mut send: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = redis::RedisResult<T>>,
+{
+    for round in 1..=5u32 {
+        tokio::time::sleep(std::time::Duration::from_millis(50) * round).await;
+        match send().await {
+            Ok(reply) => return Some(reply),
+            Err(err) if outcome_unknown(&err) => continue,
+            Err(_) => return None,
+        }
+    }
+    tracing::debug!(
+        lock.name = name,
+        "distlock: outcome of a lost {what} unknown; its lease will end it"
+    );
+    None
 }
 
 /// A request in flight that must not be lost with its caller: if the future is

@@ -31,7 +31,7 @@ use crate::acquire::{
 };
 use crate::backend::slot;
 use crate::context::LockContext;
-use crate::detach::{join_all, spawn, Detached};
+use crate::detach::{join_all, replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, LockError};
 use crate::guard::{LockGuard, MultiLockGuard};
 use crate::hold::{HeldLock, Hold, HoldState};
@@ -81,14 +81,8 @@ pub(crate) async fn acquire_all(
     if keys.len() > 1 && in_one_run(&inner, &keys) {
         return acquire_at_once(inner, keys, options).await;
     }
-    let start = Instant::now();
-    let wait = options.wait.unwrap_or(inner.config.default_wait);
-    let deadline = start.checked_add(wait).ok_or_else(|| {
-        LockError::invalid_option(
-            "wait",
-            format!("{wait:?} is too long to wait (the deadline overflows); use a shorter wait"),
-        )
-    })?;
+    // Every option checked before the first name is asked for.
+    let (_, deadline) = settle_options(&inner, options, Instant::now())?;
     let outer = LockContext::current();
     // Dropped with the future: each guard taken so far is released in the
     // background.
@@ -448,19 +442,15 @@ impl SetInvoke {
     /// Replays the attempt (a no-op if it was applied) until the outcome is known,
     /// then gives back every hold it took.
     async fn resolve(self) {
-        for round in 1..=5u32 {
-            tokio::time::sleep(Duration::from_millis(50) * round).await;
-            match self.clone().send().await {
-                Ok(AcquireAllReply::Acquired(_)) => {
-                    self.give_back().await;
-                    return;
-                }
-                Ok(_) => return,
-                Err(err) if outcome_unknown(&err) => continue,
-                Err(_) => return,
-            }
+        let name = self
+            .names
+            .first()
+            .map(|name| name.keys.display())
+            .unwrap_or_default();
+        let reply = replay_until_known(&name, "set acquire", || self.clone().send()).await;
+        if let Some(AcquireAllReply::Acquired(_)) = reply {
+            self.give_back().await;
         }
-        tracing::debug!("distlock: outcome of a lost set acquire unknown; its leases will end it");
     }
 
     /// Gives back one hold of each name, all at once.

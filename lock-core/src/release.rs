@@ -11,13 +11,11 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use std::time::Duration;
-
 use tokio::time::Instant;
 
 use crate::backend::{redlock, Conn};
 use crate::batch::{Batcher, Item, Successor};
-use crate::detach::{log_failure, spawn, Detached};
+use crate::detach::{log_failure, replay_until_known, spawn, Detached};
 use crate::error::{is_failover_code, outcome_unknown, LockError};
 use crate::faults::{self, Fault};
 use crate::handoff::{Delivery, Grant};
@@ -258,19 +256,14 @@ async fn settle_hand_off(
     successor: &Arc<Owner>,
     lease_ms: u64,
 ) {
-    for round in 1..=5u32 {
-        tokio::time::sleep(Duration::from_millis(50) * round).await;
-        match release.clone().on_node(inner.backend.first()).await {
-            Ok(ReleaseReply::Handed { .. }) => {
-                give_back(inner, keys, successor, lease_ms).await;
-                return;
-            }
-            Ok(_) => return,
-            Err(err) if outcome_unknown(&err) => continue,
-            Err(_) => return,
-        }
+    let name = keys.display();
+    let reply = replay_until_known(&name, "hand-off", || {
+        release.clone().on_node(inner.backend.first())
+    })
+    .await;
+    if let Some(ReleaseReply::Handed { .. }) = reply {
+        give_back(inner, keys, successor, lease_ms).await;
     }
-    tracing::debug!(lock.name = %keys.display(), "distlock: outcome of a lost hand-off unknown; its lease will end it");
 }
 
 /// The operation number the seeded fault `ReleaseWithoutOwnerCheck` releases with:
