@@ -1,6 +1,8 @@
 //! The same behaviour on every backend: one server, a cluster, Sentinel and a
 //! five-node Redlock.
 
+mod support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -182,35 +184,8 @@ async fn behaviour(builder: impl Fn() -> LockClientBuilder) {
 /// elsewhere is not taken, and leaves the others free.
 async fn many_at_once(locks: &LockClient, other: &LockClient) {
     let names = ["b:set:1", "b:set:2", "b:set:3"];
-    let inside = Arc::new(AtomicUsize::new(0));
-    let overlaps = Arc::new(AtomicUsize::new(0));
-    let mut callers = Vec::new();
-    for (client, reversed) in [(locks.clone(), false), (other.clone(), true)] {
-        let mut order = names;
-        if reversed {
-            order.reverse();
-        }
-        let (inside, overlaps) = (inside.clone(), overlaps.clone());
-        callers.push(tokio::spawn(async move {
-            for round in 0..50 {
-                let all = client
-                    .lock_all(order)
-                    .wait(Duration::from_secs(5))
-                    .await
-                    .unwrap_or_else(|err| panic!("round {round} of {order:?}: {err}"));
-                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                    overlaps.fetch_add(1, Ordering::SeqCst);
-                }
-                tokio::task::yield_now().await;
-                inside.fetch_sub(1, Ordering::SeqCst);
-                all.unlock().await.expect("unlock");
-            }
-        }));
-    }
-    for caller in callers {
-        caller.await.expect("caller");
-    }
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two sets held at once");
+    let overlaps = support::sets_in_opposite_orders(locks, other, names, 50).await;
+    assert_eq!(overlaps, 0, "two sets held at once");
 
     let busy = other.lock("b:set:2").await.expect("lock");
     let result = locks.lock_all(names).wait(Duration::from_millis(200)).await;

@@ -5,8 +5,6 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockError, MAX_LOCK_ALL};
@@ -26,37 +24,16 @@ fn held(server: &distlock_testkit::RedisServer, name: &str) -> bool {
 async fn callers_listing_the_same_names_in_opposite_orders_never_deadlock() {
     const ROUNDS: usize = 1_000;
     let server = support::server();
-    let inside = Arc::new(AtomicUsize::new(0));
-    let overlaps = Arc::new(AtomicUsize::new(0));
-    let mut callers = Vec::new();
-    for order in [
-        ["cart:a", "cart:b", "cart:c"],
-        ["cart:c", "cart:b", "cart:a"],
-    ] {
-        let locks = support::client(&server).await;
-        let (inside, overlaps) = (inside.clone(), overlaps.clone());
-        callers.push(tokio::spawn(async move {
-            for round in 0..ROUNDS {
-                let all = locks
-                    .lock_all(order)
-                    .wait(Duration::from_secs(5))
-                    .await
-                    .unwrap_or_else(|err| panic!("round {round} of {order:?}: {err}"));
-                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                    overlaps.fetch_add(1, Ordering::SeqCst);
-                }
-                tokio::task::yield_now().await;
-                inside.fetch_sub(1, Ordering::SeqCst);
-                all.unlock().await.expect("unlock");
-            }
-        }));
-    }
+    let (first, second) = (
+        support::client(&server).await,
+        support::client(&server).await,
+    );
     let start = Instant::now();
-    for caller in callers {
-        caller.await.expect("caller");
-    }
+    let overlaps =
+        support::sets_in_opposite_orders(&first, &second, ["cart:a", "cart:b", "cart:c"], ROUNDS)
+            .await;
     println!("{} sets in {:?}", 2 * ROUNDS, start.elapsed());
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two sets held at once");
+    assert_eq!(overlaps, 0, "two sets held at once");
     for name in ["cart:a", "cart:b", "cart:c"] {
         assert!(!held(&server, name), "{name} left held");
     }
@@ -158,12 +135,7 @@ async fn a_set_whose_reply_was_late_is_held_once() {
     use distlock_testkit::Direction;
     let server = support::server();
     let proxy = support::proxy(&server);
-    let locks = distlock::LockClient::builder()
-        .url(proxy.url())
-        .response_timeout(Duration::from_millis(300))
-        .connect()
-        .await
-        .expect("connect");
+    let locks = support::client_with_timeout(&proxy.url(), Duration::from_millis(300)).await;
     let names = ["late:a", "late:b", "late:c"];
     proxy.delay(
         Direction::ToClient,

@@ -13,22 +13,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{LockClient, LockError};
+use distlock::LockError;
 use distlock_testkit::{Direction, RedisServer};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::{eventually, lock_key as key, redis_count as hold_count};
 use tokio::time::Instant;
-
-/// A client of `url` whose requests time out after `response_timeout`.
-async fn client(url: &str, response_timeout: Duration) -> LockClient {
-    LockClient::builder()
-        .url(url)
-        .response_timeout(response_timeout)
-        .connect()
-        .await
-        .expect("connect")
-}
 
 /// The owner id that holds `name` now (`None`: free, or a tombstone).
 fn holder(server: &RedisServer, name: &str) -> Option<String> {
@@ -191,7 +181,7 @@ async fn a_grant_nobody_takes_is_given_back(leaves: Leaves) {
     let name = format!("handoff:{leaves:?}");
     let server = support::server();
     let proxy = support::proxy(&server);
-    let locks = client(&proxy.url(), Duration::from_secs(5)).await;
+    let locks = support::client_with_timeout(&proxy.url(), Duration::from_secs(5)).await;
     let guard = locks.lock(name.as_str()).await.expect("lock");
     let owner = holder(&server, &name).expect("held");
     let wait = match leaves {
@@ -264,7 +254,7 @@ async fn a_hand_off_whose_reply_is_late_is_known_to_both_sides() {
     const NAME: &str = "handoff:late";
     let server = support::server();
     let proxy = support::proxy(&server);
-    let locks = client(&proxy.url(), Duration::from_millis(300)).await;
+    let locks = support::client_with_timeout(&proxy.url(), Duration::from_millis(300)).await;
     let guard = locks.lock(NAME).await.expect("lock");
     let owner = holder(&server, NAME).expect("held");
     let waiter = tokio::spawn({
@@ -381,7 +371,7 @@ async fn hand_offs_under_late_replies_and_cancellation_keep_one_holder_and_leave
     const NAME: &str = "handoff:random";
     let server = support::server();
     let proxy = Arc::new(support::proxy(&server));
-    let locks = client(&proxy.url(), Duration::from_millis(250)).await;
+    let locks = support::client_with_timeout(&proxy.url(), Duration::from_millis(250)).await;
     let workload = support::Workload::connect(&server.url(), NAME).await;
     let inside = Arc::new(AtomicUsize::new(0));
     let sections = Arc::new(AtomicU64::new(0));

@@ -126,12 +126,7 @@ async fn a_late_batch_is_retried_and_each_release_applied_once() {
     const LOCKS: usize = 16;
     let server = support::server();
     let proxy = support::proxy(&server);
-    let locks = distlock::LockClient::builder()
-        .url(proxy.url())
-        .response_timeout(Duration::from_millis(300))
-        .connect()
-        .await
-        .expect("connect");
+    let locks = support::client_with_timeout(&proxy.url(), Duration::from_millis(300)).await;
     let outer = hold(&locks, "late", LOCKS).await;
     let mut inner = Vec::new();
     for guard in &outer {

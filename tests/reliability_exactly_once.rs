@@ -29,16 +29,6 @@ use tokio::time::Instant;
 // Local helpers.
 // ---------------------------------------------------------------------------------
 
-/// A client of `url` whose requests time out after `response_timeout`.
-async fn client(url: &str, response_timeout: Duration) -> LockClient {
-    LockClient::builder()
-        .url(url)
-        .response_timeout(response_timeout)
-        .connect()
-        .await
-        .expect("connect")
-}
-
 /// A client of `url` with every setting at its default.
 async fn plain_client(url: &str) -> LockClient {
     LockClient::builder()
@@ -108,7 +98,7 @@ async fn a_late_release_retried_after_a_dropped_guard_is_not_applied_twice() {
     const NAME: &str = "twice:dropped";
     let server = server();
     let proxy = proxy(&server);
-    let locks = client(&proxy.url(), Duration::from_millis(400)).await;
+    let locks = support::client_with_timeout(&proxy.url(), Duration::from_millis(400)).await;
     let other = plain_client(&server.url()).await;
 
     let outer = locks.lock(NAME).await.expect("outer");
@@ -168,7 +158,7 @@ async fn a_late_release_retried_after_a_re_entry_is_not_applied_twice() {
     const NAME: &str = "twice:reentry";
     let server = server();
     let proxy = proxy(&server);
-    let locks = client(&proxy.url(), Duration::from_millis(500)).await;
+    let locks = support::client_with_timeout(&proxy.url(), Duration::from_millis(500)).await;
     let other = plain_client(&server.url()).await;
 
     let outer = locks.lock(NAME).await.expect("outer");
@@ -230,7 +220,7 @@ async fn a_re_entry_retried_after_a_lost_reply_leaves_no_hold_behind() {
     const NAME: &str = "reenter:retried";
     let server = server();
     let proxy = proxy(&server);
-    let locks = client(&proxy.url(), Duration::from_millis(400)).await;
+    let locks = support::client_with_timeout(&proxy.url(), Duration::from_millis(400)).await;
 
     let outer = locks.lock(NAME).await.expect("outer");
     let (first, unlocked) = outer
@@ -275,7 +265,7 @@ async fn unlock_with_a_late_first_reply(
     name: &str,
     between: impl std::future::Future<Output = ()>,
 ) -> Result<(), LockError> {
-    let holder = client(&proxy.url(), Duration::from_millis(300)).await;
+    let holder = support::client_with_timeout(&proxy.url(), Duration::from_millis(300)).await;
     let guard = holder.lock(name).await.expect("lock");
     between.await;
     assert!(
@@ -323,7 +313,7 @@ async fn a_final_release_retried_after_a_waiter_took_the_lock_is_ok() {
     let server = server();
     let proxy = proxy(&server);
     let other = plain_client(&server.url()).await;
-    let holder = client(&proxy.url(), Duration::from_millis(300)).await;
+    let holder = support::client_with_timeout(&proxy.url(), Duration::from_millis(300)).await;
     let guard = holder.lock(NAME).await.expect("lock");
     let waiter = tokio::spawn({
         let other = other.clone();
@@ -831,7 +821,7 @@ async fn random_interleavings_keep_the_count_equal_to_the_live_guards() {
     let mut rng = StdRng::seed_from_u64(seed);
     let server = server();
     let proxy = proxy(&server);
-    let locks = client(&proxy.url(), RANDOM_TIMEOUT).await;
+    let locks = support::client_with_timeout(&proxy.url(), RANDOM_TIMEOUT).await;
     let mut live: Vec<LockGuard> = Vec::new();
     let mut log: Vec<String> = Vec::new();
     let started = Instant::now();

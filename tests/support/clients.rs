@@ -30,6 +30,17 @@ pub async fn client_with_lease(server: &RedisServer, lease: Duration) -> LockCli
         .expect("connect")
 }
 
+/// A client of `url` (a fault proxy, often) whose requests time out after
+/// `response_timeout`, so that a late reply makes it retry or replay.
+pub async fn client_with_timeout(url: &str, response_timeout: Duration) -> LockClient {
+    LockClient::builder()
+        .url(url)
+        .response_timeout(response_timeout)
+        .connect()
+        .await
+        .expect("connect")
+}
+
 /// A client of `url` that issues fencing tokens, with the default watchdog lease.
 pub async fn fenced(url: &str) -> LockClient {
     LockClient::builder()

@@ -7,7 +7,7 @@
 //! - `wait`: waiting for a condition in bounded time;
 //! - `workload`, `sections`, `children`, `summary`, `network`: the reliability
 //!   suite's critical sections, participants, child processes, summary lines and
-//!   network faults;
+//!   network faults; `sets`, callers of `lock_all` in opposite orders;
 //! - `tls`: certificates made at test time for the TLS tests.
 //!
 //! Everything is re-exported here: tests name it `support::server()`,
@@ -23,6 +23,7 @@ mod inspect;
 mod network;
 mod sections;
 mod servers;
+mod sets;
 mod summary;
 mod tls;
 mod wait;
@@ -42,6 +43,8 @@ pub use network::*;
 pub use sections::*;
 #[allow(unused_imports)]
 pub use servers::*;
+#[allow(unused_imports)]
+pub use sets::*;
 #[allow(unused_imports)]
 pub use summary::*;
 #[allow(unused_imports)]
