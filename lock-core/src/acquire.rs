@@ -177,6 +177,11 @@ impl<'a> Wait<'a> {
     /// Waits for what came of the release that claimed this waiter's offer, within
     /// the wait. Out of time, the waiter gives up as one behind others does (a
     /// grant delivered after that is given back with its place).
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: a delivery not read stays in the waiter's place, and a grant in
+    /// it gives its hold back when the place is dropped.
     async fn handed(&mut self) -> Result<Delivery, LockError> {
         match tokio::time::timeout_at(self.deadline, self.place.delivery()).await {
             Ok(delivery) => Ok(delivery),

@@ -26,6 +26,12 @@ pub(crate) async fn log_failure<T>(operation: impl Future<Output = Result<T, Loc
 }
 
 /// Runs `futures` concurrently and collects their outputs in order.
+///
+/// # Cancel safety
+///
+/// Dropping it aborts the futures not finished yet (they run as tasks of a
+/// `JoinSet`): give it only futures that are themselves safe to drop, as releases
+/// (which finish in the background) are.
 pub(crate) async fn join_all<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
 where
     F: std::future::Future + Send + 'static,
@@ -50,6 +56,11 @@ where
 /// every script replays), up to five times with a growing pause, until its outcome
 /// is known: the reply, or `None` when it failed for good or stayed unknown (then
 /// the lease of whatever it took ends it; logged for `what` on lock `name`).
+///
+/// # Cancel safety
+///
+/// Dropping it stops the replays: the outcome stays unknown, as when they run out,
+/// and the lease ends what the request took.
 pub(crate) async fn replay_until_known<T, F, Fut>(name: &str, what: &str, mut send: F) -> Option<T>
 where
     F: FnMut() -> Fut,

@@ -72,6 +72,12 @@ pub(crate) fn canonical(mut keys: Vec<Arc<LockKeys>>) -> Result<Vec<Arc<LockKeys
 /// Takes every lock of `keys` (in canonical order already) for the current call
 /// chain, within one wait for the whole set; gives back what it took when one
 /// cannot be had.
+///
+/// # Cancel safety
+///
+/// Safe to drop at any point: the guards taken so far are dropped (their locks
+/// released in the background), and an attempt in flight finishes in the background
+/// and gives back what it took.
 pub(crate) async fn acquire_all(
     inner: Arc<Inner>,
     keys: Result<Vec<Arc<LockKeys>>, LockError>,
