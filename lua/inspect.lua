@@ -1,6 +1,6 @@
 -- inspect.lua: read the state of a lock without changing it.
 --
--- Sent after lock.lua, under `#!lua flags=no-writes`.
+-- Sent after lock.lua and shared.lua, under `#!lua flags=no-writes`.
 --
 -- KEYS[1]  the lock `<ns>:{name}` (see lock.lua)
 -- KEYS[2]  the fencing counter `<ns>:{name}:fence`
@@ -9,6 +9,13 @@
 --   {0, 0, -2, 0, counter}              free; counter is the last fencing token issued (0: none)
 --   {1, hold_count, pttl, token, counter}  held; pttl is the remaining lease in ms (-1: no
 --                                       expiry), token the holder's fencing token (0: none)
+--   {3, kind, permits, counter, waiting, n, holders...}
+--                                       a read-write lock (kind 1) or a semaphore
+--                                       (kind 2, of `permits` permits; see
+--                                       shared.lua): `waiting` writers keep their
+--                                       place, and `n` holders follow, four numbers
+--                                       each: mode (1 reader, 2 writer, 3 permit),
+--                                       hold count, lease left in ms, fencing token
 --   {-2}                                a key holds a value of another type, or KEYS[1]
 --                                       a string that lock.lua's `read` does not accept,
 --                                       or KEYS[2] a string that is not a counter (an
@@ -21,7 +28,33 @@ if not counter then
   return {-2}
 end
 
-local state = read_lock(lock, nil)
+local value = redis.pcall('GET', lock)
+if type(value) == 'table' then
+  local now = now_ms()
+  local shared = read_shared(lock, now)
+  if not shared or not shared.kind then
+    return {-2}
+  end
+  local kind, permits = 1, 0
+  if shared.kind == 'sem' then
+    kind, permits = 2, shared.permits
+  end
+  local waiting = 0
+  for _, _ in pairs(shared.waiting) do
+    waiting = waiting + 1
+  end
+  local reply = {3, kind, permits, counter, waiting, 0}
+  local modes = { r = 1, w = 2, p = 3 }
+  for _, h in pairs(shared.holders) do
+    reply[6] = reply[6] + 1
+    reply[#reply + 1] = modes[h.mode]
+    reply[#reply + 1] = h.count
+    reply[#reply + 1] = h['until'] - now
+    reply[#reply + 1] = h.token
+  end
+  return reply
+end
+local state = read(value, nil)
 if not state then
   return {-2}
 end

@@ -1,8 +1,9 @@
 -- release.lua: give back one hold of a lock; the last one frees it and tells waiters,
 -- or hands it to the releasing client's next waiter.
 --
--- Sent after lock.lua, under `#!lua flags=allow-oom`: a full server must still let
--- locks go.
+-- Sent after lock.lua and shared.lua, under `#!lua flags=allow-oom`: a full server
+-- must still let locks go. A lock that is a hash (a read-write lock or a semaphore,
+-- see shared.lua) is released by `release_shared`; its successor is ignored.
 --
 -- One run gives back the holds of several releases, in order (the client sends the
 -- releases that are ready at the same moment together, see lock-core/src/batch.rs);
@@ -80,6 +81,43 @@ local function alone_on(channel)
   return type(reply) == 'table' and reply[2] == 1
 end
 
+-- One release of a hold of a read-write lock or a semaphore (see shared.lua): as
+-- below, without a successor. A final release keeps its record in the owner's field,
+-- and tells waiters when a writer or a permit left, or the last reader.
+local function release_shared(lock, channel, owner, lease, seq, seq_text, floor)
+  local now = now_ms()
+  local state = read_shared(lock, now)
+  if not state or not state.kind then
+    return {-2}
+  end
+  local me = state.holders[owner]
+  if not me then
+    local applied = state.records[owner] and in_done(state.records[owner].done, seq)
+    if applied then
+      return {1, 0}
+    end
+    return {-1}
+  end
+  local new_floor, done = record(me, floor, seq, seq_text)
+  if not new_floor then
+    return {1, me.count}
+  end
+  if me.count > 1 then
+    me.count, me.floor, me.done = me.count - 1, new_floor, done
+    me['until'] = math.max(me['until'], now + tonumber(lease))
+    put_holder(lock, state, owner, me)
+    settle_shared(lock, state, now)
+    return {1, me.count}
+  end
+  state.holders[owner] = nil
+  if me.mode ~= 'r' or not next(state.holders) then
+    redis.call(publish, channel, owner .. ':' .. seq_text)
+  end
+  put_record(lock, state, owner, new_floor, done, now, tonumber(remember))
+  settle_shared(lock, state, now)
+  return {1, 0}
+end
+
 -- One release: operation `seq_text` of `owner`, whose floor is `floor_text`;
 -- `successor` the waiter it may hand the lock to (nil: none), as parsed below, and
 -- `fence` that waiter's fencing counter.
@@ -87,7 +125,7 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
   local seq, floor = tonumber(seq_text), tonumber(floor_text)
   local value = redis.pcall('GET', lock)
   if type(value) == 'table' then
-    return {-2}
+    return release_shared(lock, channel, owner, lease, seq, seq_text, floor)
   end
   local state = read(value, owner)
   if not state then

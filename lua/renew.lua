@@ -1,6 +1,6 @@
 -- renew.lua: extend the lease of a lock the owner still holds (the watchdog's call).
 --
--- Sent after lock.lua, under `#!lua flags=allow-oom`: a full server must keep
+-- Sent after lock.lua and shared.lua, under `#!lua flags=allow-oom`: a full server must keep
 -- honouring the leases it granted.
 --
 -- KEYS[1]  the lock `<ns>:{name}` (see lock.lua)
@@ -15,7 +15,21 @@
 
 local lock, owner, lease = KEYS[1], ARGV[1], ARGV[2]
 
-local state = read_lock(lock, owner)
+local value = redis.pcall('GET', lock)
+if type(value) == 'table' then
+  -- A read-write lock or a semaphore (see shared.lua): the holder's own lease.
+  local now = now_ms()
+  local shared = read_shared(lock, now)
+  local me = shared and shared.holders[owner]
+  if not me then
+    return 0
+  end
+  me['until'] = math.max(me['until'], now + tonumber(lease))
+  put_holder(lock, shared, owner, me)
+  settle_shared(lock, shared, now)
+  return 1
+end
+local state = read(value, owner)
 if not state or not state.count then
   return 0
 end

@@ -89,7 +89,8 @@ fn spoil_count(server: &RedisServer, name: &str) {
 }
 
 /// One of the scripts of `lua/`, as the client sends it (`acquire.lua` under the
-/// first line of a new lock; `reenter`: under the re-entry's, `allow-oom`).
+/// first line of a new lock; `reenter`: under the re-entry's, `allow-oom`), after
+/// the files it needs.
 fn script(name: &str) -> redis::Script {
     let (first_line, body) = match name {
         "acquire" => ("#!lua", include_str!("../lua/acquire.lua")),
@@ -99,7 +100,12 @@ fn script(name: &str) -> redis::Script {
         "inspect" => ("#!lua flags=no-writes", include_str!("../lua/inspect.lua")),
         other => panic!("no script {other}"),
     };
-    let prelude = include_str!("../lua/lock.lua");
+    // How every script reads a lock; the ones that meet read-write locks and
+    // semaphores read those with `shared.lua` too.
+    let mut prelude = include_str!("../lua/lock.lua").to_owned();
+    if !name.starts_with("acquire") && name != "reenter" {
+        prelude.push_str(include_str!("../lua/shared.lua"));
+    }
     redis::Script::new(&format!("{first_line}\n{prelude}{body}"))
 }
 

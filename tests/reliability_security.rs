@@ -11,10 +11,12 @@ use distlock::{LockClient, LockError};
 use distlock_testkit::RedisServer;
 use support::LOCK_USER_ACL;
 
-/// A script as the client sends it: its first line, the shared hash reader, its text.
+/// A script as the client sends it: its first line, how every script reads a lock
+/// (`lock.lua`, then `shared.lua` for read-write locks and semaphores), its text.
 fn script(body: &str) -> redis::Script {
-    let hash = include_str!("../lua/lock.lua");
-    redis::Script::new(&format!("#!lua flags=allow-oom\n{hash}{body}"))
+    let lock = include_str!("../lua/lock.lua");
+    let shared = include_str!("../lua/shared.lua");
+    redis::Script::new(&format!("#!lua flags=allow-oom\n{lock}{shared}{body}"))
 }
 
 fn release_script() -> redis::Script {

@@ -358,7 +358,7 @@ pub(crate) fn releases_that_freed(
 // ---- distlock's protocol --------------------------------------------------------
 
 /// distlock's scripts, byte for byte as the client sends them (first line,
-/// `lock.lua`, the script): `SCRIPT LOAD` gives the SHA the client uses.
+/// `lock.lua`, for the release `shared.lua`, the script): `SCRIPT LOAD` gives the SHA the client uses.
 pub(crate) const ACQUIRE_LUA: &str = concat!(
     "#!lua\n",
     include_str!("../../lua/lock.lua"),
@@ -367,6 +367,7 @@ pub(crate) const ACQUIRE_LUA: &str = concat!(
 pub(crate) const RELEASE_LUA: &str = concat!(
     "#!lua flags=allow-oom\n",
     include_str!("../../lua/lock.lua"),
+    include_str!("../../lua/shared.lua"),
     include_str!("../../lua/release.lua")
 );
 

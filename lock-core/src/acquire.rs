@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::attempt::{Attempt, Outcome};
+use crate::attempt::{withdraw, Attempt, Outcome};
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::faults::{self, Fault};
@@ -23,7 +23,7 @@ use crate::guard::LockGuard;
 use crate::handoff::{Delivery, Offer};
 use crate::hold::{HeldLock, Hold, HoldState};
 use crate::inner::Inner;
-use crate::keys::LockKeys;
+use crate::keys::{Kind, LockKeys};
 use crate::lease::{lease_millis, validity};
 use crate::owner::Owner;
 use crate::release;
@@ -67,7 +67,8 @@ pub(crate) async fn acquire(
 ) -> Result<LockGuard, LockError> {
     let keys = keys?;
     let start = Instant::now();
-    let (mode, deadline) = settle_options(&inner, options, start)?;
+    let (mut mode, deadline) = settle_options(&inner, options, start)?;
+    check_kind(&inner, &keys, options, &mut mode)?;
     let context = LockContext::current();
     let span = tracing::debug_span!(
         "distlock.acquire",
@@ -76,14 +77,20 @@ pub(crate) async fn acquire(
         lock.hold_count = tracing::field::Empty,
     );
     async move {
-        let result = match context.find(inner.id, &keys) {
-            Some(held) => {
-                let held = held.clone();
+        let result = match Chain::find(&context, &inner, &keys) {
+            Chain::Holds(held) => {
                 let fencing_asked = options.fencing == Some(true);
                 reenter(&inner, held, &context, mode, fencing_asked).await
             }
-            None => {
-                let wait = Wait::new(&inner, keys, start, deadline);
+            Chain::HoldsRead => Err(LockError::UpgradeNotAllowed {
+                name: keys.display(),
+            }),
+            Chain::HoldsWrite(writer) => {
+                let wait = Wait::new(&inner, keys, start, deadline, Some(writer));
+                acquire_new(wait, &context, mode).await
+            }
+            Chain::Free => {
+                let wait = Wait::new(&inner, keys, start, deadline, None);
                 acquire_new(wait, &context, mode).await
             }
         };
@@ -96,6 +103,84 @@ pub(crate) async fn acquire(
     }
     .instrument(span)
     .await
+}
+
+/// What the call chain holds of the lock a request asks for.
+enum Chain {
+    /// A hold of the same kind: the request re-enters it.
+    Holds(HeldLock),
+    /// A read hold, and the request asks for the write lock: an upgrade, refused.
+    HoldsRead,
+    /// The write hold (its owner id), and the request asks for a read hold: a
+    /// downgrade, a new hold that enters beside the chain's writer.
+    HoldsWrite(Arc<str>),
+    /// Nothing of it (through this client).
+    Free,
+}
+
+impl Chain {
+    fn find(context: &LockContext, inner: &Inner, keys: &LockKeys) -> Self {
+        let holds = context
+            .locks()
+            .filter(|held| held.hold.client_id == inner.id && held.hold.keys.lock == keys.lock);
+        let wanted = keys.kind;
+        let mut reads = false;
+        // Innermost first: a downgraded chain holds a read hold inside its write hold.
+        for held in holds {
+            let kind = held.hold.keys.kind;
+            match (kind, wanted) {
+                (Kind::Read, Kind::Read) | (Kind::Write, Kind::Write) => {
+                    return Self::Holds(held.clone())
+                }
+                (Kind::Write, Kind::Read) => return Self::HoldsWrite(held.hold.owner.shared_id()),
+                (Kind::Read, Kind::Write) => reads = true,
+                // A plain lock, or a permit (whose count the script checks).
+                _ if kind.same_lock(wanted) => return Self::Holds(held.clone()),
+                _ => {}
+            }
+        }
+        if reads {
+            Self::HoldsRead
+        } else {
+            Self::Free
+        }
+    }
+}
+
+/// Checks what the request's kind allows: fencing tokens for the plain lock and
+/// write holds only (a client's default of fencing leaves read holds and permits
+/// without one; asking for it on them is refused), semaphores not on Redlock.
+fn check_kind(
+    inner: &Inner,
+    keys: &LockKeys,
+    options: Options,
+    mode: &mut Mode,
+) -> Result<(), LockError> {
+    let fences = matches!(keys.kind, Kind::Exclusive | Kind::Write);
+    if !fences {
+        if options.fencing == Some(true) {
+            return Err(LockError::invalid_option(
+                "fencing",
+                format!(
+                    "a {} takes no fencing token: several owners hold it at once, so a token \
+                     could not tell a stale holder from a live one; fence the writes under the \
+                     write lock (`write_lock(..).fencing(true)`) or a plain lock",
+                    keys.kind.describe()
+                ),
+            ));
+        }
+        mode.fencing = false;
+    }
+    if matches!(keys.kind, Kind::Permit { .. }) && inner.backend.is_redlock() {
+        return Err(LockError::UnsupportedKind {
+            kind: "semaphores",
+            backend: "Redlock",
+            reason: "each node counts the permits it granted, and owners that each hold a \
+                     majority of nodes can together hold more permits than the semaphore has; \
+                     use a single server, Sentinel or a cluster for semaphores",
+        });
+    }
+    Ok(())
 }
 
 /// The request's options with the client's defaults filled in and checked.
@@ -150,16 +235,31 @@ struct Wait<'a> {
     /// Whether an attempt was sent.
     asked: bool,
     /// Whether this client's releases may hand the lock to its waiters: one
-    /// endpoint, no replica acknowledgements.
+    /// endpoint, no replica acknowledgements, a plain lock.
     hands_off: bool,
+    /// For a read hold beside the chain's own write hold (a downgrade): the
+    /// writer's owner id.
+    writer: Option<Arc<str>>,
+    /// The owner whose place a writer keeps in Redis (see `lua/shared.lua`): taken
+    /// back when the wait ends without the lock.
+    kept_place: Option<Arc<Owner>>,
 }
 
 impl<'a> Wait<'a> {
-    fn new(inner: &'a Arc<Inner>, keys: Arc<LockKeys>, start: Instant, deadline: Instant) -> Self {
+    fn new(
+        inner: &'a Arc<Inner>,
+        keys: Arc<LockKeys>,
+        start: Instant,
+        deadline: Instant,
+        writer: Option<Arc<str>>,
+    ) -> Self {
         // Behind the tasks of this client that asked for the lock before us, ahead
         // of any that ask after: no round trip, so a lock taken without waiting
         // costs nothing more.
         let place = inner.subscriber.enqueue(keys.channel());
+        let hands_off = !inner.backend.is_redlock()
+            && inner.config.replicas.is_none()
+            && !keys.kind.is_shared();
         Self {
             inner,
             keys,
@@ -170,7 +270,9 @@ impl<'a> Wait<'a> {
             retried_after: None,
             seen_held: false,
             asked: false,
-            hands_off: !inner.backend.is_redlock() && inner.config.replicas.is_none(),
+            hands_off,
+            writer,
+            kept_place: None,
         }
     }
 
@@ -186,6 +288,20 @@ impl<'a> Wait<'a> {
         match tokio::time::timeout_at(self.deadline, self.place.delivery()).await {
             Ok(delivery) => Ok(delivery),
             Err(_) => Err(self.busy(Instant::now())),
+        }
+    }
+
+    /// A busy answer to the attempt of `owner` sent at `sent`: a writer that stays
+    /// kept its place in Redis under that owner id (a place kept under an earlier
+    /// one, after a lost reply, is taken back now).
+    fn kept_place_of(&mut self, owner: &Arc<Owner>, sent: Instant) {
+        if self.keys.kind != Kind::Write || self.deadline <= sent {
+            return;
+        }
+        if let Some(earlier) = self.kept_place.replace(owner.clone()) {
+            if !Arc::ptr_eq(&earlier, owner) {
+                withdraw(self.inner, &self.keys, &earlier);
+            }
         }
     }
 
@@ -255,6 +371,8 @@ impl<'a> Wait<'a> {
             // The first look at a lock that no waiter of this client listens for
             // (nobody had to wait for it lately): most likely free.
             plain: !self.asked && !self.place.is_listening(),
+            writer: self.writer.clone(),
+            stays: self.deadline > sent,
         };
         self.asked = true;
         let answer = if self.deadline > sent {
@@ -355,12 +473,31 @@ impl<'a> Wait<'a> {
             },
         ));
         self.inner.watchdog.register(hold.clone());
-        self.place.settle();
+        // The script dropped the place that this owner kept.
+        if self
+            .kept_place
+            .as_ref()
+            .is_some_and(|kept| Arc::ptr_eq(kept, owner))
+        {
+            self.kept_place = None;
+        }
+        // Another reader or permit may be had at once: the next waiter asks now.
+        self.place.settle(self.keys.kind.is_shared());
         Some(LockGuard::new(
             self.inner,
             HeldLock { hold, count },
             context,
         ))
+    }
+}
+
+impl Drop for Wait<'_> {
+    /// A wait that ends without the lock (given up, out of time, dropped) takes back
+    /// the place its writer kept in Redis.
+    fn drop(&mut self) {
+        if let Some(owner) = self.kept_place.take() {
+            withdraw(self.inner, &self.keys, &owner);
+        }
     }
 }
 
@@ -442,6 +579,7 @@ async fn acquire_new(
                 tokio::time::sleep(TRANSIENT_PAUSE).await;
             }
             Outcome::Busy { pttl_ms } => {
+                wait.kept_place_of(&owner, sent);
                 wait.short_of_quorum = None;
                 wait.seen_held = true;
                 pttl = Some(pttl_ms);
@@ -452,6 +590,7 @@ async fn acquire_new(
                 held,
                 retry_ms,
             } => {
+                wait.kept_place_of(&owner, sent);
                 wait.short_of_quorum = Some((granted, held));
                 wait.seen_held |= held > 0;
                 pttl = Some(retry_ms);
@@ -463,6 +602,12 @@ async fn acquire_new(
                     name: wait.keys.display(),
                 })
             }
+            Outcome::OtherMode => {
+                return Err(LockError::UpgradeNotAllowed {
+                    name: wait.keys.display(),
+                })
+            }
+            Outcome::Permits { permits } => return Err(permits_mismatch(&wait.keys, permits)),
         }
     }
 }
@@ -531,6 +676,8 @@ async fn reenter(
         fencing: false,
         reentry: true,
         plain: false,
+        writer: None,
+        stays: false,
     };
     match attempt.run().await? {
         Outcome::Acquired { count, .. } => {
@@ -544,6 +691,23 @@ async fn reenter(
         Outcome::Conflict => Err(LockError::KeyConflict {
             name: hold.display().to_owned(),
         }),
+        Outcome::OtherMode => Err(LockError::UpgradeNotAllowed {
+            name: hold.display().to_owned(),
+        }),
+        Outcome::Permits { permits } => Err(permits_mismatch(&hold.keys, permits)),
+    }
+}
+
+/// A semaphore whose holders count `permits` permits, asked for with another count.
+fn permits_mismatch(keys: &LockKeys, permits: u32) -> LockError {
+    let asked = match keys.kind {
+        Kind::Permit { permits } => permits,
+        _ => 0,
+    };
+    LockError::PermitsMismatch {
+        name: keys.display(),
+        permits,
+        asked,
     }
 }
 

@@ -11,7 +11,7 @@ use crate::backend::{redlock, Conn};
 use crate::detach::{replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, LockError};
 use crate::inner::Inner;
-use crate::keys::LockKeys;
+use crate::keys::{Kind, LockKeys};
 use crate::owner::{Op, Owner};
 use crate::release;
 use crate::scripts::{unexpected_reply, AcquireReply};
@@ -27,6 +27,10 @@ pub(crate) enum Outcome {
     NotHeld,
     /// A key of the lock holds a value of another type.
     Conflict,
+    /// The owner holds the read-write lock in the other mode (an upgrade).
+    OtherMode,
+    /// The semaphore has holders and counts `permits` permits, not the number asked.
+    Permits { permits: u32 },
     /// Redlock: too few nodes granted it (their grants were given back): `granted`
     /// granted it, `held` answered that another owner holds it. Ask again after
     /// `retry_ms` at most (negative: unknown).
@@ -44,11 +48,14 @@ impl From<AcquireReply> for Outcome {
             AcquireReply::Busy { pttl_ms } => Self::Busy { pttl_ms },
             AcquireReply::NotHeld => Self::NotHeld,
             AcquireReply::Conflict => Self::Conflict,
+            AcquireReply::OtherMode => Self::OtherMode,
+            AcquireReply::Permits { permits } => Self::Permits { permits },
         }
     }
 }
 
-/// One run of `acquire.lua` for `owner`.
+/// One run of `acquire.lua` (or, for a read-write lock or a semaphore,
+/// `acquire_shared.lua`, as the kind of `keys` says) for `owner`.
 pub(crate) struct Attempt<'a> {
     pub(crate) inner: &'a Arc<Inner>,
     pub(crate) keys: &'a Arc<LockKeys>,
@@ -60,6 +67,12 @@ pub(crate) struct Attempt<'a> {
     /// script, for a first try at a lock that is likely free. Only taken for a new
     /// acquisition without fencing or replica acknowledgements.
     pub(crate) plain: bool,
+    /// For a read hold: the owner of the write hold that the caller's call chain
+    /// holds, beside which the reader enters (a downgrade).
+    pub(crate) writer: Option<Arc<str>>,
+    /// Whether the caller waits if the lock cannot be had now: a writer then keeps
+    /// its place (see `lua/shared.lua`), which it must withdraw if it gives up.
+    pub(crate) stays: bool,
 }
 
 impl Attempt<'_> {
@@ -78,7 +91,10 @@ impl Attempt<'_> {
             plain: self.plain
                 && !self.reentry
                 && !self.fencing
+                && !self.keys.kind.is_shared()
                 && self.inner.config.replicas.is_none(),
+            writer: self.writer,
+            stays: self.stays,
             op: self.owner.op(),
         };
         let abandoned = invoke.clone();
@@ -124,6 +140,10 @@ struct Invoke {
     reentry: bool,
     /// Try a plain `SET NX` before the script (see [`Attempt::plain`]).
     plain: bool,
+    /// See [`Attempt::writer`].
+    writer: Option<Arc<str>>,
+    /// See [`Attempt::stays`].
+    stays: bool,
     /// The attempt's number among its owner's operations: pending while any clone
     /// of this lives (the attempt, its background completion, its replays).
     op: Arc<Op>,
@@ -152,23 +172,19 @@ impl Invoke {
             }
         }
         let scripts = &self.inner.scripts;
-        let script = if self.reentry {
-            &scripts.reenter
-        } else {
-            &scripts.acquire
+        let script = match (self.keys.kind.is_shared(), self.reentry) {
+            (false, false) => &scripts.acquire,
+            (false, true) => &scripts.reenter,
+            (true, false) => &scripts.acquire_shared,
+            (true, true) => &scripts.reenter_shared,
         };
-        let floor = self.op.floor();
+        let argv = self.argv();
         let mut invocation = script.prepare_invoke();
         invocation
             .key(&self.keys.lock)
             .key(self.keys.fence())
             .key(self.keys.freed())
-            .arg(self.owner.id())
-            .arg(self.lease_ms)
-            .arg(u8::from(self.fencing))
-            .arg(self.op.seq())
-            .arg(floor)
-            .arg(u8::from(self.reentry));
+            .arg(&argv);
         let replicas = self.inner.config.replicas.filter(|_| !self.reentry);
         let Some((needed, timeout)) = replicas else {
             let reply: Vec<i64> = invocation.invoke_async(&mut conn).await?;
@@ -181,12 +197,7 @@ impl Invoke {
             .arg(&self.keys.lock)
             .arg(self.keys.fence())
             .arg(self.keys.freed())
-            .arg(self.owner.id())
-            .arg(self.lease_ms)
-            .arg(u8::from(self.fencing))
-            .arg(self.op.seq())
-            .arg(floor)
-            .arg(u8::from(self.reentry))
+            .arg(&argv)
             .cmd("WAIT")
             .arg(needed)
             .arg(timeout.as_millis() as u64);
@@ -201,6 +212,26 @@ impl Invoke {
             other => other?,
         };
         Ok((decode(&reply)?, Some(acked)))
+    }
+
+    /// The script's arguments: `acquire.lua`'s six, and for a read-write lock or a
+    /// semaphore the kind, the chain's writer and whether the caller stays
+    /// (`acquire_shared.lua`).
+    fn argv(&self) -> Vec<Vec<u8>> {
+        let mut argv = vec![
+            self.owner.id().as_bytes().to_vec(),
+            self.lease_ms.to_string().into_bytes(),
+            vec![if self.fencing { b'1' } else { b'0' }],
+            self.op.seq().to_string().into_bytes(),
+            self.op.floor().to_string().into_bytes(),
+            vec![if self.reentry { b'1' } else { b'0' }],
+        ];
+        if self.keys.kind.is_shared() {
+            argv.push(self.keys.kind.script_arg().into_bytes());
+            argv.push(self.writer.as_deref().unwrap_or("").as_bytes().to_vec());
+            argv.push(vec![if self.stays { b'1' } else { b'0' }]);
+        }
+        argv
     }
 
     /// The plain first try: `SET <lock> "<owner> 1 0 <floor> <seq>" NX GET PX <lease>`,
@@ -256,18 +287,19 @@ impl Invoke {
             .iter()
             .map(|reply| reply.as_ref().ok().copied())
             .collect();
-        let (granted, conflict, busy, wait_ms) = match redlock::acquire(&decoded, backend.quorum())
-        {
-            redlock::AcquireVote::Granted { count } => {
-                return Ok(Outcome::Acquired { count, fence: 0 })
-            }
-            redlock::AcquireVote::Short {
-                granted,
-                conflict,
-                busy,
-                wait_ms,
-            } => (granted, conflict, busy, wait_ms),
-        };
+        let (granted, conflict, refused, busy, wait_ms) =
+            match redlock::acquire(&decoded, backend.quorum()) {
+                redlock::AcquireVote::Granted { count } => {
+                    return Ok(Outcome::Acquired { count, fence: 0 })
+                }
+                redlock::AcquireVote::Short {
+                    granted,
+                    conflict,
+                    refused,
+                    busy,
+                    wait_ms,
+                } => (granted, conflict, refused, busy, wait_ms),
+            };
         // Too few: give back what this attempt took, wherever it may have taken it.
         for (index, reply) in replies.iter().enumerate() {
             let conn = backend.nodes()[index].clone();
@@ -280,6 +312,9 @@ impl Invoke {
         }
         if conflict {
             return Ok(Outcome::Conflict);
+        }
+        if let Some(refusal) = refused {
+            return Ok(refusal.into());
         }
         if self.reentry {
             return Ok(Outcome::NotHeld);
@@ -308,24 +343,40 @@ impl Invoke {
         }
     }
 
-    /// Gives back the hold that an abandoned attempt took, if it took one.
+    /// Undoes what an abandoned attempt did, once its outcome is known.
     async fn settle(self, result: redis::RedisResult<Outcome>) {
         match result {
-            Ok(Outcome::Acquired { .. }) => self.give_back().await,
-            Ok(_) => {}
+            Ok(outcome) => self.undo(outcome).await,
             Err(err) if outcome_unknown(&err) => self.resolve().await,
             Err(_) => {}
         }
     }
 
     /// Replays the attempt (a no-op if it was applied) until the outcome is known,
-    /// then gives back the hold if there is one.
+    /// then undoes what it did.
     async fn resolve(self) {
         let name = self.keys.display();
         let reply = replay_until_known(&name, "acquire", || self.clone().send()).await;
-        if let Some((Outcome::Acquired { .. }, _)) = reply {
-            self.give_back().await;
+        if let Some((outcome, _)) = reply {
+            self.undo(outcome).await;
         }
+    }
+
+    /// Undoes what the attempt did for a caller that is no longer there: gives back
+    /// the hold it took, or takes back the place its writer kept.
+    async fn undo(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Acquired { .. } => self.give_back().await,
+            Outcome::Busy { .. } | Outcome::NoQuorum { .. } if self.keeps_place() => {
+                withdraw(&self.inner, &self.keys, &self.owner);
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether a busy answer left a place kept for this attempt's writer.
+    fn keeps_place(&self) -> bool {
+        self.stays && self.keys.kind == Kind::Write
     }
 
     async fn give_back(&self) {
@@ -341,4 +392,32 @@ fn decode(reply: &[i64]) -> redis::RedisResult<AcquireReply> {
 /// A short random delay before retrying after a split Redlock vote, in ms (5 to 50).
 fn retry_delay_ms() -> i64 {
     5 + (uuid::Uuid::new_v4().as_u128() % 46) as i64
+}
+
+/// Takes back, in the background, the place that the writer `owner` keeps at the
+/// read-write lock of `keys` (`~<owner>`, see `lua/shared.lua`), on every node: for
+/// a wait that ended without the lock, or an attempt whose caller went away. A place
+/// that cannot be taken back dies by itself within seconds; the readers it held back
+/// look again within a second.
+pub(crate) fn withdraw(inner: &Arc<Inner>, keys: &Arc<LockKeys>, owner: &Arc<Owner>) {
+    let (inner, keys) = (inner.clone(), keys.clone());
+    let field = format!("~{}", owner.id());
+    spawn(async move {
+        let replies = inner
+            .backend
+            .each(|mut conn| {
+                let (key, field) = (keys.lock.clone(), field.clone());
+                async move {
+                    redis::cmd("HDEL")
+                        .arg(key)
+                        .arg(field)
+                        .query_async::<i64>(&mut conn)
+                        .await
+                }
+            })
+            .await;
+        if let Some(Err(err)) = replies.into_iter().find(Result::is_err) {
+            tracing::debug!(error = %err, "distlock: could not take back a writer's place; it ends by itself");
+        }
+    });
 }

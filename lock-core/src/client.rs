@@ -10,9 +10,10 @@ use crate::backend::redlock::{self, ForceVote, InspectVote};
 use crate::error::LockError;
 use crate::hold::HeldLock;
 use crate::inner::Inner;
+use crate::keys::Kind;
 use crate::multi::canonical;
-use crate::request::{LockAllRequest, LockRequest, TryLockRequest};
-use crate::scripts::{unexpected_reply, ForceReleaseReply, InspectReply, LockView};
+use crate::request::{LockAllRequest, LockRequest, Semaphore, TryLockRequest};
+use crate::scripts::{unexpected_reply, ForceReleaseReply, InspectReply, LockView, ViewKind};
 
 static GLOBAL: RwLock<Option<LockClient>> = RwLock::new(None);
 
@@ -67,19 +68,135 @@ impl fmt::Debug for LockClient {
 /// # Ok(())
 /// # }
 /// ```
+///
+/// A read-write lock or a semaphore shows each holder:
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// use distlock::{HoldMode, LockKind};
+///
+/// let info = locks.inspect("catalogue").await?;
+/// if info.kind == Some(LockKind::ReadWrite) {
+///     let readers = info.holders.iter().filter(|h| h.mode == HoldMode::Read).count();
+///     println!("{readers} readers, {} writers waiting", info.waiting_writers);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
     /// Whether some owner holds the lock.
     pub held: bool,
-    /// The holder's hold count (its re-entry depth); 0 when free.
+    /// The holder's hold count (its re-entry depth); 0 when free. With several
+    /// holders (readers, permits), the sum of their counts.
     pub hold_count: u64,
-    /// How long the lease still runs; `None` when free, or when the key has no expiry.
+    /// How long the lease still runs (with several holders, the longest); `None`
+    /// when free, or when the key has no expiry.
     pub lease_remaining: Option<Duration>,
-    /// The holder's fencing token, when it took one.
+    /// The holder's fencing token, when it took one (a read-write lock's: the
+    /// writer's).
     pub fencing_token: Option<u64>,
     /// The last fencing token ever issued for this name; `None` when none was.
     pub last_fencing_token: Option<u64>,
+    /// The kind of lock at the name: `None` when no plain lock is held there and no
+    /// read-write lock or semaphore is there.
+    pub kind: Option<LockKind>,
+    /// Every holder: one for a held plain lock, each reader or the writer of a
+    /// read-write lock, each permit holder of a semaphore (the number of permits in
+    /// use). Owner ids are never shown.
+    pub holders: Vec<Holder>,
+    /// Writers waiting for a read-write lock, whose wait keeps new readers out.
+    pub waiting_writers: u64,
+}
+
+/// The kind of lock at a name, as [`LockClient::inspect`] finds it.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// use distlock::LockKind;
+///
+/// match locks.inspect("exports").await?.kind {
+///     Some(LockKind::Semaphore { permits }) => println!("a semaphore of {permits} permits"),
+///     Some(kind) => println!("a {kind:?}"),
+///     None => println!("nothing holds `exports`"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// A plain lock ([`LockClient::lock`]), held.
+    Exclusive,
+    /// A read-write lock ([`LockClient::read_lock`], [`LockClient::write_lock`]).
+    ReadWrite,
+    /// A semaphore ([`LockClient::semaphore`]) of `permits` permits.
+    Semaphore {
+        /// Its permit count.
+        permits: u32,
+    },
+}
+
+/// How a [`Holder`] holds its lock.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// use distlock::HoldMode;
+///
+/// let info = locks.inspect("catalogue").await?;
+/// let writing = info.holders.iter().any(|h| h.mode == HoldMode::Write);
+/// # let _ = writing;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum HoldMode {
+    /// The holder of a plain lock.
+    Exclusive,
+    /// The writer of a read-write lock.
+    Write,
+    /// A reader of a read-write lock.
+    Read,
+    /// A permit of a semaphore.
+    Permit,
+}
+
+/// One holder of a lock, as [`LockClient::inspect`] shows it (never its owner id).
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// for holder in locks.inspect("exports").await?.holders {
+///     println!(
+///         "{:?} at depth {}, lease left {:?}",
+///         holder.mode, holder.hold_count, holder.lease_remaining
+///     );
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// How it holds the lock.
+    pub mode: HoldMode,
+    /// Its hold count (re-entry depth).
+    pub hold_count: u64,
+    /// How long its lease still runs.
+    pub lease_remaining: Option<Duration>,
+    /// Its fencing token, when it took one.
+    pub fencing_token: Option<u64>,
 }
 
 impl LockClient {
@@ -287,6 +404,127 @@ impl LockClient {
         TryLockRequest::new(self.lock(name))
     }
 
+    /// A request for a read hold of the read-write lock `name`: many readers hold it
+    /// at once, and no writer meanwhile. Options as for [`lock`](Self::lock), but
+    /// without fencing (a read hold takes no token).
+    ///
+    /// A read hold waits while a writer holds the lock, and also while a writer
+    /// waits for it, so that readers in a loop cannot starve a writer. A call chain
+    /// that holds a read hold re-enters it; one that holds the write lock gets a
+    /// read hold beside it at once (a downgrade: release the write guard and keep
+    /// reading). A read-write lock is a lock kind of its own: a name used with
+    /// [`lock`](Self::lock) is a [`LockError::KeyConflict`] here, and the other way round.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// // Any number of tasks and processes read the catalogue at once.
+    /// let reading = locks.read_lock("catalogue").await?;
+    /// // ... read prices ...
+    /// reading.unlock().await
+    /// # }
+    /// ```
+    pub fn read_lock(&self, name: impl AsRef<[u8]>) -> LockRequest {
+        let keys = self.inner.keys_of(name.as_ref(), Kind::Read);
+        LockRequest::new(self.inner.clone(), keys)
+    }
+
+    /// A request for the write hold of the read-write lock `name`: one writer, no
+    /// reader meanwhile. Options as for [`lock`](Self::lock), fencing included.
+    ///
+    /// While it waits for readers to leave, no new reader enters. A call chain that
+    /// holds the write lock re-enters it; one that holds only a read hold of `name`
+    /// gets [`LockError::UpgradeNotAllowed`] at once (it would wait for itself).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let writing = locks.write_lock("catalogue").fencing(true).await?;
+    /// // ... update prices, passing the token to the store ...
+    /// # let _ = writing.fencing_token();
+    /// // Keep reading what was written, and let other readers in: a downgrade.
+    /// let reading = writing.scope(async { locks.read_lock("catalogue").await }).await?;
+    /// writing.unlock().await?;
+    /// // ... read ...
+    /// reading.unlock().await
+    /// # }
+    /// ```
+    pub fn write_lock(&self, name: impl AsRef<[u8]>) -> LockRequest {
+        let keys = self.inner.keys_of(name.as_ref(), Kind::Write);
+        LockRequest::new(self.inner.clone(), keys)
+    }
+
+    /// As [`read_lock`](Self::read_lock), without waiting: `Ok(None)` when a writer
+    /// holds or waits for the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// match locks.try_read_lock("catalogue").await? {
+    ///     Some(reading) => reading.unlock().await?,
+    ///     None => println!("the catalogue is being written; serve the cached copy"),
+    /// }
+    /// Ok(())
+    /// # }
+    /// ```
+    pub fn try_read_lock(&self, name: impl AsRef<[u8]>) -> TryLockRequest {
+        TryLockRequest::new(self.read_lock(name))
+    }
+
+    /// As [`write_lock`](Self::write_lock), without waiting: `Ok(None)` when readers
+    /// or a writer hold the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// if let Some(writing) = locks.try_write_lock("catalogue").await? {
+    ///     // ... reprice ...
+    ///     writing.unlock().await?;
+    /// }
+    /// Ok(())
+    /// # }
+    /// ```
+    pub fn try_write_lock(&self, name: impl AsRef<[u8]>) -> TryLockRequest {
+        TryLockRequest::new(self.write_lock(name))
+    }
+
+    /// The semaphore `name` of `permits` permits: at most `permits` owners hold a
+    /// permit at once, across processes. Take one with [`Semaphore::acquire`] or
+    /// [`Semaphore::try_acquire`].
+    ///
+    /// Each permit has a lease of its own, renewed by the watchdog, so the permit of
+    /// a process that dies comes back when its lease ends. A call chain holding a
+    /// permit re-enters it (one permit, its count goes up). The permit count is the
+    /// semaphore's while anybody holds a permit: asking with another count then is
+    /// [`LockError::PermitsMismatch`]; once no permit is held, the next acquisition
+    /// sets it. `permits` is 1 to [`MAX_PERMITS`](crate::MAX_PERMITS); other values
+    /// make every request fail with [`LockError::InvalidOption`]. Not on Redlock
+    /// ([`LockError::UnsupportedKind`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// // At most 4 exports run at a time, in all processes together.
+    /// let exports = locks.semaphore("exports", 4);
+    /// let permit = exports.acquire().await?;
+    /// // ... export ...
+    /// permit.unlock().await
+    /// # }
+    /// ```
+    pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Semaphore {
+        Semaphore::new(self.inner.clone(), name.as_ref(), permits)
+    }
+
     /// Takes the lock `name`, runs `body` inside its scope, and releases it.
     ///
     /// `body` gets a [`HeldLock`] (name, fencing token, loss signal) and returns a
@@ -463,12 +701,36 @@ impl LockClient {
 
 impl From<LockView> for LockInfo {
     fn from(view: LockView) -> Self {
+        let mut holders: Vec<Holder> = view
+            .holders
+            .iter()
+            .map(|holder| Holder {
+                mode: match holder.mode {
+                    1 => HoldMode::Read,
+                    2 => HoldMode::Write,
+                    3 => HoldMode::Permit,
+                    _ => HoldMode::Exclusive,
+                },
+                hold_count: holder.hold_count,
+                lease_remaining: holder.lease_remaining,
+                fencing_token: holder.fencing_token,
+            })
+            .collect();
+        // The writer first, then the longest leases.
+        holders.sort_by_key(|holder| (holder.mode, std::cmp::Reverse(holder.lease_remaining)));
         Self {
             held: view.held,
             hold_count: view.hold_count,
             lease_remaining: view.lease_remaining,
             fencing_token: view.fencing_token,
             last_fencing_token: view.last_fencing_token,
+            kind: view.kind.map(|kind| match kind {
+                ViewKind::Exclusive => LockKind::Exclusive,
+                ViewKind::ReadWrite => LockKind::ReadWrite,
+                ViewKind::Semaphore { permits } => LockKind::Semaphore { permits },
+            }),
+            holders,
+            waiting_writers: view.waiting,
         }
     }
 }

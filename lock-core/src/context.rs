@@ -189,10 +189,14 @@ impl LockContext {
         })
     }
 
-    /// The hold of `keys` taken through the client numbered `client_id`, if this chain has one.
+    /// The hold of `keys` (a hold of the same kind of lock) taken through the client
+    /// numbered `client_id`, if this chain has one.
     pub(crate) fn find(&self, client_id: u64, keys: &LockKeys) -> Option<&HeldLock> {
-        self.locks()
-            .find(|held| held.hold.client_id == client_id && held.hold.keys.lock == keys.lock)
+        self.locks().find(|held| {
+            held.hold.client_id == client_id
+                && held.hold.keys.lock == keys.lock
+                && held.hold.keys.kind.same_lock(keys.kind)
+        })
     }
 
     /// A child context that also holds `held`.

@@ -104,6 +104,59 @@ pub enum LockError {
         /// The lock name.
         name: String,
     },
+    /// A call chain that holds a read lock asked for the write lock of the same name.
+    /// Waiting could never end (the writer would wait for its own reader), so the
+    /// request is refused at once; nothing was sent to Redis.
+    ///
+    /// Its message: ``the call chain holds a read lock on `catalogue` and asked for its
+    /// write lock, which would wait for itself forever; take the write lock first
+    /// (a chain holding the write lock may take the read lock too), or release the read
+    /// lock before asking for the write lock``.
+    #[error(
+        "the call chain holds a read lock on `{name}` and asked for its write lock, which \
+         would wait for itself forever; take the write lock first (a chain holding the write \
+         lock may take the read lock too), or release the read lock before asking for the \
+         write lock"
+    )]
+    #[non_exhaustive]
+    UpgradeNotAllowed {
+        /// The lock name.
+        name: String,
+    },
+    /// A semaphore was asked for with another number of permits than the one its
+    /// holders use; nothing was changed. A semaphore takes its permit count from its
+    /// first holder, and keeps it while anybody holds a permit.
+    ///
+    /// Its message: ``semaphore `exports` has holders and counts 4 permits, not the 8
+    /// asked; use the same permit count everywhere, or change it once no permit is
+    /// held``.
+    #[error(
+        "semaphore `{name}` has holders and counts {permits} permits, not the {asked} asked; use \
+         the same permit count everywhere, or change it once no permit is held"
+    )]
+    #[non_exhaustive]
+    PermitsMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The permit count its holders use.
+        permits: u32,
+        /// The permit count asked for.
+        asked: u32,
+    },
+    /// This kind of lock cannot be had on the client's backend; nothing was sent.
+    ///
+    /// Its message: ``semaphores are not available on Redlock: `` and why, then what to
+    /// use instead.
+    #[error("{kind} are not available on {backend}: {reason}")]
+    #[non_exhaustive]
+    UnsupportedKind {
+        /// The kind of lock, as a plural (`semaphores`).
+        kind: &'static str,
+        /// The backend (`Redlock`).
+        backend: &'static str,
+        /// Why, and what to use instead.
+        reason: &'static str,
+    },
     /// Too few Redis nodes granted the lock for it to be safe (Redlock): because
     /// another owner held it on the others, because they did not answer in time, or
     /// both. On one server, the same wait ends in [`LockError::Timeout`].
@@ -522,6 +575,24 @@ mod tests {
                 "the Redis keys of lock `order:42` hold a value of another type, which distlock \
                  left untouched; pick another lock name or another namespace \
                  (`LockClientBuilder::namespace`), or remove the foreign key",
+            ),
+            (
+                LockError::UpgradeNotAllowed {
+                    name: "catalogue".into(),
+                },
+                "the call chain holds a read lock on `catalogue` and asked for its write lock, \
+                 which would wait for itself forever; take the write lock first (a chain holding \
+                 the write lock may take the read lock too), or release the read lock before \
+                 asking for the write lock",
+            ),
+            (
+                LockError::PermitsMismatch {
+                    name: "exports".into(),
+                    permits: 4,
+                    asked: 8,
+                },
+                "semaphore `exports` has holders and counts 4 permits, not the 8 asked; use the \
+                 same permit count everywhere, or change it once no permit is held",
             ),
             (
                 LockError::QuorumNotReached {

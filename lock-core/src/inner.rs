@@ -11,7 +11,7 @@ use tokio_util::sync::DropGuard;
 use crate::backend::Backend;
 use crate::batch::Batcher;
 use crate::error::LockError;
-use crate::keys::LockKeys;
+use crate::keys::{Kind, LockKeys};
 use crate::owner::Owner;
 use crate::scripts::Scripts;
 use crate::subscriber::Subscriber;
@@ -86,7 +86,12 @@ impl Inner {
 
     /// The Redis keys of the lock `name` in this client's namespace.
     pub(crate) fn keys(&self, name: &[u8]) -> Result<Arc<LockKeys>, LockError> {
-        LockKeys::new(&self.config.namespace, name).map(Arc::new)
+        self.keys_of(name, Kind::Exclusive)
+    }
+
+    /// The Redis keys of the lock `name`, taken as `kind`.
+    pub(crate) fn keys_of(&self, name: &[u8], kind: Kind) -> Result<Arc<LockKeys>, LockError> {
+        LockKeys::new(&self.config.namespace, name).map(|keys| Arc::new(keys.of_kind(kind)))
     }
 
     /// A fresh, unguessable owner id: `<client uuid>:<counter>`.

@@ -22,10 +22,67 @@ pub const MAX_NAMESPACE_LEN: usize = 128;
 /// applied; see `lua/lock.lua`). Inside the tag, `%`, `{` and `}` are written `%25`,
 /// `%7B` and `%7D`, so the tag always ends where it should and is never empty, and
 /// two names never share keys.
+///
+/// A lock is also of a [`Kind`]: every kind keeps its state at the lock's own key
+/// (a string for an exclusive lock, a hash for the others, see `lua/shared.lua`), so
+/// that a request of one kind at a name that holds another finds a key of another
+/// type: a conflict, with nothing written.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct LockKeys {
     pub(crate) name: Arc<[u8]>,
     pub(crate) lock: Vec<u8>,
+    pub(crate) kind: Kind,
+}
+
+/// What a lock request takes: the kinds of lock, and the hold within them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// The plain lock: one owner at a time (`lua/lock.lua`).
+    Exclusive,
+    /// A read hold of a read-write lock: many readers at once, no writer.
+    Read,
+    /// The write hold of a read-write lock: one writer, no reader.
+    Write,
+    /// A permit of a semaphore of `permits` permits.
+    Permit { permits: u32 },
+}
+
+impl Kind {
+    /// Whether several owners may hold the lock at once (a hash, `lua/shared.lua`).
+    pub(crate) fn is_shared(self) -> bool {
+        !matches!(self, Self::Exclusive)
+    }
+
+    /// Whether a hold of this kind and one of `other` are holds of the same lock
+    /// kind (a re-entry, or a mismatch within the kind such as an upgrade).
+    pub(crate) fn same_lock(self, other: Kind) -> bool {
+        matches!(
+            (self, other),
+            (Self::Exclusive, Self::Exclusive)
+                | (Self::Read | Self::Write, Self::Read | Self::Write)
+                | (Self::Permit { .. }, Self::Permit { .. })
+        )
+    }
+
+    /// The kind as `acquire_shared.lua` takes it (ARGV[7]); empty for the plain lock.
+    pub(crate) fn script_arg(self) -> String {
+        match self {
+            Self::Exclusive => String::new(),
+            Self::Read => "r".into(),
+            Self::Write => "w".into(),
+            Self::Permit { permits } => format!("p{permits}"),
+        }
+    }
+
+    /// What the kind is called in messages.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Self::Exclusive => "lock",
+            Self::Read => "read lock",
+            Self::Write => "write lock",
+            Self::Permit { .. } => "semaphore",
+        }
+    }
 }
 
 impl LockKeys {
@@ -60,7 +117,14 @@ impl LockKeys {
         Ok(Self {
             name: Arc::from(name),
             lock,
+            kind: Kind::Exclusive,
         })
+    }
+
+    /// The same lock, taken as `kind`.
+    pub(crate) fn of_kind(mut self, kind: Kind) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// The release channel: made when a request needs it.

@@ -93,7 +93,7 @@ mod watchdog;
 pub use redis;
 
 pub use builder::LockClientBuilder;
-pub use client::{global, LockClient, LockInfo};
+pub use client::{global, HoldMode, Holder, LockClient, LockInfo, LockKind};
 pub use context::{current_lock, LockContext};
 pub use error::LockError;
 pub use guard::{LockGuard, MultiLockGuard};
@@ -101,4 +101,6 @@ pub use hold::HeldLock;
 pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
 pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 pub use multi::MAX_LOCK_ALL;
-pub use request::{LockAllRequest, LockFuture, LockRequest, TryLockRequest};
+pub use request::{
+    LockAllRequest, LockFuture, LockRequest, Semaphore, TryLockRequest, MAX_PERMITS,
+};

@@ -216,7 +216,7 @@ async fn acquire_at_once(
                 }
                 if let Some((_, mut place)) = waiting {
                     // It used the wake-up it had: nothing to hand on.
-                    place.settle();
+                    place.settle(false);
                 }
                 return Ok(granted(
                     &inner, &keys, &owner, &held, mode, sent, &grants, &context,

@@ -13,7 +13,7 @@ use crate::detach::BoxFuture;
 use crate::error::LockError;
 use crate::guard::{LockGuard, MultiLockGuard};
 use crate::inner::Inner;
-use crate::keys::LockKeys;
+use crate::keys::{Kind, LockKeys};
 use crate::multi::acquire_all;
 
 /// A request for a lock, made by [`LockClient::lock`](crate::LockClient::lock). Await it to get the guard.
@@ -468,5 +468,137 @@ impl IntoFuture for LockAllRequest {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(acquire_all(self.inner, self.keys, self.options))
+    }
+}
+
+/// The most permits a semaphore may have.
+pub const MAX_PERMITS: u32 = 1_000_000;
+
+/// Checks a semaphore's permit count: 1 to [`MAX_PERMITS`].
+fn check_permits(permits: u32) -> Result<(), LockError> {
+    if permits == 0 || permits > MAX_PERMITS {
+        return Err(LockError::invalid_option(
+            "permits",
+            format!(
+                "{permits} permits: a semaphore has 1 to {MAX_PERMITS} permits (1 is a plain \
+                 lock: use `lock` for that)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A semaphore, made by [`LockClient::semaphore`](crate::LockClient::semaphore): at
+/// most its number of permits are held at once, across processes.
+///
+/// A permit is held through a [`LockGuard`] as a lock is: `unlock` it, or drop it
+/// (released in the background); its lease is renewed by the watchdog, and the
+/// guard tells when the permit was lost. Cheap to clone.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+///
+/// let exports = locks.semaphore("exports", 4);
+/// let permit = exports.acquire().wait(Duration::from_secs(30)).await?;
+/// // ... at most 4 of these run at once ...
+/// permit.unlock().await
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    inner: Arc<Inner>,
+    name: Arc<[u8]>,
+    permits: u32,
+}
+
+impl Semaphore {
+    pub(crate) fn new(inner: Arc<Inner>, name: &[u8], permits: u32) -> Self {
+        Self {
+            inner,
+            name: Arc::from(name),
+            permits,
+        }
+    }
+
+    /// A request for a permit; await it to get the permit's guard. Set `.wait(d)`
+    /// and `.lease(d)` as for a lock (a permit takes no fencing token).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockRequest`], and [`LockError::PermitsMismatch`] when the semaphore's
+    /// holders count another number of permits, [`LockError::UnsupportedKind`] on
+    /// Redlock, [`LockError::InvalidOption`] for a permit count out of range.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockRequest`]: dropping the request at any point leaves no permit taken.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let permit = locks
+    ///     .semaphore("exports", 4)
+    ///     .acquire()
+    ///     .wait(Duration::from_secs(10))
+    ///     .lease(Duration::from_secs(600))
+    ///     .await?;
+    /// permit.unlock().await
+    /// # }
+    /// ```
+    pub fn acquire(&self) -> LockRequest {
+        let permits = self.permits;
+        let keys = check_permits(permits)
+            .and_then(|()| self.inner.keys_of(&self.name, Kind::Permit { permits }));
+        LockRequest::new(self.inner.clone(), keys)
+    }
+
+    /// A request for a permit that does not wait: `Ok(None)` when every permit is
+    /// held (or tasks of this client that asked first still wait for one).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// match locks.semaphore("exports", 4).try_acquire().await? {
+    ///     Some(permit) => permit.unlock().await?,
+    ///     None => println!("4 exports run already; try later"),
+    /// }
+    /// Ok(())
+    /// # }
+    /// ```
+    pub fn try_acquire(&self) -> TryLockRequest {
+        TryLockRequest::new(self.acquire())
+    }
+
+    /// The number of permits.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # fn demo(locks: distlock::LockClient) {
+    /// assert_eq!(locks.semaphore("exports", 4).permits(), 4);
+    /// # }
+    /// ```
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("permits", &self.permits)
+            .finish()
     }
 }

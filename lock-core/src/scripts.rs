@@ -14,6 +14,10 @@ pub(crate) struct Scripts {
     pub(crate) reenter: Script,
     /// `acquire_all.lua`: every lock of a set, or none.
     pub(crate) acquire_all: Script,
+    /// `acquire_shared.lua` for a new read hold, write hold or permit.
+    pub(crate) acquire_shared: Script,
+    /// `acquire_shared.lua` for a re-entry: `allow-oom`, as `reenter`.
+    pub(crate) reenter_shared: Script,
     pub(crate) release: Script,
     pub(crate) renew: Script,
     pub(crate) force_release: Script,
@@ -23,34 +27,43 @@ pub(crate) struct Scripts {
 const LOCK: &str = include_str!("../lua/lock.lua");
 const ACQUIRE: &str = include_str!("../lua/acquire.lua");
 const ACQUIRE_ALL: &str = include_str!("../lua/acquire_all.lua");
+const SHARED: &str = include_str!("../lua/shared.lua");
+const ACQUIRE_SHARED: &str = include_str!("../lua/acquire_shared.lua");
 const RELEASE: &str = include_str!("../lua/release.lua");
 const RENEW: &str = include_str!("../lua/renew.lua");
 const FORCE_RELEASE: &str = include_str!("../lua/force_release.lua");
 const INSPECT: &str = include_str!("../lua/inspect.lua");
 
 /// The source of every script, for loading them ahead of use: its first line (the
-/// flags), then `lock.lua` (how every script reads a lock), then its own text.
-/// `acquire.lua` goes under two first lines: `#!lua` for a new lock (refused on a
-/// full server), `allow-oom` for a re-entry (which creates nothing).
-pub(crate) fn sources() -> [String; 7] {
+/// flags), then `lock.lua` (how every script reads a lock), then, for the scripts
+/// that meet read-write locks and semaphores, `shared.lua` (how they read those),
+/// then its own text. The acquire scripts go under two first lines: `#!lua` for a
+/// new hold (refused on a full server), `allow-oom` for a re-entry (which creates
+/// nothing).
+pub(crate) fn sources() -> [String; 9] {
     [
         format!("#!lua\n{LOCK}{ACQUIRE}"),
         format!("#!lua flags=allow-oom\n{LOCK}{ACQUIRE}"),
         format!("#!lua\n{LOCK}{ACQUIRE_ALL}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{RELEASE}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{RENEW}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{FORCE_RELEASE}"),
-        format!("#!lua flags=no-writes\n{LOCK}{INSPECT}"),
+        format!("#!lua\n{LOCK}{SHARED}{ACQUIRE_SHARED}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{SHARED}{ACQUIRE_SHARED}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{SHARED}{RELEASE}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{SHARED}{RENEW}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{SHARED}{FORCE_RELEASE}"),
+        format!("#!lua flags=no-writes\n{LOCK}{SHARED}{INSPECT}"),
     ]
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let [acquire, reenter, acquire_all, release, renew, force_release, inspect] = sources();
+        let [acquire, reenter, acquire_all, acquire_shared, reenter_shared, release, renew, force_release, inspect] =
+            sources();
         Self {
             acquire: Script::new(&acquire),
             reenter: Script::new(&reenter),
             acquire_all: Script::new(&acquire_all),
+            acquire_shared: Script::new(&acquire_shared),
+            reenter_shared: Script::new(&reenter_shared),
             release: Script::new(&release),
             renew: Script::new(&renew),
             force_release: Script::new(&force_release),
@@ -70,6 +83,11 @@ pub(crate) enum AcquireReply {
     NotHeld,
     /// A key of the lock holds a value of another type.
     Conflict,
+    /// The owner holds the read-write lock in the other mode: a read hold asked for
+    /// the write hold (`acquire_shared.lua`).
+    OtherMode,
+    /// The semaphore has holders and counts `permits` permits, not the number asked.
+    Permits { permits: u32 },
 }
 
 impl AcquireReply {
@@ -82,6 +100,10 @@ impl AcquireReply {
             [0, pttl_ms] => Some(Self::Busy { pttl_ms }),
             [-1] => Some(Self::NotHeld),
             [-2] => Some(Self::Conflict),
+            [-3] => Some(Self::OtherMode),
+            [-4, permits] => Some(Self::Permits {
+                permits: u32::try_from(permits).ok()?,
+            }),
             _ => None,
         }
     }
@@ -167,7 +189,10 @@ pub(crate) enum InspectReply {
     Conflict,
 }
 
-/// The state of a lock on one node, as `inspect.lua` reads it.
+/// The state of a lock on one node, as `inspect.lua` reads it. For a lock that
+/// several owners may hold (`lua/shared.lua`), `hold_count` is the sum of their
+/// counts, `lease_remaining` the latest end of their leases and `fencing_token` the
+/// writer's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockView {
     pub(crate) held: bool,
@@ -175,6 +200,30 @@ pub(crate) struct LockView {
     pub(crate) lease_remaining: Option<Duration>,
     pub(crate) fencing_token: Option<u64>,
     pub(crate) last_fencing_token: Option<u64>,
+    /// What is at the name; `None` when nothing holds a plain lock there.
+    pub(crate) kind: Option<ViewKind>,
+    /// Every holder (one for a held plain lock).
+    pub(crate) holders: Vec<HolderView>,
+    /// Writers that keep their place while readers hold a read-write lock.
+    pub(crate) waiting: u64,
+}
+
+/// The kind of lock at a name, as `inspect.lua` tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ViewKind {
+    Exclusive,
+    ReadWrite,
+    Semaphore { permits: u32 },
+}
+
+/// One holder, as `inspect.lua` tells it (never its owner id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HolderView {
+    /// 0 the plain lock's holder, 1 a reader, 2 the writer, 3 a permit.
+    pub(crate) mode: u8,
+    pub(crate) hold_count: u64,
+    pub(crate) lease_remaining: Option<Duration>,
+    pub(crate) fencing_token: Option<u64>,
 }
 
 impl InspectReply {
@@ -182,13 +231,62 @@ impl InspectReply {
         let positive = |value: i64| u64::try_from(value).ok().filter(|v| *v > 0);
         match *reply {
             [-2] => Some(Self::Conflict),
-            [held @ (0 | 1), count, pttl, token, counter] => Some(Self::View(LockView {
-                held: held == 1,
-                hold_count: u64::try_from(count).unwrap_or(0),
-                lease_remaining: positive(pttl).map(Duration::from_millis),
-                fencing_token: positive(token),
-                last_fencing_token: positive(counter),
-            })),
+            [held @ (0 | 1), count, pttl, token, counter] => {
+                let hold_count = u64::try_from(count).unwrap_or(0);
+                let (lease_remaining, fencing_token) =
+                    (positive(pttl).map(Duration::from_millis), positive(token));
+                let holders = (held == 1)
+                    .then_some(HolderView {
+                        mode: 0,
+                        hold_count,
+                        lease_remaining,
+                        fencing_token,
+                    })
+                    .into_iter()
+                    .collect();
+                Some(Self::View(LockView {
+                    held: held == 1,
+                    hold_count,
+                    lease_remaining,
+                    fencing_token,
+                    last_fencing_token: positive(counter),
+                    kind: (held == 1).then_some(ViewKind::Exclusive),
+                    holders,
+                    waiting: 0,
+                }))
+            }
+            [3, kind, permits, counter, waiting, n, ref rest @ ..]
+                if usize::try_from(n).ok()?.checked_mul(4)? == rest.len() =>
+            {
+                let kind = match kind {
+                    1 => ViewKind::ReadWrite,
+                    2 => ViewKind::Semaphore {
+                        permits: u32::try_from(permits).ok()?,
+                    },
+                    _ => return None,
+                };
+                let holders = rest
+                    .chunks_exact(4)
+                    .map(|h| {
+                        Some(HolderView {
+                            mode: u8::try_from(h[0]).ok().filter(|m| (1..=3).contains(m))?,
+                            hold_count: u64::try_from(h[1]).ok()?,
+                            lease_remaining: positive(h[2]).map(Duration::from_millis),
+                            fencing_token: positive(h[3]),
+                        })
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                Some(Self::View(LockView {
+                    held: !holders.is_empty(),
+                    hold_count: holders.iter().map(|h| h.hold_count).sum(),
+                    lease_remaining: holders.iter().filter_map(|h| h.lease_remaining).max(),
+                    fencing_token: holders.iter().find_map(|h| h.fencing_token),
+                    last_fencing_token: positive(counter),
+                    kind: Some(kind),
+                    holders,
+                    waiting: u64::try_from(waiting).ok()?,
+                }))
+            }
             _ => None,
         }
     }
@@ -255,6 +353,8 @@ mod tests {
             ("lock.lua", LOCK),
             ("acquire.lua", ACQUIRE),
             ("acquire_all.lua", ACQUIRE_ALL),
+            ("shared.lua", SHARED),
+            ("acquire_shared.lua", ACQUIRE_SHARED),
             ("release.lua", RELEASE),
             ("renew.lua", RENEW),
             ("force_release.lua", FORCE_RELEASE),
@@ -343,8 +443,37 @@ mod tests {
                 lease_remaining: Some(Duration::from_millis(500)),
                 fencing_token: None,
                 last_fencing_token: Some(7),
+                kind: Some(ViewKind::Exclusive),
+                holders: vec![HolderView {
+                    mode: 0,
+                    hold_count: 2,
+                    lease_remaining: Some(Duration::from_millis(500)),
+                    fencing_token: None,
+                }],
+                waiting: 0,
             }))
         );
+        let Some(InspectReply::View(readers)) =
+            InspectReply::decode(&[3, 1, 0, 4, 1, 2, 1, 2, 900, 0, 1, 1, 300, 0])
+        else {
+            panic!("two readers decode");
+        };
+        assert_eq!(
+            (readers.held, readers.hold_count, readers.waiting),
+            (true, 3, 1)
+        );
+        assert_eq!(readers.lease_remaining, Some(Duration::from_millis(900)));
+        assert_eq!(readers.kind, Some(ViewKind::ReadWrite));
+        assert_eq!(
+            InspectReply::decode(&[3, 2, 4, 0, 0, 1, 3, 1, 900]),
+            None,
+            "a holder short"
+        );
+        assert_eq!(
+            AcquireReply::decode(&[-4, 3]),
+            Some(AcquireReply::Permits { permits: 3 })
+        );
+        assert_eq!(AcquireReply::decode(&[-3]), Some(AcquireReply::OtherMode));
         assert_eq!(InspectReply::decode(&[2, 0, 0, 0, 0]), None);
         assert_eq!(
             ForceReleaseReply::decode(-2),

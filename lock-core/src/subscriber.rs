@@ -560,9 +560,17 @@ impl Place {
 
     /// Leaves the queue after getting the lock, keeping any wake-up: it told of the
     /// release this waiter used. The next waiter becomes first, and waits for the
-    /// release of this one.
-    pub(crate) fn settle(&mut self) {
-        let slot = locked(&self.channel.queue).waiters.remove(&self.ticket);
+    /// release of this one; with `wake_next` (a lock several owners may hold at
+    /// once: a read-write lock, a semaphore), it asks at once instead.
+    pub(crate) fn settle(&mut self, wake_next: bool) {
+        let slot = {
+            let mut queue = locked(&self.channel.queue);
+            let slot = queue.waiters.remove(&self.ticket);
+            if wake_next {
+                queue.wake_first();
+            }
+            slot
+        };
         // Outside the lock: a delivery left in it gives its hold back.
         drop(slot);
     }
@@ -900,7 +908,7 @@ mod tests {
         }
         assert!(!given_back.load(Ordering::SeqCst));
         // It holds the lock now: out of the queue.
-        first.settle();
+        first.settle(false);
 
         // The waiter leaves while the release is on its way: the grant comes back
         // to the releaser, whose drop gives the hold back.
@@ -959,7 +967,7 @@ mod tests {
         // The first gets the lock: the next is first, with no wake-up (the lock is
         // held: it waits for the release).
         first.channel.wake_first();
-        first.settle();
+        first.settle(false);
         assert!(second.is_first() && !is_notified(&second));
         // A waiter behind others that gives up leaves the order as it was.
         drop(third);
@@ -997,7 +1005,7 @@ mod tests {
         first.channel.wake_first();
         drop(first);
         assert!(is_notified(&second), "the wake-up moved on");
-        second.settle();
+        second.settle(false);
         assert!(!is_notified(&third), "the acquirer used its wake-up");
         drop(second);
         assert!(!is_notified(&third));

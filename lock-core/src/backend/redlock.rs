@@ -19,6 +19,9 @@ pub(crate) enum AcquireVote {
         granted: Vec<usize>,
         /// Whether a node found a key of another type.
         conflict: bool,
+        /// A node's refusal of what was asked (another mode of a read-write lock held
+        /// by the owner, another permit count), to report as it is.
+        refused: Option<AcquireReply>,
         /// How many nodes answered that another owner holds it.
         busy: usize,
         /// When a majority is held by other owners, how long to wait for them at
@@ -66,6 +69,12 @@ pub(crate) fn acquire(replies: &[Option<AcquireReply>], quorum: usize) -> Acquir
     AcquireVote::Short {
         granted,
         conflict: replies.contains(&Some(AcquireReply::Conflict)),
+        refused: replies.iter().find_map(|reply| match reply {
+            Some(refusal @ (AcquireReply::OtherMode | AcquireReply::Permits { .. })) => {
+                Some(*refusal)
+            }
+            _ => None,
+        }),
         busy: busy.len(),
         wait_ms,
     }
@@ -245,6 +254,7 @@ mod tests {
             AcquireVote::Short {
                 granted: vec![0, 3],
                 conflict: false,
+                refused: None,
                 busy: 1,
                 wait_ms: None,
             }
@@ -258,6 +268,7 @@ mod tests {
             AcquireVote::Short {
                 granted: vec![],
                 conflict: false,
+                refused: None,
                 busy: 3,
                 wait_ms: Some(300),
             }
@@ -271,6 +282,7 @@ mod tests {
             AcquireVote::Short {
                 granted: vec![],
                 conflict: false,
+                refused: None,
                 busy: 1,
                 wait_ms: Some(100),
             },
@@ -286,6 +298,13 @@ mod tests {
         assert!(matches!(
             acquire(&[GRANT, conflict, SILENT], 2),
             Short { conflict: true, .. }
+        ));
+        assert!(matches!(
+            acquire(&[GRANT, Some(AcquireReply::OtherMode), SILENT], 2),
+            Short {
+                refused: Some(AcquireReply::OtherMode),
+                ..
+            }
         ));
     }
 
@@ -344,6 +363,9 @@ mod tests {
             lease_remaining: (lease_ms > 0).then(|| Duration::from_millis(lease_ms)),
             fencing_token: None,
             last_fencing_token: (last > 0).then_some(last),
+            kind: None,
+            holders: Vec::new(),
+            waiting: 0,
         }))
     }
 

@@ -1,0 +1,1 @@
+../../lua/acquire_shared.lua

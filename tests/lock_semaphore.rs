@@ -1,0 +1,291 @@
+//! Expirable semaphores (issue 14): at most `permits` holders at once across
+//! clients, each permit with a lease of its own renewed by the watchdog, reentrant
+//! by call chain; a holder that goes away gives its permit back when its lease
+//! ends; cancellation leaves no permit taken; bad input is refused. Real servers
+//! through the testkit; permits are read from Redis.
+
+mod support;
+
+use std::future::IntoFuture;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{HoldMode, LockClient, LockError, LockKind, MAX_PERMITS};
+use distlock_testkit::{Direction, RedisServer};
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+/// The live permit holders of semaphore `name` in Redis: their hold counts, sorted.
+fn permits_held(server: &RedisServer, name: &str) -> Vec<u64> {
+    let text = server
+        .cmd(&["HGETALL", &support::lock_key(name)])
+        .expect("HGETALL");
+    let lines: Vec<&str> = text.lines().collect();
+    let mut counts: Vec<u64> = lines
+        .chunks(2)
+        .filter(|pair| pair.len() == 2 && pair[1].starts_with("p "))
+        .filter_map(|pair| pair[1].split(' ').nth(1)?.parse().ok())
+        .collect();
+    counts.sort_unstable();
+    counts
+}
+
+/// Ten tasks on two clients take permits of a 3-permit semaphore in a loop: never
+/// more than 3 inside at once, and 3 are reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_more_holders_than_permits() {
+    const PERMITS: u32 = 3;
+    let server = support::server();
+    let clients = [
+        support::client(&server).await,
+        support::client(&server).await,
+    ];
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..10 {
+        let semaphore = clients[task % 2].semaphore("sem:exports", PERMITS);
+        let (inside, most) = (inside.clone(), most.clone());
+        tasks.spawn(async move {
+            for _ in 0..20 {
+                let permit = semaphore.acquire().await.expect("permit");
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                permit.unlock().await.expect("unlock");
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.expect("task");
+    }
+    let most = most.load(Ordering::SeqCst);
+    println!("at most {most} holders at once");
+    assert_eq!(
+        most, PERMITS as usize,
+        "never more than the permits, and all of them used"
+    );
+    assert!(
+        permits_held(&server, "sem:exports").is_empty(),
+        "a permit left taken"
+    );
+}
+
+/// A holder cut off from Redis (what a killed process looks like to Redis: no
+/// renewal, no release) keeps its permit until its lease ends, not longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_goes_away_gives_its_permit_back_when_its_lease_ends() {
+    const LEASE: Duration = Duration::from_millis(1_500);
+    let server = support::server();
+    let proxy = support::proxy(&server);
+    let gone = LockClient::builder()
+        .url(proxy.url())
+        .default_lease(LEASE)
+        .connect()
+        .await
+        .expect("connect");
+    let locks = support::client(&server).await;
+    let first = gone
+        .semaphore("sem:gone", 2)
+        .acquire()
+        .await
+        .expect("permit");
+    let second = locks
+        .semaphore("sem:gone", 2)
+        .acquire()
+        .await
+        .expect("permit");
+    let taken = Instant::now();
+    proxy.blackhole(Direction::ToServer, true);
+    proxy.blackhole(Direction::ToClient, true);
+    assert!(
+        locks
+            .semaphore("sem:gone", 2)
+            .try_acquire()
+            .await
+            .expect("try")
+            .is_none(),
+        "a third permit of two"
+    );
+    let third = locks
+        .semaphore("sem:gone", 2)
+        .acquire()
+        .wait(Duration::from_secs(10))
+        .await
+        .expect("the permit came back");
+    let after = taken.elapsed();
+    println!("the permit came back {after:?} after it was taken");
+    assert!(
+        after >= LEASE - Duration::from_millis(100),
+        "too early: {after:?}"
+    );
+    assert!(
+        after < LEASE + Duration::from_millis(1_200),
+        "too late: {after:?}"
+    );
+    assert_eq!(permits_held(&server, "sem:gone"), [1, 1]);
+    third.unlock().await.expect("unlock");
+    second.unlock().await.expect("unlock");
+    std::mem::forget(first);
+}
+
+/// A call chain that holds a permit re-enters it: one permit, counted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_re_enters_its_permit() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let exports = locks.semaphore("sem:again", 2);
+    let outer = exports.acquire().await.expect("permit");
+    let inner = outer
+        .scope(async { exports.acquire().await })
+        .await
+        .expect("re-entry");
+    assert_eq!(inner.hold_count(), 2);
+    assert_eq!(permits_held(&server, "sem:again"), [2], "one permit, twice");
+    let info = locks.inspect("sem:again").await.expect("inspect");
+    assert_eq!(info.kind, Some(LockKind::Semaphore { permits: 2 }));
+    assert_eq!(info.holders.len(), 1);
+    assert_eq!(info.holders[0].mode, HoldMode::Permit);
+    assert_eq!(info.holders[0].hold_count, 2);
+    inner.unlock().await.expect("inner");
+    outer.unlock().await.expect("outer");
+    assert!(permits_held(&server, "sem:again").is_empty());
+}
+
+/// Requests dropped at random points and guards dropped or unlocked at random leave
+/// no permit taken: afterwards every permit can be had at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_at_random_points_leaves_no_permit_taken() {
+    const PERMITS: u32 = 2;
+    let server = support::server();
+    let clients = [
+        support::client(&server).await,
+        support::client(&server).await,
+    ];
+    let inside = Arc::new(AtomicUsize::new(0));
+    let over = Arc::new(AtomicUsize::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..5 {
+        let semaphore = clients[task % 2].semaphore("sem:chaos", PERMITS);
+        let (inside, over) = (inside.clone(), over.clone());
+        tasks.spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(task as u64);
+            for _ in 0..60 {
+                let cut = Duration::from_micros(rng.random_range(0..3_000));
+                let request = semaphore.acquire().into_future();
+                let Ok(Ok(permit)) = tokio::time::timeout(cut, request).await else {
+                    continue;
+                };
+                if inside.fetch_add(1, Ordering::SeqCst) >= PERMITS as usize {
+                    over.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_micros(rng.random_range(0..800))).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                if rng.random_bool(0.5) {
+                    drop(permit);
+                } else {
+                    let _ = permit.unlock().await;
+                }
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.expect("task");
+    }
+    assert_eq!(over.load(Ordering::SeqCst), 0, "more holders than permits");
+    let freed = support::eventually(Duration::from_millis(1_500), || {
+        permits_held(&server, "sem:chaos").is_empty()
+    })
+    .await;
+    assert!(
+        freed,
+        "permits left taken: {:?}",
+        permits_held(&server, "sem:chaos")
+    );
+    let locks = support::client(&server).await;
+    let semaphore = locks.semaphore("sem:chaos", PERMITS);
+    let a = semaphore
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("a permit");
+    let b = semaphore
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("a second permit");
+    a.unlock().await.expect("unlock");
+    b.unlock().await.expect("unlock");
+}
+
+/// 0 permits, too many permits and fencing are refused before anything is sent;
+/// another permit count while permits are held is refused and changes nothing;
+/// once none is held, the next acquisition sets the count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_and_changes_nothing() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let calls = support::command_calls(&server, "evalsha");
+    for permits in [0, MAX_PERMITS + 1] {
+        let result = locks.semaphore("sem:bad", permits).acquire().await;
+        assert!(
+            matches!(
+                &result,
+                Err(LockError::InvalidOption {
+                    option: "permits",
+                    ..
+                })
+            ),
+            "{permits}: {result:?}"
+        );
+    }
+    let fenced = locks.semaphore("sem:bad", 2).acquire().fencing(true).await;
+    assert!(
+        matches!(
+            &fenced,
+            Err(LockError::InvalidOption {
+                option: "fencing",
+                ..
+            })
+        ),
+        "{fenced:?}"
+    );
+    assert_eq!(
+        support::command_calls(&server, "evalsha"),
+        calls,
+        "something was sent"
+    );
+    assert!(!support::exists(&server, &support::lock_key("sem:bad")));
+
+    let permit = locks
+        .semaphore("sem:bad", 2)
+        .acquire()
+        .await
+        .expect("permit");
+    let before = server
+        .cmd(&["HGETALL", &support::lock_key("sem:bad")])
+        .expect("HGETALL");
+    let other = support::client(&server).await;
+    let mismatch = other.semaphore("sem:bad", 5).acquire().await;
+    match &mismatch {
+        Err(LockError::PermitsMismatch { permits, asked, .. }) => {
+            assert_eq!((*permits, *asked), (2, 5));
+        }
+        other => panic!("expected a permit mismatch, got {other:?}"),
+    }
+    let after = server
+        .cmd(&["HGETALL", &support::lock_key("sem:bad")])
+        .expect("HGETALL");
+    assert_eq!(after, before, "Redis changed");
+    permit.unlock().await.expect("unlock");
+    let five = other
+        .semaphore("sem:bad", 5)
+        .acquire()
+        .await
+        .expect("a new count");
+    let info = other.inspect("sem:bad").await.expect("inspect");
+    assert_eq!(info.kind, Some(LockKind::Semaphore { permits: 5 }));
+    five.unlock().await.expect("unlock");
+}
