@@ -189,6 +189,19 @@ async fn exercise(url: &str) -> Result<(), LockError> {
     let guard = a.lock("acl").await?;
     assert!(a.force_unlock("acl").await?);
     assert!(guard.unlock().await.is_err_and(|err| err.is_lost()));
+    // Read-write locks and semaphores: a writer that waits (and takes its place
+    // back), readers, a permit, inspect and force-unlock.
+    let reading = a.read_lock("acl:rw").await?;
+    let writer = a.write_lock("acl:rw").wait(Duration::from_millis(100)).await;
+    assert!(writer.is_err_and(|err| err.is_timeout()));
+    let info = a.inspect("acl:rw").await?;
+    assert_eq!(info.holders.len(), 1);
+    reading.unlock().await?;
+    let writing = a.write_lock("acl:rw").await?;
+    writing.unlock().await?;
+    let permit = a.semaphore("acl:sem", 2).acquire().await?;
+    assert!(a.force_unlock("acl:sem").await?);
+    assert!(permit.unlock().await.is_err_and(|err| err.is_lost()));
     Ok(())
 }
 
