@@ -1,5 +1,5 @@
 //! The same behaviour on every backend: one server, a cluster, Sentinel and a
-//! five-node Redlock.
+//! five-node Redlock; every lock kind (semaphores are refused on Redlock).
 
 mod support;
 
@@ -7,14 +7,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{LockClient, LockClientBuilder};
+use std::future::IntoFuture;
+
+use distlock::{LockClient, LockClientBuilder, LockError, LockKind};
 use distlock_testkit::{RedisCluster, RedisServer, SentinelGroup};
 use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_millis(900);
 
 /// Runs the shared behaviour checks with clients made by `builder`.
-async fn behaviour(builder: impl Fn() -> LockClientBuilder) {
+async fn behaviour(builder: impl Fn() -> LockClientBuilder, redlock: bool) {
     let locks = builder()
         .default_lease(LEASE)
         .connect()
@@ -177,6 +179,68 @@ async fn behaviour(builder: impl Fn() -> LockClientBuilder) {
     }
 
     many_at_once(&locks, &other).await;
+    read_write(&locks, &other).await;
+    semaphore(&locks, &other, redlock).await;
+}
+
+/// Read-write locks: readers of two clients together, a writer alone, the upgrade
+/// refused, and inspect telling the holders.
+async fn read_write(locks: &LockClient, other: &LockClient) {
+    let first = locks.read_lock("b:rw").await.expect("read");
+    let second = other.read_lock("b:rw").await.expect("a second reader");
+    assert!(other.try_write_lock("b:rw").await.expect("try").is_none());
+    let info = other.inspect("b:rw").await.expect("inspect");
+    assert_eq!(info.kind, Some(LockKind::ReadWrite));
+    assert_eq!(info.holders.len(), 2, "{info:?}");
+    let upgrade = first.scope(locks.write_lock("b:rw").into_future()).await;
+    assert!(
+        matches!(upgrade, Err(LockError::UpgradeNotAllowed { .. })),
+        "{upgrade:?}"
+    );
+    first.unlock().await.expect("unlock");
+    second.unlock().await.expect("unlock");
+    let writing = other
+        .write_lock("b:rw")
+        .wait(Duration::from_secs(2))
+        .await
+        .expect("write");
+    assert!(locks.try_read_lock("b:rw").await.expect("try").is_none());
+    writing.unlock().await.expect("unlock");
+}
+
+/// Semaphores: two permits, a third refused; on Redlock a typed error before
+/// anything is sent.
+async fn semaphore(locks: &LockClient, other: &LockClient, redlock: bool) {
+    let exports = locks.semaphore("b:sem", 2);
+    if redlock {
+        let refused = exports.acquire().await;
+        assert!(
+            matches!(
+                refused,
+                Err(LockError::UnsupportedKind {
+                    kind: "semaphores",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(other.inspect("b:sem").await.expect("inspect").kind, None);
+        return;
+    }
+    let a = exports.acquire().await.expect("permit");
+    let b = other.semaphore("b:sem", 2).acquire().await.expect("permit");
+    assert!(exports.try_acquire().await.expect("try").is_none());
+    let info = other.inspect("b:sem").await.expect("inspect");
+    assert_eq!(info.kind, Some(LockKind::Semaphore { permits: 2 }));
+    assert_eq!(info.holders.len(), 2, "{info:?}");
+    a.unlock().await.expect("unlock");
+    let c = exports
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("a freed permit");
+    c.unlock().await.expect("unlock");
+    b.unlock().await.expect("unlock");
 }
 
 /// `lock_all`: two clients take the same names (in three cluster slots) listed in
@@ -203,23 +267,31 @@ async fn many_at_once(locks: &LockClient, other: &LockClient) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_one_server() {
     let server = RedisServer::start().expect("server");
-    behaviour(|| LockClient::builder().url(server.url())).await;
+    behaviour(|| LockClient::builder().url(server.url()), false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster() {
     let cluster = RedisCluster::start(3, 1).expect("cluster");
-    behaviour(|| LockClient::builder().cluster(cluster.urls())).await;
+    behaviour(|| LockClient::builder().cluster(cluster.urls()), false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_sentinel() {
     let group = SentinelGroup::start("backends", 1, 3).expect("sentinel group");
-    behaviour(|| LockClient::builder().sentinel(group.sentinel_urls(), group.master_name())).await;
+    behaviour(
+        || LockClient::builder().sentinel(group.sentinel_urls(), group.master_name()),
+        false,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_five_redlock_nodes() {
     let nodes = distlock_testkit::start_many(5).expect("servers");
-    behaviour(|| LockClient::builder().redlock(nodes.iter().map(RedisServer::url))).await;
+    behaviour(
+        || LockClient::builder().redlock(nodes.iter().map(RedisServer::url)),
+        true,
+    )
+    .await;
 }

@@ -192,7 +192,10 @@ async fn exercise(url: &str) -> Result<(), LockError> {
     // Read-write locks and semaphores: a writer that waits (and takes its place
     // back), readers, a permit, inspect and force-unlock.
     let reading = a.read_lock("acl:rw").await?;
-    let writer = a.write_lock("acl:rw").wait(Duration::from_millis(100)).await;
+    let writer = a
+        .write_lock("acl:rw")
+        .wait(Duration::from_millis(100))
+        .await;
     assert!(writer.is_err_and(|err| err.is_timeout()));
     let info = a.inspect("acl:rw").await?;
     assert_eq!(info.holders.len(), 1);
