@@ -1,24 +1,27 @@
--- acquire_shared.lua: take a read or write hold of a read-write lock, or a permit of
--- a semaphore, or re-enter one the caller already holds (see shared.lua).
+-- acquire_shared.lua: take a read or write hold of a read-write lock, a permit of a
+-- semaphore or a fair lock, or re-enter one the caller already holds (see
+-- shared.lua).
 --
 -- Sent after lock.lua and shared.lua, under `#!lua` for a new acquisition and
 -- `#!lua flags=allow-oom` for a re-entry, as acquire.lua is.
 --
 -- KEYS and ARGV[1] to ARGV[6] are acquire.lua's: the lock, its fencing counter, its
 -- `:freed` key (not used: a holder's final release keeps its record in its own
--- field); owner id, lease in ms, "1" for a fencing token (write holds only), the
--- operation's number, the owner's floor, "1" for a re-entry. Then:
+-- field); owner id, lease in ms, "1" for a fencing token (write holds and fair locks
+-- only), the operation's number, the owner's floor, "1" for a re-entry. Then:
 -- ARGV[7]  what to take: "r" a read hold, "w" the write hold, "p<permits>" a
---          permit of a semaphore of that many permits
+--          permit of a semaphore of that many permits, "f" a fair lock
 -- ARGV[8]  for a read hold, the owner id of the write hold that the caller's call
 --          chain holds (a downgrade: the reader enters beside its own writer), or ""
--- ARGV[9]  "1": the caller waits if it cannot take it now, so a writer keeps its
---          place (a mark that stops new readers); "0": it gives up at once (a `try`)
+-- ARGV[9]  "1": the caller waits if it cannot take it now, so a writer or a fair
+--          waiter keeps its place (see shared.lua); "0": it gives up at once (a
+--          `try`), and keeps none
 --
 -- Returns acquire.lua's replies, and two of its own:
 --   {1, hold_count, fence}  taken or re-entered, or applied before (a replay)
 --   {0, pttl}               not now: look again within pttl ms (a holder's lease,
---                           or WAITER_LOOK_MS for a writer that keeps its place)
+--                           or at most WAITER_LOOK_MS for a waiter that keeps its
+--                           place, so that its place stays alive)
 --   {-1}                    re-entry asked, but the owner no longer holds it
 --   {-2}                    the key holds a value of another type or of another
 --                           kind (a plain lock, a semaphore for a read-write lock),
@@ -28,24 +31,27 @@
 --   {-4, permits}           a semaphore with holders counts `permits` permits, not
 --                           the number asked; untouched
 --
--- A writer that must wait keeps a mark ('~<owner>', see shared.lua) that stops new
--- readers; it is dropped when the writer takes the lock, and by the client when the
--- writer gives up (else it dies WAITER_MS after the writer's last look). A reader with a writer
--- waiting waits too, unless it downgrades. Permits are handed out while fewer than
--- `permits` owners hold one; a semaphore with no holder takes the permit count of
--- the next acquisition.
+-- A read hold enters unless a writer holds the lock, or one waits (a downgrade
+-- enters beside its own writer). The write hold is taken when nobody holds the lock;
+-- a writer that waits keeps its place, which stops new readers. A permit is taken
+-- while fewer owners than `permits` hold one; a semaphore with no holder takes the
+-- permit count of the next acquisition. A fair lock is taken when nobody holds it and
+-- no live waiter came before (the lowest ticket is next); a waiter that waits keeps
+-- its place (its ticket) for as long as it keeps looking.
 --
 -- Every check comes before the first write.
 
 local lock, fence_key = KEYS[1], KEYS[2]
 local owner, lease, fencing = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local seq, floor, reentry = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local want, parent, stays = ARGV[7], ARGV[8], ARGV[9]
+local want, parent, stays = ARGV[7], ARGV[8], ARGV[9] == '1'
 
 local mode = string.sub(want, 1, 1)
 local kind, permits = 'rw', nil
 if mode == 'p' then
   kind, permits = 'sem', tonumber(string.sub(want, 2))
+elseif mode == 'f' then
+  kind = 'fair'
 end
 
 local now = now_ms()
@@ -78,35 +84,38 @@ if reentry == '1' then
   return {-1}
 end
 
--- How long to wait, when this owner may not take it now.
-local wait_ms = nil
+-- How long to wait, when this owner may not take it now; whether it keeps a place.
+local wait_ms, keeps = nil, false
+local held, soonest, latest = holders_of(state, nil, now)
 if mode == 'w' then
-  local held, _, latest = holders_of(state, nil, now)
   if held > 0 then
-    wait_ms = math.min(latest, WAITER_LOOK_MS)
+    wait_ms, keeps = math.min(latest, WAITER_LOOK_MS), true
   end
 elseif mode == 'r' then
-  local writers, soonest = holders_of(state, 'w', now)
+  local writers, writer_left = holders_of(state, 'w', now)
   local own_writer = parent ~= '' and state.holders[parent] and state.holders[parent].mode == 'w'
   if writers > 0 and not own_writer then
-    wait_ms = soonest
+    wait_ms = writer_left
   elseif not own_writer and writer_waits(state, owner) then
     wait_ms = WAITER_LOOK_MS
   end
-else
-  local held, soonest = holders_of(state, nil, now)
+elseif mode == 'p' then
   if held >= permits then
     wait_ms = soonest
+  end
+else
+  local head = queue_head(state)
+  if held > 0 or (head and head ~= owner) then
+    wait_ms, keeps = WAITER_LOOK_MS, true
+    if held > 0 then
+      wait_ms = math.min(latest, WAITER_LOOK_MS)
+    end
   end
 end
 
 if wait_ms then
-  if mode == 'w' and stays == '1' then
-    local until_ms = now + WAITER_MS
-    state.waiting[owner] = until_ms
-    state.dead['~' .. owner] = nil
-    state.latest = math.max(state.latest, until_ms)
-    redis.call('HSET', lock, '~' .. owner, until_ms)
+  if keeps and stays then
+    keep_place(lock, state, owner, now)
   end
   settle_shared(lock, state, now)
   return {0, wait_ms}
@@ -121,7 +130,7 @@ if not new_floor then
   return {1, 1, 0}
 end
 local token = 0
-if mode == 'w' and fencing == '1' then
+if (mode == 'w' or mode == 'f') and fencing == '1' then
   token = redis.call('INCR', fence_key)
 end
 if kind == 'sem' then
@@ -129,7 +138,7 @@ if kind == 'sem' then
     redis.call('HSET', lock, '#kind', 'sem ' .. permits)
   end
 elseif not state.kind then
-  redis.call('HSET', lock, '#kind', 'rw')
+  redis.call('HSET', lock, '#kind', kind)
 end
 if state.waiting[owner] then
   state.waiting[owner] = nil

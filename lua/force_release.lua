@@ -6,7 +6,8 @@
 -- KEYS[2]  the release channel `<ns>:{name}:released`
 -- ARGV[1]  "PUBLISH", or "SPUBLISH" on a cluster
 --
--- A read-write lock or a semaphore loses every holder at once.
+-- A read-write lock, a semaphore or a fair lock loses every holder (and a fair lock
+-- its queue) at once.
 --
 -- Returns 1 when a lock was deleted, 0 when there was none, -2 when KEYS[1] holds
 -- what distlock did not write (a value of another type, or a string that lock.lua's
@@ -16,7 +17,7 @@ local lock, channel, publish = KEYS[1], KEYS[2], ARGV[1]
 
 local value = redis.pcall('GET', lock)
 if type(value) == 'table' then
-  -- A read-write lock or a semaphore (see shared.lua): every holder goes.
+  -- A lock kept in a hash (see shared.lua): every holder goes.
   local shared = read_shared(lock, now_ms())
   if not shared or not shared.kind then
     return -2

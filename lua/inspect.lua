@@ -10,12 +10,13 @@
 --   {1, hold_count, pttl, token, counter}  held; pttl is the remaining lease in ms (-1: no
 --                                       expiry), token the holder's fencing token (0: none)
 --   {3, kind, permits, counter, waiting, n, holders...}
---                                       a read-write lock (kind 1) or a semaphore
---                                       (kind 2, of `permits` permits; see
---                                       shared.lua): `waiting` writers keep their
---                                       place, and `n` holders follow, four numbers
---                                       each: mode (1 reader, 2 writer, 3 permit),
---                                       hold count, lease left in ms, fencing token
+--                                       a read-write lock (kind 1), a semaphore
+--                                       (kind 2, of `permits` permits) or a fair lock
+--                                       (kind 3; see shared.lua): `waiting` waiters
+--                                       keep their place, and `n` holders follow,
+--                                       four numbers each: mode (1 reader, 2 writer,
+--                                       3 permit, 4 a fair lock's holder), hold
+--                                       count, lease left in ms, fencing token
 --   {-2}                                a key holds a value of another type, or KEYS[1]
 --                                       a string that lock.lua's `read` does not accept,
 --                                       or KEYS[2] a string that is not a counter (an
@@ -38,13 +39,15 @@ if type(value) == 'table' then
   local kind, permits = 1, 0
   if shared.kind == 'sem' then
     kind, permits = 2, shared.permits
+  elseif shared.kind == 'fair' then
+    kind = 3
   end
   local waiting = 0
   for _, _ in pairs(shared.waiting) do
     waiting = waiting + 1
   end
   local reply = {3, kind, permits, counter, waiting, 0}
-  local modes = { r = 1, w = 2, p = 3 }
+  local modes = { r = 1, w = 2, p = 3, f = 4 }
   for _, h in pairs(shared.holders) do
     reply[6] = reply[6] + 1
     reply[#reply + 1] = modes[h.mode]

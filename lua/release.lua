@@ -37,8 +37,9 @@
 --   {1, remaining}  one hold given back, or this operation was applied before (a
 --                   replay, also of the final release after the lock was freed);
 --                   remaining 0 means the lock is free (a tombstone) and a
---                   message went out on the channel: "<owner>:<seq>", unique per
---                   release, so that a client hearing one release from several
+--                   message went out on the channel: "<owner>:<seq>" (for a fair
+--                   lock with waiters, then a space and the next one's owner id),
+--                   unique per release, so that a client hearing one release from several
 --                   Redlock nodes wakes one waiter, and a later release is never
 --                   taken for a repeat
 --   {2, fence}      the last hold given back and the lock handed to the successor,
@@ -81,9 +82,10 @@ local function alone_on(channel)
   return type(reply) == 'table' and reply[2] == 1
 end
 
--- One release of a hold of a read-write lock or a semaphore (see shared.lua): as
--- below, without a successor. A final release keeps its record in the owner's field,
--- and tells waiters when a writer or a permit left, or the last reader.
+-- One release of a hold of a read-write lock, a semaphore or a fair lock (see
+-- shared.lua): as below, without a successor. A final release keeps its record in
+-- the owner's field, and tells waiters when a writer, a permit or a fair lock's
+-- holder left, or the last reader; a fair lock's message names its next waiter.
 local function release_shared(lock, channel, owner, lease, seq, seq_text, floor)
   local now = now_ms()
   local state = read_shared(lock, now)
@@ -111,7 +113,7 @@ local function release_shared(lock, channel, owner, lease, seq, seq_text, floor)
   end
   state.holders[owner] = nil
   if me.mode ~= 'r' or not next(state.holders) then
-    redis.call(publish, channel, owner .. ':' .. seq_text)
+    redis.call(publish, channel, release_message(state, owner, seq_text))
   end
   put_record(lock, state, owner, new_floor, done, now, tonumber(remember))
   settle_shared(lock, state, now)

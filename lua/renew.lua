@@ -1,23 +1,25 @@
 -- renew.lua: extend the lease of a lock the owner still holds (the watchdog's call).
 --
--- Sent after lock.lua and shared.lua, under `#!lua flags=allow-oom`: a full server must keep
--- honouring the leases it granted.
+-- Sent after lock.lua and shared.lua, under `#!lua flags=allow-oom`: a full server
+-- must keep honouring the leases it granted.
 --
--- KEYS[1]  the lock `<ns>:{name}` (see lock.lua)
+-- KEYS[1]  the lock `<ns>:{name}`: a string (see lock.lua), or a hash whose holders
+--          each have a lease of their own (see shared.lua)
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds; the expiry only ever moves later
 --
 -- Returns 1 when the owner holds the lock (its lease now lasts at least ARGV[2] ms),
 -- 0 when it does not: the lease ended, the lock was force-unlocked, or KEYS[1] now
--- holds what distlock did not write (a value of another type, or a string that
--- lock.lua's `read` does not accept), which is left untouched. To the watchdog all
+-- holds what distlock did not write (a value of another type, or a string or hash
+-- that lock.lua's `read` or shared.lua's `read_shared` does not accept), which is
+-- left untouched. To the watchdog all
 -- three are the loss of the lock: it stops renewing it and tells the guard.
 
 local lock, owner, lease = KEYS[1], ARGV[1], ARGV[2]
 
 local value = redis.pcall('GET', lock)
 if type(value) == 'table' then
-  -- A read-write lock or a semaphore (see shared.lua): the holder's own lease.
+  -- A lock kept in a hash (see shared.lua): the holder's own lease.
   local now = now_ms()
   local shared = read_shared(lock, now)
   local me = shared and shared.holders[owner]

@@ -1,14 +1,16 @@
--- shared.lua: how every script reads a lock that several owners may hold at once, a
--- read-write lock or a semaphore. Not a script of its own: the client sends it after
--- lock.lua in front of acquire_shared.lua, release.lua, renew.lua, inspect.lua and
--- force_release.lua, so that all of them read such a lock in one way.
+-- shared.lua: how every script reads a lock kept in a hash: a read-write lock, a
+-- semaphore or a fair lock. Not a script of its own: the client sends it after
+-- lock.lua in front of acquire_shared.lua, release.lua, renew.lua, inspect.lua,
+-- force_release.lua and withdraw.lua, so that all of them read such a lock in one way.
 --
 -- Such a lock is one hash at the lock's own key `<ns>:{name}` (where a plain lock is
 -- a string: each kind finds the other's key of another type, a conflict):
 --
---   '#kind'     'rw' (a read-write lock), or 'sem <permits>' (a semaphore)
+--   '#kind'     'rw' (a read-write lock), 'sem <permits>' (a semaphore) or 'fair'
+--   '#next'     a fair lock's next ticket: its waiters are served in ticket order
 --   <owner>     a holder: '<mode> <count> <until> <fence> <floor> <done...>'
---               mode  r a reader, w the writer, p a permit of a semaphore
+--               mode  r a reader, w the writer, p a permit of a semaphore, f the
+--                     holder of a fair lock
 --               count its hold count, 1 or more
 --               until when its lease ends, in ms of the server's clock (TIME)
 --               fence the fencing token of a writer (0: none; readers and permits
@@ -16,11 +18,14 @@
 --               floor, done  its replay record, as for a plain lock (lock.lua)
 --   <owner>     a holder's final release: '- <until> <floor> <done...>', its replay
 --               record, kept until `until` for the retry of that release
---   '~<owner>'  a writer waiting for the lock: '<until>'. While one lives, no new
---               reader enters, so readers in a loop cannot starve a writer. The
+--   '~<owner>'  a waiter that keeps its place: '<until>' for a writer of a
+--               read-write lock (while one lives, no new reader enters, so readers
+--               in a loop cannot starve a writer), '<until> <ticket>' for a waiter of
+--               a fair lock (the live waiter with the lowest ticket is next). The
 --               waiter renews it with each look (at least every WAITER_LOOK_MS), and
---               it dies WAITER_MS after the last: a writer that went away stops
---               holding readers back within that.
+--               takes it back when it gives up; it dies WAITER_MS after the last
+--               look: a waiter that went away (its process killed) stops holding
+--               others back within WAITER_MS + WAITER_LOOK_MS.
 --
 -- Leases are times of the server's clock, never of a client's: a holder whose `until`
 -- has passed holds nothing, and the first script that reads the hash drops its field.
@@ -43,10 +48,11 @@ end
 
 -- Reads the hash at `key` at time `now`: nil when `key` holds what distlock did not
 -- write (another type, or a field not of a form above). Else a table with `kind`
--- (nil when there is no key), `permits`, `holders` (owner -> { mode, count, until,
--- token, floor, done }, live ones only), `records` (owner -> { until, floor, done }
--- of final releases), `waiting` (owner -> until, live ones), `dead` (the set of
--- fields whose time is up, to drop), and `latest` (the latest `until` of what lives).
+-- (nil when there is no key), `permits`, `next` (a fair lock's next ticket),
+-- `holders` (owner -> { mode, count, until, token, floor, done }, live ones only),
+-- `records` (owner -> { until, floor, done } of final releases), `waiting` (owner ->
+-- { until, ticket }, live ones; ticket 0 for a writer), `dead` (the set of fields
+-- whose time is up, to drop), and `latest` (the latest `until` of what lives).
 local function read_shared(key, now)
   local flat = redis.pcall('HGETALL', key)
   if flat['err'] then
@@ -56,8 +62,8 @@ local function read_shared(key, now)
   for i = 1, #flat, 2 do
     local field, value = flat[i], flat[i + 1]
     if field == '#kind' then
-      if value == 'rw' then
-        state.kind = 'rw'
+      if value == 'rw' or value == 'fair' then
+        state.kind = value
       else
         local permits = string.match(value, '^sem ([1-9]%d*)$')
         if not permits or #permits > 9 then
@@ -65,15 +71,21 @@ local function read_shared(key, now)
         end
         state.kind, state.permits = 'sem', tonumber(permits)
       end
-    elseif string.sub(field, 1, 1) == '~' then
+    elseif field == '#next' then
       if not string.match(value, '^[1-9]%d*$') or not number(value) then
         return nil
       end
-      local until_ms = tonumber(value)
+      state.next = tonumber(value)
+    elseif string.sub(field, 1, 1) == '~' then
+      local until_text, ticket = string.match(value, '^([1-9]%d*) ?(%d*)$')
+      if not until_text or not number(until_text) or not number(ticket) then
+        return nil
+      end
+      local until_ms = tonumber(until_text)
       if until_ms <= now then
         state.dead[field] = true
       else
-        state.waiting[string.sub(field, 2)] = until_ms
+        state.waiting[string.sub(field, 2)] = { ['until'] = until_ms, ticket = tonumber(ticket) or 0 }
         state.latest = math.max(state.latest, until_ms)
       end
     elseif string.sub(value, 1, 2) == '- ' then
@@ -90,7 +102,7 @@ local function read_shared(key, now)
       end
     else
       local mode, count, until_text, token, floor, done =
-        string.match(value, '^([rwp]) ([1-9]%d*) (%d+) (%d+) (%d+) ?([%d ]*)$')
+        string.match(value, '^([rwpf]) ([1-9]%d*) (%d+) (%d+) (%d+) ?([%d ]*)$')
       if not mode or not number(count) or not number(until_text) or not number(token)
           or not number(floor) then
         return nil
@@ -172,6 +184,55 @@ local function writer_waits(state, owner)
     end
   end
   return false
+end
+
+-- The next waiter of a fair lock: the live one with the lowest ticket (nil: none).
+local function queue_head(state)
+  local head, lowest = nil, nil
+  for waiter, place in pairs(state.waiting) do
+    if not lowest or place.ticket < lowest then
+      head, lowest = waiter, place.ticket
+    end
+  end
+  return head
+end
+
+-- Keeps the place of waiter `owner` until WAITER_MS from now: a writer's mark, or a
+-- fair lock's ticket (its own, or the next one for a newcomer).
+local function keep_place(key, state, owner, now)
+  local until_ms = now + WAITER_MS
+  local place = state.waiting[owner]
+  local value = tostring(until_ms)
+  if state.kind == 'fair' then
+    local ticket
+    if place then
+      ticket = place.ticket
+    else
+      ticket = redis.call('HINCRBY', key, '#next', 1)
+    end
+    value = until_ms .. ' ' .. ticket
+    place = { ticket = ticket }
+  end
+  place = place or { ticket = 0 }
+  place['until'] = until_ms
+  state.waiting[owner] = place
+  state.dead['~' .. owner] = nil
+  state.latest = math.max(state.latest, until_ms)
+  redis.call('HSET', key, '~' .. owner, value)
+end
+
+-- The message that tells waiters of a release: `<owner>:<seq>` (see release.lua),
+-- and for a fair lock with waiters, the next one's owner id after a space, so that
+-- only that waiter wakes.
+local function release_message(state, owner, seq_text)
+  local message = owner .. ':' .. seq_text
+  if state.kind == 'fair' then
+    local head = queue_head(state)
+    if head then
+      message = message .. ' ' .. head
+    end
+  end
+  return message
 end
 
 -- Writes the record of `owner`'s final release, kept `remember` ms for its retry.

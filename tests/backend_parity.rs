@@ -1,5 +1,6 @@
 //! The same behaviour on every backend: one server, a cluster, Sentinel and a
-//! five-node Redlock; every lock kind (semaphores are refused on Redlock).
+//! five-node Redlock; every lock kind (semaphores and fair locks are refused on
+//! Redlock).
 
 mod support;
 
@@ -181,6 +182,52 @@ async fn behaviour(builder: impl Fn() -> LockClientBuilder, redlock: bool) {
     many_at_once(&locks, &other).await;
     read_write(&locks, &other).await;
     semaphore(&locks, &other, redlock).await;
+    fair(&locks, &other, redlock).await;
+}
+
+/// Fair locks: waiters of two clients served in the order they came; on Redlock a
+/// typed error before anything is sent.
+async fn fair(locks: &LockClient, other: &LockClient, redlock: bool) {
+    if redlock {
+        let refused = locks.fair_lock("b:fair").await;
+        assert!(
+            matches!(
+                refused,
+                Err(LockError::UnsupportedKind {
+                    kind: "fair locks",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(other.inspect("b:fair").await.expect("inspect").kind, None);
+        return;
+    }
+    let holder = locks.fair_lock("b:fair").await.expect("fair lock");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for (n, client) in [other, locks, other].into_iter().enumerate() {
+        let (client, order) = (client.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .fair_lock("b:fair")
+                .wait(Duration::from_secs(10))
+                .await
+                .expect("a waiter");
+            order.lock().expect("order").push(n);
+            guard.unlock().await.expect("unlock");
+        }));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while locks.inspect("b:fair").await.expect("inspect").waiting != n as u64 + 1 {
+            assert!(Instant::now() < deadline, "waiter {n} never queued");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    holder.unlock().await.expect("unlock");
+    for waiter in waiters {
+        waiter.await.expect("waiter");
+    }
+    assert_eq!(*order.lock().expect("order"), [0, 1, 2]);
 }
 
 /// Read-write locks: readers of two clients together, a writer alone, the upgrade

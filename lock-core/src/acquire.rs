@@ -149,14 +149,15 @@ impl Chain {
 
 /// Checks what the request's kind allows: fencing tokens for the plain lock and
 /// write holds only (a client's default of fencing leaves read holds and permits
-/// without one; asking for it on them is refused), semaphores not on Redlock.
+/// without one; asking for it on them is refused), semaphores and fair locks not on
+/// Redlock.
 fn check_kind(
     inner: &Inner,
     keys: &LockKeys,
     options: Options,
     mode: &mut Mode,
 ) -> Result<(), LockError> {
-    let fences = matches!(keys.kind, Kind::Exclusive | Kind::Write);
+    let fences = matches!(keys.kind, Kind::Exclusive | Kind::Write | Kind::Fair);
     if !fences {
         if options.fencing == Some(true) {
             return Err(LockError::invalid_option(
@@ -171,14 +172,29 @@ fn check_kind(
         }
         mode.fencing = false;
     }
-    if matches!(keys.kind, Kind::Permit { .. }) && inner.backend.is_redlock() {
-        return Err(LockError::UnsupportedKind {
-            kind: "semaphores",
-            backend: "Redlock",
-            reason: "each node counts the permits it granted, and owners that each hold a \
-                     majority of nodes can together hold more permits than the semaphore has; \
-                     use a single server, Sentinel or a cluster for semaphores",
-        });
+    if inner.backend.is_redlock() {
+        match keys.kind {
+            Kind::Permit { .. } => {
+                return Err(LockError::UnsupportedKind {
+                    kind: "semaphores",
+                    backend: "Redlock",
+                    reason: "each node counts the permits it granted, and owners that each hold \
+                             a majority of nodes can together hold more permits than the \
+                             semaphore has; use a single server, Sentinel or a cluster for \
+                             semaphores",
+                })
+            }
+            Kind::Fair => {
+                return Err(LockError::UnsupportedKind {
+                    kind: "fair locks",
+                    backend: "Redlock",
+                    reason: "each node keeps its own queue, in the order requests reached it, \
+                             so the nodes can disagree on who is next and no waiter wins a \
+                             majority; use a single server, Sentinel or a cluster for fair locks",
+                })
+            }
+            _ => {}
+        }
     }
     Ok(())
 }
@@ -256,10 +272,11 @@ impl<'a> Wait<'a> {
         // Behind the tasks of this client that asked for the lock before us, ahead
         // of any that ask after: no round trip, so a lock taken without waiting
         // costs nothing more.
-        let place = inner.subscriber.enqueue(keys.channel());
-        let hands_off = !inner.backend.is_redlock()
-            && inner.config.replicas.is_none()
-            && !keys.kind.is_shared();
+        let place = inner
+            .subscriber
+            .enqueue(keys.channel(), keys.kind == Kind::Fair);
+        let hands_off =
+            !inner.backend.is_redlock() && inner.config.replicas.is_none() && !keys.kind.in_hash();
         Self {
             inner,
             keys,
@@ -295,7 +312,7 @@ impl<'a> Wait<'a> {
     /// kept its place in Redis under that owner id (a place kept under an earlier
     /// one, after a lost reply, is taken back now).
     fn kept_place_of(&mut self, owner: &Arc<Owner>, sent: Instant) {
-        if self.keys.kind != Kind::Write || self.deadline <= sent {
+        if !self.keys.kind.keeps_place() || self.deadline <= sent {
             return;
         }
         if let Some(earlier) = self.kept_place.replace(owner.clone()) {
@@ -361,6 +378,11 @@ impl<'a> Wait<'a> {
     ) -> Result<Outcome, Option<LockError>> {
         // A wake-up before this attempt is used up by it: its reply reflects the release.
         self.place.rearm();
+        if self.keys.kind == Kind::Fair {
+            // Its place in Redis's queue is under this owner id: a release that
+            // names it wakes this waiter.
+            self.place.aim(owner.shared_id());
+        }
         let attempt = Attempt {
             inner: self.inner,
             keys: &self.keys,
@@ -482,7 +504,7 @@ impl<'a> Wait<'a> {
             self.kept_place = None;
         }
         // Another reader or permit may be had at once: the next waiter asks now.
-        self.place.settle(self.keys.kind.is_shared());
+        self.place.settle(self.keys.kind.admits_many());
         Some(LockGuard::new(
             self.inner,
             HeldLock { hold, count },

@@ -11,7 +11,7 @@ use crate::backend::{redlock, Conn};
 use crate::detach::{replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, LockError};
 use crate::inner::Inner;
-use crate::keys::{Kind, LockKeys};
+use crate::keys::LockKeys;
 use crate::owner::{Op, Owner};
 use crate::release;
 use crate::scripts::{unexpected_reply, AcquireReply};
@@ -91,7 +91,7 @@ impl Attempt<'_> {
             plain: self.plain
                 && !self.reentry
                 && !self.fencing
-                && !self.keys.kind.is_shared()
+                && !self.keys.kind.in_hash()
                 && self.inner.config.replicas.is_none(),
             writer: self.writer,
             stays: self.stays,
@@ -172,7 +172,7 @@ impl Invoke {
             }
         }
         let scripts = &self.inner.scripts;
-        let script = match (self.keys.kind.is_shared(), self.reentry) {
+        let script = match (self.keys.kind.in_hash(), self.reentry) {
             (false, false) => &scripts.acquire,
             (false, true) => &scripts.reenter,
             (true, false) => &scripts.acquire_shared,
@@ -226,7 +226,7 @@ impl Invoke {
             self.op.floor().to_string().into_bytes(),
             vec![if self.reentry { b'1' } else { b'0' }],
         ];
-        if self.keys.kind.is_shared() {
+        if self.keys.kind.in_hash() {
             argv.push(self.keys.kind.script_arg().into_bytes());
             argv.push(self.writer.as_deref().unwrap_or("").as_bytes().to_vec());
             argv.push(vec![if self.stays { b'1' } else { b'0' }]);
@@ -374,9 +374,9 @@ impl Invoke {
         }
     }
 
-    /// Whether a busy answer left a place kept for this attempt's writer.
+    /// Whether a busy answer left a place kept for this attempt's waiter.
     fn keeps_place(&self) -> bool {
-        self.stays && self.keys.kind == Kind::Write
+        self.stays && self.keys.kind.keeps_place()
     }
 
     async fn give_back(&self) {
@@ -394,30 +394,35 @@ fn retry_delay_ms() -> i64 {
     5 + (uuid::Uuid::new_v4().as_u128() % 46) as i64
 }
 
-/// Takes back, in the background, the place that the writer `owner` keeps at the
-/// read-write lock of `keys` (`~<owner>`, see `lua/shared.lua`), on every node: for
-/// a wait that ended without the lock, or an attempt whose caller went away. A place
-/// that cannot be taken back dies by itself within seconds; the readers it held back
-/// look again within a second.
+/// Takes back, in the background, the place that the waiter `owner` keeps at the
+/// lock of `keys` (a writer's or a fair lock's waiter's, `~<owner>`, see
+/// `lua/shared.lua`), on every node, with `withdraw.lua`, which wakes whoever the
+/// place held back: for a wait that ended without the lock, or an attempt whose
+/// caller went away. A place that cannot be taken back dies by itself within
+/// seconds.
 pub(crate) fn withdraw(inner: &Arc<Inner>, keys: &Arc<LockKeys>, owner: &Arc<Owner>) {
-    let (inner, keys) = (inner.clone(), keys.clone());
-    let field = format!("~{}", owner.id());
+    let (inner, keys, owner) = (inner.clone(), keys.clone(), owner.shared_id());
+    let publish = inner.backend.publish_command();
     spawn(async move {
+        let scripts = inner.scripts.clone();
         let replies = inner
             .backend
             .each(|mut conn| {
-                let (key, field) = (keys.lock.clone(), field.clone());
+                let (scripts, keys, owner) = (scripts.clone(), keys.clone(), owner.clone());
                 async move {
-                    redis::cmd("HDEL")
-                        .arg(key)
-                        .arg(field)
-                        .query_async::<i64>(&mut conn)
+                    scripts
+                        .withdraw
+                        .key(&keys.lock)
+                        .key(keys.channel())
+                        .arg(publish)
+                        .arg(owner.as_ref())
+                        .invoke_async::<i64>(&mut conn)
                         .await
                 }
             })
             .await;
         if let Some(Err(err)) = replies.into_iter().find(Result::is_err) {
-            tracing::debug!(error = %err, "distlock: could not take back a writer's place; it ends by itself");
+            tracing::debug!(error = %err, "distlock: could not take back a waiter's place; it ends by itself");
         }
     });
 }

@@ -79,7 +79,7 @@ impl fmt::Debug for LockClient {
 /// let info = locks.inspect("catalogue").await?;
 /// if info.kind == Some(LockKind::ReadWrite) {
 ///     let readers = info.holders.iter().filter(|h| h.mode == HoldMode::Read).count();
-///     println!("{readers} readers, {} writers waiting", info.waiting_writers);
+///     println!("{readers} readers, {} writers waiting", info.waiting);
 /// }
 /// # Ok(())
 /// # }
@@ -107,8 +107,9 @@ pub struct LockInfo {
     /// read-write lock, each permit holder of a semaphore (the number of permits in
     /// use). Owner ids are never shown.
     pub holders: Vec<Holder>,
-    /// Writers waiting for a read-write lock, whose wait keeps new readers out.
-    pub waiting_writers: u64,
+    /// Waiters that keep a place in Redis: writers waiting for a read-write lock
+    /// (their wait keeps new readers out), or the queue of a fair lock.
+    pub waiting: u64,
 }
 
 /// The kind of lock at a name, as [`LockClient::inspect`] finds it.
@@ -140,6 +141,8 @@ pub enum LockKind {
         /// Its permit count.
         permits: u32,
     },
+    /// A fair lock ([`LockClient::fair_lock`]).
+    Fair,
 }
 
 /// How a [`Holder`] holds its lock.
@@ -160,7 +163,7 @@ pub enum LockKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum HoldMode {
-    /// The holder of a plain lock.
+    /// The holder of a plain lock or a fair lock.
     Exclusive,
     /// The writer of a read-write lock.
     Write,
@@ -496,6 +499,59 @@ impl LockClient {
         TryLockRequest::new(self.write_lock(name))
     }
 
+    /// A request for the fair lock `name`: one owner at a time, granted in the order
+    /// the requests arrived at Redis, across every process and client. Options as
+    /// for [`lock`](Self::lock), fencing included.
+    ///
+    /// Each waiter keeps its place in a queue kept in Redis, for as long as it keeps
+    /// looking: it looks at least once a second while it waits, however long that
+    /// is. A waiter that gives up (its wait ends, its request is dropped) leaves the
+    /// queue at once; one whose process dies stops holding the others back within
+    /// 4 s (its place dies 3 s after its last look, and the next waiter looks within
+    /// a second). A release wakes the next waiter only. Queue order and deadlines
+    /// use the server's clock, never a client's. A fair lock is a kind of its own:
+    /// a name used with [`lock`](Self::lock) is a [`LockError::KeyConflict`] here.
+    /// Not on Redlock ([`LockError::UnsupportedKind`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// // Buyers of the last tickets are served in the order they asked.
+    /// let turn = locks
+    ///     .fair_lock("tickets:final")
+    ///     .wait(Duration::from_secs(30))
+    ///     .await?;
+    /// // ... sell ...
+    /// turn.unlock().await
+    /// # }
+    /// ```
+    pub fn fair_lock(&self, name: impl AsRef<[u8]>) -> LockRequest {
+        let keys = self.inner.keys_of(name.as_ref(), Kind::Fair);
+        LockRequest::new(self.inner.clone(), keys)
+    }
+
+    /// As [`fair_lock`](Self::fair_lock), without waiting (and without a place in
+    /// the queue): `Ok(None)` when the lock is held, or free with waiters before.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// if let Some(turn) = locks.try_fair_lock("tickets:final").await? {
+    ///     turn.unlock().await?;
+    /// }
+    /// Ok(())
+    /// # }
+    /// ```
+    pub fn try_fair_lock(&self, name: impl AsRef<[u8]>) -> TryLockRequest {
+        TryLockRequest::new(self.fair_lock(name))
+    }
+
     /// The semaphore `name` of `permits` permits: at most `permits` owners hold a
     /// permit at once, across processes. Take one with [`Semaphore::acquire`] or
     /// [`Semaphore::try_acquire`].
@@ -709,6 +765,7 @@ impl From<LockView> for LockInfo {
                     1 => HoldMode::Read,
                     2 => HoldMode::Write,
                     3 => HoldMode::Permit,
+                    // 0 a plain lock's holder, 4 a fair lock's.
                     _ => HoldMode::Exclusive,
                 },
                 hold_count: holder.hold_count,
@@ -728,9 +785,10 @@ impl From<LockView> for LockInfo {
                 ViewKind::Exclusive => LockKind::Exclusive,
                 ViewKind::ReadWrite => LockKind::ReadWrite,
                 ViewKind::Semaphore { permits } => LockKind::Semaphore { permits },
+                ViewKind::Fair => LockKind::Fair,
             }),
             holders,
-            waiting_writers: view.waiting,
+            waiting: view.waiting,
         }
     }
 }

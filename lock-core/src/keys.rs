@@ -45,12 +45,26 @@ pub(crate) enum Kind {
     Write,
     /// A permit of a semaphore of `permits` permits.
     Permit { permits: u32 },
+    /// A fair lock: one owner at a time, granted in the order of arrival.
+    Fair,
 }
 
 impl Kind {
-    /// Whether several owners may hold the lock at once (a hash, `lua/shared.lua`).
-    pub(crate) fn is_shared(self) -> bool {
+    /// Whether the lock is kept in a hash (`lua/shared.lua`): every kind but the
+    /// plain lock.
+    pub(crate) fn in_hash(self) -> bool {
         !matches!(self, Self::Exclusive)
+    }
+
+    /// Whether several owners may hold the lock at once (readers, permits).
+    pub(crate) fn admits_many(self) -> bool {
+        matches!(self, Self::Read | Self::Permit { .. })
+    }
+
+    /// Whether a waiter keeps a place in Redis while it waits (a writer, a fair
+    /// lock's waiter), which it must take back when it gives up.
+    pub(crate) fn keeps_place(self) -> bool {
+        matches!(self, Self::Write | Self::Fair)
     }
 
     /// Whether a hold of this kind and one of `other` are holds of the same lock
@@ -61,6 +75,7 @@ impl Kind {
             (Self::Exclusive, Self::Exclusive)
                 | (Self::Read | Self::Write, Self::Read | Self::Write)
                 | (Self::Permit { .. }, Self::Permit { .. })
+                | (Self::Fair, Self::Fair)
         )
     }
 
@@ -71,6 +86,7 @@ impl Kind {
             Self::Read => "r".into(),
             Self::Write => "w".into(),
             Self::Permit { permits } => format!("p{permits}"),
+            Self::Fair => "f".into(),
         }
     }
 
@@ -81,6 +97,7 @@ impl Kind {
             Self::Read => "read lock",
             Self::Write => "write lock",
             Self::Permit { .. } => "semaphore",
+            Self::Fair => "fair lock",
         }
     }
 }

@@ -230,7 +230,7 @@ async fn acquire_at_once(
                 }
                 let place = match waiting.take() {
                     Some((at, place)) if at == index => place,
-                    _ => inner.subscriber.enqueue(keys[index].channel()),
+                    _ => inner.subscriber.enqueue(keys[index].channel(), false),
                 };
                 if !place.is_listening() {
                     if let Ok(Err(err)) = tokio::time::timeout_at(deadline, place.listen()).await {

@@ -155,7 +155,7 @@ async fn round_trip(
         }
     } else if !inner.backend.is_redlock()
         && inner.config.replicas.is_none()
-        && !keys.kind.is_shared()
+        && !keys.kind.in_hash()
         && inner.subscriber.waits()
     {
         claim = inner.subscriber.claim(&keys.channel()).map(HandOff::new);

@@ -22,6 +22,8 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     pub(crate) force_release: Script,
     pub(crate) inspect: Script,
+    /// `withdraw.lua`: a waiter that gives up takes back the place it kept.
+    pub(crate) withdraw: Script,
 }
 
 const LOCK: &str = include_str!("../lua/lock.lua");
@@ -33,6 +35,7 @@ const RELEASE: &str = include_str!("../lua/release.lua");
 const RENEW: &str = include_str!("../lua/renew.lua");
 const FORCE_RELEASE: &str = include_str!("../lua/force_release.lua");
 const INSPECT: &str = include_str!("../lua/inspect.lua");
+const WITHDRAW: &str = include_str!("../lua/withdraw.lua");
 
 /// The source of every script, for loading them ahead of use: its first line (the
 /// flags), then `lock.lua` (how every script reads a lock), then, for the scripts
@@ -40,7 +43,7 @@ const INSPECT: &str = include_str!("../lua/inspect.lua");
 /// then its own text. The acquire scripts go under two first lines: `#!lua` for a
 /// new hold (refused on a full server), `allow-oom` for a re-entry (which creates
 /// nothing).
-pub(crate) fn sources() -> [String; 9] {
+pub(crate) fn sources() -> [String; 10] {
     [
         format!("#!lua\n{LOCK}{ACQUIRE}"),
         format!("#!lua flags=allow-oom\n{LOCK}{ACQUIRE}"),
@@ -51,12 +54,13 @@ pub(crate) fn sources() -> [String; 9] {
         format!("#!lua flags=allow-oom\n{LOCK}{SHARED}{RENEW}"),
         format!("#!lua flags=allow-oom\n{LOCK}{SHARED}{FORCE_RELEASE}"),
         format!("#!lua flags=no-writes\n{LOCK}{SHARED}{INSPECT}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{SHARED}{WITHDRAW}"),
     ]
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let [acquire, reenter, acquire_all, acquire_shared, reenter_shared, release, renew, force_release, inspect] =
+        let [acquire, reenter, acquire_all, acquire_shared, reenter_shared, release, renew, force_release, inspect, withdraw] =
             sources();
         Self {
             acquire: Script::new(&acquire),
@@ -68,6 +72,7 @@ impl Scripts {
             renew: Script::new(&renew),
             force_release: Script::new(&force_release),
             inspect: Script::new(&inspect),
+            withdraw: Script::new(&withdraw),
         }
     }
 }
@@ -214,12 +219,14 @@ pub(crate) enum ViewKind {
     Exclusive,
     ReadWrite,
     Semaphore { permits: u32 },
+    Fair,
 }
 
 /// One holder, as `inspect.lua` tells it (never its owner id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HolderView {
-    /// 0 the plain lock's holder, 1 a reader, 2 the writer, 3 a permit.
+    /// 0 the plain lock's holder, 1 a reader, 2 the writer, 3 a permit, 4 a fair
+    /// lock's holder.
     pub(crate) mode: u8,
     pub(crate) hold_count: u64,
     pub(crate) lease_remaining: Option<Duration>,
@@ -263,13 +270,14 @@ impl InspectReply {
                     2 => ViewKind::Semaphore {
                         permits: u32::try_from(permits).ok()?,
                     },
+                    3 => ViewKind::Fair,
                     _ => return None,
                 };
                 let holders = rest
                     .chunks_exact(4)
                     .map(|h| {
                         Some(HolderView {
-                            mode: u8::try_from(h[0]).ok().filter(|m| (1..=3).contains(m))?,
+                            mode: u8::try_from(h[0]).ok().filter(|m| (1..=4).contains(m))?,
                             hold_count: u64::try_from(h[1]).ok()?,
                             lease_remaining: positive(h[2]).map(Duration::from_millis),
                             fencing_token: positive(h[3]),
@@ -359,6 +367,7 @@ mod tests {
             ("renew.lua", RENEW),
             ("force_release.lua", FORCE_RELEASE),
             ("inspect.lua", INSPECT),
+            ("withdraw.lua", WITHDRAW),
         ];
         let files = std::fs::read_dir(&repository)
             .expect("lua/")

@@ -109,9 +109,27 @@ struct Slot {
     /// What came of the claim, until the waiter reads it (dropped with the slot
     /// when the waiter left: a grant then gives its hold back).
     delivery: Option<Delivery>,
+    /// The owner id under which a waiter of a fair lock waits in Redis's queue: a
+    /// release message that names it wakes this waiter (see [`Place::aim`]).
+    target: Option<Arc<str>>,
 }
 
 impl Queue {
+    /// Wakes the waiter that waits under the owner id `target` (a fair lock's next
+    /// waiter, named by a release message), if it is one of this client's.
+    fn wake_named(&mut self, target: &[u8]) {
+        let named = self
+            .waiters
+            .values_mut()
+            .find(|slot| slot.target.as_deref().map(str::as_bytes) == Some(target));
+        if let Some(slot) = named {
+            slot.notified = true;
+            if let Some(waker) = slot.waker.take() {
+                waker.wake();
+            }
+        }
+    }
+
     /// Wakes the first waiter, unless it has a wake-up pending already (it will ask
     /// anyway, after now). With no waiter, nothing happens: a waiter that comes
     /// later asks Redis before it waits.
@@ -161,6 +179,16 @@ impl Channel {
     /// sees that release too.
     fn wake_first(&self) {
         locked(&self.queue).wake_first();
+    }
+
+    /// Wakes whoever a release message is for: the waiter it names after a space
+    /// (`<owner>:<seq> <next>`, a fair lock's next waiter), else the first waiter.
+    fn wake_for(&self, message: &[u8]) {
+        let mut queue = locked(&self.queue);
+        match message.iter().rposition(|byte| *byte == b' ') {
+            Some(space) => queue.wake_named(&message[space + 1..]),
+            None => queue.wake_first(),
+        }
     }
 
     /// Wakes the first waiter if no waiter of the queue asked Redis for `quiet`:
@@ -262,7 +290,11 @@ impl Subscriber {
     /// and without a word to Redis: from now on, no later acquisition of this client
     /// goes before this one. Release messages reach the queue once a waiter has
     /// [listened](Place::listen).
-    pub(crate) fn enqueue(&self, channel: Vec<u8>) -> Place {
+    ///
+    /// An `independent` place (a fair lock's waiter, whose order Redis keeps in a
+    /// queue of its own) asks Redis whatever its place, and is woken by the
+    /// messages that name it ([`Place::aim`]).
+    pub(crate) fn enqueue(&self, channel: Vec<u8>, independent: bool) -> Place {
         let entry = {
             let mut channels = self.shared.channels();
             match channels.get_mut(&channel) {
@@ -284,6 +316,7 @@ impl Subscriber {
             name: channel,
             channel: entry,
             ticket,
+            independent,
         }
     }
 }
@@ -381,13 +414,23 @@ pub(crate) struct Place {
     name: Vec<u8>,
     channel: Arc<Channel>,
     ticket: u64,
+    /// See [`Subscriber::enqueue`].
+    independent: bool,
 }
 
 impl Place {
     /// Whether no waiter of this client is ahead in the queue: only then may this one
     /// ask Redis without being woken.
     pub(crate) fn is_first(&self) -> bool {
-        locked(&self.channel.queue).waiters.keys().next() == Some(&self.ticket)
+        self.independent || locked(&self.channel.queue).waiters.keys().next() == Some(&self.ticket)
+    }
+
+    /// Says under which owner id this waiter waits in Redis's queue of a fair lock,
+    /// so that a release message naming it wakes it.
+    pub(crate) fn aim(&self, owner: Arc<str>) {
+        if let Some(slot) = locked(&self.channel.queue).waiters.get_mut(&self.ticket) {
+            slot.target = Some(owner);
+        }
     }
 
     /// Whether Redis confirmed the channel's subscription, so that releases wake the
@@ -742,7 +785,7 @@ async fn run_pushes(
                         _ => ANONYMOUS_RELEASE,
                     };
                     if let Some(channel) = channel.filter(|c| c.first_hearing(message)) {
-                        channel.wake_first();
+                        channel.wake_for(message);
                     }
                 }
             }
@@ -814,7 +857,7 @@ mod tests {
     /// A waiter queued on channel `c`, whose subscription was asked for and
     /// confirmed.
     fn queued(subscriber: &Subscriber) -> Place {
-        let place = subscriber.enqueue(b"c".to_vec());
+        let place = subscriber.enqueue(b"c".to_vec(), false);
         place.channel.requested.store(true, Ordering::SeqCst);
         place.channel.confirmed.store(true, Ordering::Release);
         place
@@ -884,7 +927,7 @@ mod tests {
     #[test]
     fn a_waiter_that_is_not_listening_offers_nothing() {
         let (subscriber, _rx) = subscriber();
-        let place = subscriber.enqueue(b"c".to_vec());
+        let place = subscriber.enqueue(b"c".to_vec(), false);
         place.offer(offer());
         assert!(subscriber.claim(b"c").is_none());
         assert!(place.withdraw_offer());
@@ -947,7 +990,7 @@ mod tests {
     #[test]
     fn a_place_costs_nothing_on_the_connection() {
         let (subscriber, mut rx) = subscriber();
-        let place = subscriber.enqueue(b"c".to_vec());
+        let place = subscriber.enqueue(b"c".to_vec(), false);
         assert!(place.is_first() && !place.is_listening());
         drop(place);
         assert!(subscriber.shared.channels().is_empty());
@@ -1194,8 +1237,8 @@ mod tests {
     #[tokio::test]
     async fn listening_subscribes_once_and_its_confirmation_wakes_the_first_waiter() {
         let (subscriber, mut rx) = subscriber();
-        let first = subscriber.enqueue(b"c".to_vec());
-        let second = subscriber.enqueue(b"c".to_vec());
+        let first = subscriber.enqueue(b"c".to_vec(), false);
+        let second = subscriber.enqueue(b"c".to_vec(), false);
         // The first waiter's attempt is on its way, sent before the subscription.
         first.rearm();
         let answer = async {
@@ -1244,7 +1287,7 @@ mod tests {
             "{command:?}"
         );
         assert!(
-            !subscriber.enqueue(b"c".to_vec()).is_listening(),
+            !subscriber.enqueue(b"c".to_vec(), false).is_listening(),
             "until subscribed again, a waiter that has to wait subscribes itself"
         );
         // Not before the subscription is back: a look now could miss a release.
@@ -1254,7 +1297,7 @@ mod tests {
 
         // A channel nobody waits for any more is left alone, and so is one whose
         // waiters never asked for a subscription.
-        let _uncontended = subscriber.enqueue(b"c".to_vec());
+        let _uncontended = subscriber.enqueue(b"c".to_vec(), false);
         pushes
             .send(push(PushKind::SUnsubscribe))
             .expect("the push task listens");
@@ -1320,5 +1363,28 @@ mod tests {
         drop(only);
         assert!(subscriber.shared.channels().is_empty());
         assert!(matches!(rx.try_recv(), Ok(Command::Unsubscribe(name)) if name == b"c"));
+    }
+
+    /// A release message that names a waiter (a fair lock's next one) wakes that
+    /// waiter only, wherever it is in the queue; one that names nobody here wakes
+    /// nobody; one without a name wakes the first.
+    #[tokio::test]
+    async fn a_message_that_names_a_waiter_wakes_that_one() {
+        let (subscriber, _commands) = subscriber();
+        let first = subscriber.enqueue(b"c".to_vec(), true);
+        let second = subscriber.enqueue(b"c".to_vec(), true);
+        assert!(
+            first.is_first() && second.is_first(),
+            "independent places ask at will"
+        );
+        first.aim("owner-a".into());
+        second.aim("owner-b".into());
+        first.channel.wake_for(b"x:1 owner-b");
+        assert!(!is_notified(&first) && is_notified(&second));
+        second.rearm();
+        first.channel.wake_for(b"x:2 owner-c");
+        assert!(!is_notified(&first) && !is_notified(&second));
+        first.channel.wake_for(b"x:3");
+        assert!(is_notified(&first) && !is_notified(&second));
     }
 }

@@ -10,6 +10,19 @@ use distlock_testkit::{ChildProcess, History, Section};
 /// Starts this test binary again as a child that runs the ignored test `role`, with
 /// `env` set. The child prints its sections as lines.
 pub fn spawn_child(role: &str, env: &[(&str, String)]) -> ChildProcess {
+    ChildProcess::spawn(child_command(role, env)).expect("spawn child")
+}
+
+/// As [`spawn_child`], with the child's standard input piped, for commands the
+/// parent writes to it ([`ChildProcess::stdin`]).
+pub fn spawn_child_with_stdin(role: &str, env: &[(&str, String)]) -> ChildProcess {
+    let mut command = child_command(role, env);
+    command.stdin(std::process::Stdio::piped());
+    ChildProcess::spawn(command).expect("spawn child")
+}
+
+/// The command that starts this test binary again to run the ignored test `role`.
+fn child_command(role: &str, env: &[(&str, String)]) -> Command {
     let mut command = Command::new(std::env::current_exe().expect("test binary"));
     command.args([
         "--exact",
@@ -22,7 +35,7 @@ pub fn spawn_child(role: &str, env: &[(&str, String)]) -> ChildProcess {
         command.env(key, value);
     }
     command.env("DISTLOCK_RELIABILITY_CHILD", "1");
-    ChildProcess::spawn(command).expect("spawn child")
+    command
 }
 
 /// Whether this process is a child started by [`spawn_child`].

@@ -1,0 +1,1 @@
+../../lua/withdraw.lua
