@@ -21,6 +21,11 @@
 //! they list them in opposite orders, and `lock_all` takes them in one canonical
 //! order, so they never deadlock each other.
 //!
+//! Meanwhile shoppers browse the catalogue (every SKU's price) under
+//! `LockClient::read_lock("catalogue")`, many at once, while a repricer writes a new
+//! price list, one price at a time, under `write_lock("catalogue")`: no shopper ever
+//! sees prices of two lists mixed, and the shoppers read side by side.
+//!
 //! Run it with `cargo xtask demo` (a throwaway `redis-server`), or against your own
 //! server: `REDIS_URL=redis://127.0.0.1:6379 cargo run --example order_flow`, or a
 //! Redis Cluster: `REDIS_CLUSTER_URLS=redis://127.0.0.1:7000,... cargo run --example
@@ -30,6 +35,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -65,6 +71,13 @@ const CARTS: [(u32, &[(&str, i64)]); 2] = [
     (101, &[("figs", 1), ("eggs", 1)]),
     (102, &[("eggs", 1), ("figs", 1)]),
 ];
+
+/// The price lists the repricer writes, one after the other.
+const PRICE_LISTS: u32 = 4;
+
+/// How many shoppers browse at once, and how often each.
+const SHOPPERS: usize = 6;
+const BROWSES: usize = 8;
 
 /// Every Redis key of this example starts with this.
 const PREFIX: &str = "distlock-example:order-flow";
@@ -133,10 +146,13 @@ impl fmt::Display for OrderError {
 
 impl std::error::Error for OrderError {}
 
-/// The shop: a Redis connection for the data, and a narrator for the story.
+/// The shop: a Redis connection for the data, a narrator for the story, and who
+/// reads the catalogue now.
 struct Shop {
     redis: Data,
     story: Narrator,
+    browsing: AtomicUsize,
+    most_browsing: AtomicUsize,
 }
 
 impl Shop {
@@ -154,6 +170,27 @@ impl Shop {
         redis::cmd("SET")
             .arg(stock_key(sku))
             .arg(stock)
+            .exec_async(&mut redis)
+            .await?;
+        Ok(())
+    }
+
+    /// The price of `sku`, as `<list>:<cents>`: the price list it belongs to, and the price.
+    async fn price(&self, sku: &str) -> Result<String, OrderError> {
+        let mut redis = self.redis.clone();
+        let price: Option<String> = redis::cmd("GET")
+            .arg(price_key(sku))
+            .query_async(&mut redis)
+            .await?;
+        Ok(price.unwrap_or_default())
+    }
+
+    async fn set_price(&self, sku: &str, list: u32) -> Result<(), OrderError> {
+        let mut redis = self.redis.clone();
+        let cents = 100 + list * 10 + sku.len() as u32;
+        redis::cmd("SET")
+            .arg(price_key(sku))
+            .arg(format!("{list}:{cents}"))
             .exec_async(&mut redis)
             .await?;
         Ok(())
@@ -298,6 +335,46 @@ async fn checkout(shop: &Shop, cart: &Order, listed: &[(&str, i64)]) -> Result<b
     outcome
 }
 
+/// Writes price list `list`, one price at a time, under the catalogue's write lock:
+/// no shopper reads while it writes, and it waits for those reading to finish (and
+/// shoppers who come meanwhile wait for it, so that a stream of them cannot keep it
+/// out).
+async fn reprice(shop: &Shop, list: u32) -> Result<(), OrderError> {
+    let writing = distlock::global()?
+        .write_lock("catalogue")
+        .wait(Duration::from_secs(10))
+        .await?;
+    for (sku, _) in STOCK {
+        shop.set_price(sku, list).await?;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    shop.story.note(format!(
+        "repricer wrote price list {list} (no shopper reading)"
+    ));
+    writing.unlock().await?;
+    Ok(())
+}
+
+/// Reads every price under the catalogue's read lock, beside other shoppers; says
+/// whether they all came from one price list.
+async fn browse(shop: &Shop) -> Result<bool, OrderError> {
+    let reading = distlock::global()?
+        .read_lock("catalogue")
+        .wait(Duration::from_secs(10))
+        .await?;
+    let now = shop.browsing.fetch_add(1, Ordering::SeqCst) + 1;
+    shop.most_browsing.fetch_max(now, Ordering::SeqCst);
+    let mut lists = Vec::new();
+    for (sku, _) in STOCK {
+        let price = shop.price(sku).await?;
+        lists.push(price.split(':').next().unwrap_or_default().to_owned());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    shop.browsing.fetch_sub(1, Ordering::SeqCst);
+    reading.unlock().await?;
+    Ok(lists.windows(2).all(|pair| pair[0] == pair[1]))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let target = Target::from_env();
@@ -314,11 +391,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let shop = Arc::new(Shop {
         redis,
         story: Narrator::new(),
+        browsing: AtomicUsize::new(0),
+        most_browsing: AtomicUsize::new(0),
     });
 
-    // Stock the shelf and forget earlier runs.
+    // Stock the shelf, price it, and forget earlier runs.
     for (sku, stock) in STOCK {
         shop.set_stock(sku, stock).await?;
+        shop.set_price(sku, 0).await?;
     }
     let mut orders: Vec<Order> = ORDERS
         .iter()
@@ -363,6 +443,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             async move { checkout(&shop, &cart, listed).await },
         ));
     }
+    // The catalogue: a repricer and the shoppers, at the same time as the orders.
+    let repricer = tokio::spawn({
+        let shop = shop.clone();
+        async move {
+            for list in 1..=PRICE_LISTS {
+                reprice(&shop, list).await?;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Ok::<_, OrderError>(())
+        }
+    });
+    let shoppers: Vec<_> = (0..SHOPPERS)
+        .map(|_| {
+            let shop = shop.clone();
+            tokio::spawn(async move {
+                let mut mixed = 0;
+                for _ in 0..BROWSES {
+                    if !browse(&shop).await? {
+                        mixed += 1;
+                    }
+                }
+                Ok::<_, OrderError>(mixed)
+            })
+        })
+        .collect();
     orders.extend(carts);
     let mut confirmed = Vec::new();
     for (order, task) in orders.iter().zip(tasks) {
@@ -370,10 +475,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             confirmed.push(order);
         }
     }
+    repricer.await??;
+    let mut mixed = 0;
+    for shopper in shoppers {
+        mixed += shopper.await??;
+    }
     println!("\nall orders done in {:?}\n", started.elapsed());
 
     // The consistency check.
     let mut problems = Vec::new();
+    if mixed > 0 {
+        problems.push(format!(
+            "{mixed} browses saw prices of two price lists mixed"
+        ));
+    }
+    let last = shop.price("apple").await?;
+    if !last.starts_with(&format!("{PRICE_LISTS}:")) {
+        problems.push(format!(
+            "the last price list was not written: apple is {last}"
+        ));
+    }
+    println!(
+        "catalogue: {} browses by {SHOPPERS} shoppers, none mixed two price lists; up to {} \
+         read at once",
+        SHOPPERS * BROWSES - mixed,
+        shop.most_browsing.load(Ordering::SeqCst)
+    );
     for (sku, initial) in STOCK {
         let left = shop.stock(sku).await?;
         let sold: i64 = confirmed
@@ -423,6 +550,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             problems.push(format!("inventory:{sku} is still locked"));
         }
     }
+    if locks.inspect("catalogue").await?.held {
+        problems.push("catalogue is still locked".to_owned());
+    }
     println!(
         "\n{} orders confirmed, {} rejected, {} hand-offs between orders",
         confirmed.len(),
@@ -438,6 +568,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Err(format!("{} consistency problems", problems.len()).into())
     }
+}
+
+fn price_key(sku: &str) -> String {
+    format!("{PREFIX}:price:{sku}")
 }
 
 fn stock_key(sku: &str) -> String {
@@ -490,8 +624,13 @@ impl Narrator {
     }
 
     fn say(&self, order: u32, what: impl fmt::Display) {
+        self.note(format_args!("order {order}: {what}"));
+    }
+
+    /// A line of the story that is not about one order.
+    fn note(&self, what: impl fmt::Display) {
         let ms = self.started.elapsed().as_millis();
-        println!("[{ms:>4} ms] order {order}: {what}");
+        println!("[{ms:>4} ms] {what}");
     }
 
     /// Before `order` asks for `inventory:{sku}`: notes when, and who holds it now.
