@@ -1,7 +1,7 @@
 //! Expirable semaphores (issue 14): at most `permits` holders at once across
 //! clients, each permit with a lease of its own renewed by the watchdog, reentrant
-//! by call chain; a holder that goes away gives its permit back when its lease
-//! ends; cancellation leaves no permit taken; bad input is refused. Real servers
+//! by call chain; a holder whose process is killed gives its permit back when its
+//! lease ends; cancellation leaves no permit taken; bad input is refused. Real servers
 //! through the testkit; permits are read from Redis.
 
 mod support;
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{HoldMode, LockClient, LockError, LockKind, MAX_PERMITS};
-use distlock_testkit::{Direction, RedisServer};
+use distlock_testkit::{History, RedisServer};
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
@@ -73,62 +73,69 @@ async fn never_more_holders_than_permits() {
     );
 }
 
-/// A holder cut off from Redis (what a killed process looks like to Redis: no
-/// renewal, no release) keeps its permit until its lease ends, not longer.
+/// A child process's role: takes a permit of `DISTLOCK_NAME` (2 permits) with the
+/// watchdog lease `DISTLOCK_LEASE_MS`, prints `HELD`, and keeps it until killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_that_goes_away_gives_its_permit_back_when_its_lease_ends() {
-    const LEASE: Duration = Duration::from_millis(1_500);
-    let server = support::server();
-    let proxy = support::proxy(&server);
-    let gone = LockClient::builder()
-        .url(proxy.url())
-        .default_lease(LEASE)
+#[ignore = "a helper process, started by the other tests of this file"]
+async fn semaphore_child() {
+    if !support::is_child() {
+        return;
+    }
+    let env = |key: &str| std::env::var(key).unwrap_or_else(|_| panic!("{key} is set"));
+    let lease = Duration::from_millis(env("DISTLOCK_LEASE_MS").parse().expect("lease"));
+    let locks = LockClient::builder()
+        .url(env("DISTLOCK_URL"))
+        .default_lease(lease)
         .connect()
         .await
         .expect("connect");
+    let permit = locks
+        .semaphore(env("DISTLOCK_NAME"), 2)
+        .acquire()
+        .await
+        .expect("permit");
+    println!("HELD");
+    permit.lost().await;
+}
+
+/// A holder whose process is killed (SIGKILL: no release, no more renewals) keeps
+/// its permit until its lease ends, and not longer: then a waiter gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_gives_its_permit_back_when_its_lease_ends() {
+    const LEASE: Duration = Duration::from_millis(1_500);
+    let server = support::server();
     let locks = support::client(&server).await;
-    let first = gone
-        .semaphore("sem:gone", 2)
-        .acquire()
-        .await
-        .expect("permit");
-    let second = locks
-        .semaphore("sem:gone", 2)
-        .acquire()
-        .await
-        .expect("permit");
-    let taken = Instant::now();
-    proxy.blackhole(Direction::ToServer, true);
-    proxy.blackhole(Direction::ToClient, true);
+    let mut child = support::spawn_child(
+        "semaphore_child",
+        &[
+            ("DISTLOCK_URL", server.url()),
+            ("DISTLOCK_NAME", "sem:killed".into()),
+            ("DISTLOCK_LEASE_MS", LEASE.as_millis().to_string()),
+        ],
+    );
+    support::read_until(&mut child, "HELD", &History::new(), Duration::from_secs(30));
+    let second = locks.semaphore("sem:killed", 2).acquire().await.expect("permit");
+    // The child's last renewal, at most a third of the lease ago: killed now, its
+    // permit lasts between two thirds of the lease and the whole lease.
+    child.kill().expect("SIGKILL");
+    let killed = Instant::now();
     assert!(
-        locks
-            .semaphore("sem:gone", 2)
-            .try_acquire()
-            .await
-            .expect("try")
-            .is_none(),
+        locks.semaphore("sem:killed", 2).try_acquire().await.expect("try").is_none(),
         "a third permit of two"
     );
     let third = locks
-        .semaphore("sem:gone", 2)
+        .semaphore("sem:killed", 2)
         .acquire()
         .wait(Duration::from_secs(10))
         .await
         .expect("the permit came back");
-    let after = taken.elapsed();
-    println!("the permit came back {after:?} after it was taken");
-    assert!(
-        after >= LEASE - Duration::from_millis(100),
-        "too early: {after:?}"
-    );
-    assert!(
-        after < LEASE + Duration::from_millis(1_200),
-        "too late: {after:?}"
-    );
-    assert_eq!(permits_held(&server, "sem:gone"), [1, 1]);
+    let after = killed.elapsed();
+    println!("the killed holder's permit came back {after:?} after the kill");
+    assert!(after >= LEASE * 2 / 3 - Duration::from_millis(100), "too early: {after:?}");
+    assert!(after < LEASE + Duration::from_millis(1_200), "too late: {after:?}");
+    assert_eq!(permits_held(&server, "sem:killed"), [1, 1]);
     third.unlock().await.expect("unlock");
     second.unlock().await.expect("unlock");
-    std::mem::forget(first);
 }
 
 /// A call chain that holds a permit re-enters it: one permit, counted twice.
