@@ -114,13 +114,22 @@ async fn a_killed_holder_gives_its_permit_back_when_its_lease_ends() {
         ],
     );
     support::read_until(&mut child, "HELD", &History::new(), Duration::from_secs(30));
-    let second = locks.semaphore("sem:killed", 2).acquire().await.expect("permit");
+    let second = locks
+        .semaphore("sem:killed", 2)
+        .acquire()
+        .await
+        .expect("permit");
     // The child's last renewal, at most a third of the lease ago: killed now, its
     // permit lasts between two thirds of the lease and the whole lease.
     child.kill().expect("SIGKILL");
     let killed = Instant::now();
     assert!(
-        locks.semaphore("sem:killed", 2).try_acquire().await.expect("try").is_none(),
+        locks
+            .semaphore("sem:killed", 2)
+            .try_acquire()
+            .await
+            .expect("try")
+            .is_none(),
         "a third permit of two"
     );
     let third = locks
@@ -131,8 +140,14 @@ async fn a_killed_holder_gives_its_permit_back_when_its_lease_ends() {
         .expect("the permit came back");
     let after = killed.elapsed();
     println!("the killed holder's permit came back {after:?} after the kill");
-    assert!(after >= LEASE * 2 / 3 - Duration::from_millis(100), "too early: {after:?}");
-    assert!(after < LEASE + Duration::from_millis(1_200), "too late: {after:?}");
+    assert!(
+        after >= LEASE * 2 / 3 - Duration::from_millis(100),
+        "too early: {after:?}"
+    );
+    assert!(
+        after < LEASE + Duration::from_millis(1_200),
+        "too late: {after:?}"
+    );
     assert_eq!(permits_held(&server, "sem:killed"), [1, 1]);
     third.unlock().await.expect("unlock");
     second.unlock().await.expect("unlock");

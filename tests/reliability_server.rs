@@ -3,8 +3,7 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockClient, LockError};
@@ -295,57 +294,11 @@ async fn out_of_memory_refuses_acquires_but_renews_and_releases() {
     );
 }
 
-/// A `tracing` writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Installs (once per test binary) a global subscriber that writes warnings into a
-/// buffer. Global, not scoped to this test's thread: a callsite first hit by another
-/// test thread could otherwise cache "no interest" and skip the scoped subscriber.
-fn capture_warnings() -> Captured {
-    static CAPTURED: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
-    CAPTURED
-        .get_or_init(|| {
-            let captured = Captured::default();
-            let subscriber = tracing_subscriber::fmt()
-                .with_max_level(tracing::Level::WARN)
-                .with_ansi(false)
-                .with_writer({
-                    let captured = captured.clone();
-                    move || captured.clone()
-                })
-                .finish();
-            tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-            captured
-        })
-        .clone()
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_server_is_warned_about_and_an_evicted_lock_is_reported_lost() {
     let lease = Duration::from_millis(600);
     let server = with_maxmemory_policy("volatile-lru");
-    let captured = capture_warnings();
+    let captured = support::capture_warnings();
     let locks = client(&server, lease).await;
     let warned = captured.text();
     assert!(
@@ -422,7 +375,7 @@ async fn an_annotated_function_warns_of_a_loss_even_when_redis_is_frozen_at_its_
         Ok(())
     }
     let server = support::server();
-    let captured = capture_warnings();
+    let captured = support::capture_warnings();
     let locks = client(&server, Duration::from_secs(30)).await;
     let result = work(&locks, &server).await;
     server.resume().expect("SIGCONT");

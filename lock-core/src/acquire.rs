@@ -25,6 +25,7 @@ use crate::hold::{HeldLock, Hold, HoldState};
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
 use crate::lease::{lease_millis, validity};
+use crate::order::Origin;
 use crate::owner::Owner;
 use crate::release;
 use crate::scripts::unexpected_reply;
@@ -64,6 +65,7 @@ pub(crate) async fn acquire(
     inner: Arc<Inner>,
     keys: Result<Arc<LockKeys>, LockError>,
     options: Options,
+    origin: Origin,
 ) -> Result<LockGuard, LockError> {
     let keys = keys?;
     let start = Instant::now();
@@ -86,13 +88,16 @@ pub(crate) async fn acquire(
                 name: keys.display(),
             }),
             Chain::HoldsWrite(writer) => {
-                let wait = Wait::new(&inner, keys, start, deadline, Some(writer));
+                let wait = Wait::new(&inner, keys, start, deadline, Some(writer), origin);
                 acquire_new(wait, &context, mode).await
             }
-            Chain::Free => {
-                let wait = Wait::new(&inner, keys, start, deadline, None);
-                acquire_new(wait, &context, mode).await
-            }
+            Chain::Free => match check_order(&inner, &context, &keys, &origin) {
+                Ok(()) => {
+                    let wait = Wait::new(&inner, keys, start, deadline, None, origin);
+                    acquire_new(wait, &context, mode).await
+                }
+                Err(err) => Err(err),
+            },
         };
         let span = tracing::Span::current();
         span.record("lock.waited_ms", start.elapsed().as_millis() as u64);
@@ -103,6 +108,29 @@ pub(crate) async fn acquire(
     }
     .instrument(span)
     .await
+}
+
+/// Checks the order of a new acquisition of `keys`, asked for from `origin`,
+/// against the other locks of this client that the chain holds (see `order.rs`).
+pub(crate) fn check_order(
+    inner: &Inner,
+    context: &LockContext,
+    keys: &LockKeys,
+    origin: &Origin,
+) -> Result<(), LockError> {
+    if origin.in_set || context.is_empty() || !inner.order.is_on() {
+        return Ok(());
+    }
+    let holding = context
+        .locks()
+        .filter(|held| held.hold.client_id == inner.id && held.hold.keys.lock != keys.lock)
+        .map(|held| {
+            let hold = &held.hold;
+            (hold.origin.class(&hold.keys.name), hold.origin.site)
+        });
+    inner
+        .order
+        .check(holding, &origin.class(&keys.name), origin.site)
 }
 
 /// What the call chain holds of the lock a request asks for.
@@ -259,6 +287,8 @@ struct Wait<'a> {
     /// The owner whose place a writer keeps in Redis (see `lua/shared.lua`): taken
     /// back when the wait ends without the lock.
     kept_place: Option<Arc<Owner>>,
+    /// Where the request was made: the hold keeps it.
+    origin: Origin,
 }
 
 impl<'a> Wait<'a> {
@@ -268,6 +298,7 @@ impl<'a> Wait<'a> {
         start: Instant,
         deadline: Instant,
         writer: Option<Arc<str>>,
+        origin: Origin,
     ) -> Self {
         // Behind the tasks of this client that asked for the lock before us, ahead
         // of any that ask after: no round trip, so a lock taken without waiting
@@ -290,6 +321,7 @@ impl<'a> Wait<'a> {
             hands_off,
             writer,
             kept_place: None,
+            origin,
         }
     }
 
@@ -486,6 +518,7 @@ impl<'a> Wait<'a> {
             self.keys.clone(),
             owner.clone(),
             (fence > 0).then_some(fence),
+            self.origin.clone(),
             HoldState {
                 guards: 1,
                 deadline: sent + validity,

@@ -22,6 +22,7 @@ use crate::error::LockError;
 use crate::inner::{Config, Inner};
 use crate::keys::validate_namespace;
 use crate::lease::{MAX_LEASE, MIN_WATCHDOG_LEASE};
+use crate::order::LockOrderCheck;
 use crate::scripts::{sources, Scripts};
 use crate::subscriber::Subscriber;
 use crate::watchdog::Watchdog;
@@ -178,6 +179,7 @@ pub struct LockClientBuilder {
     redlock_node_timeout: Duration,
     sentinel_node: NodeOptions,
     tls: TlsSettings,
+    lock_order: LockOrderCheck,
 }
 
 impl Default for LockClientBuilder {
@@ -213,6 +215,7 @@ impl LockClientBuilder {
             redlock_node_timeout: Duration::from_millis(50),
             sentinel_node: NodeOptions::default(),
             tls: TlsSettings::default(),
+            lock_order: LockOrderCheck::default(),
         }
     }
 
@@ -538,6 +541,42 @@ impl LockClientBuilder {
         self
     }
 
+    /// What the lock-order checker does when a call chain takes two locks in the
+    /// order opposite to one seen before (two chains doing that can deadlock):
+    /// [`LockOrderCheck::Warn`] (the default) warns once per pair of lock classes,
+    /// naming both and the four call sites; [`LockOrderCheck::Strict`] refuses the
+    /// acquisition with [`LockError::LockOrderInversion`] (for tests and CI);
+    /// [`LockOrderCheck::Off`] records nothing.
+    ///
+    /// A lock's class is the label of its request ([`LockRequest::label`]; the
+    /// macro gives its key template), or else its name with every run of digits
+    /// folded (`order:42` is `order:{#}`). Only new acquisitions made while the chain
+    /// holds other locks of this client are checked: it costs nothing otherwise.
+    /// Re-entries and the names of one `lock_all` are never inversions.
+    ///
+    /// [`LockRequest::label`]: crate::LockRequest::label
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// use distlock::{LockClient, LockOrderCheck};
+    ///
+    /// let locks = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .lock_order(LockOrderCheck::Strict)
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = locks;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lock_order(mut self, check: LockOrderCheck) -> Self {
+        self.lock_order = check;
+        self
+    }
+
     /// Checks every setting, before anything is dialed: the endpoints to connect to,
     /// or the first setting out of range.
     fn validate(&self) -> Result<Endpoints, LockError> {
@@ -726,6 +765,7 @@ impl LockClientBuilder {
             default_lease: self.default_lease,
             fencing: self.fencing,
             remember_release: (self.response_timeout * 4).clamp(MIN_REMEMBER, MAX_REMEMBER),
+            lock_order: self.lock_order,
         };
         Ok(LockClient::new(Inner::new(
             backend,
@@ -955,6 +995,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("redlock_node_timeout", &self.redlock_node_timeout)
             .field("sentinel_node", &self.sentinel_node)
             .field("tls", &self.tls)
+            .field("lock_order", &self.lock_order)
             .finish()
     }
 }

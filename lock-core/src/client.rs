@@ -352,6 +352,7 @@ impl LockClient {
     /// guard.unlock().await
     /// # }
     /// ```
+    #[track_caller]
     pub fn lock(&self, name: impl AsRef<[u8]>) -> LockRequest {
         LockRequest::new(self.inner.clone(), self.inner.keys(name.as_ref()))
     }
@@ -373,6 +374,7 @@ impl LockClient {
     /// cart.unlock().await
     /// # }
     /// ```
+    #[track_caller]
     pub fn lock_all<I>(&self, names: I) -> LockAllRequest
     where
         I: IntoIterator,
@@ -403,6 +405,7 @@ impl LockClient {
     /// Ok(())
     /// # }
     /// ```
+    #[track_caller]
     pub fn try_lock(&self, name: impl AsRef<[u8]>) -> TryLockRequest {
         TryLockRequest::new(self.lock(name))
     }
@@ -429,6 +432,7 @@ impl LockClient {
     /// reading.unlock().await
     /// # }
     /// ```
+    #[track_caller]
     pub fn read_lock(&self, name: impl AsRef<[u8]>) -> LockRequest {
         let keys = self.inner.keys_of(name.as_ref(), Kind::Read);
         LockRequest::new(self.inner.clone(), keys)
@@ -456,6 +460,7 @@ impl LockClient {
     /// reading.unlock().await
     /// # }
     /// ```
+    #[track_caller]
     pub fn write_lock(&self, name: impl AsRef<[u8]>) -> LockRequest {
         let keys = self.inner.keys_of(name.as_ref(), Kind::Write);
         LockRequest::new(self.inner.clone(), keys)
@@ -476,6 +481,7 @@ impl LockClient {
     /// Ok(())
     /// # }
     /// ```
+    #[track_caller]
     pub fn try_read_lock(&self, name: impl AsRef<[u8]>) -> TryLockRequest {
         TryLockRequest::new(self.read_lock(name))
     }
@@ -495,6 +501,7 @@ impl LockClient {
     /// Ok(())
     /// # }
     /// ```
+    #[track_caller]
     pub fn try_write_lock(&self, name: impl AsRef<[u8]>) -> TryLockRequest {
         TryLockRequest::new(self.write_lock(name))
     }
@@ -529,6 +536,7 @@ impl LockClient {
     /// turn.unlock().await
     /// # }
     /// ```
+    #[track_caller]
     pub fn fair_lock(&self, name: impl AsRef<[u8]>) -> LockRequest {
         let keys = self.inner.keys_of(name.as_ref(), Kind::Fair);
         LockRequest::new(self.inner.clone(), keys)
@@ -548,6 +556,7 @@ impl LockClient {
     /// Ok(())
     /// # }
     /// ```
+    #[track_caller]
     pub fn try_fair_lock(&self, name: impl AsRef<[u8]>) -> TryLockRequest {
         TryLockRequest::new(self.fair_lock(name))
     }

@@ -143,6 +143,33 @@ pub enum LockError {
         /// The permit count asked for.
         asked: u32,
     },
+    /// A call chain holding a lock of one class asked for a lock of another class
+    /// that some chain took before while holding the first: two chains taking them
+    /// in opposite orders can deadlock. Returned only with
+    /// [`LockOrderCheck::Strict`](crate::LockOrderCheck::Strict) (the default
+    /// warns); nothing was sent.
+    ///
+    /// Its message: ``lock `inventory:{sku}` is asked for while holding `order:{id}`
+    /// (src/orders.rs:40:5 then src/orders.rs:52:9), but a call chain took them the
+    /// other way round before (src/refund.rs:10:5 then src/refund.rs:18:9): chains
+    /// that take them in opposite orders can deadlock; take them in one order
+    /// everywhere, or together with `lock_all` ``.
+    #[error(
+        "lock `{taking}` is asked for while holding `{holding}` ({here}), but a call chain \
+         took them the other way round before ({before}): chains that take them in opposite \
+         orders can deadlock; take them in one order everywhere, or together with `lock_all`"
+    )]
+    #[non_exhaustive]
+    LockOrderInversion {
+        /// The class of the lock held.
+        holding: String,
+        /// The class of the lock asked for.
+        taking: String,
+        /// Where the held lock was taken, then where the other is asked for.
+        here: String,
+        /// The same two places of the chain that took them the other way round.
+        before: String,
+    },
     /// This kind of lock cannot be had on the client's backend; nothing was sent.
     ///
     /// Its message: ``semaphores are not available on Redlock: `` and why, then what to

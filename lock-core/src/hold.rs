@@ -10,6 +10,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::LockError;
 use crate::keys::LockKeys;
+use crate::order::Origin;
 use crate::owner::Owner;
 
 /// One chain's hold of one lock: shared by the guard of the first acquisition and
@@ -24,6 +25,8 @@ pub(crate) struct Hold {
     pub(crate) owner: Arc<Owner>,
     pub(crate) fence: Option<u64>,
     pub(crate) lost: CancellationToken,
+    /// Where the first acquisition was asked for, and its class (lock-order checks).
+    pub(crate) origin: Origin,
     state: Mutex<HoldState>,
 }
 
@@ -49,6 +52,7 @@ impl Hold {
         keys: Arc<LockKeys>,
         owner: Arc<Owner>,
         fence: Option<u64>,
+        origin: Origin,
         state: HoldState,
     ) -> Self {
         Self {
@@ -62,6 +66,7 @@ impl Hold {
             owner,
             fence,
             lost: CancellationToken::new(),
+            origin,
             state: Mutex::new(state),
         }
     }

@@ -12,6 +12,7 @@ use crate::backend::Backend;
 use crate::batch::Batcher;
 use crate::error::LockError;
 use crate::keys::{Kind, LockKeys};
+use crate::order::{LockOrder, LockOrderCheck};
 use crate::owner::Owner;
 use crate::scripts::Scripts;
 use crate::subscriber::Subscriber;
@@ -32,6 +33,8 @@ pub(crate) struct Config {
     /// How long a final release is remembered for its retry (`release.lua`'s
     /// ARGV[6]): well past the response timeout, after which a retry is sent.
     pub(crate) remember_release: Duration,
+    /// What the lock-order checker does.
+    pub(crate) lock_order: LockOrderCheck,
 }
 
 /// One client's connections, scripts, background tasks and id counters.
@@ -49,6 +52,8 @@ pub(crate) struct Inner {
     pub(crate) watchdog: Watchdog,
     /// Sends releases: in batches on one endpoint, one by one on a cluster or Redlock.
     pub(crate) batcher: Arc<Batcher>,
+    /// The orders in which this client's call chains took locks of different classes.
+    pub(crate) order: LockOrder,
     /// Stops the background tasks when the last clone, guard and request are gone.
     _shutdown: DropGuard,
 }
@@ -69,6 +74,7 @@ impl Inner {
             config.remember_release.as_millis() as u64,
             one_endpoint,
         ));
+        let order = LockOrder::new(config.lock_order);
         Self {
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
             uuid: uuid::Uuid::new_v4().simple().to_string(),
@@ -80,6 +86,7 @@ impl Inner {
             subscriber,
             watchdog,
             batcher,
+            order,
             _shutdown: shutdown,
         }
     }

@@ -28,6 +28,7 @@
 //! | 2 | `keys.rs` | a lock name's Redis keys and channel; [`MAX_NAME_LEN`], [`MAX_NAMESPACE_LEN`] |
 //! | 2 | `owner.rs` | owner ids and the numbering of their operations (exactly-once replay detection) |
 //! | 2 | `handoff.rs` | local hand-off: a waiter's offer, and what a release delivers to it (a grant gives its hold back unless a guard takes it) |
+//! | 2 | `order.rs` | the lock-order checker: edges between lock classes, inversions warned or refused; [`LockOrderCheck`] |
 //! | 2 | `lease.rs` | [`MIN_LEASE`], [`MAX_LEASE`], [`MIN_WATCHDOG_LEASE`], clock drift and validity |
 //! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `url.rs` URLs; `tls.rs` TLS (crypto provider, certificates); `dial.rs` the first connection (fail fast on a refusal); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
 //! | 3 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
@@ -71,6 +72,7 @@ mod inner;
 mod keys;
 mod lease;
 mod multi;
+mod order;
 mod owner;
 mod release;
 mod renew;
@@ -101,6 +103,7 @@ pub use hold::HeldLock;
 pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
 pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 pub use multi::MAX_LOCK_ALL;
+pub use order::LockOrderCheck;
 pub use request::{
     LockAllRequest, LockFuture, LockRequest, Semaphore, TryLockRequest, MAX_PERMITS,
 };

@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::{
-    acquire, settle_options, sleep_hint, Mode, Options, QUEUE_LOOK, TRANSIENT_PAUSE,
+    acquire, check_order, settle_options, sleep_hint, Mode, Options, QUEUE_LOOK, TRANSIENT_PAUSE,
 };
 use crate::backend::slot;
 use crate::context::LockContext;
@@ -38,6 +38,7 @@ use crate::hold::{HeldLock, Hold, HoldState};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::lease::validity;
+use crate::order::Origin;
 use crate::owner::{Op, Owner};
 use crate::release;
 use crate::scripts::{unexpected_reply, AcquireAllReply};
@@ -82,14 +83,26 @@ pub(crate) async fn acquire_all(
     inner: Arc<Inner>,
     keys: Result<Vec<Arc<LockKeys>>, LockError>,
     options: Options,
+    origin: Origin,
 ) -> Result<MultiLockGuard, LockError> {
     let keys = keys?;
+    let outer = LockContext::current();
+    // The set against the locks the chain holds, once: within the set, the
+    // canonical order makes no edge.
+    for keys in &keys {
+        if outer.find(inner.id, keys).is_none() {
+            check_order(&inner, &outer, keys, &origin)?;
+        }
+    }
+    let origin = Origin {
+        in_set: true,
+        ..origin
+    };
     if keys.len() > 1 && in_one_run(&inner, &keys) {
-        return acquire_at_once(inner, keys, options).await;
+        return acquire_at_once(inner, keys, options, origin).await;
     }
     // Every option checked before the first name is asked for.
     let (_, deadline) = settle_options(&inner, options, Instant::now())?;
-    let outer = LockContext::current();
     // Dropped with the future: each guard taken so far is released in the
     // background.
     let mut guards: Vec<LockGuard> = Vec::with_capacity(keys.len());
@@ -105,7 +118,7 @@ pub(crate) async fn acquire_all(
             .last()
             .map_or_else(|| outer.clone(), LockGuard::context);
         let taken = context
-            .scope(acquire(inner.clone(), Ok(keys), options))
+            .scope(acquire(inner.clone(), Ok(keys), options, origin.clone()))
             .await;
         match taken {
             Ok(guard) => guards.push(guard),
@@ -148,6 +161,7 @@ async fn acquire_at_once(
     inner: Arc<Inner>,
     keys: Vec<Arc<LockKeys>>,
     options: Options,
+    origin: Origin,
 ) -> Result<MultiLockGuard, LockError> {
     let start = Instant::now();
     let (mode, deadline) = settle_options(&inner, options, start)?;
@@ -219,7 +233,7 @@ async fn acquire_at_once(
                     place.settle(false);
                 }
                 return Ok(granted(
-                    &inner, &keys, &owner, &held, mode, sent, &grants, &context,
+                    &inner, &keys, &owner, &held, mode, sent, &grants, &context, &origin,
                 ));
             }
             AcquireAllReply::Busy { index, pttl_ms } => {
@@ -292,6 +306,7 @@ fn granted(
     sent: Instant,
     grants: &[(u64, u64)],
     context: &LockContext,
+    origin: &Origin,
 ) -> MultiLockGuard {
     let mut guards: Vec<LockGuard> = Vec::with_capacity(keys.len());
     for ((keys, held), &(count, fence)) in keys.iter().zip(held).zip(grants) {
@@ -316,6 +331,7 @@ fn granted(
                     keys.clone(),
                     owner.clone(),
                     (fence > 0).then_some(fence),
+                    origin.clone(),
                     HoldState {
                         guards: 1,
                         deadline: sent + validity(mode.lease),

@@ -15,6 +15,7 @@ use crate::guard::{LockGuard, MultiLockGuard};
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
 use crate::multi::acquire_all;
+use crate::order::Origin;
 
 /// A request for a lock, made by [`LockClient::lock`](crate::LockClient::lock). Await it to get the guard.
 ///
@@ -67,15 +68,45 @@ pub struct LockRequest {
     inner: Arc<Inner>,
     keys: Result<Arc<LockKeys>, LockError>,
     options: Options,
+    origin: Origin,
 }
 
 impl LockRequest {
+    /// A request made by the caller of the `#[track_caller]` method that calls this.
+    #[track_caller]
     pub(crate) fn new(inner: Arc<Inner>, keys: Result<Arc<LockKeys>, LockError>) -> Self {
         Self {
             inner,
             keys,
             options: Options::default(),
+            origin: Origin::here(),
         }
+    }
+
+    /// The class of this lock for the lock-order checker (see
+    /// [`LockClientBuilder::lock_order`](crate::LockClientBuilder::lock_order)):
+    /// what the name stands for, such as `order:{id}` for `order:42`. Without a
+    /// label, the class is the name with every run of digits folded (`order:{#}`);
+    /// give one where names differ otherwise (`inventory:{sku}` for
+    /// `inventory:bread`). `#[distributed_lock]` labels its locks with its key
+    /// template.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let sku = "bread";
+    /// let guard = locks
+    ///     .lock(format!("inventory:{sku}"))
+    ///     .label("inventory:{sku}")
+    ///     .await?;
+    /// guard.unlock().await
+    /// # }
+    /// ```
+    pub fn label(mut self, label: impl Into<Arc<str>>) -> Self {
+        self.origin.label = Some(label.into());
+        self
     }
 
     /// How long to wait while another owner holds the lock; zero fails at once.
@@ -212,7 +243,7 @@ impl IntoFuture for LockRequest {
 
     fn into_future(self) -> LockFuture {
         LockFuture {
-            inner: Box::pin(acquire(self.inner, self.keys, self.options)),
+            inner: Box::pin(acquire(self.inner, self.keys, self.options, self.origin)),
         }
     }
 }
@@ -302,6 +333,29 @@ impl TryLockRequest {
         self.request = self.request.fencing(fencing);
         self
     }
+
+    /// The class of the lock for the lock-order checker, as [`LockRequest::label`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let sku = "bread";
+    /// if let Some(guard) = locks
+    ///     .try_lock(format!("inventory:{sku}"))
+    ///     .label("inventory:{sku}")
+    ///     .await?
+    /// {
+    ///     guard.unlock().await?;
+    /// }
+    /// Ok(())
+    /// # }
+    /// ```
+    pub fn label(mut self, label: impl Into<Arc<str>>) -> Self {
+        self.request = self.request.label(label);
+        self
+    }
 }
 
 impl IntoFuture for TryLockRequest {
@@ -374,14 +428,18 @@ pub struct LockAllRequest {
     inner: Arc<Inner>,
     keys: Result<Vec<Arc<LockKeys>>, LockError>,
     options: Options,
+    origin: Origin,
 }
 
 impl LockAllRequest {
+    /// A request made by the caller of the `#[track_caller]` method that calls this.
+    #[track_caller]
     pub(crate) fn new(inner: Arc<Inner>, keys: Result<Vec<Arc<LockKeys>>, LockError>) -> Self {
         Self {
             inner,
             keys,
             options: Options::default(),
+            origin: Origin::here(),
         }
     }
 
@@ -467,7 +525,12 @@ impl IntoFuture for LockAllRequest {
     type IntoFuture = BoxFuture<Self::Output>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(acquire_all(self.inner, self.keys, self.options))
+        Box::pin(acquire_all(
+            self.inner,
+            self.keys,
+            self.options,
+            self.origin,
+        ))
     }
 }
 
@@ -553,6 +616,7 @@ impl Semaphore {
     /// permit.unlock().await
     /// # }
     /// ```
+    #[track_caller]
     pub fn acquire(&self) -> LockRequest {
         let permits = self.permits;
         let keys = check_permits(permits)
@@ -575,6 +639,7 @@ impl Semaphore {
     /// Ok(())
     /// # }
     /// ```
+    #[track_caller]
     pub fn try_acquire(&self) -> TryLockRequest {
         TryLockRequest::new(self.acquire())
     }

@@ -273,6 +273,7 @@ mod tests {
             keys,
             crate::owner::Owner::new("owner".into()),
             None,
+            crate::order::Origin::here(),
             HoldState {
                 guards: 1,
                 deadline: now + Duration::from_secs(60),

@@ -5,6 +5,7 @@
 //! - `acl`: the ACL a lock user needs;
 //! - `inspect`: what Redis stores and counts (hold counts, calls, connections);
 //! - `wait`: waiting for a condition in bounded time;
+//! - `logs`: warnings logged through `tracing`, captured;
 //! - `workload`, `sections`, `children`, `summary`, `network`: the reliability
 //!   suite's critical sections, participants, child processes, summary lines and
 //!   network faults; `sets`, callers of `lock_all` in opposite orders;
@@ -20,6 +21,7 @@ mod acl;
 mod children;
 mod clients;
 mod inspect;
+mod logs;
 mod network;
 mod sections;
 mod servers;
@@ -37,6 +39,8 @@ pub use children::*;
 pub use clients::*;
 #[allow(unused_imports)]
 pub use inspect::*;
+#[allow(unused_imports)]
+pub use logs::*;
 #[allow(unused_imports)]
 pub use network::*;
 #[allow(unused_imports)]
