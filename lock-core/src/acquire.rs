@@ -17,6 +17,8 @@ use tracing::Instrument;
 
 use crate::attempt::{withdraw, Attempt, Outcome};
 use crate::context::LockContext;
+use crate::deadlock::Waiting;
+use crate::detach::spawn;
 use crate::error::LockError;
 use crate::faults::{self, Fault};
 use crate::guard::LockGuard;
@@ -49,6 +51,8 @@ pub(crate) struct Options {
     pub(crate) wait: Option<Duration>,
     pub(crate) lease: Option<Duration>,
     pub(crate) fencing: Option<bool>,
+    /// The request's own `deadlock_check_after`.
+    pub(crate) deadlock_after: Option<Duration>,
 }
 
 /// How a new acquisition holds the lock.
@@ -93,7 +97,8 @@ pub(crate) async fn acquire(
             }
             Chain::Free => match check_order(&inner, &context, &keys, &origin) {
                 Ok(()) => {
-                    let wait = Wait::new(&inner, keys, start, deadline, None, origin);
+                    let mut wait = Wait::new(&inner, keys, start, deadline, None, origin);
+                    wait.deadlock = Watch::new(&inner, &context, &wait.keys, options, start);
                     acquire_new(wait, &context, mode).await
                 }
                 Err(err) => Err(err),
@@ -108,6 +113,72 @@ pub(crate) async fn acquire(
     }
     .instrument(span)
     .await
+}
+
+/// The least `deadlock_check_after`: a walk costs round trips.
+const MIN_DEADLOCK_AFTER: Duration = Duration::from_millis(10);
+
+/// Checks a `deadlock_check_after`.
+pub(crate) fn check_deadlock_after(after: Duration) -> Result<(), LockError> {
+    if after < MIN_DEADLOCK_AFTER {
+        return Err(LockError::invalid_option(
+            "deadlock_check_after",
+            format!(
+                "{after:?} is too short: each check reads Redis; use 10ms or more (1s is the \
+                 default), or `None` on the builder to turn detection off"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A waiter's deadlock detection (see `deadlock.rs`): when its chain holds locks of
+/// this client, on one endpoint, with a threshold.
+struct Watch {
+    waiting: Waiting,
+    period: Duration,
+    /// When to look next.
+    next: Instant,
+    /// Whether records were written (and must be deleted when the wait ends).
+    published: bool,
+}
+
+impl Watch {
+    fn new(
+        inner: &Inner,
+        context: &LockContext,
+        keys: &LockKeys,
+        options: Options,
+        start: Instant,
+    ) -> Option<Self> {
+        let period = options
+            .deadlock_after
+            .or(inner.config.deadlock_check_after)?;
+        if inner.backend.is_redlock() || context.is_empty() {
+            return None;
+        }
+        let mut owners: Vec<Arc<str>> = context
+            .locks()
+            .filter(|held| held.hold.client_id == inner.id)
+            .map(|held| held.hold.owner.shared_id())
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        if owners.is_empty() {
+            return None;
+        }
+        Some(Self {
+            waiting: Waiting {
+                wait_id: inner.next_owner().shared_id(),
+                owners,
+                lock: keys.lock.clone(),
+                namespace: inner.config.namespace.as_str().into(),
+            },
+            period,
+            next: start + period,
+            published: false,
+        })
+    }
 }
 
 /// Checks the order of a new acquisition of `keys`, asked for from `origin`,
@@ -244,6 +315,9 @@ pub(crate) fn settle_options(
             format!("{wait:?} is too long to wait (the deadline overflows); use a shorter wait"),
         )
     })?;
+    if let Some(after) = options.deadlock_after {
+        check_deadlock_after(after)?;
+    }
     let fencing = options.fencing.unwrap_or(inner.config.fencing);
     if fencing && inner.backend.is_redlock() {
         return Err(LockError::invalid_option(
@@ -289,6 +363,8 @@ struct Wait<'a> {
     kept_place: Option<Arc<Owner>>,
     /// Where the request was made: the hold keeps it.
     origin: Origin,
+    /// Deadlock detection, for a chain that holds other locks.
+    deadlock: Option<Watch>,
 }
 
 impl<'a> Wait<'a> {
@@ -322,6 +398,7 @@ impl<'a> Wait<'a> {
             writer,
             kept_place: None,
             origin,
+            deadlock: None,
         }
     }
 
@@ -479,14 +556,52 @@ impl<'a> Wait<'a> {
         if let Some(pttl_ms) = pttl_ms {
             span.record("lock.pttl_ms", pttl_ms);
         }
-        let turn = self
-            .place
-            .turn(look_at, self.deadline, QUEUE_LOOK)
-            .instrument(span)
-            .await;
+        let turn = loop {
+            let turn = self.place.turn(look_at, self.deadline, QUEUE_LOOK);
+            let Some(check_at) = self.deadlock.as_ref().map(|watch| watch.next) else {
+                break turn.instrument(span).await;
+            };
+            // The turn is safe to drop: a wake-up it had stays in the place.
+            tokio::select! {
+                turn = turn.instrument(span.clone()) => break turn,
+                () = tokio::time::sleep_until(check_at) => self.look_for_deadlock().await?,
+            }
+        };
         match turn {
             Turn::Ask => Ok(()),
             Turn::OutOfTime => Err(self.busy(Instant::now())),
+        }
+    }
+
+    /// Publishes what this waiter's chain waits for and walks the wait-for graph
+    /// (see `deadlock.rs`): `Err(Deadlock)` when it is the victim of a cycle. A
+    /// failure to read is logged, and the walk tried again at the next check.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: records written stay until the wait's end deletes them (or
+    /// they expire).
+    async fn look_for_deadlock(&mut self) -> Result<(), LockError> {
+        let Some(watch) = self.deadlock.as_mut() else {
+            return Ok(());
+        };
+        watch.next = Instant::now() + watch.period;
+        let mut conn = self.inner.backend.first();
+        watch.published = true;
+        let walked = match watch.waiting.publish(&mut conn, watch.period).await {
+            Ok(()) => watch.waiting.walk(&mut conn).await,
+            Err(err) => Err(err),
+        };
+        match walked {
+            Ok(Some(cycle)) => {
+                tracing::warn!(lock.name = %self.keys.display(), cycle = ?cycle, "distlock: deadlock; this request gives up to break it");
+                Err(LockError::Deadlock { cycle })
+            }
+            Ok(None) => Ok(()),
+            Err(err) => {
+                tracing::debug!(error = %err, "distlock: could not look for a deadlock; looking again later");
+                Ok(())
+            }
         }
     }
 
@@ -548,10 +663,19 @@ impl<'a> Wait<'a> {
 
 impl Drop for Wait<'_> {
     /// A wait that ends without the lock (given up, out of time, dropped) takes back
-    /// the place its writer kept in Redis.
+    /// the place its writer kept in Redis; any wait that published wait-for records
+    /// deletes them.
     fn drop(&mut self) {
         if let Some(owner) = self.kept_place.take() {
             withdraw(self.inner, &self.keys, &owner);
+        }
+        if let Some(watch) = self.deadlock.take().filter(|watch| watch.published) {
+            let mut conn = self.inner.backend.first();
+            spawn(async move {
+                if let Err(err) = watch.waiting.withdraw(&mut conn).await {
+                    tracing::debug!(error = %err, "distlock: could not delete wait-for records; they expire");
+                }
+            });
         }
     }
 }

@@ -12,6 +12,7 @@ use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisResult, TlsCer
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
+use crate::acquire::check_deadlock_after;
 use crate::backend::dial::dial_once;
 use crate::backend::sentinel::{NodeAuth, NodeOptions, SentinelConn};
 use crate::backend::tls::{self, TlsSettings};
@@ -180,6 +181,7 @@ pub struct LockClientBuilder {
     sentinel_node: NodeOptions,
     tls: TlsSettings,
     lock_order: LockOrderCheck,
+    deadlock_check_after: Option<Duration>,
 }
 
 impl Default for LockClientBuilder {
@@ -216,6 +218,7 @@ impl LockClientBuilder {
             sentinel_node: NodeOptions::default(),
             tls: TlsSettings::default(),
             lock_order: LockOrderCheck::default(),
+            deadlock_check_after: Some(Duration::from_secs(1)),
         }
     }
 
@@ -577,6 +580,40 @@ impl LockClientBuilder {
         self
     }
 
+    /// How long a waiter whose call chain holds other locks waits before it looks for
+    /// a deadlock (a cycle of chains, each waiting for a lock the next holds, across
+    /// processes and clients), and then how often it looks again while it waits.
+    /// One member of a cycle (the one holding the fewest locks) gets
+    /// [`LockError::Deadlock`], and the others proceed. Default: `Some(1 s)`;
+    /// `None` turns detection off. A request may set its own with
+    /// [`LockRequest::deadlock_check_after`](crate::LockRequest::deadlock_check_after).
+    ///
+    /// It costs nothing for a waiter that holds no lock, and nothing until the
+    /// threshold passes; then a few round trips per check. Not on Redlock (each
+    /// node has its own holders; a deadlock there ends when a wait runs out).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    /// use distlock::LockClient;
+    ///
+    /// let locks = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .deadlock_check_after(Some(Duration::from_millis(500)))
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = locks;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn deadlock_check_after(mut self, after: Option<Duration>) -> Self {
+        self.deadlock_check_after = after;
+        self
+    }
+
     /// Checks every setting, before anything is dialed: the endpoints to connect to,
     /// or the first setting out of range.
     fn validate(&self) -> Result<Endpoints, LockError> {
@@ -584,6 +621,9 @@ impl LockClientBuilder {
         check_default_lease(self.default_lease)?;
         check_replicas(self.replicas, self.response_timeout)?;
         check_timeouts(self.connect_timeout, self.response_timeout)?;
+        if let Some(after) = self.deadlock_check_after {
+            check_deadlock_after(after)?;
+        }
         self.validate_sentinel_node()?;
         let endpoints = self.validate_target()?;
         if self.tls.certificates()?.is_some() && !endpoints.use_tls(&self.sentinel_node) {
@@ -766,6 +806,7 @@ impl LockClientBuilder {
             fencing: self.fencing,
             remember_release: (self.response_timeout * 4).clamp(MIN_REMEMBER, MAX_REMEMBER),
             lock_order: self.lock_order,
+            deadlock_check_after: self.deadlock_check_after,
         };
         Ok(LockClient::new(Inner::new(
             backend,
@@ -996,6 +1037,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("sentinel_node", &self.sentinel_node)
             .field("tls", &self.tls)
             .field("lock_order", &self.lock_order)
+            .field("deadlock_check_after", &self.deadlock_check_after)
             .finish()
     }
 }

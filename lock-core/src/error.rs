@@ -170,6 +170,30 @@ pub enum LockError {
         /// The same two places of the chain that took them the other way round.
         before: String,
     },
+    /// This request waited in a cycle of call chains, each holding a lock that the
+    /// next waits for (across processes and clients), and was chosen to break it:
+    /// it gave up its wait, so that the others proceed. Its chain's locks are
+    /// released as its guards go. Found only after the wait passed
+    /// [`deadlock_check_after`](crate::LockClientBuilder::deadlock_check_after).
+    ///
+    /// Its message: ``deadlock: this call chain waited for lock `inventory:7` in a
+    /// cycle of chains each waiting for a lock the next holds (`inventory:7` →
+    /// `order:42` → back to this chain); this request gave up to break it: take the
+    /// locks in one order everywhere, or together with `lock_all`, and try again``.
+    #[error(
+        "deadlock: this call chain waited for lock `{waited}` in a cycle of chains each \
+         waiting for a lock the next holds ({path} → back to this chain); this request gave \
+         up to break it: take the locks in one order everywhere, or together with `lock_all`, \
+         and try again",
+        waited = cycle.first().map_or("", String::as_str),
+        path = cycle.iter().map(|name| format!("`{name}`")).collect::<Vec<_>>().join(" → ")
+    )]
+    #[non_exhaustive]
+    Deadlock {
+        /// The locks of the cycle, from the one this request waited for: each is held
+        /// by a chain that waits for the next; this chain holds the last.
+        cycle: Vec<String>,
+    },
     /// This kind of lock cannot be had on the client's backend; nothing was sent.
     ///
     /// Its message: ``semaphores are not available on Redlock: `` and why, then what to

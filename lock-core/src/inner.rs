@@ -35,6 +35,9 @@ pub(crate) struct Config {
     pub(crate) remember_release: Duration,
     /// What the lock-order checker does.
     pub(crate) lock_order: LockOrderCheck,
+    /// How long a waiter whose chain holds locks waits before it looks for a
+    /// deadlock, and then how often; `None`: never.
+    pub(crate) deadlock_check_after: Option<Duration>,
 }
 
 /// One client's connections, scripts, background tasks and id counters.

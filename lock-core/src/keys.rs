@@ -178,6 +178,41 @@ impl fmt::Debug for LockKeys {
     }
 }
 
+/// The lock name inside a lock's key `<ns>:{<name>}`, with its escapes undone (see
+/// [`LockKeys`]), as text for messages; the key itself when it is not of that form.
+pub(crate) fn display_key(key: &[u8]) -> String {
+    let (Some(open), Some(close)) = (
+        key.iter().position(|byte| *byte == b'{'),
+        key.iter().rposition(|byte| *byte == b'}'),
+    ) else {
+        return String::from_utf8_lossy(key).into_owned();
+    };
+    if close <= open {
+        return String::from_utf8_lossy(key).into_owned();
+    }
+    let mut name = Vec::with_capacity(close - open);
+    let mut rest = &key[open + 1..close];
+    while let Some((&byte, tail)) = rest.split_first() {
+        let unescaped = match (byte, tail) {
+            (b'%', [b'2', b'5', ..]) => Some(b'%'),
+            (b'%', [b'7', b'B', ..]) => Some(b'{'),
+            (b'%', [b'7', b'D', ..]) => Some(b'}'),
+            _ => None,
+        };
+        match unescaped {
+            Some(unescaped) => {
+                name.push(unescaped);
+                rest = &tail[2..];
+            }
+            None => {
+                name.push(byte);
+                rest = tail;
+            }
+        }
+    }
+    String::from_utf8_lossy(&name).into_owned()
+}
+
 /// `key` followed by `suffix`, in one allocation.
 fn suffixed(key: &[u8], suffix: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(key.len() + suffix.len());
@@ -215,6 +250,13 @@ mod tests {
         assert_eq!(keys.fence(), b"ns:{order:%7B42%7D}:fence");
         assert_eq!(keys.channel(), b"ns:{order:%7B42%7D}:released");
         assert_eq!(keys.freed(), b"ns:{order:%7B42%7D}:freed");
+    }
+
+    #[test]
+    fn a_key_shows_its_name() {
+        let keys = LockKeys::new("ns", b"order:{42}%").expect("valid name");
+        assert_eq!(display_key(&keys.lock), "order:{42}%");
+        assert_eq!(display_key(b"plain"), "plain");
     }
 
     #[test]

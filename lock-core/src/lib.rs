@@ -31,6 +31,7 @@
 //! | 2 | `order.rs` | the lock-order checker: edges between lock classes, inversions warned or refused; [`LockOrderCheck`] |
 //! | 2 | `lease.rs` | [`MIN_LEASE`], [`MAX_LEASE`], [`MIN_WATCHDOG_LEASE`], clock drift and validity |
 //! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `url.rs` URLs; `tls.rs` TLS (crypto provider, certificates); `dial.rs` the first connection (fail fast on a refusal); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
+//! | 3 | `deadlock.rs` | distributed deadlock detection: wait-for records, the walk, the victim |
 //! | 3 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
 //! | 3 | `subscriber.rs` | waiting: the queues of local waiters, woken by release messages |
 //! | 3 | `batch.rs` | group commit: the releases ready at the same moment, as one run of `release.lua` |
@@ -61,6 +62,7 @@ mod batch;
 mod builder;
 mod client;
 mod context;
+mod deadlock;
 mod detach;
 mod error;
 #[doc(hidden)]

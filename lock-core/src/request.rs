@@ -83,6 +83,41 @@ impl LockRequest {
         }
     }
 
+    /// How long this request waits, while its call chain holds other locks, before
+    /// it looks for a deadlock, and then how often: as
+    /// [`LockClientBuilder::deadlock_check_after`](crate::LockClientBuilder::deadlock_check_after),
+    /// for this request (10 ms or more).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let order = locks.lock("order:42").await?;
+    /// let taken = order
+    ///     .scope(async {
+    ///         locks
+    ///             .lock("inventory:7")
+    ///             .deadlock_check_after(Duration::from_millis(200))
+    ///             .await
+    ///     })
+    ///     .await;
+    /// match taken {
+    ///     Ok(stock) => stock.unlock().await?,
+    ///     // This request broke a deadlock: let go of everything, and try again.
+    ///     Err(distlock::LockError::Deadlock { cycle, .. }) => println!("deadlock: {cycle:?}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// order.unlock().await
+    /// # }
+    /// ```
+    pub fn deadlock_check_after(mut self, after: Duration) -> Self {
+        self.options.deadlock_after = Some(after);
+        self
+    }
+
     /// The class of this lock for the lock-order checker (see
     /// [`LockClientBuilder::lock_order`](crate::LockClientBuilder::lock_order)):
     /// what the name stands for, such as `order:{id}` for `order:42`. Without a

@@ -1,0 +1,341 @@
+//! Distributed deadlock detection (issue 15): call chains waiting in a cycle, each
+//! for a lock the next holds, across tasks, processes and clients: exactly one of
+//! them gets `LockError::Deadlock` soon after the threshold, the others proceed;
+//! no false positive for a long wait behind a holder that waits for nothing; a
+//! victim dropped at random points leaves no wait-for record and no lock. Real
+//! servers and child processes through the testkit.
+
+mod support;
+
+use std::future::IntoFuture;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{LockClient, LockError};
+use distlock_testkit::{ChildProcess, History, RedisServer};
+use rand::{Rng, SeedableRng};
+use tokio::sync::Barrier;
+use tokio::time::Instant;
+
+const THRESHOLD: Duration = Duration::from_millis(200);
+
+async fn client(url: &str) -> LockClient {
+    LockClient::builder()
+        .url(url)
+        .deadlock_check_after(Some(THRESHOLD))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// The wait-for records left on the server.
+fn records(server: &RedisServer) -> Vec<String> {
+    server
+        .cmd(&["KEYS", "*:waits"])
+        .expect("KEYS")
+        .lines()
+        .filter(|key| !key.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Holds `first`, waits at `barrier` for the others, then asks for `second` (a long
+/// wait) inside the hold; gives everything back. The outcome of the second request,
+/// and how long it took.
+async fn hold_then_ask(
+    locks: LockClient,
+    first: String,
+    second: String,
+    barrier: Arc<Barrier>,
+) -> (Result<(), LockError>, Duration) {
+    let outer = locks.lock(&first).await.expect("the first lock");
+    barrier.wait().await;
+    let asked = Instant::now();
+    let inner = outer
+        .scope(
+            locks
+                .lock(&second)
+                .wait(Duration::from_secs(20))
+                .into_future(),
+        )
+        .await;
+    let took = asked.elapsed();
+    let result = match inner {
+        Ok(inner) => inner.unlock().await,
+        Err(err) => Err(err),
+    };
+    outer.unlock().await.expect("release the first lock");
+    (result, took)
+}
+
+/// Two tasks of one process, two chains: A then B, and B then A. One gets
+/// `Deadlock` (naming both locks) soon after the threshold, the other gets its
+/// lock once the victim lets go; no record is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_chains_in_a_cycle_one_breaks_it_and_the_other_proceeds() {
+    let server = support::server();
+    let locks = client(&server.url()).await;
+    let barrier = Arc::new(Barrier::new(2));
+    let one = tokio::spawn(hold_then_ask(
+        locks.clone(),
+        "dl:a".into(),
+        "dl:b".into(),
+        barrier.clone(),
+    ));
+    let two = tokio::spawn(hold_then_ask(
+        locks.clone(),
+        "dl:b".into(),
+        "dl:a".into(),
+        barrier,
+    ));
+    let (one, two) = (one.await.expect("one"), two.await.expect("two"));
+    let outcomes = [&one, &two];
+    let deadlocks: Vec<_> = outcomes
+        .iter()
+        .filter_map(|(result, took)| match result {
+            Err(LockError::Deadlock { cycle, .. }) => Some((cycle.clone(), *took)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deadlocks.len(), 1, "exactly one victim: {one:?} {two:?}");
+    let (cycle, took) = &deadlocks[0];
+    let mut names = cycle.clone();
+    names.sort();
+    assert_eq!(names, ["dl:a", "dl:b"], "{cycle:?}");
+    println!("the deadlock was broken after {took:?}");
+    assert!(
+        *took < THRESHOLD * 4 + Duration::from_millis(500),
+        "broken after {took:?}"
+    );
+    assert_eq!(
+        outcomes.iter().filter(|(result, _)| result.is_ok()).count(),
+        1,
+        "the other proceeds: {one:?} {two:?}"
+    );
+    assert!(
+        support::eventually(Duration::from_secs(2), || records(&server).is_empty()).await,
+        "records left: {:?}",
+        records(&server)
+    );
+}
+
+/// A child process's role: holds `DL_HOLD`, prints `HOLDING`, waits for `GO` on
+/// standard input, asks for `DL_WANT` inside the hold, prints `RESULT deadlock` or
+/// `RESULT acquired` (or `RESULT other <error>`), and gives everything back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a helper process, started by the other tests of this file"]
+async fn deadlock_child() {
+    if !support::is_child() {
+        return;
+    }
+    let env = |key: &str| std::env::var(key).unwrap_or_else(|_| panic!("{key} is set"));
+    let locks = client(&env("DISTLOCK_URL")).await;
+    let outer = locks.lock(env("DL_HOLD")).await.expect("the first lock");
+    println!("HOLDING");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("GO");
+    let inner = outer
+        .scope(
+            locks
+                .lock(env("DL_WANT"))
+                .wait(Duration::from_secs(30))
+                .into_future(),
+        )
+        .await;
+    match inner {
+        Ok(inner) => {
+            println!("RESULT acquired");
+            inner.unlock().await.expect("unlock");
+        }
+        Err(LockError::Deadlock { cycle, .. }) => println!("RESULT deadlock {}", cycle.join(",")),
+        Err(err) => println!("RESULT other {err}"),
+    }
+    outer.unlock().await.expect("unlock");
+    println!("DONE");
+}
+
+/// Runs one child per (held, wanted) pair, lets them ask at once, and returns their
+/// results.
+fn cycle_of_processes(server: &RedisServer, pairs: &[(&str, &str)]) -> Vec<String> {
+    let mut children: Vec<ChildProcess> = pairs
+        .iter()
+        .map(|(hold, want)| {
+            let mut child = support::spawn_child_with_stdin(
+                "deadlock_child",
+                &[
+                    ("DISTLOCK_URL", server.url()),
+                    ("DL_HOLD", (*hold).into()),
+                    ("DL_WANT", (*want).into()),
+                ],
+            );
+            support::read_until(
+                &mut child,
+                "HOLDING",
+                &History::new(),
+                Duration::from_secs(30),
+            );
+            child
+        })
+        .collect();
+    for child in &mut children {
+        let stdin = child.stdin().expect("stdin");
+        writeln!(stdin, "GO").expect("GO");
+        stdin.flush().expect("flush");
+    }
+    children
+        .iter_mut()
+        .map(|child| {
+            let line =
+                support::read_until(child, "RESULT", &History::new(), Duration::from_secs(60));
+            support::read_until(child, "DONE", &History::new(), Duration::from_secs(60));
+            line
+        })
+        .collect()
+}
+
+/// Two processes: A then B, and B then A: exactly one gets `Deadlock`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_of_two_processes_is_broken_by_one() {
+    let server = support::server();
+    let results = cycle_of_processes(&server, &[("p2:a", "p2:b"), ("p2:b", "p2:a")]);
+    println!("{results:?}");
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| r.starts_with("RESULT deadlock"))
+            .count(),
+        1,
+        "{results:?}"
+    );
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| r.starts_with("RESULT acquired"))
+            .count(),
+        1,
+        "{results:?}"
+    );
+    assert!(
+        records(&server).is_empty(),
+        "records left: {:?}",
+        records(&server)
+    );
+}
+
+/// Three processes: A then B, B then C, C then A: exactly one gets `Deadlock`,
+/// naming all three locks, and the other two proceed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_of_three_processes_is_broken_by_one() {
+    let server = support::server();
+    let results = cycle_of_processes(
+        &server,
+        &[("p3:a", "p3:b"), ("p3:b", "p3:c"), ("p3:c", "p3:a")],
+    );
+    println!("{results:?}");
+    let victims: Vec<&String> = results
+        .iter()
+        .filter(|r| r.starts_with("RESULT deadlock"))
+        .collect();
+    assert_eq!(victims.len(), 1, "{results:?}");
+    for name in ["p3:a", "p3:b", "p3:c"] {
+        assert!(
+            victims[0].contains(name),
+            "{} does not name {name}",
+            victims[0]
+        );
+    }
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| r.starts_with("RESULT acquired"))
+            .count(),
+        2,
+        "{results:?}"
+    );
+}
+
+/// A chain that holds a lock and waits a long time for one whose holder waits for
+/// nothing is not in a deadlock: it gets the lock when the holder lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_wait_behind_a_holder_that_waits_for_nothing_is_no_deadlock() {
+    let server = support::server();
+    let locks = client(&server.url()).await;
+    let other = client(&server.url()).await;
+    let slow = other.lock("slow:y").await.expect("lock");
+    let outer = locks.lock("slow:x").await.expect("lock");
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(THRESHOLD * 6).await;
+        slow.unlock().await.expect("unlock");
+    });
+    let inner = outer
+        .scope(
+            locks
+                .lock("slow:y")
+                .wait(Duration::from_secs(10))
+                .into_future(),
+        )
+        .await
+        .expect("the lock, with no deadlock reported");
+    release.await.expect("release");
+    inner.unlock().await.expect("unlock");
+    outer.unlock().await.expect("unlock");
+    assert!(
+        support::eventually(Duration::from_secs(2), || records(&server).is_empty()).await,
+        "records left: {:?}",
+        records(&server)
+    );
+}
+
+/// Cycles whose second requests are dropped at random points (before, during and
+/// after the threshold): whatever happens, no record and no lock is left, and no
+/// request waits its whole wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_dropped_at_random_points_leave_no_record_and_no_lock() {
+    let server = support::server();
+    let locks = client(&server.url()).await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(rand::rng().random());
+    for round in 0..6 {
+        let (a, b) = (format!("drop:{round}:a"), format!("drop:{round}:b"));
+        let barrier = Arc::new(Barrier::new(2));
+        let cut = Duration::from_millis(rng.random_range(0..=THRESHOLD.as_millis() as u64 * 3));
+        let one = tokio::spawn(hold_then_ask(
+            locks.clone(),
+            a.clone(),
+            b.clone(),
+            barrier.clone(),
+        ));
+        let two = tokio::spawn({
+            let (locks, a, b) = (locks.clone(), a.clone(), b.clone());
+            async move {
+                let outer = locks.lock(&b).await.expect("lock");
+                barrier.wait().await;
+                let request =
+                    outer.scope(locks.lock(&a).wait(Duration::from_secs(20)).into_future());
+                let _ = tokio::time::timeout(cut, request).await;
+                outer.unlock().await.expect("unlock");
+            }
+        });
+        let (result, took) = one.await.expect("one");
+        two.await.expect("two");
+        assert!(
+            took < Duration::from_secs(5),
+            "round {round}: waited {took:?} ({result:?})"
+        );
+        for name in [&a, &b] {
+            assert!(
+                support::eventually(Duration::from_secs(2), || !support::held(
+                    &server,
+                    &support::lock_key(name)
+                ))
+                .await,
+                "round {round}: {name} left held"
+            );
+        }
+    }
+    assert!(
+        support::eventually(Duration::from_secs(2), || records(&server).is_empty()).await,
+        "records left: {:?}",
+        records(&server)
+    );
+}
