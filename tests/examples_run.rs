@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use distlock_testkit::{RedisCluster, RedisServer, SentinelGroup};
 
 /// Every example; each has a test of its own below.
-const EXAMPLES: [&str; 4] = ["demo", "order_flow", "fencing", "guard_api"];
+const EXAMPLES: [&str; 5] = ["demo", "order_flow", "fencing", "guard_api", "deadlock"];
 
 /// How long an example may run before it counts as hung.
 const TIME_LIMIT: Duration = Duration::from_secs(120);
@@ -45,6 +45,16 @@ fn fencing_refuses_the_stale_write() {
 #[test]
 fn guard_api_runs() {
     run_example("guard_api");
+}
+
+/// The refund that takes the locks the other way round: the checker warns of the
+/// inversion, detection breaks the deadlock, the retried call completes and the
+/// stock adds up.
+#[test]
+fn deadlock_is_warned_of_broken_and_its_check_passes() {
+    let output = run_example("deadlock");
+    assert!(output.contains("deadlock broken after"), "{output}");
+    assert!(output.contains("consistency check passed"), "{output}");
 }
 
 /// The examples read `REDIS_CLUSTER_URLS` too: the order flow on a Redis Cluster,

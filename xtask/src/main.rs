@@ -40,7 +40,8 @@ COMMANDS:
                       stale fenced writes, faults caught, bad inputs, leaks, wall time).
     demo [EXAMPLE...] Run examples against throwaway redis-servers (REDIS_URL points
                       at a fresh server for each). Default: `order_flow`, the order and
-                      inventory service; also `demo`, `guard_api`, `fencing`, or `all`.
+                      inventory service; also `demo`, `guard_api`, `fencing`, `deadlock`,
+                      or `all`.
     bench [ARGS...]   Run the benchmarks of issues 6 and 13 (package `distlock-bench`,
                       built in release with the rslock peer): start a throwaway
                       redis-server and a local Redis Cluster, measure the physical
@@ -261,7 +262,7 @@ fn bench(extra: &[OsString]) -> Result<()> {
 }
 
 /// The examples `cargo xtask demo all` runs, in this order.
-const EXAMPLES: [&str; 4] = ["order_flow", "demo", "guard_api", "fencing"];
+const EXAMPLES: [&str; 5] = ["order_flow", "demo", "guard_api", "fencing", "deadlock"];
 
 /// `cargo xtask demo [EXAMPLE...]`: each example against a throwaway server of its own.
 fn demo(names: &[OsString]) -> Result<()> {
