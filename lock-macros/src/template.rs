@@ -121,8 +121,14 @@ impl Template {
     /// An expression for the key: a `&'static str` when the template has no
     /// placeholder, else a `String` formatted once through `format_key`, a function
     /// taking `fmt::Arguments`.
+    ///
+    /// Its tokens are located at the template, so that errors point there, but
+    /// resolved at the macro's call site: rustc then knows they come from an
+    /// expansion, and makes no suggestion that would rewrite the template as if it
+    /// were the code (`key = id` for a misspelt field), nor points inside it as if
+    /// the format string were the template's text.
     pub(crate) fn to_expr(&self, format_key: &TokenStream) -> TokenStream {
-        let span = self.lit.span();
+        let span = Span::call_site().located_at(self.lit.span());
         let mut format = String::new();
         let mut args = Vec::new();
         for piece in &self.pieces {
