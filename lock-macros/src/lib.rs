@@ -130,10 +130,12 @@ use proc_macro::TokenStream;
 /// ```
 ///
 /// Values are formatted with `Display`, or with the format spec after `:` (`{id:08}`,
-/// `{id:?}`, `{id:>6}`). A name that is not an argument is a compile error listing
-/// the arguments; method calls and other expressions are not allowed (compute the
-/// value into an argument). Lock names are bytes, 1 to `distlock::MAX_NAME_LEN` long;
-/// a longer name is a `LockError::InvalidName` at run time.
+/// `{id:?}`, `{id:>6}`; the specs of `format!`, without `$` or `.*`, checked at compile
+/// time). A name that is not an argument is a compile error listing the arguments;
+/// a field that does not exist is rustc's error, on the template; method calls and
+/// other expressions are not allowed (compute the value into an argument). Lock names
+/// are bytes, 1 to `distlock::MAX_NAME_LEN` long; a longer name is a
+/// `LockError::InvalidName` at run time.
 ///
 /// ## `keys = ["…", "…"]`
 ///
