@@ -498,5 +498,5 @@ pub fn global() -> Result<LockClient, LockError> {
         .read()
         .unwrap_or_else(PoisonError::into_inner)
         .clone()
-        .ok_or(LockError::NoGlobalClient)
+        .ok_or(LockError::NoGlobalClient { function: None })
 }

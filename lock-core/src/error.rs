@@ -68,13 +68,21 @@ pub enum LockError {
     /// The lock name cannot be used; nothing was sent to Redis.
     ///
     /// Its message: `invalid lock name: ` and the reason, which says what to use
-    /// instead, such as ``the name is empty; give each resource a non-empty name such
-    /// as `order:42` ``.
-    #[error("invalid lock name: {reason}")]
+    /// instead, such as ``invalid lock name: the name is empty; give each resource a
+    /// non-empty name such as `order:42` ``. From a `#[distributed_lock]` function,
+    /// whose key template made the name, the message starts with that function:
+    /// `` `shop::checkout`: invalid lock name: the name is empty; ... ``.
+    #[error(
+        "{function}invalid lock name: {reason}",
+        function = .function.map_or_else(String::new, |function| format!("`{function}`: "))
+    )]
     #[non_exhaustive]
     InvalidName {
         /// Why the name was refused, and what to use instead.
         reason: String,
+        /// The `#[distributed_lock]` function whose key was refused, as
+        /// `module::path::name`; `None` for a name given to the client directly.
+        function: Option<&'static str>,
     },
     /// An option is out of its range; nothing was sent to Redis.
     ///
@@ -147,12 +155,21 @@ pub enum LockError {
     ///
     /// Its message: ``no global lock client is installed: call
     /// `LockClient::builder().url(..).connect().await?.install_global()` at startup, or
-    /// pass a client explicitly``.
+    /// pass a client explicitly``. From a `#[distributed_lock]` function without
+    /// `client = ..`, the message starts with that function: `` `shop::checkout`: no
+    /// global lock client is installed: ... ``.
     #[error(
-        "no global lock client is installed: call `LockClient::builder().url(..).connect().await?\
-         .install_global()` at startup, or pass a client explicitly"
+        "{function}no global lock client is installed: call \
+         `LockClient::builder().url(..).connect().await?.install_global()` at startup, or pass \
+         a client explicitly",
+        function = .function.map_or_else(String::new, |function| format!("`{function}`: "))
     )]
-    NoGlobalClient,
+    #[non_exhaustive]
+    NoGlobalClient {
+        /// The `#[distributed_lock]` function that asked for the global client, as
+        /// `module::path::name`; `None` for a call of [`global`](crate::global).
+        function: Option<&'static str>,
+    },
     /// The Redis server cannot run distlock.
     ///
     /// Its message: `unsupported Redis server: ` and what is missing, such as a server
@@ -422,7 +439,7 @@ impl LockError {
 
     /// Whether no global client was installed.
     pub fn is_no_global_client(&self) -> bool {
-        matches!(self, Self::NoGlobalClient)
+        matches!(self, Self::NoGlobalClient { .. })
     }
 
     /// Whether Redis refused permission for a command, key or channel.
@@ -542,10 +559,38 @@ mod tests {
                  released; check the replicas' health and lag, or lower `replicas(..)`",
             ),
             (
-                LockError::NoGlobalClient,
+                LockError::NoGlobalClient { function: None },
                 "no global lock client is installed: call \
                  `LockClient::builder().url(..).connect().await?.install_global()` at startup, \
                  or pass a client explicitly",
+            ),
+            (
+                LockError::NoGlobalClient {
+                    function: Some("shop::checkout"),
+                },
+                "`shop::checkout`: no global lock client is installed: call \
+                 `LockClient::builder().url(..).connect().await?.install_global()` at startup, \
+                 or pass a client explicitly",
+            ),
+            (
+                LockError::InvalidName {
+                    reason: "the name is empty; give each resource a non-empty name such as \
+                             `order:42`"
+                        .into(),
+                    function: None,
+                },
+                "invalid lock name: the name is empty; give each resource a non-empty name \
+                 such as `order:42`",
+            ),
+            (
+                LockError::InvalidName {
+                    reason: "the name is empty; give each resource a non-empty name such as \
+                             `order:42`"
+                        .into(),
+                    function: Some("shop::checkout"),
+                },
+                "`shop::checkout`: invalid lock name: the name is empty; give each resource a \
+                 non-empty name such as `order:42`",
             ),
         ];
         for (error, message) in cases {
@@ -569,7 +614,7 @@ mod tests {
         }
         .may_pass());
         assert!(LockError::Redis(lost).may_pass());
-        assert!(!LockError::NoGlobalClient.may_pass());
+        assert!(!LockError::NoGlobalClient { function: None }.may_pass());
     }
 
     #[test]

@@ -34,6 +34,7 @@ impl LockKeys {
             return Err(LockError::InvalidName {
                 reason: "the name is empty; give each resource a non-empty name such as `order:42`"
                     .into(),
+                function: None,
             });
         }
         if name.len() > MAX_NAME_LEN {
@@ -43,6 +44,7 @@ impl LockKeys {
                      name, such as an id or a hash of the resource",
                     name.len()
                 ),
+                function: None,
             });
         }
         let mut lock = Vec::with_capacity(namespace.len() + name.len() + 4);

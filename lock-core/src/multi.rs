@@ -55,6 +55,7 @@ pub(crate) fn canonical(mut keys: Vec<Arc<LockKeys>>) -> Result<Vec<Arc<LockKeys
             reason: "lock_all was given no names; give it every name to take together, such \
                      as the SKUs of a cart"
                 .into(),
+            function: None,
         });
     }
     if keys.len() > MAX_LOCK_ALL {
@@ -64,6 +65,7 @@ pub(crate) fn canonical(mut keys: Vec<Arc<LockKeys>>) -> Result<Vec<Arc<LockKeys
                  coarser resource (the cart, the warehouse) instead of every item",
                 keys.len()
             ),
+            function: None,
         });
     }
     Ok(keys)

@@ -78,7 +78,7 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
         OnLost::Finish => quote!(run_finish),
         OnLost::Abort => quote!(run_abort),
     };
-    let name = function.sig.ident.to_string();
+    let name = function.sig.ident.unraw().to_string();
     let function_name = quote!(::core::concat!(::core::module_path!(), "::", #name));
 
     // Spanned on the return type: a type that is not a `Result` of an error that a

@@ -134,8 +134,9 @@ use proc_macro::TokenStream;
 /// time). A name that is not an argument is a compile error listing the arguments;
 /// a field that does not exist is rustc's error, on the template; method calls and
 /// other expressions are not allowed (compute the value into an argument). Lock names
-/// are bytes, 1 to `distlock::MAX_NAME_LEN` long; a longer name is a
-/// `LockError::InvalidName` at run time.
+/// are bytes, 1 to `distlock::MAX_NAME_LEN` long; an empty or longer name is a
+/// `LockError::InvalidName` at run time, whose `function` field and message name the
+/// function (`` `shop::checkout`: invalid lock name: ... ``).
 ///
 /// ## `keys = ["…", "…"]`
 ///
@@ -213,7 +214,9 @@ use proc_macro::TokenStream;
 ///
 /// Without `client`, the call uses the client installed with
 /// `LockClient::install_global`. If none was installed, it returns
-/// `LockError::NoGlobalClient` (converted into your error type): it never panics.
+/// `LockError::NoGlobalClient` (converted into your error type), whose `function`
+/// field and message name the function (`` `shop::checkout`: no global lock client is
+/// installed: ... ``): it never panics.
 ///
 /// ## `fencing`
 ///
