@@ -75,7 +75,42 @@ async fn global_client_missing_then_installed() {
     );
 
     let server = support::server();
-    support::client(&server).await.install_global();
+    let installed = support::client(&server)
+        .await
+        .install_global()
+        .expect("the first client is installed");
+    // Installing it again, or a clone, changes nothing.
+    installed
+        .clone()
+        .install_global()
+        .expect("the installed client again");
+    // Another client is refused, with what to do, and comes back usable; the first
+    // stays installed.
+    let other = support::builder(&server)
+        .namespace("other")
+        .connect()
+        .await
+        .expect("connect");
+    let refused = other.install_global().expect_err("a second client");
+    assert!(
+        refused
+            .to_string()
+            .starts_with("a global lock client is installed already, and stays"),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("`client = ..`"), "{refused}");
+    let other = refused.into_client();
+    assert_eq!(other.namespace(), "other");
+    let guard = other
+        .lock("global:other")
+        .await
+        .expect("the refused client works");
+    guard.unlock().await.expect("unlock");
+    assert_eq!(
+        distlock::global().expect("installed").namespace(),
+        installed.namespace()
+    );
+
     assert_eq!(with_global(1, &mut ran).await.expect("locked"), "global:1");
     assert!(ran);
     assert_eq!(support::redis_count(&server, "global:1"), 0);

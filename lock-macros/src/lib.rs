@@ -52,15 +52,20 @@ use proc_macro::TokenStream;
 ///     Ok(Receipt)
 /// }
 ///
-/// # async fn start() -> Result<(), AppError> {
-/// // Once, at startup: the client that annotated functions use by default.
+/// # async fn start() -> Result<(), Box<dyn std::error::Error>> {
+/// // Once, at startup: the client that annotated functions use by default (another
+/// // client installed later is refused, with `distlock::InstallGlobalError`).
 /// LockClient::builder()
 ///     .url("redis://127.0.0.1:6379")
 ///     .connect()
 ///     .await?
-///     .install_global();
+///     .install_global()?;
 ///
-/// let receipt = place_order(&Order { id: 42 }, 1).await?;
+/// match place_order(&Order { id: 42 }, 1).await {
+///     Ok(Receipt) => println!("placed"),
+///     Err(AppError::OutOfStock) => println!("out of stock"),
+///     Err(AppError::Lock(error)) => return Err(error.into()),
+/// }
 /// # Ok(()) }
 /// # fn main() {}
 /// ```
@@ -213,7 +218,7 @@ use proc_macro::TokenStream;
 /// ```
 ///
 /// Without `client`, the call uses the client installed with
-/// `LockClient::install_global`. If none was installed, it returns
+/// `LockClient::install_global` (once per process: another client is refused). If none was installed, it returns
 /// `LockError::NoGlobalClient` (converted into your error type), whose `function`
 /// field and message name the function (`` `shop::checkout`: no global lock client is
 /// installed: ... ``): it never panics.
