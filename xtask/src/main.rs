@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::{Command, ExitCode};
 
 mod command;
+mod compose;
 mod install;
 mod reliability;
 mod servers;
