@@ -396,6 +396,21 @@ impl LockError {
     }
 
     /// Whether the wait for the lock ran out.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// match locks.lock("report:daily").wait(Duration::from_secs(1)).await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     Err(err) if err.is_timeout() => println!("another process is writing the report"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Timeout { .. })
     }
@@ -405,6 +420,22 @@ impl LockError {
     /// [`QuorumNotReached`](Self::QuorumNotReached) where enough nodes answered for
     /// a majority but some named another owner (the lock held elsewhere, or a vote
     /// split between contenders). Contention, not an outage.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// // The same on one server (a timeout) and on Redlock (a quorum held elsewhere).
+    /// match locks.lock("job:reindex").wait(Duration::ZERO).await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     Err(err) if err.is_busy() => println!("skipped: {err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_busy(&self) -> bool {
         match self {
             Self::Timeout { .. } => true,
@@ -418,37 +449,131 @@ impl LockError {
     }
 
     /// Whether the lock was lost while it was believed held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let guard = locks.lock("ledger:7").await?;
+    /// // ... work ...
+    /// match guard.unlock().await {
+    ///     Ok(()) => {}
+    ///     // Another owner may have held the lock meanwhile: check the work.
+    ///     Err(err) if err.is_lost() => eprintln!("{err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_lost(&self) -> bool {
         matches!(self, Self::Lost { .. })
     }
 
     /// Whether the input was refused before anything reached Redis (name or option).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) {
+    /// let err = locks.lock("").await.expect_err("an empty name");
+    /// assert!(err.is_invalid_input()); // nothing was sent to Redis
+    /// # }
+    /// ```
     pub fn is_invalid_input(&self) -> bool {
         matches!(self, Self::InvalidName { .. } | Self::InvalidOption { .. })
     }
 
     /// Whether a Redis key of the lock holds a value of another type.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// match locks.lock("cache:users").await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     // Another program stores a hash under the lock's key: use another namespace.
+    ///     Err(err) if err.is_key_conflict() => eprintln!("{err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_key_conflict(&self) -> bool {
         matches!(self, Self::KeyConflict { .. })
     }
 
     /// Whether too few nodes granted the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// // On Redlock: a majority of the masters did not grant the lock.
+    /// match locks.lock("order:42").await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     Err(err) if err.is_quorum_not_reached() && !err.is_busy() => {
+    ///         eprintln!("too few masters reachable: {err}");
+    ///     }
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_quorum_not_reached(&self) -> bool {
         matches!(self, Self::QuorumNotReached { .. })
     }
 
     /// Whether no global client was installed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// match distlock::global() {
+    ///     Ok(locks) => drop(locks),
+    ///     Err(err) => assert!(err.is_no_global_client()), // `install_global` was not called
+    /// }
+    /// ```
     pub fn is_no_global_client(&self) -> bool {
         matches!(self, Self::NoGlobalClient { .. })
     }
 
     /// Whether Redis refused permission for a command, key or channel.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// match locks.lock("order:42").await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     // The ACL user lacks a rule: see the README's ACL section.
+    ///     Err(err) if err.is_permission_denied() => eprintln!("{err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_permission_denied(&self) -> bool {
         matches!(self, Self::PermissionDenied { .. })
     }
 
     /// Whether the error came from Redis or the connection to it (including
     /// [`Connect`](Self::Connect)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// match locks.lock("order:42").await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     // Redis failed or was out of reach: retry later, or report an outage.
+    ///     Err(err) if err.is_redis() => eprintln!("Redis trouble: {err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_redis(&self) -> bool {
         matches!(self, Self::Redis(_) | Self::Connect { .. })
     }
