@@ -169,7 +169,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .deadlock_check_after(Some(Duration::from_millis(300)))
         .connect()
         .await?
-        .install_global();
+        .install_global()?;
     let shop = Arc::new(Shop {
         redis: target.data().await?,
         started: Instant::now(),

@@ -386,7 +386,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .namespace("distlock-example")
         .connect()
         .await?
-        .install_global();
+        .install_global()?;
     let redis = target.data().await?;
     let shop = Arc::new(Shop {
         redis,

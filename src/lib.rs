@@ -123,16 +123,17 @@
 //! }
 //!
 //! #[tokio::main]
-//! async fn main() -> Result<(), LockError> {
-//!     // Once, at startup.
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // Once, at startup (a second client would be refused: `InstallGlobalError`).
 //!     LockClient::builder()
 //!         .url("redis://127.0.0.1:6379")
 //!         .connect()
 //!         .await?
-//!         .install_global();
+//!         .install_global()?;
 //!
 //!     let order = Order { id: 42, skus: vec!["apple".into(), "bread".into()] };
-//!     place_order(&order).await
+//!     place_order(&order).await?;
+//!     Ok(())
 //! }
 //! ```
 //!
@@ -175,10 +176,11 @@
 //!
 //! # Errors
 //!
-//! Every fallible operation returns [`LockError`]. Its messages say what happened and
-//! what to do; match on the variants, or use the `is_*` predicates such as
-//! [`LockError::is_busy`] (held by another owner, on any backend) and
-//! [`LockError::is_lost`].
+//! Every fallible operation on locks returns [`LockError`]. Its messages say what
+//! happened and what to do; match on the variants, or use the `is_*` predicates such
+//! as [`LockError::is_busy`] (held by another owner, on any backend) and
+//! [`LockError::is_lost`]. The one other error is [`InstallGlobalError`]:
+//! [`LockClient::install_global`] installs one client, once, and refuses another.
 //!
 //! # Feature flags
 //!
@@ -212,9 +214,9 @@
 struct ReadmeDoctests;
 
 pub use distlock_core::{
-    current_lock, global, HeldLock, HoldMode, Holder, LockAllRequest, LockClient,
-    LockClientBuilder, LockContext, LockError, LockFuture, LockGuard, LockInfo, LockKind,
-    LockOrderCheck, LockRequest, MultiLockGuard, Semaphore, TryLockRequest, MAX_LEASE,
+    current_lock, global, HeldLock, HoldMode, Holder, InstallGlobalError, LockAllRequest,
+    LockClient, LockClientBuilder, LockContext, LockError, LockFuture, LockGuard, LockInfo,
+    LockKind, LockOrderCheck, LockRequest, MultiLockGuard, Semaphore, TryLockRequest, MAX_LEASE,
     MAX_LOCK_ALL, MAX_NAMESPACE_LEN, MAX_NAME_LEN, MAX_PERMITS, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 

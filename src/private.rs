@@ -227,6 +227,21 @@ where
     request?.await
 }
 
+/// `error`, naming `function` when the attribute is the cause: no global client
+/// installed, or a lock name made from the key template that cannot be used.
+fn in_function(mut error: LockError, function: &'static str) -> LockError {
+    match &mut error {
+        LockError::NoGlobalClient {
+            function: named, ..
+        }
+        | LockError::InvalidName {
+            function: named, ..
+        } => *named = Some(function),
+        _ => {}
+    }
+    error
+}
+
 /// `on_lost = "finish"`: runs `body` in the lock scope, releases the lock, and
 /// returns the body's output, with a warning when the lock was lost meanwhile.
 pub async fn run_finish<Q, G, F, R>(
@@ -242,7 +257,7 @@ where
 {
     let guard = match acquire(request).await {
         Ok(guard) => guard,
-        Err(error) => return lock_error(error),
+        Err(error) => return lock_error(in_function(error, function)),
     };
     let output = guard.run_in(body).await;
     let label = guard.label();
@@ -267,7 +282,7 @@ where
 {
     let guard = match acquire(request).await {
         Ok(guard) => guard,
-        Err(error) => return lock_error(error),
+        Err(error) => return lock_error(in_function(error, function)),
     };
     let output = {
         let mut body = pin!(guard.run_in(body));

@@ -234,6 +234,18 @@ impl LockClientBuilder {
     /// (see the README's TLS paragraph).
     ///
     /// See the [one-server example](Self#one-server).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClient;
+    ///
+    /// // The user `app` with its password, database 2; `rediss://` for TLS.
+    /// let builder = LockClient::builder().url("redis://app:s3cret@10.0.0.5:6379/2");
+    /// // ... then `builder.connect().await?`
+    /// # let _ = builder;
+    /// ```
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.target = Some(Target::Single(url.into()));
         self
@@ -248,6 +260,17 @@ impl LockClientBuilder {
     /// lock loses it (the holder is told at its next renewal).
     ///
     /// See the [Redis Cluster example](Self#redis-cluster).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClient;
+    ///
+    /// // Two of the nodes are enough: the others are found through them.
+    /// let builder = LockClient::builder().cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]);
+    /// # let _ = builder;
+    /// ```
     pub fn cluster<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -317,6 +340,19 @@ impl LockClientBuilder {
     /// logs. Must not be empty; only with [`sentinel`](Self::sentinel).
     ///
     /// See the example of [`sentinel`](Self::sentinel).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClient;
+    ///
+    /// let builder = LockClient::builder()
+    ///     .sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"], "locks")
+    ///     // The `requirepass` of the master and of every replica.
+    ///     .sentinel_node_password("s3cret");
+    /// # let _ = builder;
+    /// ```
     pub fn sentinel_node_password(mut self, password: impl Into<String>) -> Self {
         self.sentinel_node.auth = Some(NodeAuth {
             username: None,
@@ -335,6 +371,19 @@ impl LockClientBuilder {
     /// or in logs. Neither may be empty; only with [`sentinel`](Self::sentinel).
     ///
     /// See the [Sentinel example](Self#sentinel).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClient;
+    ///
+    /// let builder = LockClient::builder()
+    ///     .sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"], "locks")
+    ///     // An ACL user with distlock's rules on every data node.
+    ///     .sentinel_node_auth("locker", "s3cret");
+    /// # let _ = builder;
+    /// ```
     pub fn sentinel_node_auth(
         mut self,
         username: impl Into<String>,
@@ -356,6 +405,20 @@ impl LockClientBuilder {
     /// their URLs.
     ///
     /// See the [TLS example](Self#tls).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClient;
+    ///
+    /// let builder = LockClient::builder()
+    ///     // TLS to the Sentinels: their `rediss://` URLs.
+    ///     .sentinel(["rediss://10.0.0.1:26380", "rediss://10.0.0.2:26380"], "locks")
+    ///     // TLS to the master they name.
+    ///     .sentinel_node_tls(true);
+    /// # let _ = builder;
+    /// ```
     pub fn sentinel_node_tls(mut self, tls: bool) -> Self {
         self.sentinel_node.tls = tls;
         self
@@ -366,6 +429,18 @@ impl LockClientBuilder {
     /// [`sentinel`](Self::sentinel).
     ///
     /// See the [Sentinel example](Self#sentinel).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClient;
+    ///
+    /// let builder = LockClient::builder()
+    ///     .sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"], "locks")
+    ///     .sentinel_node_db(2); // the locks live in database 2 of the master
+    /// # let _ = builder;
+    /// ```
     pub fn sentinel_node_db(mut self, db: u32) -> Self {
         self.sentinel_node.db = db;
         self
@@ -455,6 +530,21 @@ impl LockClientBuilder {
     /// order.
     ///
     /// See the [Redlock example](Self#redlock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClient;
+    ///
+    /// // Three independent masters: a lock needs two of them.
+    /// let builder = LockClient::builder().redlock([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://10.0.0.3:6379",
+    /// ]);
+    /// # let _ = builder;
+    /// ```
     pub fn redlock<I, S>(mut self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -468,6 +558,20 @@ impl LockClientBuilder {
     /// not granting it. Default: 50 ms; keep it far below the lease.
     ///
     /// See the [Redlock example](Self#redlock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use std::time::Duration;
+    /// use distlock::LockClient;
+    ///
+    /// let builder = LockClient::builder()
+    ///     .redlock(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])
+    ///     // Nodes in one data centre answer fast: do not wait long for a slow one.
+    ///     .redlock_node_timeout(Duration::from_millis(20));
+    /// # let _ = builder;
+    /// ```
     pub fn redlock_node_timeout(mut self, timeout: Duration) -> Self {
         self.redlock_node_timeout = timeout;
         self
@@ -477,6 +581,18 @@ impl LockClientBuilder {
     /// Default: `distlock`. 1 to 128 bytes, without `{` or `}`.
     ///
     /// See the [one-server example](Self#one-server).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClient;
+    ///
+    /// // The keys of lock `order:42` are `shop:{order:42}` and its kin; every service that
+    /// // shares these locks uses the same namespace.
+    /// let builder = LockClient::builder().url("redis://127.0.0.1:6379").namespace("shop");
+    /// # let _ = builder;
+    /// ```
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = namespace.into();
         self
@@ -486,6 +602,20 @@ impl LockClientBuilder {
     /// otherwise with `.wait(..)`. Default: 10 s. Zero fails fast.
     ///
     /// See the [one-server example](Self#one-server).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use std::time::Duration;
+    /// use distlock::LockClient;
+    ///
+    /// // A busy lock fails after 2 s unless the request says `.wait(..)`.
+    /// let builder = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .default_wait(Duration::from_secs(2));
+    /// # let _ = builder;
+    /// ```
     pub fn default_wait(mut self, wait: Duration) -> Self {
         self.default_wait = wait;
         self
@@ -496,6 +626,20 @@ impl LockClientBuilder {
     /// of it. Default: 30 s; from [`MIN_WATCHDOG_LEASE`] to [`MAX_LEASE`].
     ///
     /// See the [one-server example](Self#one-server).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use std::time::Duration;
+    /// use distlock::LockClient;
+    ///
+    /// // A crashed holder's locks free themselves after 10 s; renewed every ~3.3 s.
+    /// let builder = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .default_lease(Duration::from_secs(10));
+    /// # let _ = builder;
+    /// ```
     pub fn default_lease(mut self, lease: Duration) -> Self {
         self.default_lease = lease;
         self
@@ -506,6 +650,17 @@ impl LockClientBuilder {
     /// small counter key in Redis forever, so that tokens never repeat.
     ///
     /// Not available on Redlock. See the [one-server example](Self#one-server).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClient;
+    ///
+    /// // Every lock of this client carries a fencing token (`HeldLock::fencing_token`).
+    /// let builder = LockClient::builder().url("redis://127.0.0.1:6379").fencing(true);
+    /// # let _ = builder;
+    /// ```
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.fencing = fencing;
         self
@@ -515,6 +670,19 @@ impl LockClientBuilder {
     /// Default: 5 s.
     ///
     /// See the [one-server example](Self#one-server).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use std::time::Duration;
+    /// use distlock::LockClient;
+    ///
+    /// let builder = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .connect_timeout(Duration::from_secs(1)); // fail fast at start-up
+    /// # let _ = builder;
+    /// ```
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -524,6 +692,20 @@ impl LockClientBuilder {
     /// Keep it well below a third of the lease.
     ///
     /// See the [one-server example](Self#one-server).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use std::time::Duration;
+    /// use distlock::LockClient;
+    ///
+    /// // A 30 s lease is renewed every 10 s: 200 ms per request leaves room for retries.
+    /// let builder = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .response_timeout(Duration::from_millis(200));
+    /// # let _ = builder;
+    /// ```
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -539,6 +721,20 @@ impl LockClientBuilder {
     /// at least 1 ms and below the [`response_timeout`](Self::response_timeout).
     ///
     /// See the [Sentinel example](Self#sentinel).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use std::time::Duration;
+    /// use distlock::LockClient;
+    ///
+    /// // Every new lock waits until one replica has it, for up to 100 ms.
+    /// let builder = LockClient::builder()
+    ///     .sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"], "locks")
+    ///     .replicas(1, Duration::from_millis(100));
+    /// # let _ = builder;
+    /// ```
     pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = Some((replicas, timeout));
         self

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::backend::redlock::{self, ForceVote, InspectVote};
@@ -15,7 +15,8 @@ use crate::multi::canonical;
 use crate::request::{LockAllRequest, LockRequest, Semaphore, TryLockRequest};
 use crate::scripts::{unexpected_reply, ForceReleaseReply, InspectReply, LockView, ViewKind};
 
-static GLOBAL: RwLock<Option<LockClient>> = RwLock::new(None);
+/// The client that [`global`] returns: set once, by [`LockClient::install_global`].
+static GLOBAL: OnceLock<LockClient> = OnceLock::new();
 
 /// A connection to Redis that takes, re-enters, waits for and releases locks.
 ///
@@ -211,13 +212,25 @@ impl LockClient {
     }
 
     /// Makes this client the one [`global`] returns (and that `#[distributed_lock]` uses
-    /// without `client = ..`), replacing any installed before. Returns the client.
+    /// without `client = ..`), for the rest of the process. Returns the client.
+    ///
+    /// One client is installed, once: a later install of another client is refused
+    /// and the first one stays, since a second client with other settings (another
+    /// URL, namespace or lease) would silently change what every annotated function
+    /// locks. Installing the installed client again, or a clone of it, changes nothing
+    /// and succeeds. Any other client is passed explicitly: `client = ..` on
+    /// `#[distributed_lock]`, or its own methods.
+    ///
+    /// # Errors
+    ///
+    /// [`InstallGlobalError`] when another client is installed already; it gives this
+    /// client back ([`InstallGlobalError::into_client`]).
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # use distlock_core as distlock;
-    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// use distlock::LockClient;
     ///
     /// // At start-up:
@@ -225,18 +238,37 @@ impl LockClient {
     ///     .url("redis://127.0.0.1:6379")
     ///     .connect()
     ///     .await?
-    ///     .install_global();
+    ///     .install_global()?;
     /// // Anywhere else in the process:
     /// let guard = distlock::global()?.lock("report:daily").await?;
     /// guard.unlock().await?;
-    /// # let _ = locks;
+    ///
+    /// // A second client is refused, and comes back to be used explicitly.
+    /// let reports = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .namespace("reports")
+    ///     .connect()
+    ///     .await?;
+    /// let reports = match reports.install_global() {
+    ///     Ok(installed) => installed,
+    ///     Err(refused) => {
+    ///         eprintln!("{refused}");
+    ///         refused.into_client()
+    ///     }
+    /// };
+    /// // Installing the installed client again is no error.
+    /// locks.clone().install_global()?;
+    /// # let _ = reports;
     /// # Ok(())
     /// # }
     /// ```
-    pub fn install_global(self) -> LockClient {
-        let mut global = GLOBAL.write().unwrap_or_else(PoisonError::into_inner);
-        *global = Some(self.clone());
-        self
+    pub fn install_global(self) -> Result<LockClient, InstallGlobalError> {
+        let installed = GLOBAL.get_or_init(|| self.clone());
+        if Arc::ptr_eq(&installed.inner, &self.inner) {
+            Ok(self)
+        } else {
+            Err(InstallGlobalError { client: self })
+        }
     }
 
     /// The namespace of every key this client uses.
@@ -824,8 +856,70 @@ impl From<LockView> for LockInfo {
 /// ```
 pub fn global() -> Result<LockClient, LockError> {
     GLOBAL
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone()
-        .ok_or(LockError::NoGlobalClient)
+        .get()
+        .cloned()
+        .ok_or(LockError::NoGlobalClient { function: None })
 }
+
+/// [`LockClient::install_global`] refused a client: another one is installed
+/// already, and stays.
+///
+/// Its message: ``a global lock client is installed already, and stays: call
+/// `install_global` once, at start-up, and pass any other client explicitly
+/// (`client = ..` on `#[distributed_lock]`, or that client's own methods)``.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::LockError> {
+/// use distlock::LockClient;
+///
+/// let first = LockClient::builder().url("redis://127.0.0.1:6379").connect().await?;
+/// let second = LockClient::builder().url("redis://127.0.0.1:6380").connect().await?;
+/// if first.install_global().is_ok() {
+///     let refused = second.install_global().expect_err("one global client");
+///     // The refused client is still usable, passed explicitly.
+///     let second = refused.into_client();
+///     second.lock("backup:nightly").await?.unlock().await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct InstallGlobalError {
+    client: LockClient,
+}
+
+impl InstallGlobalError {
+    /// The client that was refused, to be used explicitly.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(second: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let second = match second.install_global() {
+    ///     Ok(installed) => installed,
+    ///     Err(refused) => refused.into_client(),
+    /// };
+    /// second.lock("backup:nightly").await?.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn into_client(self) -> LockClient {
+        self.client
+    }
+}
+
+impl fmt::Display for InstallGlobalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "a global lock client is installed already, and stays: call `install_global` once, \
+             at start-up, and pass any other client explicitly (`client = ..` on \
+             `#[distributed_lock]`, or that client's own methods)",
+        )
+    }
+}
+
+impl std::error::Error for InstallGlobalError {}

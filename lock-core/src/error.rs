@@ -68,13 +68,21 @@ pub enum LockError {
     /// The lock name cannot be used; nothing was sent to Redis.
     ///
     /// Its message: `invalid lock name: ` and the reason, which says what to use
-    /// instead, such as ``the name is empty; give each resource a non-empty name such
-    /// as `order:42` ``.
-    #[error("invalid lock name: {reason}")]
+    /// instead, such as ``invalid lock name: the name is empty; give each resource a
+    /// non-empty name such as `order:42` ``. From a `#[distributed_lock]` function,
+    /// whose key template made the name, the message starts with that function:
+    /// `` `shop::checkout`: invalid lock name: the name is empty; ... ``.
+    #[error(
+        "{function}invalid lock name: {reason}",
+        function = .function.map_or_else(String::new, |function| format!("`{function}`: "))
+    )]
     #[non_exhaustive]
     InvalidName {
         /// Why the name was refused, and what to use instead.
         reason: String,
+        /// The `#[distributed_lock]` function whose key was refused, as
+        /// `module::path::name`; `None` for a name given to the client directly.
+        function: Option<&'static str>,
     },
     /// An option is out of its range; nothing was sent to Redis.
     ///
@@ -251,12 +259,21 @@ pub enum LockError {
     ///
     /// Its message: ``no global lock client is installed: call
     /// `LockClient::builder().url(..).connect().await?.install_global()` at startup, or
-    /// pass a client explicitly``.
+    /// pass a client explicitly``. From a `#[distributed_lock]` function without
+    /// `client = ..`, the message starts with that function: `` `shop::checkout`: no
+    /// global lock client is installed: ... ``.
     #[error(
-        "no global lock client is installed: call `LockClient::builder().url(..).connect().await?\
-         .install_global()` at startup, or pass a client explicitly"
+        "{function}no global lock client is installed: call \
+         `LockClient::builder().url(..).connect().await?.install_global()` at startup, or pass \
+         a client explicitly",
+        function = .function.map_or_else(String::new, |function| format!("`{function}`: "))
     )]
-    NoGlobalClient,
+    #[non_exhaustive]
+    NoGlobalClient {
+        /// The `#[distributed_lock]` function that asked for the global client, as
+        /// `module::path::name`; `None` for a call of [`global`](crate::global).
+        function: Option<&'static str>,
+    },
     /// The Redis server cannot run distlock.
     ///
     /// Its message: `unsupported Redis server: ` and what is missing, such as a server
@@ -483,6 +500,21 @@ impl LockError {
     }
 
     /// Whether the wait for the lock ran out.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// match locks.lock("report:daily").wait(Duration::from_secs(1)).await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     Err(err) if err.is_timeout() => println!("another process is writing the report"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Timeout { .. })
     }
@@ -492,6 +524,22 @@ impl LockError {
     /// [`QuorumNotReached`](Self::QuorumNotReached) where enough nodes answered for
     /// a majority but some named another owner (the lock held elsewhere, or a vote
     /// split between contenders). Contention, not an outage.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// // The same on one server (a timeout) and on Redlock (a quorum held elsewhere).
+    /// match locks.lock("job:reindex").wait(Duration::ZERO).await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     Err(err) if err.is_busy() => println!("skipped: {err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_busy(&self) -> bool {
         match self {
             Self::Timeout { .. } => true,
@@ -505,37 +553,131 @@ impl LockError {
     }
 
     /// Whether the lock was lost while it was believed held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let guard = locks.lock("ledger:7").await?;
+    /// // ... work ...
+    /// match guard.unlock().await {
+    ///     Ok(()) => {}
+    ///     // Another owner may have held the lock meanwhile: check the work.
+    ///     Err(err) if err.is_lost() => eprintln!("{err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_lost(&self) -> bool {
         matches!(self, Self::Lost { .. })
     }
 
     /// Whether the input was refused before anything reached Redis (name or option).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) {
+    /// let err = locks.lock("").await.expect_err("an empty name");
+    /// assert!(err.is_invalid_input()); // nothing was sent to Redis
+    /// # }
+    /// ```
     pub fn is_invalid_input(&self) -> bool {
         matches!(self, Self::InvalidName { .. } | Self::InvalidOption { .. })
     }
 
     /// Whether a Redis key of the lock holds a value of another type.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// match locks.lock("cache:users").await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     // Another program stores a hash under the lock's key: use another namespace.
+    ///     Err(err) if err.is_key_conflict() => eprintln!("{err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_key_conflict(&self) -> bool {
         matches!(self, Self::KeyConflict { .. })
     }
 
     /// Whether too few nodes granted the lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// // On Redlock: a majority of the masters did not grant the lock.
+    /// match locks.lock("order:42").await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     Err(err) if err.is_quorum_not_reached() && !err.is_busy() => {
+    ///         eprintln!("too few masters reachable: {err}");
+    ///     }
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_quorum_not_reached(&self) -> bool {
         matches!(self, Self::QuorumNotReached { .. })
     }
 
     /// Whether no global client was installed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// match distlock::global() {
+    ///     Ok(locks) => drop(locks),
+    ///     Err(err) => assert!(err.is_no_global_client()), // `install_global` was not called
+    /// }
+    /// ```
     pub fn is_no_global_client(&self) -> bool {
-        matches!(self, Self::NoGlobalClient)
+        matches!(self, Self::NoGlobalClient { .. })
     }
 
     /// Whether Redis refused permission for a command, key or channel.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// match locks.lock("order:42").await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     // The ACL user lacks a rule: see the README's ACL section.
+    ///     Err(err) if err.is_permission_denied() => eprintln!("{err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_permission_denied(&self) -> bool {
         matches!(self, Self::PermissionDenied { .. })
     }
 
     /// Whether the error came from Redis or the connection to it (including
     /// [`Connect`](Self::Connect)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// match locks.lock("order:42").await {
+    ///     Ok(guard) => guard.unlock().await?,
+    ///     // Redis failed or was out of reach: retry later, or report an outage.
+    ///     Err(err) if err.is_redis() => eprintln!("Redis trouble: {err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_redis(&self) -> bool {
         matches!(self, Self::Redis(_) | Self::Connect { .. })
     }
@@ -664,10 +806,38 @@ mod tests {
                  released; check the replicas' health and lag, or lower `replicas(..)`",
             ),
             (
-                LockError::NoGlobalClient,
+                LockError::NoGlobalClient { function: None },
                 "no global lock client is installed: call \
                  `LockClient::builder().url(..).connect().await?.install_global()` at startup, \
                  or pass a client explicitly",
+            ),
+            (
+                LockError::NoGlobalClient {
+                    function: Some("shop::checkout"),
+                },
+                "`shop::checkout`: no global lock client is installed: call \
+                 `LockClient::builder().url(..).connect().await?.install_global()` at startup, \
+                 or pass a client explicitly",
+            ),
+            (
+                LockError::InvalidName {
+                    reason: "the name is empty; give each resource a non-empty name such as \
+                             `order:42`"
+                        .into(),
+                    function: None,
+                },
+                "invalid lock name: the name is empty; give each resource a non-empty name \
+                 such as `order:42`",
+            ),
+            (
+                LockError::InvalidName {
+                    reason: "the name is empty; give each resource a non-empty name such as \
+                             `order:42`"
+                        .into(),
+                    function: Some("shop::checkout"),
+                },
+                "`shop::checkout`: invalid lock name: the name is empty; give each resource a \
+                 non-empty name such as `order:42`",
             ),
         ];
         for (error, message) in cases {
@@ -691,7 +861,7 @@ mod tests {
         }
         .may_pass());
         assert!(LockError::Redis(lost).may_pass());
-        assert!(!LockError::NoGlobalClient.may_pass());
+        assert!(!LockError::NoGlobalClient { function: None }.may_pass());
     }
 
     #[test]

@@ -6,9 +6,36 @@ use std::sync::Arc;
 use crate::error::LockError;
 
 /// The longest lock name accepted, in bytes.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// let long = "x".repeat(distlock::MAX_NAME_LEN + 1);
+/// // Refused before anything is sent: name a long resource by its id or a hash.
+/// assert!(locks.lock(long).await.is_err_and(|err| err.is_invalid_input()));
+/// # Ok(())
+/// # }
+/// ```
 pub const MAX_NAME_LEN: usize = 1024;
 
 /// The longest namespace accepted, in bytes.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo() {
+/// let namespace = "n".repeat(distlock::MAX_NAMESPACE_LEN + 1);
+/// let refused = distlock::LockClient::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .namespace(namespace)
+///     .connect()
+///     .await;
+/// assert!(refused.is_err_and(|err| err.is_invalid_input()));
+/// # }
+/// ```
 pub const MAX_NAMESPACE_LEN: usize = 128;
 
 /// The Redis names of one lock: all of them share one hash tag, so they share a
@@ -108,6 +135,7 @@ impl LockKeys {
             return Err(LockError::InvalidName {
                 reason: "the name is empty; give each resource a non-empty name such as `order:42`"
                     .into(),
+                function: None,
             });
         }
         if name.len() > MAX_NAME_LEN {
@@ -117,6 +145,7 @@ impl LockKeys {
                      name, such as an id or a hash of the resource",
                     name.len()
                 ),
+                function: None,
             });
         }
         let mut lock = Vec::with_capacity(namespace.len() + name.len() + 4);

@@ -9,12 +9,53 @@ use crate::faults::{self, Fault};
 /// The shortest lease accepted: 10 ms. A lease is counted on for itself less the
 /// clock drift allowance (1 % + 2 ms), so a shorter one would leave next to nothing,
 /// or nothing, to hold the lock with.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// use std::time::Duration;
+///
+/// // A fixed lease shorter than MIN_LEASE is refused with `LockError::InvalidOption`.
+/// let lease = Duration::from_millis(5).max(distlock::MIN_LEASE);
+/// let guard = locks.lock("tick").lease(lease).await?;
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
 pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// The longest lease accepted.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use std::time::Duration;
+/// use distlock::{MAX_LEASE, MIN_LEASE};
+///
+/// // A lease taken from configuration, kept in the accepted range.
+/// let configured = Duration::from_secs(48 * 60 * 60);
+/// let lease = configured.clamp(MIN_LEASE, MAX_LEASE);
+/// assert_eq!(lease, Duration::from_secs(24 * 60 * 60));
+/// ```
 pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 /// The shortest watchdog lease accepted
 /// ([`LockClientBuilder::default_lease`](crate::LockClientBuilder::default_lease)):
 /// the watchdog renews at a third of it, and each renewal needs a round trip.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use std::time::Duration;
+/// use distlock::{LockClient, MAX_LEASE, MIN_WATCHDOG_LEASE};
+///
+/// let configured = Duration::from_millis(20);
+/// let builder = LockClient::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .default_lease(configured.clamp(MIN_WATCHDOG_LEASE, MAX_LEASE));
+/// # let _ = builder;
+/// ```
 pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
 
 /// A lease as whole milliseconds, if it is in range.

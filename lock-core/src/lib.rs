@@ -45,7 +45,7 @@
 //! | 9 | `acquire.rs` | the wait loop of a new acquisition, and re-entry |
 //! | 9 | `multi.rs` | many names at once (`lock_all`): canonical order, all or nothing |
 //! | 10 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`], [`LockAllRequest`] |
-//! | 11 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`], `inspect`, `force_unlock` |
+//! | 11 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`] and [`InstallGlobalError`], `inspect`, `force_unlock` |
 //! | 12 | `builder.rs` | [`LockClientBuilder`]: settings, their validation, connecting |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
@@ -97,7 +97,7 @@ mod watchdog;
 pub use redis;
 
 pub use builder::LockClientBuilder;
-pub use client::{global, HoldMode, Holder, LockClient, LockInfo, LockKind};
+pub use client::{global, HoldMode, Holder, InstallGlobalError, LockClient, LockInfo, LockKind};
 pub use context::{current_lock, LockContext};
 pub use error::LockError;
 pub use guard::{LockGuard, MultiLockGuard};

@@ -45,6 +45,22 @@ use crate::scripts::{unexpected_reply, AcquireAllReply};
 use crate::subscriber::{Place, Turn};
 
 /// The most names one [`lock_all`](crate::LockClient::lock_all) takes.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// let skus: Vec<String> = (0..1000).map(|n| format!("inventory:{n}")).collect();
+/// // Take a big cart in chunks of at most `MAX_LOCK_ALL` (each chunk in one order).
+/// for chunk in skus.chunks(distlock::MAX_LOCK_ALL) {
+///     let held = locks.lock_all(chunk).await?;
+///     // ... reserve the chunk ...
+///     held.unlock().await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub const MAX_LOCK_ALL: usize = 256;
 
 /// The keys of `names` in the canonical order (by encoded key), each once.
@@ -56,6 +72,7 @@ pub(crate) fn canonical(mut keys: Vec<Arc<LockKeys>>) -> Result<Vec<Arc<LockKeys
             reason: "lock_all was given no names; give it every name to take together, such \
                      as the SKUs of a cart"
                 .into(),
+            function: None,
         });
     }
     if keys.len() > MAX_LOCK_ALL {
@@ -65,6 +82,7 @@ pub(crate) fn canonical(mut keys: Vec<Arc<LockKeys>>) -> Result<Vec<Arc<LockKeys
                  coarser resource (the cart, the warehouse) instead of every item",
                 keys.len()
             ),
+            function: None,
         });
     }
     Ok(keys)

@@ -570,6 +570,18 @@ impl IntoFuture for LockAllRequest {
 }
 
 /// The most permits a semaphore may have.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// let too_many = locks.semaphore("exports", distlock::MAX_PERMITS + 1);
+/// // Refused before anything is sent.
+/// assert!(too_many.acquire().await.is_err_and(|err| err.is_invalid_input()));
+/// # Ok(())
+/// # }
+/// ```
 pub const MAX_PERMITS: u32 = 1_000_000;
 
 /// Checks a semaphore's permit count: 1 to [`MAX_PERMITS`].

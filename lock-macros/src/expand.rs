@@ -6,7 +6,7 @@
 //! let __distlock_request = <krate>::__private::request(<key>, <options>);
 //! <krate>::__private::run_finish(
 //!     __distlock_request,
-//!     async move { <anchor> <body> },
+//!     async move { <anchor> <the body's statements> },
 //!     <krate>::__private::lock_error,
 //!     "<module>::<fn>",
 //! )
@@ -78,7 +78,7 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
         OnLost::Finish => quote!(run_finish),
         OnLost::Abort => quote!(run_abort),
     };
-    let name = function.sig.ident.to_string();
+    let name = function.sig.ident.unraw().to_string();
     let function_name = quote!(::core::concat!(::core::module_path!(), "::", #name));
 
     // Spanned on the return type: a type that is not a `Result` of an error that a
@@ -95,12 +95,19 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
     match shape {
         Shape::Async => {
             let anchor = anchor(&function.sig.output);
-            let block = &function.block;
+            // The body's statements go straight into the async block, which takes
+            // the body's braces: a block nested in it would be a one-expression
+            // block returned as is, which `unused_braces` reports on one-line
+            // bodies with a fix that removes the function's braces.
+            let stmts = &function.block.stmts;
+            let mut body =
+                proc_macro2::Group::new(proc_macro2::Delimiter::Brace, quote!(#anchor #(#stmts)*));
+            body.set_span(function.block.brace_token.span.join());
             let body: Block = syn::parse2(quote! {{
                 let #request = #make_request;
                 #run(
                     #request,
-                    async move { #anchor #block },
+                    async move #body,
                     #lock_error,
                     #function_name,
                 ).await

@@ -52,15 +52,20 @@ use proc_macro::TokenStream;
 ///     Ok(Receipt)
 /// }
 ///
-/// # async fn start() -> Result<(), AppError> {
-/// // Once, at startup: the client that annotated functions use by default.
+/// # async fn start() -> Result<(), Box<dyn std::error::Error>> {
+/// // Once, at startup: the client that annotated functions use by default (another
+/// // client installed later is refused, with `distlock::InstallGlobalError`).
 /// LockClient::builder()
 ///     .url("redis://127.0.0.1:6379")
 ///     .connect()
 ///     .await?
-///     .install_global();
+///     .install_global()?;
 ///
-/// let receipt = place_order(&Order { id: 42 }, 1).await?;
+/// match place_order(&Order { id: 42 }, 1).await {
+///     Ok(Receipt) => println!("placed"),
+///     Err(AppError::OutOfStock) => println!("out of stock"),
+///     Err(AppError::Lock(error)) => return Err(error.into()),
+/// }
 /// # Ok(()) }
 /// # fn main() {}
 /// ```
@@ -130,10 +135,13 @@ use proc_macro::TokenStream;
 /// ```
 ///
 /// Values are formatted with `Display`, or with the format spec after `:` (`{id:08}`,
-/// `{id:?}`, `{id:>6}`). A name that is not an argument is a compile error listing
-/// the arguments; method calls and other expressions are not allowed (compute the
-/// value into an argument). Lock names are bytes, 1 to `distlock::MAX_NAME_LEN` long;
-/// a longer name is a `LockError::InvalidName` at run time.
+/// `{id:?}`, `{id:>6}`; the specs of `format!`, without `$` or `.*`, checked at compile
+/// time). A name that is not an argument is a compile error listing the arguments;
+/// a field that does not exist is rustc's error, on the template; method calls and
+/// other expressions are not allowed (compute the value into an argument). Lock names
+/// are bytes, 1 to `distlock::MAX_NAME_LEN` long; an empty or longer name is a
+/// `LockError::InvalidName` at run time, whose `function` field and message name the
+/// function (`` `shop::checkout`: invalid lock name: ... ``).
 ///
 /// ## `keys = ["…", "…"]`
 ///
@@ -210,8 +218,10 @@ use proc_macro::TokenStream;
 /// ```
 ///
 /// Without `client`, the call uses the client installed with
-/// `LockClient::install_global`. If none was installed, it returns
-/// `LockError::NoGlobalClient` (converted into your error type): it never panics.
+/// `LockClient::install_global` (once per process: another client is refused). If none was installed, it returns
+/// `LockError::NoGlobalClient` (converted into your error type), whose `function`
+/// field and message name the function (`` `shop::checkout`: no global lock client is
+/// installed: ... ``): it never panics.
 ///
 /// ## `fencing`
 ///
@@ -408,8 +418,10 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
         Ok(tokens) => tokens.into(),
         Err(error) => {
             // The function as written, so that the rest of the crate still compiles
-            // and IDEs keep working, plus the one error.
-            let mut tokens = original;
+            // and IDEs keep working, plus the one error. Without the key that used
+            // them, its parameters may look unused: that is no news to report.
+            let mut tokens = quote::quote!(#[allow(unused_variables)]);
+            tokens.extend(original);
             tokens.extend(error.into_compile_error());
             tokens.into()
         }

@@ -121,8 +121,14 @@ impl Template {
     /// An expression for the key: a `&'static str` when the template has no
     /// placeholder, else a `String` formatted once through `format_key`, a function
     /// taking `fmt::Arguments`.
+    ///
+    /// Its tokens are located at the template, so that errors point there, but
+    /// resolved at the macro's call site: rustc then knows they come from an
+    /// expansion, and makes no suggestion that would rewrite the template as if it
+    /// were the code (`key = id` for a misspelt field), nor points inside it as if
+    /// the format string were the template's text.
     pub(crate) fn to_expr(&self, format_key: &TokenStream) -> TokenStream {
-        let span = self.lit.span();
+        let span = Span::call_site().located_at(self.lit.span());
         let mut format = String::new();
         let mut args = Vec::new();
         for piece in &self.pieces {
@@ -182,6 +188,11 @@ impl Placeholder {
                  template only formats its placeholders: write the width or precision as a number"
             ));
         }
+        check_spec(spec).map_err(|problem| {
+            format!(
+                "invalid format spec in `{{{source}}}` in the key template: {problem}; {SPEC_HELP}"
+            )
+        })?;
         let mut parts = path.split('.');
         let root = parts.next().unwrap_or_default();
         if !is_ident(root) {
@@ -225,6 +236,60 @@ impl Placeholder {
             .into_token_stream(),
         });
         quote!(#root #(. #members)*)
+    }
+}
+
+const SPEC_HELP: &str = "a format spec is `[[fill]align][sign][#][0][width][.precision][type]`, \
+     with a type among ``, `?`, `x?`, `X?`, `x`, `X`, `o`, `b`, `e`, `E` and `p`, like `{id:08}`, \
+     `{id:>6}`, `{id:.3}` or `{id:?}`";
+
+/// Checks a format spec (after the `:`) as `format_args!` parses it, so that a bad
+/// one is reported here, on the whole template, with the spec as written: the
+/// format string passed on is not the template's text, so an error of
+/// `format_args!` inside it would point at the wrong character. A `$` was refused
+/// before.
+fn check_spec(spec: &str) -> Result<(), String> {
+    let chars: Vec<char> = spec.chars().collect();
+    let mut at = 0;
+    let is_align = |c: &char| matches!(c, '<' | '^' | '>');
+    if chars.get(1).is_some_and(is_align) {
+        at = 2;
+    } else if chars.first().is_some_and(is_align) {
+        at = 1;
+    }
+    if matches!(chars.get(at), Some('+' | '-')) {
+        at += 1;
+    }
+    if chars.get(at) == Some(&'#') {
+        at += 1;
+    }
+    if chars.get(at) == Some(&'0') {
+        at += 1;
+    }
+    while chars.get(at).is_some_and(char::is_ascii_digit) {
+        at += 1;
+    }
+    if chars.get(at) == Some(&'.') {
+        at += 1;
+        if chars.get(at) == Some(&'*') {
+            return Err(
+                "`.*` takes the precision from another argument, and the key template only \
+                 formats its placeholders: write the precision as a number"
+                    .to_owned(),
+            );
+        }
+        let digits = at;
+        while chars.get(at).is_some_and(char::is_ascii_digit) {
+            at += 1;
+        }
+        if at == digits {
+            return Err("`.` is not followed by a precision".to_owned());
+        }
+    }
+    let kind: String = chars[at..].iter().collect();
+    match kind.as_str() {
+        "" | "?" | "x?" | "X?" | "x" | "X" | "o" | "b" | "e" | "E" | "p" => Ok(()),
+        _ => Err(format!("`{kind}` is not a format type")),
     }
 }
 
@@ -293,6 +358,16 @@ mod tests {
     }
 
     #[test]
+    fn format_specs_that_format_args_takes_are_taken() {
+        for spec in [
+            "", "?", "#?", "x?", "X?", "#x", "08", "08.3", ">6", "*<6", "-^10", "<", "<<", "+",
+            "+.3e", "#010b", "o", "E", "p", ".0", "0", "x>4X",
+        ] {
+            assert!(check_spec(spec).is_ok(), "{spec:?}: {:?}", check_spec(spec));
+        }
+    }
+
+    #[test]
     fn roots_are_listed() {
         let template = parse("{a}-{b.c}-{self.d}").expect("a template");
         let roots: Vec<_> = template.placeholders().map(|p| p.root.as_str()).collect();
@@ -314,6 +389,11 @@ mod tests {
             ("{a.01}", "invalid placeholder"),
             ("{a:>w$}", "`$`"),
             ("{a b}", "invalid placeholder"),
+            ("{a:q}", "`q` is not a format type"),
+            ("{a:08.}", "not followed by a precision"),
+            ("{a:.*}", "`.*`"),
+            ("{a:<5<}", "`<` is not a format type"),
+            ("{a:?x}", "`?x` is not a format type"),
         ] {
             let err = parse(text)
                 .err()

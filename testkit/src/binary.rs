@@ -7,6 +7,18 @@ use std::path::{Path, PathBuf};
 use crate::TestkitError;
 
 /// The environment variable that names the `redis-server` binary to use.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::process::Command;
+/// use distlock_testkit::{redis_server_binary, REDIS_SERVER_ENV};
+///
+/// // Hand the binary the testkit uses on to a child test process.
+/// let mut child = Command::new("target/debug/my-test-helper");
+/// child.env(REDIS_SERVER_ENV, redis_server_binary()?);
+/// # Ok::<(), distlock_testkit::TestkitError>(())
+/// ```
 pub const REDIS_SERVER_ENV: &str = "REDIS_SERVER";
 
 /// Finds the `redis-server` binary the testkit runs.

@@ -40,6 +40,16 @@ impl RedisCluster {
     ///
     /// The errors of [`RedisServer::start`], and [`TestkitError::Cluster`] when the
     /// nodes do not form a healthy cluster within 30 s.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisCluster;
+    ///
+    /// let cluster = RedisCluster::start(3, 1)?; // 3 masters, each with 1 replica
+    /// assert_eq!(cluster.nodes().len(), 6);
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn start(masters: usize, replicas: usize) -> Result<RedisCluster, TestkitError> {
         if masters == 0 {
             return Err(cluster_error("a cluster needs at least one master"));
@@ -121,6 +131,18 @@ impl RedisCluster {
 
     /// Whether every running node says `cluster_state:ok` and every replica's link
     /// to its master is up.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisCluster;
+    ///
+    /// let mut cluster = RedisCluster::start(3, 1)?;
+    /// assert!(cluster.is_healthy());
+    /// cluster.node_mut(0).stop()?; // a master crashes
+    /// assert!(!cluster.is_healthy());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn is_healthy(&self) -> bool {
         self.nodes.iter().all(|node| {
             let ok = node
@@ -151,11 +173,34 @@ impl RedisCluster {
     }
 
     /// The URLs of every node, masters first: hand them to the client under test.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisCluster;
+    ///
+    /// let cluster = RedisCluster::start(3, 0)?;
+    /// // e.g. `LockClient::builder().cluster(cluster.urls())`
+    /// assert_eq!(cluster.urls().len(), 3);
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
     /// Every node, masters first (as started; roles change after failovers).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisCluster;
+    ///
+    /// let cluster = RedisCluster::start(3, 1)?;
+    /// for node in &cluster.nodes()[..cluster.masters()] {
+    ///     assert_eq!(node.cmd(&["PING"])?, "PONG");
+    /// }
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
     }
@@ -165,17 +210,54 @@ impl RedisCluster {
     /// # Panics
     ///
     /// When `index` is out of range.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisCluster;
+    ///
+    /// let mut cluster = RedisCluster::start(3, 1)?;
+    /// cluster.node_mut(1).pause()?; // a master hangs
+    /// cluster.node_mut(1).resume()?;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn node_mut(&mut self, index: usize) -> &mut RedisServer {
         &mut self.nodes[index]
     }
 
     /// How many masters the cluster was started with.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisCluster;
+    ///
+    /// let cluster = RedisCluster::start(3, 1)?;
+    /// assert_eq!(cluster.masters(), 3);
+    /// let replicas = &cluster.nodes()[cluster.masters()..];
+    /// assert_eq!(replicas.len(), 3);
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn masters(&self) -> usize {
         self.masters
     }
 
     /// The index of the node that serves `slot` now, as a running node sees it
     /// (`CLUSTER NODES`); `None` when no running node answers or none serves it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisCluster;
+    ///
+    /// let mut cluster = RedisCluster::start(3, 1)?;
+    /// let slot = 5_000; // the slot of the lock under test
+    /// let owner = cluster.node_for_slot(slot).expect("a node serves it");
+    /// cluster.node_mut(owner).stop()?; // its master crashes
+    /// cluster.wait_healthy()?; // a replica took over
+    /// assert_ne!(cluster.node_for_slot(slot), Some(owner));
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn node_for_slot(&self, slot: u16) -> Option<usize> {
         let view = self
             .nodes
@@ -205,6 +287,17 @@ impl RedisCluster {
     /// # Errors
     ///
     /// [`TestkitError::Cluster`] when it is not healthy in time.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisCluster;
+    ///
+    /// let mut cluster = RedisCluster::start(3, 1)?;
+    /// cluster.node_mut(0).stop()?; // a master crashes; its replica is promoted
+    /// cluster.wait_healthy()?;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn wait_healthy(&self) -> Result<(), TestkitError> {
         self.wait_for("the cluster to be healthy", RedisCluster::is_healthy)
     }

@@ -7,6 +7,19 @@ use std::time::Duration;
 /// What can go wrong while starting, driving or stopping a test server or process.
 ///
 /// Every message says what happened and what to do about it.
+///
+/// # Examples
+///
+/// ```no_run
+/// use distlock_testkit::{RedisServer, TestkitError};
+///
+/// match RedisServer::start() {
+///     Ok(server) => println!("a server at {}", server.url()),
+///     // The message says how to install redis-server.
+///     Err(err @ TestkitError::MissingBinary { .. }) => eprintln!("{err}"),
+///     Err(err) => panic!("{err}"),
+/// }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TestkitError {
@@ -143,6 +156,20 @@ pub enum TestkitError {
 
 impl TestkitError {
     /// Whether this is an I/O timeout, e.g. a command sent to a paused server.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::start()?;
+    /// server.pause()?; // SIGSTOP: nothing answers
+    /// let err = server.cmd_timeout(&["PING"], Duration::from_millis(100)).expect_err("paused");
+    /// assert!(err.is_timeout());
+    /// server.resume()?;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn is_timeout(&self) -> bool {
         match self {
             Self::Io { source, .. } => matches!(
@@ -154,16 +181,51 @@ impl TestkitError {
     }
 
     /// Whether the server answered with an error reply ([`TestkitError::Reply`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::start()?;
+    /// let err = server.cmd(&["NOSUCHCOMMAND"]).expect_err("an error reply");
+    /// assert!(err.is_reply());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn is_reply(&self) -> bool {
         matches!(self, Self::Reply(_))
     }
 
     /// Whether no usable `redis-server` binary was found ([`TestkitError::MissingBinary`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// match RedisServer::start() {
+    ///     Ok(_server) => { /* the test */ }
+    ///     // No redis-server on this machine: skip, saying how to install one.
+    ///     Err(err) if err.is_missing_binary() => eprintln!("skipped: {err}"),
+    ///     Err(err) => panic!("{err}"),
+    /// }
+    /// ```
     pub fn is_missing_binary(&self) -> bool {
         matches!(self, Self::MissingBinary { .. })
     }
 
     /// Whether the target was not running ([`TestkitError::NotRunning`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let mut server = RedisServer::start()?;
+    /// server.stop()?;
+    /// assert!(server.pause().expect_err("stopped").is_not_running());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn is_not_running(&self) -> bool {
         matches!(self, Self::NotRunning { .. })
     }

@@ -6,6 +6,16 @@ use std::sync::{Mutex, PoisonError};
 
 /// The time on `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process of
 /// the machine, so sections recorded by different processes can be compared.
+///
+/// # Examples
+///
+/// ```
+/// use distlock_testkit::monotonic_ns;
+///
+/// let before = monotonic_ns();
+/// let after = monotonic_ns();
+/// assert!(after >= before); // one clock for every process of the machine
+/// ```
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -24,6 +34,23 @@ pub fn monotonic_ns() -> u64 {
 /// returned to the moment the participant invoked the release (or stopped acting on
 /// the lock), capped by the lease deadline it believed in, if it had one (for a fixed
 /// lease: the acquire's send time plus the lease).
+///
+/// # Examples
+///
+/// ```
+/// use distlock_testkit::{monotonic_ns, Section};
+///
+/// let acquired_ns = monotonic_ns();
+/// // ... the critical section ...
+/// let section = Section {
+///     owner: "p1/t2".into(),
+///     token: Some(7),
+///     acquired_ns,
+///     released_ns: monotonic_ns(),
+///     deadline_ns: None,
+/// };
+/// assert!(section.end_ns() >= section.acquired_ns);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Section {
     /// Who held the lock: a label unique per holder (e.g. `p2/t3`). Nested re-entries
@@ -41,6 +68,21 @@ pub struct Section {
 
 impl Section {
     /// The end of the belief interval: the release, or the believed deadline if earlier.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_testkit::Section;
+    ///
+    /// let section = Section {
+    ///     owner: "a".into(),
+    ///     token: None,
+    ///     acquired_ns: 100,
+    ///     released_ns: 500,
+    ///     deadline_ns: Some(300), // the lease it believed in ended first
+    /// };
+    /// assert_eq!(section.end_ns(), 300);
+    /// ```
     pub fn end_ns(&self) -> u64 {
         match self.deadline_ns {
             Some(deadline) => self.released_ns.min(deadline),
@@ -51,6 +93,18 @@ impl Section {
     /// The section as one line of text, for a child process to print on its standard
     /// output: `SECTION owner=.. token=.. acquired=.. released=.. deadline=..`
     /// (`-` for a missing token or deadline). Owners must not contain spaces.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_testkit::Section;
+    ///
+    /// let section = Section { owner: "child-1".into(), token: Some(3), acquired_ns: 10, released_ns: 20, deadline_ns: None };
+    /// // A child process prints it; the parent reads it back with `Section::parse_line`.
+    /// let line = section.to_line();
+    /// assert!(line.starts_with("SECTION owner=child-1 token=3"));
+    /// assert_eq!(Section::parse_line(&line), Some(section));
+    /// ```
     pub fn to_line(&self) -> String {
         let opt = |value: Option<u64>| value.map_or("-".to_owned(), |v| v.to_string());
         format!(
@@ -66,6 +120,17 @@ impl Section {
     /// Parses a line that contains one made by [`Section::to_line`] (text before it is
     /// skipped); `None` for any other line, so that a child's other output can be
     /// skipped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_testkit::Section;
+    ///
+    /// let output = "child-1 ready\nSECTION owner=child-1 token=- acquired=10 released=20 deadline=-";
+    /// let sections: Vec<Section> = output.lines().filter_map(Section::parse_line).collect();
+    /// assert_eq!(sections.len(), 1);
+    /// assert_eq!(sections[0].owner, "child-1");
+    /// ```
     pub fn parse_line(line: &str) -> Option<Section> {
         // Anywhere in the line: a test harness may print its own text before it.
         let start = line.find("SECTION ")?;
@@ -91,6 +156,18 @@ impl Section {
 }
 
 /// Two sections of different owners whose belief intervals overlap.
+///
+/// # Examples
+///
+/// ```
+/// use distlock_testkit::{check_sections, Section};
+///
+/// let a = Section { owner: "a".into(), token: None, acquired_ns: 0, released_ns: 10, deadline_ns: None };
+/// let b = Section { owner: "b".into(), token: None, acquired_ns: 5, released_ns: 20, deadline_ns: None };
+/// let report = check_sections(&[a.clone(), b.clone()]);
+/// let overlap = &report.overlaps[0];
+/// assert_eq!((&overlap.first, &overlap.second), (&a, &b));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Overlap {
     /// The section that began first.
@@ -101,6 +178,17 @@ pub struct Overlap {
 
 impl Overlap {
     /// How long both owners believed they held the lock, in nanoseconds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_testkit::{check_sections, Section};
+    ///
+    /// let a = Section { owner: "a".into(), token: None, acquired_ns: 0, released_ns: 10, deadline_ns: None };
+    /// let b = Section { owner: "b".into(), token: None, acquired_ns: 5, released_ns: 20, deadline_ns: None };
+    /// let report = check_sections(&[a, b]);
+    /// assert_eq!(report.overlaps[0].overlap_ns(), 5); // both believed they held it for 5 ns
+    /// ```
     pub fn overlap_ns(&self) -> u64 {
         self.first
             .end_ns()
@@ -110,6 +198,18 @@ impl Overlap {
 }
 
 /// A fencing token lower than one handed to an earlier section.
+///
+/// # Examples
+///
+/// ```
+/// use distlock_testkit::{check_sections, Section};
+///
+/// let first = Section { owner: "a".into(), token: Some(9), acquired_ns: 0, released_ns: 10, deadline_ns: None };
+/// let later = Section { owner: "b".into(), token: Some(4), acquired_ns: 20, released_ns: 30, deadline_ns: None };
+/// let report = check_sections(&[first, later]);
+/// let regression = &report.token_regressions[0];
+/// assert_eq!((regression.earlier.token, regression.later.token), (Some(9), Some(4)));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenRegression {
     /// The earlier section, with the higher token.
@@ -119,6 +219,19 @@ pub struct TokenRegression {
 }
 
 /// What [`History::check`] found.
+///
+/// # Examples
+///
+/// ```
+/// use distlock_testkit::{check_sections, Section};
+///
+/// let a = Section { owner: "a".into(), token: Some(1), acquired_ns: 0, released_ns: 10, deadline_ns: None };
+/// let b = Section { owner: "b".into(), token: Some(2), acquired_ns: 10, released_ns: 20, deadline_ns: None };
+/// let report = check_sections(&[a, b]);
+/// assert_eq!((report.sections, report.owners), (2, 2));
+/// assert!(report.is_clean());
+/// println!("{report}"); // a summary, and the problems found
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
     /// How many sections were checked.
@@ -139,6 +252,17 @@ pub struct Report {
 impl Report {
     /// Whether the history is linearizable as a mutex: no overlaps, no token going
     /// backwards, nothing malformed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_testkit::{History, Section};
+    ///
+    /// let history = History::new();
+    /// history.record(Section { owner: "a".into(), token: None, acquired_ns: 0, released_ns: 10, deadline_ns: None });
+    /// history.record(Section { owner: "b".into(), token: None, acquired_ns: 5, released_ns: 20, deadline_ns: None });
+    /// assert!(!history.check().is_clean()); // a and b overlapped
+    /// ```
     pub fn is_clean(&self) -> bool {
         self.overlaps.is_empty()
             && self.token_regressions.is_empty()
@@ -151,6 +275,17 @@ impl Report {
     /// # Panics
     ///
     /// When [`is_clean`](Report::is_clean) is false.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_testkit::{History, Section};
+    ///
+    /// let history = History::new();
+    /// history.record(Section { owner: "a".into(), token: Some(1), acquired_ns: 0, released_ns: 10, deadline_ns: None });
+    /// history.record(Section { owner: "b".into(), token: Some(2), acquired_ns: 10, released_ns: 20, deadline_ns: None });
+    /// history.check().assert_clean(); // panics, listing the problems, otherwise
+    /// ```
     pub fn assert_clean(&self) {
         assert!(
             self.is_clean(),
@@ -230,11 +365,39 @@ pub struct History {
 
 impl History {
     /// An empty history.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_testkit::History;
+    ///
+    /// let history = History::new();
+    /// assert!(history.is_empty());
+    /// ```
     pub fn new() -> History {
         History::default()
     }
 
     /// Adds one section.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use distlock_testkit::{monotonic_ns, History, Section};
+    ///
+    /// let history = Arc::new(History::new());
+    /// let worker = {
+    ///     let history = Arc::clone(&history);
+    ///     std::thread::spawn(move || {
+    ///         let acquired_ns = monotonic_ns(); // after the lock was taken
+    ///         let released_ns = monotonic_ns(); // before it is given back
+    ///         history.record(Section { owner: "t1".into(), token: None, acquired_ns, released_ns, deadline_ns: None });
+    ///     })
+    /// };
+    /// worker.join().expect("the worker");
+    /// assert_eq!(history.len(), 1);
+    /// ```
     pub fn record(&self, section: Section) {
         self.sections
             .lock()
@@ -244,6 +407,17 @@ impl History {
 
     /// Adds every line of `text` that [`Section::parse_line`] understands; returns
     /// how many.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_testkit::History;
+    ///
+    /// // What a child process printed on its standard output.
+    /// let output = "starting\nSECTION owner=c1 token=- acquired=10 released=20 deadline=-\ndone\n";
+    /// let history = History::new();
+    /// assert_eq!(history.extend_from_lines(output), 1);
+    /// ```
     pub fn extend_from_lines(&self, text: &str) -> usize {
         let mut added = 0;
         for section in text.lines().filter_map(Section::parse_line) {
@@ -254,6 +428,17 @@ impl History {
     }
 
     /// A copy of every section recorded so far.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_testkit::{History, Section};
+    ///
+    /// let history = History::new();
+    /// history.record(Section { owner: "a".into(), token: Some(1), acquired_ns: 0, released_ns: 10, deadline_ns: None });
+    /// let tokens: Vec<Option<u64>> = history.sections().iter().map(|s| s.token).collect();
+    /// assert_eq!(tokens, [Some(1)]);
+    /// ```
     pub fn sections(&self) -> Vec<Section> {
         self.sections
             .lock()
@@ -262,6 +447,16 @@ impl History {
     }
 
     /// How many sections were recorded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_testkit::{History, Section};
+    ///
+    /// let history = History::new();
+    /// history.record(Section { owner: "a".into(), token: None, acquired_ns: 0, released_ns: 10, deadline_ns: None });
+    /// assert_eq!(history.len(), 1);
+    /// ```
     pub fn len(&self) -> usize {
         self.sections
             .lock()
@@ -270,11 +465,33 @@ impl History {
     }
 
     /// Whether no section was recorded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_testkit::History;
+    ///
+    /// let history = History::new();
+    /// // A history with nothing in it proves nothing: check that the test did run.
+    /// assert!(history.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Checks the history; see [`check_sections`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_testkit::{History, Section};
+    ///
+    /// let history = History::new();
+    /// history.record(Section { owner: "a".into(), token: Some(1), acquired_ns: 0, released_ns: 10, deadline_ns: None });
+    /// history.record(Section { owner: "b".into(), token: Some(2), acquired_ns: 10, released_ns: 20, deadline_ns: None });
+    /// let report = history.check();
+    /// assert!(report.is_clean(), "{report}");
+    /// ```
     pub fn check(&self) -> Report {
         check_sections(&self.sections())
     }
@@ -291,6 +508,20 @@ impl History {
 /// - **Late grants**: sections whose acquire returned at or after the lease deadline
 ///   the holder believed in (a lock handed out that may already be someone else's).
 /// - **Malformed** sections end before they begin.
+///
+/// # Examples
+///
+/// ```
+/// use distlock_testkit::{check_sections, Section};
+///
+/// let sections = [
+///     Section { owner: "a".into(), token: Some(1), acquired_ns: 0, released_ns: 10, deadline_ns: None },
+///     // Re-entry: the same owner may overlap itself.
+///     Section { owner: "a".into(), token: Some(1), acquired_ns: 2, released_ns: 8, deadline_ns: None },
+///     Section { owner: "b".into(), token: Some(2), acquired_ns: 10, released_ns: 20, deadline_ns: None },
+/// ];
+/// assert!(check_sections(&sections).is_clean());
+/// ```
 pub fn check_sections(sections: &[Section]) -> Report {
     let mut sorted: Vec<&Section> = sections.iter().collect();
     sorted.sort_by_key(|s| (s.acquired_ns, s.end_ns()));

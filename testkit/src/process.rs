@@ -201,6 +201,20 @@ impl ChildProcess {
     /// # Errors
     ///
     /// [`TestkitError::Spawn`] when the operating system cannot start the program.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::process::Command;
+    /// use std::time::Duration;
+    /// use distlock_testkit::ChildProcess;
+    ///
+    /// let mut command = Command::new("sh");
+    /// command.args(["-c", "echo ready; sleep 60"]);
+    /// let mut child = ChildProcess::spawn(command)?;
+    /// assert_eq!(child.read_line_timeout(Duration::from_secs(5)).as_deref(), Some("ready"));
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn spawn(mut command: Command) -> Result<ChildProcess, TestkitError> {
         let program = PathBuf::from(command.get_program());
         command.stdout(Stdio::piped());
@@ -239,6 +253,19 @@ impl ChildProcess {
     }
 
     /// The process id.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::process::Command;
+    /// use distlock_testkit::ChildProcess;
+    ///
+    /// let mut command = Command::new("sleep");
+    /// command.arg("60");
+    /// let child = ChildProcess::spawn(command)?;
+    /// println!("the child is process {}", child.pid());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn pid(&self) -> u32 {
         self.pid
     }
@@ -248,6 +275,20 @@ impl ChildProcess {
     /// # Errors
     ///
     /// [`TestkitError::Io`] if the process could not be killed or reaped.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::process::Command;
+    /// use distlock_testkit::ChildProcess;
+    ///
+    /// let mut command = Command::new("sleep");
+    /// command.arg("60");
+    /// let mut child = ChildProcess::spawn(command)?;
+    /// child.kill()?; // a crash in the middle of the work
+    /// assert!(!child.is_running());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn kill(&mut self) -> Result<(), TestkitError> {
         if let Some(mut child) = self.child.take() {
             let status = kill_and_reap(&mut child).map_err(|source| {
@@ -264,6 +305,20 @@ impl ChildProcess {
     ///
     /// [`TestkitError::NotRunning`] once the process has been reaped;
     /// [`TestkitError::Signal`] if the signal could not be sent.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::process::Command;
+    /// use distlock_testkit::ChildProcess;
+    ///
+    /// let mut command = Command::new("sleep");
+    /// command.arg("60");
+    /// let child = ChildProcess::spawn(command)?;
+    /// child.stop()?; // a long GC pause, while it may hold a lock
+    /// child.cont()?;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn stop(&self) -> Result<(), TestkitError> {
         self.signal(libc::SIGSTOP, "SIGSTOP")
     }
@@ -274,6 +329,21 @@ impl ChildProcess {
     ///
     /// [`TestkitError::NotRunning`] once the process has been reaped;
     /// [`TestkitError::Signal`] if the signal could not be sent.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::process::Command;
+    /// use distlock_testkit::ChildProcess;
+    ///
+    /// let mut command = Command::new("sleep");
+    /// command.arg("60");
+    /// let mut child = ChildProcess::spawn(command)?;
+    /// child.stop()?;
+    /// child.cont()?; // it runs again, and finds out whether its lock was lost
+    /// assert!(child.is_running());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn cont(&self) -> Result<(), TestkitError> {
         self.signal(libc::SIGCONT, "SIGCONT")
     }
@@ -293,6 +363,19 @@ impl ChildProcess {
     /// # Errors
     ///
     /// [`TestkitError::Io`] if waiting for the process failed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::process::Command;
+    /// use std::time::Duration;
+    /// use distlock_testkit::ChildProcess;
+    ///
+    /// let mut child = ChildProcess::spawn(Command::new("true"))?;
+    /// let status = child.wait_timeout(Duration::from_secs(5))?.expect("it exited");
+    /// assert!(status.success());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn wait_timeout(&mut self, timeout: Duration) -> Result<Option<ExitStatus>, TestkitError> {
         if let Some(child) = self.child.as_mut() {
             let waited = wait_child_timeout(child, timeout).map_err(|source| {
@@ -308,6 +391,21 @@ impl ChildProcess {
 
     /// Whether the process is still running (not yet exited). A stopped
     /// (`SIGSTOP`) process counts as running.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::process::Command;
+    /// use distlock_testkit::ChildProcess;
+    ///
+    /// let mut command = Command::new("sleep");
+    /// command.arg("60");
+    /// let mut child = ChildProcess::spawn(command)?;
+    /// assert!(child.is_running());
+    /// child.kill()?;
+    /// assert!(!child.is_running());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn is_running(&mut self) -> bool {
         matches!(self.wait_timeout(Duration::ZERO), Ok(None))
     }
@@ -316,12 +414,48 @@ impl ChildProcess {
     ///
     /// Returns `None` if no full line arrives within `timeout`, or if standard
     /// output was closed and every line has been read.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::process::Command;
+    /// use std::time::Duration;
+    /// use distlock_testkit::{ChildProcess, History};
+    ///
+    /// let mut command = Command::new("target/debug/examples/worker"); // prints SECTION lines
+    /// command.arg("--iterations=10");
+    /// let mut child = ChildProcess::spawn(command)?;
+    /// let history = History::new();
+    /// while let Some(line) = child.read_line_timeout(Duration::from_secs(10)) {
+    ///     history.extend_from_lines(&line);
+    /// }
+    /// history.check().assert_clean();
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn read_line_timeout(&mut self, timeout: Duration) -> Option<String> {
         self.lines.recv_timeout(timeout).ok()
     }
 
     /// The standard input of the process, if the [`Command`] set it to
     /// [`Stdio::piped()`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::io::Write;
+    /// use std::process::{Command, Stdio};
+    /// use std::time::Duration;
+    /// use distlock_testkit::ChildProcess;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut command = Command::new("cat");
+    /// command.stdin(Stdio::piped());
+    /// let mut child = ChildProcess::spawn(command)?;
+    /// let stdin = child.stdin().expect("piped");
+    /// writeln!(stdin, "go")?; // e.g. tell a child to release its lock
+    /// assert_eq!(child.read_line_timeout(Duration::from_secs(5)).as_deref(), Some("go"));
+    /// # Ok(()) }
+    /// ```
     pub fn stdin(&mut self) -> Option<&mut ChildStdin> {
         self.child.as_mut().and_then(|child| child.stdin.as_mut())
     }

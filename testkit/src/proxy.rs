@@ -19,6 +19,18 @@ const TICK: Duration = Duration::from_millis(5);
 const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One direction of the traffic through a [`FaultProxy`].
+///
+/// # Examples
+///
+/// ```no_run
+/// use distlock_testkit::{Direction, FaultProxy, RedisServer};
+///
+/// let server = RedisServer::start()?;
+/// let proxy = FaultProxy::start(server.addr())?;
+/// // Requests arrive, replies are lost: the client cannot tell whether they applied.
+/// proxy.blackhole(Direction::ToClient, true);
+/// # Ok::<(), distlock_testkit::TestkitError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Direction {
     /// From the client to the server (requests).
@@ -177,6 +189,17 @@ impl FaultProxy {
     /// [`TestkitError::Io`] when no port can be bound or no thread started, and
     /// when `upstream` is not a loopback address (the proxy never sends traffic off
     /// the machine).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// assert_eq!(proxy.upstream(), server.addr());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn start(upstream: SocketAddr) -> Result<FaultProxy, TestkitError> {
         if !upstream.ip().is_loopback() {
             return Err(TestkitError::io(
@@ -221,16 +244,51 @@ impl FaultProxy {
     }
 
     /// The address clients connect to: `127.0.0.1:PORT`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::net::TcpStream;
+    /// use distlock_testkit::{FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// let _client = TcpStream::connect(proxy.addr()).expect("connect through the proxy");
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// The URL for a Redis client: `redis://127.0.0.1:PORT/`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// // e.g. `LockClient::builder().url(proxy.url())`
+    /// assert!(proxy.url().starts_with("redis://127.0.0.1:"));
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.addr.port())
     }
 
     /// The server the proxy forwards to.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// assert_eq!(proxy.upstream(), server.addr());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn upstream(&self) -> SocketAddr {
         self.shared.upstream
     }
@@ -238,6 +296,20 @@ impl FaultProxy {
     /// Holds every chunk going in `direction` for `delay` plus a uniformly random
     /// `0..=jitter`, keeping their order. Zero and zero turn the delay off. Chunks
     /// already in flight keep the delay they were given.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use distlock_testkit::{Direction, FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// // Replies come 300 ms (plus up to 50 ms) late: past a 200 ms response timeout.
+    /// proxy.delay(Direction::ToClient, Duration::from_millis(300), Duration::from_millis(50));
+    /// proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO); // off again
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn delay(&self, direction: Direction, delay: Duration, jitter: Duration) {
         let mut settings = self.shared.settings();
         let faults = &mut settings.faults[direction.index()];
@@ -247,6 +319,18 @@ impl FaultProxy {
 
     /// Drops (`true`) or forwards again (`false`) every byte going in `direction`.
     /// Lifting a blackhole resets the connections that lost bytes under it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{Direction, FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// proxy.blackhole(Direction::ToServer, true); // a partition: requests vanish
+    /// proxy.blackhole(Direction::ToServer, false); // healed; broken connections are reset
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn blackhole(&self, direction: Direction, on: bool) {
         let lifted = {
             let mut settings = self.shared.settings();
@@ -262,6 +346,19 @@ impl FaultProxy {
 
     /// Aborts every open connection with a TCP RST on both sides. Returns how many
     /// were reset. New connections are served as usual.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// // ... the client under test connects through the proxy ...
+    /// let reset = proxy.reset_all(); // every connection dies at once
+    /// println!("{reset} connections reset");
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn reset_all(&self) -> usize {
         let conns: Vec<Arc<Conn>> = self.shared.conns().drain(..).collect();
         let mut count = 0;
@@ -280,11 +377,35 @@ impl FaultProxy {
 
     /// Stops serving new connections: they wait, unconnected upstream, until
     /// [`resume_accepting`](FaultProxy::resume_accepting). Open connections go on.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// proxy.pause_accepting(); // a reconnect hangs...
+    /// proxy.resume_accepting(); // ...until now
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn pause_accepting(&self) {
         self.shared.settings().paused = true;
     }
 
     /// Serves new connections again, the waiting ones first.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// proxy.pause_accepting();
+    /// proxy.resume_accepting(); // the connections that waited are served first
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn resume_accepting(&self) {
         self.shared.settings().paused = false;
         self.shared.resumed.notify_all();
@@ -292,6 +413,20 @@ impl FaultProxy {
 
     /// Turns every fault off: no delay, no blackhole (connections that lost bytes are
     /// reset), accepting.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use distlock_testkit::{Direction, FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// proxy.delay(Direction::ToServer, Duration::from_millis(100), Duration::ZERO);
+    /// proxy.blackhole(Direction::ToClient, true);
+    /// proxy.heal(); // plain forwarding again
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn heal(&self) {
         {
             let mut settings = self.shared.settings();
@@ -303,6 +438,20 @@ impl FaultProxy {
     }
 
     /// How many connections are open now.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::net::TcpStream;
+    /// use distlock_testkit::{FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// let _client = TcpStream::connect(proxy.addr()).expect("connect");
+    /// // Soon 1: the proxy counts a connection once it has connected upstream.
+    /// println!("{} open", proxy.open_connections());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn open_connections(&self) -> usize {
         let mut conns = self.shared.conns();
         conns.retain(|conn| !conn.closed.load(Ordering::SeqCst));
@@ -310,22 +459,78 @@ impl FaultProxy {
     }
 
     /// How many connections were accepted and served so far.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// // ... the client under test runs ...
+    /// assert!(proxy.accepted() <= 2, "the client reconnected too often");
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn accepted(&self) -> u64 {
         self.shared.counters.accepted.load(Ordering::Relaxed)
     }
 
     /// How many bytes went through in `direction` (delivered to the other side).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{Direction, FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// // ... the client under test runs ...
+    /// println!(
+    ///     "{} bytes of requests, {} of replies",
+    ///     proxy.bytes_forwarded(Direction::ToServer),
+    ///     proxy.bytes_forwarded(Direction::ToClient)
+    /// );
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn bytes_forwarded(&self, direction: Direction) -> u64 {
         self.shared.counters.bytes[direction.index()].load(Ordering::Relaxed)
     }
 
     /// How many bytes the blackhole dropped in `direction`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{Direction, FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// proxy.blackhole(Direction::ToClient, true);
+    /// // ... the client under test sends a request ...
+    /// // A reply was lost only if the blackhole dropped some bytes.
+    /// println!("{} bytes dropped", proxy.bytes_dropped(Direction::ToClient));
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn bytes_dropped(&self, direction: Direction) -> u64 {
         self.shared.counters.dropped[direction.index()].load(Ordering::Relaxed)
     }
 
     /// How many connections were reset by the proxy (by [`reset_all`](Self::reset_all)
     /// or because a blackhole lifted).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{Direction, FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// proxy.blackhole(Direction::ToServer, true);
+    /// // ... traffic is dropped ...
+    /// proxy.blackhole(Direction::ToServer, false);
+    /// println!("{} connections reset", proxy.resets());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn resets(&self) -> u64 {
         self.shared.counters.resets.load(Ordering::Relaxed)
     }

@@ -85,6 +85,17 @@ impl SentinelGroup {
     ///   of ASCII letters, digits, `.`, `-` and `_`, or the group does not come
     ///   together in time.
     /// - The errors of [`RedisServer::start`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let group = SentinelGroup::start("mymaster", 1, 3)?; // a master, 1 replica, 3 Sentinels
+    /// assert_eq!(group.quorum(), 2);
+    /// // e.g. `LockClient::builder().sentinel(group.sentinel_urls(), group.master_name())`
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn start(
         master_name: &str,
         replicas: usize,
@@ -279,22 +290,67 @@ impl SentinelGroup {
     }
 
     /// The name the Sentinels monitor the master under.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let group = SentinelGroup::start("locks", 1, 3)?;
+    /// assert_eq!(group.master_name(), "locks");
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn master_name(&self) -> &str {
         &self.master_name
     }
 
     /// How many Sentinels must agree that the master is down: a majority.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let mut group = SentinelGroup::start("mymaster", 1, 3)?;
+    /// assert_eq!(group.quorum(), 2);
+    /// group.sentinel_mut(2).stop()?; // two Sentinels still make a quorum
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn quorum(&self) -> usize {
         self.quorum
     }
 
     /// The URLs of the Sentinels, `redis://127.0.0.1:PORT/`: hand them and
     /// [`SentinelGroup::master_name`] to the client under test.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let group = SentinelGroup::start("mymaster", 1, 3)?;
+    /// let urls = group.sentinel_urls();
+    /// assert_eq!(urls.len(), 3);
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisServer::url).collect()
     }
 
     /// The Sentinel processes, in the order they were started.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let group = SentinelGroup::start("mymaster", 1, 3)?;
+    /// for sentinel in group.sentinels() {
+    ///     let master = sentinel.cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"])?;
+    ///     println!("{} names {master:?}", sentinel.url());
+    /// }
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn sentinels(&self) -> &[RedisServer] {
         &self.sentinels
     }
@@ -305,12 +361,34 @@ impl SentinelGroup {
     /// # Panics
     ///
     /// When `index` is out of range.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let mut group = SentinelGroup::start("mymaster", 1, 3)?;
+    /// group.sentinel_mut(0).restart()?; // back with its identity and what it learnt
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn sentinel_mut(&mut self, index: usize) -> &mut RedisServer {
         &mut self.sentinels[index]
     }
 
     /// The data nodes, the first master first, then the replicas, as started (roles
     /// change after failovers: ask [`SentinelGroup::current_master_port`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let group = SentinelGroup::start("mymaster", 2, 3)?;
+    /// let master = &group.data_nodes()[0];
+    /// assert!(master.cmd(&["ROLE"])?.starts_with("master"));
+    /// assert_eq!(group.data_nodes().len(), 3);
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn data_nodes(&self) -> &[RedisServer] {
         &self.data
     }
@@ -320,6 +398,17 @@ impl SentinelGroup {
     /// # Panics
     ///
     /// When `index` is out of range.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let mut group = SentinelGroup::start("mymaster", 1, 3)?;
+    /// group.data_node_mut(1).pause()?; // the replica hangs
+    /// group.data_node_mut(1).resume()?;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn data_node_mut(&mut self, index: usize) -> &mut RedisServer {
         &mut self.data[index]
     }
@@ -330,6 +419,16 @@ impl SentinelGroup {
     /// # Panics
     ///
     /// When `index` is out of range.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let group = SentinelGroup::start("mymaster", 1, 3)?;
+    /// assert_eq!(group.data_node_tls_port(0), None); // no TLS: see `start_tls`
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn data_node_tls_port(&self, index: usize) -> Option<u16> {
         let announced = self.announced[index];
         (announced != self.data[index].port()).then_some(announced)
@@ -342,6 +441,16 @@ impl SentinelGroup {
     ///
     /// Sentinels may disagree for a moment during a failover; see
     /// [`SentinelGroup::wait_for_master_change`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let group = SentinelGroup::start("mymaster", 1, 3)?;
+    /// assert_eq!(group.current_master_port(), Some(group.data_nodes()[0].port()));
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn current_master_port(&self) -> Option<u16> {
         self.sentinels
             .iter()
@@ -350,6 +459,17 @@ impl SentinelGroup {
 
     /// The index in [`SentinelGroup::data_nodes`] of the current master (see
     /// [`SentinelGroup::current_master_port`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let mut group = SentinelGroup::start("mymaster", 1, 3)?;
+    /// let master = group.current_master_index().expect("a master");
+    /// group.data_node_mut(master).stop()?; // crash whichever node is the master now
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn current_master_index(&self) -> Option<usize> {
         let port = self.current_master_port()?;
         self.data.iter().position(|node| node.port() == port)
@@ -365,6 +485,20 @@ impl SentinelGroup {
     /// # Errors
     ///
     /// [`TestkitError::Sentinel`] when that does not happen within `timeout`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let mut group = SentinelGroup::start("mymaster", 1, 3)?;
+    /// let old = group.data_nodes()[0].port();
+    /// group.data_node_mut(0).stop()?;
+    /// let new = group.wait_for_master_change(old, Duration::from_secs(15))?;
+    /// assert_ne!(new, old);
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn wait_for_master_change(
         &self,
         from_port: u16,
@@ -400,6 +534,19 @@ impl SentinelGroup {
     /// - [`TestkitError::Reply`] when the Sentinel refuses (e.g. `INPROG`: a failover
     ///   is already running, or still `NOGOODSLAVE` after 10 s).
     /// - [`TestkitError::Sentinel`] when no Sentinel answers.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let group = SentinelGroup::start("mymaster", 1, 3)?;
+    /// let old = group.current_master_port().expect("a master");
+    /// group.failover()?; // the replica is promoted; the old master becomes its replica
+    /// group.wait_for_master_change(old, Duration::from_secs(15))?;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn failover(&self) -> Result<(), TestkitError> {
         let deadline = Instant::now() + FAILOVER_RETRY;
         loop {
@@ -438,6 +585,18 @@ impl SentinelGroup {
     /// # Errors
     ///
     /// [`TestkitError::Sentinel`] when that does not happen in time.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use distlock_testkit::SentinelGroup;
+    ///
+    /// let mut group = SentinelGroup::start("mymaster", 1, 3)?;
+    /// group.data_node_mut(1).restart()?; // the replica comes back empty
+    /// group.wait_healthy(Duration::from_secs(30))?; // and in sync again
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn wait_healthy(&self, timeout: Duration) -> Result<(), TestkitError> {
         self.wait_until(timeout, "the group to be healthy", |group| {
             let port = group.agreed_master_port()?;

@@ -79,6 +79,17 @@ impl fmt::Debug for Password {
 impl RedisServerBuilder {
     /// Default settings: the binary from [`redis_server_binary`], no extra
     /// arguments, a 10 s startup timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServerBuilder;
+    ///
+    /// // The same as `RedisServer::builder()`.
+    /// let server = RedisServerBuilder::new().arg("--maxmemory-policy").arg("noeviction").start()?;
+    /// # let _ = server;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
@@ -89,12 +100,34 @@ impl RedisServerBuilder {
     /// change `--port`, `--bind` or `--daemonize`, and do not set `--requirepass`
     /// (use [`RedisServerBuilder::password`]): the testkit needs them to find and
     /// check the server.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::builder().arg("--maxmemory").arg("1mb").start()?;
+    /// assert_eq!(server.cmd(&["CONFIG", "GET", "maxmemory"])?, "maxmemory\n1048576");
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
         self
     }
 
     /// Appends several command-line arguments; see [`RedisServerBuilder::arg`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::builder()
+    ///     .args(["--maxmemory", "1mb", "--maxmemory-policy", "allkeys-lru"])
+    ///     .start()?;
+    /// # let _ = server;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn args<I>(mut self, args: I) -> Self
     where
         I: IntoIterator,
@@ -105,6 +138,17 @@ impl RedisServerBuilder {
     }
 
     /// Runs this binary instead of the one [`redis_server_binary`] finds.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// // A Valkey build, to run the same tests against it.
+    /// let server = RedisServer::builder().binary("/opt/valkey/bin/valkey-server").start()?;
+    /// # let _ = server;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = Some(path.into());
         self
@@ -117,6 +161,18 @@ impl RedisServerBuilder {
     /// start and [restart](RedisServer::restart), and is not removed on drop.
     /// `redis-server` may rewrite it (Sentinel does, with `--sentinel`): it must then
     /// be writable, and its path should be absolute.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::builder()
+    ///     .config_file("/etc/myapp/redis-test.conf")
+    ///     .start()?;
+    /// # let _ = server;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.config_file = Some(path.into());
         self
@@ -129,6 +185,17 @@ impl RedisServerBuilder {
     ///
     /// Replicas of such a server also need `--masterauth` with the same password
     /// (give it with [`RedisServerBuilder::arg`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::builder().password("s3cret").start()?;
+    /// assert!(server.url().starts_with("redis://:s3cret@127.0.0.1:"));
+    /// assert_eq!(server.cmd(&["PING"])?, "PONG"); // `cmd` authenticates
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn password(mut self, password: impl Into<String>) -> Self {
         let password = password.into();
         self.password = (!password.is_empty()).then_some(Password(password));
@@ -136,6 +203,18 @@ impl RedisServerBuilder {
     }
 
     /// How long the server gets to answer `PING` after it is spawned (default 10 s).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// // A loaded CI machine: give the server more time to answer PING.
+    /// let server = RedisServer::builder().startup_timeout(Duration::from_secs(30)).start()?;
+    /// # let _ = server;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = timeout;
         self
@@ -153,6 +232,18 @@ impl RedisServerBuilder {
     /// - [`TestkitError::NotReady`] if it does not answer in time.
     /// - [`TestkitError::NoFreePort`] if other processes took every port tried.
     /// - [`TestkitError::Io`] if no temporary directory or port could be had.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let builder = RedisServer::builder().arg("--maxmemory-policy").arg("noeviction");
+    /// // One builder, several servers: e.g. the masters of a Redlock test.
+    /// let servers = [builder.start()?, builder.start()?, builder.start()?];
+    /// assert_ne!(servers[0].port(), servers[1].port());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn start(&self) -> Result<RedisServer, TestkitError> {
         let binary = match &self.binary {
             Some(path) => path.clone(),
@@ -232,16 +323,48 @@ impl RedisServer {
     /// # Errors
     ///
     /// As [`RedisServerBuilder::start`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::start()?;
+    /// assert_eq!(server.cmd(&["PING"])?, "PONG");
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn start() -> Result<RedisServer, TestkitError> {
         RedisServerBuilder::new().start()
     }
 
     /// Settings for a server with extra arguments or another binary.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::builder().arg("--maxmemory-policy").arg("noeviction").start()?;
+    /// # let _ = server;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn builder() -> RedisServerBuilder {
         RedisServerBuilder::new()
     }
 
     /// The TCP port the server listens on (kept across [`RedisServer::restart`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let mut server = RedisServer::start()?;
+    /// let port = server.port();
+    /// server.restart()?;
+    /// assert_eq!(server.port(), port);
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -249,6 +372,17 @@ impl RedisServer {
     /// The URL for a client: `redis://127.0.0.1:PORT/`, or
     /// `redis://:PASSWORD@127.0.0.1:PORT/` for a server started with
     /// [`RedisServerBuilder::password`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::start()?;
+    /// // e.g. `LockClient::builder().url(server.url())`
+    /// assert_eq!(server.url(), format!("redis://127.0.0.1:{}/", server.port()));
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn url(&self) -> String {
         match &self.password {
             None => format!("redis://127.0.0.1:{}/", self.port),
@@ -259,11 +393,34 @@ impl RedisServer {
     }
 
     /// The socket address: `127.0.0.1:PORT`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?; // a proxy in front of it
+    /// # let _ = proxy;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
     }
 
     /// The process id of the current (or, once stopped, the last) server process.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let mut server = RedisServer::start()?;
+    /// let first = server.pid();
+    /// server.restart()?;
+    /// assert_ne!(server.pid(), first); // a new process on the same port
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn pid(&self) -> u32 {
         self.pid
     }
@@ -275,6 +432,19 @@ impl RedisServer {
     ///
     /// [`TestkitError::NotRunning`] after [`RedisServer::stop`];
     /// [`TestkitError::Signal`] if the signal could not be sent.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::start()?;
+    /// server.pause()?; // the server hangs: requests time out, nothing fails
+    /// assert!(server.cmd_timeout(&["PING"], Duration::from_millis(100)).is_err());
+    /// server.resume()?;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn pause(&self) -> Result<(), TestkitError> {
         self.running()?;
         send_signal(self.pid, libc::SIGSTOP, "SIGSTOP")
@@ -286,6 +456,18 @@ impl RedisServer {
     ///
     /// [`TestkitError::NotRunning`] after [`RedisServer::stop`];
     /// [`TestkitError::Signal`] if the signal could not be sent.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::start()?;
+    /// server.pause()?;
+    /// server.resume()?;
+    /// assert_eq!(server.cmd(&["PING"])?, "PONG");
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn resume(&self) -> Result<(), TestkitError> {
         self.running()?;
         send_signal(self.pid, libc::SIGCONT, "SIGCONT")
@@ -297,6 +479,17 @@ impl RedisServer {
     /// # Errors
     ///
     /// [`TestkitError::Io`] if the process could not be killed or reaped.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let mut server = RedisServer::start()?;
+    /// server.stop()?; // a crash: clients see connections refused
+    /// assert!(!server.is_running());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn stop(&mut self) -> Result<(), TestkitError> {
         if let Some(mut child) = self.child.take() {
             kill_and_reap(&mut child).map_err(|source| {
@@ -318,6 +511,18 @@ impl RedisServer {
     ///
     /// As [`RedisServer::stop`] and [`RedisServerBuilder::start`];
     /// [`TestkitError::NoFreePort`] if another process took the port meanwhile.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let mut server = RedisServer::start()?;
+    /// server.cmd(&["SET", "k", "v"])?;
+    /// server.restart()?; // a crash and a restart without persistence
+    /// assert_eq!(server.cmd(&["GET", "k"])?, "(nil)");
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn restart(&mut self) -> Result<(), TestkitError> {
         self.stop()?;
         self.dir = None;
@@ -351,6 +556,19 @@ impl RedisServer {
     }
 
     /// Whether the server process is alive (a paused server counts as alive).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let mut server = RedisServer::start()?;
+    /// server.pause()?;
+    /// assert!(server.is_running()); // paused still counts
+    /// server.stop()?;
+    /// assert!(!server.is_running());
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn is_running(&mut self) -> bool {
         match self.child.as_mut().map(Child::try_wait) {
             Some(Ok(None)) => true,
@@ -381,6 +599,18 @@ impl RedisServer {
     ///   ([`TestkitError::is_timeout`] tells).
     /// - [`TestkitError::NotRunning`] after [`RedisServer::stop`].
     /// - [`TestkitError::Protocol`] for a reply that is not RESP2.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::start()?;
+    /// server.cmd(&["SET", "k", "v", "PX", "30000"])?;
+    /// assert_eq!(server.cmd(&["GET", "k"])?, "v");
+    /// assert_eq!(server.cmd(&["EXISTS", "other"])?, "0");
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn cmd(&self, args: &[&str]) -> Result<String, TestkitError> {
         self.cmd_timeout(args, DEFAULT_CMD_TIMEOUT)
     }
@@ -390,6 +620,18 @@ impl RedisServer {
     /// # Errors
     ///
     /// As [`RedisServer::cmd`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use distlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::start()?;
+    /// let info = server.cmd_timeout(&["INFO", "replication"], Duration::from_secs(1))?;
+    /// assert!(info.contains("role:master"));
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
     pub fn cmd_timeout(&self, args: &[&str], timeout: Duration) -> Result<String, TestkitError> {
         self.running()?;
         match request_as(self.addr(), self.password.as_ref(), args, timeout)? {

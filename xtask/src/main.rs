@@ -11,6 +11,8 @@ use std::path::Path;
 use std::process::{Command, ExitCode};
 
 mod command;
+mod compose;
+mod doc_examples;
 mod install;
 mod reliability;
 mod servers;
@@ -64,6 +66,12 @@ COMMANDS:
                       Sentinel URLs, the master and how to point the client or the
                       examples at it, and keep it up until Ctrl-C, SIGTERM or the end
                       of stdin (Ctrl-D), as `cluster` does; then stop every process.
+    doc-examples      Check that every public item of distlock-core, distlock,
+                      distlock-macros and distlock-testkit has an example (a ``` block
+                      of Rust) in its docs: fns, methods of inherent impls, structs,
+                      enums, traits, consts and type aliases that are `pub`, not
+                      `#[doc(hidden)]` and not `#[cfg(test)]`. Lists each one without.
+                      CI runs it before the tests.
     package           `cargo package --workspace`: package every publishable crate and
                       build each from its package alone, then check that the scripts
                       packaged in distlock-core are the bytes of `lua/`.
@@ -92,6 +100,7 @@ fn main() -> ExitCode {
         Some("reliability") => reliability_suite(),
         Some("bench") => bench(&rest),
         Some("package") => package(),
+        Some("doc-examples") => doc_examples::check(workspace_root()),
         Some("help" | "--help" | "-h") => {
             print!("{HELP}");
             Ok(())
@@ -336,6 +345,8 @@ mod tests {
             "cluster",
             "sentinel",
             "reliability",
+            "package",
+            "doc-examples",
             "--help",
         ];
         for command in commands {
