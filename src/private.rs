@@ -18,6 +18,25 @@ pub struct Options {
     pub lease: Option<Duration>,
     /// `fencing`.
     pub fencing: Option<bool>,
+    /// `kind = ".."`, or `semaphore = ".."` with `permits`.
+    pub kind: Kind,
+    /// The key template as written: the lock's class for the lock-order checker.
+    pub label: &'static str,
+}
+
+/// What `key = ..` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A plain lock.
+    Lock,
+    /// `kind = "read"`.
+    Read,
+    /// `kind = "write"`.
+    Write,
+    /// `kind = "fair"`.
+    Fair,
+    /// `semaphore = "..", permits = N`.
+    Semaphore(u32),
 }
 
 /// A value that `client = ..` may name.
@@ -87,11 +106,13 @@ pub fn format_key(args: std::fmt::Arguments<'_>) -> String {
 }
 
 /// The request for `key` from the global client.
+#[track_caller]
 pub fn request<K: AsRef<[u8]>>(key: K, options: Options) -> Result<LockRequest, LockError> {
     Ok(build(&global()?, key, options))
 }
 
 /// The request for `key` from `client`.
+#[track_caller]
 pub fn request_with<C, K>(client: &C, key: K, options: Options) -> Result<LockRequest, LockError>
 where
     C: AsLockClient + ?Sized,
@@ -100,57 +121,96 @@ where
     Ok(build(client.as_lock_client(), key, options))
 }
 
-/// The request for every key of `keys` at once (`keys = [..]`), from the global
+/// The request for every key of `keys` at once (`keys = ..`), from the global
 /// client.
-pub fn request_all<const N: usize>(
-    keys: [String; N],
-    options: Options,
-) -> Result<LockAllRequest, LockError> {
+#[track_caller]
+pub fn request_all<I>(keys: I, options: Options) -> Result<LockAllRequest, LockError>
+where
+    I: IntoIterator<Item = String>,
+{
     Ok(build_all(&global()?, keys, options))
 }
 
 /// The request for every key of `keys` at once, from `client`.
-pub fn request_all_with<C, const N: usize>(
+#[track_caller]
+pub fn request_all_with<C, I>(
     client: &C,
-    keys: [String; N],
+    keys: I,
     options: Options,
 ) -> Result<LockAllRequest, LockError>
 where
     C: AsLockClient + ?Sized,
+    I: IntoIterator<Item = String>,
 {
     Ok(build_all(client.as_lock_client(), keys, options))
 }
 
-fn build_all<const N: usize>(
+#[track_caller]
+fn build_all<I: IntoIterator<Item = String>>(
     client: &LockClient,
-    keys: [String; N],
+    keys: I,
     options: Options,
 ) -> LockAllRequest {
-    let mut request = client.lock_all(keys);
-    if let Some(wait) = options.wait {
-        request = request.wait(wait);
-    }
-    if let Some(lease) = options.lease {
-        request = request.lease(lease);
-    }
-    if let Some(fencing) = options.fencing {
-        request = request.fencing(fencing);
-    }
-    request
+    options.apply(client.lock_all(keys))
 }
 
+#[track_caller]
 fn build<K: AsRef<[u8]>>(client: &LockClient, key: K, options: Options) -> LockRequest {
-    let mut request = client.lock(key);
-    if let Some(wait) = options.wait {
-        request = request.wait(wait);
+    let request = match options.kind {
+        Kind::Lock => client.lock(key),
+        Kind::Read => client.read_lock(key),
+        Kind::Write => client.write_lock(key),
+        Kind::Fair => client.fair_lock(key),
+        Kind::Semaphore(permits) => client.semaphore(key, permits).acquire(),
+    };
+    options.apply(request.label(options.label))
+}
+
+/// A request that takes the attribute's `wait`, `lease` and `fencing`.
+trait Configurable: Sized {
+    fn wait(self, wait: Duration) -> Self;
+    fn lease(self, lease: Duration) -> Self;
+    fn fencing(self, fencing: bool) -> Self;
+}
+
+impl Configurable for LockRequest {
+    fn wait(self, wait: Duration) -> Self {
+        LockRequest::wait(self, wait)
     }
-    if let Some(lease) = options.lease {
-        request = request.lease(lease);
+    fn lease(self, lease: Duration) -> Self {
+        LockRequest::lease(self, lease)
     }
-    if let Some(fencing) = options.fencing {
-        request = request.fencing(fencing);
+    fn fencing(self, fencing: bool) -> Self {
+        LockRequest::fencing(self, fencing)
     }
-    request
+}
+
+impl Configurable for LockAllRequest {
+    fn wait(self, wait: Duration) -> Self {
+        LockAllRequest::wait(self, wait)
+    }
+    fn lease(self, lease: Duration) -> Self {
+        LockAllRequest::lease(self, lease)
+    }
+    fn fencing(self, fencing: bool) -> Self {
+        LockAllRequest::fencing(self, fencing)
+    }
+}
+
+impl Options {
+    /// `request` with the options the attribute gave.
+    fn apply<R: Configurable>(self, mut request: R) -> R {
+        if let Some(wait) = self.wait {
+            request = request.wait(wait);
+        }
+        if let Some(lease) = self.lease {
+            request = request.lease(lease);
+        }
+        if let Some(fencing) = self.fencing {
+            request = request.fencing(fencing);
+        }
+        request
+    }
 }
 
 /// `Err(error.into())`, as the function's return type `R`. Generated code names it

@@ -18,10 +18,17 @@ mod kw {
     syn::custom_keyword!(client);
     syn::custom_keyword!(fencing);
     syn::custom_keyword!(on_lost);
+    syn::custom_keyword!(kind);
+    syn::custom_keyword!(semaphore);
+    syn::custom_keyword!(permits);
 }
 
 /// Every argument, in the order the docs list them.
-const VALID: &str = "`key`, `keys`, `wait`, `lease`, `client`, `fencing`, `on_lost`, `crate`";
+const VALID: &str = "`key`, `keys`, `kind`, `semaphore`, `permits`, `wait`, `lease`, `client`, \
+     `fencing`, `on_lost`, `crate`";
+
+/// `distlock::MAX_PERMITS` (the facade's tests check that they agree).
+const MAX_PERMITS: u32 = 1_000_000;
 
 /// `distlock::MIN_LEASE` and `distlock::MAX_LEASE`, in milliseconds (the facade's
 /// tests check that they agree).
@@ -46,7 +53,27 @@ const RENAMED: &[(&str, &str)] = &[
     ("on_loss", "on_lost"),
     ("lost", "on_lost"),
     ("krate", "crate"),
+    ("mode", "kind"),
+    ("lock_kind", "kind"),
+    ("sem", "semaphore"),
+    ("permit", "permits"),
+    ("max", "permits"),
 ];
+
+/// What `key = ..` takes (`kind = ..`, or `semaphore = ..` with `permits = ..`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The plain lock.
+    Lock,
+    /// `kind = "read"`.
+    Read,
+    /// `kind = "write"`.
+    Write,
+    /// `kind = "fair"`.
+    Fair,
+    /// `semaphore = "..", permits = N`.
+    Semaphore(u32),
+}
 
 /// What to do when the lease is lost while the body runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +95,11 @@ pub(crate) struct Millis {
 #[derive(Default)]
 pub(crate) struct Args {
     key: Option<LitStr>,
-    keys: Option<(Vec<LitStr>, Span)>,
+    /// The templates, where `keys` is, and whether it was one string (not a list).
+    keys: Option<(Vec<LitStr>, Span, bool)>,
+    kind: Option<(Kind, Span)>,
+    semaphore: Option<(LitStr, Span)>,
+    permits: Option<(u32, Span)>,
     wait: Option<Millis>,
     lease: Option<Millis>,
     client: Option<Expr>,
@@ -79,8 +110,8 @@ pub(crate) struct Args {
 
 /// The locks an annotated function takes.
 pub(crate) enum Locks {
-    /// `key = ".."`: one lock.
-    One(Template),
+    /// `key = ".."` (with `kind = ..`), or `semaphore = ".."`: one lock.
+    One(Template, Kind),
     /// `keys = [..]`: every lock of the list at once (`LockClient::lock_all`).
     All(Vec<Template>),
 }
@@ -89,7 +120,7 @@ impl Locks {
     /// Every template.
     pub(crate) fn templates(&self) -> &[Template] {
         match self {
-            Locks::One(template) => std::slice::from_ref(template),
+            Locks::One(template, _) => std::slice::from_ref(template),
             Locks::All(templates) => templates,
         }
     }
@@ -117,8 +148,46 @@ impl Parse for Args {
                 set(&mut args.key, value, name.span, "key")?;
             } else if lookahead.peek(kw::keys) {
                 let name = input.parse::<kw::keys>()?;
-                let value = string_list(input)?;
-                set(&mut args.keys, (value, name.span), name.span, "keys")?;
+                let (value, single) = string_list(input)?;
+                set(
+                    &mut args.keys,
+                    (value, name.span, single),
+                    name.span,
+                    "keys",
+                )?;
+            } else if lookahead.peek(kw::kind) {
+                let name = input.parse::<kw::kind>()?;
+                let lit = string_value(input, "kind", "kind = \"read\"")?;
+                let value = match lit.value().as_str() {
+                    "read" => Kind::Read,
+                    "write" => Kind::Write,
+                    "fair" => Kind::Fair,
+                    other => {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            format!(
+                                "unknown `kind` value `{other}`; use \"read\" or \"write\" (a \
+                                 read-write lock), or \"fair\" (granted in arrival order); leave \
+                                 `kind` out for a plain lock, and use `semaphore = \"..\", permits \
+                                 = N` for a semaphore"
+                            ),
+                        ))
+                    }
+                };
+                set(&mut args.kind, (value, lit.span()), name.span, "kind")?;
+            } else if lookahead.peek(kw::semaphore) {
+                let name = input.parse::<kw::semaphore>()?;
+                let value = string_value(input, "semaphore", "semaphore = \"exports\"")?;
+                set(
+                    &mut args.semaphore,
+                    (value, name.span),
+                    name.span,
+                    "semaphore",
+                )?;
+            } else if lookahead.peek(kw::permits) {
+                let name = input.parse::<kw::permits>()?;
+                let value = permits_value(input)?;
+                set(&mut args.permits, value, name.span, "permits")?;
             } else if lookahead.peek(kw::wait) {
                 let name = input.parse::<kw::wait>()?;
                 let value = duration_value(input, "wait", "wait = \"5s\"")?;
@@ -208,16 +277,96 @@ impl Parse for Args {
 impl Args {
     /// Checks the rules between the arguments.
     pub(crate) fn build(self) -> syn::Result<Config> {
+        if let (Some((_, span)), Some(_)) = (&self.kind, &self.semaphore) {
+            return Err(syn::Error::new(
+                *span,
+                "`kind` and `semaphore` together: a semaphore is a kind of its own; give \
+                 `semaphore = \"..\", permits = N` alone, or `key = \"..\"` with `kind`",
+            ));
+        }
+        if let (Some((_, span)), None) = (&self.permits, &self.semaphore) {
+            return Err(syn::Error::new(
+                *span,
+                "`permits` without `semaphore`: name the semaphore, like \
+                 `semaphore = \"exports\", permits = 4`",
+            ));
+        }
+        if let Some((semaphore, span)) = self.semaphore {
+            if self.key.is_some() || self.keys.is_some() {
+                return Err(syn::Error::new(
+                    span,
+                    "`semaphore` names the semaphore's key: give it instead of `key` and `keys`, \
+                     like `semaphore = \"exports:{tenant}\", permits = 4`",
+                ));
+            }
+            let Some((permits, _)) = self.permits else {
+                return Err(syn::Error::new(
+                    span,
+                    "`semaphore` without `permits`: say how many may hold it at once, like \
+                     `semaphore = \"exports\", permits = 4`",
+                ));
+            };
+            if let Some(fencing) = &self.fencing {
+                return Err(syn::Error::new(
+                    fencing.span,
+                    "a semaphore's permits take no fencing token (several owners hold one at \
+                     once); leave `fencing` out",
+                ));
+            }
+            let template = Template::parse(&semaphore)?;
+            refuse_collection(&template, "semaphore")?;
+            return Ok(Config {
+                locks: Locks::One(template, Kind::Semaphore(permits)),
+                wait: self.wait,
+                lease: self.lease,
+                client: self.client,
+                fencing: None,
+                on_lost: self.on_lost.map_or(OnLost::Finish, |(on_lost, _)| on_lost),
+                krate: self.krate,
+            });
+        }
+        let kind = self.kind.map_or(Kind::Lock, |(kind, _)| kind);
+        if let (Some((Kind::Read, span)), Some(fencing)) = (&self.kind, &self.fencing) {
+            if fencing.value {
+                return Err(syn::Error::new(
+                    *span,
+                    "a read lock takes no fencing token (readers hold it together); fence the \
+                     writes under `kind = \"write\"`, or leave `fencing` out",
+                ));
+            }
+        }
+        if let (Some((_, span)), Some(_)) = (&self.kind, &self.keys) {
+            return Err(syn::Error::new(
+                *span,
+                "`kind` applies to one lock (`key`); `keys = [..]` takes plain locks, all at \
+                 once",
+            ));
+        }
         let locks = match (self.key, self.keys) {
-            (Some(_), Some((_, span))) => {
+            (Some(_), Some((_, span, _))) => {
                 return Err(syn::Error::new(
                     span,
                     "`key` and `keys` together: give `key` for one lock, or `keys` for \
                      several taken at once, like `keys = [\"order:{order.id}\", \"inventory:{sku}\"]`",
                 ));
             }
-            (Some(key), None) => Locks::One(Template::parse(&key)?),
-            (None, Some((keys, span))) => {
+            (Some(key), None) => {
+                let template = Template::parse(&key)?;
+                refuse_collection(&template, "key")?;
+                Locks::One(template, kind)
+            }
+            (None, Some((keys, span, single))) => {
+                if single {
+                    let template = Template::parse(&keys[0])?;
+                    if !template.is_collection() {
+                        return Err(syn::Error::new(
+                            template.lit.span(),
+                            "`keys = \"..\"` takes one template with a collection placeholder, \
+                             like `keys = \"inventory:{sku in order.skus}\"`; for one lock write \
+                             `key = \"..\"`, for a fixed list `keys = [\"..\", \"..\"]`",
+                        ));
+                    }
+                }
                 if keys.is_empty() {
                     return Err(syn::Error::new(
                         span,
@@ -249,6 +398,44 @@ impl Args {
             on_lost: self.on_lost.map_or(OnLost::Finish, |(on_lost, _)| on_lost),
             krate: self.krate,
         })
+    }
+}
+
+/// A collection placeholder makes many keys: only `keys` takes it.
+fn refuse_collection(template: &Template, argument: &str) -> syn::Result<()> {
+    if template.is_collection() {
+        return Err(syn::Error::new(
+            template.lit.span(),
+            format!(
+                "a collection placeholder (`{{sku in order.skus}}`) makes one lock per element: \
+                 use it in `keys`, like `keys = \"inventory:{{sku in order.skus}}\"`, not in \
+                 `{argument}`"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `= N` after `permits`: 1 to `MAX_PERMITS`.
+fn permits_value(input: ParseStream<'_>) -> syn::Result<(u32, Span)> {
+    let error = |span: Span| {
+        syn::Error::new(
+            span,
+            format!("`permits` takes a whole number from 1 to {MAX_PERMITS}, like `permits = 4`"),
+        )
+    };
+    if !input.peek(Token![=]) {
+        return Err(error(input.span()));
+    }
+    input.parse::<Token![=]>()?;
+    if !input.peek(syn::LitInt) {
+        let value = input.parse::<Expr>().map_err(|err| error(err.span()))?;
+        return Err(error(value.span()));
+    }
+    let lit = input.parse::<syn::LitInt>()?;
+    match lit.base10_parse::<u32>() {
+        Ok(permits) if (1..=MAX_PERMITS).contains(&permits) => Ok((permits, lit.span())),
+        _ => Err(error(lit.span())),
     }
 }
 
@@ -298,18 +485,26 @@ fn string_value(input: ParseStream<'_>, name: &str, example: &str) -> syn::Resul
 }
 
 /// `= ["..", ".."]` after `keys`.
-fn string_list(input: ParseStream<'_>) -> syn::Result<Vec<LitStr>> {
+/// The templates, and whether they were one string rather than a list.
+fn string_list(input: ParseStream<'_>) -> syn::Result<(Vec<LitStr>, bool)> {
     const EXAMPLE: &str = "keys = [\"order:{order.id}\", \"inventory:{sku}\"]";
+    const EACH: &str = "keys = \"inventory:{sku in order.skus}\"";
     let error = |span: Span| {
         syn::Error::new(
             span,
-            format!("`keys` takes a list of string literals, like `{EXAMPLE}`"),
+            format!(
+                "`keys` takes a list of string literals, like `{EXAMPLE}`, or one template with \
+                 a collection placeholder, like `{EACH}`"
+            ),
         )
     };
     if !input.peek(Token![=]) {
         return Err(error(input.span()));
     }
     input.parse::<Token![=]>()?;
+    if input.peek(LitStr) {
+        return Ok((vec![input.parse::<LitStr>()?], true));
+    }
     if !input.peek(syn::token::Bracket) {
         let value = input.parse::<Expr>().map_err(|err| error(err.span()))?;
         return Err(error(value.span()));
@@ -328,7 +523,7 @@ fn string_list(input: ParseStream<'_>) -> syn::Result<Vec<LitStr>> {
         }
         content.parse::<Token![,]>()?;
     }
-    Ok(keys)
+    Ok((keys, false))
 }
 
 fn duration_value(input: ParseStream<'_>, name: &str, example: &str) -> syn::Result<Millis> {
@@ -472,7 +667,7 @@ mod tests {
         .unwrap_or_else(|err| panic!("{err}"));
         match config.locks {
             Locks::All(templates) => assert_eq!(templates.len(), 2),
-            Locks::One(_) => panic!("expected several keys"),
+            Locks::One(..) => panic!("expected several keys"),
         }
     }
 
@@ -503,7 +698,42 @@ mod tests {
             (quote::quote!(key = "a", fencing = 1), "flag"),
             (quote::quote!(key = "a" wait = "5s"), "expected `,`"),
             (quote::quote!(keys = []), "`keys` is empty"),
-            (quote::quote!(keys = "a"), "list of string literals"),
+            (quote::quote!(keys = "a"), "collection placeholder"),
+            (quote::quote!(keys = 1), "list of string literals"),
+            (quote::quote!(key = "{s in o.s}"), "use it in `keys`"),
+            (
+                quote::quote!(keys = "{s in o.s}:{t in o.t}"),
+                "two collection",
+            ),
+            (quote::quote!(keys = "{s.x in o.s}"), "not a path"),
+            (quote::quote!(key = "a", kind = "shared"), "unknown `kind`"),
+            (
+                quote::quote!(keys = ["a"], kind = "read"),
+                "`kind` applies to one lock",
+            ),
+            (
+                quote::quote!(key = "a", kind = "read", fencing),
+                "no fencing token",
+            ),
+            (quote::quote!(semaphore = "a"), "without `permits`"),
+            (quote::quote!(key = "a", permits = 2), "without `semaphore`"),
+            (quote::quote!(semaphore = "a", permits = 0), "from 1 to"),
+            (
+                quote::quote!(semaphore = "a", permits = "4"),
+                "whole number",
+            ),
+            (
+                quote::quote!(semaphore = "a", key = "b", permits = 2),
+                "instead of `key`",
+            ),
+            (
+                quote::quote!(semaphore = "a", permits = 2, kind = "fair"),
+                "a kind of its own",
+            ),
+            (
+                quote::quote!(semaphore = "a", permits = 2, fencing),
+                "no fencing token",
+            ),
             (quote::quote!(keys = ["a", b]), "list of string literals"),
             (
                 quote::quote!(key = "a", keys = ["b"]),

@@ -35,7 +35,8 @@ use syn::{
     Block, Expr, FnArg, GenericArgument, ItemFn, Pat, PathArguments, ReturnType, Stmt, Type,
 };
 
-use crate::attr::{Config, Locks, Millis, OnLost};
+use crate::attr::{Config, Kind, Locks, Millis, OnLost};
+use crate::template::Template;
 
 /// The annotated function, checked, ready to expand.
 pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenStream> {
@@ -47,11 +48,27 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
 
     let format_key = quote!(#private::format_key);
     let (key, request_fn, request_with_fn) = match &config.locks {
-        Locks::One(template) => (
+        Locks::One(template, _) => (
             template.to_expr(&format_key),
             quote!(request),
             quote!(request_with),
         ),
+        Locks::All(templates) if templates.iter().any(Template::is_collection) => {
+            // One key per element of a collection: a list made at run time.
+            let keys = templates
+                .iter()
+                .map(|template| template.to_keys_expr(&format_key));
+            let all = format_ident!("__distlock_keys", span = Span::mixed_site());
+            (
+                quote!({
+                    let mut #all: ::std::vec::Vec<::std::string::String> = ::std::vec::Vec::new();
+                    #(#all.extend(#keys);)*
+                    #all
+                }),
+                quote!(request_all),
+                quote!(request_all_with),
+            )
+        }
         Locks::All(templates) => {
             let keys = templates
                 .iter()
@@ -344,7 +361,7 @@ fn check_template(config: &Config, function: &ItemFn, shape: Shape) -> syn::Resu
     errors.map_or(Ok(()), Err)
 }
 
-/// `Options { wait, lease, fencing }` for `request`.
+/// `Options { wait, lease, fencing, kind, label }` for `request`.
 fn options(config: &Config, private: &TokenStream) -> TokenStream {
     let duration = |d: Option<Millis>| match d {
         Some(Millis { millis, span }) => quote_spanned! {span=>
@@ -358,8 +375,27 @@ fn options(config: &Config, private: &TokenStream) -> TokenStream {
         Some(value) => quote!(::core::option::Option::Some(#value)),
         None => quote!(::core::option::Option::None),
     };
+    let (kind, label) = match &config.locks {
+        Locks::One(template, kind) => {
+            let kind = match kind {
+                Kind::Lock => quote!(#private::Kind::Lock),
+                Kind::Read => quote!(#private::Kind::Read),
+                Kind::Write => quote!(#private::Kind::Write),
+                Kind::Fair => quote!(#private::Kind::Fair),
+                Kind::Semaphore(permits) => quote!(#private::Kind::Semaphore(#permits)),
+            };
+            (kind, template.label())
+        }
+        Locks::All(templates) => (quote!(#private::Kind::Lock), templates[0].label()),
+    };
     quote! {
-        #private::Options { wait: #wait, lease: #lease, fencing: #fencing }
+        #private::Options {
+            wait: #wait,
+            lease: #lease,
+            fencing: #fencing,
+            kind: #kind,
+            label: #label,
+        }
     }
 }
 

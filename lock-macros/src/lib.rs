@@ -94,8 +94,10 @@ use proc_macro::TokenStream;
 ///
 /// | argument | value | default |
 /// |---|---|---|
-/// | `key` | a template of the arguments: `"order:{order.id}"` | required (or `keys`) |
-/// | `keys` | a list of templates, every lock taken at once: `["order:{id}", "inventory:{sku}"]` | — |
+/// | `key` | a template of the arguments: `"order:{order.id}"` | required (or `keys`, or `semaphore`) |
+/// | `kind` | `"read"` or `"write"` (a read-write lock), `"fair"` (in arrival order), with `key` | a plain lock |
+/// | `keys` | templates, every lock taken at once: `["order:{id}", "inventory:{sku}"]`, or one per element of a collection: `"inventory:{sku in order.skus}"` | — |
+/// | `semaphore`, `permits` | a semaphore's key template and its permit count: `semaphore = "exports", permits = 4` | — |
 /// | `wait` | how long to wait for a busy lock: `"5s"`, `"0s"` fails at once | the client's `default_wait` |
 /// | `lease` | a fixed lease, with no watchdog: `"30s"` | a watchdog lease, renewed while the body runs |
 /// | `client` | the client, an expression: `self.locks` | the global client |
@@ -162,6 +164,72 @@ use proc_macro::TokenStream;
 /// }
 /// # fn main() {}
 /// ```
+///
+/// ### `{element in collection}`: one lock per element
+///
+/// A template of `keys` may hold one collection placeholder: `{sku in order.skus}`
+/// makes one lock per element of `order.skus` (anything that `&collection`
+/// iterates: a `Vec`, a slice, a set), each element formatted where the placeholder
+/// stands (with a spec after its name: `{sku:>4 in order.skus}`). The collection is
+/// an argument or a field path, checked as a placeholder is; `keys = "…"` is one such
+/// template, and a list may mix them with fixed templates. Duplicates count once; an
+/// empty collection (and nothing else in the list) is `LockError::InvalidName` at
+/// run time.
+///
+/// ```
+/// # use distlock::{distributed_lock, LockError};
+/// pub struct Order { pub id: u64, pub skus: Vec<String> }
+///
+/// // The order and every SKU it lists, at once, in one canonical order.
+/// #[distributed_lock(keys = ["order:{order.id}", "inventory:{sku in order.skus}"])]
+/// pub async fn checkout(order: &Order) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
+///
+/// ## `kind = "read" | "write" | "fair"`
+///
+/// With `key`: `"read"` and `"write"` take the read or the write hold of a read-write
+/// lock (`LockClient::read_lock`, `write_lock`: many readers or one writer; a chain
+/// holding the read lock that asks for the write lock gets
+/// `LockError::UpgradeNotAllowed`); `"fair"` takes a fair lock (`LockClient::fair_lock`:
+/// granted in arrival order across processes). A read lock takes no fencing token:
+/// `fencing` with `kind = "read"` is a compile error. Not with `keys`.
+///
+/// ```
+/// # use distlock::{distributed_lock, LockError};
+/// #[distributed_lock(key = "catalogue:{shop}", kind = "read")]
+/// pub async fn prices(shop: u32) -> Result<Vec<u64>, LockError> {
+///     Ok(Vec::new())
+/// }
+///
+/// #[distributed_lock(key = "catalogue:{shop}", kind = "write", fencing)]
+/// pub async fn reprice(shop: u32) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
+///
+/// ## `semaphore = "…", permits = N`
+///
+/// A permit of the semaphore named by the template (`LockClient::semaphore`): at most
+/// `permits` calls run the body at once, across processes. `permits` is a whole
+/// number from 1 to `distlock::MAX_PERMITS`, checked at compile time; a semaphore
+/// whose holders count another number is `LockError::PermitsMismatch` at run time.
+/// Instead of `key`; no `kind`, no `fencing`.
+///
+/// ```
+/// # use distlock::{distributed_lock, LockError};
+/// #[distributed_lock(semaphore = "exports:{tenant}", permits = 4, wait = "1m")]
+/// pub async fn export(tenant: &str) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
+///
+/// The lock-order checker classes an annotated function's lock by its template
+/// (`order:{order.id}`), and names the function's attribute as the call site.
 ///
 /// ## `wait = "…"`
 ///

@@ -4,6 +4,11 @@
 //! optionally followed by a format spec (`{id:08}`); `root` is a parameter of the
 //! function or `self`, each member is a field name or a tuple index. `{{` and `}}` are
 //! literal braces.
+//!
+//! A template of `keys` may hold one *collection* placeholder, `{sku in order.skus}`:
+//! one key per element of the collection (anything `&collection` iterates over),
+//! each element formatted where the placeholder stands (`sku` names it, for the
+//! reader; a spec goes after it: `{sku:>4 in order.skus}`).
 
 use std::fmt::Write as _;
 
@@ -16,6 +21,8 @@ pub(crate) struct Template {
     /// The template as written, for error spans.
     pub(crate) lit: LitStr,
     pieces: Vec<Piece>,
+    /// The collection placeholder's index among `pieces`, if there is one.
+    each: Option<usize>,
 }
 
 /// A part of a template.
@@ -24,6 +31,12 @@ enum Piece {
     Text(String),
     /// A value formatted into the key.
     Value(Placeholder),
+    /// Each element of a collection: `{sku in order.skus}` (the spec of `sku:..`,
+    /// the collection's path in `collection`).
+    Each {
+        element: Placeholder,
+        collection: Placeholder,
+    },
 }
 
 /// `{order.id:08}`.
@@ -53,6 +66,7 @@ impl Template {
         let text = lit.value();
         let error = |message: String| syn::Error::new(lit.span(), message);
         let mut pieces = Vec::new();
+        let mut each = None;
         let mut buf = String::new();
         let mut chars = text.char_indices().peekable();
         while let Some((start, c)) = chars.next() {
@@ -89,8 +103,44 @@ impl Template {
                     if !buf.is_empty() {
                         pieces.push(Piece::Text(std::mem::take(&mut buf)));
                     }
-                    let placeholder = Placeholder::parse(&text[inner_start..end]).map_err(error)?;
-                    pieces.push(Piece::Value(placeholder));
+                    let inner = &text[inner_start..end];
+                    match inner.split_once(" in ") {
+                        Some((element, collection)) => {
+                            if each.is_some() {
+                                return Err(error(format!(
+                                    "two collection placeholders in one key template (`{{{inner}}}` \
+                                     is the second); a template takes one key per element of one \
+                                     collection: give each collection a template of its own in \
+                                     `keys = [..]`"
+                                )));
+                            }
+                            let element = Placeholder::parse(element.trim()).map_err(error)?;
+                            if !element.members.is_empty() {
+                                return Err(error(format!(
+                                    "`{{{inner}}}`: the element of a collection placeholder is a \
+                                     name for each element, like `{{sku in order.skus}}`, not a \
+                                     path"
+                                )));
+                            }
+                            let collection =
+                                Placeholder::parse(collection.trim()).map_err(error)?;
+                            if !collection.spec.is_empty() {
+                                return Err(error(format!(
+                                    "`{{{inner}}}`: a format spec goes after the element's name, \
+                                     like `{{sku:>4 in order.skus}}`"
+                                )));
+                            }
+                            each = Some(pieces.len());
+                            pieces.push(Piece::Each {
+                                element,
+                                collection,
+                            });
+                        }
+                        None => {
+                            let placeholder = Placeholder::parse(inner).map_err(error)?;
+                            pieces.push(Piece::Value(placeholder));
+                        }
+                    }
                 }
                 c => buf.push(c),
             }
@@ -107,28 +157,61 @@ impl Template {
         Ok(Template {
             lit: lit.clone(),
             pieces,
+            each,
         })
     }
 
-    /// The placeholders, in order.
+    /// Whether the template makes one key per element of a collection.
+    pub(crate) fn is_collection(&self) -> bool {
+        self.each.is_some()
+    }
+
+    /// The placeholders that name the function's values, in order (a collection
+    /// placeholder's collection, not its element).
     pub(crate) fn placeholders(&self) -> impl Iterator<Item = &Placeholder> {
         self.pieces.iter().filter_map(|piece| match piece {
             Piece::Value(placeholder) => Some(placeholder),
+            Piece::Each { collection, .. } => Some(collection),
             Piece::Text(_) => None,
         })
     }
 
-    /// An expression for the key: a `&'static str` when the template has no
-    /// placeholder, else a `String` formatted once through `format_key`, a function
-    /// taking `fmt::Arguments`.
-    ///
-    /// Its tokens are located at the template, so that errors point there, but
-    /// resolved at the macro's call site: rustc then knows they come from an
-    /// expansion, and makes no suggestion that would rewrite the template as if it
-    /// were the code (`key = id` for a misspelt field), nor points inside it as if
-    /// the format string were the template's text.
-    pub(crate) fn to_expr(&self, format_key: &TokenStream) -> TokenStream {
+    /// The template as written: the class of its locks for the lock-order checker.
+    pub(crate) fn label(&self) -> LitStr {
+        self.lit.clone()
+    }
+
+    /// An expression for the keys of a collection template: a `Vec<String>`, one key
+    /// per element of `&collection`, each formatted through `format_key`.
+    pub(crate) fn to_keys_expr(&self, format_key: &TokenStream) -> TokenStream {
         let span = Span::call_site().located_at(self.lit.span());
+        let Some(Piece::Each { collection, .. }) = self.each.map(|index| &self.pieces[index])
+        else {
+            let key = self.to_expr(format_key);
+            return quote!(::std::vec![::std::string::String::from(#key)]);
+        };
+        let item = ident("__distlock_element", Span::mixed_site());
+        let (format, mut args) = self.format_string(span);
+        let at = self.pieces[..self.each.unwrap_or(0)]
+            .iter()
+            .filter(|piece| !matches!(piece, Piece::Text(_)))
+            .count();
+        args.insert(at, item.to_token_stream());
+        let collection = collection.to_expr(span);
+        let format = LitStr::new(&format, span);
+        quote::quote_spanned! {span=>
+            // Method syntax, so that `&collection` auto-dereferences to whatever
+            // iterates: a `Vec`, a slice behind a reference, a set.
+            (&(#collection)).into_iter()
+                .map(|#item| #format_key(::core::format_args!(#format, #(#args),*)))
+                .collect::<::std::vec::Vec<::std::string::String>>()
+        }
+    }
+
+    /// The format string of the template and the arguments of its placeholders (a
+    /// collection placeholder takes its place in the string; its argument is the
+    /// caller's).
+    fn format_string(&self, span: Span) -> (String, Vec<TokenStream>) {
         let mut format = String::new();
         let mut args = Vec::new();
         for piece in &self.pieces {
@@ -143,15 +226,27 @@ impl Template {
                     }
                 }
                 Piece::Value(placeholder) => {
-                    if placeholder.spec.is_empty() {
-                        format.push_str("{}");
-                    } else {
-                        let _ = write!(format, "{{:{}}}", placeholder.spec);
-                    }
+                    placeholder.push_format(&mut format);
                     args.push(placeholder.to_expr(span));
                 }
+                Piece::Each { element, .. } => element.push_format(&mut format),
             }
         }
+        (format, args)
+    }
+
+    /// An expression for the key: a `&'static str` when the template has no
+    /// placeholder, else a `String` formatted once through `format_key`, a function
+    /// taking `fmt::Arguments`.
+    ///
+    /// Its tokens are located at the template, so that errors point there, but
+    /// resolved at the macro's call site: rustc then knows they come from an
+    /// expansion, and makes no suggestion that would rewrite the template as if it
+    /// were the code (`key = id` for a misspelt field), nor points inside it as if
+    /// the format string were the template's text.
+    pub(crate) fn to_expr(&self, format_key: &TokenStream) -> TokenStream {
+        let span = Span::call_site().located_at(self.lit.span());
+        let (format, args) = self.format_string(span);
         if args.is_empty() {
             // Only text: no formatting, no allocation.
             let text: String = self
@@ -159,7 +254,7 @@ impl Template {
                 .iter()
                 .map(|piece| match piece {
                     Piece::Text(text) => text.as_str(),
-                    Piece::Value(_) => "",
+                    Piece::Value(_) | Piece::Each { .. } => "",
                 })
                 .collect();
             return LitStr::new(&text, span).into_token_stream();
@@ -172,6 +267,15 @@ impl Template {
 }
 
 impl Placeholder {
+    /// `{}` or `{:<spec>}` for this placeholder.
+    fn push_format(&self, format: &mut String) {
+        if self.spec.is_empty() {
+            format.push_str("{}");
+        } else {
+            let _ = write!(format, "{{:{}}}", self.spec);
+        }
+    }
+
     fn parse(source: &str) -> Result<Placeholder, String> {
         let (path, spec) = match source.split_once(':') {
             Some((path, spec)) => (path, spec),

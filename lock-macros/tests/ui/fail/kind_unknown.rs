@@ -1,0 +1,10 @@
+use distlock::{distributed_lock, LockError};
+
+#[distributed_lock(key = "catalogue", kind = "shared")]
+async fn browse() -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {
+    let _ = browse();
+}
