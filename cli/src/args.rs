@@ -101,4 +101,25 @@ pub(crate) enum Command {
         #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
         count: u32,
     },
+    /// Print each release of a lock as it comes, with a timestamp and the lock's
+    /// state after it, until Ctrl-C.
+    Watch {
+        /// The lock name.
+        name: OsString,
+    },
+    /// Delete a lock whoever holds it, and wake its waiters; its holder learns at
+    /// its next renewal that it lost it. Exits 1 when the lock was free.
+    ForceUnlock {
+        /// The lock name.
+        name: OsString,
+        /// Why, for the log (printed to stderr with the OS user and host).
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Check the server: its version, a PING's round trip, `maxmemory-policy`,
+    /// and whether the user can load distlock's scripts.
+    Ping,
 }

@@ -26,8 +26,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::args::{Cli, Command};
+use crate::commands::force_unlock::ForceArgs;
 use crate::commands::list::ListArgs;
-use crate::commands::{inspect, list, note, Context};
+use crate::commands::{force_unlock, inspect, list, note, ping, watch, Context};
 use crate::connect::Target;
 use crate::error::{CliError, Exit};
 
@@ -90,6 +91,17 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
             };
             list::run(&ctx, args).await
         }
+        Command::Watch { name } => watch::run(&ctx, &bytes(name)?).await,
+        Command::ForceUnlock { name, reason, yes } => {
+            let name = bytes(name)?;
+            let args = ForceArgs {
+                name: &name,
+                reason: &reason,
+                yes,
+            };
+            force_unlock::run(&ctx, args).await
+        }
+        Command::Ping => ping::run(&ctx).await,
     }
 }
 

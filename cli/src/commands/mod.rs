@@ -8,8 +8,11 @@ use serde::Serialize;
 use crate::connect::Target;
 use crate::error::{CliError, Exit};
 
+pub(crate) mod force_unlock;
 pub(crate) mod inspect;
 pub(crate) mod list;
+pub(crate) mod ping;
+pub(crate) mod watch;
 
 /// What every command gets: where to connect, and how to print.
 #[derive(Debug)]
