@@ -29,9 +29,15 @@ pub(crate) struct Cli {
 /// The deployment to connect to, as the library's `LockClientBuilder` takes it.
 #[derive(Debug, Args)]
 pub(crate) struct TargetArgs {
-    /// The Redis server: redis://[user:password@]host:port[/db], or rediss:// for
-    /// TLS [env: REDIS_URL; default: redis://127.0.0.1:6379].
-    #[arg(long, global = true, value_name = "URL")]
+    /// The Redis server: `redis://[user:password@]host:port[/db]`, or `rediss://`
+    /// for TLS; else `$REDIS_URL`, else [`DEFAULT_URL`].
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        help = "The Redis server: redis://[user:password@]host:port[/db], or rediss:// for \
+                TLS [env: REDIS_URL; default: redis://127.0.0.1:6379]"
+    )]
     pub(crate) url: Option<String>,
     /// A Redis Cluster: some of its nodes' URLs, comma-separated. Replaces --url.
     #[arg(
