@@ -89,7 +89,7 @@ impl LockView {
             .lease_remaining_ms
             .map_or_else(|| "-".to_owned(), human_millis);
         let fields = [
-            ("lock", self.name.clone()),
+            ("lock", printable(&self.name)),
             ("namespace", namespace.to_owned()),
             ("kind", self.kind_label()),
             ("held", if self.held { "yes" } else { "no" }.to_owned()),
@@ -132,7 +132,7 @@ impl LockView {
     /// One row of the human `list` table (see [`LIST_HEADER`]).
     pub(crate) fn list_row(&self) -> Vec<String> {
         vec![
-            self.name.clone(),
+            printable(&self.name),
             self.kind_label(),
             self.holders.len().to_string(),
             self.hold_count.to_string(),
@@ -207,6 +207,23 @@ fn mode_name(mode: HoldMode) -> &'static str {
         HoldMode::Permit => "permit",
         _ => "other",
     }
+}
+
+/// `text` with its control characters escaped (`\u{1b}`), so that a lock name
+/// printed for people cannot drive their terminal. JSON output escapes them itself.
+pub(crate) fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// `value`, or `-`.
@@ -353,6 +370,12 @@ mod tests {
             timestamp(Duration::from_secs(1_709_251_200)),
             "2024-03-01T00:00:00.000Z"
         );
+    }
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(printable("order:42"), "order:42");
+        assert_eq!(printable("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
     }
 
     #[test]

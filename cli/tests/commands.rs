@@ -127,6 +127,22 @@ async fn inspect_shows_a_plain_lock_and_its_fencing_token() {
         info["last_fencing_token"], token,
         "the counter outlives the hold"
     );
+
+    // A name with a control character cannot drive the operator's terminal.
+    let odd = locks.lock("odd\u{1b}[2J").await.expect("the lock");
+    let human = run(&url, &["inspect", "odd\u{1b}[2J"]).await;
+    assert_eq!(code(&human), Some(0));
+    let text = stdout(&human);
+    assert!(
+        text.contains("odd\\u{1b}[2J") && !text.contains('\u{1b}'),
+        "{text:?}"
+    );
+    let machine = json(&run(&url, &["--json", "inspect", "odd\u{1b}[2J"]).await);
+    assert_eq!(
+        machine["name"], "odd\u{1b}[2J",
+        "JSON keeps the name as it is"
+    );
+    odd.unlock().await.expect("released");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,6 +174,10 @@ async fn list_finds_the_locks_that_match_a_pattern() {
     server
         .cmd(&["SET", "billing:{order:9}", "x"])
         .expect("another namespace's key");
+    // A key at a lock's place that distlock did not write: skipped, with a word.
+    server
+        .cmd(&["SET", "distlock:{order:foreign}", "x"])
+        .expect("a foreign key at a lock's place");
 
     let machine = run(&url, &["--json", "list", "order:*"]).await;
     assert_eq!(code(&machine), Some(0), "{}", stderr(&machine));
@@ -167,6 +187,8 @@ async fn list_finds_the_locks_that_match_a_pattern() {
         .map(str::to_owned)
         .collect();
     assert_eq!(names_of(&lines), expected, "held locks only, each once");
+    let skipped = stderr(&machine);
+    assert!(skipped.contains("skipped `order:foreign`"), "{skipped}");
     for line in &lines {
         match line["name"].as_str() {
             Some("order:rw") => assert_eq!(line["kind"], "read_write"),

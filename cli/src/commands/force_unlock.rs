@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::commands::{note, print, print_json, Context};
 use crate::error::{CliError, Exit};
-use crate::format::LockView;
+use crate::format::{printable, LockView};
 
 /// What `force-unlock` was asked for.
 #[derive(Debug)]
@@ -54,7 +54,7 @@ pub(crate) async fn run(ctx: &Context, args: ForceArgs<'_>) -> Result<Exit, CliE
     }
     let client = ctx.target.lock_client().await?;
     let before = LockView::new(args.name, &client.inspect(args.name).await?);
-    let name = before.name.clone();
+    let name = printable(&before.name);
     let (user, host) = (operator(), hostname());
     let namespace = &ctx.target.namespace;
     let servers = ctx.target.describe();
@@ -81,7 +81,7 @@ pub(crate) async fn run(ctx: &Context, args: ForceArgs<'_>) -> Result<Exit, CliE
     ));
     if ctx.json {
         print_json(&Outcome {
-            name: &name,
+            name: &before.name,
             deleted,
             declined,
             reason: args.reason,

@@ -14,7 +14,7 @@ use distlock::LockError;
 use crate::commands::{note, print, print_json, Context};
 use crate::connect::Node;
 use crate::error::{CliError, Exit};
-use crate::format::{table, LockView, LIST_ALIGN, LIST_HEADER};
+use crate::format::{printable, table, LockView, LIST_ALIGN, LIST_HEADER};
 use crate::names::{glob_match, name_of_key, scan_pattern};
 
 /// What `list` was asked for.
@@ -89,7 +89,7 @@ pub(crate) async fn run(ctx: &Context, args: ListArgs<'_>) -> Result<Exit, CliEr
             Err(err @ (LockError::KeyConflict { .. } | LockError::InvalidName { .. })) => {
                 note(&format!(
                     "distlock: skipped `{}`: {err}\n",
-                    String::from_utf8_lossy(name)
+                    printable(&String::from_utf8_lossy(name))
                 ));
                 continue;
             }
@@ -110,7 +110,7 @@ pub(crate) async fn run(ctx: &Context, args: ListArgs<'_>) -> Result<Exit, CliEr
         note(&format!(
             "distlock: no {}lock matches `{}` in namespace `{namespace}`{}\n",
             if args.all { "" } else { "held " },
-            String::from_utf8_lossy(args.pattern),
+            printable(&String::from_utf8_lossy(args.pattern)),
             if args.all {
                 ""
             } else {

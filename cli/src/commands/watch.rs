@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use crate::commands::{print, print_json, Context};
 use crate::connect::Raw;
 use crate::error::{CliError, Exit};
-use crate::format::{timestamp_now, LockView};
+use crate::format::{printable, timestamp_now, LockView};
 use crate::names::channel;
 
 /// One line of `watch --json`.
@@ -150,7 +150,8 @@ fn emit(
         ""
     };
     print(&format!(
-        "{time}  {event:<12}  {name}: {}{next}\n",
+        "{time}  {event:<12}  {}: {}{next}\n",
+        printable(name),
         state.summary()
     ))
 }
