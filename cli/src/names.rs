@@ -1,0 +1,293 @@
+//! Lock names and the Redis keys they live at, as `distlock-core` writes them: the
+//! lock `N` of namespace `ns` is the key `ns:{N}`, where `%`, `{` and `}` in `N` are
+//! written `%25`, `%7B` and `%7D`. The lock's other keys (`:fence`, `:freed`) and
+//! its channel (`:released`) follow the closing brace.
+//!
+//! `list` scans for `ns:{*`, keeps the keys that end at the closing brace, decodes
+//! their names and matches them against the operator's pattern here (Redis' glob
+//! rules), since an escaped name is not the name a pattern is written for.
+
+/// The lock's key of `name` in `namespace`.
+pub(crate) fn lock_key(namespace: &str, name: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(namespace.len() + name.len() + 3);
+    key.extend_from_slice(namespace.as_bytes());
+    key.extend_from_slice(b":{");
+    escape_into(&mut key, name);
+    key.push(b'}');
+    key
+}
+
+/// The release channel of `name` in `namespace`: `<namespace>:{<name>}:released`.
+pub(crate) fn channel(namespace: &str, name: &[u8]) -> Vec<u8> {
+    let mut channel = lock_key(namespace, name);
+    channel.extend_from_slice(b":released");
+    channel
+}
+
+/// Appends `name` with `%`, `{` and `}` escaped.
+fn escape_into(out: &mut Vec<u8>, name: &[u8]) {
+    for &byte in name {
+        match byte {
+            b'%' => out.extend_from_slice(b"%25"),
+            b'{' => out.extend_from_slice(b"%7B"),
+            b'}' => out.extend_from_slice(b"%7D"),
+            other => out.push(other),
+        }
+    }
+}
+
+/// The lock name of `key` when it is the main key of a lock of `namespace`; `None`
+/// for a lock's other keys (`...}:fence`, `...}:freed`) and for keys distlock does
+/// not write (another prefix, a `%` that is no escape of distlock's).
+pub(crate) fn name_of_key(namespace: &str, key: &[u8]) -> Option<Vec<u8>> {
+    let rest = key
+        .strip_prefix(namespace.as_bytes())?
+        .strip_prefix(b":{")?;
+    // An escaped name holds no brace: the first one closes the tag.
+    let close = rest.iter().position(|&byte| byte == b'}')?;
+    if close + 1 != rest.len() || close == 0 {
+        return None;
+    }
+    unescape(&rest[..close])
+}
+
+/// The name that `escaped` is the escaped form of.
+fn unescape(escaped: &[u8]) -> Option<Vec<u8>> {
+    let mut name = Vec::with_capacity(escaped.len());
+    let mut bytes = escaped.iter().copied();
+    while let Some(byte) = bytes.next() {
+        if byte == b'{' {
+            return None;
+        }
+        if byte != b'%' {
+            name.push(byte);
+            continue;
+        }
+        let code = [bytes.next()?, bytes.next()?];
+        name.push(match &code {
+            b"25" => b'%',
+            b"7B" => b'{',
+            b"7D" => b'}',
+            _ => return None,
+        });
+    }
+    Some(name)
+}
+
+/// The SCAN `MATCH` pattern for the lock keys of `namespace` whose names may match
+/// `pattern`: the namespace, then the part of `pattern` before its first special
+/// character (escaped as in a key), then `*`. Every key it returns is still checked
+/// with [`glob_match`] on its decoded name.
+pub(crate) fn scan_pattern(namespace: &str, pattern: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(namespace.len() + pattern.len() + 4);
+    for &byte in namespace.as_bytes() {
+        if is_glob_special(byte) {
+            out.push(b'\\');
+        }
+        out.push(byte);
+    }
+    out.extend_from_slice(b":{");
+    let literal: Vec<u8> = pattern
+        .iter()
+        .copied()
+        .take_while(|&byte| !is_glob_special(byte))
+        .collect();
+    let mut escaped = Vec::with_capacity(literal.len());
+    escape_into(&mut escaped, &literal);
+    // The escaped literal holds no `{` or `}`; `%` and digits are not special.
+    out.extend_from_slice(&escaped);
+    out.push(b'*');
+    out
+}
+
+/// The characters that Redis glob patterns give a meaning to.
+fn is_glob_special(byte: u8) -> bool {
+    matches!(byte, b'*' | b'?' | b'[' | b']' | b'\\')
+}
+
+/// Whether `text` matches the glob `pattern`, by the rules of Redis' `KEYS` and
+/// `SCAN MATCH`: `*` any run of bytes, `?` one byte, `[abc]`, `[^abc]` and `[a-z]`
+/// one byte of (or not of) a set, `\x` the byte `x` itself.
+pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    // Iterative, with one backtracking point: the last `*` seen.
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() {
+            match pattern[p] {
+                b'*' => {
+                    star = Some((p, t));
+                    p += 1;
+                    continue;
+                }
+                b'?' => {
+                    p += 1;
+                    t += 1;
+                    continue;
+                }
+                b'[' => {
+                    if let Some((matched, next)) = class_match(pattern, p, text[t]) {
+                        if matched {
+                            p = next;
+                            t += 1;
+                            continue;
+                        }
+                    }
+                }
+                b'\\' if p + 1 < pattern.len() => {
+                    if pattern[p + 1] == text[t] {
+                        p += 2;
+                        t += 1;
+                        continue;
+                    }
+                }
+                literal => {
+                    if literal == text[t] {
+                        p += 1;
+                        t += 1;
+                        continue;
+                    }
+                }
+            }
+        }
+        match star {
+            Some((star_p, star_t)) => {
+                p = star_p + 1;
+                t = star_t + 1;
+                star = Some((star_p, star_t + 1));
+            }
+            None => return false,
+        }
+    }
+    pattern[p..].iter().all(|&byte| byte == b'*')
+}
+
+/// Whether `byte` is in the class that opens at `pattern[open]` (`[`), and where
+/// the pattern goes on after it; `None` for a class that is never closed, which
+/// this matcher takes as matching nothing.
+fn class_match(pattern: &[u8], open: usize, byte: u8) -> Option<(bool, usize)> {
+    let mut i = open + 1;
+    let negate = pattern.get(i) == Some(&b'^');
+    if negate {
+        i += 1;
+    }
+    let mut matched = false;
+    loop {
+        let current = *pattern.get(i)?;
+        match current {
+            b']' => break,
+            b'\\' => {
+                let escaped = *pattern.get(i + 1)?;
+                matched |= escaped == byte;
+                i += 2;
+            }
+            _ if pattern.get(i + 1) == Some(&b'-')
+                && pattern.get(i + 2).is_some_and(|&c| c != b']') =>
+            {
+                let end = pattern[i + 2];
+                let (low, high) = if current <= end {
+                    (current, end)
+                } else {
+                    (end, current)
+                };
+                matched |= (low..=high).contains(&byte);
+                i += 3;
+            }
+            _ => {
+                matched |= current == byte;
+                i += 1;
+            }
+        }
+    }
+    Some((matched != negate, i + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_escaped_as_the_library_writes_them() {
+        assert_eq!(lock_key("ns", b"order:{42}"), b"ns:{order:%7B42%7D}");
+        assert_eq!(lock_key("ns", b"100%"), b"ns:{100%25}");
+        assert_eq!(channel("ns", b"a"), b"ns:{a}:released");
+    }
+
+    #[test]
+    fn main_keys_give_their_names_and_other_keys_none() {
+        assert_eq!(
+            name_of_key("ns", b"ns:{order:%7B42%7D}").as_deref(),
+            Some(&b"order:{42}"[..])
+        );
+        assert_eq!(
+            name_of_key("ns", b"ns:{100%25}").as_deref(),
+            Some(&b"100%"[..])
+        );
+        for other in [
+            &b"ns:{a}:fence"[..],
+            b"ns:{a}:freed",
+            b"ns:{a}:released",
+            b"other:{a}",
+            b"ns:{}",
+            b"ns:{a%41}",
+            b"ns:{a%2}",
+            b"ns:a",
+            b"nsx:{a}",
+        ] {
+            assert_eq!(name_of_key("ns", other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn every_name_comes_back_from_its_key() {
+        for name in [
+            &b"a"[..],
+            b"%",
+            b"{",
+            b"}",
+            b"%7B",
+            b"{}%{}",
+            b"x:y:z",
+            b"\xff\x00",
+        ] {
+            let key = lock_key("distlock", name);
+            assert_eq!(
+                name_of_key("distlock", &key).as_deref(),
+                Some(name),
+                "{name:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_scan_pattern_pushes_the_literal_prefix_down() {
+        assert_eq!(scan_pattern("distlock", b"*"), b"distlock:{*");
+        assert_eq!(scan_pattern("distlock", b"order:*"), b"distlock:{order:*");
+        assert_eq!(scan_pattern("ns", b"a{b?c"), b"ns:{a%7Bb*");
+        assert_eq!(scan_pattern("n*s", b"x"), b"n\\*s:{x*");
+    }
+
+    #[test]
+    fn globs_follow_redis_rules() {
+        let yes = |pattern: &str, text: &str| glob_match(pattern.as_bytes(), text.as_bytes());
+        assert!(yes("*", ""));
+        assert!(yes("*", "anything"));
+        assert!(yes("order:*", "order:42"));
+        assert!(!yes("order:*", "orders"));
+        assert!(yes("o?der:4*2", "order:4xx2"));
+        assert!(yes("*:42", "a:b:42"));
+        assert!(!yes("*:42", "a:b:43"));
+        assert!(yes("[ab]x", "bx"));
+        assert!(!yes("[ab]x", "cx"));
+        assert!(yes("[^ab]x", "cx"));
+        assert!(yes("[a-c]", "b"));
+        assert!(yes("[c-a]", "b"));
+        assert!(!yes("[a-c]", "d"));
+        assert!(yes("a\\*b", "a*b"));
+        assert!(!yes("a\\*b", "axb"));
+        assert!(yes("{*}", "{x}"));
+        assert!(!yes("[ab", "a"));
+        assert!(yes("a*b*c", "aXbYbZc"));
+        assert!(!yes("a*b*c", "aXbYbZ"));
+    }
+}
