@@ -29,11 +29,12 @@ pub const LOCK_USER_ACL: &[&str] = &[
     // Called by the release script before it hands a lock to a waiter of the
     // releasing client (no other client may listen for the release).
     "+pubsub|numsub",
-    // Read-write locks and semaphores (hashes, leases on the server's clock):
-    // called by the scripts, and `hdel` sent by the client too (a writer that
-    // gives up its wait takes its place back).
+    // Read-write locks, semaphores and fair locks (hashes, leases on the server's
+    // clock): called by the scripts.
     "+hgetall",
     "+hset",
     "+hdel",
     "+time",
+    // Sent by the deadlock walk, which reads the type of each lock it passes.
+    "+type",
 ];

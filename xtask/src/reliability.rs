@@ -369,16 +369,17 @@ another namespace):
 ACL SETUSER locker on >PASSWORD resetkeys ~distlock:* resetchannels &distlock:* -@all
     +hello +ping +script|load +evalsha +config|get +subscribe +unsubscribe
     +set +get +incr +pexpire +pttl +del +publish +pubsub|numsub
-    +hgetall +hset +hdel +time
+    +hgetall +hset +hdel +time +type
 ```
 
 The first line of commands is what the client sends, with `set` (a first
 acquisition without fencing is one `SET NX GET PX`; `config|get` only reads
 `maxmemory-policy` for the eviction warning; on Redis 7.2+ add `+client|setinfo`
 to avoid a refused, ignored `CLIENT SETINFO`); the second is what the scripts call,
-which Redis checks against the same ACL; the third is what read-write locks and
-semaphores need (hashes, and leases on the server's clock; the client sends `hdel`
-too, when a waiting writer gives up), and can be left out where they are not used.
+which Redis checks against the same ACL; the third is what read-write locks,
+semaphores and fair locks need (hashes, and leases on the server's clock), with
+`type`, which the deadlock walk reads (it also gets, sets and deletes the wait-for
+records `<namespace>:{<owner>}:waits`); it can be left out where neither is used.
 `the_minimal_acl_is_enough_for_every_operation` in `tests/reliability_security.rs`
 runs lock, wait, re-entry, fencing, read-write locks, a semaphore, inspect and
 force-unlock as that user and asserts that `ACL LOG` stays empty.
