@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockClient, LockRequest};
-use distlock_testkit::{Direction, FaultProxy, RedisServer};
+use distlock_testkit::{monotonic_ns, Direction, FaultProxy, History, RedisServer, Section};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
@@ -93,6 +93,8 @@ async fn adversarial(kind: Kind) {
     ];
     let workload = support::Workload::connect(&server.url(), NAME).await;
     let inside = Arc::new(Inside::default());
+    // The exclusive sections (writers, fair holders), for the history checker.
+    let history = Arc::new(History::new());
     let exclusive_sections = Arc::new(AtomicU64::new(0));
     let sections = Arc::new(AtomicU64::new(0));
     let seed: u64 = rand::rng().random();
@@ -104,6 +106,7 @@ async fn adversarial(kind: Kind) {
         let locks = clients[task as usize % 2].clone();
         let (workload, inside) = (workload.clone(), inside.clone());
         let (sections, exclusive_sections) = (sections.clone(), exclusive_sections.clone());
+        let history = history.clone();
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed ^ (task + 1));
             while Instant::now() < stop {
@@ -147,6 +150,7 @@ async fn adversarial(kind: Kind) {
                     Kind::Fair => true,
                 };
                 if exclusive {
+                    let acquired_ns = monotonic_ns();
                     let others = inside.exclusive.fetch_add(1, Ordering::SeqCst);
                     if others > 0 || inside.readers.load(Ordering::SeqCst) > 0 {
                         inside.broken.fetch_add(1, Ordering::SeqCst);
@@ -154,6 +158,13 @@ async fn adversarial(kind: Kind) {
                     workload.unfenced_increment().await;
                     exclusive_sections.fetch_add(1, Ordering::SeqCst);
                     inside.exclusive.fetch_sub(1, Ordering::SeqCst);
+                    history.record(Section {
+                        owner: format!("t{task}"),
+                        token: None,
+                        acquired_ns,
+                        released_ns: monotonic_ns(),
+                        deadline_ns: None,
+                    });
                 } else {
                     let readers = inside.readers.fetch_add(1, Ordering::SeqCst) + 1;
                     let too_many = match kind {
@@ -207,6 +218,9 @@ async fn adversarial(kind: Kind) {
         counter, exclusive_sections,
         "{kind:?}, seed {seed}: updates were lost"
     );
+    let report = history.check();
+    println!("{kind:?}: {report}");
+    assert!(report.is_clean(), "{kind:?}, seed {seed}: {report}");
     let clean =
         support::eventually(Duration::from_secs(5), || left_in_redis(&server).is_empty()).await;
     assert!(
