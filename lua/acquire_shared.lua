@@ -5,9 +5,8 @@
 -- Sent after lock.lua and shared.lua, under `#!lua` for a new acquisition and
 -- `#!lua flags=allow-oom` for a re-entry, as acquire.lua is.
 --
--- KEYS and ARGV[1] to ARGV[6] are acquire.lua's: the lock, its fencing counter, its
--- `:freed` key (not used: a holder's final release keeps its record in its own
--- field); owner id, lease in ms, "1" for a fencing token (write holds and fair locks
+-- KEYS and ARGV[1] to ARGV[6] are acquire.lua's: the lock, its fencing counter, and
+-- this owner's record `<ns>:{name}:freed:<owner>` (see shared.lua); owner id, lease in ms, "1" for a fencing token (write holds and fair locks
 -- only), the operation's number, the owner's floor, "1" for a re-entry. Then:
 -- ARGV[7]  what to take: "r" a read hold, "w" the write hold, "p<permits>" a
 --          permit of a semaphore of that many permits, "f" a fair lock
@@ -41,7 +40,7 @@
 --
 -- Every check comes before the first write.
 
-local lock, fence_key = KEYS[1], KEYS[2]
+local lock, fence_key, freed = KEYS[1], KEYS[2], KEYS[3]
 local owner, lease, fencing = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local seq, floor, reentry = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local want, parent, stays = ARGV[7], ARGV[8], ARGV[9] == '1'
@@ -123,7 +122,7 @@ end
 
 -- Take it. A record of this owner's final release (a replay of an operation of
 -- an owner that held it before) carries over, so that nothing applied is applied again.
-local before = state.records[owner] or { floor = 0, done = '' }
+local before = read_freed(freed) or { floor = 0, done = '' }
 local new_floor, done = record(before, floor, seq, ARGV[4])
 if not new_floor then
   -- Applied before, and given back since: nothing to take.

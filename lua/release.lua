@@ -15,7 +15,9 @@
 --          routes it with the lock (same hash slot)
 --   the last final release `<ns>:{name}:freed`: "<owner> <floor> <done...>", the
 --          replay record of the holder that freed the lock, once another owner
---          took the tombstone (see lock.lua), or was handed the lock
+--          took the tombstone (see lock.lua), or was handed the lock; for a lock
+--          kept in a hash, this owner's own record `<ns>:{name}:freed:<owner>`
+--          (see shared.lua)
 --   the fencing counter `<ns>:{name}:fence`, only when the release has a successor
 --          that asks for fencing
 -- ARGV[1]  "PUBLISH", or "SPUBLISH" on a cluster
@@ -86,7 +88,7 @@ end
 -- shared.lua): as below, without a successor. A final release keeps its record in
 -- the owner's field, and tells waiters when a writer, a permit or a fair lock's
 -- holder left, or the last reader; a fair lock's message names its next waiter.
-local function release_shared(lock, channel, owner, lease, seq, seq_text, floor)
+local function release_shared(lock, channel, freed, owner, lease, seq, seq_text, floor)
   local now = now_ms()
   local state = read_shared(lock, now)
   if not state or not state.kind then
@@ -94,8 +96,8 @@ local function release_shared(lock, channel, owner, lease, seq, seq_text, floor)
   end
   local me = state.holders[owner]
   if not me then
-    local applied = state.records[owner] and in_done(state.records[owner].done, seq)
-    if applied then
+    local record = read_freed(freed)
+    if record and in_done(record.done, seq) then
       return {1, 0}
     end
     return {-1}
@@ -115,7 +117,7 @@ local function release_shared(lock, channel, owner, lease, seq, seq_text, floor)
   if me.mode ~= 'r' or not next(state.holders) then
     redis.call(publish, channel, release_message(state, owner, seq_text))
   end
-  put_record(lock, state, owner, new_floor, done, now, tonumber(remember))
+  put_record(lock, freed, state, owner, new_floor, done, tonumber(remember))
   settle_shared(lock, state, now)
   return {1, 0}
 end
@@ -127,7 +129,7 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
   local seq, floor = tonumber(seq_text), tonumber(floor_text)
   local value = redis.pcall('GET', lock)
   if type(value) == 'table' then
-    return release_shared(lock, channel, owner, lease, seq, seq_text, floor)
+    return release_shared(lock, channel, freed, owner, lease, seq, seq_text, floor)
   end
   local state = read(value, owner)
   if not state then

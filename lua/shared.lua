@@ -16,8 +16,6 @@
 --               fence the fencing token of a writer (0: none; readers and permits
 --                     have none)
 --               floor, done  its replay record, as for a plain lock (lock.lua)
---   <owner>     a holder's final release: '- <until> <floor> <done...>', its replay
---               record, kept until `until` for the retry of that release
 --   '~<owner>'  a waiter that keeps its place: '<until>' for a writer of a
 --               read-write lock (while one lives, no new reader enters, so readers
 --               in a loop cannot starve a writer), '<until> <ticket>' for a waiter of
@@ -26,6 +24,12 @@
 --               takes it back when it gives up; it dies WAITER_MS after the last
 --               look: a waiter that went away (its process killed) stops holding
 --               others back within WAITER_MS + WAITER_LOOK_MS.
+--
+-- A holder's final release leaves its replay record ('<floor> <done...>') not in the
+-- hash, which every script reads whole, but in a key of its own,
+-- `<ns>:{name}:freed:<owner>` (the same hash slot), that expires after a short while:
+-- the retry of that release reads it there, and an acquisition under that owner id
+-- (a replay) carries it over. The client names that key for each request (KEYS[3]).
 --
 -- Leases are times of the server's clock, never of a client's: a holder whose `until`
 -- has passed holds nothing, and the first script that reads the hash drops its field.
@@ -50,15 +54,15 @@ end
 -- write (another type, or a field not of a form above). Else a table with `kind`
 -- (nil when there is no key), `permits`, `next` (a fair lock's next ticket),
 -- `holders` (owner -> { mode, count, until, token, floor, done }, live ones only),
--- `records` (owner -> { until, floor, done } of final releases), `waiting` (owner ->
--- { until, ticket }, live ones; ticket 0 for a writer), `dead` (the set of fields
--- whose time is up, to drop), and `latest` (the latest `until` of what lives).
+-- `waiting` (owner -> { until, ticket }, live ones; ticket 0 for a writer), `dead`
+-- (the set of fields whose time is up, to drop), and `latest` (the latest `until` of
+-- what lives).
 local function read_shared(key, now)
   local flat = redis.pcall('HGETALL', key)
   if flat['err'] then
     return nil
   end
-  local state = { holders = {}, records = {}, waiting = {}, dead = {}, latest = 0 }
+  local state = { holders = {}, waiting = {}, dead = {}, latest = 0 }
   for i = 1, #flat, 2 do
     local field, value = flat[i], flat[i + 1]
     if field == '#kind' then
@@ -86,18 +90,6 @@ local function read_shared(key, now)
         state.dead[field] = true
       else
         state.waiting[string.sub(field, 2)] = { ['until'] = until_ms, ticket = tonumber(ticket) or 0 }
-        state.latest = math.max(state.latest, until_ms)
-      end
-    elseif string.sub(value, 1, 2) == '- ' then
-      local until_text, floor, done = string.match(value, '^%- (%d+) (%d+) ?([%d ]*)$')
-      if not until_text or not number(until_text) or not number(floor) then
-        return nil
-      end
-      local until_ms = tonumber(until_text)
-      if until_ms <= now then
-        state.dead[field] = true
-      else
-        state.records[field] = { ['until'] = until_ms, floor = tonumber(floor), done = done }
         state.latest = math.max(state.latest, until_ms)
       end
     else
@@ -133,7 +125,6 @@ end
 -- Writes holder `owner` (`h`, its floor and done as `record` gives them) to the hash.
 local function put_holder(key, state, owner, h)
   state.holders[owner] = h
-  state.records[owner] = nil
   state.dead[owner] = nil
   state.latest = math.max(state.latest, h['until'])
   redis.call('HSET', key, owner, encode_holder(h))
@@ -151,7 +142,7 @@ local function settle_shared(key, state, now)
     redis.call('HDEL', key, unpack(dead))
     state.dead = {}
   end
-  local alive = next(state.holders) or next(state.records) or next(state.waiting)
+  local alive = next(state.holders) or next(state.waiting)
   if not alive then
     redis.call('DEL', key)
   else
@@ -235,14 +226,26 @@ local function release_message(state, owner, seq_text)
   return message
 end
 
--- Writes the record of `owner`'s final release, kept `remember` ms for its retry.
-local function put_record(key, state, owner, floor, done, now, remember)
-  local until_ms = now + remember
+-- The replay record of an owner's final release at `key` ('<floor> <done...>'): a
+-- table with `floor` and `done`, or nil when there is none (or it is not one).
+local function read_freed(key)
+  local value = redis.pcall('GET', key)
+  if type(value) ~= 'string' then
+    return nil
+  end
+  local floor, done = string.match(value, '^(%d+) ?([%d ]*)$')
+  if not floor or not number(floor) then
+    return nil
+  end
+  return { floor = tonumber(floor), done = done }
+end
+
+-- Ends the hold of `owner` in the hash at `key`, keeping its replay record at
+-- `freed` for `remember` ms, for the retry of its final release.
+local function put_record(key, freed, state, owner, floor, done, remember)
   state.holders[owner] = nil
-  state.records[owner] = { ['until'] = until_ms, floor = floor, done = done }
-  state.dead[owner] = nil
-  state.latest = math.max(state.latest, until_ms)
-  redis.call('HSET', key, owner, string.format('- %d %s %s', until_ms, floor, done))
+  redis.call('HDEL', key, owner)
+  redis.call('SET', freed, floor .. ' ' .. done, 'PX', remember)
 end
 
 -- Whether the operation `seq` is in `done` (a replay record's applied numbers).

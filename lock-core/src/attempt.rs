@@ -183,7 +183,7 @@ impl Invoke {
         invocation
             .key(&self.keys.lock)
             .key(self.keys.fence())
-            .key(self.keys.freed())
+            .key(self.keys.freed_for(self.owner.id()))
             .arg(&argv);
         let replicas = self.inner.config.replicas.filter(|_| !self.reentry);
         let Some((needed, timeout)) = replicas else {
@@ -196,7 +196,7 @@ impl Invoke {
             .arg(3)
             .arg(&self.keys.lock)
             .arg(self.keys.fence())
-            .arg(self.keys.freed())
+            .arg(self.keys.freed_for(self.owner.id()))
             .arg(&argv)
             .cmd("WAIT")
             .arg(needed)

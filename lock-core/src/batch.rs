@@ -231,7 +231,7 @@ impl Batcher {
             invocation
                 .key(&item.keys.lock)
                 .key(item.keys.channel())
-                .key(item.keys.freed());
+                .key(item.keys.freed_for(&item.owner));
             if item.successor.as_ref().is_some_and(|next| next.fencing) {
                 invocation.key(item.keys.fence());
             }

@@ -188,6 +188,20 @@ impl LockKeys {
         suffixed(&self.lock, b":freed")
     }
 
+    /// Where a request of `owner` finds the record of a final release: the lock's
+    /// `:freed` for a plain lock; for a lock kept in a hash, that owner's own
+    /// `:freed:<owner>` (`lua/shared.lua`), so that the hash, which every script
+    /// reads whole, keeps no record of holders that left.
+    pub(crate) fn freed_for(&self, owner: &str) -> Vec<u8> {
+        if !self.kind.in_hash() {
+            return self.freed();
+        }
+        let mut key = self.freed();
+        key.push(b':');
+        key.extend_from_slice(owner.as_bytes());
+        key
+    }
+
     /// The name as text for messages and traces (invalid UTF-8 is replaced).
     pub(crate) fn display(&self) -> String {
         self.display_cow().into_owned()
