@@ -1,9 +1,12 @@
 //! The lock kinds beside the plain lock: read and write holds of a read-write lock,
-//! a semaphore's permits, the fair lock and `lock_all`. Phase 8: uncontended
-//! acquire+release pairs of each kind on fresh names (one task, and many tasks each
-//! on names of its own), each against `redis-benchmark` running that kind's own
-//! scripts on the same server in the same run, the plain lock measured the same way
-//! in the same runs.
+//! a semaphore's permits, the fair lock and `lock_all`. Two phases, each against a
+//! reference measured on the same server in the same run:
+//!
+//! - 8: uncontended acquire+release pairs of each kind on fresh names (one task, and
+//!   many tasks each on names of its own), each against `redis-benchmark` running
+//!   that kind's own scripts, the plain lock measured the same way in the same runs;
+//! - 9: hand-off of the plain, write and fair locks to a waiter in another process
+//!   (see `children.rs`), interleaved round by round.
 
 use std::fmt;
 use std::future::Future;
@@ -13,12 +16,13 @@ use distlock::{LockAllRequest, LockClient, LockError, LockGuard, LockRequest, Mu
 use distlock_testkit::RedisServer;
 use tokio::time::Instant;
 
+use crate::children;
 use crate::contender::{connect_distlock, warm, Contender};
 use crate::cpu::cpu_time;
 use crate::error::BoxError;
 use crate::reference::{self, Load, Reference, ReferenceSettings};
 use crate::runtime::{self, Flavor};
-use crate::scenarios;
+use crate::scenarios::{self, RoundTrips};
 use crate::server::{
     calls_between, command_stats, distlock_acquire_attempts, KeyShape, ServerUsage, Workload,
     KIND_SCRIPT_COMMANDS,
@@ -54,6 +58,30 @@ impl Kind {
         }
     }
 
+    /// The word for the kind in the lines sent to the child waiter.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Kind::Plain => "lock",
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::Permit(_) => "permit",
+            Kind::Fair => "fair",
+            Kind::All(_) => "all",
+        }
+    }
+
+    /// The kind a child waiter reads (one name, a fixed permit count: see
+    /// [`Kind::word`]).
+    pub(crate) fn from_word(word: &str) -> Option<Kind> {
+        Some(match word {
+            "lock" => Kind::Plain,
+            "read" => Kind::Read,
+            "write" => Kind::Write,
+            "fair" => Kind::Fair,
+            _ => return None,
+        })
+    }
+
     /// The names a set of this kind takes for `name`: `name:0`, `name:1`, ... for
     /// `lock_all`, else `name` alone.
     fn names(self, name: &str) -> Vec<String> {
@@ -61,6 +89,12 @@ impl Kind {
             Kind::All(names) => (0..names).map(|i| format!("{name}:{i}")).collect(),
             _ => vec![name.to_owned()],
         }
+    }
+
+    /// Whether a waiter of this kind keeps a place in the lock's hash (a writer, a
+    /// fair lock's waiter; lua/shared.lua).
+    pub(crate) fn keeps_place(self) -> bool {
+        matches!(self, Kind::Write | Kind::Fair)
     }
 
     /// The scripts of the kind, as the report names them.
@@ -157,7 +191,7 @@ impl Contender for KindClient {
     }
 }
 
-/// Settings of phase 8.
+/// Settings of the two phases.
 #[derive(Debug, Clone)]
 pub(crate) struct KindSettings {
     pub(crate) runs: usize,
@@ -173,6 +207,12 @@ pub(crate) struct KindSettings {
     pub(crate) many_pairs: usize,
     /// Time limit of one scenario.
     pub(crate) limit: Duration,
+    /// The kinds of phase 9, the plain lock first.
+    pub(crate) handoff_kinds: Vec<Kind>,
+    /// Hand-offs of each kind per run.
+    pub(crate) handoff_rounds: usize,
+    /// Samples of the plain redis-rs round trip measured before each run of phase 9.
+    pub(crate) round_trip_samples: usize,
 }
 
 /// One measurement of uncontended pairs.
@@ -231,10 +271,19 @@ pub(crate) struct KindResults {
     pub(crate) runs: Vec<KindRun>,
 }
 
-/// Everything phase 8 measured.
+/// One run of phase 9: the plain round trip measured right before, and each kind's
+/// hand-offs, in the order of [`KindSettings::handoff_kinds`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HandoffRun {
+    pub(crate) round_trips: RoundTrips,
+    pub(crate) latencies: Vec<(Kind, Vec<Duration>)>,
+}
+
+/// Everything the two phases measured.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct KindsResults {
     pub(crate) uncontended: Vec<KindResults>,
+    pub(crate) handoffs: Vec<HandoffRun>,
 }
 
 impl KindsResults {
@@ -242,9 +291,22 @@ impl KindsResults {
     pub(crate) fn of(&self, kind: Kind) -> Option<&KindResults> {
         self.uncontended.iter().find(|k| k.kind == kind)
     }
+
+    /// Phase 9's hand-offs of `kind`, run by run.
+    pub(crate) fn handoffs_of(&self, kind: Kind) -> Vec<&[Duration]> {
+        self.handoffs
+            .iter()
+            .filter_map(|run| {
+                run.latencies
+                    .iter()
+                    .find(|(k, _)| *k == kind)
+                    .map(|(_, l)| l.as_slice())
+            })
+            .collect()
+    }
 }
 
-/// Runs phase 8 on `server`.
+/// Runs the two phases on `server`.
 pub(crate) fn run(
     server: &RedisServer,
     settings: &KindSettings,
@@ -252,6 +314,7 @@ pub(crate) fn run(
 ) -> Result<KindsResults, BoxError> {
     Ok(KindsResults {
         uncontended: uncontended(server, settings, note)?,
+        handoffs: handoffs(server, settings, note)?,
     })
 }
 
@@ -288,6 +351,46 @@ fn uncontended(
     }
     crate::server::flush(server)?;
     Ok(results)
+}
+
+/// Phase 9: per run, a plain redis-rs round trip, then the hand-offs of every kind
+/// to one child waiter, kinds interleaved round by round.
+fn handoffs(
+    server: &RedisServer,
+    settings: &KindSettings,
+    note: &dyn Fn(&str),
+) -> Result<Vec<HandoffRun>, BoxError> {
+    note("9: hand-off of the plain, write and fair locks to another process");
+    runtime::block_on(Flavor::CurrentThread, async {
+        let client = connect_distlock(&server.url()).await?;
+        warm(&client, "k9:warm", 20).await?;
+        let mut runs = Vec::new();
+        for run in 0..settings.runs {
+            let tag = format!("9:{run}");
+            let idle = Duration::from_millis(1);
+            let samples = settings.round_trip_samples;
+            let round_trips =
+                scenarios::raw_round_trips(&server.url(), &tag, samples, idle).await?;
+            let latencies = children::handoffs(
+                &client,
+                server,
+                &tag,
+                settings.handoff_rounds,
+                &settings.handoff_kinds,
+            )
+            .await?;
+            runs.push(HandoffRun {
+                round_trips,
+                latencies: settings
+                    .handoff_kinds
+                    .iter()
+                    .copied()
+                    .zip(latencies)
+                    .collect(),
+            });
+        }
+        Ok(runs)
+    })
 }
 
 /// One kind in one run: the `-c 1` reference, one task, the pipelined reference,

@@ -39,7 +39,7 @@ pub(crate) struct Results {
     pub(crate) wakeup_round_trips: Vec<RoundTrips>,
     pub(crate) leases: Vec<Leases>,
     pub(crate) macro_ratio: Vec<f64>,
-    /// The lock kinds: 8.
+    /// The lock kinds: 8 and 9.
     pub(crate) kinds: KindsResults,
     pub(crate) cluster: Option<ClusterResults>,
     pub(crate) cluster_error: Option<String>,
@@ -220,6 +220,7 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
         lease_rows(settings, results),
         macro_rows(results),
         kind_rows::uncontended_rows(settings, results),
+        kind_rows::handoff_rows(settings, results),
         micro_rows(results),
     ]
     .into_iter()
@@ -240,10 +241,13 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
 /// The lock kinds' part of the report alone (`distlock-bench kinds`): their rows,
 /// their table and their details.
 pub(crate) fn kinds_markdown(settings: &Settings, results: &Results) -> String {
-    let rows: Vec<Row> = [kind_rows::uncontended_rows(settings, results)]
-        .into_iter()
-        .flatten()
-        .collect();
+    let rows: Vec<Row> = [
+        kind_rows::uncontended_rows(settings, results),
+        kind_rows::handoff_rows(settings, results),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let mut out = String::new();
     main_table(&mut out, &rows);
     kind_rows::kinds_table(&mut out, settings, results);

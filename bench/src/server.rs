@@ -718,6 +718,13 @@ fn set_reference_commands(
     Ok(ReferenceCommands { acquire, release })
 }
 
+/// Whether some waiter keeps a place in the hash of the lock `name` (a writer's
+/// mark, a fair lock's ticket: a field `~<owner>`, lua/shared.lua).
+pub(crate) fn distlock_place_kept(server: &RedisServer, name: &str) -> Result<bool, BoxError> {
+    let fields = server.cmd(&["HKEYS", &format!("distlock:{{{name}}}")])?;
+    Ok(fields.lines().any(|field| field.starts_with('~')))
+}
+
 // ---- rslock's protocol (the minimal one) ------------------------------------------
 
 /// rslock's release: delete the key if it still holds the owner's value.

@@ -25,7 +25,7 @@ pub(crate) struct Settings {
     pub(crate) leases: LeaseSettings,
     pub(crate) macro_rounds: usize,
     pub(crate) macro_calls: u64,
-    /// The lock kinds (8: uncontended).
+    /// The lock kinds (8: uncontended, 9: hand-off).
     pub(crate) kinds: KindSettings,
     pub(crate) cluster: bool,
     /// Only scenario 2 on the cluster (to check the harness).
@@ -94,6 +94,9 @@ impl Settings {
                 tasks: 64,
                 many_pairs: 12_800,
                 limit: Duration::from_secs(30),
+                handoff_kinds: vec![Kind::Plain, Kind::Write, Kind::Fair],
+                handoff_rounds: 50,
+                round_trip_samples: 100,
             },
             cluster: true,
             cluster_only: false,
@@ -132,6 +135,8 @@ impl Settings {
         kinds.reference.ceiling_requests = 3_000;
         kinds.one_task_pairs = 200;
         kinds.many_pairs = 1_280;
+        kinds.handoff_rounds = 5;
+        kinds.round_trip_samples = 20;
         settings
     }
 

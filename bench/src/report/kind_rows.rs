@@ -1,12 +1,14 @@
-//! The report of the lock kinds (8: uncontended pairs):
+//! The report of the lock kinds (8: uncontended pairs, 9: hand-off):
 //! their rows of the main table, their table and their details.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
-use super::{load_label, median, rate, ratio, runs_list, Results, Row};
+use super::{fmt_us, load_label, median, percentile, rate, ratio, runs_list, Results, Row};
 use crate::kinds::{Kind, KindResults, KindRun, KindSample, KindSettings};
 use crate::reference::Load;
 use crate::settings::Settings;
+use crate::stats::{max, us};
 
 /// The median of `values` and their range: "m (lo–hi)"; the value alone for one run.
 fn with_range(values: &[f64], unit: impl Fn(f64) -> String) -> String {
@@ -17,6 +19,11 @@ fn with_range(values: &[f64], unit: impl Fn(f64) -> String) -> String {
         1 => unit(values[0]),
         _ => format!("{} ({}–{})", unit(median(values)), unit(lo), unit(hi)),
     }
+}
+
+/// A duration in µs, for [`with_range`] over seconds.
+fn secs_us(secs: f64) -> String {
+    format!("{:.0} µs", secs * 1e6)
 }
 
 /// The sample of `run` at `load`: one task at `-c 1`, many tasks pipelined.
@@ -133,6 +140,93 @@ pub(super) fn uncontended_rows(settings: &Settings, results: &Results) -> Vec<Ro
     rows
 }
 
+/// Phase 9: the hand-off of each kind to a waiter in another process.
+pub(super) fn handoff_rows(settings: &Settings, results: &Results) -> Vec<Row> {
+    let k = &results.kinds;
+    if k.handoffs.is_empty() {
+        return Vec::new();
+    }
+    let p50s = |kind: Kind| -> Vec<f64> {
+        k.handoffs_of(kind)
+            .iter()
+            .map(|l| percentile(l, 50.0).as_secs_f64())
+            .collect()
+    };
+    let plain = p50s(Kind::Plain);
+    let idle: Vec<f64> = k
+        .handoffs
+        .iter()
+        .map(|r| r.round_trips.after_idle.as_secs_f64())
+        .collect();
+    let mut rows = Vec::new();
+    for &kind in &settings.kinds.handoff_kinds {
+        let all: Vec<Duration> = k.handoffs_of(kind).concat();
+        if all.is_empty() {
+            continue;
+        }
+        let lowest = all.iter().copied().min().unwrap_or_default();
+        let measured = format!(
+            "p50 {} (range {}–{}, p99 {}, {} hand-offs)",
+            fmt_us(percentile(&all, 50.0)),
+            fmt_us(lowest),
+            fmt_us(max(&all)),
+            fmt_us(percentile(&all, 99.0)),
+            all.len()
+        );
+        let mine = p50s(kind);
+        let (what, reference, per_run) = if kind == Kind::Plain {
+            (
+                "the plain lock, as scenario 5 (row 5) measures it, in the same runs as the \
+                 kinds"
+                    .to_owned(),
+                format!(
+                    "{} (plain redis-rs EVALSHA after 1 ms idle, p50, each run's own)",
+                    with_range(&idle, secs_us)
+                ),
+                mine.iter()
+                    .zip(&idle)
+                    .map(|(m, i)| m / i.max(1e-9))
+                    .collect(),
+            )
+        } else {
+            let waiter = match kind {
+                Kind::Write => "a writer waiting behind a writer",
+                _ => "the next waiter in the queue",
+            };
+            let per_run: Vec<f64> = mine
+                .iter()
+                .zip(&plain)
+                .map(|(m, p)| m / p.max(1e-9))
+                .collect();
+            let verdict = match median(&per_run) {
+                r if r > 1.10 => "**behind** the plain lock's hand-off",
+                r if r < 0.90 => "faster than the plain lock's hand-off",
+                _ => "on a par with the plain lock's hand-off",
+            };
+            (
+                format!("the {kind}, {waiter}; {verdict}"),
+                format!(
+                    "{} (the plain lock's p50, same child, rounds interleaved with these)",
+                    with_range(&plain, secs_us)
+                ),
+                per_run,
+            )
+        };
+        rows.push(Row {
+            scenario: format!(
+                "9. Hand-off to a waiter in another process, `unlock()` called → the waiter \
+                 holds it: {what}"
+            ),
+            measured,
+            reference,
+            ratio: format!("{} (p50s, per run)", with_range(&per_run, ratio)),
+            target: "—".into(),
+            met: None,
+        });
+    }
+    rows
+}
+
 /// The table of phase 8: every kind, both task counts, with requests and CPU.
 pub(super) fn kinds_table(out: &mut String, settings: &Settings, results: &Results) {
     let k = &results.kinds;
@@ -232,6 +326,38 @@ pub(super) fn kinds_details(out: &mut String, results: &Results) {
             references.join(", "),
             rates(Load::C1),
             rates(Load::Pipelined)
+        );
+    }
+    if !k.handoffs.is_empty() {
+        let runs: Vec<String> = k
+            .handoffs
+            .iter()
+            .map(|run| {
+                let kinds: Vec<String> = run
+                    .latencies
+                    .iter()
+                    .map(|(kind, l)| {
+                        format!(
+                            "{} {:.0} / {:.0} µs",
+                            kind.word(),
+                            us(percentile(l, 50.0)),
+                            us(percentile(l, 99.0))
+                        )
+                    })
+                    .collect();
+                format!(
+                    "{} (EVALSHA {} / {})",
+                    kinds.join(", "),
+                    fmt_us(run.round_trips.back_to_back),
+                    fmt_us(run.round_trips.after_idle)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "- Phase 9 per run (p50 / p99 of each kind's hand-offs; plain redis-rs EVALSHA p50 \
+             back to back / after 1 ms idle, right before): {}.",
+            runs.join("; ")
         );
     }
 }
