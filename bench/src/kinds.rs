@@ -1,12 +1,14 @@
 //! The lock kinds beside the plain lock: read and write holds of a read-write lock,
-//! a semaphore's permits, the fair lock and `lock_all`. Two phases, each against a
+//! a semaphore's permits, the fair lock and `lock_all`. Three phases, each against a
 //! reference measured on the same server in the same run:
 //!
 //! - 8: uncontended acquire+release pairs of each kind on fresh names (one task, and
 //!   many tasks each on names of its own), each against `redis-benchmark` running
 //!   that kind's own scripts, the plain lock measured the same way in the same runs;
 //! - 9: hand-off of the plain, write and fair locks to a waiter in another process
-//!   (see `children.rs`), interleaved round by round.
+//!   (see `children.rs`), interleaved round by round;
+//! - 10: readers of one name (split over two clients) against the same tasks on the
+//!   plain lock of one name.
 
 use std::fmt;
 use std::future::Future;
@@ -24,8 +26,8 @@ use crate::reference::{self, Load, Reference, ReferenceSettings};
 use crate::runtime::{self, Flavor};
 use crate::scenarios::{self, RoundTrips};
 use crate::server::{
-    calls_between, command_stats, distlock_acquire_attempts, KeyShape, ServerUsage, Workload,
-    KIND_SCRIPT_COMMANDS,
+    calls_between, command_stats, distlock_acquire_attempts, hash_fields, KeyShape, ServerUsage,
+    Workload, KIND_SCRIPT_COMMANDS,
 };
 
 /// A lock kind, as the benchmark asks for it.
@@ -191,7 +193,7 @@ impl Contender for KindClient {
     }
 }
 
-/// Settings of the two phases.
+/// Settings of the three phases.
 #[derive(Debug, Clone)]
 pub(crate) struct KindSettings {
     pub(crate) runs: usize,
@@ -213,6 +215,12 @@ pub(crate) struct KindSettings {
     pub(crate) handoff_rounds: usize,
     /// Samples of the plain redis-rs round trip measured before each run of phase 9.
     pub(crate) round_trip_samples: usize,
+    /// The reader task counts of phase 10.
+    pub(crate) reader_counts: Vec<usize>,
+    /// The clients the readers are split over.
+    pub(crate) reader_clients: usize,
+    /// How long each reader run lasts.
+    pub(crate) reader_duration: Duration,
 }
 
 /// One measurement of uncontended pairs.
@@ -279,17 +287,51 @@ pub(crate) struct HandoffRun {
     pub(crate) latencies: Vec<(Kind, Vec<Duration>)>,
 }
 
-/// Everything the two phases measured.
+/// One measurement of phase 10.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ReadersSample {
+    pub(crate) pairs: usize,
+    pub(crate) secs: f64,
+    /// Fields of the lock's hash once the run is over (holders, the records of final
+    /// releases, places kept: lua/shared.lua); 0 for the plain lock, a string.
+    pub(crate) fields: u64,
+}
+
+impl ReadersSample {
+    pub(crate) fn rate(&self) -> f64 {
+        self.pairs as f64 / self.secs.max(1e-9)
+    }
+}
+
+/// One run of phase 10 at one task count: readers, and the plain lock.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ReadersRun {
+    pub(crate) tasks: usize,
+    pub(crate) read: ReadersSample,
+    pub(crate) exclusive: ReadersSample,
+}
+
+/// Everything the three phases measured.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct KindsResults {
     pub(crate) uncontended: Vec<KindResults>,
     pub(crate) handoffs: Vec<HandoffRun>,
+    pub(crate) readers: Vec<ReadersRun>,
 }
 
 impl KindsResults {
     /// Phase 8's runs of `kind`.
     pub(crate) fn of(&self, kind: Kind) -> Option<&KindResults> {
         self.uncontended.iter().find(|k| k.kind == kind)
+    }
+
+    /// Phase 10's runs at `tasks` tasks.
+    pub(crate) fn readers_at(&self, tasks: usize) -> Vec<ReadersRun> {
+        self.readers
+            .iter()
+            .filter(|r| r.tasks == tasks)
+            .copied()
+            .collect()
     }
 
     /// Phase 9's hand-offs of `kind`, run by run.
@@ -306,7 +348,7 @@ impl KindsResults {
     }
 }
 
-/// Runs the two phases on `server`.
+/// Runs the three phases on `server`.
 pub(crate) fn run(
     server: &RedisServer,
     settings: &KindSettings,
@@ -315,6 +357,7 @@ pub(crate) fn run(
     Ok(KindsResults {
         uncontended: uncontended(server, settings, note)?,
         handoffs: handoffs(server, settings, note)?,
+        readers: readers_phase(server, settings, note)?,
     })
 }
 
@@ -393,6 +436,49 @@ fn handoffs(
     })
 }
 
+/// Phase 10: per run and task count, the readers and the plain lock in turn (the
+/// order alternates run by run), each on a fresh runtime with fresh clients.
+fn readers_phase(
+    server: &RedisServer,
+    settings: &KindSettings,
+    note: &dyn Fn(&str),
+) -> Result<Vec<ReadersRun>, BoxError> {
+    note(&format!(
+        "10: {:?} readers of one name against the plain lock",
+        settings.reader_counts
+    ));
+    let mut runs = Vec::new();
+    for run in 0..settings.runs {
+        for &tasks in &settings.reader_counts {
+            let mut measured = ReadersRun {
+                tasks,
+                ..ReadersRun::default()
+            };
+            let mut order = [false, true];
+            if run % 2 == 1 {
+                order.reverse();
+            }
+            for exclusive in order {
+                let name = format!("k10:{run}:{tasks}:{}", u8::from(exclusive));
+                let sample = runtime::block_on(
+                    Flavor::CurrentThread,
+                    readers(&server.url(), &name, tasks, settings, exclusive),
+                )?;
+                if exclusive {
+                    measured.exclusive = sample;
+                } else {
+                    measured.read = ReadersSample {
+                        fields: hash_fields(server, &name)?,
+                        ..sample
+                    };
+                }
+            }
+            runs.push(measured);
+        }
+    }
+    Ok(runs)
+}
+
 /// One kind in one run: the `-c 1` reference, one task, the pipelined reference,
 /// many tasks; each reference right before the scenario it is the reference of.
 fn kind_run(
@@ -469,5 +555,51 @@ fn pairs(
             server_cpu_usec,
             script_runs: calls_between(&stats, &after, "evalsha"),
         })
+    })
+}
+
+/// Phase 10's measurement: `tasks` tasks split over the clients, each taking and
+/// giving back a read hold of `name` (or, `exclusive`, the plain lock of `name`) in
+/// a loop until the run's time is up; the time runs until the last task is done.
+async fn readers(
+    url: &str,
+    name: &str,
+    tasks: usize,
+    settings: &KindSettings,
+    exclusive: bool,
+) -> Result<ReadersSample, BoxError> {
+    let mut clients = Vec::new();
+    for i in 0..settings.reader_clients.max(1) {
+        let client = connect_distlock(url).await?;
+        warm(&client, &format!("{name}:warm{i}"), 20).await?;
+        clients.push(client);
+    }
+    let kind = if exclusive { Kind::Plain } else { Kind::Read };
+    let start = Instant::now();
+    let stop = start + settings.reader_duration;
+    let mut set = tokio::task::JoinSet::new();
+    for task in 0..tasks {
+        let client = clients[task % clients.len()].clone();
+        let name = name.to_owned();
+        set.spawn(async move {
+            let mut done = 0usize;
+            while Instant::now() < stop {
+                // The wait outlasts the run: every task that asks gets its turn.
+                let request = request(&client, kind, &name).ok_or("no request")?;
+                let guard = request.wait(Duration::from_secs(30)).await?;
+                guard.unlock().await?;
+                done += 1;
+            }
+            Ok::<usize, BoxError>(done)
+        });
+    }
+    let mut pairs = 0;
+    while let Some(joined) = set.join_next().await {
+        pairs += joined??;
+    }
+    Ok(ReadersSample {
+        pairs,
+        secs: start.elapsed().as_secs_f64(),
+        fields: 0,
     })
 }

@@ -20,7 +20,7 @@
 //! | `contention.rs` | one contention run and what its log shows |
 //! | `scenarios.rs` | lock+unlock pairs, plain redis-rs baselines, re-entry, macro, costs |
 //! | `children.rs` | the scenarios in another process (5: wake-up, 6: many leases, 9: hand-offs) |
-//! | `kinds.rs` | the lock kinds: 8 (uncontended), 9 (hand-off) |
+//! | `kinds.rs` | the lock kinds: 8 (uncontended), 9 (hand-off), 10 (readers) |
 //! | `peer.rs`, `contender.rs` | rslock and distlock as clients the scenarios drive |
 //! | `reference.rs` | `redis-benchmark` runs |
 //! | `server.rs` | what the server is asked, and every dependency on the lock layout |
@@ -185,7 +185,7 @@ fn contention_alone(args: &[String]) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Phases 8 and 9 alone (`kinds [--quick]`), on a server of their own, to iterate
+/// Phases 8 to 10 alone (`kinds [--quick]`), on a server of their own, to iterate
 /// on the lock kinds: prints their rows of the report.
 fn kinds_alone(args: &[String]) -> Result<(), BoxError> {
     let mut settings = Settings::full();

@@ -39,7 +39,7 @@ pub(crate) struct Results {
     pub(crate) wakeup_round_trips: Vec<RoundTrips>,
     pub(crate) leases: Vec<Leases>,
     pub(crate) macro_ratio: Vec<f64>,
-    /// The lock kinds: 8 and 9.
+    /// The lock kinds: 8, 9 and 10.
     pub(crate) kinds: KindsResults,
     pub(crate) cluster: Option<ClusterResults>,
     pub(crate) cluster_error: Option<String>,
@@ -221,6 +221,7 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
         macro_rows(results),
         kind_rows::uncontended_rows(settings, results),
         kind_rows::handoff_rows(settings, results),
+        kind_rows::readers_rows(settings, results),
         micro_rows(results),
     ]
     .into_iter()
@@ -244,6 +245,7 @@ pub(crate) fn kinds_markdown(settings: &Settings, results: &Results) -> String {
     let rows: Vec<Row> = [
         kind_rows::uncontended_rows(settings, results),
         kind_rows::handoff_rows(settings, results),
+        kind_rows::readers_rows(settings, results),
     ]
     .into_iter()
     .flatten()

@@ -718,6 +718,15 @@ fn set_reference_commands(
     Ok(ReferenceCommands { acquire, release })
 }
 
+/// The number of fields of the hash of the lock `name` (0 for no key, or a string).
+pub(crate) fn hash_fields(server: &RedisServer, name: &str) -> Result<u64, BoxError> {
+    let key = format!("distlock:{{{name}}}");
+    if server.cmd(&["TYPE", &key])? != "hash" {
+        return Ok(0);
+    }
+    Ok(server.cmd(&["HLEN", &key])?.trim().parse()?)
+}
+
 /// Whether some waiter keeps a place in the hash of the lock `name` (a writer's
 /// mark, a fair lock's ticket: a field `~<owner>`, lua/shared.lua).
 pub(crate) fn distlock_place_kept(server: &RedisServer, name: &str) -> Result<bool, BoxError> {

@@ -25,7 +25,7 @@ pub(crate) struct Settings {
     pub(crate) leases: LeaseSettings,
     pub(crate) macro_rounds: usize,
     pub(crate) macro_calls: u64,
-    /// The lock kinds (8: uncontended, 9: hand-off).
+    /// The lock kinds (8: uncontended, 9: hand-off, 10: readers).
     pub(crate) kinds: KindSettings,
     pub(crate) cluster: bool,
     /// Only scenario 2 on the cluster (to check the harness).
@@ -97,6 +97,9 @@ impl Settings {
                 handoff_kinds: vec![Kind::Plain, Kind::Write, Kind::Fair],
                 handoff_rounds: 50,
                 round_trip_samples: 100,
+                reader_counts: vec![8, 64],
+                reader_clients: 2,
+                reader_duration: Duration::from_secs(1),
             },
             cluster: true,
             cluster_only: false,
@@ -137,6 +140,7 @@ impl Settings {
         kinds.many_pairs = 1_280;
         kinds.handoff_rounds = 5;
         kinds.round_trip_samples = 20;
+        kinds.reader_duration = Duration::from_millis(200);
         settings
     }
 

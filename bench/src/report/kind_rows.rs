@@ -1,4 +1,4 @@
-//! The report of the lock kinds (8: uncontended pairs, 9: hand-off):
+//! The report of the lock kinds (8: uncontended pairs, 9: hand-off, 10: readers):
 //! their rows of the main table, their table and their details.
 
 use std::fmt::Write as _;
@@ -227,6 +227,47 @@ pub(super) fn handoff_rows(settings: &Settings, results: &Results) -> Vec<Row> {
     rows
 }
 
+/// Phase 10: readers of one name against the plain lock of one name.
+pub(super) fn readers_rows(settings: &Settings, results: &Results) -> Vec<Row> {
+    let k = &results.kinds;
+    let s = &settings.kinds;
+    let mut rows = Vec::new();
+    for &tasks in &s.reader_counts {
+        let runs = k.readers_at(tasks);
+        if runs.is_empty() {
+            continue;
+        }
+        let read: Vec<f64> = runs.iter().map(|r| r.read.rate()).collect();
+        let exclusive: Vec<f64> = runs.iter().map(|r| r.exclusive.rate()).collect();
+        let per_run: Vec<f64> = runs
+            .iter()
+            .map(|r| r.read.rate() / r.exclusive.rate().max(1e-9))
+            .collect();
+        let verdict = if median(&per_run) < 1.0 {
+            "; **behind** the exclusive lock"
+        } else {
+            ""
+        };
+        rows.push(Row {
+            scenario: format!(
+                "10. {tasks} readers of one name ({} clients, tasks split evenly), `read_lock` + \
+                 `unlock` in a loop for {:?}: read pairs/s against the same tasks on the plain \
+                 lock of one name (exclusive)",
+                s.reader_clients, s.reader_duration
+            ),
+            measured: format!("{}{verdict}", with_range(&read, rate)),
+            reference: format!(
+                "{} (plain lock, same tasks and clients, same runs)",
+                with_range(&exclusive, rate)
+            ),
+            ratio: with_range(&per_run, ratio),
+            target: "—".into(),
+            met: None,
+        });
+    }
+    rows
+}
+
 /// The table of phase 8: every kind, both task counts, with requests and CPU.
 pub(super) fn kinds_table(out: &mut String, settings: &Settings, results: &Results) {
     let k = &results.kinds;
@@ -359,5 +400,24 @@ pub(super) fn kinds_details(out: &mut String, results: &Results) {
              back to back / after 1 ms idle, right before): {}.",
             runs.join("; ")
         );
+    }
+    if !k.readers.is_empty() {
+        let runs: Vec<String> = k
+            .readers
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} tasks: read {} pairs in {:.2} s (the hash had {} fields at the end), \
+                     plain {} in {:.2} s",
+                    r.tasks,
+                    r.read.pairs,
+                    r.read.secs,
+                    r.read.fields,
+                    r.exclusive.pairs,
+                    r.exclusive.secs
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "- Phase 10 per run: {}.", runs.join("; "));
     }
 }
