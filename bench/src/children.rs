@@ -11,7 +11,10 @@ use distlock_testkit::RedisServer;
 use tokio::time::Instant;
 
 use crate::error::BoxError;
-use crate::server::{calls_between, command_stats, distlock_release_channel, info_field};
+use crate::kinds::{self, Kind};
+use crate::server::{
+    calls_between, command_stats, distlock_place_kept, distlock_release_channel, info_field,
+};
 
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine.
 pub(crate) fn monotonic_ns() -> u64 {
@@ -115,48 +118,101 @@ pub(crate) async fn wakeup(
     let mut latencies = Vec::new();
     for round in 0..rounds {
         let name = format!("s5:{tag}:{round}");
-        let guard = client.lock(name.as_str()).await?;
-        child.send(&name)?;
-        child.expect("waiting")?;
-        // The waiter listens once its subscriber is on the channel; give it a moment
-        // more for the attempt it makes right after subscribing.
-        let channel = distlock_release_channel(&name);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let reply = server.cmd(&["PUBSUB", "NUMSUB", &channel])?;
-            if reply.lines().nth(1).is_some_and(|n| n.trim() != "0") {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(format!("the waiter never subscribed to {channel}").into());
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let released = monotonic_ns();
-        guard.unlock().await?;
-        let acquired: u64 = child.expect("acquired")?.parse()?;
-        latencies.push(Duration::from_nanos(acquired.saturating_sub(released)));
+        latencies.push(hand_off(client, server, &mut child, Kind::Plain, &name).await?);
     }
     child.finish()?;
     Ok(latencies)
 }
 
-/// The child of scenario 5: for each name read from stdin, waits for the lock, notes
-/// when it got it (CLOCK_MONOTONIC), and gives it back.
+/// Phase 9: as scenario 5, for each kind of `kinds` (the plain lock, the write lock
+/// with a writer waiting behind a writer, the fair lock) in turn, round after round,
+/// with one child waiter. Returns each kind's release-to-acquired latencies, in the
+/// order of `kinds`.
+pub(crate) async fn handoffs(
+    client: &LockClient,
+    server: &RedisServer,
+    tag: &str,
+    rounds: usize,
+    kinds: &[Kind],
+) -> Result<Vec<Vec<Duration>>, BoxError> {
+    let mut child = ChildProcess::spawn(&["child-waiter".to_owned(), server.url()])?;
+    child.expect("ready")?;
+    let mut latencies = vec![Vec::new(); kinds.len()];
+    for round in 0..rounds {
+        for (index, &kind) in kinds.iter().enumerate() {
+            let name = format!("s9:{tag}:{}:{round}", kind.word());
+            latencies[index].push(hand_off(client, server, &mut child, kind, &name).await?);
+        }
+    }
+    child.finish()?;
+    Ok(latencies)
+}
+
+/// One hand-off: the lock `name` of `kind` is taken here, the child waits for it;
+/// once the child's subscriber is on the channel (and, for a kind whose waiter keeps
+/// a place, its place is in the lock's hash) and 5 ms more, the lock is released.
+/// Returns the time from the `unlock()` call to the child holding it (CLOCK_MONOTONIC
+/// in both processes).
+async fn hand_off(
+    client: &LockClient,
+    server: &RedisServer,
+    child: &mut ChildProcess,
+    kind: Kind,
+    name: &str,
+) -> Result<Duration, BoxError> {
+    let guard = kinds::request(client, kind, name)
+        .ok_or("a hand-off is of one lock")?
+        .await?;
+    child.send(&format!("{} {name}", kind.word()))?;
+    child.expect("waiting")?;
+    // The waiter listens once its subscriber is on the channel; give it a moment
+    // more for the attempt it makes right after subscribing.
+    let channel = distlock_release_channel(name);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let reply = server.cmd(&["PUBSUB", "NUMSUB", &channel])?;
+        let listening = reply.lines().nth(1).is_some_and(|n| n.trim() != "0");
+        if listening && (!kind.keeps_place() || distlock_place_kept(server, name)?) {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the waiter never subscribed to {channel}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let released = monotonic_ns();
+    guard.unlock().await?;
+    let acquired: u64 = child.expect("acquired")?.parse()?;
+    Ok(Duration::from_nanos(acquired.saturating_sub(released)))
+}
+
+/// The child of scenario 5 and phase 9: for each line `<kind> <name>` read from
+/// stdin (see [`Kind::word`]), waits for that lock, notes when it got it
+/// (CLOCK_MONOTONIC), and gives it back.
 pub(crate) async fn child_waiter(url: &str) -> Result<(), BoxError> {
     let client = LockClient::builder().url(url).connect().await?;
     // Warm the connections and the scripts.
-    client.lock("s5:warm").await?.unlock().await?;
+    for kind in [Kind::Plain, Kind::Write, Kind::Fair] {
+        let warm = format!("s5:warm:{}", kind.word());
+        let guard = kinds::request(&client, kind, &warm)
+            .ok_or("no request")?
+            .await?;
+        guard.unlock().await?;
+    }
     let mut out = std::io::stdout().lock();
     writeln!(out, "ready")?;
     out.flush()?;
-    for name in std::io::stdin().lines() {
-        let name = name?;
+    for line in std::io::stdin().lines() {
+        let line = line?;
+        let (kind, name) = line
+            .split_once(' ')
+            .and_then(|(word, name)| Some((Kind::from_word(word)?, name)))
+            .ok_or_else(|| format!("child-waiter: {line:?} is not `<kind> <name>`"))?;
         writeln!(out, "waiting")?;
         out.flush()?;
-        let guard = client
-            .lock(name.as_str())
+        let guard = kinds::request(&client, kind, name)
+            .ok_or("no request")?
             .wait(Duration::from_secs(10))
             .await?;
         let acquired = monotonic_ns();

@@ -19,7 +19,8 @@
 //! | `contention_matrix.rs` | scenario 4's configurations against the peer, run by run |
 //! | `contention.rs` | one contention run and what its log shows |
 //! | `scenarios.rs` | lock+unlock pairs, plain redis-rs baselines, re-entry, macro, costs |
-//! | `children.rs` | the scenarios in another process (5: wake-up, 6: many leases) |
+//! | `children.rs` | the scenarios in another process (5: wake-up, 6: many leases, 9: hand-offs) |
+//! | `kinds.rs` | the lock kinds: 8 (uncontended), 9 (hand-off), 10 (readers) |
 //! | `peer.rs`, `contender.rs` | rslock and distlock as clients the scenarios drive |
 //! | `reference.rs` | `redis-benchmark` runs |
 //! | `server.rs` | what the server is asked, and every dependency on the lock layout |
@@ -35,6 +36,7 @@ mod contention;
 mod contention_matrix;
 mod cpu;
 mod error;
+mod kinds;
 #[cfg(feature = "rslock")]
 mod peer;
 mod reference;
@@ -79,6 +81,7 @@ fn main() -> ExitCode {
         Some("many-tasks") => profile_pairs(&args, 64),
         Some("raw-pairs") => raw_pairs(&args),
         Some("contention") => contention_alone(&args),
+        Some("kinds") => kinds_alone(&args),
         _ => harness(&args),
     };
     match result {
@@ -182,6 +185,24 @@ fn contention_alone(args: &[String]) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Phases 8 to 10 alone (`kinds [--quick]`), on a server of their own, to iterate
+/// on the lock kinds: prints their rows of the report.
+fn kinds_alone(args: &[String]) -> Result<(), BoxError> {
+    let mut settings = Settings::full();
+    if args.iter().any(|a| a == "--quick") {
+        settings = Settings::quick();
+    }
+    let server = RedisServer::builder()
+        .args(["--maxmemory-policy", "noeviction"])
+        .start()?;
+    let results = report::Results {
+        kinds: kinds::run(&server, &settings.kinds, &note)?,
+        ..report::Results::default()
+    };
+    println!("{}", report::kinds_markdown(&settings, &results));
+    Ok(())
+}
+
 /// The usage line of the harness.
 const USAGE: &str =
     "distlock-bench [--runs N] [--write FILE] [--quick] [--skip-cluster] [--cluster-only]";
@@ -252,6 +273,8 @@ fn run_all(settings: &Settings) -> Result<Results, BoxError> {
         Flavor::CurrentThread,
         one_client_scenarios(&server, settings, &mut results),
     )?;
+    server::flush(&server)?;
+    results.kinds = kinds::run(&server, &settings.kinds, &note)?;
     note("6: many leases (a child process)");
     server::flush(&server)?;
     for _ in 0..settings.runs {

@@ -10,7 +10,7 @@ use distlock_testkit::{redis_server_binary, RedisServer};
 
 use crate::cpu::cpu_time;
 use crate::error::BoxError;
-use crate::server::{self, command_stats, KeyShape, Protocol};
+use crate::server::{self, command_stats, KeyShape, Workload};
 use crate::stats::{median, pair_rate};
 
 /// The `redis-benchmark` next to `redis-server`, or the one on PATH.
@@ -194,22 +194,24 @@ pub(crate) struct ReferenceSettings {
     pub(crate) lease_ms: u64,
 }
 
-/// Measures `protocol`'s rates at `load` on `server`; `tag` keeps the run's keys
-/// apart from every other run's.
+/// Measures the rates of `workload` (a protocol's plain lock, or a lock kind's
+/// scripts) at `load` on `server`; `tag` keeps the run's keys apart from every other
+/// run's.
 pub(crate) fn measure(
     server: &RedisServer,
     shape: &KeyShape,
-    protocol: Protocol,
+    workload: impl Into<Workload>,
     load: Load,
     settings: ReferenceSettings,
     tag: &str,
 ) -> Result<Rates, BoxError> {
+    let workload = workload.into();
     let binary = redis_benchmark_binary()?;
     let requests = match load {
         Load::C1 => settings.c1_requests,
         Load::Pipelined => settings.ceiling_requests,
     };
-    let commands = server::reference_commands(server, protocol, shape, tag, settings.lease_ms)?;
+    let commands = server::reference_commands(server, workload, shape, tag, settings.lease_ms)?;
     let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
     let (acquire, acquire_p50) = redis_benchmark(
         &binary,
@@ -220,10 +222,10 @@ pub(crate) fn measure(
         &commands.acquire,
     )?;
     let acquire_cpu = cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
-    // Four times as many held keys as requests, so that most requests release a held
-    // lock; the share that did is measured.
+    // Four times as many held keys as requests (for each name of a set), so that
+    // most requests release a held lock; the share that did is measured.
     let keyspace = requests * 4;
-    server::prefill_held(server, protocol, shape, tag, keyspace)?;
+    server::prefill_held(server, workload, shape, tag, keyspace)?;
     let before = command_stats(server)?;
     let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
     let (release, _) = redis_benchmark(
@@ -235,13 +237,14 @@ pub(crate) fn measure(
         &commands.release,
     )?;
     let release_cpu = cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
-    let freed = server::releases_that_freed(protocol, &before, &command_stats(server)?);
+    let freed = server::releases_that_freed(workload, &before, &command_stats(server)?);
     server::flush(server)?;
     let n = u32::try_from(requests.max(1)).unwrap_or(u32::MAX);
+    let releases = requests.max(1) * workload.releases_per_request();
     Ok(Rates {
         acquire,
         release,
-        release_hits: freed as f64 / requests.max(1) as f64,
+        release_hits: freed as f64 / releases as f64,
         cpu_per_pair: acquire_cpu / n + release_cpu / n,
         acquire_p50,
     })

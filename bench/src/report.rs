@@ -4,11 +4,14 @@ use std::fmt::Write as _;
 use std::process::Command;
 use std::time::Duration;
 
+mod kind_rows;
+
 use crate::children::Leases;
 use crate::contender::Subject;
 use crate::contention::Contention;
 use crate::contention_matrix::{self, Config, ConfigResults, ContentionResults, Sharing};
 use crate::error::BoxError;
+use crate::kinds::KindsResults;
 use crate::reference::{redis_benchmark_binary, Load, Reference};
 use crate::runtime::Flavor;
 use crate::scenarios::{fmt_us, Micro, Reentry, RoundTrips};
@@ -36,6 +39,8 @@ pub(crate) struct Results {
     pub(crate) wakeup_round_trips: Vec<RoundTrips>,
     pub(crate) leases: Vec<Leases>,
     pub(crate) macro_ratio: Vec<f64>,
+    /// The lock kinds: 8, 9 and 10.
+    pub(crate) kinds: KindsResults,
     pub(crate) cluster: Option<ClusterResults>,
     pub(crate) cluster_error: Option<String>,
     pub(crate) load_before: String,
@@ -214,6 +219,9 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
         wakeup_rows(results),
         lease_rows(settings, results),
         macro_rows(results),
+        kind_rows::uncontended_rows(settings, results),
+        kind_rows::handoff_rows(settings, results),
+        kind_rows::readers_rows(settings, results),
         micro_rows(results),
     ]
     .into_iter()
@@ -225,8 +233,28 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
     main_table(&mut out, &rows);
     throughput_table(&mut out, results);
     contention_table(&mut out, settings, results);
+    kind_rows::kinds_table(&mut out, settings, results);
     details(&mut out, settings, results);
     let _ = writeln!(out, "{END}");
+    out
+}
+
+/// The lock kinds' part of the report alone (`distlock-bench kinds`): their rows,
+/// their table and their details.
+pub(crate) fn kinds_markdown(settings: &Settings, results: &Results) -> String {
+    let rows: Vec<Row> = [
+        kind_rows::uncontended_rows(settings, results),
+        kind_rows::handoff_rows(settings, results),
+        kind_rows::readers_rows(settings, results),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut out = String::new();
+    main_table(&mut out, &rows);
+    kind_rows::kinds_table(&mut out, settings, results);
+    let _ = writeln!(out);
+    kind_rows::kinds_details(&mut out, results);
     out
 }
 
@@ -1113,6 +1141,7 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
         "- Scenario 7 per run (macro time / guard time): {}.",
         runs_list(&results.macro_ratio, |v| format!("{v:.3}"))
     );
+    kind_rows::kinds_details(out, results);
     let _ = writeln!(out, "- Settings: `{settings:?}`");
 }
 

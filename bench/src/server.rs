@@ -14,6 +14,7 @@ use std::time::Duration;
 use distlock_testkit::RedisServer;
 
 use crate::error::BoxError;
+use crate::kinds::Kind;
 
 /// `INFO commandstats`: command name to calls; while [`log_every_command`] is on, also
 /// the clients' own requests as the slow log tells them ([`CLIENT_REQUESTS`],
@@ -310,48 +311,86 @@ pub(crate) struct ReferenceCommands {
     pub(crate) release: Vec<String>,
 }
 
-/// Loads `protocol`'s scripts on `server` and gives its reference command lines for
+/// What a reference runs: a protocol's plain lock, or one of distlock's lock kinds
+/// with that kind's own scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Workload {
+    Plain(Protocol),
+    Kind(Kind),
+}
+
+impl From<Protocol> for Workload {
+    fn from(protocol: Protocol) -> Self {
+        Workload::Plain(protocol)
+    }
+}
+
+impl Workload {
+    /// Releases in one release request: one, or a whole set's.
+    pub(crate) fn releases_per_request(self) -> u64 {
+        match self {
+            Workload::Kind(Kind::All(names)) => names as u64,
+            _ => 1,
+        }
+    }
+}
+
+/// Loads `workload`'s scripts on `server` and gives its reference command lines for
 /// the run `tag` (`lease_ms`: the acquire's lease).
 pub(crate) fn reference_commands(
     server: &RedisServer,
-    protocol: Protocol,
+    workload: Workload,
     shape: &KeyShape,
     tag: &str,
     lease_ms: u64,
 ) -> Result<ReferenceCommands, BoxError> {
-    match protocol {
-        Protocol::Distlock => distlock_reference_commands(server, shape, tag, lease_ms),
-        Protocol::Minimal => minimal_reference_commands(server, shape, tag, lease_ms),
+    match workload {
+        Workload::Plain(Protocol::Distlock) | Workload::Kind(Kind::Plain) => {
+            distlock_reference_commands(server, shape, tag, lease_ms)
+        }
+        Workload::Plain(Protocol::Minimal) => {
+            minimal_reference_commands(server, shape, tag, lease_ms)
+        }
+        Workload::Kind(Kind::All(names)) => {
+            set_reference_commands(server, shape, tag, lease_ms, names)
+        }
+        Workload::Kind(kind) => shared_reference_commands(server, kind, shape, tag, lease_ms),
     }
 }
 
 /// Fills `keys` keys of the run `tag` with a lock held by the reference's owner,
-/// as a first acquisition of `protocol` leaves it.
+/// as a first acquisition of `workload` leaves it.
 pub(crate) fn prefill_held(
     server: &RedisServer,
-    protocol: Protocol,
+    workload: Workload,
     shape: &KeyShape,
     tag: &str,
     keys: u64,
 ) -> Result<(), BoxError> {
-    match protocol {
-        Protocol::Distlock => prefill_distlock_locks(server, shape, tag, keys),
-        Protocol::Minimal => prefill_minimal_locks(server, shape, tag, keys),
+    match workload {
+        Workload::Plain(Protocol::Distlock) | Workload::Kind(Kind::Plain) => {
+            prefill_distlock_locks(server, shape, &format!("r{tag}"), keys)
+        }
+        Workload::Plain(Protocol::Minimal) => prefill_minimal_locks(server, shape, tag, keys),
+        Workload::Kind(Kind::All(names)) => (0..names)
+            .try_for_each(|i| prefill_distlock_locks(server, shape, &format!("r{tag}:{i}"), keys)),
+        Workload::Kind(kind) => prefill_shared_locks(server, kind, shape, tag, keys),
     }
 }
 
-/// Release requests between two [`command_stats`] snapshots that really released a
-/// held lock (the others found none, which is cheaper).
+/// Releases between two [`command_stats`] snapshots that really released a held
+/// lock (the others found none, which is cheaper).
 pub(crate) fn releases_that_freed(
-    protocol: Protocol,
+    workload: Workload,
     before: &HashMap<String, u64>,
     after: &HashMap<String, u64>,
 ) -> u64 {
-    match protocol {
-        // Each release of a held lock publishes once.
-        Protocol::Distlock => calls_between(before, after, "publish"),
+    match workload {
         // rslock's script deletes a key it finds held by the owner.
-        Protocol::Minimal => calls_between(before, after, "del"),
+        Workload::Plain(Protocol::Minimal) => calls_between(before, after, "del"),
+        // Each final release of a held lock publishes once (a read hold too: the
+        // prefilled locks have one reader).
+        _ => calls_between(before, after, "publish"),
     }
 }
 
@@ -505,17 +544,194 @@ fn distlock_reference_commands(
     })
 }
 
-/// Fills the release keys of the run `tag` with a lock held once by the reference's
-/// owner, exactly as acquire.lua leaves a first acquisition.
+/// Fills the release keys `prefix` (`r<tag>` for the run `tag`) with a lock held
+/// once by the reference's owner, exactly as acquire.lua leaves a first acquisition.
 fn prefill_distlock_locks(
     server: &RedisServer,
+    shape: &KeyShape,
+    prefix: &str,
+    keys: u64,
+) -> Result<(), BoxError> {
+    let body = "redis.call('SET', key, ARGV[4] .. ' 1 0 0 1', 'PX', 600000)";
+    let template = shape.key(prefix, "%012d");
+    fill_in_chunks(server, body, &template, keys, &[DISTLOCK_OWNER])
+}
+
+// ---- distlock's lock kinds ---------------------------------------------------------
+
+/// The lock kinds' acquire scripts, byte for byte as the client sends them for a new
+/// hold (lock-core/src/scripts.rs, `sources()`): `#!lua`, `lock.lua`, for
+/// acquire_shared.lua `shared.lua`, then the script. Their release is [`RELEASE_LUA`].
+pub(crate) const ACQUIRE_SHARED_LUA: &str = concat!(
+    "#!lua\n",
+    include_str!("../../lua/lock.lua"),
+    include_str!("../../lua/shared.lua"),
+    include_str!("../../lua/acquire_shared.lua")
+);
+pub(crate) const ACQUIRE_ALL_LUA: &str = concat!(
+    "#!lua\n",
+    include_str!("../../lua/lock.lua"),
+    include_str!("../../lua/acquire_all.lua")
+);
+
+/// Commands that the scripts of the kinds kept in a hash (lua/shared.lua) run inside
+/// Redis, beside [`DISTLOCK_SCRIPT_COMMANDS`].
+pub(crate) const KIND_SCRIPT_COMMANDS: &[&str] = &[
+    "get",
+    "set",
+    "pexpire",
+    "pttl",
+    "incr",
+    "del",
+    "publish",
+    "spublish",
+    "time",
+    "hgetall",
+    "hset",
+    "hdel",
+    "hincrby",
+    "pubsub|numsub",
+    "pubsub|shardnumsub",
+];
+
+/// `kind` as acquire_shared.lua takes it (ARGV[7]): "r", "w", "p<permits>", "f".
+fn shared_script_arg(kind: Kind) -> String {
+    match kind {
+        Kind::Read => "r".into(),
+        Kind::Write => "w".into(),
+        Kind::Permit(permits) => format!("p{permits}"),
+        Kind::Fair => "f".into(),
+        Kind::Plain | Kind::All(_) => String::new(),
+    }
+}
+
+/// How a hold of `kind` sits in the lock's hash (lua/shared.lua): the `#kind` field's
+/// value, and the holder's mode letter.
+fn shared_layout(kind: Kind) -> (String, &'static str) {
+    match kind {
+        Kind::Read => ("rw".into(), "r"),
+        Kind::Write => ("rw".into(), "w"),
+        Kind::Permit(permits) => (format!("sem {permits}"), "p"),
+        Kind::Fair => ("fair".into(), "f"),
+        Kind::Plain | Kind::All(_) => (String::new(), ""),
+    }
+}
+
+/// The reference of a kind kept in a hash: acquire_shared.lua on fresh keys as the
+/// client sends a first acquisition that may wait (operation 1, floor 0, no
+/// fencing, no writer in the chain, "1": it would keep its place), and release.lua
+/// on the keys [`prefill_shared_locks`] filled, as operation 2 of the owner.
+fn shared_reference_commands(
+    server: &RedisServer,
+    kind: Kind,
+    shape: &KeyShape,
+    tag: &str,
+    lease_ms: u64,
+) -> Result<ReferenceCommands, BoxError> {
+    let acquire_sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_SHARED_LUA])?;
+    let mut commands = distlock_reference_commands(server, shape, tag, lease_ms)?;
+    let rand = "__rand_int__";
+    let lease = lease_ms.to_string();
+    let arg = shared_script_arg(kind);
+    let acquire = [
+        "EVALSHA",
+        &acquire_sha,
+        "3",
+        &shape.key(&format!("a{tag}"), rand),
+        &shape.key(&format!("a{tag}f"), rand),
+        &shape.key(&format!("a{tag}x"), rand),
+        DISTLOCK_OWNER,
+        &lease,
+        "0",
+        "1",
+        "0",
+        "0",
+        &arg,
+        // No writer in the call chain; the caller would wait (see acquire_shared.lua).
+        "",
+        "1",
+    ];
+    commands.acquire = acquire.iter().map(|s| s.to_string()).collect();
+    Ok(commands)
+}
+
+/// Fills the release keys of the run `tag` with a hash lock of `kind` held once by the
+/// reference's owner (a single reader, writer, permit or fair holder), exactly as
+/// acquire_shared.lua leaves a first acquisition, with a lease of 600 s on the
+/// server's clock.
+fn prefill_shared_locks(
+    server: &RedisServer,
+    kind: Kind,
     shape: &KeyShape,
     tag: &str,
     keys: u64,
 ) -> Result<(), BoxError> {
-    let body = "redis.call('SET', key, ARGV[4] .. ' 1 0 0 1', 'PX', 600000)";
+    let body = "local t = redis.call('TIME') \
+                local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
+                redis.call('HSET', key, '#kind', ARGV[5], ARGV[4], \
+                  string.format('%s 1 %d 0 0 1', ARGV[6], now + 600000)) \
+                redis.call('PEXPIRE', key, 600000)";
     let template = shape.key(&format!("r{tag}"), "%012d");
-    fill_in_chunks(server, body, &template, keys, &[DISTLOCK_OWNER])
+    let (kind_field, mode) = shared_layout(kind);
+    fill_in_chunks(
+        server,
+        body,
+        &template,
+        keys,
+        &[DISTLOCK_OWNER, &kind_field, mode],
+    )
+}
+
+/// The reference of `lock_all` of `names` names on one server: acquire_all.lua on
+/// `names` fresh keys, one owner for the set (its operations 1 to `names`, floor 0,
+/// no fencing), and one run of release.lua that gives all of them back, each name
+/// on held keys of its own ([`prefill_held`]), as operation 2 of the owner.
+fn set_reference_commands(
+    server: &RedisServer,
+    shape: &KeyShape,
+    tag: &str,
+    lease_ms: u64,
+    names: usize,
+) -> Result<ReferenceCommands, BoxError> {
+    let acquire_sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_ALL_LUA])?;
+    let release_sha = server.cmd(&["SCRIPT", "LOAD", RELEASE_LUA])?;
+    let rand = "__rand_int__";
+    let lease = lease_ms.to_string();
+    let keys = (3 * names).to_string();
+    let mut acquire = vec!["EVALSHA".to_owned(), acquire_sha, keys.clone()];
+    let mut release = vec!["EVALSHA".to_owned(), release_sha, keys];
+    for i in 0..names {
+        for suffix in ["", "f", "x"] {
+            acquire.push(shape.key(&format!("a{tag}:{i}{suffix}"), rand));
+            release.push(shape.key(&format!("r{tag}:{i}{suffix}"), rand));
+        }
+    }
+    // No fencing.
+    acquire.push("0".into());
+    release.extend(["PUBLISH".to_owned(), REMEMBER_MS.to_string()]);
+    for i in 0..names {
+        let seq = (i + 1).to_string();
+        acquire.extend([DISTLOCK_OWNER, &lease, &seq, "0", "0"].map(str::to_owned));
+        // No successor (see release.lua).
+        release.extend([DISTLOCK_OWNER, &lease, "2", "0", ""].map(str::to_owned));
+    }
+    Ok(ReferenceCommands { acquire, release })
+}
+
+/// The number of fields of the hash of the lock `name` (0 for no key, or a string).
+pub(crate) fn hash_fields(server: &RedisServer, name: &str) -> Result<u64, BoxError> {
+    let key = format!("distlock:{{{name}}}");
+    if server.cmd(&["TYPE", &key])? != "hash" {
+        return Ok(0);
+    }
+    Ok(server.cmd(&["HLEN", &key])?.trim().parse()?)
+}
+
+/// Whether some waiter keeps a place in the hash of the lock `name` (a writer's
+/// mark, a fair lock's ticket: a field `~<owner>`, lua/shared.lua).
+pub(crate) fn distlock_place_kept(server: &RedisServer, name: &str) -> Result<bool, BoxError> {
+    let fields = server.cmd(&["HKEYS", &format!("distlock:{{{name}}}")])?;
+    Ok(fields.lines().any(|field| field.starts_with('~')))
 }
 
 // ---- rslock's protocol (the minimal one) ------------------------------------------
@@ -576,6 +792,83 @@ fn prefill_minimal_locks(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::{self, Flavor};
+
+    /// The bench's copies of the scripts have the SHAs of the client's: on a fresh
+    /// server, a client connecting loads its scripts, and nothing else loads any.
+    #[test]
+    fn scripts_are_the_clients() -> Result<(), BoxError> {
+        let server = RedisServer::start()?;
+        runtime::block_on(Flavor::CurrentThread, async {
+            let client = distlock::LockClient::builder()
+                .url(server.url())
+                .connect()
+                .await?;
+            drop(client);
+            Ok(())
+        })?;
+        for (name, text) in [
+            ("acquire", ACQUIRE_LUA),
+            ("release", RELEASE_LUA),
+            ("acquire_shared", ACQUIRE_SHARED_LUA),
+            ("acquire_all", ACQUIRE_ALL_LUA),
+        ] {
+            let sha = redis::Script::new(text).get_hash().to_owned();
+            let exists = server.cmd(&["SCRIPT", "EXISTS", &sha])?;
+            assert_eq!(exists.trim(), "1", "{name}: the client has no script {sha}");
+        }
+        Ok(())
+    }
+
+    /// Each kind's reference takes a fresh lock and releases a prefilled one, as the
+    /// scripts answer a first acquisition and a final release.
+    #[test]
+    fn kind_references_take_and_release() -> Result<(), BoxError> {
+        let server = RedisServer::start()?;
+        let shape = KeyShape::Single;
+        let number = |command: &[String], n: &str| -> Vec<String> {
+            command
+                .iter()
+                .map(|a| a.replace("__rand_int__", n))
+                .collect()
+        };
+        let run = |command: &[String]| -> Result<String, BoxError> {
+            let args: Vec<&str> = command.iter().map(String::as_str).collect();
+            Ok(server.cmd(&args)?)
+        };
+        let kinds = [
+            Kind::Plain,
+            Kind::Read,
+            Kind::Write,
+            Kind::Permit(4),
+            Kind::Fair,
+            Kind::All(3),
+        ];
+        for (i, kind) in kinds.into_iter().enumerate() {
+            let workload = Workload::Kind(kind);
+            let tag = format!("t{i}");
+            let commands = reference_commands(&server, workload, &shape, &tag, 30_000)?;
+            let taken = run(&number(&commands.acquire, "000000000007"))?;
+            let expected = match kind {
+                Kind::Plain => "(nil)".to_owned(),
+                Kind::All(names) => format!("1{}", "\n1\n0".repeat(names)),
+                _ => "1\n1\n0".to_owned(),
+            };
+            assert_eq!(taken, expected, "{kind}: acquire");
+            prefill_held(&server, workload, &shape, &tag, 10)?;
+            let released = run(&number(&commands.release, "000000000003"))?;
+            let releases = usize::try_from(workload.releases_per_request())?;
+            assert_eq!(
+                released,
+                vec!["1\n0"; releases].join("\n"),
+                "{kind}: release"
+            );
+            // A release of a lock that is not held answers so.
+            let missed = run(&number(&commands.release, "000000000099"))?;
+            assert_eq!(missed, vec!["-1"; releases].join("\n"), "{kind}: miss");
+        }
+        Ok(())
+    }
 
     #[test]
     fn reads_calls_and_usec() {

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::children::LeaseSettings;
 use crate::contention::ContentionSettings;
 use crate::contention_matrix::{ContentionMatrix, Sharing};
+use crate::kinds::{Kind, KindSettings};
 use crate::reference::ReferenceSettings;
 use crate::runtime::Flavor;
 use crate::throughput::ThroughputSettings;
@@ -24,13 +25,15 @@ pub(crate) struct Settings {
     pub(crate) leases: LeaseSettings,
     pub(crate) macro_rounds: usize,
     pub(crate) macro_calls: u64,
+    /// The lock kinds (8: uncontended, 9: hand-off, 10: readers).
+    pub(crate) kinds: KindSettings,
     pub(crate) cluster: bool,
     /// Only scenario 2 on the cluster (to check the harness).
     pub(crate) cluster_only: bool,
 }
 
 impl Settings {
-    /// The benchmark: about 10 minutes on a 2-core machine.
+    /// The benchmark: about 12 minutes on a 2-core machine.
     pub(crate) fn full() -> Self {
         Settings {
             runs: 3,
@@ -72,6 +75,32 @@ impl Settings {
             },
             macro_rounds: 30,
             macro_calls: 200,
+            kinds: KindSettings {
+                runs: 3,
+                kinds: vec![
+                    Kind::Plain,
+                    Kind::Read,
+                    Kind::Write,
+                    Kind::Permit(4),
+                    Kind::Fair,
+                    Kind::All(3),
+                ],
+                reference: ReferenceSettings {
+                    c1_requests: 3_000,
+                    ceiling_requests: 20_000,
+                    lease_ms: 30_000,
+                },
+                one_task_pairs: 1_500,
+                tasks: 64,
+                many_pairs: 12_800,
+                limit: Duration::from_secs(30),
+                handoff_kinds: vec![Kind::Plain, Kind::Write, Kind::Fair],
+                handoff_rounds: 50,
+                round_trip_samples: 100,
+                reader_counts: vec![8, 64],
+                reader_clients: 2,
+                reader_duration: Duration::from_secs(1),
+            },
             cluster: true,
             cluster_only: false,
         }
@@ -103,6 +132,15 @@ impl Settings {
             settle: Duration::from_secs(1),
         };
         settings.macro_rounds = 4;
+        let kinds = &mut settings.kinds;
+        kinds.runs = 1;
+        kinds.reference.c1_requests = 500;
+        kinds.reference.ceiling_requests = 3_000;
+        kinds.one_task_pairs = 200;
+        kinds.many_pairs = 1_280;
+        kinds.handoff_rounds = 5;
+        kinds.round_trip_samples = 20;
+        kinds.reader_duration = Duration::from_millis(200);
         settings
     }
 
@@ -112,6 +150,7 @@ impl Settings {
         self.runs = runs.max(1);
         self.throughput.runs = runs.max(1);
         self.contention.runs = runs.max(1);
+        self.kinds.runs = runs.max(1);
         self
     }
 }
