@@ -40,6 +40,13 @@ fn records(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that every wait-for record is gone (deleted when its wait ended) within
+/// two seconds.
+async fn no_records_left(server: &RedisServer) {
+    let gone = support::eventually(Duration::from_secs(2), || records(server).is_empty()).await;
+    assert!(gone, "records left: {:?}", records(server));
+}
+
 /// Holds `first`, waits at `barrier` for the others, then asks for `second` (a long
 /// wait) inside the hold; gives everything back. The outcome of the second request,
 /// and how long it took.
@@ -113,11 +120,7 @@ async fn two_chains_in_a_cycle_one_breaks_it_and_the_other_proceeds() {
         1,
         "the other proceeds: {one:?} {two:?}"
     );
-    assert!(
-        support::eventually(Duration::from_secs(2), || records(&server).is_empty()).await,
-        "records left: {:?}",
-        records(&server)
-    );
+    no_records_left(&server).await;
 }
 
 /// A child process's role: holds `DL_HOLD`, prints `HOLDING`, waits for `GO` on
@@ -280,11 +283,7 @@ async fn a_long_wait_behind_a_holder_that_waits_for_nothing_is_no_deadlock() {
     release.await.expect("release");
     inner.unlock().await.expect("unlock");
     outer.unlock().await.expect("unlock");
-    assert!(
-        support::eventually(Duration::from_secs(2), || records(&server).is_empty()).await,
-        "records left: {:?}",
-        records(&server)
-    );
+    no_records_left(&server).await;
 }
 
 /// Cycles whose second requests are dropped at random points (before, during and
@@ -333,11 +332,7 @@ async fn requests_dropped_at_random_points_leave_no_record_and_no_lock() {
             );
         }
     }
-    assert!(
-        support::eventually(Duration::from_secs(2), || records(&server).is_empty()).await,
-        "records left: {:?}",
-        records(&server)
-    );
+    no_records_left(&server).await;
 }
 
 /// No false positive under contention: eight tasks on two clients each take two
