@@ -594,7 +594,7 @@ pub(crate) const KIND_SCRIPT_COMMANDS: &[&str] = &[
     "pubsub|shardnumsub",
 ];
 
-/// `kind` as acquire_shared.lua takes it (ARGV[7]): "r", "w", "p<permits>", "f".
+/// `kind` as acquire_shared.lua takes it (`ARGV[7]`): `"r"`, `"w"`, `"p<permits>"`, `"f"`.
 fn shared_script_arg(kind: Kind) -> String {
     match kind {
         Kind::Read => "r".into(),
