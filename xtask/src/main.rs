@@ -7,7 +7,7 @@
 use std::env;
 use std::ffi::OsString;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod command;
@@ -128,6 +128,7 @@ fn main() -> ExitCode {
 /// package (`cargo package --workspace`, which verifies), then the scripts that
 /// distlock-core packaged (through its `lua/` links) compared with `lua/`.
 fn package() -> Result<()> {
+    forget_earlier_packages()?;
     let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut command = Command::new(cargo);
     command
@@ -169,6 +170,61 @@ fn package() -> Result<()> {
         checked += 1;
     }
     println!("xtask: the {checked} scripts packaged in distlock-core are the bytes of lua/");
+    Ok(())
+}
+
+/// The crates `cargo xtask package` packages.
+const PUBLISHED: [&str; 5] = [
+    "distlock",
+    "distlock-core",
+    "distlock-macros",
+    "distlock-testkit",
+    "distlock-cli",
+];
+
+/// Removes what earlier runs of `cargo package` left of this version of the
+/// workspace's crates where cargo keeps the crates of its temporary registry
+/// (`$CARGO_HOME/registry/src/-<hash>/`, a hash of the registry's path): the
+/// verification of one crate builds its workspace dependencies from there, and
+/// cargo reuses an earlier extraction of the same version, stale once the code
+/// changed (seen: the facade verified against last week's distlock-core). Nothing
+/// of crates.io's is touched.
+fn forget_earlier_packages() -> Result<()> {
+    let home = env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")));
+    let Some(home) = home else {
+        return Ok(());
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    for area in ["src", "cache"] {
+        let Ok(registries) = fs::read_dir(home.join("registry").join(area)) else {
+            continue;
+        };
+        for registry in registries.flatten() {
+            // Temporary registries are named `-<hash>`; crates.io's are not.
+            if !registry.file_name().to_string_lossy().starts_with('-') {
+                continue;
+            }
+            for name in PUBLISHED {
+                for kept in [
+                    format!("{name}-{version}"),
+                    format!("{name}-{version}.crate"),
+                ] {
+                    let path = registry.path().join(kept);
+                    let removed = if path.is_dir() {
+                        fs::remove_dir_all(&path)
+                    } else if path.is_file() {
+                        fs::remove_file(&path)
+                    } else {
+                        continue;
+                    };
+                    removed
+                        .map_err(|err| Failure::Message(format!("{}: {err}", path.display())))?;
+                }
+            }
+        }
+    }
     Ok(())
 }
 
