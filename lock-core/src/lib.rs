@@ -3,7 +3,9 @@
 //! Use it through the facade crate `distlock`, which re-exports everything here.
 //!
 //! - [`LockClient`] connects to Redis and hands out locks: [`LockClient::lock`],
-//!   [`LockClient::try_lock`], [`LockClient::with_lock`].
+//!   [`LockClient::try_lock`], [`LockClient::with_lock`]; and the other kinds:
+//!   [`LockClient::read_lock`] / [`LockClient::write_lock`], [`LockClient::fair_lock`],
+//!   [`LockClient::semaphore`], [`LockClient::lock_all`].
 //! - A lock belongs to the async call chain that took it ([`LockContext`]): nested
 //!   acquires of the same name re-enter, concurrent branches exclude each other.
 //! - Waiters wake on a Redis pub/sub message when the lock is released, not by
@@ -13,6 +15,9 @@
 //! - One watchdog task per client renews every lease; a [`LockGuard`] tells you when
 //!   its lock was lost.
 //! - Dropping any future at any await point leaves no hold behind.
+//! - Deadlocks: a lock-order checker warns of two locks taken in opposite orders
+//!   ([`LockOrderCheck`]), and a waiter in a cycle of chains across processes is
+//!   told so ([`LockError::Deadlock`]) and the cycle broken.
 //!
 //! # Where things live
 //!
