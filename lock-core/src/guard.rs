@@ -306,7 +306,9 @@ impl fmt::Debug for LockGuard {
 /// Every lock of a set taken by [`LockClient::lock_all`](crate::LockClient::lock_all):
 /// one guard for all of them. Release them together with
 /// [`unlock`](MultiLockGuard::unlock); dropping the guard releases them in the
-/// background (on one endpoint, in one run of the release script).
+/// background. The releases are sent at the same moment: on one endpoint they share
+/// runs of the release script with each other and with the client's other releases
+/// when earlier ones are on their way (an idle client sends the first two alone).
 ///
 /// # Examples
 ///
