@@ -98,7 +98,7 @@ pub(crate) async fn acquire(
             Chain::Free => match check_order(&inner, &context, &keys, &origin) {
                 Ok(()) => {
                     let mut wait = Wait::new(&inner, keys, start, deadline, None, origin);
-                    wait.deadlock = Watch::new(&inner, &context, &wait.keys, options, start);
+                    wait.deadlock = Watch::new(&inner, &context, options, start);
                     acquire_new(wait, &context, mode).await
                 }
                 Err(err) => Err(err),
@@ -132,10 +132,14 @@ pub(crate) fn check_deadlock_after(after: Duration) -> Result<(), LockError> {
     Ok(())
 }
 
-/// A waiter's deadlock detection (see `deadlock.rs`): when its chain holds locks of
-/// this client, on one endpoint, with a threshold.
+/// A waiter's deadlock detection (see `deadlock.rs`): when its chain holds locks,
+/// on one endpoint, with a threshold. What it publishes is worked out at its first
+/// look, so that an acquisition that never waits that long pays nothing for it.
 struct Watch {
-    waiting: Waiting,
+    /// The chain whose locks the records name.
+    context: LockContext,
+    /// Made at the first look; `None` before.
+    waiting: Option<Waiting>,
     period: Duration,
     /// When to look next.
     next: Instant,
@@ -144,40 +148,45 @@ struct Watch {
 }
 
 impl Watch {
-    fn new(
-        inner: &Inner,
-        context: &LockContext,
-        keys: &LockKeys,
-        options: Options,
-        start: Instant,
-    ) -> Option<Self> {
+    fn new(inner: &Inner, context: &LockContext, options: Options, start: Instant) -> Option<Self> {
         let period = options
             .deadlock_after
             .or(inner.config.deadlock_check_after)?;
         if inner.backend.is_redlock() || context.is_empty() {
             return None;
         }
-        let mut owners: Vec<Arc<str>> = context
-            .locks()
-            .filter(|held| held.hold.client_id == inner.id)
-            .map(|held| held.hold.owner.shared_id())
-            .collect();
-        owners.sort_unstable();
-        owners.dedup();
-        if owners.is_empty() {
-            return None;
-        }
         Some(Self {
-            waiting: Waiting {
-                wait_id: inner.next_owner().shared_id(),
-                owners,
-                lock: keys.lock.clone(),
-                namespace: inner.config.namespace.as_str().into(),
-            },
+            context: context.clone(),
+            waiting: None,
             period,
             next: start + period,
             published: false,
         })
+    }
+
+    /// What this waiter publishes and walks from: `None` when its chain holds no
+    /// lock of this client (then nothing is ever looked for).
+    fn waiting(&mut self, inner: &Inner, keys: &LockKeys) -> Option<&Waiting> {
+        if self.waiting.is_none() {
+            let mut owners: Vec<Arc<str>> = self
+                .context
+                .locks()
+                .filter(|held| held.hold.client_id == inner.id)
+                .map(|held| held.hold.owner.shared_id())
+                .collect();
+            owners.sort_unstable();
+            owners.dedup();
+            if owners.is_empty() {
+                return None;
+            }
+            self.waiting = Some(Waiting {
+                wait_id: inner.next_owner().shared_id(),
+                owners,
+                lock: keys.lock.clone(),
+                namespace: inner.config.namespace.as_str().into(),
+            });
+        }
+        self.waiting.as_ref()
     }
 }
 
@@ -586,10 +595,16 @@ impl<'a> Wait<'a> {
             return Ok(());
         };
         watch.next = Instant::now() + watch.period;
-        let mut conn = self.inner.backend.first();
+        let period = watch.period;
+        let Some(waiting) = watch.waiting(self.inner, &self.keys).cloned() else {
+            // The chain holds no lock of this client: it cannot be in a cycle.
+            self.deadlock = None;
+            return Ok(());
+        };
         watch.published = true;
-        let walked = match watch.waiting.publish(&mut conn, watch.period).await {
-            Ok(()) => watch.waiting.walk(&mut conn).await,
+        let mut conn = self.inner.backend.first();
+        let walked = match waiting.publish(&mut conn, period).await {
+            Ok(()) => waiting.walk(&mut conn).await,
             Err(err) => Err(err),
         };
         match walked {
@@ -669,10 +684,11 @@ impl Drop for Wait<'_> {
         if let Some(owner) = self.kept_place.take() {
             withdraw(self.inner, &self.keys, &owner);
         }
-        if let Some(watch) = self.deadlock.take().filter(|watch| watch.published) {
+        let published = self.deadlock.take().filter(|watch| watch.published);
+        if let Some(waiting) = published.and_then(|watch| watch.waiting) {
             let mut conn = self.inner.backend.first();
             spawn(async move {
-                if let Err(err) = watch.waiting.withdraw(&mut conn).await {
+                if let Err(err) = waiting.withdraw(&mut conn).await {
                     tracing::debug!(error = %err, "distlock: could not delete wait-for records; they expire");
                 }
             });
