@@ -64,17 +64,8 @@ end
 -- Whether `record` ("<owner> <floor> <done...>") says that operation `seq` of
 -- `owner` was applied.
 local function applied_in(record, owner, seq)
-  local words = string.gmatch(record, '%S+')
-  if words() ~= owner then
-    return false
-  end
-  words()
-  for n in words do
-    if tonumber(n) == seq then
-      return true
-    end
-  end
-  return false
+  local holder, done = string.match(record, '^(%S+) %S+ ?(.*)$')
+  return holder == owner and in_done(done, seq)
 end
 
 -- Whether the only listener on `channel` is one client (the releasing one, whose
