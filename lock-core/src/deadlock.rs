@@ -90,6 +90,11 @@ impl Waiting {
     }
 
     /// Writes (or renews) the chain's records, to last `RECORD_PERIODS` checks.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it may leave some records written: they expire, and the wait's end
+    /// deletes them.
     pub(crate) async fn publish(
         &self,
         conn: &mut Conn,
@@ -110,6 +115,10 @@ impl Waiting {
     }
 
     /// Deletes the chain's records.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it may leave some records: they expire within three checks.
     pub(crate) async fn withdraw(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         for owner in &self.owners {
             let _: i64 = conn.del(record_key(&self.namespace, owner)).await?;
@@ -121,6 +130,10 @@ impl Waiting {
     /// (the names of its locks, from the one this chain waits for) when a cycle
     /// through this chain was found, every edge re-checked, and this chain is its
     /// victim.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only: dropping it changes nothing.
     pub(crate) async fn walk(&self, conn: &mut Conn) -> redis::RedisResult<Option<Vec<String>>> {
         let mine: HashSet<&str> = self.owners.iter().map(|owner| owner.as_ref()).collect();
         let mut seen: HashSet<Vec<u8>> = HashSet::from([self.lock.clone()]);
@@ -163,6 +176,10 @@ impl Waiting {
 
     /// A cycle: the steps of `path`, then `last`, held by `holder`, one of this
     /// chain's owner ids. Reads every edge again, and picks the victim.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only: dropping it changes nothing.
     async fn confirm(
         &self,
         conn: &mut Conn,
@@ -211,6 +228,10 @@ struct Step {
 
 /// The owner ids that hold the lock at `key`: a plain lock's holder (the first word
 /// of its value; none for a tombstone), or every holder of a lock kept in a hash.
+///
+/// # Cancel safety
+///
+/// Read-only: dropping it changes nothing.
 async fn holders(conn: &mut Conn, key: &[u8]) -> redis::RedisResult<Vec<String>> {
     let kind: String = redis::cmd("TYPE").arg(key).query_async(conn).await?;
     match kind.as_str() {
@@ -238,6 +259,11 @@ async fn holders(conn: &mut Conn, key: &[u8]) -> redis::RedisResult<Vec<String>>
     }
 }
 
+/// The record of `owner`'s chain, if it has one.
+///
+/// # Cancel safety
+///
+/// Read-only: dropping it changes nothing.
 async fn read_record(
     conn: &mut Conn,
     namespace: &str,
