@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockClient, LockRequest};
-use distlock_testkit::{monotonic_ns, Direction, FaultProxy, History, RedisServer, Section};
+use distlock_testkit::{monotonic_ns, History, RedisServer, Section};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
@@ -61,21 +61,6 @@ fn left_in_redis(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
-/// Late replies now and then until `stop`: late for a while (past the response
-/// timeout), then prompt long enough for a retry to be answered.
-fn late_replies(proxy: Arc<FaultProxy>, seed: u64, stop: Instant) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut rng = StdRng::seed_from_u64(seed);
-        while Instant::now() < stop {
-            let delay = Duration::from_millis(rng.random_range(260..=400));
-            proxy.delay(Direction::ToClient, delay, Duration::ZERO);
-            tokio::time::sleep(Duration::from_millis(rng.random_range(10..=120))).await;
-            proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
-            tokio::time::sleep(Duration::from_millis(rng.random_range(400..=900))).await;
-        }
-    })
-}
-
 /// Who is inside now, and what broke the kind's rule.
 #[derive(Default)]
 struct Inside {
@@ -100,7 +85,7 @@ async fn adversarial(kind: Kind) {
     let seed: u64 = rand::rng().random();
     println!("{kind:?}: seed {seed}");
     let stop = Instant::now() + Duration::from_secs(6);
-    let link = late_replies(proxy.clone(), seed, stop);
+    let link = support::late_replies(proxy.clone(), seed, stop);
     let mut tasks = Vec::new();
     for task in 0..4u64 {
         let locks = clients[task as usize % 2].clone();

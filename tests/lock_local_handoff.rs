@@ -383,19 +383,7 @@ async fn hand_offs_under_late_replies_and_cancellation_keep_one_holder_and_leave
     // prompt for long enough that a retry is answered: one lost reply at a time,
     // as in the issue (a second loss in a row is an outage, whose holds the lease
     // ends).
-    let link = tokio::spawn({
-        let proxy = proxy.clone();
-        async move {
-            let mut rng = StdRng::seed_from_u64(seed);
-            while Instant::now() < stop {
-                let delay = Duration::from_millis(rng.random_range(260..=400));
-                proxy.delay(Direction::ToClient, delay, Duration::ZERO);
-                tokio::time::sleep(Duration::from_millis(rng.random_range(10..=120))).await;
-                proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
-                tokio::time::sleep(Duration::from_millis(rng.random_range(400..=900))).await;
-            }
-        }
-    });
+    let link = support::late_replies(proxy.clone(), seed, stop);
     let mut tasks = Vec::new();
     for task in 0..4u64 {
         let (locks, workload) = (locks.clone(), workload.clone());

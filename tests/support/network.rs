@@ -1,5 +1,5 @@
 //! Network faults through a [`FaultProxy`]: connections reset over and over, and
-//! replies that reach the client after its lease ended.
+//! replies that reach the client after its lease ended, replies late now and then.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -71,4 +71,27 @@ pub async fn late_acquire(
     )
     .await;
     (sent, attempt)
+}
+
+/// Late replies now and then through `proxy` until `stop`: every reply late for a
+/// while (past a 250 ms response timeout, so that releases are retried and lost
+/// acquires replayed), then prompt long enough for a retry to be answered: one lost
+/// reply at a time (a second loss in a row is an outage, whose holds the lease
+/// ends). The pattern is drawn from `seed`.
+pub fn late_replies(
+    proxy: Arc<FaultProxy>,
+    seed: u64,
+    stop: tokio::time::Instant,
+) -> tokio::task::JoinHandle<()> {
+    use rand::{Rng, SeedableRng};
+    tokio::spawn(async move {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        while tokio::time::Instant::now() < stop {
+            let delay = Duration::from_millis(rng.random_range(260..=400));
+            proxy.delay(Direction::ToClient, delay, Duration::ZERO);
+            tokio::time::sleep(Duration::from_millis(rng.random_range(10..=120))).await;
+            proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+            tokio::time::sleep(Duration::from_millis(rng.random_range(400..=900))).await;
+        }
+    })
 }
