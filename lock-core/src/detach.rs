@@ -135,9 +135,12 @@ mod tests {
     async fn a_dropped_request_finishes_and_hands_its_output_on() {
         let seen = Arc::new(AtomicBool::new(false));
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // The request cannot finish before it is dropped: it waits for `go`, sent
+        // only then (a timer would race a loaded machine).
+        let (go, gone) = tokio::sync::oneshot::channel::<()>();
         let request = Detached::new(
             Box::pin(async {
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                let _ = gone.await;
                 7
             }),
             {
@@ -151,7 +154,9 @@ mod tests {
             },
         );
         // Polled once, then dropped mid-flight.
-        let _ = tokio::time::timeout(Duration::from_millis(1), request).await;
+        let polled = tokio::time::timeout(Duration::from_millis(1), request).await;
+        assert!(polled.is_err(), "the request was still waiting");
+        let _ = go.send(());
         rx.await.expect("the abandoned request ran to completion");
         assert!(seen.load(Ordering::SeqCst));
     }
