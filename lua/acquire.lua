@@ -23,6 +23,8 @@
 --          never applied from now on
 -- ARGV[6]  "1": the caller believes it holds the lock already (a re-entry), so the
 --          lock is never created here; "0": an ordinary acquire
+-- ARGV[7]  what the client says of the holder, "<pid> <service> <host> <site>",
+--          kept with a lock this call creates (see lock.lua); may be absent
 --
 -- Returns
 --   {1, hold_count, fence}  acquired, or this operation was applied before (a
@@ -66,7 +68,7 @@ if not state.held then
   if fencing == '1' and not read_counter(fence_key) then
     return {-2}
   end
-  local token = take(lock, fence_key, freed, state, owner, lease, fencing == '1', ARGV[5], ARGV[4])
+  local token = take(lock, fence_key, freed, state, owner, lease, fencing == '1', ARGV[5], ARGV[4], ARGV[7])
   return {1, 1, token}
 end
 

@@ -25,6 +25,9 @@
 --   that owner's floor
 --   "1": a re-entry (the caller believes it holds the lock: never created here);
 --          "0": a new acquisition
+-- ARGV     last, what the client says of the holder, "<pid> <service> <host>
+--          <site>", kept with every lock this call creates (see lock.lua); may be
+--          absent
 --
 -- Returns
 --   {1, count_1, fence_1, count_2, fence_2, ...}  every lock taken or re-entered
@@ -42,6 +45,7 @@
 
 local fencing = ARGV[1]
 local names = #KEYS / 3
+local who = ARGV[5 * names + 2]
 
 -- The keys and arguments of name i.
 local function name(i)
@@ -75,7 +79,7 @@ for i = 1, names do
   local lock, fence_key, freed, owner, lease, seq_text, floor_text = name(i)
   local state = states[i]
   if not state.held then
-    local token = take(lock, fence_key, freed, state, owner, lease, fencing == '1', floor_text, seq_text)
+    local token = take(lock, fence_key, freed, state, owner, lease, fencing == '1', floor_text, seq_text, who)
     answer[#answer + 1] = 1
     answer[#answer + 1] = token
   else

@@ -15,6 +15,8 @@
 -- ARGV[9]  "1": the caller waits if it cannot take it now, so a writer or a fair
 --          waiter keeps its place (see shared.lua); "0": it gives up at once (a
 --          `try`), and keeps none
+-- ARGV[10] what the client says of the holder, "<pid> <service> <host> <site>", kept
+--          with a new hold (see lock.lua); may be absent
 --
 -- Returns acquire.lua's replies, and two of its own:
 --   {1, hold_count, fence}  taken or re-entered, or applied before (a replay)
@@ -44,6 +46,7 @@ local lock, fence_key, freed = KEYS[1], KEYS[2], KEYS[3]
 local owner, lease, fencing = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local seq, floor, reentry = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local want, parent, stays = ARGV[7], ARGV[8], ARGV[9] == '1'
+local who = ARGV[10]
 
 local mode = string.sub(want, 1, 1)
 local kind, permits = 'rw', nil
@@ -145,7 +148,7 @@ if state.waiting[owner] then
 end
 put_holder(lock, state, owner, {
   mode = mode, count = 1, ['until'] = now + lease, token = token,
-  floor = new_floor, done = done,
+  floor = new_floor, done = done, meta = new_meta(who),
 })
 settle_shared(lock, state, now)
 return {1, 1, token}

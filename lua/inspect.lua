@@ -21,9 +21,21 @@
 --                                       a string that lock.lua's `read` does not accept,
 --                                       or KEYS[2] a string that is not a counter (an
 --                                       integer, not negative)
--- Owner ids are never returned.
+-- A held lock's reply then ends with one string per holder, in order: what its
+-- client wrote of it (lock.lua's meta) as "<held ms> <at> <who>", how long it has
+-- held the lock and since when (server ms), or "" when the holder has none. Owner
+-- ids are never returned.
 
 local lock, fence_key = KEYS[1], KEYS[2]
+
+-- A holder's meta ("<at> <who>", its time known) as this script answers it.
+local function shown(meta, now)
+  local at, who = string.match(meta or '', '^(%d+) (.*)$')
+  if not at then
+    return ''
+  end
+  return string.format('%d %s %s', math.max(now - tonumber(at), 0), at, who)
+end
 local counter = read_counter(fence_key)
 if not counter then
   return {-2}
@@ -48,12 +60,17 @@ if type(value) == 'table' then
   end
   local reply = {3, kind, permits, counter, waiting, 0}
   local modes = { r = 1, w = 2, p = 3, f = 4 }
+  local metas = {}
   for _, h in pairs(shared.holders) do
     reply[6] = reply[6] + 1
     reply[#reply + 1] = modes[h.mode]
     reply[#reply + 1] = h.count
     reply[#reply + 1] = h['until'] - now
     reply[#reply + 1] = h.token
+    metas[#metas + 1] = shown(h.meta, now)
+  end
+  for _, meta in ipairs(metas) do
+    reply[#reply + 1] = meta
   end
   return reply
 end
@@ -64,4 +81,4 @@ end
 if not state.held then
   return {0, 0, -2, 0, counter}
 end
-return {1, state.total, redis.call('PTTL', lock), state.token, counter}
+return {1, state.total, redis.call('PTTL', lock), state.token, counter, shown(resolve(lock, state.meta), now_ms())}

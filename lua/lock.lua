@@ -5,13 +5,21 @@
 --
 -- A lock is one string key `<ns>:{name}`, with the lease as its expiry:
 --
---   "<owner> <count> <fence> <floor> <done...>"
+--   "<owner> <count> <fence> <floor> <done...>|<at> <who>"
 --
 -- owner  the holder's owner id (no spaces); one owner at a time
 -- count  its hold count, 1 or more
 -- fence  the fencing token issued with the first acquisition (0: none)
 -- floor  the holder's floor, and done the numbers of its operations applied above
 --        it (space separated): its replay record (see acquire.lua, "Exactly once")
+-- at     when the holder took the lock, in ms of the server's clock (TIME); or
+--        "?<lease>" when the client wrote the lock itself (below): it was taken
+--        `lease - PTTL` ms ago, which the first script that moves the expiry (a
+--        re-entry, a release that keeps holds, a renewal) turns into a time
+-- who    what the client says of the holder, "<pid> <service> <host> <site>" (the
+--        site, a function or a source location, last, as it may hold spaces),
+--        bounded by the client; shown by inspect.lua. The part from "|" on is
+--        optional: a lock written without it reads the same
 --
 -- A final release leaves the lock free as a tombstone, "- <owner> <floor> <done...>"
 -- (the last holder's replay record), that expires after a short while: a retry of
@@ -20,18 +28,30 @@
 -- where the retry looks next.
 --
 -- A first acquisition without fencing is written by the client itself, with
--- `SET <lock> "<owner> 1 0 <floor> <seq>" NX GET PX <lease>`: the cheapest write
--- that creates a lock, and the same one acquire.lua makes.
+-- `SET <lock> "<owner> 1 0 <floor> <seq>|?<lease> <who>" NX GET PX <lease>`: the
+-- cheapest write that creates a lock, and the one acquire.lua makes (but for `at`).
+
+-- The server's clock, in ms.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 
 -- Reads a lock's value (a string, or false when the key does not exist): a table
 -- with `held` (some owner holds it), `total` (the holder's count), `count`
 -- (the count of `owner`; nil when `owner` does not hold it), `token`, `floor` and
--- `done`, and for a tombstone `freed` (its record, "<owner> <floor> <done...>"); nil
+-- `done`, `meta` (the holder's "<at> <who>", nil when the lock has none), and for
+-- a tombstone `freed` (its record, "<owner> <floor> <done...>"); nil
 -- when distlock did not write it (not of a form above, a number with a leading
 -- zero, or one of more than 18 digits, which could overflow).
 local function read(value, owner)
   if value == false then
     return { held = false, total = 0, token = 0, floor = 0, done = '' }
+  end
+  local meta = nil
+  local bar = string.find(value, '|', 1, true)
+  if bar then
+    value, meta = string.sub(value, 1, bar - 1), string.sub(value, bar + 1)
   end
   if string.sub(value, 1, 2) == '- ' then
     if not string.match(value, '^%- %S+ %d+ ?[%d ]*$') then
@@ -47,7 +67,7 @@ local function read(value, owner)
   end
   local state = {
     held = true, total = tonumber(count), token = tonumber(token),
-    floor = tonumber(floor), done = done,
+    floor = tonumber(floor), done = done, meta = meta,
   }
   if holder == owner then
     state.count = state.total
@@ -65,10 +85,38 @@ local function read_lock(key, owner)
   return read(value, owner)
 end
 
--- The value of a lock held `count` times by `owner`, with fencing token `token` and
--- the replay record `floor` and `done` (as `record` gives them).
-local function encode(owner, count, token, floor, done)
-  return string.format('%s %d %d %s %s', owner, count, token, floor, done)
+-- The value of a lock held `count` times by `owner`, with fencing token `token`,
+-- the replay record `floor` and `done` (as `record` gives them), and the holder's
+-- `meta` ("<at> <who>"; nil or '' for none).
+local function encode(owner, count, token, floor, done, meta)
+  local value = string.format('%s %d %d %s %s', owner, count, token, floor, done)
+  if meta and meta ~= '' then
+    value = value .. '|' .. meta
+  end
+  return value
+end
+
+-- A new holder's meta, "<now> <who>" (nil when the client sent no `who`).
+local function new_meta(who)
+  if not who or who == '' then
+    return nil
+  end
+  return string.format('%d', now_ms()) .. ' ' .. who
+end
+
+-- The meta of the lock at `lock` with its time known: a "?<lease>" (a lock the
+-- client wrote itself, taken `lease - PTTL` ms ago) becomes that time. Call it
+-- before anything moves the lock's expiry.
+local function resolve(lock, meta)
+  if not meta then
+    return nil
+  end
+  local lease, who = string.match(meta, '^%?(%d+) (.*)$')
+  if not lease then
+    return meta
+  end
+  local left = math.max(redis.call('PTTL', lock), 0)
+  return string.format('%d', now_ms() - math.max(tonumber(lease) - left, 0)) .. ' ' .. who
 end
 
 -- The tombstone a final release of `owner` leaves, with its replay record (as
@@ -104,8 +152,9 @@ end
 -- record moves to `freed` for the time it had left) for `owner`, held once for
 -- `lease` ms, its replay record the operation `seq_text` above `floor_text`; with
 -- `fencing`, issues the next token of the counter at `fence_key` (which the caller
--- checked with `read_counter`). Returns the token, 0 without fencing.
-local function take(lock, fence_key, freed, state, owner, lease, fencing, floor_text, seq_text)
+-- checked with `read_counter`); `who` is what the client says of the holder.
+-- Returns the token, 0 without fencing.
+local function take(lock, fence_key, freed, state, owner, lease, fencing, floor_text, seq_text, who)
   local token = 0
   if fencing then
     token = redis.call('INCR', fence_key)
@@ -116,7 +165,7 @@ local function take(lock, fence_key, freed, state, owner, lease, fencing, floor_
       redis.call('SET', freed, state.freed, 'PX', left)
     end
   end
-  redis.call('SET', lock, encode(owner, 1, token, floor_text, seq_text), 'PX', lease)
+  redis.call('SET', lock, encode(owner, 1, token, floor_text, seq_text, new_meta(who)), 'PX', lease)
   return token
 end
 
@@ -130,7 +179,8 @@ local function add_hold(lock, state, owner, lease, floor, seq, seq_text)
     return state.count
   end
   local count = state.count + 1
-  redis.call('SET', lock, encode(owner, count, state.token, new_floor, done), 'KEEPTTL')
+  local meta = resolve(lock, state.meta)
+  redis.call('SET', lock, encode(owner, count, state.token, new_floor, done, meta), 'KEEPTTL')
   redis.call('PEXPIRE', lock, lease, 'GT')
   return count
 end

@@ -27,13 +27,15 @@
 --   lease in milliseconds to keep at least while holds remain
 --   the operation's sequence number (see acquire.lua, "Exactly once")
 --   the owner's floor (see acquire.lua)
---   the successor: "" for none, else "<owner> <lease> <seq> <floor> <fencing>", a
+--   the successor: "" for none, else "<owner> <lease> <seq> <floor> <fencing>
+--          <who>", a
 --          waiter of the releasing client (lock-core/src/handoff.rs) that takes
 --          the lock if this release gives back the last hold and nobody else
 --          listens on the channel (the releasing client's own subscriber is the
 --          one listener): its owner id, its lease in ms, the number of the
---          hand-off among its operations (an acquire), its floor, and "1" to be
---          given the next fencing token
+--          hand-off among its operations (an acquire), its floor, "1" to be
+--          given the next fencing token, and what its client says of it (see
+--          lock.lua; may be empty)
 --
 -- Returns one answer per release, in order:
 --   {1, remaining}  one hold given back, or this operation was applied before (a
@@ -158,7 +160,8 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
 
   if state.count > 1 then
     local count = state.count - 1
-    redis.call('SET', lock, encode(owner, count, state.token, new_floor, done), 'KEEPTTL')
+    local meta = resolve(lock, state.meta)
+    redis.call('SET', lock, encode(owner, count, state.token, new_floor, done, meta), 'KEEPTTL')
     redis.call('PEXPIRE', lock, lease, 'GT')
     return {1, count}
   end
@@ -174,7 +177,8 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
       end
       redis.call('SET', freed, owner .. ' ' .. new_floor .. ' ' .. done, 'PX', remember)
       redis.call('SET', lock,
-        encode(successor.owner, 1, token, successor.floor, successor.seq), 'PX', successor.lease)
+        encode(successor.owner, 1, token, successor.floor, successor.seq, new_meta(successor.who)),
+        'PX', successor.lease)
       return {2, token}
     end
     -- A counter distlock did not write: free the lock as always; the waiter's own
@@ -190,9 +194,9 @@ local answers = {}
 local k = 0
 for a = 3, #ARGV, 5 do
   local successor, fence = nil, nil
-  local o, l, s, f, fencing = string.match(ARGV[a + 4], '^(%S+) (%d+) (%d+) (%d+) ([01])$')
+  local o, l, s, f, fencing, who = string.match(ARGV[a + 4], '^(%S+) (%d+) (%d+) (%d+) ([01]) ?(.*)$')
   if o then
-    successor = { owner = o, lease = l, seq = s, floor = f, fencing = fencing }
+    successor = { owner = o, lease = l, seq = s, floor = f, fencing = fencing, who = who }
     if fencing == '1' then
       fence = KEYS[k + 4]
     end

@@ -35,5 +35,12 @@ local state = read(value, owner)
 if not state or not state.count then
   return 0
 end
+if state.meta and string.sub(state.meta, 1, 1) == '?' then
+  -- Taken by the client's own write: its time becomes known before the expiry moves.
+  redis.call('SET', lock,
+    encode(owner, state.count, state.token, string.format('%d', state.floor), state.done,
+      resolve(lock, state.meta)),
+    'KEEPTTL')
+end
 redis.call('PEXPIRE', lock, lease, 'GT')
 return 1

@@ -16,6 +16,8 @@
 --               fence the fencing token of a writer (0: none; readers and permits
 --                     have none)
 --               floor, done  its replay record, as for a plain lock (lock.lua)
+--               then, optionally, '|<at> <who>': when it took the lock (server ms)
+--                     and what its client says of it, as for a plain lock
 --   '~<owner>'  a waiter that keeps its place: '<until>' for a writer of a
 --               read-write lock (while one lives, no new reader enters, so readers
 --               in a loop cannot starve a writer), '<until> <ticket>' for a waiter of
@@ -39,12 +41,6 @@
 local WAITER_MS = 3000
 local WAITER_LOOK_MS = 1000
 
--- The server's clock, in ms.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- Whether `text` is a number distlock writes: digits, no leading zero, at most 18.
 local function number(text)
   return #text <= 18 and (#text == 1 or string.byte(text) ~= 48)
@@ -53,7 +49,8 @@ end
 -- Reads the hash at `key` at time `now`: nil when `key` holds what distlock did not
 -- write (another type, or a field not of a form above). Else a table with `kind`
 -- (nil when there is no key), `permits`, `next` (a fair lock's next ticket),
--- `holders` (owner -> { mode, count, until, token, floor, done }, live ones only),
+-- `holders` (owner -> { mode, count, until, token, floor, done, meta }, live ones
+-- only),
 -- `waiting` (owner -> { until, ticket }, live ones; ticket 0 for a writer), `dead`
 -- (the set of fields whose time is up, to drop), and `latest` (the latest `until` of
 -- what lives).
@@ -93,6 +90,11 @@ local function read_shared(key, now)
         state.latest = math.max(state.latest, until_ms)
       end
     else
+      local meta = nil
+      local bar = string.find(value, '|', 1, true)
+      if bar then
+        value, meta = string.sub(value, 1, bar - 1), string.sub(value, bar + 1)
+      end
       local mode, count, until_text, token, floor, done =
         string.match(value, '^([rwpf]) ([1-9]%d*) (%d+) (%d+) (%d+) ?([%d ]*)$')
       if not mode or not number(count) or not number(until_text) or not number(token)
@@ -105,7 +107,7 @@ local function read_shared(key, now)
       else
         state.holders[field] = {
           mode = mode, count = tonumber(count), ['until'] = until_ms,
-          token = tonumber(token), floor = tonumber(floor), done = done,
+          token = tonumber(token), floor = tonumber(floor), done = done, meta = meta,
         }
         state.latest = math.max(state.latest, until_ms)
       end
@@ -119,7 +121,11 @@ end
 
 -- The value of a holder's field.
 local function encode_holder(h)
-  return string.format('%s %d %d %d %s %s', h.mode, h.count, h['until'], h.token, h.floor, h.done)
+  local value = string.format('%s %d %d %d %s %s', h.mode, h.count, h['until'], h.token, h.floor, h.done)
+  if h.meta and h.meta ~= '' then
+    value = value .. '|' .. h.meta
+  end
+  return value
 end
 
 -- Writes holder `owner` (`h`, its floor and done as `record` gives them) to the hash.

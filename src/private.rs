@@ -279,12 +279,33 @@ impl Held for MultiLockGuard {
     }
 }
 
-/// Takes the lock(s).
-async fn acquire<Q, G>(request: Result<Q, LockError>) -> Result<G, LockError>
+/// Takes the lock(s), the holder named after `function`.
+async fn acquire<Q, G>(
+    request: Result<Q, LockError>,
+    function: &'static str,
+) -> Result<G, LockError>
 where
-    Q: std::future::IntoFuture<Output = Result<G, LockError>>,
+    Q: Request<G>,
 {
-    request?.await
+    request?.function(function).await
+}
+
+/// A request that generated code runs: it names the function that holds the lock.
+pub trait Request<G>: std::future::IntoFuture<Output = Result<G, LockError>> {
+    /// The request, its holder named after `function`.
+    fn function(self, function: &'static str) -> Self;
+}
+
+impl Request<LockGuard> for LockRequest {
+    fn function(self, function: &'static str) -> Self {
+        LockRequest::function(self, function)
+    }
+}
+
+impl Request<MultiLockGuard> for LockAllRequest {
+    fn function(self, function: &'static str) -> Self {
+        LockAllRequest::function(self, function)
+    }
 }
 
 /// `error`, naming `function` when the attribute is the cause: no global client
@@ -311,11 +332,11 @@ pub async fn run_finish<Q, G, F, R>(
     function: &'static str,
 ) -> R
 where
-    Q: std::future::IntoFuture<Output = Result<G, LockError>>,
+    Q: Request<G>,
     G: Held,
     F: Future<Output = R>,
 {
-    let guard = match acquire(request).await {
+    let guard = match acquire(request, function).await {
         Ok(guard) => guard,
         Err(error) => return lock_error(in_function(error, function)),
     };
@@ -336,11 +357,11 @@ pub async fn run_abort<Q, G, F, R>(
     function: &'static str,
 ) -> R
 where
-    Q: std::future::IntoFuture<Output = Result<G, LockError>>,
+    Q: Request<G>,
     G: Held,
     F: Future<Output = R>,
 {
-    let guard = match acquire(request).await {
+    let guard = match acquire(request, function).await {
         Ok(guard) => guard,
         Err(error) => return lock_error(in_function(error, function)),
     };

@@ -47,6 +47,28 @@ pub(crate) struct HolderView {
     pub(crate) lease_remaining_ms: Option<u64>,
     /// Its fencing token.
     pub(crate) fencing_token: Option<u64>,
+    /// Who it is, as its client wrote it; `null` when it wrote nothing.
+    pub(crate) holder: Option<WhoView>,
+}
+
+/// Who holds a lock, in JSON: what its client wrote with the first acquisition.
+#[derive(Debug, Serialize)]
+pub(crate) struct WhoView {
+    /// The service (`LockClientBuilder::service`, by default the executable's name).
+    pub(crate) service: String,
+    /// The holder's host.
+    pub(crate) host: String,
+    /// The holder's process id.
+    pub(crate) pid: u32,
+    /// Where it took the lock: a function, or a source location.
+    pub(crate) site: String,
+    /// When, on the server's clock, in RFC 3339 (UTC).
+    pub(crate) acquired_at: String,
+    /// For how long, in milliseconds.
+    pub(crate) held_for_ms: u64,
+    /// All of it as people read it: `orders-api on host-3, pid 4121, in
+    /// orders::place_order, for 2.1s`.
+    pub(crate) text: String,
 }
 
 impl LockView {
@@ -97,6 +119,7 @@ impl LockView {
             ("lease left", lease),
             ("holders", self.holders.len().to_string()),
             ("waiting", self.waiting.to_string()),
+            ("held by", self.held_by()),
             ("fencing token", optional(self.fencing_token)),
             ("last fencing token", optional(self.last_fencing_token)),
         ];
@@ -116,17 +139,47 @@ impl LockView {
                             .lease_remaining_ms
                             .map_or_else(|| "-".to_owned(), human_millis),
                         optional(holder.fencing_token),
+                        holder
+                            .holder
+                            .as_ref()
+                            .map_or_else(|| "-".to_owned(), |who| printable(&who.text)),
                     ]
                 })
                 .collect();
             out.push('\n');
             out.push_str(&table(
-                &["MODE", "HOLDS", "LEASE LEFT", "TOKEN"],
-                &[Align::Left, Align::Right, Align::Right, Align::Right],
+                &["MODE", "HOLDS", "LEASE LEFT", "TOKEN", "HELD BY"],
+                &[
+                    Align::Left,
+                    Align::Right,
+                    Align::Right,
+                    Align::Right,
+                    Align::Left,
+                ],
                 &rows,
             ));
         }
         out
+    }
+
+    /// Who holds the lock, as people read it (the first holder: the writer or
+    /// exclusive holder); `-` when free or nobody wrote who they are.
+    pub(crate) fn held_by(&self) -> String {
+        self.holders
+            .first()
+            .and_then(|holder| holder.holder.as_ref())
+            .map_or_else(|| "-".to_owned(), |who| printable(&who.text))
+    }
+
+    /// The first holder in short: `orders-api@host-3:4121`.
+    fn holder_short(&self) -> String {
+        self.holders
+            .first()
+            .and_then(|holder| holder.holder.as_ref())
+            .map_or_else(
+                || "-".to_owned(),
+                |who| printable(&format!("{}@{}:{}", who.service, who.host, who.pid)),
+            )
     }
 
     /// One row of the human `list` table (see [`LIST_HEADER`]).
@@ -134,6 +187,7 @@ impl LockView {
         vec![
             printable(&self.name),
             self.kind_label(),
+            self.holder_short(),
             self.holders.len().to_string(),
             self.hold_count.to_string(),
             self.lease_remaining_ms
@@ -150,8 +204,12 @@ impl LockView {
         let lease = self
             .lease_remaining_ms
             .map_or_else(|| "-".to_owned(), human_millis);
+        let by = match self.holder_short().as_str() {
+            "-" => String::new(),
+            short => format!(" by {short}"),
+        };
         format!(
-            "{} {}, {} holder{}, hold count {}, lease left {lease}, {} waiting",
+            "{} {}{by}, {} holder{}, hold count {}, lease left {lease}, {} waiting",
             if self.held { "held" } else { "free" },
             self.kind_label(),
             self.holders.len(),
@@ -163,11 +221,19 @@ impl LockView {
 }
 
 /// The columns of the human `list` table.
-pub(crate) const LIST_HEADER: [&str; 6] =
-    ["NAME", "KIND", "HOLDERS", "HOLDS", "LEASE LEFT", "WAITING"];
+pub(crate) const LIST_HEADER: [&str; 7] = [
+    "NAME",
+    "KIND",
+    "HOLDER",
+    "HOLDERS",
+    "HOLDS",
+    "LEASE LEFT",
+    "WAITING",
+];
 
 /// How the columns of the `list` table are aligned.
-pub(crate) const LIST_ALIGN: [Align; 6] = [
+pub(crate) const LIST_ALIGN: [Align; 7] = [
+    Align::Left,
     Align::Left,
     Align::Left,
     Align::Right,
@@ -183,6 +249,19 @@ impl HolderView {
             hold_count: holder.hold_count,
             lease_remaining_ms: holder.lease_remaining.map(millis),
             fencing_token: holder.fencing_token,
+            holder: holder.info.as_ref().map(|info| WhoView {
+                service: info.service.clone(),
+                host: info.host.clone(),
+                pid: info.pid,
+                site: info.site.clone(),
+                acquired_at: timestamp(
+                    info.acquired_at
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap_or(Duration::ZERO),
+                ),
+                held_for_ms: millis(info.held_for),
+                text: info.to_string(),
+            }),
         }
     }
 }

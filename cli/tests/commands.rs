@@ -42,7 +42,19 @@ async fn inspect_shows_both_readers_of_a_read_lock() {
     assert!(text.contains("held                yes"), "{text}");
     assert!(text.contains("hold count          2"), "{text}");
     assert!(text.contains("holders             2"), "{text}");
-    assert!(text.contains("MODE  HOLDS  LEASE LEFT  TOKEN"), "{text}");
+    assert!(
+        text.contains("MODE  HOLDS  LEASE LEFT  TOKEN  HELD BY"),
+        "{text}"
+    );
+    let pid = std::process::id();
+    let held_by = text
+        .lines()
+        .find(|line| line.starts_with("held by "))
+        .unwrap_or_default();
+    assert!(
+        held_by.contains(&format!(", pid {pid}, in cli/tests/commands.rs:")),
+        "the holder, this test's process: {text}"
+    );
     let reader_rows: Vec<Vec<&str>> = text
         .lines()
         .filter(|line| line.starts_with("read "))
@@ -50,9 +62,13 @@ async fn inspect_shows_both_readers_of_a_read_lock() {
         .collect();
     assert_eq!(reader_rows.len(), 2, "one row per reader:\n{text}");
     for row in reader_rows {
-        // Mode, hold count, a lease that reads like `29.9s`, no token.
+        // Mode, hold count, a lease that reads like `29.9s`, no token, then who:
+        // `<service> on <host>, pid <pid>, in <site>, for 0.0s`.
         assert!(
-            matches!(row.as_slice(), ["read", "1", lease, "-"] if lease.ends_with('s') && lease.starts_with(['2', '3'])),
+            matches!(row.as_slice(), ["read", "1", lease, "-", _service, "on", _host, "pid", who_pid, "in", site, "for", _]
+                if lease.ends_with('s') && lease.starts_with(['2', '3'])
+                    && *who_pid == format!("{pid},")
+                    && site.starts_with("cli/tests/commands.rs:")),
             "{row:?}"
         );
     }
@@ -68,6 +84,17 @@ async fn inspect_shows_both_readers_of_a_read_lock() {
     assert_eq!(info["fencing_token"], Value::Null);
     let holders = info["holders"].as_array().expect("holders");
     assert_eq!(holders.len(), 2);
+    for holder in holders {
+        let who = &holder["holder"];
+        assert_eq!(who["pid"], pid, "{who}");
+        assert!(who["site"]
+            .as_str()
+            .is_some_and(|site| site.starts_with("cli/tests/commands.rs:")));
+        assert!(who["acquired_at"]
+            .as_str()
+            .is_some_and(|at| at.ends_with('Z')));
+        assert!(who["held_for_ms"].as_u64().is_some(), "{who}");
+    }
     for holder in holders {
         assert_eq!(holder["mode"], "read");
         assert_eq!(holder["hold_count"], 1);
@@ -215,12 +242,21 @@ async fn list_finds_the_locks_that_match_a_pattern() {
     assert_eq!(code(&human), Some(0));
     let text = stdout(&human);
     let rows: Vec<&str> = text.lines().collect();
+    let header: Vec<&str> = rows
+        .first()
+        .map(|row| row.split_whitespace().collect())
+        .unwrap_or_default();
     assert_eq!(
-        rows.first().copied(),
-        Some("NAME           KIND          HOLDERS  HOLDS  LEASE LEFT  WAITING"),
+        header,
+        ["NAME", "KIND", "HOLDER", "HOLDERS", "HOLDS", "LEASE", "LEFT", "WAITING"],
         "{text}"
     );
     assert_eq!(rows.len(), 6, "a header and five held locks:\n{text}");
+    let this_process = format!(":{}", std::process::id());
+    assert!(
+        rows[1..].iter().all(|row| row.contains(&this_process)),
+        "each held lock shows its holder, `<service>@<host>:<pid>`:\n{text}"
+    );
     assert!(text.contains("invoice:1"), "{text}");
     assert!(text.contains("semaphore(3)"), "{text}");
     assert!(

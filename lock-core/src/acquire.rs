@@ -92,17 +92,21 @@ pub(crate) async fn acquire(
                 name: keys.display(),
             }),
             Chain::HoldsWrite(writer) => {
-                let wait = Wait::new(&inner, keys, start, deadline, Some(writer), origin);
+                let wait = Wait::new(&inner, keys.clone(), start, deadline, Some(writer), origin);
                 acquire_new(wait, &context, mode).await
             }
             Chain::Free => match check_order(&inner, &context, &keys, &origin) {
                 Ok(()) => {
-                    let mut wait = Wait::new(&inner, keys, start, deadline, None, origin);
+                    let mut wait = Wait::new(&inner, keys.clone(), start, deadline, None, origin);
                     wait.deadlock = Watch::new(&inner, &context, options, start);
                     acquire_new(wait, &context, mode).await
                 }
                 Err(err) => Err(err),
             },
+        };
+        let result = match result {
+            Err(err) => Err(name_the_holder(&inner, std::slice::from_ref(&keys), err).await),
+            ok => ok,
         };
         let span = tracing::Span::current();
         span.record("lock.waited_ms", start.elapsed().as_millis() as u64);
@@ -113,6 +117,45 @@ pub(crate) async fn acquire(
     }
     .instrument(span)
     .await
+}
+
+/// How long a timed-out waiter may take to read who holds the lock, for its error.
+const HOLDER_LOOK: Duration = Duration::from_millis(250);
+
+/// `err`, and when it is a [`LockError::Timeout`] on one of the locks of `keys`,
+/// with the holder that its client wrote (one read; left out when it does not come
+/// within [`HOLDER_LOOK`], or the holder wrote nothing): the writer or exclusive
+/// holder first.
+///
+/// # Cancel safety
+///
+/// Read-only: dropping the future changes nothing.
+pub(crate) async fn name_the_holder(
+    inner: &Arc<Inner>,
+    keys: &[Arc<LockKeys>],
+    mut err: LockError,
+) -> LockError {
+    let LockError::Timeout {
+        name,
+        holder: slot @ None,
+        ..
+    } = &mut err
+    else {
+        return err;
+    };
+    let Some(keys) = keys.iter().find(|keys| keys.display() == *name) else {
+        return err;
+    };
+    if let Ok(Ok(view)) = tokio::time::timeout(HOLDER_LOOK, inner.view(keys)).await {
+        *slot = view
+            .holders
+            .into_iter()
+            .filter(|holder| holder.info.is_some())
+            .max_by_key(|holder| matches!(holder.mode, 0 | 2 | 4))
+            .and_then(|holder| holder.info)
+            .map(Box::new);
+    }
+    err
 }
 
 /// The least `deadlock_check_after`: a walk costs round trips.
@@ -374,6 +417,8 @@ struct Wait<'a> {
     origin: Origin,
     /// Deadlock detection, for a chain that holds other locks.
     deadlock: Option<Watch>,
+    /// What the client writes of this waiter once it holds the lock (`who.rs`).
+    who: Arc<str>,
 }
 
 impl<'a> Wait<'a> {
@@ -406,6 +451,7 @@ impl<'a> Wait<'a> {
             hands_off,
             writer,
             kept_place: None,
+            who: inner.who.who(&origin.site_text()).into(),
             origin,
             deadlock: None,
         }
@@ -450,10 +496,7 @@ impl<'a> Wait<'a> {
         }
         let waited = self.start.elapsed();
         if self.seen_held {
-            return LockError::Timeout {
-                name: self.keys.display(),
-                waited,
-            };
+            return LockError::timeout(self.keys.display(), waited);
         }
         LockError::Redis(redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
@@ -477,10 +520,7 @@ impl<'a> Wait<'a> {
                 needed: self.inner.backend.quorum(),
                 held_elsewhere: usize::try_from(held).unwrap_or(usize::MAX),
             },
-            None => LockError::Timeout {
-                name: self.keys.display(),
-                waited: now - self.start,
-            },
+            None => LockError::timeout(self.keys.display(), now - self.start),
         }
     }
 
@@ -513,6 +553,7 @@ impl<'a> Wait<'a> {
             plain: !self.asked && !self.place.is_listening(),
             writer: self.writer.clone(),
             stays: self.deadline > sent,
+            who: Some(self.who.clone()),
         };
         self.asked = true;
         let answer = if self.deadline > sent {
@@ -558,6 +599,7 @@ impl<'a> Wait<'a> {
                 owner: owner.clone(),
                 lease_ms: mode.lease.as_millis() as u64,
                 fencing: mode.fencing,
+                who: self.who.clone(),
             });
         }
         let look_at = pttl_ms.map(|pttl_ms| Instant::now() + sleep_hint(pttl_ms));
@@ -873,6 +915,7 @@ async fn reenter(
         plain: false,
         writer: None,
         stays: false,
+        who: None,
     };
     match attempt.run().await? {
         Outcome::Acquired { count, .. } => {

@@ -73,6 +73,9 @@ pub(crate) struct Attempt<'a> {
     /// Whether the caller waits if the lock cannot be had now: a writer then keeps
     /// its place (see `lua/shared.lua`), which it must withdraw if it gives up.
     pub(crate) stays: bool,
+    /// What the client writes of the holder with a new acquisition (`who.rs`);
+    /// `None` for a re-entry.
+    pub(crate) who: Option<Arc<str>>,
 }
 
 impl Attempt<'_> {
@@ -95,6 +98,7 @@ impl Attempt<'_> {
                 && self.inner.config.replicas.is_none(),
             writer: self.writer,
             stays: self.stays,
+            who: self.who,
             op: self.owner.op(),
         };
         let abandoned = invoke.clone();
@@ -144,6 +148,8 @@ struct Invoke {
     writer: Option<Arc<str>>,
     /// See [`Attempt::stays`].
     stays: bool,
+    /// See [`Attempt::who`].
+    who: Option<Arc<str>>,
     /// The attempt's number among its owner's operations: pending while any clone
     /// of this lives (the attempt, its background completion, its replays).
     op: Arc<Op>,
@@ -216,7 +222,7 @@ impl Invoke {
 
     /// The script's arguments: `acquire.lua`'s six, and for a read-write lock or a
     /// semaphore the kind, the chain's writer and whether the caller stays
-    /// (`acquire_shared.lua`).
+    /// (`acquire_shared.lua`); then what the client says of the holder.
     fn argv(&self) -> Vec<Vec<u8>> {
         let mut argv = vec![
             self.owner.id().as_bytes().to_vec(),
@@ -231,23 +237,26 @@ impl Invoke {
             argv.push(self.writer.as_deref().unwrap_or("").as_bytes().to_vec());
             argv.push(vec![if self.stays { b'1' } else { b'0' }]);
         }
+        if let Some(who) = &self.who {
+            argv.push(who.as_bytes().to_vec());
+        }
         argv
     }
 
-    /// The plain first try: `SET <lock> "<owner> 1 0 <floor> <seq>" NX GET PX <lease>`,
-    /// the value `acquire.lua` writes for a new lock. Its answer when that settles
+    /// The plain first try: `SET <lock> "<owner> 1 0 <floor> <seq>|?<lease> <who>" NX
+    /// GET PX <lease>`, the value `acquire.lua` writes for a new lock (but for the
+    /// time it was taken, which the server's clock gives later: see `lua/lock.lua`). Its answer when that settles
     /// it: taken (no previous value), or held by another owner (a value of another
     /// owner; its lease is not known, so the waiter looks again soon). `None` when
     /// only the script can tell: the value is this owner's (a replay of this very
     /// attempt, say), a tombstone (a lock freed a moment ago, whose record the
     /// script keeps), or of another type.
     async fn set_if_free(&self, conn: &mut Conn) -> redis::RedisResult<Option<AcquireReply>> {
-        let value = format!(
-            "{} 1 0 {} {}",
-            self.owner.id(),
-            self.op.floor(),
-            self.op.seq()
-        );
+        let (owner, floor, seq) = (self.owner.id(), self.op.floor(), self.op.seq());
+        let value = match &self.who {
+            Some(who) => format!("{owner} 1 0 {floor} {seq}|?{} {who}", self.lease_ms),
+            None => format!("{owner} 1 0 {floor} {seq}"),
+        };
         let previous: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("SET")
             .arg(&self.keys.lock)
             .arg(value)

@@ -52,18 +52,21 @@ pub(crate) struct Successor {
     pub(crate) seq: u64,
     pub(crate) floor: u64,
     pub(crate) fencing: bool,
+    /// What the client writes of the successor as the holder (`who.rs`).
+    pub(crate) who: Arc<str>,
 }
 
 impl Successor {
-    /// As `release.lua` takes it: "<owner> <lease> <seq> <floor> <fencing>".
+    /// As `release.lua` takes it: "<owner> <lease> <seq> <floor> <fencing> <who>".
     fn encode(&self) -> String {
         format!(
-            "{} {} {} {} {}",
+            "{} {} {} {} {} {}",
             self.owner,
             self.lease_ms,
             self.seq,
             self.floor,
-            u8::from(self.fencing)
+            u8::from(self.fencing),
+            self.who
         )
     }
 }

@@ -1003,6 +1003,7 @@ impl LockClientBuilder {
             remember_release: (self.response_timeout * 4).clamp(MIN_REMEMBER, MAX_REMEMBER),
             lock_order: self.lock_order,
             deadlock_check_after: self.deadlock_check_after,
+            service: crate::who::default_service(),
         };
         Ok(LockClient::new(Inner::new(
             backend,

@@ -6,14 +6,15 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::backend::redlock::{self, ForceVote, InspectVote};
+use crate::backend::redlock::{self, ForceVote};
 use crate::error::LockError;
 use crate::hold::HeldLock;
 use crate::inner::Inner;
 use crate::keys::Kind;
 use crate::multi::canonical;
 use crate::request::{LockAllRequest, LockRequest, Semaphore, TryLockRequest};
-use crate::scripts::{unexpected_reply, ForceReleaseReply, InspectReply, LockView, ViewKind};
+use crate::scripts::{unexpected_reply, ForceReleaseReply, LockView, ViewKind};
+use crate::who::HolderInfo;
 
 /// The client that [`global`] returns: set once, by [`LockClient::install_global`].
 static GLOBAL: OnceLock<LockClient> = OnceLock::new();
@@ -186,11 +187,14 @@ pub enum HoldMode {
 ///         "{:?} at depth {}, lease left {:?}",
 ///         holder.mode, holder.hold_count, holder.lease_remaining
 ///     );
+///     if let Some(info) = &holder.info {
+///         println!("  held by {info}");
+///     }
 /// }
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
     /// How it holds the lock.
@@ -201,6 +205,33 @@ pub struct Holder {
     pub lease_remaining: Option<Duration>,
     /// Its fencing token, when it took one.
     pub fencing_token: Option<u64>,
+    /// Who it is: service, host, process, where it took the lock and since when.
+    /// `None` for a holder whose client wrote nothing of it (a distlock before
+    /// 0.1's holder info).
+    pub info: Option<HolderInfo>,
+}
+
+impl LockInfo {
+    /// Who holds the lock, as its client wrote it with the first acquisition: the
+    /// holder of a plain or fair lock, the writer of a read-write lock, else (readers,
+    /// permits) the first of [`holders`](Self::holders), the one with the longest
+    /// lease. `None` when the lock is free, or its holder's client wrote nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// match locks.inspect("order:42").await?.holder() {
+    ///     Some(holder) => println!("held by {holder}"),
+    ///     None => println!("free, or held by a client that says nothing of itself"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn holder(&self) -> Option<&HolderInfo> {
+        self.holders.first().and_then(|holder| holder.info.as_ref())
+    }
 }
 
 impl LockClient {
@@ -706,36 +737,7 @@ impl LockClient {
     /// ```
     pub async fn inspect(&self, name: impl AsRef<[u8]>) -> Result<LockInfo, LockError> {
         let keys = self.inner.keys(name.as_ref())?;
-        let scripts = self.inner.scripts.clone();
-        let replies = self
-            .inner
-            .backend
-            .each(|mut conn| {
-                let (scripts, keys) = (scripts.clone(), keys.clone());
-                async move {
-                    let reply: Vec<i64> = scripts
-                        .inspect
-                        .key(&keys.lock)
-                        .key(keys.fence())
-                        .invoke_async(&mut conn)
-                        .await?;
-                    InspectReply::decode(&reply)
-                        .ok_or_else(|| unexpected_reply("inspect.lua", &reply))
-                }
-            })
-            .await;
-        let quorum = self.inner.backend.quorum();
-        match redlock::inspect(replies, quorum)? {
-            InspectVote::View(view) => Ok(LockInfo::from(view)),
-            InspectVote::Conflict => Err(LockError::KeyConflict {
-                name: keys.display(),
-            }),
-            InspectVote::Short { got } => Err(LockError::QuorumNotReached {
-                got,
-                needed: quorum,
-                held_elsewhere: 0,
-            }),
-        }
+        self.inner.view(&keys).await.map(LockInfo::from)
     }
 
     /// Deletes the lock `name` whoever holds it, and wakes its waiters. For operators:
@@ -812,6 +814,7 @@ impl From<LockView> for LockInfo {
                 hold_count: holder.hold_count,
                 lease_remaining: holder.lease_remaining,
                 fencing_token: holder.fencing_token,
+                info: holder.info.clone(),
             })
             .collect();
         // The writer first, then the longest leases.

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::who::HolderInfo;
+
 /// Everything that can go wrong when taking, holding or giving back a lock.
 ///
 /// Each message says what happened and what to do about it; every variant's docs
@@ -33,13 +35,16 @@ pub enum LockError {
     /// The lock stayed held by another owner for the whole wait (or, in this
     /// client, by tasks that asked for it first).
     ///
-    /// Its message: ``timed out after 2s waiting for lock `order:42`: another owner
-    /// still holds it; wait longer with `.wait(..)`, use `try_lock` to skip busy locks,
-    /// or look at the holder with `LockClient::inspect` ``.
+    /// Its message names the holder when its client wrote who it is: ``timed out
+    /// after 2s waiting for lock `order:42`: held by orders-api on host-3, pid 4121,
+    /// in orders::place_order, for 2.1s; wait longer with `.wait(..)`, use `try_lock`
+    /// to skip busy locks, or look at the holder with `LockClient::inspect` or
+    /// `distlock inspect` `` (else ``another owner still holds it``).
     #[error(
-        "timed out after {waited:?} waiting for lock `{name}`: another owner still holds it; \
-         wait longer with `.wait(..)`, use `try_lock` to skip busy locks, or look at the \
-         holder with `LockClient::inspect`"
+        "timed out after {waited:?} waiting for lock `{name}`: {}; wait longer with \
+         `.wait(..)`, use `try_lock` to skip busy locks, or look at the holder with \
+         `LockClient::inspect` or `distlock inspect`",
+        held_by(.holder)
     )]
     #[non_exhaustive]
     Timeout {
@@ -47,6 +52,9 @@ pub enum LockError {
         name: String,
         /// How long the caller waited.
         waited: Duration,
+        /// Who held the lock when the wait ended, when its client wrote who it is
+        /// (read once, right after the wait ran out).
+        holder: Option<Box<HolderInfo>>,
     },
     /// The lease ended (or the lock was force-unlocked) while this owner believed it held it.
     ///
@@ -491,7 +499,24 @@ fn redis_hint(err: &redis::RedisError) -> &'static str {
     }
 }
 
+/// The part of a timeout's message that says who holds the lock.
+fn held_by(holder: &Option<Box<HolderInfo>>) -> String {
+    match holder {
+        Some(holder) => format!("held by {holder}"),
+        None => "another owner still holds it".to_owned(),
+    }
+}
+
 impl LockError {
+    /// A [`LockError::Timeout`] on lock `name` after `waited`, its holder not read yet.
+    pub(crate) fn timeout(name: String, waited: Duration) -> Self {
+        Self::Timeout {
+            name,
+            waited,
+            holder: None,
+        }
+    }
+
     /// [`LockError::Lost`] for lock `name`: for the code that `#[distributed_lock]`
     /// generates (the variants cannot be built outside this crate). Not a public API.
     #[doc(hidden)]
@@ -748,13 +773,28 @@ mod tests {
         let name = || "order:42".to_owned();
         let cases = [
             (
+                LockError::timeout(name(), Duration::from_secs(2)),
+                "timed out after 2s waiting for lock `order:42`: another owner still holds it; \
+                 wait longer with `.wait(..)`, use `try_lock` to skip busy locks, or look at the \
+                 holder with `LockClient::inspect` or `distlock inspect`",
+            ),
+            (
                 LockError::Timeout {
                     name: name(),
                     waited: Duration::from_secs(2),
+                    holder: Some(Box::new(HolderInfo {
+                        service: "orders-api".into(),
+                        host: "host-3".into(),
+                        pid: 4121,
+                        site: "orders::place_order".into(),
+                        acquired_at: std::time::UNIX_EPOCH,
+                        held_for: Duration::from_millis(2140),
+                    })),
                 },
-                "timed out after 2s waiting for lock `order:42`: another owner still holds it; \
-                 wait longer with `.wait(..)`, use `try_lock` to skip busy locks, or look at the \
-                 holder with `LockClient::inspect`",
+                "timed out after 2s waiting for lock `order:42`: held by orders-api on host-3, \
+                 pid 4121, in orders::place_order, for 2.1s; wait longer with `.wait(..)`, use \
+                 `try_lock` to skip busy locks, or look at the holder with `LockClient::inspect` \
+                 or `distlock inspect`",
             ),
             (
                 LockError::Lost { name: name() },
@@ -1027,10 +1067,7 @@ mod tests {
         assert!(!short(1, 1).is_busy(), "three nodes silent: out of reach");
         assert!(!short(2, 0).is_busy(), "three nodes silent");
         assert!(!short(0, 0).is_busy());
-        let timeout = LockError::Timeout {
-            name: "n".into(),
-            waited: std::time::Duration::ZERO,
-        };
+        let timeout = LockError::timeout("n".into(), std::time::Duration::ZERO);
         assert!(timeout.is_busy());
     }
 }

@@ -8,15 +8,17 @@ use std::time::Duration;
 
 use tokio_util::sync::DropGuard;
 
+use crate::backend::redlock::{self, InspectVote};
 use crate::backend::Backend;
 use crate::batch::Batcher;
 use crate::error::LockError;
 use crate::keys::{Kind, LockKeys};
 use crate::order::{LockOrder, LockOrderCheck};
 use crate::owner::Owner;
-use crate::scripts::Scripts;
+use crate::scripts::{unexpected_reply, InspectReply, LockView, Scripts};
 use crate::subscriber::Subscriber;
 use crate::watchdog::Watchdog;
+use crate::who::Describer;
 
 /// Numbers clients apart within the process (the lock context's key).
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
@@ -38,6 +40,8 @@ pub(crate) struct Config {
     /// How long a waiter whose chain holds locks waits before it looks for a
     /// deadlock, and then how often; `None`: never.
     pub(crate) deadlock_check_after: Option<Duration>,
+    /// The service the client's holders and connections are named after.
+    pub(crate) service: String,
 }
 
 /// One client's connections, scripts, background tasks and id counters.
@@ -57,6 +61,8 @@ pub(crate) struct Inner {
     pub(crate) batcher: Arc<Batcher>,
     /// The orders in which this client's call chains took locks of different classes.
     pub(crate) order: LockOrder,
+    /// What this client writes of its holders (see `who.rs`).
+    pub(crate) who: Describer,
     /// Stops the background tasks when the last clone, guard and request are gone.
     _shutdown: DropGuard,
 }
@@ -78,6 +84,7 @@ impl Inner {
             one_endpoint,
         ));
         let order = LockOrder::new(config.lock_order);
+        let who = Describer::new(&config.service);
         Self {
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
             uuid: uuid::Uuid::new_v4().simple().to_string(),
@@ -90,6 +97,7 @@ impl Inner {
             watchdog,
             batcher,
             order,
+            who,
             _shutdown: shutdown,
         }
     }
@@ -108,6 +116,44 @@ impl Inner {
     pub(crate) fn next_owner(&self) -> Arc<Owner> {
         let n = self.owners.fetch_add(1, Ordering::Relaxed);
         Owner::new(format!("{}:{n}", self.uuid).into())
+    }
+
+    /// The state of the lock of `keys`, as `inspect.lua` reads it (on Redlock, as a
+    /// majority of nodes sees it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only: dropping the future changes nothing.
+    pub(crate) async fn view(&self, keys: &Arc<LockKeys>) -> Result<LockView, LockError> {
+        let scripts = self.scripts.clone();
+        let replies = self
+            .backend
+            .each(|mut conn| {
+                let (scripts, keys) = (scripts.clone(), keys.clone());
+                async move {
+                    let reply: Vec<redis::Value> = scripts
+                        .inspect
+                        .key(&keys.lock)
+                        .key(keys.fence())
+                        .invoke_async(&mut conn)
+                        .await?;
+                    InspectReply::decode_values(&reply)
+                        .ok_or_else(|| unexpected_reply("inspect.lua", &reply))
+                }
+            })
+            .await;
+        let quorum = self.backend.quorum();
+        match redlock::inspect(replies, quorum)? {
+            InspectVote::View(view) => Ok(view),
+            InspectVote::Conflict => Err(LockError::KeyConflict {
+                name: keys.display(),
+            }),
+            InspectVote::Short { got } => Err(LockError::QuorumNotReached {
+                got,
+                needed: quorum,
+                held_elsewhere: 0,
+            }),
+        }
     }
 
     /// A fresh hold id, the watchdog's key.

@@ -26,6 +26,7 @@
 //!
 //! | row | file | owns |
 //! | --- | --- | --- |
+//! | 1 | `who.rs` | who holds a lock: what a client writes of each holder, and [`HolderInfo`] |
 //! | 1 | `error.rs` | [`LockError`]; the one classification of Redis errors (outcome unknown, transient, failover) |
 //! | 1 | `faults.rs` | seeded faults for testing the tests (feature `fault-injection`) |
 //! | 1 | `scripts.rs` | the Lua scripts, and their replies decoded into types, once |
@@ -87,6 +88,7 @@ mod request;
 mod scripts;
 mod subscriber;
 mod watchdog;
+mod who;
 
 /// The `redis` crate (1.x) that distlock is built on: [`LockError::Redis`] and
 /// [`LockError::Connect`] carry its [`RedisError`](redis::RedisError). Match on it
@@ -114,3 +116,4 @@ pub use order::LockOrderCheck;
 pub use request::{
     LockAllRequest, LockFuture, LockRequest, Semaphore, TryLockRequest, MAX_PERMITS,
 };
+pub use who::HolderInfo;

@@ -27,7 +27,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::{
-    acquire, check_order, settle_options, sleep_hint, Mode, Options, QUEUE_LOOK, TRANSIENT_PAUSE,
+    acquire, check_order, name_the_holder, settle_options, sleep_hint, Mode, Options, QUEUE_LOOK,
+    TRANSIENT_PAUSE,
 };
 use crate::backend::slot;
 use crate::context::LockContext;
@@ -117,7 +118,10 @@ pub(crate) async fn acquire_all(
         ..origin
     };
     if keys.len() > 1 && in_one_run(&inner, &keys) {
-        return acquire_at_once(inner, keys, options, origin).await;
+        return match acquire_at_once(inner.clone(), keys.clone(), options, origin).await {
+            Err(err) => Err(name_the_holder(&inner, &keys, err).await),
+            ok => ok,
+        };
     }
     // Every option checked before the first name is asked for.
     let (_, deadline) = settle_options(&inner, options, Instant::now())?;
@@ -184,6 +188,7 @@ async fn acquire_at_once(
     let start = Instant::now();
     let (mode, deadline) = settle_options(&inner, options, start)?;
     let context = LockContext::current();
+    let who: Arc<str> = inner.who.who(&origin.site_text()).into();
     let held: Vec<Option<HeldLock>> = keys
         .iter()
         .map(|keys| context.find(inner.id, keys).cloned())
@@ -216,7 +221,7 @@ async fn acquire_at_once(
             place.rearm();
         }
         let sent = Instant::now();
-        let set = SetInvoke::new(&inner, &keys, &owner, &held, mode);
+        let set = SetInvoke::new(&inner, &keys, &owner, &held, mode, &who);
         let answer = if deadline > sent {
             tokio::time::timeout_at(deadline, set.run()).await
         } else {
@@ -237,7 +242,7 @@ async fn acquire_at_once(
             AcquireAllReply::Acquired(grants) => {
                 if Instant::now() >= sent + validity(mode.lease) {
                     // Too late to count on: give every hold back and ask again.
-                    let set = SetInvoke::new(&inner, &keys, &owner, &held, mode);
+                    let set = SetInvoke::new(&inner, &keys, &owner, &held, mode, &who);
                     spawn(async move { set.give_back().await });
                     if Instant::now() + TRANSIENT_PAUSE >= deadline {
                         return Err(ran_out(&keys, busy, start));
@@ -297,10 +302,7 @@ async fn acquire_at_once(
 fn ran_out(keys: &[Arc<LockKeys>], busy: Option<usize>, start: Instant) -> LockError {
     let waited = start.elapsed();
     match busy {
-        Some(index) => LockError::Timeout {
-            name: keys[index].display(),
-            waited,
-        },
+        Some(index) => LockError::timeout(keys[index].display(), waited),
         None => LockError::Redis(redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!(
@@ -392,6 +394,8 @@ struct SetInvoke {
     inner: Arc<Inner>,
     names: Arc<[NameOp]>,
     fencing: bool,
+    /// What the client writes of the holder of each lock it creates (`who.rs`).
+    who: Arc<str>,
 }
 
 impl SetInvoke {
@@ -401,6 +405,7 @@ impl SetInvoke {
         owner: &Arc<Owner>,
         held: &[Option<HeldLock>],
         mode: Mode,
+        who: &Arc<str>,
     ) -> Self {
         let names = keys
             .iter()
@@ -423,6 +428,7 @@ impl SetInvoke {
             inner: inner.clone(),
             names,
             fencing: mode.fencing,
+            who: who.clone(),
         }
     }
 
@@ -464,6 +470,7 @@ impl SetInvoke {
                 .arg(name.op.floor())
                 .arg(u8::from(name.reentry));
         }
+        invocation.arg(&*self.who);
         let reply: Vec<i64> = invocation.invoke_async(&mut conn).await?;
         AcquireAllReply::decode(&reply, self.names.len())
             .ok_or_else(|| unexpected_reply("acquire_all.lua", &reply))

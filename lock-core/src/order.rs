@@ -69,6 +69,9 @@ pub(crate) struct Origin {
     /// A name of a `lock_all`, whose order was checked with the whole set: taken in
     /// the set's canonical order, it makes no edge with the names before it.
     pub(crate) in_set: bool,
+    /// The function that asked (`LockRequest::function`, the macro's function):
+    /// shown as the holder's site instead of the caller's location.
+    pub(crate) function: Option<&'static str>,
 }
 
 impl Origin {
@@ -79,6 +82,16 @@ impl Origin {
             site: Location::caller(),
             label: None,
             in_set: false,
+            function: None,
+        }
+    }
+
+    /// Where the lock was asked for, as a holder shows it: the function, or the
+    /// caller's `file:line`.
+    pub(crate) fn site_text(&self) -> std::borrow::Cow<'static, str> {
+        match self.function {
+            Some(function) => function.into(),
+            None => format!("{}:{}", self.site.file(), self.site.line()).into(),
         }
     }
 

@@ -208,6 +208,7 @@ impl HandOff {
             seq: self.op.seq(),
             floor: self.op.floor(),
             fencing: offer.fencing,
+            who: offer.who.clone(),
         })
     }
 

@@ -144,6 +144,29 @@ impl LockRequest {
         self
     }
 
+    /// Names the function that takes the lock, for the holder's
+    /// [`HolderInfo::site`](crate::HolderInfo::site) (what `inspect`, a waiter's
+    /// [`LockError::Timeout`] and the `distlock` tool show). Without it, the site is
+    /// the caller's source location (`src/orders.rs:42`). `#[distributed_lock]` names
+    /// the annotated function (`orders::place_order`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let guard = locks
+    ///     .lock("order:42")
+    ///     .function(concat!(module_path!(), "::refund"))
+    ///     .await?;
+    /// guard.unlock().await
+    /// # }
+    /// ```
+    pub fn function(mut self, function: &'static str) -> Self {
+        self.origin.function = Some(function);
+        self
+    }
+
     /// How long to wait while another owner holds the lock; zero fails at once.
     /// Default: the client's [`default_wait`](crate::LockClientBuilder::default_wait).
     /// Re-entries never wait.
@@ -391,6 +414,25 @@ impl TryLockRequest {
         self.request = self.request.label(label);
         self
     }
+
+    /// Names the function that takes the lock, for the holder's info, as
+    /// [`LockRequest::function`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// if let Some(guard) = locks.try_lock("report:daily").function("reports::daily").await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// Ok(())
+    /// # }
+    /// ```
+    pub fn function(mut self, function: &'static str) -> Self {
+        self.request = self.request.function(function);
+        self
+    }
 }
 
 impl IntoFuture for TryLockRequest {
@@ -535,6 +577,26 @@ impl LockAllRequest {
     /// ```
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.options.fencing = Some(fencing);
+        self
+    }
+
+    /// Names the function that takes the locks, for each holder's info, as
+    /// [`LockRequest::function`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let all = locks
+    ///     .lock_all(["ledger:1", "ledger:2"])
+    ///     .function("ledger::transfer")
+    ///     .await?;
+    /// all.unlock().await
+    /// # }
+    /// ```
+    pub fn function(mut self, function: &'static str) -> Self {
+        self.origin.function = Some(function);
         self
     }
 }

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use redis::Script;
 
+use crate::who::HolderInfo;
+
 /// Every script a client runs; built once, so that their SHA1s are computed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -223,7 +225,7 @@ pub(crate) enum ViewKind {
 }
 
 /// One holder, as `inspect.lua` tells it (never its owner id).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HolderView {
     /// 0 the plain lock's holder, 1 a reader, 2 the writer, 3 a permit, 4 a fair
     /// lock's holder.
@@ -231,9 +233,38 @@ pub(crate) struct HolderView {
     pub(crate) hold_count: u64,
     pub(crate) lease_remaining: Option<Duration>,
     pub(crate) fencing_token: Option<u64>,
+    /// What its client wrote of it, when it wrote anything.
+    pub(crate) info: Option<HolderInfo>,
 }
 
 impl InspectReply {
+    /// Decodes `inspect.lua`'s reply: numbers, then one string per holder (what
+    /// its client wrote of it, `""` for nothing), in the holders' order.
+    pub(crate) fn decode_values(reply: &[redis::Value]) -> Option<Self> {
+        let numbers: Vec<i64> = reply
+            .iter()
+            .map_while(|value| match value {
+                redis::Value::Int(n) => Some(*n),
+                _ => None,
+            })
+            .collect();
+        let mut decoded = Self::decode(&numbers)?;
+        let texts = &reply[numbers.len()..];
+        if let Self::View(view) = &mut decoded {
+            if texts.len() != view.holders.len() && !texts.is_empty() {
+                return None;
+            }
+            for (holder, text) in view.holders.iter_mut().zip(texts) {
+                holder.info = match text {
+                    redis::Value::BulkString(bytes) => HolderInfo::parse(bytes),
+                    redis::Value::SimpleString(text) => HolderInfo::parse(text.as_bytes()),
+                    _ => return None,
+                };
+            }
+        }
+        Some(decoded)
+    }
+
     pub(crate) fn decode(reply: &[i64]) -> Option<Self> {
         let positive = |value: i64| u64::try_from(value).ok().filter(|v| *v > 0);
         match *reply {
@@ -248,6 +279,7 @@ impl InspectReply {
                         hold_count,
                         lease_remaining,
                         fencing_token,
+                        info: None,
                     })
                     .into_iter()
                     .collect();
@@ -281,6 +313,7 @@ impl InspectReply {
                             hold_count: u64::try_from(h[1]).ok()?,
                             lease_remaining: positive(h[2]).map(Duration::from_millis),
                             fencing_token: positive(h[3]),
+                            info: None,
                         })
                     })
                     .collect::<Option<Vec<_>>>()?;
@@ -334,7 +367,10 @@ pub(crate) fn renew_reply(reply: &redis::Value) -> Option<bool> {
 }
 
 /// An error for a reply that does not have the shape the script returns.
-pub(crate) fn unexpected_reply(script: &'static str, reply: &[i64]) -> redis::RedisError {
+pub(crate) fn unexpected_reply(
+    script: &'static str,
+    reply: &(impl std::fmt::Debug + ?Sized),
+) -> redis::RedisError {
     redis::RedisError::from((
         redis::ErrorKind::Parse,
         "unexpected script reply",
@@ -458,6 +494,7 @@ mod tests {
                     hold_count: 2,
                     lease_remaining: Some(Duration::from_millis(500)),
                     fencing_token: None,
+                    info: None,
                 }],
                 waiting: 0,
             }))
@@ -489,5 +526,51 @@ mod tests {
             Some(ForceReleaseReply::Conflict)
         );
         assert_eq!(ForceReleaseReply::decode(3), None);
+    }
+
+    #[test]
+    fn holder_texts_follow_the_numbers_one_per_holder() {
+        use redis::Value::{BulkString, Int};
+        let text = "2140 1700000000000 4121 orders-api host-3 orders::place_order".to_owned();
+        let reply = [
+            Int(1),
+            Int(1),
+            Int(900),
+            Int(0),
+            Int(0),
+            BulkString(text.into_bytes()),
+        ];
+        let Some(InspectReply::View(view)) = InspectReply::decode_values(&reply) else {
+            panic!("a held lock");
+        };
+        let info = view.holders[0].info.as_ref().map(|info| info.site.as_str());
+        assert_eq!(info, Some("orders::place_order"));
+        // A holder whose client wrote nothing, and a lock written before holder info.
+        let none = [
+            Int(1),
+            Int(1),
+            Int(900),
+            Int(0),
+            Int(0),
+            BulkString(Vec::new()),
+        ];
+        let old = [Int(1), Int(1), Int(900), Int(0), Int(0)];
+        for reply in [&none[..], &old[..]] {
+            let Some(InspectReply::View(view)) = InspectReply::decode_values(reply) else {
+                panic!("a held lock");
+            };
+            assert_eq!(view.holders[0].info, None);
+        }
+        // Two texts for one holder: not a reply of inspect.lua.
+        let two = [
+            Int(1),
+            Int(1),
+            Int(900),
+            Int(0),
+            Int(0),
+            BulkString(Vec::new()),
+            BulkString(Vec::new()),
+        ];
+        assert_eq!(InspectReply::decode_values(&two), None);
     }
 }

@@ -890,6 +890,7 @@ mod tests {
             owner: crate::owner::Owner::new("waiter".into()),
             lease_ms: 1000,
             fencing: false,
+            who: "1 test host src/lib.rs:1".into(),
         }
     }
 

@@ -1,0 +1,207 @@
+//! Who holds a lock: what a client writes of each holder with its first acquisition
+//! (`lua/lock.lua`'s `who`: "<pid> <service> <host> <site>"), and what
+//! [`LockClient::inspect`](crate::LockClient::inspect) reads back, [`HolderInfo`].
+//!
+//! The text is bounded: a service name of at most [`MAX_SERVICE_LEN`] bytes, a host
+//! name of at most 64 and a site of at most 128 (longer ones are cut at a character
+//! boundary), with no control characters; never an owner id.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The longest service name, in bytes.
+pub(crate) const MAX_SERVICE_LEN: usize = 64;
+/// The longest host name kept, in bytes.
+const MAX_HOST_LEN: usize = 64;
+/// The longest site kept, in bytes.
+const MAX_SITE_LEN: usize = 128;
+
+/// What one client says of its holders: "<pid> <service> <host>", worked out once.
+#[derive(Debug, Clone)]
+pub(crate) struct Describer {
+    prefix: Box<str>,
+}
+
+impl Describer {
+    /// The describer of a client of `service`, on this host, in this process.
+    pub(crate) fn new(service: &str) -> Self {
+        let host = gethostname::gethostname();
+        let host = word(&host.to_string_lossy(), MAX_HOST_LEN);
+        let service = word(service, MAX_SERVICE_LEN);
+        Self {
+            prefix: format!("{} {service} {host}", std::process::id()).into(),
+        }
+    }
+
+    /// The `who` of a holder whose acquisition was asked for at `site` (a function's
+    /// path, or a source location).
+    pub(crate) fn who(&self, site: &str) -> String {
+        let site = clean(site, MAX_SITE_LEN);
+        format!("{} {site}", self.prefix)
+    }
+}
+
+/// The service name of a client that was given none: the executable's file name
+/// without its extension, or `distlock`.
+pub(crate) fn default_service() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|path| {
+            path.file_stem()
+                .map(|stem| word(&stem.to_string_lossy(), MAX_SERVICE_LEN))
+        })
+        .filter(|stem| !stem.is_empty() && stem != "_")
+        .unwrap_or_else(|| "distlock".to_owned())
+}
+
+/// `text` as one word of at most `max` bytes: every character that is not
+/// printable ASCII, or is a space, becomes `_`.
+fn word(text: &str, max: usize) -> String {
+    let mut word: String = text
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+        .collect();
+    word.truncate(max);
+    if word.is_empty() {
+        word.push('_');
+    }
+    word
+}
+
+/// `text` without control characters (each becomes `_`), cut to at most `max`
+/// bytes at a character boundary.
+fn clean(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max));
+    for c in text.chars() {
+        let c = if c.is_control() { '_' } else { c };
+        if out.len() + c.len_utf8() > max {
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Who holds a lock, as its client wrote it with the first acquisition: the
+/// service, host and process, where the lock was taken, and since when. Shown by
+/// [`LockClient::inspect`](crate::LockClient::inspect) (in [`Holder::info`] and
+/// [`LockInfo::holder`]), by the message of a [`LockError::Timeout`], and by the
+/// `distlock` command-line tool. Times are the Redis server's, never a client's.
+///
+/// [`Holder::info`]: crate::Holder::info
+/// [`LockInfo::holder`]: crate::LockInfo::holder
+/// [`LockError::Timeout`]: crate::LockError::Timeout
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// if let Some(holder) = locks.inspect("order:42").await?.holder() {
+///     // "orders-api on host-3, pid 4121, in orders::place_order, for 2.1s"
+///     println!("{holder}");
+///     println!("held for {:?} by pid {}", holder.held_for, holder.pid);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HolderInfo {
+    /// The holder's service: the client's
+    /// [`LockClientBuilder::service`](crate::LockClientBuilder::service), by default
+    /// the executable's name.
+    pub service: String,
+    /// The host name of the holder's machine.
+    pub host: String,
+    /// The holder's process id.
+    pub pid: u32,
+    /// Where the lock was taken: the annotated function (`module::function`) of
+    /// `#[distributed_lock]`, the name given to
+    /// [`LockRequest::function`](crate::LockRequest::function), or the caller's
+    /// source location (`src/orders.rs:42`).
+    pub site: String,
+    /// When the holder took the lock (re-entries and renewals do not change it), on
+    /// the Redis server's clock.
+    pub acquired_at: SystemTime,
+    /// How long it has held it, on the server's clock.
+    pub held_for: Duration,
+}
+
+impl HolderInfo {
+    /// Reads what `inspect.lua` answers of a holder: "<held ms> <at ms> <pid>
+    /// <service> <host> <site>", or `None` (nothing, or not of that form).
+    pub(crate) fn parse(text: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(text).ok()?;
+        let mut parts = text.splitn(6, ' ');
+        let held_ms: u64 = parts.next()?.parse().ok()?;
+        let at_ms: u64 = parts.next()?.parse().ok()?;
+        let pid = parts.next()?.parse().ok()?;
+        let service = parts.next()?.to_owned();
+        let host = parts.next()?.to_owned();
+        let site = parts.next().unwrap_or_default().to_owned();
+        Some(Self {
+            service,
+            host,
+            pid,
+            site,
+            acquired_at: UNIX_EPOCH + Duration::from_millis(at_ms),
+            held_for: Duration::from_millis(held_ms),
+        })
+    }
+}
+
+impl fmt::Display for HolderInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} on {}, pid {}", self.service, self.host, self.pid)?;
+        if !self.site.is_empty() {
+            write!(f, ", in {}", self.site)?;
+        }
+        let tenths = self.held_for.as_millis() / 100;
+        write!(f, ", for {}.{}s", tenths / 10, tenths % 10)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_client_writes_is_read_back() {
+        let who = Describer::new("orders api\n").who("orders::place_order");
+        let mut parts = who.splitn(4, ' ');
+        let pid = parts.next().unwrap_or_default().to_owned();
+        assert_eq!(pid, std::process::id().to_string());
+        assert_eq!(parts.next(), Some("orders_api_"));
+        let host = parts.next().unwrap_or_default().to_owned();
+        assert!(!host.is_empty() && host.chars().all(|c| c.is_ascii_graphic()));
+        assert_eq!(parts.next(), Some("orders::place_order"));
+
+        let info = HolderInfo::parse(format!("2140 1700000000000 {who}").as_bytes());
+        let info = info.expect("the form inspect.lua answers");
+        assert_eq!(info.service, "orders_api_");
+        assert_eq!(info.host, host);
+        assert_eq!(info.pid, std::process::id());
+        assert_eq!(info.site, "orders::place_order");
+        assert_eq!(info.held_for, Duration::from_millis(2140));
+        assert_eq!(
+            info.acquired_at,
+            UNIX_EPOCH + Duration::from_millis(1_700_000_000_000)
+        );
+        assert!(info
+            .to_string()
+            .ends_with(", in orders::place_order, for 2.1s"));
+    }
+
+    #[test]
+    fn sites_keep_spaces_and_lose_control_characters_and_length() {
+        let who = Describer::new("svc").who("src/my orders.rs:4\t2");
+        assert!(who.ends_with(" src/my orders.rs:4_2"), "{who}");
+        let long = "é".repeat(100);
+        let who = Describer::new("svc").who(&long);
+        let site = who.splitn(4, ' ').nth(3).unwrap_or_default();
+        assert_eq!(site.len(), MAX_SITE_LEN);
+        assert!(HolderInfo::parse(b"").is_none());
+        assert!(HolderInfo::parse(b"12 x 1 a b c").is_none());
+    }
+}

@@ -1,0 +1,297 @@
+//! Who holds a lock: the first acquisition writes its holder's service, host, pid,
+//! site and acquisition time (server clock) in the same command or script; inspect
+//! reads it back, a waiter's timeout names it, and re-entries, renewals and
+//! hand-offs keep it right.
+#![cfg(feature = "macros")]
+
+mod support;
+
+use std::future::IntoFuture;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use distlock::{distributed_lock, HolderInfo, LockClient, LockError};
+use distlock_testkit::RedisServer;
+
+/// The server's clock now.
+fn server_time(server: &RedisServer) -> SystemTime {
+    let reply = server.cmd(&["TIME"]).expect("TIME");
+    let mut lines = reply.lines();
+    let secs: u64 = lines
+        .next()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("secs");
+    let micros: u64 = lines
+        .next()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("micros");
+    UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros)
+}
+
+/// This machine's host name, as the kernel has it.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// The holder that inspect shows for `name`.
+async fn holder_of(locks: &LockClient, name: &str) -> HolderInfo {
+    let info = locks.inspect(name).await.expect("inspect");
+    assert!(info.held, "`{name}` is not held");
+    info.holder()
+        .cloned()
+        .unwrap_or_else(|| panic!("no holder info for `{name}`: {info:?}"))
+}
+
+/// `a` and `b` within `ms` of each other.
+fn close(a: SystemTime, b: SystemTime, ms: u64) -> bool {
+    let gap = a.duration_since(b).unwrap_or_else(|e| e.duration());
+    gap <= Duration::from_millis(ms)
+}
+
+fn check_process(holder: &HolderInfo) {
+    assert!(
+        holder.service.starts_with("ops_holder"),
+        "the default service is the executable's name: {holder:?}"
+    );
+    assert_eq!(holder.pid, std::process::id());
+    let host = host_name();
+    if !host.is_empty() {
+        assert_eq!(holder.host, host);
+    }
+}
+
+#[tokio::test]
+async fn a_plain_lock_shows_who_took_it_where_and_since_when() {
+    let server = support::server();
+    let locks = support::client_with_lease(&server, Duration::from_millis(300)).await;
+
+    let before = server_time(&server);
+    let line = line!() + 1;
+    let guard = locks.lock("holder:plain").await.expect("lock");
+    let after = server_time(&server);
+    // The plain `SET NX` wrote it: its time is known from its lease until a
+    // script moves the expiry.
+    let raw = server
+        .cmd(&["GET", &support::lock_key("holder:plain")])
+        .expect("GET");
+    assert!(raw.contains("|?300 "), "the client's own write: {raw}");
+
+    let holder = holder_of(&locks, "holder:plain").await;
+    check_process(&holder);
+    assert_eq!(holder.site, format!("tests/ops_holder.rs:{line}"));
+    assert!(
+        holder.acquired_at >= before - Duration::from_millis(2)
+            && holder.acquired_at <= after + Duration::from_millis(2),
+        "taken between {before:?} and {after:?}, shown {:?}",
+        holder.acquired_at
+    );
+
+    // A re-entry, then several renewals (every 100 ms): the time stays the first
+    // acquisition's, and how long it was held grows on the server's clock.
+    let inner = guard
+        .scope(locks.lock("holder:plain").into_future())
+        .await
+        .expect("re-enter");
+    assert_eq!(inner.hold_count(), 2);
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let raw = server
+        .cmd(&["GET", &support::lock_key("holder:plain")])
+        .expect("GET");
+    assert!(!raw.contains("|?"), "a script turned it into a time: {raw}");
+    let later = holder_of(&locks, "holder:plain").await;
+    assert!(
+        close(later.acquired_at, holder.acquired_at, 2),
+        "re-entry and renewals kept the time: {:?} then {:?}",
+        holder.acquired_at,
+        later.acquired_at
+    );
+    assert!(
+        later.held_for >= Duration::from_millis(440),
+        "{:?}",
+        later.held_for
+    );
+    assert_eq!(
+        later.site, holder.site,
+        "a re-entry does not change the site"
+    );
+    inner.unlock().await.expect("unlock inner");
+    guard.unlock().await.expect("unlock");
+    assert!(locks
+        .inspect("holder:plain")
+        .await
+        .expect("inspect")
+        .holder()
+        .is_none());
+}
+
+#[tokio::test]
+async fn a_fenced_lock_is_written_by_the_script_with_the_servers_time() {
+    let server = support::server();
+    let locks = support::fenced_client(&server).await;
+    let before = server_time(&server);
+    let guard = locks
+        .lock("holder:fenced")
+        .function("billing::charge")
+        .await
+        .expect("lock");
+    let raw = server
+        .cmd(&["GET", &support::lock_key("holder:fenced")])
+        .expect("GET");
+    assert!(!raw.contains("|?"), "the script knows the time: {raw}");
+    let holder = holder_of(&locks, "holder:fenced").await;
+    check_process(&holder);
+    assert_eq!(holder.site, "billing::charge");
+    assert!(close(holder.acquired_at, before, 50), "{holder:?}");
+    assert!(guard.fencing_token().is_some());
+    guard.unlock().await.expect("unlock");
+}
+
+#[tokio::test]
+async fn a_timeout_names_the_holder() {
+    let server = support::server();
+    let holder_client = support::client(&server).await;
+    let waiter_client = support::client(&server).await;
+    let line = line!() + 1;
+    let guard = holder_client.lock("holder:busy").await.expect("lock");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+
+    let err = waiter_client
+        .lock("holder:busy")
+        .wait(Duration::from_millis(200))
+        .await
+        .expect_err("held by the other client");
+    let LockError::Timeout { holder, .. } = &err else {
+        panic!("expected a timeout, got {err:?}");
+    };
+    let holder = holder.as_ref().expect("the timeout names the holder");
+    check_process(holder);
+    assert_eq!(holder.site, format!("tests/ops_holder.rs:{line}"));
+    assert!(holder.held_for >= Duration::from_millis(340), "{holder:?}");
+    let message = err.to_string();
+    let expected = format!(
+        "held by {} on {}, pid {}, in tests/ops_holder.rs:{line}, for ",
+        holder.service, holder.host, holder.pid
+    );
+    assert!(message.contains(&expected), "{message}");
+
+    // A try that finds it held says nothing of a holder: it did not wait.
+    assert!(waiter_client
+        .try_lock("holder:busy")
+        .await
+        .expect("try")
+        .is_none());
+    guard.unlock().await.expect("unlock");
+}
+
+#[tokio::test]
+async fn a_hand_off_writes_the_waiter_as_the_new_holder() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let guard = locks
+        .lock("holder:handoff")
+        .function("first::holder")
+        .await
+        .expect("lock");
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            let guard = locks
+                .lock("holder:handoff")
+                .function("second::holder")
+                .wait(Duration::from_secs(5))
+                .await
+                .expect("handed the lock");
+            let holder = holder_of(&locks, "holder:handoff").await;
+            guard.unlock().await.expect("unlock");
+            holder
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let messages_before = support::command_calls(&server, "publish");
+    guard.unlock().await.expect("unlock");
+    let holder = waiter.await.expect("waiter");
+    assert_eq!(holder.site, "second::holder", "{holder:?}");
+    check_process(&holder);
+    // Handed over by the release script (no release message went out before the
+    // waiter's own release), not taken by the waiter after a message.
+    assert_eq!(
+        support::command_calls(&server, "publish"),
+        messages_before + 1,
+        "one message: the waiter's own final release"
+    );
+}
+
+#[tokio::test]
+async fn readers_writers_permits_and_sets_each_show_their_holder() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+
+    let reader = locks
+        .read_lock("holder:rw")
+        .function("catalogue::read")
+        .await
+        .expect("read");
+    let info = locks.inspect("holder:rw").await.expect("inspect");
+    assert_eq!(info.holders.len(), 1);
+    let shown = info.holders[0].info.as_ref().expect("a reader's info");
+    assert_eq!(shown.site, "catalogue::read");
+    check_process(shown);
+    reader.unlock().await.expect("unlock");
+
+    let permit = locks
+        .semaphore("holder:sem", 2)
+        .acquire()
+        .function("exports::run")
+        .await
+        .expect("permit");
+    let shown = holder_of(&locks, "holder:sem").await;
+    assert_eq!(shown.site, "exports::run");
+    permit.unlock().await.expect("unlock");
+
+    let other = support::client(&server).await;
+    let writer = locks
+        .write_lock("holder:rw")
+        .function("catalogue::write")
+        .await
+        .expect("write");
+    let err = other
+        .read_lock("holder:rw")
+        .wait(Duration::from_millis(150))
+        .await
+        .expect_err("the writer holds it");
+    let LockError::Timeout {
+        holder: Some(holder),
+        ..
+    } = &err
+    else {
+        panic!("a timeout naming the writer, got {err:?}");
+    };
+    assert_eq!(holder.site, "catalogue::write");
+    assert!(err.to_string().contains("in catalogue::write"), "{err}");
+    writer.unlock().await.expect("unlock");
+
+    let set = locks
+        .lock_all(["holder:set:a", "holder:set:b"])
+        .function("ledger::transfer")
+        .await
+        .expect("set");
+    for name in ["holder:set:a", "holder:set:b"] {
+        assert_eq!(holder_of(&locks, name).await.site, "ledger::transfer");
+    }
+    set.unlock().await.expect("unlock");
+}
+
+#[distributed_lock(key = "holder:macro:{id}", client = locks)]
+async fn place_order(locks: &LockClient, id: u32) -> Result<HolderInfo, LockError> {
+    Ok(holder_of(locks, &format!("holder:macro:{id}")).await)
+}
+
+#[tokio::test]
+async fn the_macro_names_the_annotated_function() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let holder = place_order(&locks, 7).await.expect("place_order");
+    assert_eq!(holder.site, "ops_holder::place_order");
+    check_process(&holder);
+}
