@@ -5,7 +5,9 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
 
 pub use distlock_core::*;
 
@@ -340,8 +342,10 @@ where
         Ok(guard) => guard,
         Err(error) => return lock_error(in_function(error, function)),
     };
-    let output = guard.run_in(body).await;
     let label = guard.label();
+    let (span, start) = (locked_span(function, &label), Instant::now());
+    let output = guard.run_in(body).instrument(span.clone()).await;
+    span.record("lock.held_ms", start.elapsed().as_millis() as u64);
     if let Err(error) = guard.release().await {
         warn_release(function, &label, &error);
     }
@@ -365,8 +369,9 @@ where
         Ok(guard) => guard,
         Err(error) => return lock_error(in_function(error, function)),
     };
+    let (span, start) = (locked_span(function, &guard.label()), Instant::now());
     let output = {
-        let mut body = pin!(guard.run_in(body));
+        let mut body = pin!(guard.run_in(body).instrument(span.clone()));
         let mut lost = pin!(guard.on_lost());
         std::future::poll_fn(|cx| {
             if lost.as_mut().poll(cx).is_ready() {
@@ -376,6 +381,7 @@ where
         })
         .await
     };
+    span.record("lock.held_ms", start.elapsed().as_millis() as u64);
     let (label, lost_name) = (guard.label(), guard.lost_name());
     match (output, guard.release().await) {
         (Some(output), Ok(())) => output,
@@ -386,6 +392,17 @@ where
             output
         }
     }
+}
+
+/// The span of an annotated function's locked body, `distlock.locked`: the lock(s),
+/// the function, and how long the body held them.
+fn locked_span(function: &'static str, label: &str) -> tracing::Span {
+    tracing::info_span!(
+        "distlock.locked",
+        lock.name = %label,
+        function,
+        lock.held_ms = tracing::field::Empty,
+    )
 }
 
 fn warn_release(function: &'static str, label: &str, error: &LockError) {

@@ -295,3 +295,100 @@ async fn the_macro_names_the_annotated_function() {
     assert_eq!(holder.site, "ops_holder::place_order");
     check_process(&holder);
 }
+
+/// Installs (once per test binary) a subscriber that writes a line as each span at
+/// INFO or above closes, with its fields, into a buffer.
+fn capture_spans() -> support::Captured {
+    static CAPTURED: std::sync::OnceLock<support::Captured> = std::sync::OnceLock::new();
+    CAPTURED
+        .get_or_init(|| {
+            let captured = support::Captured::default();
+            let subscriber = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::INFO)
+                .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+                .with_ansi(false)
+                .with_writer({
+                    let captured = captured.clone();
+                    move || captured.clone()
+                })
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+            captured
+        })
+        .clone()
+}
+
+#[tokio::test]
+async fn spans_record_each_outcome_and_the_locked_body() {
+    let spans = capture_spans();
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let other = support::client(&server).await;
+
+    let guard = locks.lock("spans:a").await.expect("lock");
+    let inner = guard
+        .scope(locks.lock("spans:a").into_future())
+        .await
+        .expect("re-enter");
+    let err = other
+        .lock("spans:a")
+        .wait(Duration::from_millis(100))
+        .await
+        .expect_err("held");
+    assert!(err.is_timeout());
+    inner.unlock().await.expect("unlock");
+    guard.unlock().await.expect("unlock");
+    let total = locks
+        .with_lock("spans:b", |_| async {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            Ok::<_, LockError>(1)
+        })
+        .await
+        .expect("with_lock");
+    assert_eq!(total, 1);
+    place_order(&locks, 9).await.expect("place_order");
+
+    let text = spans.text();
+    let closed = |name: &str, fields: &[&str]| {
+        text.lines().any(|line| {
+            line.contains(&format!("{name}{{"))
+                && line.contains(": close")
+                && fields.iter().all(|field| line.contains(field))
+        })
+    };
+    for outcome in ["acquired", "re-entered", "timed out"] {
+        assert!(
+            closed(
+                "distlock.acquire",
+                &[
+                    "lock.name=spans:a",
+                    &format!("lock.outcome=\"{outcome}\""),
+                    "lock.waited_ms="
+                ]
+            ),
+            "an acquire span that says `{outcome}`:\n{text}"
+        );
+    }
+    let held_for = text
+        .lines()
+        .find(|line| line.contains("distlock.locked{lock.name=spans:b") && line.contains(": close"))
+        .and_then(|line| line.split("lock.held_ms=").nth(1))
+        .and_then(|rest| rest.split(['}', ' ']).next())
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("a locked span for with_lock:\n{text}"));
+    assert!(
+        held_for >= 60,
+        "the body slept 60 ms, the span says {held_for}"
+    );
+    assert!(
+        closed(
+            "distlock.locked",
+            &[
+                "lock.name=holder:macro:9",
+                "function=\"ops_holder::place_order\"",
+                "lock.held_ms="
+            ]
+        ),
+        "the macro's body span:\n{text}"
+    );
+}

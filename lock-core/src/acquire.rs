@@ -76,14 +76,17 @@ pub(crate) async fn acquire(
     let (mut mode, deadline) = settle_options(&inner, options, start)?;
     check_kind(&inner, &keys, options, &mut mode)?;
     let context = LockContext::current();
-    let span = tracing::debug_span!(
+    let span = tracing::info_span!(
         "distlock.acquire",
         lock.name = %keys.display(),
+        lock.outcome = tracing::field::Empty,
         lock.waited_ms = tracing::field::Empty,
         lock.hold_count = tracing::field::Empty,
     );
     async move {
-        let result = match Chain::find(&context, &inner, &keys) {
+        let chain = Chain::find(&context, &inner, &keys);
+        let reentry = matches!(chain, Chain::Holds(_));
+        let result = match chain {
             Chain::Holds(held) => {
                 let fencing_asked = options.fencing == Some(true);
                 reenter(&inner, held, &context, mode, fencing_asked).await
@@ -110,6 +113,7 @@ pub(crate) async fn acquire(
         };
         let span = tracing::Span::current();
         span.record("lock.waited_ms", start.elapsed().as_millis() as u64);
+        span.record("lock.outcome", outcome(&result, reentry));
         if let Ok(guard) = &result {
             span.record("lock.hold_count", guard.hold_count());
         }
@@ -117,6 +121,20 @@ pub(crate) async fn acquire(
     }
     .instrument(span)
     .await
+}
+
+/// What an acquisition came to, as its span records it: `acquired`, `re-entered`,
+/// `timed out`, `lost` (a re-entry of a lock lost meanwhile), `deadlock`, or
+/// `error`.
+fn outcome(result: &Result<LockGuard, LockError>, reentry: bool) -> &'static str {
+    match result {
+        Ok(_) if reentry => "re-entered",
+        Ok(_) => "acquired",
+        Err(err) if err.is_timeout() => "timed out",
+        Err(err) if err.is_lost() => "lost",
+        Err(LockError::Deadlock { .. }) => "deadlock",
+        Err(_) => "error",
+    }
 }
 
 /// How long a timed-out waiter may take to read who holds the lock, for its error.

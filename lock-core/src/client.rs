@@ -5,6 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use tracing::Instrument;
 
 use crate::backend::redlock::{self, ForceVote};
 use crate::error::LockError;
@@ -703,7 +704,17 @@ impl LockClient {
         E: From<LockError>,
     {
         let guard = self.lock(name).await?;
-        let output = guard.scope(body(guard.held())).await;
+        let span = tracing::info_span!(
+            "distlock.locked",
+            lock.name = %guard.name(),
+            lock.held_ms = tracing::field::Empty,
+        );
+        let start = std::time::Instant::now();
+        let output = guard
+            .scope(body(guard.held()))
+            .instrument(span.clone())
+            .await;
+        span.record("lock.held_ms", start.elapsed().as_millis() as u64);
         guard.unlock().await?;
         output
     }
