@@ -158,3 +158,121 @@ async fn off_checks_nothing() {
         .await
         .expect("b, then a");
 }
+
+async fn sharing(server: &RedisServer, check: LockOrderCheck, share: bool) -> LockClient {
+    support::builder(server)
+        .lock_order(check)
+        .share_lock_order(share)
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// Two clients (as two services would be) each take two classes, in opposite
+/// orders. Each client's own memory sees one order only: without sharing, nothing is
+/// found; with the edges shared in Redis, the second client is warned of the first
+/// one's order, with its pid and call sites.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_edges_find_an_inversion_between_two_clients() {
+    let captured = support::capture_warnings();
+    let server = support::server();
+
+    let alone_a = sharing(&server, LockOrderCheck::Warn, false).await;
+    let alone_b = sharing(&server, LockOrderCheck::Warn, false).await;
+    nested(&alone_a, "solo-a:1", "solo-b:1")
+        .await
+        .expect("a, b");
+    nested(&alone_b, "solo-b:2", "solo-a:2")
+        .await
+        .expect("b, a");
+
+    let first = sharing(&server, LockOrderCheck::Warn, true).await;
+    let second = sharing(&server, LockOrderCheck::Warn, true).await;
+    nested(&first, "shared-a:1", "shared-b:1")
+        .await
+        .expect("a, then b");
+    // The first client's edge reaches Redis in the background.
+    assert!(
+        support::eventually(std::time::Duration::from_secs(5), || {
+            server
+                .cmd(&["HLEN", "distlock:lock-order"])
+                .is_ok_and(|n| n == "1")
+        })
+        .await,
+        "the first client's edge is in the shared graph"
+    );
+    for _ in 0..3 {
+        nested(&second, "shared-b:2", "shared-a:2")
+            .await
+            .expect("b, then a: warned, not refused");
+    }
+    let warned = support::eventually(std::time::Duration::from_secs(5), || {
+        captured.text().contains("shared-a:{#}")
+    })
+    .await;
+    let text = captured.text();
+    assert!(
+        warned,
+        "the inversion between clients is warned of:\n{text}"
+    );
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("shared-a:{#}") && line.contains("asked for while holding"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "once:\n{text}");
+    let pid = format!("pid {}", std::process::id());
+    assert!(
+        warnings[0].contains(&pid),
+        "the other side is named: {}",
+        warnings[0]
+    );
+    assert_eq!(
+        warnings[0].matches("lock_order.rs").count(),
+        4,
+        "{}",
+        warnings[0]
+    );
+    assert!(
+        !text.contains("solo-a:{#}"),
+        "unshared edges stay in each client: nothing found\n{text}"
+    );
+    // Recorded once per client: the one edge, not its reverse (an inversion).
+    assert_eq!(
+        server.cmd(&["HLEN", "distlock:lock-order"]).expect("HLEN"),
+        "1"
+    );
+}
+
+/// Strict and shared: the acquisition that inverts another client's order waits for
+/// the graph's answer and is refused, naming the other side; nothing is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_and_shared_refuses_another_clients_inverted_order() {
+    let server = support::server();
+    let first = sharing(&server, LockOrderCheck::Strict, true).await;
+    let second = sharing(&server, LockOrderCheck::Strict, true).await;
+    nested(&first, "refund:1", "ledger:1")
+        .await
+        .expect("refund, then ledger");
+    let refused = nested(&second, "ledger:2", "refund:2").await;
+    match &refused {
+        Err(LockError::LockOrderInversion {
+            holding,
+            taking,
+            before,
+            ..
+        }) => {
+            assert_eq!(
+                (holding.as_str(), taking.as_str()),
+                ("ledger:{#}", "refund:{#}")
+            );
+            assert!(
+                before.contains(&format!("pid {}", std::process::id())),
+                "{before}"
+            );
+            assert_eq!(before.matches("lock_order.rs").count(), 2, "{before}");
+        }
+        other => panic!("expected an inversion, got {other:?}"),
+    }
+    assert!(!support::held(&server, &support::lock_key("refund:2")));
+    assert!(!support::held(&server, &support::lock_key("ledger:2")));
+}

@@ -28,6 +28,7 @@ use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
 use crate::lease::{lease_millis, validity};
 use crate::order::Origin;
+use crate::order_shared;
 use crate::owner::Owner;
 use crate::release;
 use crate::scripts::unexpected_reply;
@@ -98,7 +99,7 @@ pub(crate) async fn acquire(
                 let wait = Wait::new(&inner, keys.clone(), start, deadline, Some(writer), origin);
                 acquire_new(wait, &context, mode).await
             }
-            Chain::Free => match check_order(&inner, &context, &keys, &origin) {
+            Chain::Free => match check_order(&inner, &context, &keys, &origin).await {
                 Ok(()) => {
                     let mut wait = Wait::new(&inner, keys.clone(), start, deadline, None, origin);
                     wait.deadlock = Watch::new(&inner, &context, options, start);
@@ -252,9 +253,16 @@ impl Watch {
 }
 
 /// Checks the order of a new acquisition of `keys`, asked for from `origin`,
-/// against the other locks of this client that the chain holds (see `order.rs`).
-pub(crate) fn check_order(
-    inner: &Inner,
+/// against the other locks of this client that the chain holds (see `order.rs`),
+/// and, when the client shares its lock order, records the edges new to it in the
+/// namespace's graph (`order_shared.rs`).
+///
+/// # Cancel safety
+///
+/// Safe to drop: the local check is done at once, and the shared graph's answer
+/// is only advice (see `order_shared::record`).
+pub(crate) async fn check_order(
+    inner: &Arc<Inner>,
     context: &LockContext,
     keys: &LockKeys,
     origin: &Origin,
@@ -269,9 +277,10 @@ pub(crate) fn check_order(
             let hold = &held.hold;
             (hold.origin.class(&hold.keys.name), hold.origin.site)
         });
-    inner
+    let new = inner
         .order
-        .check(holding, &origin.class(&keys.name), origin.site)
+        .check(holding, &origin.class(&keys.name), origin.site)?;
+    order_shared::record(inner, new).await
 }
 
 /// What the call chain holds of the lock a request asks for.

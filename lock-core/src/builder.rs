@@ -181,6 +181,7 @@ pub struct LockClientBuilder {
     sentinel_node: NodeOptions,
     tls: TlsSettings,
     lock_order: LockOrderCheck,
+    share_lock_order: bool,
     deadlock_check_after: Option<Duration>,
 }
 
@@ -218,6 +219,7 @@ impl LockClientBuilder {
             sentinel_node: NodeOptions::default(),
             tls: TlsSettings::default(),
             lock_order: LockOrderCheck::default(),
+            share_lock_order: false,
             deadlock_check_after: Some(Duration::from_secs(1)),
         }
     }
@@ -776,6 +778,46 @@ impl LockClientBuilder {
         self
     }
 
+    /// Whether the lock-order checker also keeps its edges in Redis, in one hash per
+    /// namespace (`<namespace>:lock-order`) that every client of the namespace
+    /// shares, so that two services (or two processes) taking two classes of locks
+    /// in opposite orders are found too, not only two call chains of one client.
+    /// Default: `false` (edges in memory only).
+    ///
+    /// Each edge is sent once per client, the first time the client sees it (one
+    /// script run; nothing in the steady state). With [`LockOrderCheck::Warn`] it
+    /// goes in the background and an inversion is warned of with the other side's
+    /// service, host, pid and call sites; with [`LockOrderCheck::Strict`] the
+    /// acquisition waits for the answer and fails with
+    /// [`LockError::LockOrderInversion`]. The hash keeps at most 10,000 edges and
+    /// expires a day after its last new one; a Redis that cannot be reached skips
+    /// the check, never the lock. The ACL needs `hget`, `hexists`, `hlen`, `hset`
+    /// and `pexpire` on the namespace's keys. On Redlock the graph is kept on the
+    /// first node.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// use distlock::{LockClient, LockOrderCheck};
+    ///
+    /// // In every service's integration tests: fail on an inversion between services.
+    /// let locks = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .lock_order(LockOrderCheck::Strict)
+    ///     .share_lock_order(true)
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = locks;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn share_lock_order(mut self, share: bool) -> Self {
+        self.share_lock_order = share;
+        self
+    }
+
     /// How long a waiter whose call chain holds other locks waits before it looks for
     /// a deadlock (a cycle of chains, each waiting for a lock the next holds, across
     /// processes and clients), and then how often it looks again while it waits.
@@ -1004,6 +1046,7 @@ impl LockClientBuilder {
             lock_order: self.lock_order,
             deadlock_check_after: self.deadlock_check_after,
             service: crate::who::default_service(),
+            share_lock_order: self.share_lock_order,
         };
         Ok(LockClient::new(Inner::new(
             backend,
@@ -1234,6 +1277,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("sentinel_node", &self.sentinel_node)
             .field("tls", &self.tls)
             .field("lock_order", &self.lock_order)
+            .field("share_lock_order", &self.share_lock_order)
             .field("deadlock_check_after", &self.deadlock_check_after)
             .finish()
     }

@@ -42,6 +42,8 @@ pub(crate) struct Config {
     pub(crate) deadlock_check_after: Option<Duration>,
     /// The service the client's holders and connections are named after.
     pub(crate) service: String,
+    /// Whether lock-order edges are also kept in Redis, shared by the namespace.
+    pub(crate) share_lock_order: bool,
 }
 
 /// One client's connections, scripts, background tasks and id counters.

@@ -45,6 +45,7 @@
 //! | 4 | `renew.rs` | one renewal round trip for a batch of holds |
 //! | 5 | `watchdog.rs` | when to renew, and telling guards of a loss |
 //! | 6 | `inner.rs` | `Inner`: one client's state, what every internal function takes |
+//! | 7 | `order_shared.rs` | the lock-order graph a namespace shares in Redis: edges recorded, inversions across services found |
 //! | 7 | `release.rs` | every give-back of a hold, one function per case |
 //! | 8 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
 //! | 8 | `attempt.rs` | one attempt: a plain `SET NX` for a likely-free lock, else `acquire.lua`; `WAIT`, replay after a lost reply, Redlock fan-out |
@@ -81,6 +82,7 @@ mod keys;
 mod lease;
 mod multi;
 mod order;
+mod order_shared;
 mod owner;
 mod release;
 mod renew;

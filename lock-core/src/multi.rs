@@ -110,7 +110,7 @@ pub(crate) async fn acquire_all(
     // canonical order makes no edge.
     for keys in &keys {
         if outer.find(inner.id, keys).is_none() {
-            check_order(&inner, &outer, keys, &origin)?;
+            check_order(&inner, &outer, keys, &origin).await?;
         }
     }
     let origin = Origin {

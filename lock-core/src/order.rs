@@ -15,7 +15,10 @@
 //! are both `order:{#}`). Re-entries, locks of one class, and the names of one
 //! `lock_all` (taken in one canonical order) make no edge.
 //!
-//! The edges are kept in the client, in memory, at most [`MAX_EDGES`] of them.
+//! The edges are kept in the client, in memory, at most [`MAX_EDGES`] of them; a
+//! client that shares them (`LockClientBuilder::share_lock_order`) also records each
+//! edge new to it in its namespace's graph in Redis (`order_shared.rs`), where the
+//! edges of other processes and services are found too.
 
 use std::collections::{HashMap, HashSet};
 use std::panic::Location;
@@ -23,8 +26,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::error::LockError;
 
-/// The most edges a client keeps; past that, new pairs are not checked.
-const MAX_EDGES: usize = 10_000;
+/// The most edges a client keeps (and a namespace's shared graph); past that, new
+/// pairs are not checked.
+pub(crate) const MAX_EDGES: usize = 10_000;
 
 /// What the lock-order checker does (see
 /// [`LockClientBuilder::lock_order`](crate::LockClientBuilder::lock_order)).
@@ -135,6 +139,17 @@ struct Sites {
     taking: &'static Location<'static>,
 }
 
+/// An edge this client had not seen before: for the shared graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NewEdge {
+    /// The class held.
+    pub(crate) holding: Arc<str>,
+    /// The class taken while holding it.
+    pub(crate) taking: Arc<str>,
+    /// "<site> then <site>": where each was taken.
+    pub(crate) sites: String,
+}
+
 /// A client's lock-order checker.
 #[derive(Debug)]
 pub(crate) struct LockOrder {
@@ -167,18 +182,45 @@ impl LockOrder {
         self.check != LockOrderCheck::Off
     }
 
+    /// Whether an inversion is refused rather than warned of.
+    pub(crate) fn is_strict(&self) -> bool {
+        self.check == LockOrderCheck::Strict
+    }
+
+    /// An inversion of `edge` found in the shared graph: `before` is who took the
+    /// two in the other order, and where. Warned of once per pair (as local ones
+    /// are); the error to return in strict mode.
+    pub(crate) fn shared_inversion(&self, edge: &NewEdge, before: String) -> LockError {
+        let inversion = LockError::LockOrderInversion {
+            holding: edge.holding.to_string(),
+            taking: edge.taking.to_string(),
+            here: edge.sites.clone(),
+            before,
+        };
+        let pair = (edge.holding.clone(), edge.taking.clone());
+        if !self.is_strict() && self.seen().warned.insert(pair) {
+            tracing::warn!(
+                lock.holding = %edge.holding,
+                lock.taking = %edge.taking,
+                "distlock: {inversion}"
+            );
+        }
+        inversion
+    }
+
     /// A new acquisition of class `taking`, asked for at `site`, while the chain
     /// holds locks of the classes `holding` (each with the site where it was
     /// taken): records the edges, and warns of (or, strict, refuses) one whose
-    /// reverse was seen before.
+    /// reverse was seen before. Returns the edges recorded for the first time.
     pub(crate) fn check(
         &self,
         holding: impl IntoIterator<Item = (Arc<str>, &'static Location<'static>)>,
         taking: &Arc<str>,
         site: &'static Location<'static>,
-    ) -> Result<(), LockError> {
+    ) -> Result<Vec<NewEdge>, LockError> {
+        let mut new = Vec::new();
         if !self.is_on() {
-            return Ok(());
+            return Ok(new);
         }
         let mut seen = self.seen();
         for (held, held_site) in holding {
@@ -208,6 +250,11 @@ impl LockOrder {
             }
             let edge = (held, taking.clone());
             if seen.edges.len() < MAX_EDGES && !seen.edges.contains_key(&edge) {
+                new.push(NewEdge {
+                    holding: edge.0.clone(),
+                    taking: edge.1.clone(),
+                    sites: format!("{held_site} then {site}"),
+                });
                 seen.edges.insert(
                     edge,
                     Sites {
@@ -217,7 +264,7 @@ impl LockOrder {
                 );
             }
         }
-        Ok(())
+        Ok(new)
     }
 }
 

@@ -26,6 +26,8 @@ pub(crate) struct Scripts {
     pub(crate) inspect: Script,
     /// `withdraw.lua`: a waiter that gives up takes back the place it kept.
     pub(crate) withdraw: Script,
+    /// `order_edge.lua`: an edge of the namespace's shared lock-order graph.
+    pub(crate) order_edge: Script,
 }
 
 const LOCK: &str = include_str!("../lua/lock.lua");
@@ -38,6 +40,13 @@ const RENEW: &str = include_str!("../lua/renew.lua");
 const FORCE_RELEASE: &str = include_str!("../lua/force_release.lua");
 const INSPECT: &str = include_str!("../lua/inspect.lua");
 const WITHDRAW: &str = include_str!("../lua/withdraw.lua");
+const ORDER_EDGE: &str = include_str!("../lua/order_edge.lua");
+
+/// `order_edge.lua`, the shared lock-order graph's script: used only by clients
+/// that share their lock-order edges, so not among [`sources`].
+fn order_edge() -> Script {
+    Script::new(&format!("#!lua\n{ORDER_EDGE}"))
+}
 
 /// The source of every script, for loading them ahead of use: its first line (the
 /// flags), then `lock.lua` (how every script reads a lock), then, for the scripts
@@ -75,6 +84,7 @@ impl Scripts {
             force_release: Script::new(&force_release),
             inspect: Script::new(&inspect),
             withdraw: Script::new(&withdraw),
+            order_edge: order_edge(),
         }
     }
 }
@@ -404,6 +414,7 @@ mod tests {
             ("force_release.lua", FORCE_RELEASE),
             ("inspect.lua", INSPECT),
             ("withdraw.lua", WITHDRAW),
+            ("order_edge.lua", ORDER_EDGE),
         ];
         let files = std::fs::read_dir(&repository)
             .expect("lua/")

@@ -20,6 +20,8 @@ const MAX_SITE_LEN: usize = 128;
 #[derive(Debug, Clone)]
 pub(crate) struct Describer {
     prefix: Box<str>,
+    /// The client as people read it: "<service> on <host>, pid <pid>".
+    client: Box<str>,
 }
 
 impl Describer {
@@ -28,9 +30,16 @@ impl Describer {
         let host = gethostname::gethostname();
         let host = word(&host.to_string_lossy(), MAX_HOST_LEN);
         let service = word(service, MAX_SERVICE_LEN);
+        let pid = std::process::id();
         Self {
-            prefix: format!("{} {service} {host}", std::process::id()).into(),
+            prefix: format!("{pid} {service} {host}").into(),
+            client: format!("{service} on {host}, pid {pid}").into(),
         }
+    }
+
+    /// The client as people read it: "<service> on <host>, pid <pid>".
+    pub(crate) fn client(&self) -> &str {
+        &self.client
     }
 
     /// The `who` of a holder whose acquisition was asked for at `site` (a function's

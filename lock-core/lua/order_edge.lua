@@ -1,0 +1,1 @@
+../../lua/order_edge.lua
