@@ -18,7 +18,7 @@
 //! | `throughput.rs` | the references and scenarios 1 and 2 against the peer, run by run |
 //! | `contention_matrix.rs` | scenario 4's configurations against the peer, run by run |
 //! | `contention.rs` | one contention run and what its log shows |
-//! | `scenarios.rs` | lock+unlock pairs, plain redis-rs baselines, re-entry, macro, costs |
+//! | `scenarios.rs` | lock+unlock pairs, plain redis-rs baselines, re-entry, macro, the lock-order checker (11), costs |
 //! | `children.rs` | the scenarios in another process (5: wake-up, 6: many leases, 9: hand-offs) |
 //! | `kinds.rs` | the lock kinds: 8 (uncontended), 9 (hand-off), 10 (readers) |
 //! | `peer.rs`, `contender.rs` | rslock and distlock as clients the scenarios drive |
@@ -51,7 +51,7 @@ mod throughput;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use distlock::LockClient;
+use distlock::{LockClient, LockOrderCheck};
 use distlock_testkit::{RedisCluster, RedisServer};
 
 use crate::contender::connect_distlock;
@@ -344,6 +344,20 @@ async fn one_client_scenarios(
         let (rounds, calls) = (settings.macro_rounds, settings.macro_calls);
         let ratio = scenarios::macro_overhead(&client, first_id, rounds, calls).await?;
         results.macro_ratio.push(ratio);
+    }
+    note("11: the lock-order checker against none");
+    let unchecked = LockClient::builder()
+        .url(server.url())
+        .lock_order(LockOrderCheck::Off)
+        .connect()
+        .await?;
+    contender::warm(&unchecked, "warm-off", 100).await?;
+    for run in 0..settings.runs {
+        let first_id = (run as u64 + 1) << 40;
+        let (rounds, calls) = (settings.macro_rounds, settings.macro_calls);
+        let ratio =
+            scenarios::order_check_overhead(&client, &unchecked, first_id, rounds, calls).await?;
+        results.order_check_ratio.push(ratio);
     }
     Ok(())
 }

@@ -39,6 +39,9 @@ pub(crate) struct Results {
     pub(crate) wakeup_round_trips: Vec<RoundTrips>,
     pub(crate) leases: Vec<Leases>,
     pub(crate) macro_ratio: Vec<f64>,
+    /// Scenario 11: a nested acquire+release with the lock-order checker on, over
+    /// the same with it off.
+    pub(crate) order_check_ratio: Vec<f64>,
     /// The lock kinds: 8, 9 and 10.
     pub(crate) kinds: KindsResults,
     pub(crate) cluster: Option<ClusterResults>,
@@ -219,6 +222,7 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
         wakeup_rows(results),
         lease_rows(settings, results),
         macro_rows(results),
+        order_check_rows(results),
         kind_rows::uncontended_rows(settings, results),
         kind_rows::handoff_rows(settings, results),
         kind_rows::readers_rows(settings, results),
@@ -1000,6 +1004,22 @@ fn macro_rows(results: &Results) -> Vec<Row> {
     }]
 }
 
+/// Scenario 11: what the lock-order checker costs a nested acquisition.
+fn order_check_rows(results: &Results) -> Vec<Row> {
+    if results.order_check_ratio.is_empty() {
+        return Vec::new();
+    }
+    let ratio = median(&results.order_check_ratio);
+    vec![Row {
+        scenario: "11. Lock-order checker (`Warn`, the default) on a nested acquire+release under a held lock, against `LockOrderCheck::Off`".into(),
+        measured: format!("{:+.1} %", (ratio - 1.0) * 100.0),
+        reference: "checker off, interleaved blocks".into(),
+        ratio: format!("{ratio:.3}"),
+        target: "≤ 1.02".into(),
+        met: Some(ratio <= 1.02),
+    }]
+}
+
 /// The client-side costs, against one plain EVALSHA round trip.
 fn micro_rows(results: &Results) -> Vec<Row> {
     let latency = round_trips(&results.contention.round_trips).back_to_back;
@@ -1140,6 +1160,11 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
         out,
         "- Scenario 7 per run (macro time / guard time): {}.",
         runs_list(&results.macro_ratio, |v| format!("{v:.3}"))
+    );
+    let _ = writeln!(
+        out,
+        "- Scenario 11 per run (checker on / checker off): {}.",
+        runs_list(&results.order_check_ratio, |v| format!("{v:.3}"))
     );
     kind_rows::kinds_details(out, results);
     let _ = writeln!(out, "- Settings: `{settings:?}`");

@@ -1,9 +1,10 @@
 //! The scenarios with one client: lock+unlock pairs with any [`Contender`], the
 //! plain redis-rs baselines, re-entry, the macro, and the client-side costs.
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
-use distlock::{current_lock, distributed_lock, LockClient, LockContext, LockError};
+use distlock::{current_lock, distributed_lock, LockClient, LockContext, LockError, LockGuard};
 use distlock_testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -224,20 +225,75 @@ pub(crate) async fn macro_overhead(
     rounds: usize,
     calls: u64,
 ) -> Result<f64, BoxError> {
+    interleaved_ratio(
+        first_id,
+        rounds,
+        calls,
+        async |id| Ok(with_macro(client, id).await.map(drop)?),
+        async |id| Ok(with_guard(client, id).await.map(drop)?),
+    )
+    .await
+}
+
+/// Ratio of the time of a nested acquire+release with the lock-order checker on
+/// (`checked`, the default `Warn`) to the same with it off (`unchecked`), median
+/// over `rounds` interleaved blocks of `calls` calls each (scenario 11). Each client
+/// holds one lock the whole time, and each call takes and gives back a fresh name
+/// inside its scope: a new acquisition under a held lock, what the checker checks.
+pub(crate) async fn order_check_overhead(
+    checked: &LockClient,
+    unchecked: &LockClient,
+    first_id: u64,
+    rounds: usize,
+    calls: u64,
+) -> Result<f64, BoxError> {
+    let outer_checked = checked.lock(format!("order-check:{first_id}:on")).await?;
+    let outer_unchecked = unchecked
+        .lock(format!("order-check:{first_id}:off"))
+        .await?;
+    let nested = async |locks: &LockClient, outer: &LockGuard, id: u64| {
+        let inner = outer
+            .scope(locks.lock(format!("order-check:{id}")).into_future())
+            .await?;
+        inner.unlock().await?;
+        Ok::<(), BoxError>(())
+    };
+    let ratio = interleaved_ratio(
+        first_id,
+        rounds,
+        calls,
+        async |id| nested(checked, &outer_checked, id).await,
+        async |id| nested(unchecked, &outer_unchecked, id).await,
+    )
+    .await;
+    outer_checked.unlock().await?;
+    outer_unchecked.unlock().await?;
+    ratio
+}
+
+/// Ratio of `a`'s time to `b`'s, median over `rounds` blocks of `calls` calls of
+/// each, which goes first alternating so that a drift in load favours neither. Each
+/// call gets an id of its own, counting up from `first_id`.
+async fn interleaved_ratio(
+    first_id: u64,
+    rounds: usize,
+    calls: u64,
+    mut a: impl AsyncFnMut(u64) -> Result<(), BoxError>,
+    mut b: impl AsyncFnMut(u64) -> Result<(), BoxError>,
+) -> Result<f64, BoxError> {
     let mut ratios = Vec::new();
     let mut id = first_id;
     for round in 0..rounds {
         let mut times = [Duration::ZERO; 2];
-        // Alternate which goes first, so a drift in load favours neither.
         let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         for which in order {
             let start = Instant::now();
             for _ in 0..calls {
                 id += 1;
                 if which == 0 {
-                    with_macro(client, id).await?;
+                    a(id).await?;
                 } else {
-                    with_guard(client, id).await?;
+                    b(id).await?;
                 }
             }
             times[which] = start.elapsed();

@@ -275,7 +275,7 @@ pub(crate) async fn check_order(
         .filter(|held| held.hold.client_id == inner.id && held.hold.keys.lock != keys.lock)
         .map(|held| {
             let hold = &held.hold;
-            (hold.origin.class(&hold.keys.name), hold.origin.site)
+            (hold.class(), hold.origin.site)
         });
     let new = inner
         .order

@@ -2,7 +2,7 @@
 //! watchdog), and [`HeldLock`], the public view of it.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -27,6 +27,9 @@ pub(crate) struct Hold {
     pub(crate) lost: CancellationToken,
     /// Where the first acquisition was asked for, and its class (lock-order checks).
     pub(crate) origin: Origin,
+    /// The lock's class for the lock-order checker, worked out the first time a
+    /// nested acquisition needs it.
+    class: OnceLock<Arc<str>>,
     state: Mutex<HoldState>,
 }
 
@@ -67,8 +70,16 @@ impl Hold {
             fence,
             lost: CancellationToken::new(),
             origin,
+            class: OnceLock::new(),
             state: Mutex::new(state),
         }
+    }
+
+    /// The lock's class for the lock-order checker (see `order.rs`), folded once.
+    pub(crate) fn class(&self) -> Arc<str> {
+        self.class
+            .get_or_init(|| self.origin.class(&self.keys.name))
+            .clone()
     }
 
     /// The name as text for messages and traces (bytes that are not UTF-8 are
