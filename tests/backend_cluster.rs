@@ -198,9 +198,10 @@ async fn a_killed_master_fails_over_and_waiters_still_acquire() {
 async fn replication_loss(with_replicas: bool) -> Result<bool, distlock::LockError> {
     let mut cluster = cluster();
     // Longer than a failover takes on a loaded machine, so that the first holder
-    // still believes in its lock when the second takes it (with 3 s, a slow
-    // failover let the first guard's deadline pass first).
-    let lease = Duration::from_secs(8);
+    // still believes in its lock when the second takes it: with 3 s, a slow
+    // failover let the first guard's deadline pass first, and with 8 s its first
+    // renewal (at a third of the lease) sometimes reached the new master first.
+    let lease = Duration::from_secs(30);
     let mut builder = LockClient::builder()
         .cluster(cluster.urls())
         .default_lease(lease);
