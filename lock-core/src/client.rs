@@ -294,6 +294,32 @@ impl LockClient {
         &self.inner.config.namespace
     }
 
+    /// The service the client works for: [`LockClientBuilder::service`], or the
+    /// running executable's name when that was not set. Every connection of the
+    /// client is named `distlock:<service>` on the server (see `CLIENT LIST`).
+    ///
+    /// [`LockClientBuilder::service`]: crate::LockClientBuilder::service
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// use distlock::LockClient;
+    ///
+    /// let locks = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .service("orders-api")
+    ///     .connect()
+    ///     .await?;
+    /// assert_eq!(locks.service(), "orders-api");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn service(&self) -> &str {
+        self.inner.service()
+    }
+
     /// How long a lock request waits unless it says otherwise.
     ///
     /// # Examples

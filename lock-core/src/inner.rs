@@ -38,6 +38,9 @@ pub(crate) struct Config {
     /// How long a waiter whose chain holds locks waits before it looks for a
     /// deadlock, and then how often; `None`: never.
     pub(crate) deadlock_check_after: Option<Duration>,
+    /// The service the client works for (`LockClientBuilder::service`); every
+    /// connection is named `distlock:<service>`.
+    pub(crate) service: String,
 }
 
 /// One client's connections, scripts, background tasks and id counters.
@@ -92,6 +95,12 @@ impl Inner {
             order,
             _shutdown: shutdown,
         }
+    }
+
+    /// The service the client works for, as `LockClientBuilder::service` set it
+    /// (or the executable's name).
+    pub(crate) fn service(&self) -> &str {
+        &self.config.service
     }
 
     /// The Redis keys of the lock `name` in this client's namespace.

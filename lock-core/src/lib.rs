@@ -101,7 +101,7 @@ mod watchdog;
 /// ```
 pub use redis;
 
-pub use builder::LockClientBuilder;
+pub use builder::{LockClientBuilder, MAX_SERVICE_LEN};
 pub use client::{global, HoldMode, Holder, InstallGlobalError, LockClient, LockInfo, LockKind};
 pub use context::{current_lock, LockContext};
 pub use error::LockError;

@@ -47,6 +47,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::dial::dial_once;
+use super::link::{Link, Links};
 use super::tls::with_certificates;
 use super::url::resp3;
 use crate::error::refused_credentials;
@@ -171,9 +172,9 @@ pub(crate) struct Current {
     /// The master's `host:port`, as the Sentinels name it.
     addr: String,
     /// The connection for commands and scripts.
-    pub(crate) commands: ConnectionManager,
+    pub(crate) commands: Link<ConnectionManager>,
     /// The RESP3 connection of the waiters' subscriptions.
-    pub(crate) subscriber: ConnectionManager,
+    pub(crate) subscriber: Link<ConnectionManager>,
 }
 
 /// How to connect to a master once it is found.
@@ -187,6 +188,8 @@ struct Settings {
     response_timeout: Duration,
     /// The data nodes' settings, for the hint of a refused password.
     nodes: NodeOptions,
+    /// The client's links: every master connection is one.
+    links: Arc<Links>,
 }
 
 impl Settings {
@@ -234,6 +237,7 @@ impl SentinelConn {
         pushes: UnboundedSender<PushInfo>,
         connect_timeout: Duration,
         response_timeout: Duration,
+        links: Arc<Links>,
         shutdown: &CancellationToken,
     ) -> RedisResult<Arc<Self>> {
         let lookup = Sentinels {
@@ -245,6 +249,7 @@ impl SentinelConn {
             connect_timeout,
             response_timeout,
             nodes: nodes.clone(),
+            links,
         };
         let current = async {
             let (master, addr) = find_master(&lookup, &settings).await?;
@@ -416,8 +421,8 @@ async fn connect_master(
     let info = client.get_connection_info().clone();
     // A refused password or database ends here, without the managers' retries.
     dial_once(&client, settings.connect_timeout, settings.response_timeout).await?;
-    let mut commands =
-        ConnectionManager::new_with_config(client, settings.manager_config()).await?;
+    let commands = ConnectionManager::new_with_config(client, settings.manager_config()).await?;
+    let mut commands = settings.links.link(commands, addr.clone());
     let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut commands).await?;
     let is_master = matches!(role.first(), Some(Value::BulkString(role)) if role == b"master")
         || matches!(role.first(), Some(Value::SimpleString(role)) if role == "master");
@@ -434,6 +439,8 @@ async fn connect_master(
         .set_push_sender(settings.pushes.clone())
         .set_automatic_resubscription();
     let subscriber = ConnectionManager::new_with_config(sub_client, sub_config).await?;
+    let mut subscriber = settings.links.link(subscriber, addr.clone());
+    subscriber.ensure_named().await;
     Ok(Current {
         generation,
         addr,
