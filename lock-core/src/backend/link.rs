@@ -66,6 +66,7 @@ impl Links {
 
     /// Whether `addr` is down: a link of it lost its connection and has not
     /// answered since.
+    #[cfg(test)]
     pub(crate) fn is_down(&self, addr: &str) -> bool {
         self.down
             .lock()
@@ -257,7 +258,9 @@ mod tests {
 
     #[test]
     fn only_a_connection_that_is_gone_counts_as_lost() {
-        assert!(is_lost_connection(&io(std::io::ErrorKind::ConnectionRefused)));
+        assert!(is_lost_connection(&io(
+            std::io::ErrorKind::ConnectionRefused
+        )));
         assert!(is_lost_connection(&io(std::io::ErrorKind::ConnectionReset)));
         assert!(!is_lost_connection(&io(std::io::ErrorKind::TimedOut)));
         let answered = RedisError::from((redis::ErrorKind::Client, "no"));
@@ -276,7 +279,10 @@ mod tests {
         commands.observe(&lost);
         assert!(links.is_down("127.0.0.1:1"));
         commands.observe(&Ok(()));
-        assert!(links.is_down("127.0.0.1:1"), "the subscriber has not answered");
+        assert!(
+            links.is_down("127.0.0.1:1"),
+            "the subscriber has not answered"
+        );
         subscriber.observe(&Ok(()));
         assert!(!links.is_down("127.0.0.1:1"));
     }

@@ -159,20 +159,6 @@ impl Conn {
         }
     }
 
-    /// Names the connection (every node's, on a cluster) after the service, unless
-    /// it already is.
-    ///
-    /// # Cancel safety
-    ///
-    /// Safe to drop: the name is sent again before the next request.
-    pub(crate) async fn ensure_named(&mut self) {
-        match self {
-            Self::Single(link) => link.ensure_named().await,
-            Self::Cluster(link) => link.ensure_named().await,
-            Self::Sentinel(sentinel) => sentinel.current().commands.ensure_named().await,
-        }
-    }
-
     /// Tells the connection about an error found inside a reply (a pipeline's
     /// items): on Sentinel, one that a failover explains makes it find the master again.
     pub(crate) async fn notice_error(&self, err: &redis::RedisError) {
