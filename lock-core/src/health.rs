@@ -151,6 +151,11 @@ pub struct NodeHealth {
     /// (after a `SCRIPT FLUSH` or a restart) are loaded again by the next call that
     /// needs them.
     pub scripts_loaded: Option<bool>,
+    /// How many of distlock's scripts are in the cache, of
+    /// [`scripts_total`](Self::scripts_total); `None` when the server would not say.
+    pub scripts_cached: Option<usize>,
+    /// How many scripts distlock has.
+    pub scripts_total: usize,
     /// The Redis user the client runs as (`ACL WHOAMI`), when the server said.
     pub user: Option<String>,
     /// The commands distlock needs that the user may not run, as ACL rules
@@ -243,10 +248,7 @@ pub(crate) async fn check(inner: &Arc<Inner>) -> Result<HealthReport, LockError>
         sharded: inner.backend.first().is_cluster(),
         fencing: inner.config.fencing,
         replicas: inner.config.replicas.map(|(replicas, _)| replicas),
-        hashes: sources()
-            .iter()
-            .map(|source| redis::Script::new(source).get_hash().to_owned())
-            .collect(),
+        hashes: hashes(),
     };
     let mut nodes = Vec::new();
     for conn in inner.backend.nodes() {
@@ -277,6 +279,65 @@ pub(crate) async fn check(inner: &Arc<Inner>) -> Result<HealthReport, LockError>
         fencing: checks.fencing,
         nodes,
     })
+}
+
+/// The SHA1 of every script, as `EVALSHA` names them.
+fn hashes() -> Vec<String> {
+    sources()
+        .iter()
+        .map(|source| redis::Script::new(source).get_hash().to_owned())
+        .collect()
+}
+
+impl NodeHealth {
+    /// Checks one server over a connection of your own, as
+    /// [`LockClient::ping`](crate::LockClient::ping) checks each of its nodes: for
+    /// tools that must report on a server the client cannot connect to (a user who
+    /// may not load the scripts). `address` names it in the report; `namespace` is
+    /// the one whose keys and channels the permissions are checked on;
+    /// `sharded_pubsub` says the server is a cluster node (the client then needs
+    /// `spublish` and `ssubscribe` rather than `publish` and `subscribe`). The
+    /// warnings that depend on the client's settings (fencing, replicas) are left
+    /// out.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Connect`] naming `address` when the server does not answer a
+    /// `PING` (a lost or refused connection, a timeout).
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop at any await: the checks only read.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::{redis, NodeHealth};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379")?;
+    /// let mut conn = client.get_multiplexed_async_connection().await?;
+    /// let node = NodeHealth::check(&mut conn, "127.0.0.1:6379", "distlock", false).await?;
+    /// println!("{:?} missing: {:?}", node.version, node.missing_permissions);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn check<C: ConnectionLike + Send>(
+        conn: &mut C,
+        address: impl Into<String>,
+        namespace: &str,
+        sharded_pubsub: bool,
+    ) -> Result<Self, LockError> {
+        let checks = Checks {
+            namespace: namespace.to_owned(),
+            sharded: sharded_pubsub,
+            fencing: false,
+            replicas: None,
+            hashes: hashes(),
+        };
+        check_node(conn, address.into(), &checks).await
+    }
 }
 
 /// The masters of a cluster, from `CLUSTER SLOTS`, sorted.
@@ -396,6 +457,8 @@ async fn check_node<C: ConnectionLike + Send>(
         replicas: None,
         round_trip,
         scripts_loaded: None,
+        scripts_cached: None,
+        scripts_total: checks.hashes.len(),
         user: None,
         missing_permissions: Vec::new(),
         permissions_unchecked: None,
@@ -413,7 +476,12 @@ async fn check_node<C: ConnectionLike + Send>(
         exists.arg(hash);
     }
     if let Ok(Value::Array(flags)) = ask(conn, &exists).await {
-        node.scripts_loaded = Some(flags.iter().all(|flag| matches!(flag, Value::Int(1))));
+        let cached = flags
+            .iter()
+            .filter(|flag| matches!(flag, Value::Int(1)))
+            .count();
+        node.scripts_cached = Some(cached);
+        node.scripts_loaded = Some(cached == checks.hashes.len());
     }
     check_permissions(conn, &mut node, checks).await;
     warn_of_settings(&mut node, checks);
@@ -641,30 +709,78 @@ fn human_round_trip(round_trip: Duration) -> String {
     }
 }
 
-impl fmt::Display for HealthReport {
-    /// Aligned `field  value` lines, a block per node when there are several, and
-    /// the warnings last.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl HealthReport {
+    /// The report as `(field, value)` pairs, in the order [`Display`](fmt::Display)
+    /// prints them (a block per node when there are several, the warnings last):
+    /// for tools that lay the report out with lines of their own.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// for (field, value) in locks.ping().await?.fields() {
+    ///     println!("{field}: {value}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fields(&self) -> Vec<(String, String)> {
         let mut lines: Vec<(String, String)> = vec![
             ("namespace".into(), self.namespace.clone()),
             ("service".into(), self.service.clone()),
         ];
-        for node in &self.nodes {
-            let indent = if self.nodes.len() > 1 {
-                lines.push(("node".into(), node.address.clone()));
-                "  "
-            } else {
-                ""
-            };
-            node.lines(indent, &mut lines);
-        }
-        let warnings = self.warnings();
-        if warnings.is_empty() {
-            lines.push(("health".into(), "ok".into()));
-        }
-        for warning in warnings {
-            lines.push(("warning".into(), warning));
-        }
+        lines.extend(fields_of_nodes(&self.nodes));
+        lines
+    }
+}
+
+/// The `(field, value)` pairs of `nodes`: indented under a `node` line each when
+/// there are several; then the warnings, or `health  ok`.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(node: distlock::NodeHealth) {
+/// for (field, value) in distlock::fields_of_nodes(std::slice::from_ref(&node)) {
+///     println!("{field}: {value}");
+/// }
+/// # }
+/// ```
+pub fn fields_of_nodes(nodes: &[NodeHealth]) -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    for node in nodes {
+        let indent = if nodes.len() > 1 {
+            lines.push(("node".into(), node.address.clone()));
+            "  "
+        } else {
+            ""
+        };
+        node.lines(indent, &mut lines);
+    }
+    let warnings: Vec<String> = nodes
+        .iter()
+        .flat_map(|node| {
+            node.warnings
+                .iter()
+                .map(move |warning| format!("{}: {warning}", node.address))
+        })
+        .collect();
+    if warnings.is_empty() {
+        lines.push(("health".into(), "ok".into()));
+    }
+    for warning in warnings {
+        lines.push(("warning".into(), warning));
+    }
+    lines
+}
+
+impl fmt::Display for HealthReport {
+    /// Aligned `field  value` lines, a block per node when there are several, and
+    /// the warnings last.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lines = self.fields();
         let width = lines
             .iter()
             .map(|(field, _)| field.chars().count())
@@ -717,12 +833,17 @@ impl NodeHealth {
             _ => "unknown".to_owned(),
         };
         line("role", role);
-        let scripts = match self.scripts_loaded {
-            Some(true) => "cached (SCRIPT EXISTS)",
-            Some(false) => "not all cached: the next call that needs one loads it",
-            None => "unknown",
+        let scripts = match self.scripts_cached {
+            Some(cached) if cached == self.scripts_total => {
+                format!("all {cached} cached (SCRIPT EXISTS)")
+            }
+            Some(cached) => format!(
+                "{cached} of {} cached: the next call that needs one loads it",
+                self.scripts_total
+            ),
+            None => "unknown".to_owned(),
         };
-        line("scripts", scripts.to_owned());
+        line("script cache", scripts);
         let permissions = match (
             &self.permissions_unchecked,
             self.missing_permissions.is_empty(),
