@@ -626,10 +626,13 @@ async fn check_permissions<C: ConnectionLike + Send>(
             .arg(1)
             .arg(&key)
             .clone();
-        if let Err(err) = ask(conn, &probe).await {
-            if err.contains("NOPERM") {
-                missing.push("evalsha".to_owned());
-            }
+        let refused = match conn.req_packed_command(&probe).await {
+            Ok(Value::ServerError(err)) => redis::RedisError::from(err).code() == Some("NOPERM"),
+            Err(err) => err.code() == Some("NOPERM"),
+            Ok(_) => false,
+        };
+        if refused {
+            missing.push("evalsha".to_owned());
         }
     }
     if !missing.is_empty() {
