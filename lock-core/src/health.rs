@@ -226,6 +226,7 @@ const SHARDED_PUBSUB: &[(&str, &[&str])] = &[
     ("spublish", &["SPUBLISH", "CHANNEL", "m"]),
     ("ssubscribe", &["SSUBSCRIBE", "CHANNEL"]),
     ("sunsubscribe", &["SUNSUBSCRIBE", "CHANNEL"]),
+    ("pubsub|shardnumsub", &["PUBSUB", "SHARDNUMSUB", "CHANNEL"]),
 ];
 
 /// What a node check needs to know of the client.

@@ -230,6 +230,9 @@ impl SentinelConn {
     /// Sentinels keep it for every lookup. `pushes` receives the subscriber
     /// connection's pushes, and a [`PushKind::Disconnection`] whenever the
     /// connections move to a new master.
+    // One argument per builder setting it takes; a struct of them would only be
+    // unpacked again here.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn connect(
         sentinels: Vec<ConnectionInfo>,
         master_name: &str,
