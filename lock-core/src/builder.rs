@@ -1201,8 +1201,8 @@ impl LockClientBuilder {
             .get_async_connection()
             .await
             .map_err(failed)?;
-        let mut conn = links.link(conn, servers.clone());
-        let mut sub = links.link(sub, servers.clone());
+        let mut conn = links.cluster_link(conn, servers.clone());
+        let mut sub = links.cluster_link(sub, servers.clone());
         conn.ensure_named().await;
         sub.ensure_named().await;
         Ok((Backend::one(Conn::Cluster(conn)), SubConn::Cluster(sub)))

@@ -11,9 +11,12 @@
 //! failed for a lost connection. A RESP3 connection that is told it was
 //! disconnected (a push) is named again by its owner, through [`Link::forget_name`]
 //! and [`Link::ensure_named`].
+//!
+//! A link over a whole Redis Cluster ([`Links::cluster_link`]) is named in the
+//! background and not watched: see there why.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -28,6 +31,8 @@ pub(crate) struct Links {
     /// The addresses some link of which lost its connection, since when, and which
     /// of their links have not answered since.
     down: Mutex<HashMap<Arc<str>, Outage>>,
+    /// How many addresses are down: an answer while none is takes no lock.
+    outages: AtomicUsize,
     next_id: AtomicU64,
 }
 
@@ -43,6 +48,7 @@ impl Links {
         Arc::new(Self {
             name: format!("distlock:{service}"),
             down: Mutex::new(HashMap::new()),
+            outages: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
         })
     }
@@ -61,6 +67,21 @@ impl Links {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             links: self.clone(),
             named: Arc::new(AtomicBool::new(false)),
+            cluster: false,
+            naming: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// A link of `conn`, a connection to every node of a cluster (described by
+    /// `addr`). Its name goes to every node (`CLIENT SETNAME` is routed to all of
+    /// them), in the background, so that a node that is down delays no request;
+    /// and it is not watched: its errors do not say which node failed, and a
+    /// cluster that loses one master keeps answering for the others, so an
+    /// up/down state of the whole would flap with every request.
+    pub(crate) fn cluster_link<C>(self: &Arc<Self>, conn: C, addr: impl Into<Arc<str>>) -> Link<C> {
+        Link {
+            cluster: true,
+            ..self.link(conn, addr)
         }
     }
 
@@ -87,6 +108,7 @@ impl Links {
             error = %err,
             "distlock: lost the connection to {addr}: {err}"
         );
+        self.outages.fetch_add(1, Ordering::AcqRel);
         down.insert(
             addr.clone(),
             Outage {
@@ -99,6 +121,9 @@ impl Links {
     /// Link `id` of `addr` got an answer: when every link of the address that lost
     /// its connection has, the address is back, and that is logged.
     fn answered(&self, addr: &str, id: u64) {
+        if self.outages.load(Ordering::Acquire) == 0 {
+            return;
+        }
         let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(outage) = down.get_mut(addr) else {
             return;
@@ -107,6 +132,7 @@ impl Links {
         if outage.links.is_empty() {
             let after = round_to_millis(outage.since.elapsed());
             down.remove(addr);
+            self.outages.fetch_sub(1, Ordering::AcqRel);
             tracing::info!(
                 address = %addr,
                 after_ms = after.as_millis() as u64,
@@ -138,6 +164,10 @@ pub(crate) struct Link<C> {
     /// Whether the current connection was named (or the server refused the name
     /// for good, an ACL without `client|setname`); shared by the link's clones.
     named: Arc<AtomicBool>,
+    /// A link over a whole cluster (see [`Links::cluster_link`]).
+    cluster: bool,
+    /// Whether a background naming is under way (cluster links).
+    naming: Arc<AtomicBool>,
 }
 
 impl<C: Clone> Clone for Link<C> {
@@ -148,6 +178,8 @@ impl<C: Clone> Clone for Link<C> {
             id: self.id,
             links: self.links.clone(),
             named: self.named.clone(),
+            cluster: self.cluster,
+            naming: self.naming.clone(),
         }
     }
 }
@@ -171,8 +203,11 @@ impl<C> Link<C> {
         match result {
             Err(err) if is_lost_connection(err) => {
                 self.named.store(false, Ordering::Release);
-                self.links.lost(&self.addr, self.id, err);
+                if !self.cluster {
+                    self.links.lost(&self.addr, self.id, err);
+                }
             }
+            _ if self.cluster => {}
             _ => self.links.answered(&self.addr, self.id),
         }
     }
@@ -203,26 +238,62 @@ impl<C: ConnectionLike + Send> Link<C> {
             .arg(self.links.name())
             .clone();
         let result = self.conn.req_packed_command(&setname).await;
-        match &result {
-            Ok(_) => self.named.store(true, Ordering::Release),
-            Err(err) if is_lost_connection(err) || err.is_timeout() => {}
-            Err(err) => {
-                tracing::debug!(
-                    address = %self.addr,
-                    error = %err,
-                    "distlock: the server refused the connection's name"
-                );
-                self.named.store(true, Ordering::Release);
-            }
-        }
+        note_naming(&result, &self.named, &self.addr);
         self.observe(&result);
+    }
+}
+
+/// Records the reply to `CLIENT SETNAME`: named, unless the connection was lost or
+/// the reply did not come (then the name is sent again); a refusal by the server
+/// is final.
+fn note_naming(result: &RedisResult<Value>, named: &AtomicBool, addr: &str) {
+    match result {
+        Ok(_) => named.store(true, Ordering::Release),
+        Err(err) if is_lost_connection(err) || err.is_timeout() => {}
+        Err(err) => {
+            tracing::debug!(
+                address = %addr,
+                error = %err,
+                "distlock: the server refused the connection's name"
+            );
+            named.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
+    /// Names the connection before a request: here, on one server (where the
+    /// request would meet the same connection); in the background, once at a
+    /// time, on a cluster.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: the name is then sent again before the next request; a
+    /// background naming runs to its end on its own.
+    pub(crate) async fn name_before_request(&mut self) {
+        if !self.cluster {
+            self.ensure_named().await;
+            return;
+        }
+        if self.named.load(Ordering::Acquire) || self.naming.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (mut conn, named, naming) =
+            (self.conn.clone(), self.named.clone(), self.naming.clone());
+        let (addr, name) = (self.addr.clone(), self.links.name().to_owned());
+        tokio::spawn(async move {
+            let setname = redis::cmd("CLIENT").arg("SETNAME").arg(name).clone();
+            let result = conn.req_packed_command(&setname).await;
+            note_naming(&result, &named, &addr);
+            naming.store(false, Ordering::Release);
+        });
     }
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> ConnectionLike for Link<C> {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            self.ensure_named().await;
+            self.name_before_request().await;
             let result = self.conn.req_packed_command(cmd).await;
             self.observe(&result);
             result
@@ -236,7 +307,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> ConnectionLike for Link<
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            self.ensure_named().await;
+            self.name_before_request().await;
             let result = self.conn.req_packed_commands(pipeline, offset, count).await;
             self.observe(&result);
             result

@@ -264,7 +264,7 @@ impl SubConn {
             }
             Self::Cluster(link) => {
                 link.forget_name();
-                link.ensure_named().await;
+                link.name_before_request().await;
             }
             Self::Sentinel(sentinel, _) => {
                 let mut link = sentinel.current().subscriber;
@@ -286,7 +286,7 @@ impl SubConn {
         match self {
             Self::Single(link) => subscribe(link, channel).await,
             Self::Cluster(link) => {
-                link.ensure_named().await;
+                link.name_before_request().await;
                 let result = link.conn().ssubscribe(channel).await;
                 link.observe(&result);
                 result

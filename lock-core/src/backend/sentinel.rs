@@ -36,7 +36,7 @@ use std::fmt;
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, PushInfo, PushKind,
     RedisConnectionInfo, RedisError, RedisResult, TlsCertificates, Value,
@@ -362,10 +362,12 @@ async fn find_master(
     let mut asks = tokio::task::JoinSet::new();
     for info in &sentinels.infos {
         let (info, name, config) = (info.clone(), sentinels.master_name.clone(), config.clone());
+        let client_name = settings.links.name().to_owned();
         asks.spawn(async move {
             let mut conn = redis::Client::open(info)?
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
+            name_sentinel_connection(&mut conn, &client_name).await;
             redis::cmd("SENTINEL")
                 .arg("GET-MASTER-ADDR-BY-NAME")
                 .arg(&name)
@@ -411,6 +413,25 @@ async fn find_master(
     let client = redis::Client::open(settings.nodes.master_info(host, port)?)?;
     let addr = client.get_connection_info().addr().to_string();
     Ok((client, addr))
+}
+
+/// Names a connection to a Sentinel `name` (`distlock:<service>`), as every
+/// connection of the client is named (see `link.rs`). These connections live for one
+/// lookup or one listening session, so naming them once is enough; a Sentinel that
+/// refuses the name is left unnamed.
+///
+/// # Cancel safety
+///
+/// Safe to drop: the connection is unnamed, nothing else.
+async fn name_sentinel_connection(conn: &mut MultiplexedConnection, name: &str) {
+    let named: RedisResult<Value> = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(name)
+        .query_async(conn)
+        .await;
+    if let Err(err) = named {
+        tracing::debug!(error = %err, "distlock: a Sentinel refused the connection's name");
+    }
 }
 
 /// Connects to the master that [`find_master`] found, after checking that it says
@@ -467,6 +488,7 @@ fn watch_switches(
             conn: Arc::downgrade(conn),
             info: resp3(info),
             master_name: master_name.to_owned(),
+            client_name: conn.settings.links.name().to_owned(),
             announce: announce.clone(),
             connect_timeout: conn.settings.connect_timeout,
             response_timeout: conn.settings.response_timeout,
@@ -498,6 +520,8 @@ struct Watcher {
     info: ConnectionInfo,
     /// The name the Sentinels monitor our master under.
     master_name: String,
+    /// The name of the client's connections, `distlock:<service>`.
+    client_name: String,
     /// The address (`host:port`) of the master last announced.
     announce: watch::Sender<Option<String>>,
     /// How long dialing the Sentinel may take.
@@ -546,6 +570,7 @@ impl Watcher {
         let mut sentinel = redis::Client::open(self.info.clone())?
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
+        name_sentinel_connection(&mut sentinel, &self.client_name).await;
         sentinel.subscribe(SWITCH_MASTER).await?;
         *subscribed_at = Some(Instant::now());
         tracing::debug!(sentinel = %self.info.addr(), "distlock: listening for +switch-master");
