@@ -10,13 +10,22 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use distlock::{LockClient, LockError};
-use distlock_testkit::{RedisCluster, RedisServer};
+use distlock_testkit::{RedisCluster, RedisServer, SentinelGroup};
 
 /// The `CLIENT LIST` lines of the connections named `name`.
 fn named(server: &RedisServer, name: &str) -> Vec<String> {
     let list = server.cmd(&["CLIENT", "LIST"]).expect("CLIENT LIST");
     list.lines()
         .filter(|line| line.split(' ').any(|field| field == format!("name={name}")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `id=` of each `CLIENT LIST` line.
+fn ids(lines: &[String]) -> std::collections::HashSet<String> {
+    lines
+        .iter()
+        .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
         .map(str::to_owned)
         .collect()
 }
@@ -31,19 +40,14 @@ async fn every_connection_is_named_after_the_service_and_again_after_a_reconnect
         .expect("connected");
     assert_eq!(locks.service(), "orders-api");
     // The command connection and the subscriber's.
-    assert_eq!(
-        named(&server, "distlock:orders-api").len(),
-        2,
-        "{:?}",
-        server.cmd(&["CLIENT", "LIST"])
-    );
+    let before = ids(&named(&server, "distlock:orders-api"));
+    assert_eq!(before.len(), 2, "{:?}", server.cmd(&["CLIENT", "LIST"]));
 
     // Cut every connection the client has.
     let killed = server
         .cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"])
         .expect("CLIENT KILL");
     assert!(killed.parse::<u32>().is_ok_and(|n| n >= 2), "{killed}");
-    assert!(named(&server, "distlock:orders-api").is_empty());
 
     // The first call may meet the broken connection; the next ones go on a new one.
     let mut taken = false;
@@ -56,8 +60,10 @@ async fn every_connection_is_named_after_the_service_and_again_after_a_reconnect
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(taken, "the client works again after the kill");
+    // Two new connections (other ids), named again.
     let renamed = support::eventually(Duration::from_secs(5), || {
-        named(&server, "distlock:orders-api").len() == 2
+        let now = ids(&named(&server, "distlock:orders-api"));
+        now.len() == 2 && now.is_disjoint(&before)
     })
     .await;
     assert!(renamed, "{:?}", server.cmd(&["CLIENT", "LIST"]));
@@ -117,6 +123,50 @@ async fn every_master_of_a_cluster_lists_the_named_connections() {
         // The command connection and the sharded subscriber's.
         let named = named(node, "distlock:orders-api");
         assert!(named.len() >= 2, "{}: {named:?}", node.port());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_the_master_and_the_sentinels_list_the_named_connections() {
+    let group = SentinelGroup::start("locks", 1, 3).expect("start a Sentinel group");
+    let locks = LockClient::builder()
+        .sentinel(group.sentinel_urls(), group.master_name())
+        .service("orders-api")
+        .connect()
+        .await
+        .expect("connected");
+    let master = group.current_master_index().expect("a master");
+    let on_master = named(&group.data_nodes()[master], "distlock:orders-api");
+    assert_eq!(on_master.len(), 2, "{on_master:?}");
+    // Each Sentinel: the connection that listens for `+switch-master`.
+    for sentinel in group.sentinels() {
+        let listening = support::eventually(Duration::from_secs(5), || {
+            !named(sentinel, "distlock:orders-api").is_empty()
+        })
+        .await;
+        assert!(listening, "{}", sentinel.port());
+    }
+    drop(locks);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_redlock_node_lists_the_named_connections() {
+    let nodes = [support::server(), support::server(), support::server()];
+    let locks = LockClient::builder()
+        .redlock(nodes.iter().map(RedisServer::url))
+        .service("orders-api")
+        .connect()
+        .await
+        .expect("connected");
+    let guard = locks.lock("report").await.expect("held");
+    guard.unlock().await.expect("released");
+    for node in &nodes {
+        assert_eq!(
+            named(node, "distlock:orders-api").len(),
+            2,
+            "{}",
+            node.port()
+        );
     }
 }
 
@@ -234,4 +284,73 @@ async fn a_server_that_restarts_is_logged_lost_once_and_restored_once() {
     );
     let restored = logs.lines_with(&["INFO", &restored]);
     assert_eq!(restored.len(), 1, "{restored:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_node_that_restarts_is_logged_once_and_only_for_its_address() {
+    let logs = Logs::capture();
+    let mut nodes = [support::server(), support::server(), support::server()];
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|node| format!("127.0.0.1:{}", node.port()))
+        .collect();
+    let locks = LockClient::builder()
+        .redlock(nodes.iter().map(RedisServer::url))
+        .connect()
+        .await
+        .expect("connected");
+
+    nodes[0].stop().expect("stopped");
+    // The other two are a majority: locks go on, with one node down all along.
+    for _ in 0..10 {
+        let guard = locks
+            .try_lock("report")
+            .await
+            .expect("a majority answers")
+            .expect("free");
+        guard.unlock().await.expect("released");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lost = |addr: &str| logs.lines_with(&["WARN", &format!("lost the connection to {addr}")]);
+    let restored =
+        |addr: &str| logs.lines_with(&["INFO", &format!("connection to {addr} restored after")]);
+    assert_eq!(
+        lost(&addrs[0]).len(),
+        1,
+        "{:?}",
+        logs.lines_with(&[&addrs[0]])
+    );
+    for addr in &addrs[1..] {
+        assert!(lost(addr).is_empty() && restored(addr).is_empty(), "{addr}");
+    }
+
+    nodes[0].restart().expect("back");
+    let back = support::eventually(Duration::from_secs(15), || restored(&addrs[0]).len() == 1);
+    let mut calls = 0;
+    tokio::pin!(back);
+    let back = loop {
+        tokio::select! {
+            back = &mut back => break back,
+            () = tokio::time::sleep(Duration::from_millis(100)) => {
+                if let Ok(Some(guard)) = locks.try_lock("report").await {
+                    let _ = guard.unlock().await;
+                }
+                calls += 1;
+            }
+        }
+    };
+    assert!(
+        back,
+        "after {calls} calls: {:?}",
+        logs.lines_with(&[&addrs[0]])
+    );
+    assert_eq!(
+        lost(&addrs[0]).len(),
+        1,
+        "{:?}",
+        logs.lines_with(&[&addrs[0]])
+    );
+    for addr in &addrs[1..] {
+        assert!(lost(addr).is_empty() && restored(addr).is_empty(), "{addr}");
+    }
 }

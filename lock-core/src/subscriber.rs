@@ -718,7 +718,7 @@ async fn run_commands(
                 active.remove(&channel);
                 resubscribe(&mut conn, &shared, &mut active, &mut lost, channel).await;
             }
-            Some(Command::Rename) => conn.rename().await,
+            Some(Command::Rename) => conn.rename(),
         }
     }
 }

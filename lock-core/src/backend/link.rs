@@ -262,6 +262,15 @@ fn note_naming(result: &RedisResult<Value>, named: &AtomicBool, addr: &str) {
 }
 
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
+    /// The connection was replaced (a RESP3 disconnection push): names the new one
+    /// in the background, so that a server still down holds up no other call of
+    /// the link's owner.
+    pub(crate) fn rename_soon(&self) {
+        self.forget_name();
+        let mut link = self.clone();
+        tokio::spawn(async move { link.ensure_named().await });
+    }
+
     /// Names the connection before a request: here, on one server (where the
     /// request would meet the same connection); in the background, once at a
     /// time, on a cluster.

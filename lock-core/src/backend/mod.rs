@@ -251,32 +251,13 @@ impl SubConn {
     }
 
     /// The connections were replaced (Redis told the subscriber it was
-    /// disconnected): names the new ones after the service.
-    ///
-    /// # Cancel safety
-    ///
-    /// Safe to drop: a connection not named yet is named before its next request.
-    pub(crate) async fn rename(&mut self) {
+    /// disconnected): names the new ones after the service, in the background.
+    pub(crate) fn rename(&self) {
         match self {
-            Self::Single(link) => {
-                link.forget_name();
-                link.ensure_named().await;
-            }
-            Self::Cluster(link) => {
-                link.forget_name();
-                link.name_before_request().await;
-            }
-            Self::Sentinel(sentinel, _) => {
-                let mut link = sentinel.current().subscriber;
-                link.forget_name();
-                link.ensure_named().await;
-            }
-            Self::Many(links) => {
-                for link in links {
-                    link.forget_name();
-                    link.ensure_named().await;
-                }
-            }
+            Self::Single(link) => link.rename_soon(),
+            Self::Cluster(link) => link.rename_soon(),
+            Self::Sentinel(sentinel, _) => sentinel.current().subscriber.rename_soon(),
+            Self::Many(links) => links.iter().for_each(Link::rename_soon),
         }
     }
 
