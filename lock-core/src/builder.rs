@@ -1514,6 +1514,29 @@ mod tests {
     }
 
     #[test]
+    fn a_service_must_fit_in_a_connection_name() {
+        assert!(valid().service("orders-api").validate().is_ok());
+        assert!(valid()
+            .service("a".repeat(MAX_SERVICE_LEN))
+            .validate()
+            .is_ok());
+        for bad in [
+            "",
+            "orders api",
+            "tab\there",
+            "ünï",
+            &"a".repeat(MAX_SERVICE_LEN + 1),
+        ] {
+            assert_eq!(
+                option_of(valid().service(bad).validate()),
+                Some("service"),
+                "{bad:?}"
+            );
+        }
+        assert!(check_service(&default_service()).is_ok());
+    }
+
+    #[test]
     fn a_builder_with_a_url_is_valid() {
         assert!(matches!(valid().validate(), Ok(Endpoints::Single(_))));
         assert_eq!(option_of(LockClientBuilder::new().validate()), Some("url"));
