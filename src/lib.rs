@@ -214,11 +214,11 @@
 struct ReadmeDoctests;
 
 pub use distlock_core::{
-    current_lock, global, HeldLock, HoldMode, Holder, HolderInfo, InstallGlobalError,
-    LockAllRequest, LockClient, LockClientBuilder, LockContext, LockError, LockFuture, LockGuard,
-    LockInfo, LockKind, LockOrderCheck, LockRequest, MultiLockGuard, Semaphore, TryLockRequest,
-    MAX_LEASE, MAX_LOCK_ALL, MAX_NAMESPACE_LEN, MAX_NAME_LEN, MAX_PERMITS, MIN_LEASE,
-    MIN_WATCHDOG_LEASE,
+    current_lock, fields_of_nodes, global, HealthReport, HeldLock, HoldMode, Holder, HolderInfo,
+    InstallGlobalError, LockAllRequest, LockClient, LockClientBuilder, LockContext, LockError,
+    LockFuture, LockGuard, LockInfo, LockKind, LockOrderCheck, LockRequest, MultiLockGuard,
+    NodeHealth, Semaphore, TryLockRequest, MAX_LEASE, MAX_LOCK_ALL, MAX_NAMESPACE_LEN,
+    MAX_NAME_LEN, MAX_PERMITS, MAX_SERVICE_LEN, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 
 /// The `redis` crate (1.x) that distlock is built on: [`LockError::Redis`] and

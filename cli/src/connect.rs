@@ -157,6 +157,7 @@ impl Target {
     pub(crate) async fn lock_client(&self) -> Result<LockClient, CliError> {
         ensure_crypto_provider();
         let mut builder = LockClientBuilder::new()
+            .service("distlock-cli")
             .namespace(self.namespace.clone())
             .connect_timeout(CONNECT_TIMEOUT)
             .response_timeout(RESPONSE_TIMEOUT);

@@ -518,6 +518,13 @@ async fn ping_says_when_the_user_may_not_load_the_scripts() {
             .is_some(),
         "CONFIG GET refused is tolerated"
     );
+    let missing = &report["nodes"][0]["missing_permissions"];
+    assert!(
+        missing
+            .as_array()
+            .is_some_and(|rules| rules.iter().any(|rule| rule == "script|load")),
+        "the check names what is missing: {missing}"
+    );
     assert!(!stdout(&output).contains("readerpw"));
 }
 

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::acquire::check_deadlock_after;
 use crate::backend::dial::dial_once;
+use crate::backend::link::{Link, Links};
 use crate::backend::sentinel::{NodeAuth, NodeOptions, SentinelConn};
 use crate::backend::tls::{self, TlsSettings};
 use crate::backend::url::{parse_url, parse_urls, redact, resp3};
@@ -27,6 +28,7 @@ use crate::order::LockOrderCheck;
 use crate::scripts::{sources, Scripts};
 use crate::subscriber::Subscriber;
 use crate::watchdog::Watchdog;
+use crate::who::MAX_SERVICE_LEN;
 
 /// How long a final release is remembered for its retry, at least and at most (four
 /// response timeouts in between).
@@ -183,6 +185,7 @@ pub struct LockClientBuilder {
     lock_order: LockOrderCheck,
     share_lock_order: bool,
     deadlock_check_after: Option<Duration>,
+    service: Option<String>,
 }
 
 impl Default for LockClientBuilder {
@@ -221,6 +224,7 @@ impl LockClientBuilder {
             lock_order: LockOrderCheck::default(),
             share_lock_order: false,
             deadlock_check_after: Some(Duration::from_secs(1)),
+            service: None,
         }
     }
 
@@ -600,6 +604,34 @@ impl LockClientBuilder {
         self
     }
 
+    /// The name of the service that takes the locks, like `orders-api`: every
+    /// connection of the client is named `distlock:<service>` (`CLIENT SETNAME`, so
+    /// `CLIENT LIST` shows whose connections these are), and it is what
+    /// [`LockClient::service`] returns. Default: the file stem of the running
+    /// executable, or `distlock` when that is unknown.
+    ///
+    /// It must be 1 to [`MAX_SERVICE_LEN`](crate::MAX_SERVICE_LEN) bytes of
+    /// printable ASCII without spaces (`!` to `~`), which is what Redis accepts in a
+    /// connection name; `connect` refuses anything else with
+    /// [`LockError::InvalidOption`] naming `service`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClient;
+    ///
+    /// // `CLIENT LIST` on the server shows `name=distlock:orders-api`.
+    /// let builder = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .service("orders-api");
+    /// # let _ = builder;
+    /// ```
+    pub fn service(mut self, service: impl Into<String>) -> Self {
+        self.service = Some(service.into());
+        self
+    }
+
     /// How long [`LockClient::lock`] waits for a busy lock unless the request says
     /// otherwise with `.wait(..)`. Default: 10 s. Zero fails fast.
     ///
@@ -856,6 +888,9 @@ impl LockClientBuilder {
     /// or the first setting out of range.
     fn validate(&self) -> Result<Endpoints, LockError> {
         validate_namespace(&self.namespace)?;
+        if let Some(service) = &self.service {
+            check_service(service)?;
+        }
         check_default_lease(self.default_lease)?;
         check_replicas(self.replicas, self.response_timeout)?;
         check_timeouts(self.connect_timeout, self.response_timeout)?;
@@ -1008,6 +1043,8 @@ impl LockClientBuilder {
     }
 
     async fn connect_with(self, endpoints: Endpoints) -> Result<LockClient, LockError> {
+        let service = self.service.clone().unwrap_or_else(default_service);
+        let links = Links::new(&service);
         let shutdown = CancellationToken::new();
         let (push_tx, pushes) = mpsc::unbounded_channel();
         if endpoints.use_tls(&self.sentinel_node) {
@@ -1016,13 +1053,16 @@ impl LockClientBuilder {
         let certs = self.tls.certificates()?;
         let endpoints = endpoints.with_certificates(certs.as_ref())?;
         let (backend, sub_conn) = match endpoints {
-            Endpoints::Single(info) => self.connect_single(info, push_tx).await?,
+            Endpoints::Single(info) => self.connect_single(info, push_tx, &links).await?,
             Endpoints::Sentinel(sentinels, master_name) => {
-                self.connect_sentinel(sentinels, &master_name, certs, push_tx, &shutdown)
+                let links = links.clone();
+                self.connect_sentinel(sentinels, &master_name, certs, push_tx, links, &shutdown)
                     .await?
             }
-            Endpoints::Redlock(nodes) => self.connect_redlock(nodes, push_tx).await?,
-            Endpoints::Cluster(nodes) => self.connect_cluster(nodes, certs, push_tx).await?,
+            Endpoints::Redlock(nodes) => self.connect_redlock(nodes, push_tx, &links).await?,
+            Endpoints::Cluster(nodes) => {
+                self.connect_cluster(nodes, certs, push_tx, &links).await?
+            }
         };
         for conn in backend.nodes() {
             preload(&mut conn.clone()).await?;
@@ -1045,7 +1085,7 @@ impl LockClientBuilder {
             remember_release: (self.response_timeout * 4).clamp(MIN_REMEMBER, MAX_REMEMBER),
             lock_order: self.lock_order,
             deadlock_check_after: self.deadlock_check_after,
-            service: crate::who::default_service(),
+            service,
             share_lock_order: self.share_lock_order,
         };
         Ok(LockClient::new(Inner::new(
@@ -1073,7 +1113,8 @@ impl LockClientBuilder {
         &self,
         info: ConnectionInfo,
         push_tx: UnboundedSender<redis::PushInfo>,
-    ) -> Result<(ConnectionManager, ConnectionManager), LockError> {
+        links: &Arc<Links>,
+    ) -> Result<(Link<ConnectionManager>, Link<ConnectionManager>), LockError> {
         let server = info.addr().to_string();
         let failed = |err| LockError::connect(server.clone(), err);
         let client = redis::Client::open(info.clone()).map_err(failed)?;
@@ -1091,6 +1132,10 @@ impl LockClientBuilder {
         let sub = ConnectionManager::new_with_config(sub_client, sub_config)
             .await
             .map_err(failed)?;
+        let mut conn = links.link(conn, server.clone());
+        let mut sub = links.link(sub, server);
+        conn.ensure_named().await;
+        sub.ensure_named().await;
         Ok((conn, sub))
     }
 
@@ -1099,8 +1144,9 @@ impl LockClientBuilder {
         &self,
         info: ConnectionInfo,
         push_tx: UnboundedSender<redis::PushInfo>,
+        links: &Arc<Links>,
     ) -> Result<(Backend, SubConn), LockError> {
-        let (conn, sub) = self.server(info, push_tx).await?;
+        let (conn, sub) = self.server(info, push_tx, links).await?;
         Ok((Backend::one(Conn::Single(conn)), SubConn::Single(sub)))
     }
 
@@ -1113,6 +1159,7 @@ impl LockClientBuilder {
         master_name: &str,
         certs: Option<TlsCertificates>,
         push_tx: UnboundedSender<redis::PushInfo>,
+        links: Arc<Links>,
         shutdown: &CancellationToken,
     ) -> Result<(Backend, SubConn), LockError> {
         let nodes = NodeOptions {
@@ -1127,6 +1174,7 @@ impl LockClientBuilder {
             push_tx,
             self.connect_timeout,
             self.response_timeout,
+            links,
             shutdown,
         )
         .await
@@ -1141,11 +1189,12 @@ impl LockClientBuilder {
         &self,
         nodes: Vec<ConnectionInfo>,
         push_tx: UnboundedSender<redis::PushInfo>,
+        links: &Arc<Links>,
     ) -> Result<(Backend, SubConn), LockError> {
         let mut conns = Vec::with_capacity(nodes.len());
         let mut subs = Vec::with_capacity(nodes.len());
         for info in nodes {
-            let (conn, sub) = self.server(info, push_tx.clone()).await?;
+            let (conn, sub) = self.server(info, push_tx.clone(), links).await?;
             conns.push(Conn::Single(conn));
             subs.push(sub);
         }
@@ -1159,6 +1208,7 @@ impl LockClientBuilder {
         nodes: Vec<ConnectionInfo>,
         certs: Option<TlsCertificates>,
         push_tx: UnboundedSender<redis::PushInfo>,
+        links: &Arc<Links>,
     ) -> Result<(Backend, SubConn), LockError> {
         let builder = |nodes: Vec<ConnectionInfo>| {
             let builder = ClusterClientBuilder::new(nodes)
@@ -1185,8 +1235,49 @@ impl LockClientBuilder {
             .get_async_connection()
             .await
             .map_err(failed)?;
+        let mut conn = links.cluster_link(conn, servers.clone());
+        let mut sub = links.cluster_link(sub, servers.clone());
+        conn.ensure_named().await;
+        sub.ensure_named().await;
         Ok((Backend::one(Conn::Cluster(conn)), SubConn::Cluster(sub)))
     }
+}
+
+/// A service name fits in a Redis connection name: printable ASCII without spaces,
+/// 1 to [`MAX_SERVICE_LEN`] bytes.
+fn check_service(service: &str) -> Result<(), LockError> {
+    if service.is_empty() || service.len() > MAX_SERVICE_LEN {
+        return Err(LockError::invalid_option(
+            "service",
+            format!(
+                "`{}` is {} bytes long; use 1 to {MAX_SERVICE_LEN} bytes, like `orders-api`",
+                service.escape_debug(),
+                service.len()
+            ),
+        ));
+    }
+    if let Some(bad) = service.chars().find(|c| !matches!(c, '!'..='~')) {
+        return Err(LockError::invalid_option(
+            "service",
+            format!(
+                "`{}` contains {bad:?}, which Redis refuses in a connection name; use \
+                 letters, digits and punctuation without spaces, like `orders-api`",
+                service.escape_debug()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The service name when none is set: the running executable's file stem (when it
+/// is a valid name), else `distlock`.
+fn default_service() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|path| path.file_stem()?.to_str().map(str::to_owned))
+        .map(|stem| stem.chars().take(MAX_SERVICE_LEN).collect::<String>())
+        .filter(|stem| check_service(stem).is_ok())
+        .unwrap_or_else(|| "distlock".to_owned())
 }
 
 /// The watchdog lease must leave room for renewals.
@@ -1279,6 +1370,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("lock_order", &self.lock_order)
             .field("share_lock_order", &self.share_lock_order)
             .field("deadlock_check_after", &self.deadlock_check_after)
+            .field("service", &self.service)
             .finish()
     }
 }
@@ -1454,6 +1546,29 @@ mod tests {
 
     fn valid() -> LockClientBuilder {
         LockClientBuilder::new().url("redis://127.0.0.1:6379")
+    }
+
+    #[test]
+    fn a_service_must_fit_in_a_connection_name() {
+        assert!(valid().service("orders-api").validate().is_ok());
+        assert!(valid()
+            .service("a".repeat(MAX_SERVICE_LEN))
+            .validate()
+            .is_ok());
+        for bad in [
+            "",
+            "orders api",
+            "tab\there",
+            "ünï",
+            &"a".repeat(MAX_SERVICE_LEN + 1),
+        ] {
+            assert_eq!(
+                option_of(valid().service(bad).validate()),
+                Some("service"),
+                "{bad:?}"
+            );
+        }
+        assert!(check_service(&default_service()).is_ok());
     }
 
     #[test]

@@ -326,6 +326,71 @@ impl LockClient {
         &self.inner.config.namespace
     }
 
+    /// The service the client works for: [`LockClientBuilder::service`], or the
+    /// running executable's name when that was not set. Every connection of the
+    /// client is named `distlock:<service>` on the server (see `CLIENT LIST`).
+    ///
+    /// [`LockClientBuilder::service`]: crate::LockClientBuilder::service
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// use distlock::LockClient;
+    ///
+    /// let locks = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .service("orders-api")
+    ///     .connect()
+    ///     .await?;
+    /// assert_eq!(locks.service(), "orders-api");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn service(&self) -> &str {
+        self.inner.service()
+    }
+
+    /// Checks every server node of the deployment (the server, the master behind
+    /// Sentinel, each master of a cluster, each Redlock node): its version, the
+    /// round trip of a `PING`, whether distlock's scripts are cached, the ACL
+    /// permissions the locks need (checked with `ACL DRYRUN` for the current user),
+    /// the eviction policy, persistence and replicas. The [`HealthReport`] lists
+    /// what is wrong in plain words; see [`HealthReport::is_healthy`].
+    ///
+    /// [`HealthReport`]: crate::HealthReport
+    /// [`HealthReport::is_healthy`]: crate::HealthReport::is_healthy
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Connect`], naming the node, when a node does not answer (its
+    /// connection is lost, refused, or the reply timed out); on a cluster,
+    /// [`LockError::Connect`] when no node tells the masters.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop at any await: the checks only read (`ACL DRYRUN` runs nothing).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// let locks = distlock::LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .connect()
+    ///     .await?;
+    /// let report = locks.ping().await?;
+    /// print!("{report}");
+    /// assert!(report.is_healthy(), "{:?}", report.warnings());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn ping(&self) -> Result<crate::HealthReport, LockError> {
+        crate::health::check(&self.inner).await
+    }
+
     /// How long a lock request waits unless it says otherwise.
     ///
     /// # Examples

@@ -40,7 +40,8 @@ pub(crate) struct Config {
     /// How long a waiter whose chain holds locks waits before it looks for a
     /// deadlock, and then how often; `None`: never.
     pub(crate) deadlock_check_after: Option<Duration>,
-    /// The service the client's holders and connections are named after.
+    /// The service the client works for (`LockClientBuilder::service`); every
+    /// connection is named `distlock:<service>`.
     pub(crate) service: String,
     /// Whether lock-order edges are also kept in Redis, shared by the namespace.
     pub(crate) share_lock_order: bool,
@@ -102,6 +103,12 @@ impl Inner {
             who,
             _shutdown: shutdown,
         }
+    }
+
+    /// The service the client works for, as `LockClientBuilder::service` set it
+    /// (or the executable's name).
+    pub(crate) fn service(&self) -> &str {
+        &self.config.service
     }
 
     /// The Redis keys of the lock `name` in this client's namespace.

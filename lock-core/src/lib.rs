@@ -36,7 +36,7 @@
 //! | 2 | `handoff.rs` | local hand-off: a waiter's offer, and what a release delivers to it (a grant gives its hold back unless a guard takes it) |
 //! | 2 | `order.rs` | the lock-order checker: edges between lock classes, inversions warned or refused; [`LockOrderCheck`] |
 //! | 2 | `lease.rs` | [`MIN_LEASE`], [`MAX_LEASE`], [`MIN_WATCHDOG_LEASE`], clock drift and validity |
-//! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `url.rs` URLs; `tls.rs` TLS (crypto provider, certificates); `dial.rs` the first connection (fail fast on a refusal); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
+//! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `link.rs` named connections and their lost/restored logs; `url.rs` URLs; `tls.rs` TLS (crypto provider, certificates); `dial.rs` the first connection (fail fast on a refusal); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
 //! | 3 | `deadlock.rs` | distributed deadlock detection: wait-for records, the walk, the victim |
 //! | 3 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
 //! | 3 | `subscriber.rs` | waiting: the queues of local waiters, woken by release messages |
@@ -45,6 +45,7 @@
 //! | 4 | `renew.rs` | one renewal round trip for a batch of holds |
 //! | 5 | `watchdog.rs` | when to renew, and telling guards of a loss |
 //! | 6 | `inner.rs` | `Inner`: one client's state, what every internal function takes |
+//! | 7 | `health.rs` | [`HealthReport`], [`NodeHealth`]: the checks of [`LockClient::ping`] |
 //! | 7 | `order_shared.rs` | the lock-order graph a namespace shares in Redis: edges recorded, inversions across services found |
 //! | 7 | `release.rs` | every give-back of a hold, one function per case |
 //! | 8 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
@@ -76,6 +77,7 @@ mod error;
 pub mod faults;
 mod guard;
 mod handoff;
+mod health;
 mod hold;
 mod inner;
 mod keys;
@@ -110,6 +112,7 @@ pub use client::{global, HoldMode, Holder, InstallGlobalError, LockClient, LockI
 pub use context::{current_lock, LockContext};
 pub use error::LockError;
 pub use guard::{LockGuard, MultiLockGuard};
+pub use health::{fields_of_nodes, HealthReport, NodeHealth};
 pub use hold::HeldLock;
 pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
 pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
@@ -118,4 +121,4 @@ pub use order::LockOrderCheck;
 pub use request::{
     LockAllRequest, LockFuture, LockRequest, Semaphore, TryLockRequest, MAX_PERMITS,
 };
-pub use who::HolderInfo;
+pub use who::{HolderInfo, MAX_SERVICE_LEN};

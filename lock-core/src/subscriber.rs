@@ -240,6 +240,9 @@ enum Command {
     /// Redis ended the subscription on its own (a cluster moved the channel's slot):
     /// subscribe again while the channel has waiters.
     Resubscribe(Vec<u8>),
+    /// Redis told of a lost connection, which its manager replaced: name the new
+    /// connection after the service (and learn whether the server is there).
+    Rename,
 }
 
 /// The client's subscriber: ref-counted channels over one connection.
@@ -255,6 +258,7 @@ impl std::fmt::Debug for Command {
             Self::Subscribe(..) => f.write_str("Subscribe"),
             Self::Unsubscribe(..) => f.write_str("Unsubscribe"),
             Self::Resubscribe(..) => f.write_str("Resubscribe"),
+            Self::Rename => f.write_str("Rename"),
         }
     }
 }
@@ -714,6 +718,7 @@ async fn run_commands(
                 active.remove(&channel);
                 resubscribe(&mut conn, &shared, &mut active, &mut lost, channel).await;
             }
+            Some(Command::Rename) => conn.rename(),
         }
     }
 }
@@ -831,6 +836,9 @@ async fn run_pushes(
                 // asks again; the others keep their places behind it.
                 tracing::debug!("distlock: subscriber disconnected; waking the first waiters");
                 shared.recheck_all();
+                if let Some(commands) = commands.upgrade() {
+                    let _ = commands.send(Command::Rename);
+                }
             }
             _ => {}
         }

@@ -2,15 +2,25 @@
 //! (`lua/lock.lua`'s `who`: "<pid> <service> <host> <site>"), and what
 //! [`LockClient::inspect`](crate::LockClient::inspect) reads back, [`HolderInfo`].
 //!
-//! The text is bounded: a service name of at most [`MAX_SERVICE_LEN`] bytes, a host
+//! The text is bounded: a service name of at most [`MAX_SERVICE_LEN`] bytes (checked
+//! by the builder), a host
 //! name of at most 64 and a site of at most 128 (longer ones are cut at a character
 //! boundary), with no control characters; never an owner id.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The longest service name, in bytes.
-pub(crate) const MAX_SERVICE_LEN: usize = 64;
+/// The longest service name [`LockClientBuilder::service`] accepts, in bytes.
+///
+/// [`LockClientBuilder::service`]: crate::LockClientBuilder::service
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::MAX_SERVICE_LEN, 64);
+/// ```
+pub const MAX_SERVICE_LEN: usize = 64;
 /// The longest host name kept, in bytes.
 const MAX_HOST_LEN: usize = 64;
 /// The longest site kept, in bytes.
@@ -48,19 +58,6 @@ impl Describer {
         let site = clean(site, MAX_SITE_LEN);
         format!("{} {site}", self.prefix)
     }
-}
-
-/// The service name of a client that was given none: the executable's file name
-/// without its extension, or `distlock`.
-pub(crate) fn default_service() -> String {
-    std::env::current_exe()
-        .ok()
-        .and_then(|path| {
-            path.file_stem()
-                .map(|stem| word(&stem.to_string_lossy(), MAX_SERVICE_LEN))
-        })
-        .filter(|stem| !stem.is_empty() && stem != "_")
-        .unwrap_or_else(|| "distlock".to_owned())
 }
 
 /// `text` as one word of at most `max` bytes: every character that is not

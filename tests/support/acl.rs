@@ -16,6 +16,8 @@ pub const LOCK_USER_ACL: &[&str] = &[
     "+config|get",
     "+subscribe",
     "+unsubscribe",
+    // Sent by the client: every connection is named after the service.
+    "+client|setname",
     // Sent by the client (a first acquisition without fencing) and called by the
     // scripts.
     "+set",

@@ -127,13 +127,18 @@ pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
         .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
 }
 
-/// The connections of unnamed clients on `node` (`CLIENT LIST`): not the Sentinels'
-/// (named `sentinel-*`), not the replication links, not the one asking.
+/// The connections of lock clients (named `distlock:<service>`) and other unnamed
+/// clients on `node` (`CLIENT LIST`): not the Sentinels' (named `sentinel-*`), not
+/// the replication links, not the one asking.
 pub fn client_connections(node: &RedisServer) -> Vec<String> {
     node.cmd(&["CLIENT", "LIST"])
         .map(|list| {
             list.lines()
-                .filter(|line| field(line, "name") == Some("") && field(line, "flags") == Some("N"))
+                .filter(|line| {
+                    field(line, "name")
+                        .is_some_and(|name| name.is_empty() || name.starts_with("distlock:"))
+                        && field(line, "flags") == Some("N")
+                })
                 .filter(|line| field(line, "cmd") != Some("client|list"))
                 .map(str::to_owned)
                 .collect()

@@ -1,19 +1,19 @@
 //! `distlock ping`: is the server there, which is it, and can distlock run on it?
 //!
-//! The report is one `Serialize` struct, a section per check, and one entry per
-//! node (the server, the master behind Sentinel, or each master of a cluster), so
-//! that checks added later (a richer `LockClient::ping`, replication, latency
-//! percentiles) are fields added beside these.
+//! The checks are the library's ([`LockClient::ping`](distlock::LockClient::ping),
+//! and [`NodeHealth::check`] when the client cannot connect because the user may
+//! not load the scripts); this file turns their report into the command's output:
+//! one `Serialize` struct, one entry per node (the server, the master behind
+//! Sentinel, each master of a cluster).
 
-use std::time::Instant;
-
-use distlock::redis::{self, Value};
+use distlock::redis::aio::ConnectionLike;
+use distlock::redis::{self, Cmd, Pipeline, RedisFuture, Value};
+use distlock::{fields_of_nodes, NodeHealth};
 use serde::Serialize;
 
 use crate::commands::{print, print_json, Context};
-use crate::connect::{text, Node, Raw};
+use crate::connect::{Node, Raw};
 use crate::error::{CliError, Exit};
-use crate::format::human_millis;
 
 /// What `ping` found.
 #[derive(Debug, Serialize)]
@@ -22,10 +22,20 @@ struct Report {
     servers: String,
     /// The namespace of the locks.
     namespace: String,
+    /// The service the connections are named after (`distlock:<service>`), when
+    /// the client connected.
+    service: Option<String>,
     /// Whether the user can load and run distlock's scripts.
     scripts: Scripts,
+    /// Whether no node has a warning.
+    healthy: bool,
+    /// Every node's warnings, each after its node's address.
+    warnings: Vec<String>,
     /// One entry per node checked.
     nodes: Vec<NodeReport>,
+    /// The human lines of the nodes (not in the JSON output).
+    #[serde(skip)]
+    fields: Vec<(String, String)>,
 }
 
 /// The scripts check: the library's client connects only once every script is
@@ -41,13 +51,13 @@ struct Scripts {
 /// What one node said.
 #[derive(Debug, Serialize)]
 struct NodeReport {
-    /// The node (`host:port`), or the deployment for one server or Sentinel.
+    /// The node (`host:port`).
     address: String,
     /// `redis` or `valkey`, from `INFO server`.
     server: Option<String>,
     /// Its version, from `INFO server`.
     version: Option<String>,
-    /// Why `INFO server` gave nothing, when it did not.
+    /// Why `INFO` gave nothing, when it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
     info_error: Option<String>,
     /// The round trip of one `PING`, in microseconds.
@@ -57,43 +67,103 @@ struct NodeReport {
     /// Why `CONFIG GET` gave nothing (refused by an ACL, or renamed away).
     #[serde(skip_serializing_if = "Option::is_none")]
     maxmemory_policy_error: Option<String>,
+    /// `master` or `slave`.
+    role: Option<String>,
+    /// The replicas connected to it.
+    replicas: Option<u32>,
+    /// Whether it appends to an AOF.
+    aof: Option<bool>,
+    /// Whether it saves RDB snapshots on a schedule.
+    rdb_saves: Option<bool>,
+    /// How many of distlock's scripts are cached (`SCRIPT EXISTS`).
+    scripts_cached: Option<usize>,
+    /// How many scripts distlock has.
+    scripts_total: usize,
+    /// The Redis user (`ACL WHOAMI`).
+    user: Option<String>,
+    /// The ACL rules distlock needs that the user lacks.
+    missing_permissions: Vec<String>,
+    /// Why the permissions could not all be checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permissions_unchecked: Option<String>,
+    /// What is wrong with this node.
+    warnings: Vec<String>,
+}
+
+impl From<NodeHealth> for NodeReport {
+    fn from(node: NodeHealth) -> Self {
+        Self {
+            address: node.address,
+            server: node.server,
+            version: node.version,
+            info_error: node.info_error,
+            round_trip_us: u64::try_from(node.round_trip.as_micros()).unwrap_or(u64::MAX),
+            maxmemory_policy: node.maxmemory_policy,
+            maxmemory_policy_error: node.config_error,
+            role: node.role,
+            replicas: node.replicas,
+            aof: node.aof,
+            rdb_saves: node.rdb_saves,
+            scripts_cached: node.scripts_cached,
+            scripts_total: node.scripts_total,
+            user: node.user,
+            missing_permissions: node.missing_permissions,
+            permissions_unchecked: node.permissions_unchecked,
+            warnings: node.warnings,
+        }
+    }
 }
 
 /// Checks the deployment; exit 0 when the scripts loaded, 3 when it cannot be
 /// reached, 4 when the scripts were refused.
 pub(crate) async fn run(ctx: &Context) -> Result<Exit, CliError> {
     let servers = ctx.target.describe();
-    let scripts = match ctx.target.lock_client().await {
-        Ok(_client) => Scripts {
-            loaded: true,
-            error: None,
-        },
+    let (service, scripts, nodes, fields, warnings) = match ctx.target.lock_client().await {
+        Ok(client) => {
+            let health = client.ping().await?;
+            let fields = health.fields();
+            let warnings = health.warnings();
+            let scripts = Scripts {
+                loaded: true,
+                error: None,
+            };
+            (
+                Some(health.service),
+                scripts,
+                health.nodes,
+                fields,
+                warnings,
+            )
+        }
         Err(err) if err.exit == Exit::Unreachable || err.exit == Exit::Usage => return Err(err),
-        Err(err) => Scripts {
-            loaded: false,
-            error: Some(err.message),
-        },
+        Err(err) => {
+            let nodes = check_without_client(ctx, &servers).await?;
+            let mut fields = vec![("namespace".to_owned(), ctx.target.namespace.clone())];
+            fields.extend(fields_of_nodes(&nodes));
+            let warnings = nodes
+                .iter()
+                .flat_map(|node| {
+                    node.warnings
+                        .iter()
+                        .map(move |warning| format!("{}: {warning}", node.address))
+                })
+                .collect();
+            let scripts = Scripts {
+                loaded: false,
+                error: Some(err.message),
+            };
+            (None, scripts, nodes, fields, warnings)
+        }
     };
-    let mut raw = ctx.target.raw(None).await?;
-    let masters = raw.masters().await.map_err(|err| {
-        CliError::redis(&format!("asking {servers} for the cluster's masters"), &err)
-    })?;
-    let nodes: Vec<Option<Node>> = match masters {
-        Some(masters) => masters.into_iter().map(Some).collect(),
-        None => vec![None],
-    };
-    let mut reports = Vec::new();
-    for node in &nodes {
-        let address = node
-            .as_ref()
-            .map_or_else(|| servers.clone(), ToString::to_string);
-        reports.push(check_node(&mut raw, node.as_ref(), address).await?);
-    }
     let report = Report {
         servers,
         namespace: ctx.target.namespace.clone(),
+        service,
         scripts,
-        nodes: reports,
+        healthy: warnings.is_empty(),
+        warnings,
+        nodes: nodes.into_iter().map(NodeReport::from).collect(),
+        fields,
     };
     if ctx.json {
         print_json(&report)?;
@@ -107,112 +177,68 @@ pub(crate) async fn run(ctx: &Context) -> Result<Exit, CliError> {
     })
 }
 
-/// The checks of one node.
-async fn check_node(
-    raw: &mut Raw,
-    node: Option<&Node>,
-    address: String,
-) -> Result<NodeReport, CliError> {
-    let started = Instant::now();
-    let pong = raw.query_on(node, redis::cmd("PING")).await;
-    let round_trip = started.elapsed();
-    pong.map_err(|err| CliError::redis(&format!("PING to {address}"), &err))?;
-
-    let (mut server, mut version, mut info_error) = (None, None, None);
-    match raw
-        .query_on(node, redis::cmd("INFO").arg("server").clone())
-        .await
-    {
-        Ok(info) => {
-            let info = text(&info).unwrap_or_default();
-            let field = |name: &str| {
-                info.lines()
-                    .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-                    .map(|value| value.trim().to_owned())
-            };
-            let name = field("server_name").unwrap_or_else(|| "redis".to_owned());
-            version = field(&format!("{name}_version")).or_else(|| field("redis_version"));
-            server = Some(name);
-        }
-        Err(err) => info_error = Some(err.to_string()),
+/// The library's checks of every node over the command's own connection, for a
+/// user the client cannot connect as.
+async fn check_without_client(ctx: &Context, servers: &str) -> Result<Vec<NodeHealth>, CliError> {
+    let mut raw = ctx.target.raw(None).await?;
+    let masters = raw.masters().await.map_err(|err| {
+        CliError::redis(&format!("asking {servers} for the cluster's masters"), &err)
+    })?;
+    let sharded = masters.is_some();
+    let nodes: Vec<Option<Node>> = match masters {
+        Some(masters) => masters.into_iter().map(Some).collect(),
+        None => vec![None],
+    };
+    let mut checked = Vec::new();
+    for node in nodes {
+        let address = node
+            .as_ref()
+            .map_or_else(|| servers.to_owned(), ToString::to_string);
+        let mut on_node = OnNode {
+            raw: &mut raw,
+            node,
+        };
+        let health =
+            NodeHealth::check(&mut on_node, address, &ctx.target.namespace, sharded).await?;
+        checked.push(health);
     }
-
-    let (mut maxmemory_policy, mut maxmemory_policy_error) = (None, None);
-    let config = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory-policy")
-        .clone();
-    match raw.query_on(node, config).await {
-        Ok(reply) => match policy_of(&reply) {
-            Some(policy) => maxmemory_policy = Some(policy),
-            None => maxmemory_policy_error = Some("no value in the reply".to_owned()),
-        },
-        Err(err) => maxmemory_policy_error = Some(err.to_string()),
-    }
-    Ok(NodeReport {
-        address,
-        server,
-        version,
-        info_error,
-        round_trip_us: u64::try_from(round_trip.as_micros()).unwrap_or(u64::MAX),
-        maxmemory_policy,
-        maxmemory_policy_error,
-    })
+    Ok(checked)
 }
 
-/// The value of a `CONFIG GET maxmemory-policy` reply: a map in RESP3, a flat
-/// `[name, value]` array in RESP2.
-fn policy_of(reply: &Value) -> Option<String> {
-    match reply {
-        Value::Map(pairs) => pairs.first().and_then(|(_, value)| text(value)),
-        Value::Array(items) => items.get(1).and_then(text),
-        _ => None,
-    }
+/// The command's connection, sending every command to one node.
+struct OnNode<'a> {
+    raw: &'a mut Raw,
+    node: Option<Node>,
 }
 
-/// A round trip for people: `312µs`, `4.2ms`, then as other durations.
-fn human_micros(us: u64) -> String {
-    match us {
-        0..=999 => format!("{us}µs"),
-        1_000..=999_999 => format!("{}.{}ms", us / 1_000, us % 1_000 / 100),
-        _ => human_millis(us / 1_000),
+impl ConnectionLike for OnNode<'_> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(self.raw.query_on(self.node.as_ref(), cmd.clone()))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        _pipeline: &'a Pipeline,
+        _offset: usize,
+        _count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "the ping checks send no pipelines",
+            )))
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
     }
 }
 
 /// The human report: aligned `field  value` lines, a block per node.
 fn human(report: &Report) -> String {
-    let mut lines: Vec<(String, String)> = vec![
-        ("servers".into(), report.servers.clone()),
-        ("namespace".into(), report.namespace.clone()),
-    ];
-    for node in &report.nodes {
-        let indent = if report.nodes.len() > 1 {
-            lines.push(("node".into(), node.address.clone()));
-            "  "
-        } else {
-            ""
-        };
-        let version = match (&node.server, &node.version, &node.info_error) {
-            (Some(server), Some(version), _) => format!("{server} {version}"),
-            (_, _, Some(err)) => format!("unknown (INFO refused: {err})"),
-            _ => "unknown".to_owned(),
-        };
-        lines.push((format!("{indent}version"), version));
-        lines.push((
-            format!("{indent}round trip"),
-            format!("{} (PING)", human_micros(node.round_trip_us)),
-        ));
-        let policy = match (&node.maxmemory_policy, &node.maxmemory_policy_error) {
-            (Some(policy), _) if policy == "noeviction" => policy.clone(),
-            (Some(policy), _) => format!(
-                "{policy} (evicts keys under memory pressure, which can delete a held lock: \
-                 use noeviction)"
-            ),
-            (None, Some(err)) => format!("unknown (CONFIG GET refused: {err})"),
-            (None, None) => "unknown".to_owned(),
-        };
-        lines.push((format!("{indent}maxmemory-policy"), policy));
-    }
+    let mut lines: Vec<(String, String)> = vec![("servers".into(), report.servers.clone())];
+    lines.extend(report.fields.iter().cloned());
     let scripts = match &report.scripts.error {
         None => "loaded: this user can run distlock's scripts".to_owned(),
         Some(err) => format!("refused: {err}"),
@@ -234,20 +260,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trips_read_like_people_write_them() {
-        assert_eq!(human_micros(312), "312µs");
-        assert_eq!(human_micros(4_250), "4.2ms");
-        assert_eq!(human_micros(2_100_000), "2.1s");
-    }
-
-    #[test]
-    fn the_policy_is_read_from_either_protocol() {
-        let name = Value::BulkString(b"maxmemory-policy".to_vec());
-        let value = Value::BulkString(b"noeviction".to_vec());
-        let resp2 = Value::Array(vec![name.clone(), value.clone()]);
-        let resp3 = Value::Map(vec![(name, value)]);
-        assert_eq!(policy_of(&resp2).as_deref(), Some("noeviction"));
-        assert_eq!(policy_of(&resp3).as_deref(), Some("noeviction"));
-        assert_eq!(policy_of(&Value::Array(vec![])), None);
+    fn the_human_report_aligns_its_fields() {
+        let report = Report {
+            servers: "127.0.0.1:6379".into(),
+            namespace: "distlock".into(),
+            service: Some("orders-api".into()),
+            scripts: Scripts {
+                loaded: true,
+                error: None,
+            },
+            healthy: true,
+            warnings: Vec::new(),
+            nodes: Vec::new(),
+            fields: vec![("maxmemory-policy".into(), "noeviction".into())],
+        };
+        assert_eq!(
+            human(&report),
+            "servers           127.0.0.1:6379\nmaxmemory-policy  noeviction\nscripts           \
+             loaded: this user can run distlock's scripts\n"
+        );
     }
 }

@@ -6,6 +6,7 @@
 //! Redlock's rules for combining the answers of its nodes are in [`redlock`].
 
 pub(crate) mod dial;
+pub(crate) mod link;
 pub(crate) mod redlock;
 pub(crate) mod sentinel;
 pub(crate) mod tls;
@@ -19,6 +20,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use self::link::Link;
 use self::sentinel::SentinelConn;
 use crate::error::master_may_have_moved;
 
@@ -125,10 +127,10 @@ impl Backend {
 /// A command connection to the deployment.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    /// One server (or the current master behind Sentinel).
-    Single(ConnectionManager),
+    /// One server.
+    Single(Link<ConnectionManager>),
     /// A Redis Cluster.
-    Cluster(ClusterConnection),
+    Cluster(Link<ClusterConnection>),
     /// The master that the Sentinels name, found again after a failover.
     Sentinel(Arc<SentinelConn>),
 }
@@ -145,6 +147,16 @@ impl Conn {
 
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
+    }
+
+    /// The server's `host:port` (the current master's behind Sentinel; the seed
+    /// nodes of a cluster), for messages.
+    pub(crate) fn addr(&self) -> String {
+        match self {
+            Self::Single(link) => link.addr().to_owned(),
+            Self::Cluster(link) => link.addr().to_owned(),
+            Self::Sentinel(sentinel) => sentinel.current().commands.addr().to_owned(),
+        }
     }
 
     /// Tells the connection about an error found inside a reply (a pipeline's
@@ -214,10 +226,10 @@ impl ConnectionLike for Conn {
 /// The subscriber's connection: plain pub/sub on one server, sharded pub/sub on a
 /// cluster (the channel lives on the shard of its lock).
 pub(crate) enum SubConn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Single(Link<ConnectionManager>),
+    Cluster(Link<ClusterConnection>),
     /// Redlock: every node publishes its own release message.
-    Many(Vec<ConnectionManager>),
+    Many(Vec<Link<ConnectionManager>>),
     /// Sentinel: the subscriber of the current master, and the generation of the
     /// master it last subscribed on.
     Sentinel(Arc<SentinelConn>, u64),
@@ -238,18 +250,36 @@ impl SubConn {
         }
     }
 
+    /// The connections were replaced (Redis told the subscriber it was
+    /// disconnected): names the new ones after the service, in the background.
+    pub(crate) fn rename(&self) {
+        match self {
+            Self::Single(link) => link.rename_soon(),
+            Self::Cluster(link) => link.rename_soon(),
+            Self::Sentinel(sentinel, _) => sentinel.current().subscriber.rename_soon(),
+            Self::Many(links) => links.iter().for_each(Link::rename_soon),
+        }
+    }
+
     /// Subscribes; on Redlock it is enough that one node confirms (a waiter's sleep
     /// is capped by the lease anyway).
     pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> redis::RedisResult<()> {
         match self {
-            Self::Single(conn) => conn.subscribe(channel).await,
-            Self::Cluster(conn) => conn.ssubscribe(channel).await,
-            Self::Sentinel(sentinel, _) => sentinel.current().subscriber.subscribe(channel).await,
+            Self::Single(link) => subscribe(link, channel).await,
+            Self::Cluster(link) => {
+                link.name_before_request().await;
+                let result = link.conn().ssubscribe(channel).await;
+                link.observe(&result);
+                result
+            }
+            Self::Sentinel(sentinel, _) => {
+                subscribe(&mut sentinel.current().subscriber, channel).await
+            }
             Self::Many(conns) => {
                 let mut result = Ok(());
                 let mut any = false;
                 for conn in conns {
-                    match conn.subscribe(channel).await {
+                    match subscribe(conn, channel).await {
                         Ok(()) => any = true,
                         Err(err) => result = Err(err),
                     }
@@ -265,13 +295,19 @@ impl SubConn {
 
     pub(crate) async fn unsubscribe(&mut self, channel: &[u8]) -> redis::RedisResult<()> {
         match self {
-            Self::Single(conn) => conn.unsubscribe(channel).await,
-            Self::Cluster(conn) => conn.sunsubscribe(channel).await,
-            Self::Sentinel(sentinel, _) => sentinel.current().subscriber.unsubscribe(channel).await,
+            Self::Single(link) => unsubscribe(link, channel).await,
+            Self::Cluster(link) => {
+                let result = link.conn().sunsubscribe(channel).await;
+                link.observe(&result);
+                result
+            }
+            Self::Sentinel(sentinel, _) => {
+                unsubscribe(&mut sentinel.current().subscriber, channel).await
+            }
             Self::Many(conns) => {
                 let mut result = Ok(());
                 for conn in conns {
-                    if let Err(err) = conn.unsubscribe(channel).await {
+                    if let Err(err) = unsubscribe(conn, channel).await {
                         result = Err(err);
                     }
                 }
@@ -304,6 +340,30 @@ impl SubConn {
             }
         }
     }
+}
+
+/// Subscribes `link` to `channel`, naming its connection first if needed.
+///
+/// # Cancel safety
+///
+/// Safe to drop: the subscription may or may not have been sent, as with the
+/// connection manager's own call.
+async fn subscribe(link: &mut Link<ConnectionManager>, channel: &[u8]) -> RedisResult<()> {
+    link.ensure_named().await;
+    let result = link.conn().subscribe(channel).await;
+    link.observe(&result);
+    result
+}
+
+/// Unsubscribes `link` from `channel`.
+///
+/// # Cancel safety
+///
+/// Safe to drop, as the connection manager's own call.
+async fn unsubscribe(link: &mut Link<ConnectionManager>, channel: &[u8]) -> RedisResult<()> {
+    let result = link.conn().unsubscribe(channel).await;
+    link.observe(&result);
+    result
 }
 
 /// The Redis Cluster hash slot of a key: CRC16 of its hash tag (or of the whole

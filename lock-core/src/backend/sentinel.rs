@@ -36,7 +36,7 @@ use std::fmt;
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, PushInfo, PushKind,
     RedisConnectionInfo, RedisError, RedisResult, TlsCertificates, Value,
@@ -47,6 +47,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::dial::dial_once;
+use super::link::{Link, Links};
 use super::tls::with_certificates;
 use super::url::resp3;
 use crate::error::refused_credentials;
@@ -171,9 +172,9 @@ pub(crate) struct Current {
     /// The master's `host:port`, as the Sentinels name it.
     addr: String,
     /// The connection for commands and scripts.
-    pub(crate) commands: ConnectionManager,
+    pub(crate) commands: Link<ConnectionManager>,
     /// The RESP3 connection of the waiters' subscriptions.
-    pub(crate) subscriber: ConnectionManager,
+    pub(crate) subscriber: Link<ConnectionManager>,
 }
 
 /// How to connect to a master once it is found.
@@ -187,6 +188,8 @@ struct Settings {
     response_timeout: Duration,
     /// The data nodes' settings, for the hint of a refused password.
     nodes: NodeOptions,
+    /// The client's links: every master connection is one.
+    links: Arc<Links>,
 }
 
 impl Settings {
@@ -227,6 +230,9 @@ impl SentinelConn {
     /// Sentinels keep it for every lookup. `pushes` receives the subscriber
     /// connection's pushes, and a [`PushKind::Disconnection`] whenever the
     /// connections move to a new master.
+    // One argument per builder setting it takes; a struct of them would only be
+    // unpacked again here.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn connect(
         sentinels: Vec<ConnectionInfo>,
         master_name: &str,
@@ -234,6 +240,7 @@ impl SentinelConn {
         pushes: UnboundedSender<PushInfo>,
         connect_timeout: Duration,
         response_timeout: Duration,
+        links: Arc<Links>,
         shutdown: &CancellationToken,
     ) -> RedisResult<Arc<Self>> {
         let lookup = Sentinels {
@@ -245,6 +252,7 @@ impl SentinelConn {
             connect_timeout,
             response_timeout,
             nodes: nodes.clone(),
+            links,
         };
         let current = async {
             let (master, addr) = find_master(&lookup, &settings).await?;
@@ -354,10 +362,12 @@ async fn find_master(
     let mut asks = tokio::task::JoinSet::new();
     for info in &sentinels.infos {
         let (info, name, config) = (info.clone(), sentinels.master_name.clone(), config.clone());
+        let client_name = settings.links.name().to_owned();
         asks.spawn(async move {
             let mut conn = redis::Client::open(info)?
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
+            name_sentinel_connection(&mut conn, &client_name).await;
             redis::cmd("SENTINEL")
                 .arg("GET-MASTER-ADDR-BY-NAME")
                 .arg(&name)
@@ -405,6 +415,25 @@ async fn find_master(
     Ok((client, addr))
 }
 
+/// Names a connection to a Sentinel `name` (`distlock:<service>`), as every
+/// connection of the client is named (see `link.rs`). These connections live for one
+/// lookup or one listening session, so naming them once is enough; a Sentinel that
+/// refuses the name is left unnamed.
+///
+/// # Cancel safety
+///
+/// Safe to drop: the connection is unnamed, nothing else.
+async fn name_sentinel_connection(conn: &mut MultiplexedConnection, name: &str) {
+    let named: RedisResult<Value> = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(name)
+        .query_async(conn)
+        .await;
+    if let Err(err) = named {
+        tracing::debug!(error = %err, "distlock: a Sentinel refused the connection's name");
+    }
+}
+
 /// Connects to the master that [`find_master`] found, after checking that it says
 /// it is one.
 async fn connect_master(
@@ -416,8 +445,8 @@ async fn connect_master(
     let info = client.get_connection_info().clone();
     // A refused password or database ends here, without the managers' retries.
     dial_once(&client, settings.connect_timeout, settings.response_timeout).await?;
-    let mut commands =
-        ConnectionManager::new_with_config(client, settings.manager_config()).await?;
+    let commands = ConnectionManager::new_with_config(client, settings.manager_config()).await?;
+    let mut commands = settings.links.link(commands, addr.clone());
     let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut commands).await?;
     let is_master = matches!(role.first(), Some(Value::BulkString(role)) if role == b"master")
         || matches!(role.first(), Some(Value::SimpleString(role)) if role == "master");
@@ -434,6 +463,8 @@ async fn connect_master(
         .set_push_sender(settings.pushes.clone())
         .set_automatic_resubscription();
     let subscriber = ConnectionManager::new_with_config(sub_client, sub_config).await?;
+    let mut subscriber = settings.links.link(subscriber, addr.clone());
+    subscriber.ensure_named().await;
     Ok(Current {
         generation,
         addr,
@@ -457,6 +488,7 @@ fn watch_switches(
             conn: Arc::downgrade(conn),
             info: resp3(info),
             master_name: master_name.to_owned(),
+            client_name: conn.settings.links.name().to_owned(),
             announce: announce.clone(),
             connect_timeout: conn.settings.connect_timeout,
             response_timeout: conn.settings.response_timeout,
@@ -488,6 +520,8 @@ struct Watcher {
     info: ConnectionInfo,
     /// The name the Sentinels monitor our master under.
     master_name: String,
+    /// The name of the client's connections, `distlock:<service>`.
+    client_name: String,
     /// The address (`host:port`) of the master last announced.
     announce: watch::Sender<Option<String>>,
     /// How long dialing the Sentinel may take.
@@ -536,6 +570,7 @@ impl Watcher {
         let mut sentinel = redis::Client::open(self.info.clone())?
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
+        name_sentinel_connection(&mut sentinel, &self.client_name).await;
         sentinel.subscribe(SWITCH_MASTER).await?;
         *subscribed_at = Some(Instant::now());
         tracing::debug!(sentinel = %self.info.addr(), "distlock: listening for +switch-master");

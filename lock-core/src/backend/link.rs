@@ -1,0 +1,369 @@
+//! Every connection the client relies on, as a [`Link`]: named after the service
+//! (`CLIENT SETNAME distlock:<service>`, again after each reconnect), and watched,
+//! so that a server that goes away is logged once at WARN and once at INFO when it
+//! is back, however many calls fail in between. The up/down state of every address
+//! is in one place, the client's [`Links`].
+//!
+//! redis-rs 1.8 has no setting for a connection name (only `CLIENT SETINFO`'s
+//! library name and version, which `CLIENT LIST` shows as `lib-name`), and its
+//! connection managers reconnect on their own, so a link names its connection
+//! itself: before its first request, and before the first request after one that
+//! failed for a lost connection. A RESP3 connection that is told it was
+//! disconnected (a push) is named again by its owner, through [`Link::forget_name`]
+//! and [`Link::ensure_named`].
+//!
+//! A link over a whole Redis Cluster ([`Links::cluster_link`]) is named in the
+//! background and not watched: see there why.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+
+/// The client's connections: their name, and which addresses are down.
+#[derive(Debug)]
+pub(crate) struct Links {
+    /// `distlock:<service>`.
+    name: String,
+    /// The addresses some link of which lost its connection, since when, and which
+    /// of their links have not answered since.
+    down: Mutex<HashMap<Arc<str>, Outage>>,
+    /// How many addresses are down: an answer while none is takes no lock.
+    outages: AtomicUsize,
+    next_id: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Outage {
+    since: Instant,
+    links: HashSet<u64>,
+}
+
+impl Links {
+    /// The links of a client whose service is `service`.
+    pub(crate) fn new(service: &str) -> Arc<Self> {
+        Arc::new(Self {
+            name: format!("distlock:{service}"),
+            down: Mutex::new(HashMap::new()),
+            outages: AtomicUsize::new(0),
+            next_id: AtomicU64::new(0),
+        })
+    }
+
+    /// The name every connection gets: `distlock:<service>`.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A link of `conn`, a connection to `addr` (`host:port`, or a description of a
+    /// cluster's nodes).
+    pub(crate) fn link<C>(self: &Arc<Self>, conn: C, addr: impl Into<Arc<str>>) -> Link<C> {
+        Link {
+            conn,
+            addr: addr.into(),
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            links: self.clone(),
+            named: Arc::new(AtomicBool::new(false)),
+            cluster: false,
+            naming: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// A link of `conn`, a connection to every node of a cluster (described by
+    /// `addr`). Its name goes to every node (`CLIENT SETNAME` is routed to all of
+    /// them), in the background, so that a node that is down delays no request;
+    /// and it is not watched: its errors do not say which node failed, and a
+    /// cluster that loses one master keeps answering for the others, so an
+    /// up/down state of the whole would flap with every request.
+    pub(crate) fn cluster_link<C>(self: &Arc<Self>, conn: C, addr: impl Into<Arc<str>>) -> Link<C> {
+        Link {
+            cluster: true,
+            ..self.link(conn, addr)
+        }
+    }
+
+    /// Whether `addr` is down: a link of it lost its connection and has not
+    /// answered since.
+    #[cfg(test)]
+    pub(crate) fn is_down(&self, addr: &str) -> bool {
+        self.down
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(addr)
+    }
+
+    /// Link `id` of `addr` lost its connection: the first of the address's links
+    /// to do so logs it.
+    fn lost(&self, addr: &Arc<str>, id: u64, err: &RedisError) {
+        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(outage) = down.get_mut(addr) {
+            outage.links.insert(id);
+            return;
+        }
+        tracing::warn!(
+            address = %addr,
+            error = %err,
+            "distlock: lost the connection to {addr}: {err}"
+        );
+        self.outages.fetch_add(1, Ordering::AcqRel);
+        down.insert(
+            addr.clone(),
+            Outage {
+                since: Instant::now(),
+                links: HashSet::from([id]),
+            },
+        );
+    }
+
+    /// Link `id` of `addr` got an answer: when every link of the address that lost
+    /// its connection has, the address is back, and that is logged.
+    fn answered(&self, addr: &str, id: u64) {
+        if self.outages.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(outage) = down.get_mut(addr) else {
+            return;
+        };
+        outage.links.remove(&id);
+        if outage.links.is_empty() {
+            let after = round_to_millis(outage.since.elapsed());
+            down.remove(addr);
+            self.outages.fetch_sub(1, Ordering::AcqRel);
+            tracing::info!(
+                address = %addr,
+                after_ms = after.as_millis() as u64,
+                "distlock: connection to {addr} restored after {after:?}"
+            );
+        }
+    }
+}
+
+/// A duration cut to whole milliseconds, for messages.
+fn round_to_millis(duration: Duration) -> Duration {
+    Duration::from_millis(duration.as_millis() as u64)
+}
+
+/// Whether `err` says the connection is gone (closed, reset, refused), as opposed
+/// to a slow reply or an error the server answered.
+pub(crate) fn is_lost_connection(err: &RedisError) -> bool {
+    (err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal())
+        && !err.is_timeout()
+}
+
+/// One connection the client relies on: named, and watched (see the module
+/// documentation).
+pub(crate) struct Link<C> {
+    conn: C,
+    addr: Arc<str>,
+    id: u64,
+    links: Arc<Links>,
+    /// Whether the current connection was named (or the server refused the name
+    /// for good, an ACL without `client|setname`); shared by the link's clones.
+    named: Arc<AtomicBool>,
+    /// A link over a whole cluster (see [`Links::cluster_link`]).
+    cluster: bool,
+    /// Whether a background naming is under way (cluster links).
+    naming: Arc<AtomicBool>,
+}
+
+impl<C: Clone> Clone for Link<C> {
+    fn clone(&self) -> Self {
+        Self {
+            conn: self.conn.clone(),
+            addr: self.addr.clone(),
+            id: self.id,
+            links: self.links.clone(),
+            named: self.named.clone(),
+            cluster: self.cluster,
+            naming: self.naming.clone(),
+        }
+    }
+}
+
+impl<C> Link<C> {
+    /// The address of the connection, for messages.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The connection itself, for calls that are not commands (pub/sub); report
+    /// their result with [`observe`](Self::observe).
+    pub(crate) fn conn(&mut self) -> &mut C {
+        &mut self.conn
+    }
+
+    /// Records the result of a call on the connection: a lost connection marks
+    /// the address down (and the next request names the new connection), an
+    /// answer marks it up.
+    pub(crate) fn observe<T>(&self, result: &RedisResult<T>) {
+        match result {
+            Err(err) if is_lost_connection(err) => {
+                self.named.store(false, Ordering::Release);
+                if !self.cluster {
+                    self.links.lost(&self.addr, self.id, err);
+                }
+            }
+            _ if self.cluster => {}
+            _ => self.links.answered(&self.addr, self.id),
+        }
+    }
+
+    /// The connection was replaced (a RESP3 disconnection push): the next
+    /// [`ensure_named`](Self::ensure_named) names the new one.
+    pub(crate) fn forget_name(&self) {
+        self.named.store(false, Ordering::Release);
+    }
+}
+
+impl<C: ConnectionLike + Send> Link<C> {
+    /// Names the connection `distlock:<service>` unless it already is.
+    ///
+    /// A refusal by the server (an ACL without `client|setname`) is final for this
+    /// connection and logged at DEBUG; a lost connection is recorded and tried
+    /// again before the next request.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: the name is then sent again before the next request.
+    pub(crate) async fn ensure_named(&mut self) {
+        if self.named.load(Ordering::Acquire) {
+            return;
+        }
+        let setname = redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(self.links.name())
+            .clone();
+        let result = self.conn.req_packed_command(&setname).await;
+        note_naming(&result, &self.named, &self.addr);
+        self.observe(&result);
+    }
+}
+
+/// Records the reply to `CLIENT SETNAME`: named, unless the connection was lost or
+/// the reply did not come (then the name is sent again); a refusal by the server
+/// is final.
+fn note_naming(result: &RedisResult<Value>, named: &AtomicBool, addr: &str) {
+    match result {
+        Ok(_) => named.store(true, Ordering::Release),
+        Err(err) if is_lost_connection(err) || err.is_timeout() => {}
+        Err(err) => {
+            tracing::debug!(
+                address = %addr,
+                error = %err,
+                "distlock: the server refused the connection's name"
+            );
+            named.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
+    /// The connection was replaced (a RESP3 disconnection push): names the new one
+    /// in the background, so that a server still down holds up no other call of
+    /// the link's owner.
+    pub(crate) fn rename_soon(&self) {
+        self.forget_name();
+        let mut link = self.clone();
+        tokio::spawn(async move { link.ensure_named().await });
+    }
+
+    /// Names the connection before a request: here, on one server (where the
+    /// request would meet the same connection); in the background, once at a
+    /// time, on a cluster.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: the name is then sent again before the next request; a
+    /// background naming runs to its end on its own.
+    pub(crate) async fn name_before_request(&mut self) {
+        if !self.cluster {
+            self.ensure_named().await;
+            return;
+        }
+        if self.named.load(Ordering::Acquire) || self.naming.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (mut conn, named, naming) =
+            (self.conn.clone(), self.named.clone(), self.naming.clone());
+        let (addr, name) = (self.addr.clone(), self.links.name().to_owned());
+        tokio::spawn(async move {
+            let setname = redis::cmd("CLIENT").arg("SETNAME").arg(name).clone();
+            let result = conn.req_packed_command(&setname).await;
+            note_naming(&result, &named, &addr);
+            naming.store(false, Ordering::Release);
+        });
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> ConnectionLike for Link<C> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            self.name_before_request().await;
+            let result = self.conn.req_packed_command(cmd).await;
+            self.observe(&result);
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            self.name_before_request().await;
+            let result = self.conn.req_packed_commands(pipeline, offset, count).await;
+            self.observe(&result);
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind) -> RedisError {
+        RedisError::from(std::io::Error::new(kind, "test"))
+    }
+
+    #[test]
+    fn only_a_connection_that_is_gone_counts_as_lost() {
+        assert!(is_lost_connection(&io(
+            std::io::ErrorKind::ConnectionRefused
+        )));
+        assert!(is_lost_connection(&io(std::io::ErrorKind::ConnectionReset)));
+        assert!(!is_lost_connection(&io(std::io::ErrorKind::TimedOut)));
+        let answered = RedisError::from((redis::ErrorKind::Client, "no"));
+        assert!(!is_lost_connection(&answered));
+    }
+
+    #[test]
+    fn an_address_is_back_when_every_link_that_lost_it_answered() {
+        let links = Links::new("orders-api");
+        assert_eq!(links.name(), "distlock:orders-api");
+        let commands = links.link((), "127.0.0.1:1");
+        let subscriber = links.link((), "127.0.0.1:1");
+        let lost = Err::<(), _>(io(std::io::ErrorKind::ConnectionRefused));
+        commands.observe(&lost);
+        subscriber.observe(&lost);
+        commands.observe(&lost);
+        assert!(links.is_down("127.0.0.1:1"));
+        commands.observe(&Ok(()));
+        assert!(
+            links.is_down("127.0.0.1:1"),
+            "the subscriber has not answered"
+        );
+        subscriber.observe(&Ok(()));
+        assert!(!links.is_down("127.0.0.1:1"));
+    }
+}

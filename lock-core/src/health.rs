@@ -1,0 +1,898 @@
+//! [`LockClient::ping`](crate::LockClient::ping): is every server there, which is
+//! it, and can distlock run on it safely? One [`NodeHealth`] per server node (the
+//! server, the master behind Sentinel, each master of a cluster, each Redlock
+//! node), gathered into a [`HealthReport`] with its warnings in plain words.
+//!
+//! Decisions, for the people who read the report:
+//!
+//! - Eviction: only `noeviction` is safe. Every lock key carries a TTL, so the
+//!   `volatile-*` policies evict held locks just as the `allkeys-*` ones do.
+//! - Persistence: with fencing on, a server that neither appends to an AOF nor saves
+//!   RDB snapshots forgets its fencing counters on a restart, and tokens go
+//!   backwards; that is a warning. (Without fencing a restart frees every lock,
+//!   which the watchdog reports to the guards as a loss.)
+//! - Permissions are checked with `ACL DRYRUN` for the current user (`ACL WHOAMI`):
+//!   every command the client sends and the scripts call, on a key and a channel of
+//!   the namespace. When the user may not run `ACL DRYRUN` itself, `EVALSHA` is
+//!   probed directly (with a script that does not exist, which changes nothing) and
+//!   the rest is reported as not checked.
+//! - A value the server will not tell (`CONFIG GET` refused) is shown as unknown,
+//!   not as a warning: a locked-down user is common and not a fault.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionLike;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use crate::backend::link::is_lost_connection;
+use crate::backend::Conn;
+use crate::error::LockError;
+use crate::inner::Inner;
+use crate::scripts::sources;
+
+/// What [`LockClient::ping`](crate::LockClient::ping) found: one [`NodeHealth`]
+/// per server node, and the client's settings it was checked against.
+///
+/// [`Display`](fmt::Display) prints it for people, one `field  value` line each.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::LockError> {
+/// let locks = distlock::LockClient::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .connect()
+///     .await?;
+/// let report = locks.ping().await?;
+/// if !report.is_healthy() {
+///     for warning in report.warnings() {
+///         eprintln!("distlock: {warning}");
+///     }
+/// }
+/// println!("{report}");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct HealthReport {
+    /// The namespace of the client's locks.
+    pub namespace: String,
+    /// The client's service ([`LockClient::service`](crate::LockClient::service)).
+    pub service: String,
+    /// Whether the client has fencing on (which makes persistence matter).
+    pub fencing: bool,
+    /// One entry per server node, in the order of the client's nodes (a cluster's
+    /// masters sorted by address).
+    pub nodes: Vec<NodeHealth>,
+}
+
+impl HealthReport {
+    /// Every node's warnings, each prefixed with its node's address.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// for warning in locks.ping().await?.warnings() {
+    ///     tracing::warn!("{warning}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn warnings(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .flat_map(|node| {
+                node.warnings
+                    .iter()
+                    .map(move |warning| format!("{}: {warning}", node.address))
+            })
+            .collect()
+    }
+
+    /// Whether no node has a warning: every server answered, the user has every
+    /// permission distlock needs, and nothing in the servers' settings can lose a
+    /// held lock.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let report = locks.ping().await?;
+    /// assert_eq!(report.is_healthy(), report.warnings().is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_healthy(&self) -> bool {
+        self.nodes.iter().all(|node| node.warnings.is_empty())
+    }
+}
+
+/// What one server node said.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// for node in &locks.ping().await?.nodes {
+///     println!("{} runs Redis {:?}, {:?} away", node.address, node.version, node.round_trip);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct NodeHealth {
+    /// The node, as `host:port`.
+    pub address: String,
+    /// `redis` or `valkey`, from `INFO server`.
+    pub server: Option<String>,
+    /// Its version, from `INFO server`.
+    pub version: Option<String>,
+    /// Why `INFO` gave nothing, when it did not.
+    pub info_error: Option<String>,
+    /// `master` or `slave`, from `INFO replication`.
+    pub role: Option<String>,
+    /// The replicas connected to it, from `INFO replication`.
+    pub replicas: Option<u32>,
+    /// The round trip of one `PING`.
+    pub round_trip: Duration,
+    /// Whether every one of distlock's scripts is in the server's script cache
+    /// (`SCRIPT EXISTS`); `None` when the server would not say. Scripts missing
+    /// (after a `SCRIPT FLUSH` or a restart) are loaded again by the next call that
+    /// needs them.
+    pub scripts_loaded: Option<bool>,
+    /// How many of distlock's scripts are in the cache, of
+    /// [`scripts_total`](Self::scripts_total); `None` when the server would not say.
+    pub scripts_cached: Option<usize>,
+    /// How many scripts distlock has.
+    pub scripts_total: usize,
+    /// The Redis user the client runs as (`ACL WHOAMI`), when the server said.
+    pub user: Option<String>,
+    /// The commands distlock needs that the user may not run, as ACL rules
+    /// (`evalsha`, `script|load`); empty when none is missing or they could not be
+    /// checked (see [`permissions_unchecked`](Self::permissions_unchecked)).
+    pub missing_permissions: Vec<String>,
+    /// Why some permissions could not be checked, when they could not.
+    pub permissions_unchecked: Option<String>,
+    /// `maxmemory-policy`, from `CONFIG GET`.
+    pub maxmemory_policy: Option<String>,
+    /// Why `CONFIG GET` gave nothing (refused by an ACL, or renamed away).
+    pub config_error: Option<String>,
+    /// Whether the server appends to an AOF (`INFO persistence`'s `aof_enabled`).
+    pub aof: Option<bool>,
+    /// Whether the server saves RDB snapshots on a schedule (`CONFIG GET save`).
+    pub rdb_saves: Option<bool>,
+    /// What is wrong, in plain words; empty when nothing is.
+    pub warnings: Vec<String>,
+}
+
+/// A permission distlock needs: the ACL rule, and the `ACL DRYRUN` arguments that
+/// test it (`KEY` and `CHANNEL` stand for a key and channel of the namespace).
+struct Need {
+    rule: &'static str,
+    args: &'static [&'static str],
+    required: bool,
+}
+
+/// What the client sends and the scripts call (the README's ACL section).
+const NEEDS: &[Need] = &[
+    need("evalsha", &["EVALSHA", "SHA", "1", "KEY"]),
+    need("script|load", &["SCRIPT", "LOAD", "return 1"]),
+    need("ping", &["PING"]),
+    need("set", &["SET", "KEY", "1", "NX", "PX", "1000"]),
+    need("get", &["GET", "KEY"]),
+    need("incr", &["INCR", "KEY"]),
+    need("pexpire", &["PEXPIRE", "KEY", "1000"]),
+    need("pttl", &["PTTL", "KEY"]),
+    need("del", &["DEL", "KEY"]),
+    need("type", &["TYPE", "KEY"]),
+    need("hgetall", &["HGETALL", "KEY"]),
+    need("hset", &["HSET", "KEY", "f", "1"]),
+    need("hdel", &["HDEL", "KEY", "f"]),
+    need("time", &["TIME"]),
+    need("pubsub|numsub", &["PUBSUB", "NUMSUB", "CHANNEL"]),
+    Need {
+        rule: "client|setname",
+        args: &["CLIENT", "SETNAME", "distlock"],
+        required: false,
+    },
+];
+
+const fn need(rule: &'static str, args: &'static [&'static str]) -> Need {
+    Need {
+        rule,
+        args,
+        required: true,
+    }
+}
+
+/// The pub/sub permissions: sharded on a cluster.
+const PLAIN_PUBSUB: &[(&str, &[&str])] = &[
+    ("publish", &["PUBLISH", "CHANNEL", "m"]),
+    ("subscribe", &["SUBSCRIBE", "CHANNEL"]),
+    ("unsubscribe", &["UNSUBSCRIBE", "CHANNEL"]),
+];
+const SHARDED_PUBSUB: &[(&str, &[&str])] = &[
+    ("spublish", &["SPUBLISH", "CHANNEL", "m"]),
+    ("ssubscribe", &["SSUBSCRIBE", "CHANNEL"]),
+    ("sunsubscribe", &["SUNSUBSCRIBE", "CHANNEL"]),
+    ("pubsub|shardnumsub", &["PUBSUB", "SHARDNUMSUB", "CHANNEL"]),
+];
+
+/// What a node check needs to know of the client.
+struct Checks {
+    namespace: String,
+    sharded: bool,
+    fencing: bool,
+    replicas: Option<u32>,
+    hashes: Vec<String>,
+}
+
+/// Checks every node of the client's deployment.
+///
+/// # Cancel safety
+///
+/// Safe to drop: the checks only read (`ACL DRYRUN` runs nothing).
+pub(crate) async fn check(inner: &Arc<Inner>) -> Result<HealthReport, LockError> {
+    let checks = Checks {
+        namespace: inner.config.namespace.clone(),
+        sharded: inner.backend.first().is_cluster(),
+        fencing: inner.config.fencing,
+        replicas: inner.config.replicas.map(|(replicas, _)| replicas),
+        hashes: hashes(),
+    };
+    let mut nodes = Vec::new();
+    for conn in inner.backend.nodes() {
+        match conn {
+            Conn::Cluster(link) => {
+                let mut cluster = link.clone().conn().clone();
+                let masters = masters(&mut cluster)
+                    .await
+                    .map_err(|err| LockError::connect(link.addr(), err))?;
+                for (host, port) in masters {
+                    let mut node = OnNode {
+                        conn: cluster.clone(),
+                        host: host.clone(),
+                        port,
+                    };
+                    nodes.push(check_node(&mut node, format!("{host}:{port}"), &checks).await?);
+                }
+            }
+            conn => {
+                let address = conn.addr();
+                nodes.push(check_node(&mut conn.clone(), address, &checks).await?);
+            }
+        }
+    }
+    Ok(HealthReport {
+        namespace: checks.namespace,
+        service: inner.service().to_owned(),
+        fencing: checks.fencing,
+        nodes,
+    })
+}
+
+/// The SHA1 of every script, as `EVALSHA` names them.
+fn hashes() -> Vec<String> {
+    sources()
+        .iter()
+        .map(|source| redis::Script::new(source).get_hash().to_owned())
+        .collect()
+}
+
+impl NodeHealth {
+    /// Checks one server over a connection of your own, as
+    /// [`LockClient::ping`](crate::LockClient::ping) checks each of its nodes: for
+    /// tools that must report on a server the client cannot connect to (a user who
+    /// may not load the scripts). `address` names it in the report; `namespace` is
+    /// the one whose keys and channels the permissions are checked on;
+    /// `sharded_pubsub` says the server is a cluster node (the client then needs
+    /// `spublish` and `ssubscribe` rather than `publish` and `subscribe`). The
+    /// warnings that depend on the client's settings (fencing, replicas) are left
+    /// out.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Connect`] naming `address` when the server does not answer a
+    /// `PING` (a lost or refused connection, a timeout).
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop at any await: the checks only read.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::{redis, NodeHealth};
+    ///
+    /// let client = redis::Client::open("redis://127.0.0.1:6379")?;
+    /// let mut conn = client.get_multiplexed_async_connection().await?;
+    /// let node = NodeHealth::check(&mut conn, "127.0.0.1:6379", "distlock", false).await?;
+    /// println!("{:?} missing: {:?}", node.version, node.missing_permissions);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn check<C: ConnectionLike + Send>(
+        conn: &mut C,
+        address: impl Into<String>,
+        namespace: &str,
+        sharded_pubsub: bool,
+    ) -> Result<Self, LockError> {
+        let checks = Checks {
+            namespace: namespace.to_owned(),
+            sharded: sharded_pubsub,
+            fencing: false,
+            replicas: None,
+            hashes: hashes(),
+        };
+        check_node(conn, address.into(), &checks).await
+    }
+}
+
+/// The masters of a cluster, from `CLUSTER SLOTS`, sorted.
+///
+/// # Cancel safety
+///
+/// Safe to drop: it only reads.
+async fn masters(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+    let slots = conn
+        .route_command(
+            redis::cmd("CLUSTER").arg("SLOTS").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await?;
+    let mut masters = Vec::new();
+    // Each range: [start, end, [host, port, id, ...], replicas...].
+    if let Value::Array(ranges) = slots {
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                continue;
+            };
+            let Some(Value::Array(master)) = fields.get(2) else {
+                continue;
+            };
+            let host = master.first().and_then(text);
+            let port = match master.get(1) {
+                Some(Value::Int(port)) => u16::try_from(*port).ok(),
+                _ => None,
+            };
+            if let (Some(host), Some(port)) = (host, port) {
+                masters.push((host, port));
+            }
+        }
+    }
+    masters.sort();
+    masters.dedup();
+    Ok(masters)
+}
+
+/// One node of a cluster, by address: every command goes to it.
+struct OnNode {
+    conn: ClusterConnection,
+    host: String,
+    port: u16,
+}
+
+impl ConnectionLike for OnNode {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: self.host.clone(),
+            port: self.port,
+        });
+        Box::pin(self.conn.route_command(cmd.clone(), routing))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let route = SingleNodeRoutingInfo::ByAddress {
+            host: self.host.clone(),
+            port: self.port,
+        };
+        Box::pin(
+            self.conn
+                .route_pipeline(pipeline.clone(), offset, count, route),
+        )
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// Sends `cmd`; the reply, or the error as text.
+///
+/// # Cancel safety
+///
+/// Safe to drop: a read whose reply nobody waits for.
+async fn ask<C: ConnectionLike + Send>(conn: &mut C, cmd: &Cmd) -> Result<Value, String> {
+    match conn.req_packed_command(cmd).await {
+        Ok(Value::ServerError(err)) => Err(redis::RedisError::from(err).to_string()),
+        Ok(value) => Ok(value),
+        Err(err) => Err(err.to_string()),
+    }
+}
+
+/// The checks of one node.
+///
+/// # Cancel safety
+///
+/// Safe to drop: the checks only read.
+async fn check_node<C: ConnectionLike + Send>(
+    conn: &mut C,
+    address: String,
+    checks: &Checks,
+) -> Result<NodeHealth, LockError> {
+    let started = Instant::now();
+    let pong = conn.req_packed_command(&redis::cmd("PING")).await;
+    let round_trip = started.elapsed();
+    let mut warnings = Vec::new();
+    match pong {
+        Err(err) if is_lost_connection(&err) || err.is_timeout() => {
+            return Err(LockError::connect(address, err));
+        }
+        Err(err) => warnings.push(format!("PING failed: {err}")),
+        Ok(_) => {}
+    }
+    let mut node = NodeHealth {
+        address,
+        server: None,
+        version: None,
+        info_error: None,
+        role: None,
+        replicas: None,
+        round_trip,
+        scripts_loaded: None,
+        scripts_cached: None,
+        scripts_total: checks.hashes.len(),
+        user: None,
+        missing_permissions: Vec::new(),
+        permissions_unchecked: None,
+        maxmemory_policy: None,
+        config_error: None,
+        aof: None,
+        rdb_saves: None,
+        warnings,
+    };
+    read_info(conn, &mut node).await;
+    read_config(conn, &mut node).await;
+    let mut exists = redis::cmd("SCRIPT");
+    exists.arg("EXISTS");
+    for hash in &checks.hashes {
+        exists.arg(hash);
+    }
+    if let Ok(Value::Array(flags)) = ask(conn, &exists).await {
+        let cached = flags
+            .iter()
+            .filter(|flag| matches!(flag, Value::Int(1)))
+            .count();
+        node.scripts_cached = Some(cached);
+        node.scripts_loaded = Some(cached == checks.hashes.len());
+    }
+    check_permissions(conn, &mut node, checks).await;
+    warn_of_settings(&mut node, checks);
+    Ok(node)
+}
+
+/// `INFO server replication persistence`: the server, its role and replicas, AOF.
+///
+/// # Cancel safety
+///
+/// Safe to drop: it only reads.
+async fn read_info<C: ConnectionLike + Send>(conn: &mut C, node: &mut NodeHealth) {
+    let info = redis::cmd("INFO")
+        .arg("server")
+        .arg("replication")
+        .arg("persistence")
+        .clone();
+    let info = match ask(conn, &info).await {
+        Ok(info) => text(&info).unwrap_or_default(),
+        Err(err) => {
+            node.info_error = Some(err);
+            return;
+        }
+    };
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(|value| value.trim().to_owned())
+    };
+    let name = field("server_name").unwrap_or_else(|| "redis".to_owned());
+    node.version = field(&format!("{name}_version")).or_else(|| field("redis_version"));
+    node.server = Some(name);
+    node.role = field("role");
+    node.replicas = field("connected_slaves").and_then(|n| n.parse().ok());
+    node.aof = field("aof_enabled").map(|on| on == "1");
+}
+
+/// `CONFIG GET maxmemory-policy save`.
+///
+/// # Cancel safety
+///
+/// Safe to drop: it only reads.
+async fn read_config<C: ConnectionLike + Send>(conn: &mut C, node: &mut NodeHealth) {
+    let config = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .arg("save")
+        .clone();
+    match ask(conn, &config).await {
+        Ok(reply) => {
+            node.maxmemory_policy = config_value(&reply, "maxmemory-policy");
+            node.rdb_saves = config_value(&reply, "save").map(|save| !save.trim().is_empty());
+            if node.maxmemory_policy.is_none() {
+                node.config_error = Some("no value in the reply".to_owned());
+            }
+        }
+        Err(err) => node.config_error = Some(err),
+    }
+}
+
+/// One value of a `CONFIG GET` reply: a map in RESP3, a flat `[name, value, ..]`
+/// array in RESP2.
+fn config_value(reply: &Value, name: &str) -> Option<String> {
+    match reply {
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(key, _)| text(key).as_deref() == Some(name))
+            .and_then(|(_, value)| text(value)),
+        Value::Array(items) => items
+            .chunks(2)
+            .find(|pair| text(&pair[0]).as_deref() == Some(name))
+            .and_then(|pair| pair.get(1).and_then(text)),
+        _ => None,
+    }
+}
+
+/// Checks every permission distlock needs with `ACL DRYRUN`, or probes `EVALSHA`
+/// when the user may not dry-run.
+///
+/// # Cancel safety
+///
+/// Safe to drop: `ACL DRYRUN` runs nothing, and the probe's script does not exist.
+async fn check_permissions<C: ConnectionLike + Send>(
+    conn: &mut C,
+    node: &mut NodeHealth,
+    checks: &Checks,
+) {
+    let key = format!("{}:{{distlock-ping}}", checks.namespace);
+    let unknown_sha = "0".repeat(40);
+    let user = match ask(conn, redis::cmd("ACL").arg("WHOAMI")).await {
+        Ok(user) => text(&user),
+        Err(_) => None,
+    };
+    node.user = user.clone();
+    let pubsub = if checks.sharded {
+        SHARDED_PUBSUB
+    } else {
+        PLAIN_PUBSUB
+    };
+    let needs = NEEDS
+        .iter()
+        .map(|need| (need.rule, need.args, need.required))
+        .chain(pubsub.iter().map(|(rule, args)| (*rule, *args, true)))
+        .chain(
+            checks
+                .replicas
+                .map(|_| ("wait", &["WAIT", "1", "1"][..], true)),
+        );
+    let mut missing = Vec::new();
+    let mut optional_missing = Vec::new();
+    if let Some(user) = &user {
+        for (rule, args, required) in needs {
+            let mut dryrun = redis::cmd("ACL");
+            dryrun.arg("DRYRUN").arg(user);
+            for arg in args {
+                match *arg {
+                    "KEY" | "CHANNEL" => dryrun.arg(&key),
+                    "SHA" => dryrun.arg(&unknown_sha),
+                    arg => dryrun.arg(arg),
+                };
+            }
+            match ask(conn, &dryrun).await {
+                Ok(Value::Okay) => {}
+                Ok(Value::SimpleString(ok)) if ok == "OK" => {}
+                Ok(_) if required => missing.push(rule.to_owned()),
+                Ok(_) => optional_missing.push(rule),
+                Err(err) => {
+                    node.permissions_unchecked = Some(format!("ACL DRYRUN refused: {err}"));
+                    break;
+                }
+            }
+        }
+    } else {
+        node.permissions_unchecked = Some("ACL WHOAMI refused".to_owned());
+    }
+    if node.permissions_unchecked.is_some() {
+        missing.clear();
+        optional_missing.clear();
+        // The one probe that changes nothing: a script that does not exist.
+        let probe = redis::cmd("EVALSHA")
+            .arg(&unknown_sha)
+            .arg(1)
+            .arg(&key)
+            .clone();
+        let refused = match conn.req_packed_command(&probe).await {
+            Ok(Value::ServerError(err)) => redis::RedisError::from(err).code() == Some("NOPERM"),
+            Err(err) => err.code() == Some("NOPERM"),
+            Ok(_) => false,
+        };
+        if refused {
+            missing.push("evalsha".to_owned());
+        }
+    }
+    if !missing.is_empty() {
+        node.warnings.push(format!(
+            "the Redis user `{}` may not run {}, which distlock needs; add `+{}` to its ACL \
+             (see the README's ACL section)",
+            user.as_deref().unwrap_or("default"),
+            missing.join(", "),
+            missing.join(" +"),
+        ));
+    }
+    if !optional_missing.is_empty() {
+        node.warnings.push(format!(
+            "the Redis user may not run {}: the client's connections stay unnamed in CLIENT \
+             LIST; add `+client|setname` to its ACL",
+            optional_missing.join(", ")
+        ));
+    }
+    node.missing_permissions = missing;
+}
+
+/// The warnings of what the node's settings mean for locks.
+fn warn_of_settings(node: &mut NodeHealth, checks: &Checks) {
+    if let Some(policy) = node
+        .maxmemory_policy
+        .as_deref()
+        .filter(|p| *p != "noeviction")
+    {
+        node.warnings.push(format!(
+            "maxmemory-policy is {policy}: under memory pressure Redis evicts keys, held \
+             locks among them (every lock key has a TTL, so volatile-* policies evict them \
+             too); use noeviction on servers that hold locks"
+        ));
+    }
+    if checks.fencing && node.aof == Some(false) && node.rdb_saves == Some(false) {
+        node.warnings.push(
+            "fencing is on, but this server neither appends to an AOF nor saves RDB \
+             snapshots: a restart forgets the fencing counters and tokens go backwards; set \
+             `appendonly yes` (or a `save` schedule)"
+                .to_owned(),
+        );
+    }
+    if node.role.as_deref() == Some("slave") {
+        node.warnings.push(
+            "this server is a replica: locks taken here are refused or lost; point the \
+             client at the master"
+                .to_owned(),
+        );
+    }
+    if let (Some(wanted), Some(connected)) = (checks.replicas, node.replicas) {
+        if connected < wanted {
+            node.warnings.push(format!(
+                "the client waits for {wanted} replica(s) to acknowledge every lock, but only \
+                 {connected} are connected: locks will fail with ReplicationNotConfirmed"
+            ));
+        }
+    }
+}
+
+/// A reply as text (a bulk, simple or verbatim string).
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// A round trip for people: `312µs`, `4.2ms`, `1.3s`.
+fn human_round_trip(round_trip: Duration) -> String {
+    let us = round_trip.as_micros();
+    match us {
+        0..=999 => format!("{us}µs"),
+        1_000..=999_999 => format!("{}.{}ms", us / 1_000, us % 1_000 / 100),
+        _ => format!("{}.{}s", us / 1_000_000, us % 1_000_000 / 100_000),
+    }
+}
+
+impl HealthReport {
+    /// The report as `(field, value)` pairs, in the order [`Display`](fmt::Display)
+    /// prints them (a block per node when there are several, the warnings last):
+    /// for tools that lay the report out with lines of their own.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// for (field, value) in locks.ping().await?.fields() {
+    ///     println!("{field}: {value}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fields(&self) -> Vec<(String, String)> {
+        let mut lines: Vec<(String, String)> = vec![
+            ("namespace".into(), self.namespace.clone()),
+            ("service".into(), self.service.clone()),
+        ];
+        lines.extend(fields_of_nodes(&self.nodes));
+        lines
+    }
+}
+
+/// The `(field, value)` pairs of `nodes`: indented under a `node` line each when
+/// there are several; then the warnings, or `health  ok`.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(node: distlock::NodeHealth) {
+/// for (field, value) in distlock::fields_of_nodes(std::slice::from_ref(&node)) {
+///     println!("{field}: {value}");
+/// }
+/// # }
+/// ```
+pub fn fields_of_nodes(nodes: &[NodeHealth]) -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    for node in nodes {
+        let indent = if nodes.len() > 1 {
+            lines.push(("node".into(), node.address.clone()));
+            "  "
+        } else {
+            ""
+        };
+        node.lines(indent, &mut lines);
+    }
+    let warnings: Vec<String> = nodes
+        .iter()
+        .flat_map(|node| {
+            node.warnings
+                .iter()
+                .map(move |warning| format!("{}: {warning}", node.address))
+        })
+        .collect();
+    if warnings.is_empty() {
+        lines.push(("health".into(), "ok".into()));
+    }
+    for warning in warnings {
+        lines.push(("warning".into(), warning));
+    }
+    lines
+}
+
+impl fmt::Display for HealthReport {
+    /// Aligned `field  value` lines, a block per node when there are several, and
+    /// the warnings last.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lines = self.fields();
+        let width = lines
+            .iter()
+            .map(|(field, _)| field.chars().count())
+            .max()
+            .unwrap_or(0);
+        for (field, value) in &lines {
+            writeln!(f, "{field:<width$}  {value}")?;
+        }
+        Ok(())
+    }
+}
+
+impl NodeHealth {
+    /// The node's `field  value` lines, each field after `indent`.
+    fn lines(&self, indent: &str, lines: &mut Vec<(String, String)>) {
+        let mut line = |field: &str, value: String| lines.push((format!("{indent}{field}"), value));
+        let version = match (&self.server, &self.version, &self.info_error) {
+            (Some(server), Some(version), _) => format!("{server} {version}"),
+            (_, _, Some(err)) => format!("unknown (INFO refused: {err})"),
+            _ => "unknown".to_owned(),
+        };
+        line("version", version);
+        line(
+            "round trip",
+            format!("{} (PING)", human_round_trip(self.round_trip)),
+        );
+        let policy = match (&self.maxmemory_policy, &self.config_error) {
+            (Some(policy), _) if policy == "noeviction" => policy.clone(),
+            (Some(policy), _) => format!("{policy} (can evict held locks: use noeviction)"),
+            (None, Some(err)) => format!("unknown (CONFIG GET refused: {err})"),
+            (None, None) => "unknown".to_owned(),
+        };
+        line("maxmemory-policy", policy);
+        let yes_no = |on: Option<bool>| match on {
+            Some(true) => "on",
+            Some(false) => "off",
+            None => "unknown",
+        };
+        line(
+            "persistence",
+            format!(
+                "AOF {}, RDB saves {}",
+                yes_no(self.aof),
+                yes_no(self.rdb_saves)
+            ),
+        );
+        let role = match (&self.role, self.replicas) {
+            (Some(role), Some(replicas)) => format!("{role}, {replicas} replica(s) connected"),
+            (Some(role), None) => role.clone(),
+            _ => "unknown".to_owned(),
+        };
+        line("role", role);
+        let scripts = match self.scripts_cached {
+            Some(cached) if cached == self.scripts_total => {
+                format!("all {cached} cached (SCRIPT EXISTS)")
+            }
+            Some(cached) => format!(
+                "{cached} of {} cached: the next call that needs one loads it",
+                self.scripts_total
+            ),
+            None => "unknown".to_owned(),
+        };
+        line("script cache", scripts);
+        let permissions = match (
+            &self.permissions_unchecked,
+            self.missing_permissions.is_empty(),
+        ) {
+            (_, false) => format!("missing: {}", self.missing_permissions.join(", ")),
+            (Some(why), true) => format!("not checked ({why}); EVALSHA allowed"),
+            (None, true) => format!(
+                "every one distlock needs (user `{}`)",
+                self.user.as_deref().unwrap_or("default")
+            ),
+        };
+        line("permissions", permissions);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_read_like_people_write_them() {
+        assert_eq!(human_round_trip(Duration::from_micros(312)), "312µs");
+        assert_eq!(human_round_trip(Duration::from_micros(4_250)), "4.2ms");
+        assert_eq!(human_round_trip(Duration::from_micros(2_100_000)), "2.1s");
+    }
+
+    #[test]
+    fn config_values_are_read_from_either_protocol() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let resp2 = Value::Array(vec![
+            bulk("maxmemory-policy"),
+            bulk("noeviction"),
+            bulk("save"),
+            bulk(""),
+        ]);
+        let resp3 = Value::Map(vec![(bulk("maxmemory-policy"), bulk("allkeys-lru"))]);
+        assert_eq!(
+            config_value(&resp2, "maxmemory-policy").as_deref(),
+            Some("noeviction")
+        );
+        assert_eq!(config_value(&resp2, "save").as_deref(), Some(""));
+        assert_eq!(
+            config_value(&resp3, "maxmemory-policy").as_deref(),
+            Some("allkeys-lru")
+        );
+        assert_eq!(config_value(&Value::Array(vec![]), "save"), None);
+    }
+}
