@@ -216,8 +216,9 @@ struct ReadmeDoctests;
 pub use distlock_core::{
     current_lock, global, HeldLock, HoldMode, Holder, InstallGlobalError, LockAllRequest,
     LockClient, LockClientBuilder, LockContext, LockError, LockFuture, LockGuard, LockInfo,
-    LockKind, LockOrderCheck, LockRequest, MultiLockGuard, Semaphore, TryLockRequest, MAX_LEASE,
-    MAX_LOCK_ALL, MAX_NAMESPACE_LEN, MAX_NAME_LEN, MAX_PERMITS, MIN_LEASE, MIN_WATCHDOG_LEASE,
+    LockKind, LockOrderCheck, LockRequest, LostReason, MultiLockGuard, Semaphore, TryLockRequest,
+    MAX_LEASE, MAX_LOCK_ALL, MAX_NAMESPACE_LEN, MAX_NAME_LEN, MAX_PERMITS, MIN_LEASE,
+    MIN_WATCHDOG_LEASE,
 };
 
 /// The `redis` crate (1.x) that distlock is built on: [`LockError::Redis`] and

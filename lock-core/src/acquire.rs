@@ -23,7 +23,7 @@ use crate::error::LockError;
 use crate::faults::{self, Fault};
 use crate::guard::LockGuard;
 use crate::handoff::{Delivery, Offer};
-use crate::hold::{HeldLock, Hold, HoldState};
+use crate::hold::{HeldLock, Hold, HoldState, LostReason};
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
 use crate::lease::{lease_millis, validity};
@@ -53,6 +53,8 @@ pub(crate) struct Options {
     pub(crate) fencing: Option<bool>,
     /// The request's own `deadlock_check_after`.
     pub(crate) deadlock_after: Option<Duration>,
+    /// The request's own `max_hold`.
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// How a new acquisition holds the lock.
@@ -61,6 +63,8 @@ pub(crate) struct Mode {
     pub(crate) lease: Duration,
     pub(crate) watchdog: bool,
     pub(crate) fencing: bool,
+    /// How long the watchdog renews a new hold (`None`: as long as it is held).
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// Takes the lock of `keys` for the current call chain: re-enters it when the chain
@@ -335,12 +339,56 @@ pub(crate) fn settle_options(
              cluster where fencing matters",
         ));
     }
+    let max_hold = options.max_hold.or(inner.config.max_hold);
+    if let Some(max_hold) = max_hold {
+        check_max_hold(max_hold, lease, watchdog)?;
+    }
     let mode = Mode {
         lease,
         watchdog,
         fencing,
+        max_hold,
     };
     Ok((mode, deadline))
+}
+
+/// Checks a `max_hold` against the lease it bounds: not zero; under a watchdog,
+/// at least one renewal period (a third of the lease), or it would end the hold
+/// before the first renewal; a fixed lease must not outlast it.
+pub(crate) fn check_max_hold(
+    max_hold: Duration,
+    lease: Duration,
+    watchdog: bool,
+) -> Result<(), LockError> {
+    if max_hold.is_zero() {
+        return Err(LockError::invalid_option(
+            "max_hold",
+            "zero: a lock must be allowed to be held a while; give how long the longest \
+             holder may keep it (such as 5 min), or leave `max_hold` out for no bound",
+        ));
+    }
+    if watchdog && max_hold < lease / 3 {
+        return Err(LockError::invalid_option(
+            "max_hold",
+            format!(
+                "{max_hold:?} is shorter than the watchdog's renewal period ({:?}, a third of \
+                 the {lease:?} lease); use a max_hold of at least {:?}, or a shorter lease",
+                lease / 3,
+                lease / 3
+            ),
+        ));
+    }
+    if !watchdog && lease > max_hold {
+        return Err(LockError::invalid_option(
+            "max_hold",
+            format!(
+                "the fixed lease of {lease:?} outlasts the max_hold of {max_hold:?}; a fixed \
+                 lease is never renewed, so give a lease no longer than max_hold (or leave \
+                 max_hold out)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// One new acquisition's wait: its deadline, its place among the local waiters,
@@ -649,12 +697,14 @@ impl<'a> Wait<'a> {
             owner.clone(),
             (fence > 0).then_some(fence),
             self.origin.clone(),
+            mode.max_hold,
             HoldState {
                 guards: 1,
                 deadline: sent + validity,
                 watchdog: mode.watchdog,
                 lease: mode.lease,
                 next_renew: sent + mode.lease / 3,
+                renew_until: mode.max_hold.map(|max_hold| sent + max_hold),
             },
         ));
         self.inner.watchdog.register(hold.clone());
@@ -880,7 +930,10 @@ async fn reenter(
             Ok(LockGuard::new(inner, HeldLock { hold, count }, context))
         }
         Outcome::NotHeld | Outcome::Busy { .. } | Outcome::NoQuorum { .. } => {
-            hold.mark_lost("a re-entry found the lock no longer held by its owner");
+            hold.mark_lost(
+                LostReason::NotHeld,
+                "a re-entry found the lock no longer held by its owner",
+            );
             Err(hold.lost_error())
         }
         Outcome::Conflict => Err(LockError::KeyConflict {

@@ -38,6 +38,8 @@ pub(crate) struct Config {
     /// How long a waiter whose chain holds locks waits before it looks for a
     /// deadlock, and then how often; `None`: never.
     pub(crate) deadlock_check_after: Option<Duration>,
+    /// How long the watchdog renews a hold at most (`None`: no bound).
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// One client's connections, scripts, background tasks and id counters.

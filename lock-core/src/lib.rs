@@ -106,7 +106,7 @@ pub use client::{global, HoldMode, Holder, InstallGlobalError, LockClient, LockI
 pub use context::{current_lock, LockContext};
 pub use error::LockError;
 pub use guard::{LockGuard, MultiLockGuard};
-pub use hold::HeldLock;
+pub use hold::{HeldLock, LostReason};
 pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
 pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 pub use multi::MAX_LOCK_ALL;

@@ -34,7 +34,7 @@ use crate::context::LockContext;
 use crate::detach::{join_all, replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, LockError};
 use crate::guard::{LockGuard, MultiLockGuard};
-use crate::hold::{HeldLock, Hold, HoldState};
+use crate::hold::{HeldLock, Hold, HoldState, LostReason};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::lease::validity;
@@ -279,8 +279,10 @@ async fn acquire_at_once(
                 let Some(held) = &held[index] else {
                     return Err(unexpected_reply("acquire_all.lua", &[-1]).into());
                 };
-                held.hold
-                    .mark_lost("a set's re-entry found the lock no longer held by its owner");
+                held.hold.mark_lost(
+                    LostReason::NotHeld,
+                    "a set's re-entry found the lock no longer held by its owner",
+                );
                 return Err(held.hold.lost_error());
             }
             AcquireAllReply::Conflict { index } => {
@@ -350,12 +352,14 @@ fn granted(
                     owner.clone(),
                     (fence > 0).then_some(fence),
                     origin.clone(),
+                    mode.max_hold,
                     HoldState {
                         guards: 1,
                         deadline: sent + validity(mode.lease),
                         watchdog: mode.watchdog,
                         lease: mode.lease,
                         next_renew: sent + mode.lease / 3,
+                        renew_until: mode.max_hold.map(|max_hold| sent + max_hold),
                     },
                 ));
                 inner.watchdog.register(hold.clone());

@@ -19,7 +19,7 @@ use crate::detach::{log_failure, replay_until_known, spawn, Detached};
 use crate::error::{is_failover_code, outcome_unknown, LockError};
 use crate::faults::{self, Fault};
 use crate::handoff::{Delivery, Grant};
-use crate::hold::Hold;
+use crate::hold::{Hold, LostReason};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::owner::{Op, Owner};
@@ -44,7 +44,10 @@ pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), Lo
         ReleaseReply::Released { .. } | ReleaseReply::Handed { .. } if !hold.is_lost() => Ok(()),
         ReleaseReply::Released { .. } | ReleaseReply::Handed { .. } => Err(hold.lost_error()),
         ReleaseReply::NotHeld => {
-            hold.mark_lost("the lock was not held by its owner at release");
+            hold.mark_lost(
+                LostReason::NotHeld,
+                "the lock was not held by its owner at release",
+            );
             Err(hold.lost_error())
         }
         ReleaseReply::Conflict => Err(LockError::KeyConflict {

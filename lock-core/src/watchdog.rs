@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::Backend;
-use crate::hold::{Hold, HoldState};
+use crate::hold::{Hold, HoldState, LostReason};
 use crate::lease::validity;
 use crate::renew::renew;
 use crate::scripts::Scripts;
@@ -147,7 +147,8 @@ impl Task {
             let (due, expired, next) = self.survey(now);
             for hold in expired {
                 self.registry.holds().remove(&hold.id);
-                hold.mark_lost("its lease ended before it could be renewed");
+                let reason = hold.state().expiry_reason();
+                hold.mark_lost(reason, "its lease ended before it could be renewed");
             }
             if !due.is_empty() {
                 self.renew(due, next).await;
@@ -185,7 +186,8 @@ impl Task {
                 continue;
             }
             consider(state.deadline);
-            if state.watchdog {
+            // Past `max_hold`: no more renewals; the lease runs out at its deadline.
+            if state.watchdog && !state.renewal_capped() {
                 if state.next_renew <= horizon {
                     due.push(hold.clone());
                 } else {
@@ -234,6 +236,7 @@ impl Task {
                 Some(false) => {
                     self.registry.holds().remove(&hold.id);
                     hold.mark_lost(
+                        LostReason::NotHeld,
                         "the watchdog found the lock gone (lease ended or force-unlocked)",
                     );
                 }
@@ -274,12 +277,14 @@ mod tests {
             crate::owner::Owner::new("owner".into()),
             None,
             crate::order::Origin::here(),
+            None,
             HoldState {
                 guards: 1,
                 deadline: now + Duration::from_secs(60),
                 watchdog: true,
                 lease: Duration::from_secs(60),
                 next_renew: now + Duration::from_secs(20),
+                renew_until: None,
             },
         ));
         watchdog.register(hold.clone());
