@@ -185,6 +185,10 @@
 //! # Feature flags
 //!
 //! - `macros` (default): the [`#[distributed_lock]`](macro@distributed_lock) macro.
+//! - `metrics`: counters, histograms and gauges through the `metrics` facade crate
+//!   (install any recorder, such as `metrics-exporter-prometheus`); labelled by lock
+//!   template, never by name. Off: no dependency and no cost. The list is in the
+//!   README, "Operating distlock".
 //! - `fault-injection`: seeded faults for distlock's own tests. Never in production.
 //!
 //! # Testing code that takes locks

@@ -27,6 +27,7 @@ use crate::hold::{HeldLock, Hold, HoldState, LostReason};
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
 use crate::lease::{lease_millis, validity};
+use crate::metrics::{self, Tag};
 use crate::order::Origin;
 use crate::owner::Owner;
 use crate::release;
@@ -422,6 +423,8 @@ struct Wait<'a> {
     origin: Origin,
     /// Deadlock detection, for a chain that holds other locks.
     deadlock: Option<Watch>,
+    /// Its metrics' labels, once it had to wait.
+    tag: Option<Tag>,
 }
 
 impl<'a> Wait<'a> {
@@ -456,6 +459,25 @@ impl<'a> Wait<'a> {
             kept_place: None,
             origin,
             deadlock: None,
+            tag: None,
+        }
+    }
+
+    /// The labels of this wait's metrics; the first call counts it as contended.
+    fn contended(&mut self) -> &Tag {
+        self.tag.get_or_insert_with(|| {
+            let tag = Tag::new(&self.inner.backend, &self.keys, &self.origin);
+            metrics::contended(&tag);
+            tag
+        })
+    }
+
+    /// The wait ran out with the lock held by others: a timeout (counted).
+    fn timeout(&self, waited: Duration) -> LockError {
+        metrics::timed_out(&Tag::new(&self.inner.backend, &self.keys, &self.origin));
+        LockError::Timeout {
+            name: self.keys.display(),
+            waited,
         }
     }
 
@@ -498,10 +520,7 @@ impl<'a> Wait<'a> {
         }
         let waited = self.start.elapsed();
         if self.seen_held {
-            return LockError::Timeout {
-                name: self.keys.display(),
-                waited,
-            };
+            return self.timeout(waited);
         }
         LockError::Redis(redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
@@ -525,10 +544,7 @@ impl<'a> Wait<'a> {
                 needed: self.inner.backend.quorum(),
                 held_elsewhere: usize::try_from(held).unwrap_or(usize::MAX),
             },
-            None => LockError::Timeout {
-                name: self.keys.display(),
-                waited: now - self.start,
-            },
+            None => self.timeout(now - self.start),
         }
     }
 
@@ -591,6 +607,7 @@ impl<'a> Wait<'a> {
         mode: Mode,
         pttl_ms: Option<i64>,
     ) -> Result<(), LockError> {
+        let _waiter = metrics::Waiter::new(self.contended());
         if Instant::now() < self.deadline && !self.place.is_listening() {
             match tokio::time::timeout_at(self.deadline, self.place.listen()).await {
                 Ok(Ok(())) => {}
@@ -658,6 +675,7 @@ impl<'a> Wait<'a> {
         match walked {
             Ok(Some(cycle)) => {
                 tracing::warn!(lock.name = %self.keys.display(), cycle = ?cycle, "distlock: deadlock; this request gives up to break it");
+                metrics::deadlock(&Tag::new(&self.inner.backend, &self.keys, &self.origin));
                 Err(LockError::Deadlock { cycle })
             }
             Ok(None) => Ok(()),
@@ -698,6 +716,7 @@ impl<'a> Wait<'a> {
             (fence > 0).then_some(fence),
             self.origin.clone(),
             mode.max_hold,
+            Tag::new(&self.inner.backend, &self.keys, &self.origin),
             HoldState {
                 guards: 1,
                 deadline: sent + validity,
@@ -707,6 +726,7 @@ impl<'a> Wait<'a> {
                 renew_until: mode.max_hold.map(|max_hold| sent + max_hold),
             },
         ));
+        metrics::acquired(&hold.tag, self.start.elapsed());
         self.inner.watchdog.register(hold.clone());
         // The script dropped the place that this owner kept.
         if self
@@ -926,6 +946,7 @@ async fn reenter(
     };
     match attempt.run().await? {
         Outcome::Acquired { count, .. } => {
+            metrics::reentered(&hold.tag);
             inner.watchdog.guard_added(&hold, sent + validity(lease));
             Ok(LockGuard::new(inner, HeldLock { hold, count }, context))
         }

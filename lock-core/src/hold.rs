@@ -29,6 +29,9 @@ pub(crate) struct Hold {
     reason: OnceLock<LostReason>,
     /// How long the hold may last (`max_hold`), for the warning when it ends so.
     pub(crate) max_hold: Option<Duration>,
+    /// Its metrics' labels.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) tag: crate::metrics::Tag,
     /// Where the first acquisition was asked for, and its class (lock-order checks).
     pub(crate) origin: Origin,
     state: Mutex<HoldState>,
@@ -109,7 +112,8 @@ pub enum LostReason {
 }
 
 impl LostReason {
-    /// A short, stable name: `expired`, `not_held`, `max_hold_exceeded`.
+    /// A short, stable name: `expired`, `not_held`, `max_hold_exceeded` (the value
+    /// of the `reason` label of the `distlock_lost_total` metric).
     ///
     /// # Examples
     ///
@@ -146,6 +150,7 @@ impl Hold {
         fence: Option<u64>,
         origin: Origin,
         max_hold: Option<Duration>,
+        tag: crate::metrics::Tag,
         state: HoldState,
     ) -> Self {
         Self {
@@ -161,6 +166,7 @@ impl Hold {
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
             max_hold,
+            tag,
             origin,
             state: Mutex::new(state),
         }
@@ -218,6 +224,7 @@ impl Hold {
             tracing::debug!(lock.name = %self.display(), reason = why, "distlock: released hold ended");
             return true;
         }
+        crate::metrics::lost(&self.tag, reason.as_str());
         match (reason, self.max_hold) {
             (LostReason::MaxHoldExceeded, Some(max_hold)) => tracing::warn!(
                 lock.name = %self.display(),

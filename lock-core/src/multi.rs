@@ -336,6 +336,7 @@ fn granted(
         let held = match held {
             Some(held) => {
                 let lease = reentry_lease(held, mode);
+                crate::metrics::reentered(&held.hold.tag);
                 inner
                     .watchdog
                     .guard_added(&held.hold, sent + validity(lease));
@@ -353,6 +354,7 @@ fn granted(
                     (fence > 0).then_some(fence),
                     origin.clone(),
                     mode.max_hold,
+                    crate::metrics::Tag::new(&inner.backend, keys, origin),
                     HoldState {
                         guards: 1,
                         deadline: sent + validity(mode.lease),
@@ -362,6 +364,7 @@ fn granted(
                         renew_until: mode.max_hold.map(|max_hold| sent + max_hold),
                     },
                 ));
+                crate::metrics::acquired_in_set(&hold.tag);
                 inner.watchdog.register(hold.clone());
                 HeldLock { hold, count }
             }

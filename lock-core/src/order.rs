@@ -181,6 +181,7 @@ impl LockOrder {
                     here: format!("{held_site} then {site}"),
                     before: format!("{} then {}", earlier.holding, earlier.taking),
                 };
+                crate::metrics::inversion(&held, taking);
                 if self.check == LockOrderCheck::Strict {
                     return Err(inversion);
                 }

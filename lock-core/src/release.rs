@@ -44,10 +44,13 @@ pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), Lo
         ReleaseReply::Released { .. } | ReleaseReply::Handed { .. } if !hold.is_lost() => Ok(()),
         ReleaseReply::Released { .. } | ReleaseReply::Handed { .. } => Err(hold.lost_error()),
         ReleaseReply::NotHeld => {
-            hold.mark_lost(
+            // The last guard is gone already: counted here, not by `mark_lost`.
+            if hold.mark_lost(
                 LostReason::NotHeld,
                 "the lock was not held by its owner at release",
-            );
+            ) {
+                crate::metrics::lost(&hold.tag, LostReason::NotHeld.as_str());
+            }
             Err(hold.lost_error())
         }
         ReleaseReply::Conflict => Err(LockError::KeyConflict {
