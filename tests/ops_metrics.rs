@@ -8,12 +8,15 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{LockError, LostReason};
+use distlock::{LockClient, LockError, LostReason};
 use metrics_exporter_prometheus::PrometheusBuilder;
+use tokio::sync::Barrier;
 
 const TASKS: u64 = 4;
 const EACH: u64 = 5;
@@ -105,6 +108,39 @@ fn value(samples: &BTreeMap<String, Vec<Sample>>, name: &str, want: &[(&str, &st
     matching[0]
 }
 
+/// Holds `first`, waits at `barrier` for the other chain, then asks for `second`
+/// inside the hold: with the other chain doing the same the other way round, one
+/// of the two is a deadlock's victim. Whether this one was.
+async fn hold_then_ask(
+    locks: LockClient,
+    first: &'static str,
+    second: &'static str,
+    barrier: Arc<Barrier>,
+) -> bool {
+    let outer = locks.lock(first).await.expect("the first lock");
+    barrier.wait().await;
+    let inner = outer
+        .scope(
+            locks
+                .lock(second)
+                .wait(Duration::from_secs(10))
+                .into_future(),
+        )
+        .await;
+    let victim = match inner {
+        Ok(inner) => {
+            inner.unlock().await.expect("unlock");
+            false
+        }
+        Err(err) => {
+            assert!(matches!(err, LockError::Deadlock { .. }), "{err}");
+            true
+        }
+    };
+    outer.unlock().await.expect("unlock");
+    victim
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scrape_after_a_known_run_counts_exactly_what_happened() {
     let addr: SocketAddr = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
@@ -117,7 +153,12 @@ async fn a_scrape_after_a_known_run_counts_exactly_what_happened() {
         .expect("install the exporter");
 
     let server = support::server();
-    let locks = support::client_with_lease(&server, LEASE).await;
+    let locks = support::builder(&server)
+        .default_lease(LEASE)
+        .deadlock_check_after(Some(Duration::from_millis(200)))
+        .connect()
+        .await
+        .expect("connect");
     let operator = support::client(&server).await;
 
     // TASKS tasks take `job:7` EACH times and re-enter it once each time.
@@ -186,6 +227,15 @@ async fn a_scrape_after_a_known_run_counts_exactly_what_happened() {
     order.unlock().await.expect("unlock");
     customer.unlock().await.expect("unlock");
 
+    // One deadlock: two chains take `ledger:a` and `ledger:b` in opposite orders
+    // (an inversion too); one of them gives up.
+    let barrier = Arc::new(Barrier::new(2));
+    let (one, other) = tokio::join!(
+        hold_then_ask(locks.clone(), "ledger:a", "ledger:b", barrier.clone()),
+        hold_then_ask(locks.clone(), "ledger:b", "ledger:a", barrier),
+    );
+    assert!(one != other, "exactly one victim");
+
     let samples = scrape(addr);
     let job = [
         ("lock", "job:{#}"),
@@ -253,9 +303,14 @@ async fn a_scrape_after_a_known_run_counts_exactly_what_happened() {
         ),
         1.0
     );
-    assert!(
-        !samples.contains_key("distlock_deadlocks_total"),
-        "no deadlock happened"
+    let deadlocks = &samples["distlock_deadlocks_total"];
+    assert_eq!(deadlocks.len(), 1, "{deadlocks:?}");
+    assert_eq!(deadlocks[0].1, 1.0, "{deadlocks:?}");
+    let inversions = &samples["distlock_lock_order_inversions_total"];
+    assert_eq!(
+        inversions.len(),
+        2,
+        "order/customer, ledger:a/b: {inversions:?}"
     );
 
     // Nothing is held or waited for any more, in any series; no raw name is a label.
