@@ -10,8 +10,8 @@
 //! | --- | --- | --- | --- |
 //! | `distlock_acquired_total` | counter | `lock`, `backend`, `kind` | new acquisitions (a hold begins) |
 //! | `distlock_reentered_total` | counter | `lock`, `backend`, `kind` | re-entries of a hold the call chain has |
-//! | `distlock_contended_total` | counter | `lock`, `backend`, `kind` | acquisitions that had to wait (once each, however they ended) |
-//! | `distlock_timed_out_total` | counter | `lock`, `backend`, `kind` | acquisitions whose wait ran out (`LockError::Timeout`, a `try_lock` miss too) |
+//! | `distlock_contended_total` | counter | `lock`, `backend`, `kind` | acquisitions that had to wait (once each, however they ended; not for `lock_all`) |
+//! | `distlock_timed_out_total` | counter | `lock`, `backend`, `kind` | acquisitions whose wait ran out (`LockError::Timeout`, a `try_lock` miss too; not for `lock_all`) |
 //! | `distlock_lost_total` | counter | `lock`, `backend`, `kind`, `reason` | holds lost while held; `reason` is `expired`, `not_held` or `max_hold_exceeded` ([`LostReason::as_str`](crate::LostReason::as_str)) |
 //! | `distlock_renewals_total` | counter | `lock`, `backend`, `kind` | watchdog renewals that succeeded |
 //! | `distlock_renewal_failures_total` | counter | `lock`, `backend`, `kind` | renewals that failed or timed out (retried) |
@@ -22,7 +22,7 @@
 //! | `distlock_hold_seconds` | histogram | `lock`, `backend`, `kind` | how long each hold lasted, to its release or loss |
 //! | `distlock_renewal_round_trip_seconds` | histogram | `backend` | one renewal batch's round trip |
 //! | `distlock_held` | gauge | `lock`, `backend`, `kind` | locks this client holds now |
-//! | `distlock_waiters` | gauge | `lock`, `backend`, `kind` | this client's requests waiting now |
+//! | `distlock_waiters` | gauge | `lock`, `backend`, `kind` | this client's requests waiting now (not for `lock_all`) |
 //!
 //! `lock` is the lock's *template*, never its name: the request's
 //! [`label`](crate::LockRequest::label) (`#[distributed_lock]` gives its key
