@@ -126,7 +126,21 @@ async fn renewal_stops_at_max_hold_and_the_next_holder_gets_the_lock_within_a_le
     assert!(warning.contains("600ms"), "{warning}");
     assert!(warning.contains("WARN"), "{warning}");
     let err = guard.unlock().await.expect_err("lost");
-    assert!(err.is_lost(), "{err}");
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: Some(LostReason::MaxHoldExceeded),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("(it was held for its whole max_hold)"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,7 +275,17 @@ async fn a_deleted_key_is_not_held_and_a_paused_server_is_an_expired_lease() {
         .await
         .expect("the next renewal finds the key gone");
     assert_eq!(deleted.lost_reason(), Some(LostReason::NotHeld));
-    assert!(deleted.unlock().await.expect_err("lost").is_lost());
+    let err = deleted.unlock().await.expect_err("lost");
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: Some(LostReason::NotHeld),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 
     let paused = locks.lock("paused").await.expect("lock");
     server.pause().expect("SIGSTOP redis");
@@ -269,8 +293,20 @@ async fn a_deleted_key_is_not_held_and_a_paused_server_is_an_expired_lease() {
     server.resume().expect("SIGCONT redis");
     lost.expect("lost once the lease ran out unrenewed");
     assert_eq!(paused.lost_reason(), Some(LostReason::Expired));
+    let held = paused.held();
     // The first reason stays: the release that finds the key gone does not replace it.
-    assert!(paused.unlock().await.expect_err("lost").is_lost());
+    let err = paused.unlock().await.expect_err("lost");
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: Some(LostReason::Expired),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(held.lost_reason(), Some(LostReason::Expired));
 }
 
 #[distributed_lock(key = "job:{name}", client = locks, max_hold = "600ms", on_lost = "abort")]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::error::LockError;
+use crate::error::{LockError, LostReason};
 use crate::keys::LockKeys;
 use crate::order::Origin;
 use crate::owner::Owner;
@@ -71,72 +71,6 @@ impl HoldState {
         } else {
             LostReason::Expired
         }
-    }
-}
-
-/// Why a lock was lost: what [`LockGuard::lost_reason`](crate::LockGuard::lost_reason)
-/// and [`HeldLock::lost_reason`] say once [`lost`](HeldLock::lost) has fired. The
-/// first cause found is kept: later ones do not replace it.
-///
-/// # Examples
-///
-/// ```no_run
-/// # use distlock_core as distlock;
-/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-/// use distlock::LostReason;
-///
-/// let guard = locks.lock("export:nightly").await?;
-/// guard.lost().await;
-/// match guard.lost_reason() {
-///     Some(LostReason::MaxHoldExceeded) => eprintln!("held for longer than max_hold"),
-///     Some(LostReason::Expired) => eprintln!("Redis was unreachable for a whole lease"),
-///     Some(reason) => eprintln!("lost: {reason}"),
-///     None => {}
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// The lease ran out before a renewal succeeded: the server was unreachable or
-    /// too slow for a whole lease (or a fixed lease simply ended).
-    Expired,
-    /// Redis said this owner no longer holds the lock (a renewal, re-entry or
-    /// release found it gone): it was force-unlocked, its key deleted or expired in
-    /// Redis (a server paused past the lease), or another owner holds it now.
-    NotHeld,
-    /// The hold lasted its `max_hold`: the watchdog stopped renewing it, and then
-    /// the lease ran out.
-    MaxHoldExceeded,
-}
-
-impl LostReason {
-    /// A short, stable name: `expired`, `not_held`, `max_hold_exceeded` (the value
-    /// of the `reason` label of the `distlock_lost_total` metric).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use distlock_core as distlock;
-    /// assert_eq!(distlock::LostReason::MaxHoldExceeded.as_str(), "max_hold_exceeded");
-    /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Expired => "expired",
-            Self::NotHeld => "not_held",
-            Self::MaxHoldExceeded => "max_hold_exceeded",
-        }
-    }
-}
-
-impl fmt::Display for LostReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Expired => "its lease ended before it could be renewed",
-            Self::NotHeld => "Redis no longer had it held by this owner",
-            Self::MaxHoldExceeded => "it was held for its whole max_hold",
-        })
     }
 }
 
@@ -240,6 +174,7 @@ impl Hold {
     pub(crate) fn lost_error(&self) -> LockError {
         LockError::Lost {
             name: self.display().to_owned(),
+            reason: self.reason.get().copied(),
         }
     }
 }

@@ -32,9 +32,9 @@ use crate::acquire::{
 use crate::backend::slot;
 use crate::context::LockContext;
 use crate::detach::{join_all, replay_until_known, spawn, Detached};
-use crate::error::{outcome_unknown, LockError};
+use crate::error::{outcome_unknown, LockError, LostReason};
 use crate::guard::{LockGuard, MultiLockGuard};
-use crate::hold::{HeldLock, Hold, HoldState, LostReason};
+use crate::hold::{HeldLock, Hold, HoldState};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::lease::validity;

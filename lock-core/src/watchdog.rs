@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::Backend;
-use crate::hold::{Hold, HoldState, LostReason};
+use crate::error::LostReason;
+use crate::hold::{Hold, HoldState};
 use crate::lease::validity;
 use crate::metrics;
 use crate::renew::renew;
