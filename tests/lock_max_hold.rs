@@ -226,6 +226,43 @@ async fn bad_max_hold_values_are_refused_and_change_nothing() {
         assert!(err.to_string().contains(needle), "{err}");
         assert!(!support::exists(&server, &support::lock_key("bad")));
     }
+    // A re-entry's fixed lease may not outlast the outermost acquisition's bound.
+    let outer = locks
+        .lock("bounded-outer")
+        .max_hold(MAX_HOLD)
+        .await
+        .expect("lock");
+    let err = outer
+        .scope(async {
+            locks
+                .lock("bounded-outer")
+                .lease(Duration::from_secs(60))
+                .await
+        })
+        .await
+        .expect_err("a re-entry's lease past max_hold");
+    assert!(
+        matches!(
+            &err,
+            LockError::InvalidOption {
+                option: "max_hold",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        support::redis_count(&server, "bounded-outer"),
+        1,
+        "nothing changed"
+    );
+    let inner = outer
+        .scope(async { locks.lock("bounded-outer").lease(MAX_HOLD / 2).await })
+        .await
+        .expect("a re-entry's lease within the bound");
+    inner.unlock().await.expect("unlock");
+    outer.unlock().await.expect("unlock");
+
     // The builder refuses it before it connects.
     let built = support::builder(&server)
         .default_lease(LEASE)
@@ -256,10 +293,15 @@ async fn bad_max_hold_values_are_refused_and_change_nothing() {
         .keys("*")
         .await
         .expect("KEYS");
+    let mut keys = keys;
+    keys.sort();
     assert_eq!(
         keys,
-        [support::lock_key("fixed")],
-        "only the fixed lock's tombstone"
+        [
+            support::lock_key("bounded-outer"),
+            support::lock_key("fixed")
+        ],
+        "only the tombstones of the released locks"
     );
 }
 

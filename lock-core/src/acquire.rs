@@ -933,6 +933,7 @@ async fn reenter(
         mode.lease
     };
     let sent = Instant::now();
+    check_reentry_lease(&hold, mode, sent)?;
     let attempt = Attempt {
         inner,
         keys: &hold.keys,
@@ -965,6 +966,34 @@ async fn reenter(
         }),
         Outcome::Permits { permits } => Err(permits_mismatch(&hold.keys, permits)),
     }
+}
+
+/// A fixed lease on a re-entry of a hold bounded by `max_hold` may not keep the
+/// lock past the bound: it must end within one of the hold's leases after it, as a
+/// hold that is no longer renewed does.
+fn check_reentry_lease(hold: &Hold, mode: Mode, sent: Instant) -> Result<(), LockError> {
+    let (until, hold_lease) = {
+        let state = hold.state();
+        (state.renew_until, state.lease)
+    };
+    let Some(until) = until.filter(|_| !mode.watchdog) else {
+        return Ok(());
+    };
+    let latest = until + hold_lease;
+    if sent + mode.lease > latest {
+        return Err(LockError::invalid_option(
+            "max_hold",
+            format!(
+                "a fixed lease of {:?} on this re-entry of lock `{}` would keep it past the \
+                 outermost acquisition's max_hold; give the re-entry a lease of at most {:?}, \
+                 or none (the watchdog's, which stops at max_hold)",
+                mode.lease,
+                hold.display(),
+                latest.saturating_duration_since(sent)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A semaphore whose holders count `permits` permits, asked for with another count.

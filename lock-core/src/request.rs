@@ -206,7 +206,9 @@ impl LockRequest {
     ///
     /// [`LockError::InvalidOption`], before anything is sent: zero, shorter than
     /// the watchdog's renewal period (a third of the lease), or shorter than a
-    /// fixed [`lease`](Self::lease) given with it.
+    /// fixed [`lease`](Self::lease) given with it; and for a re-entry with a fixed
+    /// lease that would end more than one lease after the outermost acquisition's
+    /// `max_hold`.
     ///
     /// # Examples
     ///
