@@ -185,6 +185,10 @@
 //! # Feature flags
 //!
 //! - `macros` (default): the [`#[distributed_lock]`](macro@distributed_lock) macro.
+//! - `metrics`: counters, histograms and gauges through the `metrics` facade crate
+//!   (install any recorder, such as `metrics-exporter-prometheus`); labelled by lock
+//!   template, never by name. Off: no dependency and no cost. The list is in the
+//!   README, "Operating distlock".
 //! - `fault-injection`: seeded faults for distlock's own tests. Never in production.
 //!
 //! # Testing code that takes locks
@@ -216,9 +220,9 @@ struct ReadmeDoctests;
 pub use distlock_core::{
     current_lock, fields_of_nodes, global, HealthReport, HeldLock, HoldMode, Holder, HolderInfo,
     InstallGlobalError, LockAllRequest, LockClient, LockClientBuilder, LockContext, LockError,
-    LockFuture, LockGuard, LockInfo, LockKind, LockOrderCheck, LockRequest, MultiLockGuard,
-    NodeHealth, Semaphore, TryLockRequest, MAX_LEASE, MAX_LOCK_ALL, MAX_NAMESPACE_LEN,
-    MAX_NAME_LEN, MAX_PERMITS, MAX_SERVICE_LEN, MIN_LEASE, MIN_WATCHDOG_LEASE,
+    LockFuture, LockGuard, LockInfo, LockKind, LockOrderCheck, LockRequest, LostReason,
+    MultiLockGuard, NodeHealth, Semaphore, TryLockRequest, MAX_LEASE, MAX_LOCK_ALL,
+    MAX_NAMESPACE_LEN, MAX_NAME_LEN, MAX_PERMITS, MAX_SERVICE_LEN, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 
 /// The `redis` crate (1.x) that distlock is built on: [`LockError::Redis`] and

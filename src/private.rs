@@ -18,6 +18,8 @@ pub struct Options {
     pub wait: Option<Duration>,
     /// `lease = ".."`.
     pub lease: Option<Duration>,
+    /// `max_hold = ".."`.
+    pub max_hold: Option<Duration>,
     /// `fencing`.
     pub fencing: Option<bool>,
     /// `kind = ".."`, or `semaphore = ".."` with `permits`.
@@ -168,10 +170,11 @@ fn build<K: AsRef<[u8]>>(client: &LockClient, key: K, options: Options) -> LockR
     options.apply(request.label(options.label))
 }
 
-/// A request that takes the attribute's `wait`, `lease` and `fencing`.
+/// A request that takes the attribute's `wait`, `lease`, `max_hold` and `fencing`.
 trait Configurable: Sized {
     fn wait(self, wait: Duration) -> Self;
     fn lease(self, lease: Duration) -> Self;
+    fn max_hold(self, max_hold: Duration) -> Self;
     fn fencing(self, fencing: bool) -> Self;
 }
 
@@ -181,6 +184,9 @@ impl Configurable for LockRequest {
     }
     fn lease(self, lease: Duration) -> Self {
         LockRequest::lease(self, lease)
+    }
+    fn max_hold(self, max_hold: Duration) -> Self {
+        LockRequest::max_hold(self, max_hold)
     }
     fn fencing(self, fencing: bool) -> Self {
         LockRequest::fencing(self, fencing)
@@ -193,6 +199,9 @@ impl Configurable for LockAllRequest {
     }
     fn lease(self, lease: Duration) -> Self {
         LockAllRequest::lease(self, lease)
+    }
+    fn max_hold(self, max_hold: Duration) -> Self {
+        LockAllRequest::max_hold(self, max_hold)
     }
     fn fencing(self, fencing: bool) -> Self {
         LockAllRequest::fencing(self, fencing)
@@ -207,6 +216,9 @@ impl Options {
         }
         if let Some(lease) = self.lease {
             request = request.lease(lease);
+        }
+        if let Some(max_hold) = self.max_hold {
+            request = request.max_hold(max_hold);
         }
         if let Some(fencing) = self.fencing {
             request = request.fencing(fencing);

@@ -17,7 +17,14 @@ use std::time::{Duration, Instant};
 use distlock_testkit::{RedisCluster, RedisServer, SentinelGroup};
 
 /// Every example; each has a test of its own below.
-const EXAMPLES: [&str; 5] = ["demo", "order_flow", "fencing", "guard_api", "deadlock"];
+const EXAMPLES: [&str; 6] = [
+    "demo",
+    "order_flow",
+    "fencing",
+    "guard_api",
+    "deadlock",
+    "metrics",
+];
 
 /// How long an example may run before it counts as hung.
 const TIME_LIMIT: Duration = Duration::from_secs(120);
@@ -55,6 +62,14 @@ fn deadlock_is_warned_of_broken_and_its_check_passes() {
     let output = run_example("deadlock");
     assert!(output.contains("deadlock broken after"), "{output}");
     assert!(output.contains("consistency check passed"), "{output}");
+}
+
+/// The Prometheus endpoint serves the counts of the run it made.
+#[test]
+fn metrics_serves_the_counts_of_its_workload() {
+    let output = run_example("metrics");
+    assert!(output.contains("distlock_acquired_total{"), "{output}");
+    assert!(output.contains("metrics check passed"), "{output}");
 }
 
 /// The examples read `REDIS_CLUSTER_URLS` too: the order flow on a Redis Cluster,
@@ -202,7 +217,7 @@ fn example_binary(name: &str) -> PathBuf {
     binary
 }
 
-/// Runs `cargo build --workspace --examples` for this test's profile and target
+/// Runs `cargo build --workspace --examples --features distlock/metrics` for this test's profile and target
 /// directory; returns the directory that holds the example binaries.
 fn build_examples() -> Result<PathBuf, String> {
     // This test runs from <target>/<profile>/deps/.
@@ -223,6 +238,9 @@ fn build_examples() -> Result<PathBuf, String> {
             "--quiet",
             "--workspace",
             "--examples",
+            // examples/metrics.rs needs the feature.
+            "--features",
+            "distlock/metrics",
             "--target-dir",
         ])
         .arg(target_dir);

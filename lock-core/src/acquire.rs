@@ -19,7 +19,7 @@ use crate::attempt::{withdraw, Attempt, Outcome};
 use crate::context::LockContext;
 use crate::deadlock::Waiting;
 use crate::detach::spawn;
-use crate::error::LockError;
+use crate::error::{LockError, LostReason};
 use crate::faults::{self, Fault};
 use crate::guard::LockGuard;
 use crate::handoff::{Delivery, Offer};
@@ -27,6 +27,7 @@ use crate::hold::{HeldLock, Hold, HoldState};
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
 use crate::lease::{lease_millis, validity};
+use crate::metrics::{self, Tag};
 use crate::order::Origin;
 use crate::order_shared;
 use crate::owner::Owner;
@@ -54,6 +55,8 @@ pub(crate) struct Options {
     pub(crate) fencing: Option<bool>,
     /// The request's own `deadlock_check_after`.
     pub(crate) deadlock_after: Option<Duration>,
+    /// The request's own `max_hold`.
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// How a new acquisition holds the lock.
@@ -62,6 +65,8 @@ pub(crate) struct Mode {
     pub(crate) lease: Duration,
     pub(crate) watchdog: bool,
     pub(crate) fencing: bool,
+    /// How long the watchdog renews a new hold (`None`: as long as it is held).
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// Takes the lock of `keys` for the current call chain: re-enters it when the chain
@@ -405,12 +410,56 @@ pub(crate) fn settle_options(
              cluster where fencing matters",
         ));
     }
+    let max_hold = options.max_hold.or(inner.config.max_hold);
+    if let Some(max_hold) = max_hold {
+        check_max_hold(max_hold, lease, watchdog)?;
+    }
     let mode = Mode {
         lease,
         watchdog,
         fencing,
+        max_hold,
     };
     Ok((mode, deadline))
+}
+
+/// Checks a `max_hold` against the lease it bounds: not zero; under a watchdog,
+/// at least one renewal period (a third of the lease), or it would end the hold
+/// before the first renewal; a fixed lease must not outlast it.
+pub(crate) fn check_max_hold(
+    max_hold: Duration,
+    lease: Duration,
+    watchdog: bool,
+) -> Result<(), LockError> {
+    if max_hold.is_zero() {
+        return Err(LockError::invalid_option(
+            "max_hold",
+            "zero: a lock must be allowed to be held a while; give how long the longest \
+             holder may keep it (such as 5 min), or leave `max_hold` out for no bound",
+        ));
+    }
+    if watchdog && max_hold < lease / 3 {
+        return Err(LockError::invalid_option(
+            "max_hold",
+            format!(
+                "{max_hold:?} is shorter than the watchdog's renewal period ({:?}, a third of \
+                 the {lease:?} lease); use a max_hold of at least {:?}, or a shorter lease",
+                lease / 3,
+                lease / 3
+            ),
+        ));
+    }
+    if !watchdog && lease > max_hold {
+        return Err(LockError::invalid_option(
+            "max_hold",
+            format!(
+                "the fixed lease of {lease:?} outlasts the max_hold of {max_hold:?}; a fixed \
+                 lease is never renewed, so give a lease no longer than max_hold (or leave \
+                 max_hold out)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// One new acquisition's wait: its deadline, its place among the local waiters,
@@ -446,6 +495,8 @@ struct Wait<'a> {
     deadlock: Option<Watch>,
     /// What the client writes of this waiter once it holds the lock (`who.rs`).
     who: Arc<str>,
+    /// Its metrics' labels, once it had to wait.
+    tag: Option<Tag>,
 }
 
 impl<'a> Wait<'a> {
@@ -481,7 +532,23 @@ impl<'a> Wait<'a> {
             who: inner.who.who(&origin.site_text()).into(),
             origin,
             deadlock: None,
+            tag: None,
         }
+    }
+
+    /// The labels of this wait's metrics; the first call counts it as contended.
+    fn contended(&mut self) -> &Tag {
+        self.tag.get_or_insert_with(|| {
+            let tag = Tag::new(&self.inner.backend, &self.keys, &self.origin);
+            metrics::contended(&tag);
+            tag
+        })
+    }
+
+    /// The wait ran out with the lock held by others: a timeout (counted).
+    fn timeout(&self, waited: Duration) -> LockError {
+        metrics::timed_out(&Tag::new(&self.inner.backend, &self.keys, &self.origin));
+        LockError::timeout(self.keys.display(), waited)
     }
 
     /// Waits for what came of the release that claimed this waiter's offer, within
@@ -523,7 +590,7 @@ impl<'a> Wait<'a> {
         }
         let waited = self.start.elapsed();
         if self.seen_held {
-            return LockError::timeout(self.keys.display(), waited);
+            return self.timeout(waited);
         }
         LockError::Redis(redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
@@ -547,7 +614,7 @@ impl<'a> Wait<'a> {
                 needed: self.inner.backend.quorum(),
                 held_elsewhere: usize::try_from(held).unwrap_or(usize::MAX),
             },
-            None => LockError::timeout(self.keys.display(), now - self.start),
+            None => self.timeout(now - self.start),
         }
     }
 
@@ -611,6 +678,7 @@ impl<'a> Wait<'a> {
         mode: Mode,
         pttl_ms: Option<i64>,
     ) -> Result<(), LockError> {
+        let _waiter = metrics::Waiter::new(self.contended());
         if Instant::now() < self.deadline && !self.place.is_listening() {
             match tokio::time::timeout_at(self.deadline, self.place.listen()).await {
                 Ok(Ok(())) => {}
@@ -679,6 +747,7 @@ impl<'a> Wait<'a> {
         match walked {
             Ok(Some(cycle)) => {
                 tracing::warn!(lock.name = %self.keys.display(), cycle = ?cycle, "distlock: deadlock; this request gives up to break it");
+                metrics::deadlock(&Tag::new(&self.inner.backend, &self.keys, &self.origin));
                 Err(LockError::Deadlock { cycle })
             }
             Ok(None) => Ok(()),
@@ -718,14 +787,18 @@ impl<'a> Wait<'a> {
             owner.clone(),
             (fence > 0).then_some(fence),
             self.origin.clone(),
+            mode.max_hold,
+            Tag::new(&self.inner.backend, &self.keys, &self.origin),
             HoldState {
                 guards: 1,
                 deadline: sent + validity,
                 watchdog: mode.watchdog,
                 lease: mode.lease,
                 next_renew: sent + mode.lease / 3,
+                renew_until: mode.max_hold.map(|max_hold| sent + max_hold),
             },
         ));
+        metrics::acquired(&hold.tag, self.start.elapsed());
         self.inner.watchdog.register(hold.clone());
         // The script dropped the place that this owner kept.
         if self
@@ -932,6 +1005,7 @@ async fn reenter(
         mode.lease
     };
     let sent = Instant::now();
+    check_reentry_lease(&hold, mode, sent)?;
     let attempt = Attempt {
         inner,
         keys: &hold.keys,
@@ -946,11 +1020,15 @@ async fn reenter(
     };
     match attempt.run().await? {
         Outcome::Acquired { count, .. } => {
+            metrics::reentered(&hold.tag);
             inner.watchdog.guard_added(&hold, sent + validity(lease));
             Ok(LockGuard::new(inner, HeldLock { hold, count }, context))
         }
         Outcome::NotHeld | Outcome::Busy { .. } | Outcome::NoQuorum { .. } => {
-            hold.mark_lost("a re-entry found the lock no longer held by its owner");
+            hold.mark_lost(
+                LostReason::NotHeld,
+                "a re-entry found the lock no longer held by its owner",
+            );
             Err(hold.lost_error())
         }
         Outcome::Conflict => Err(LockError::KeyConflict {
@@ -961,6 +1039,34 @@ async fn reenter(
         }),
         Outcome::Permits { permits } => Err(permits_mismatch(&hold.keys, permits)),
     }
+}
+
+/// A fixed lease on a re-entry of a hold bounded by `max_hold` may not keep the
+/// lock past the bound: it must end within one of the hold's leases after it, as a
+/// hold that is no longer renewed does.
+fn check_reentry_lease(hold: &Hold, mode: Mode, sent: Instant) -> Result<(), LockError> {
+    let (until, hold_lease) = {
+        let state = hold.state();
+        (state.renew_until, state.lease)
+    };
+    let Some(until) = until.filter(|_| !mode.watchdog) else {
+        return Ok(());
+    };
+    let latest = until + hold_lease;
+    if sent + mode.lease > latest {
+        return Err(LockError::invalid_option(
+            "max_hold",
+            format!(
+                "a fixed lease of {:?} on this re-entry of lock `{}` would keep it past the \
+                 outermost acquisition's max_hold; give the re-entry a lease of at most {:?}, \
+                 or none (the watchdog's, which stops at max_hold)",
+                mode.lease,
+                hold.display(),
+                latest.saturating_duration_since(sent)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A semaphore whose holders count `permits` permits, asked for with another count.

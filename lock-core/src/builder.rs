@@ -12,7 +12,7 @@ use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisResult, TlsCer
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
-use crate::acquire::check_deadlock_after;
+use crate::acquire::{check_deadlock_after, check_max_hold};
 use crate::backend::dial::dial_once;
 use crate::backend::link::{Link, Links};
 use crate::backend::sentinel::{NodeAuth, NodeOptions, SentinelConn};
@@ -186,6 +186,7 @@ pub struct LockClientBuilder {
     share_lock_order: bool,
     deadlock_check_after: Option<Duration>,
     service: Option<String>,
+    max_hold: Option<Duration>,
 }
 
 impl Default for LockClientBuilder {
@@ -225,6 +226,7 @@ impl LockClientBuilder {
             share_lock_order: false,
             deadlock_check_after: Some(Duration::from_secs(1)),
             service: None,
+            max_hold: None,
         }
     }
 
@@ -884,6 +886,43 @@ impl LockClientBuilder {
         self
     }
 
+    /// The longest any lock of this client is held: the watchdog stops renewing a
+    /// hold once `max_hold` has passed since its first acquisition (re-entries do
+    /// not extend it), so a holder that is stuck but alive cannot keep a lock
+    /// forever. When the lease then runs out, the guard's
+    /// [`lost`](crate::LockGuard::lost) fires with
+    /// [`LostReason::MaxHoldExceeded`](crate::LostReason::MaxHoldExceeded) and a
+    /// warning names the lock. The lock is free for others at most one lease after
+    /// `max_hold`. Default: no bound. A request may set its own with
+    /// [`LockRequest::max_hold`](crate::LockRequest::max_hold).
+    ///
+    /// It must be at least a third of the [`default_lease`](Self::default_lease)
+    /// (one renewal period); a request's fixed lease must not be longer than it
+    /// (both are refused with [`LockError::InvalidOption`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    /// use distlock::LockClient;
+    ///
+    /// // No job holds a lock for more than 5 minutes (plus one lease).
+    /// let locks = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .max_hold(Duration::from_secs(300))
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = locks;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
     /// Checks every setting, before anything is dialed: the endpoints to connect to,
     /// or the first setting out of range.
     fn validate(&self) -> Result<Endpoints, LockError> {
@@ -896,6 +935,9 @@ impl LockClientBuilder {
         check_timeouts(self.connect_timeout, self.response_timeout)?;
         if let Some(after) = self.deadlock_check_after {
             check_deadlock_after(after)?;
+        }
+        if let Some(max_hold) = self.max_hold {
+            check_max_hold(max_hold, self.default_lease, true)?;
         }
         self.validate_sentinel_node()?;
         let endpoints = self.validate_target()?;
@@ -1087,6 +1129,7 @@ impl LockClientBuilder {
             deadlock_check_after: self.deadlock_check_after,
             service,
             share_lock_order: self.share_lock_order,
+            max_hold: self.max_hold,
         };
         Ok(LockClient::new(Inner::new(
             backend,
@@ -1371,6 +1414,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("share_lock_order", &self.share_lock_order)
             .field("deadlock_check_after", &self.deadlock_check_after)
             .field("service", &self.service)
+            .field("max_hold", &self.max_hold)
             .finish()
     }
 }

@@ -866,7 +866,12 @@ impl LockClient {
             })
             .await;
         match redlock::force_release(replies)? {
-            ForceVote::Done { deleted } => Ok(deleted),
+            ForceVote::Done { deleted } => {
+                if deleted {
+                    crate::metrics::force_unlocked(&self.inner.backend, &keys.name);
+                }
+                Ok(deleted)
+            }
             ForceVote::Conflict => Err(LockError::KeyConflict {
                 name: keys.display(),
             }),

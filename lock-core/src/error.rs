@@ -61,17 +61,21 @@ pub enum LockError {
     /// Its message: ``lock `order:42` was lost: its lease ended or it was
     /// force-unlocked before this owner released it, so another owner may have held it
     /// meanwhile; check `is_lost()` before committing work, and use fencing tokens so
-    /// that stale writes are refused``. Treat the work done under the lock as
-    /// unprotected.
+    /// that stale writes are refused``; with the reason when it is known, as in
+    /// ``lock `order:42` was lost (it was held for its whole max_hold): ...``. Treat
+    /// the work done under the lock as unprotected.
     #[error(
-        "lock `{name}` was lost: its lease ended or it was force-unlocked before this owner \
+        "lock `{name}` was lost{}: its lease ended or it was force-unlocked before this owner \
          released it, so another owner may have held it meanwhile; check `is_lost()` before \
-         committing work, and use fencing tokens so that stale writes are refused"
+         committing work, and use fencing tokens so that stale writes are refused",
+        because(.reason)
     )]
     #[non_exhaustive]
     Lost {
         /// The lock name.
         name: String,
+        /// Why, when the guard knew it (as [`LockGuard::lost_reason`](crate::LockGuard::lost_reason)).
+        reason: Option<LostReason>,
     },
     /// The lock name cannot be used; nothing was sent to Redis.
     ///
@@ -521,7 +525,10 @@ impl LockError {
     /// generates (the variants cannot be built outside this crate). Not a public API.
     #[doc(hidden)]
     pub fn lost_lock(name: impl Into<String>) -> Self {
-        Self::Lost { name: name.into() }
+        Self::Lost {
+            name: name.into(),
+            reason: None,
+        }
     }
 
     /// Whether the wait for the lock ran out.
@@ -759,6 +766,80 @@ impl LockError {
     }
 }
 
+/// Why a lock was lost: what [`LockGuard::lost_reason`](crate::LockGuard::lost_reason)
+/// and [`HeldLock::lost_reason`](crate::HeldLock::lost_reason) say once
+/// [`lost`](crate::HeldLock::lost) has fired, and [`LockError::Lost`] carries. The
+/// first cause found is kept: later ones do not replace it.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// use distlock::LostReason;
+///
+/// let guard = locks.lock("export:nightly").await?;
+/// guard.lost().await;
+/// match guard.lost_reason() {
+///     Some(LostReason::MaxHoldExceeded) => eprintln!("held for longer than max_hold"),
+///     Some(LostReason::Expired) => eprintln!("Redis was unreachable for a whole lease"),
+///     Some(reason) => eprintln!("lost: {reason}"),
+///     None => {}
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The lease ran out before a renewal succeeded: the server was unreachable or
+    /// too slow for a whole lease (or a fixed lease simply ended).
+    Expired,
+    /// Redis said this owner no longer holds the lock (a renewal, re-entry or
+    /// release found it gone): it was force-unlocked, its key deleted or expired in
+    /// Redis (a server paused past the lease), or another owner holds it now.
+    NotHeld,
+    /// The hold lasted its `max_hold`: the watchdog stopped renewing it, and then
+    /// the lease ran out.
+    MaxHoldExceeded,
+}
+
+impl LostReason {
+    /// A short, stable name: `expired`, `not_held`, `max_hold_exceeded` (the value
+    /// of the `reason` label of the `distlock_lost_total` metric).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// assert_eq!(distlock::LostReason::MaxHoldExceeded.as_str(), "max_hold_exceeded");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Expired => "expired",
+            Self::NotHeld => "not_held",
+            Self::MaxHoldExceeded => "max_hold_exceeded",
+        }
+    }
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Expired => "its lease ended before it could be renewed",
+            Self::NotHeld => "Redis no longer had it held by this owner",
+            Self::MaxHoldExceeded => "it was held for its whole max_hold",
+        })
+    }
+}
+
+/// ` (why)` after "was lost" in [`LockError::Lost`]'s message, when known.
+fn because(reason: &Option<LostReason>) -> String {
+    reason
+        .map(|reason| format!(" ({reason})"))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -797,11 +878,24 @@ mod tests {
                  or `distlock inspect`",
             ),
             (
-                LockError::Lost { name: name() },
+                LockError::Lost {
+                    name: name(),
+                    reason: None,
+                },
                 "lock `order:42` was lost: its lease ended or it was force-unlocked before this \
                  owner released it, so another owner may have held it meanwhile; check \
                  `is_lost()` before committing work, and use fencing tokens so that stale \
                  writes are refused",
+            ),
+            (
+                LockError::Lost {
+                    name: name(),
+                    reason: Some(LostReason::MaxHoldExceeded),
+                },
+                "lock `order:42` was lost (it was held for its whole max_hold): its lease ended \
+                 or it was force-unlocked before this owner released it, so another owner may \
+                 have held it meanwhile; check `is_lost()` before committing work, and use \
+                 fencing tokens so that stale writes are refused",
             ),
             (
                 LockError::KeyConflict { name: name() },

@@ -167,6 +167,28 @@ impl LockGuard {
         self.held.lost()
     }
 
+    /// Why the lock was lost; `None` while it is not. See [`LostReason`](crate::LostReason).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    /// use distlock::LostReason;
+    ///
+    /// let guard = locks.lock("export:nightly").max_hold(Duration::from_secs(60)).await?;
+    /// guard.lost().await;
+    /// if guard.lost_reason() == Some(LostReason::MaxHoldExceeded) {
+    ///     eprintln!("the export ran past its bound of 60 s");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lost_reason(&self) -> Option<crate::LostReason> {
+        self.held.lost_reason()
+    }
+
     /// A cheap view of this lock to hand to code that should see it but not release it.
     ///
     /// # Examples
@@ -393,6 +415,24 @@ impl MultiLockGuard {
     /// ```
     pub fn is_lost(&self) -> bool {
         self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// Why a lock of the set was lost: the reason of the first of
+    /// [`guards`](Self::guards) that was; `None` while all are held.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let cart = locks.lock_all(["sku:3", "sku:7"]).await?;
+    /// cart.lost().await;
+    /// eprintln!("lost a SKU's lock: {:?}", cart.lost_reason());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lost_reason(&self) -> Option<crate::LostReason> {
+        self.guards.iter().find_map(LockGuard::lost_reason)
     }
 
     /// A future that completes when any lock of the set is lost (and never, if they

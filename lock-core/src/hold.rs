@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::error::LockError;
+use crate::error::{LockError, LostReason};
 use crate::keys::LockKeys;
 use crate::order::Origin;
 use crate::owner::Owner;
@@ -25,6 +25,13 @@ pub(crate) struct Hold {
     pub(crate) owner: Arc<Owner>,
     pub(crate) fence: Option<u64>,
     pub(crate) lost: CancellationToken,
+    /// Why the hold was lost: set once, by the first to find it lost.
+    reason: OnceLock<LostReason>,
+    /// How long the hold may last (`max_hold`), for the warning when it ends so.
+    pub(crate) max_hold: Option<Duration>,
+    /// Its metrics' labels.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) tag: crate::metrics::Tag,
     /// Where the first acquisition was asked for, and its class (lock-order checks).
     pub(crate) origin: Origin,
     /// The lock's class for the lock-order checker, worked out the first time a
@@ -46,9 +53,32 @@ pub(crate) struct HoldState {
     pub(crate) lease: Duration,
     /// When the watchdog renews next.
     pub(crate) next_renew: Instant,
+    /// `max_hold` after the first acquisition: the watchdog renews no later.
+    pub(crate) renew_until: Option<Instant>,
+}
+
+impl HoldState {
+    /// Whether the watchdog has stopped renewing because of `max_hold`: the next
+    /// renewal would come at or after its end.
+    pub(crate) fn renewal_capped(&self) -> bool {
+        self.watchdog
+            && self
+                .renew_until
+                .is_some_and(|until| self.next_renew >= until)
+    }
+
+    /// Why a hold whose lease ran out is lost.
+    pub(crate) fn expiry_reason(&self) -> LostReason {
+        if self.renewal_capped() {
+            LostReason::MaxHoldExceeded
+        } else {
+            LostReason::Expired
+        }
+    }
 }
 
 impl Hold {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         id: u64,
         client_id: u64,
@@ -56,6 +86,8 @@ impl Hold {
         owner: Arc<Owner>,
         fence: Option<u64>,
         origin: Origin,
+        max_hold: Option<Duration>,
+        tag: crate::metrics::Tag,
         state: HoldState,
     ) -> Self {
         Self {
@@ -69,6 +101,9 @@ impl Hold {
             owner,
             fence,
             lost: CancellationToken::new(),
+            reason: OnceLock::new(),
+            max_hold,
+            tag,
             origin,
             class: OnceLock::new(),
             state: Mutex::new(state),
@@ -103,30 +138,54 @@ impl Hold {
         if self.lost.is_cancelled() {
             return true;
         }
-        let expired = Instant::now() >= self.state().deadline;
-        if expired {
-            self.mark_lost("its lease ended before it could be renewed");
+        let expired = {
+            let state = self.state();
+            (Instant::now() >= state.deadline).then(|| state.expiry_reason())
+        };
+        if let Some(reason) = expired {
+            self.mark_lost(reason, "its lease ended before it could be renewed");
         }
-        expired
+        expired.is_some()
     }
 
-    /// Marks the hold lost and tells every guard; logs when someone still holds it.
-    pub(crate) fn mark_lost(&self, why: &'static str) {
-        if self.lost.is_cancelled() {
-            return;
+    /// Why the hold was lost, once it is.
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        if !self.is_lost() {
+            return None;
+        }
+        self.reason.get().copied()
+    }
+
+    /// Marks the hold lost for `reason` (the first reason given stays) and tells
+    /// every guard; logs when someone still holds it. Whether this call marked it
+    /// (not an earlier one).
+    pub(crate) fn mark_lost(&self, reason: LostReason, why: &'static str) -> bool {
+        if self.reason.set(reason).is_err() || self.lost.is_cancelled() {
+            return false;
         }
         let guards = self.state().guards;
         self.lost.cancel();
-        if guards > 0 {
-            tracing::warn!(lock.name = %self.display(), reason = why, "distlock: lock lost");
-        } else {
+        if guards == 0 {
             tracing::debug!(lock.name = %self.display(), reason = why, "distlock: released hold ended");
+            return true;
         }
+        crate::metrics::lost(&self.tag, reason.as_str());
+        match (reason, self.max_hold) {
+            (LostReason::MaxHoldExceeded, Some(max_hold)) => tracing::warn!(
+                lock.name = %self.display(),
+                max_hold = ?max_hold,
+                "distlock: lock lost: held for its whole max_hold of {max_hold:?}, so the \
+                 watchdog stopped renewing it and its lease ended"
+            ),
+            _ => tracing::warn!(lock.name = %self.display(), reason = why, "distlock: lock lost"),
+        }
+        true
     }
 
     pub(crate) fn lost_error(&self) -> LockError {
         LockError::Lost {
             name: self.display().to_owned(),
+            reason: self.reason.get().copied(),
         }
     }
 }
@@ -333,6 +392,28 @@ impl HeldLock {
     /// ```
     pub fn lost(&self) -> WaitForCancellationFutureOwned {
         self.hold.lost.clone().cancelled_owned()
+    }
+
+    /// Why the lock was lost; `None` while it is not. The first cause found is
+    /// kept.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    /// use distlock::LostReason;
+    ///
+    /// let guard = locks.lock("export:nightly").max_hold(Duration::from_secs(60)).await?;
+    /// let held = guard.held();
+    /// held.lost().await;
+    /// assert_eq!(held.lost_reason(), Some(LostReason::MaxHoldExceeded));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.hold.lost_reason()
     }
 
     /// A token cancelled when the lock is lost, for code that takes a

@@ -45,6 +45,8 @@ pub(crate) struct Config {
     pub(crate) service: String,
     /// Whether lock-order edges are also kept in Redis, shared by the namespace.
     pub(crate) share_lock_order: bool,
+    /// How long the watchdog renews a hold at most (`None`: no bound).
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// One client's connections, scripts, background tasks and id counters.

@@ -36,6 +36,7 @@
 //! | 2 | `handoff.rs` | local hand-off: a waiter's offer, and what a release delivers to it (a grant gives its hold back unless a guard takes it) |
 //! | 2 | `order.rs` | the lock-order checker: edges between lock classes, inversions warned or refused; [`LockOrderCheck`] |
 //! | 2 | `lease.rs` | [`MIN_LEASE`], [`MAX_LEASE`], [`MIN_WATCHDOG_LEASE`], clock drift and validity |
+//! | 2 | `metrics.rs` | feature `metrics`: the labels of a lock's series, one function per outcome (empty without the feature) |
 //! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `link.rs` named connections and their lost/restored logs; `url.rs` URLs; `tls.rs` TLS (crypto provider, certificates); `dial.rs` the first connection (fail fast on a refusal); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
 //! | 3 | `deadlock.rs` | distributed deadlock detection: wait-for records, the walk, the victim |
 //! | 3 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
@@ -82,6 +83,7 @@ mod hold;
 mod inner;
 mod keys;
 mod lease;
+mod metrics;
 mod multi;
 mod order;
 mod order_shared;
@@ -110,7 +112,7 @@ pub use redis;
 pub use builder::LockClientBuilder;
 pub use client::{global, HoldMode, Holder, InstallGlobalError, LockClient, LockInfo, LockKind};
 pub use context::{current_lock, LockContext};
-pub use error::LockError;
+pub use error::{LockError, LostReason};
 pub use guard::{LockGuard, MultiLockGuard};
 pub use health::{fields_of_nodes, HealthReport, NodeHealth};
 pub use hold::HeldLock;

@@ -33,7 +33,7 @@ use crate::acquire::{
 use crate::backend::slot;
 use crate::context::LockContext;
 use crate::detach::{join_all, replay_until_known, spawn, Detached};
-use crate::error::{outcome_unknown, LockError};
+use crate::error::{outcome_unknown, LockError, LostReason};
 use crate::guard::{LockGuard, MultiLockGuard};
 use crate::hold::{HeldLock, Hold, HoldState};
 use crate::inner::Inner;
@@ -284,8 +284,10 @@ async fn acquire_at_once(
                 let Some(held) = &held[index] else {
                     return Err(unexpected_reply("acquire_all.lua", &[-1]).into());
                 };
-                held.hold
-                    .mark_lost("a set's re-entry found the lock no longer held by its owner");
+                held.hold.mark_lost(
+                    LostReason::NotHeld,
+                    "a set's re-entry found the lock no longer held by its owner",
+                );
                 return Err(held.hold.lost_error());
             }
             AcquireAllReply::Conflict { index } => {
@@ -336,6 +338,7 @@ fn granted(
         let held = match held {
             Some(held) => {
                 let lease = reentry_lease(held, mode);
+                crate::metrics::reentered(&held.hold.tag);
                 inner
                     .watchdog
                     .guard_added(&held.hold, sent + validity(lease));
@@ -352,14 +355,18 @@ fn granted(
                     owner.clone(),
                     (fence > 0).then_some(fence),
                     origin.clone(),
+                    mode.max_hold,
+                    crate::metrics::Tag::new(&inner.backend, keys, origin),
                     HoldState {
                         guards: 1,
                         deadline: sent + validity(mode.lease),
                         watchdog: mode.watchdog,
                         lease: mode.lease,
                         next_renew: sent + mode.lease / 3,
+                        renew_until: mode.max_hold.map(|max_hold| sent + max_hold),
                     },
                 ));
+                crate::metrics::acquired_in_set(&hold.tag);
                 inner.watchdog.register(hold.clone());
                 HeldLock { hold, count }
             }

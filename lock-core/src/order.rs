@@ -197,6 +197,7 @@ impl LockOrder {
             here: edge.sites.clone(),
             before,
         };
+        crate::metrics::inversion(&edge.holding, &edge.taking);
         let pair = (edge.holding.clone(), edge.taking.clone());
         if !self.is_strict() && self.seen().warned.insert(pair) {
             tracing::warn!(
@@ -236,6 +237,7 @@ impl LockOrder {
                     here: format!("{held_site} then {site}"),
                     before: format!("{} then {}", earlier.holding, earlier.taking),
                 };
+                crate::metrics::inversion(&held, taking);
                 if self.check == LockOrderCheck::Strict {
                     return Err(inversion);
                 }

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use crate::backend::{redlock, Conn};
 use crate::batch::{Batcher, Item, Successor};
 use crate::detach::{log_failure, replay_until_known, spawn, Detached};
-use crate::error::{is_failover_code, outcome_unknown, LockError};
+use crate::error::{is_failover_code, outcome_unknown, LockError, LostReason};
 use crate::faults::{self, Fault};
 use crate::handoff::{Delivery, Grant};
 use crate::hold::Hold;
@@ -44,7 +44,13 @@ pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), Lo
         ReleaseReply::Released { .. } | ReleaseReply::Handed { .. } if !hold.is_lost() => Ok(()),
         ReleaseReply::Released { .. } | ReleaseReply::Handed { .. } => Err(hold.lost_error()),
         ReleaseReply::NotHeld => {
-            hold.mark_lost("the lock was not held by its owner at release");
+            // The last guard is gone already: counted here, not by `mark_lost`.
+            if hold.mark_lost(
+                LostReason::NotHeld,
+                "the lock was not held by its owner at release",
+            ) {
+                crate::metrics::lost(&hold.tag, LostReason::NotHeld.as_str());
+            }
             Err(hold.lost_error())
         }
         ReleaseReply::Conflict => Err(LockError::KeyConflict {

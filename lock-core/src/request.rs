@@ -218,6 +218,39 @@ impl LockRequest {
         self
     }
 
+    /// The longest this lock is held: the watchdog stops renewing the hold once
+    /// `max_hold` has passed since this acquisition, and when the lease then runs
+    /// out the guard's [`lost`](LockGuard::lost) fires with
+    /// [`LostReason::MaxHoldExceeded`](crate::LostReason::MaxHoldExceeded). Default:
+    /// the client's [`max_hold`](crate::LockClientBuilder::max_hold) (none unless
+    /// set). On a re-entry the outermost acquisition's bound stays in charge.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidOption`], before anything is sent: zero, shorter than
+    /// the watchdog's renewal period (a third of the lease), or shorter than a
+    /// fixed [`lease`](Self::lease) given with it; and for a re-entry with a fixed
+    /// lease that would end more than one lease after the outermost acquisition's
+    /// `max_hold`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// // A stuck import loses the lock 10 minutes (plus one lease) after taking it.
+    /// let guard = locks.lock("import:batch-7").max_hold(Duration::from_secs(600)).await?;
+    /// // ... import ...
+    /// guard.unlock().await
+    /// # }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.options.max_hold = Some(max_hold);
+        self
+    }
+
     /// Whether the first acquisition issues a fencing token. Default: the client's
     /// [`fencing`](crate::LockClientBuilder::fencing). Re-entries keep the token (or
     /// its absence) of the outermost acquisition; `.fencing(true)` on a re-entry of a
@@ -246,6 +279,7 @@ impl fmt::Debug for LockRequest {
             .field("name", &self.keys.as_ref().map(|keys| keys.display()).ok())
             .field("wait", &self.options.wait)
             .field("lease", &self.options.lease)
+            .field("max_hold", &self.options.max_hold)
             .field("fencing", &self.options.fencing)
             .finish()
     }
@@ -370,6 +404,28 @@ impl TryLockRequest {
     /// ```
     pub fn lease(mut self, lease: Duration) -> Self {
         self.request = self.request.lease(lease);
+        self
+    }
+
+    /// The longest this lock is held, as [`LockRequest::max_hold`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let request = locks.try_lock("cron:cleanup").max_hold(Duration::from_secs(300));
+    /// if let Some(guard) = request.await? {
+    ///     // ... cleanup ...
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.request = self.request.max_hold(max_hold);
         self
     }
 
@@ -562,6 +618,28 @@ impl LockAllRequest {
         self
     }
 
+    /// The longest each lock of the set is held, as [`LockRequest::max_hold`]
+    /// (each name's bound starts when it is taken).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let cart = locks
+    ///     .lock_all(["sku:3", "sku:7"])
+    ///     .max_hold(Duration::from_secs(120))
+    ///     .await?;
+    /// cart.unlock().await
+    /// # }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.options.max_hold = Some(max_hold);
+        self
+    }
+
     /// Whether each name's first acquisition issues a fencing token; as
     /// [`LockRequest::fencing`].
     ///
@@ -612,6 +690,7 @@ impl fmt::Debug for LockAllRequest {
             .field("names", &names)
             .field("wait", &self.options.wait)
             .field("lease", &self.options.lease)
+            .field("max_hold", &self.options.max_hold)
             .field("fencing", &self.options.fencing)
             .finish()
     }

@@ -12,8 +12,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::Backend;
+use crate::error::LostReason;
 use crate::hold::{Hold, HoldState};
 use crate::lease::validity;
+use crate::metrics;
 use crate::renew::renew;
 use crate::scripts::Scripts;
 
@@ -82,7 +84,10 @@ impl Watchdog {
     /// Starts watching a new hold (one guard).
     pub(crate) fn register(&self, hold: Arc<Hold>) {
         let wake = wake_time(&hold.state());
-        self.registry.holds().insert(hold.id, hold);
+        metrics::held(&hold.tag);
+        if let Some(earlier) = self.registry.holds().insert(hold.id, hold) {
+            metrics::released(&earlier.tag);
+        }
         self.registry.wake_by(wake);
     }
 
@@ -102,7 +107,9 @@ impl Watchdog {
             (state.guards == 1).then(|| wake_time(&state))
         };
         if let Some(wake) = wake {
-            holds.insert(hold.id, hold.clone());
+            if holds.insert(hold.id, hold.clone()).is_none() {
+                metrics::held(&hold.tag);
+            }
             drop(holds);
             self.registry.wake_by(wake);
         }
@@ -115,8 +122,8 @@ impl Watchdog {
         state.guards = state.guards.saturating_sub(1);
         #[cfg(test)]
         tests::between_count_and_registry();
-        if state.guards == 0 {
-            holds.remove(&hold.id);
+        if state.guards == 0 && holds.remove(&hold.id).is_some() {
+            metrics::released(&hold.tag);
         }
     }
 }
@@ -146,8 +153,11 @@ impl Task {
             let now = Instant::now();
             let (due, expired, next) = self.survey(now);
             for hold in expired {
-                self.registry.holds().remove(&hold.id);
-                hold.mark_lost("its lease ended before it could be renewed");
+                if self.registry.holds().remove(&hold.id).is_some() {
+                    metrics::released(&hold.tag);
+                }
+                let reason = hold.state().expiry_reason();
+                hold.mark_lost(reason, "its lease ended before it could be renewed");
             }
             if !due.is_empty() {
                 self.renew(due, next).await;
@@ -185,7 +195,8 @@ impl Task {
                 continue;
             }
             consider(state.deadline);
-            if state.watchdog {
+            // Past `max_hold`: no more renewals; the lease runs out at its deadline.
+            if state.watchdog && !state.renewal_capped() {
                 if state.next_renew <= horizon {
                     due.push(hold.clone());
                 } else {
@@ -210,7 +221,10 @@ impl Task {
                     .instrument(span)
                     .await;
             match result {
-                Ok(Ok(replies)) => self.apply(batch, &replies, sent),
+                Ok(Ok(replies)) => {
+                    metrics::renewal_round_trip(&self.backend, sent.elapsed());
+                    self.apply(batch, &replies, sent);
+                }
                 Ok(Err(err)) => {
                     tracing::debug!(error = %err, "distlock: renewal failed; retrying");
                     self.retry_later(batch, sent);
@@ -227,18 +241,23 @@ impl Task {
         for (hold, reply) in batch.iter().zip(replies) {
             match reply {
                 Some(true) => {
+                    metrics::renewed(&hold.tag);
                     let mut state = hold.state();
                     state.deadline = sent + validity(state.lease);
                     state.next_renew = sent + self.period;
                 }
                 Some(false) => {
-                    self.registry.holds().remove(&hold.id);
+                    if self.registry.holds().remove(&hold.id).is_some() {
+                        metrics::released(&hold.tag);
+                    }
                     hold.mark_lost(
+                        LostReason::NotHeld,
                         "the watchdog found the lock gone (lease ended or force-unlocked)",
                     );
                 }
                 None => {
                     tracing::debug!("distlock: unexpected renewal reply; retrying");
+                    metrics::renewal_failed(&hold.tag);
                     let mut state = hold.state();
                     state.next_renew = sent + self.retry_delay();
                 }
@@ -254,6 +273,7 @@ impl Task {
 
     fn retry_later(&self, batch: &[Arc<Hold>], sent: Instant) {
         for hold in batch {
+            metrics::renewal_failed(&hold.tag);
             hold.state().next_renew = Instant::now().max(sent + self.retry_delay());
         }
     }
@@ -274,12 +294,15 @@ mod tests {
             crate::owner::Owner::new("owner".into()),
             None,
             crate::order::Origin::here(),
+            None,
+            crate::metrics::Tag::unlabelled(),
             HoldState {
                 guards: 1,
                 deadline: now + Duration::from_secs(60),
                 watchdog: true,
                 lease: Duration::from_secs(60),
                 next_renew: now + Duration::from_secs(20),
+                renew_until: None,
             },
         ));
         watchdog.register(hold.clone());

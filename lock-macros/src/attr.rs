@@ -15,6 +15,7 @@ mod kw {
     syn::custom_keyword!(keys);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(lease);
+    syn::custom_keyword!(max_hold);
     syn::custom_keyword!(client);
     syn::custom_keyword!(fencing);
     syn::custom_keyword!(on_lost);
@@ -24,8 +25,8 @@ mod kw {
 }
 
 /// Every argument, in the order the docs list them.
-const VALID: &str = "`key`, `keys`, `kind`, `semaphore`, `permits`, `wait`, `lease`, `client`, \
-     `fencing`, `on_lost`, `crate`";
+const VALID: &str = "`key`, `keys`, `kind`, `semaphore`, `permits`, `wait`, `lease`, \
+     `max_hold`, `client`, `fencing`, `on_lost`, `crate`";
 
 /// `distlock::MAX_PERMITS` (the facade's tests check that they agree).
 const MAX_PERMITS: u32 = 1_000_000;
@@ -47,6 +48,9 @@ const RENAMED: &[(&str, &str)] = &[
     ("ttl", "lease"),
     ("lease_time", "lease"),
     ("expire", "lease"),
+    ("max_hold_time", "max_hold"),
+    ("max_lease", "max_hold"),
+    ("hold_limit", "max_hold"),
     ("fence", "fencing"),
     ("fencing_token", "fencing"),
     ("on_lose", "on_lost"),
@@ -102,6 +106,7 @@ pub(crate) struct Args {
     permits: Option<(u32, Span)>,
     wait: Option<Millis>,
     lease: Option<Millis>,
+    max_hold: Option<Millis>,
     client: Option<Expr>,
     fencing: Option<LitBool>,
     on_lost: Option<(OnLost, Span)>,
@@ -131,6 +136,7 @@ pub(crate) struct Config {
     pub(crate) locks: Locks,
     pub(crate) wait: Option<Millis>,
     pub(crate) lease: Option<Millis>,
+    pub(crate) max_hold: Option<Millis>,
     pub(crate) client: Option<Expr>,
     pub(crate) fencing: Option<LitBool>,
     pub(crate) on_lost: OnLost,
@@ -203,6 +209,17 @@ impl Parse for Args {
                     ));
                 }
                 set(&mut args.lease, value, name.span, "lease")?;
+            } else if lookahead.peek(kw::max_hold) {
+                let name = input.parse::<kw::max_hold>()?;
+                let value = duration_value(input, "max_hold", "max_hold = \"5m\"")?;
+                if value.millis == 0 {
+                    return Err(syn::Error::new(
+                        value.span,
+                        "`max_hold` is zero: give the longest the body may hold the lock, like \
+                         `max_hold = \"5m\"`, or leave it out for no bound",
+                    ));
+                }
+                set(&mut args.max_hold, value, name.span, "max_hold")?;
             } else if lookahead.peek(kw::client) {
                 let name = input.parse::<kw::client>()?;
                 if !input.peek(Token![=]) {
@@ -277,6 +294,15 @@ impl Parse for Args {
 impl Args {
     /// Checks the rules between the arguments.
     pub(crate) fn build(self) -> syn::Result<Config> {
+        if let (Some(lease), Some(max_hold)) = (&self.lease, &self.max_hold) {
+            if lease.millis > max_hold.millis {
+                return Err(syn::Error::new(
+                    max_hold.span,
+                    "`max_hold` is shorter than the fixed `lease`, which is never renewed: give \
+                     a `lease` no longer than `max_hold`, or leave one of them out",
+                ));
+            }
+        }
         if let (Some((_, span)), Some(_)) = (&self.kind, &self.semaphore) {
             return Err(syn::Error::new(
                 *span,
@@ -319,6 +345,7 @@ impl Args {
                 locks: Locks::One(template, Kind::Semaphore(permits)),
                 wait: self.wait,
                 lease: self.lease,
+                max_hold: self.max_hold,
                 client: self.client,
                 fencing: None,
                 on_lost: self.on_lost.map_or(OnLost::Finish, |(on_lost, _)| on_lost),
@@ -393,6 +420,7 @@ impl Args {
             locks,
             wait: self.wait,
             lease: self.lease,
+            max_hold: self.max_hold,
             client: self.client,
             fencing: self.fencing,
             on_lost: self.on_lost.map_or(OnLost::Finish, |(on_lost, _)| on_lost),
@@ -644,6 +672,7 @@ mod tests {
             key = "a:{b}",
             wait = "5s",
             lease = "30s",
+            max_hold = "5m",
             client = self.locks,
             fencing,
             on_lost = "abort",
@@ -652,6 +681,7 @@ mod tests {
         .unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(config.wait.map(|w| w.millis), Some(5_000));
         assert_eq!(config.lease.map(|l| l.millis), Some(30_000));
+        assert_eq!(config.max_hold.map(|m| m.millis), Some(300_000));
         assert!(config.client.is_some());
         assert!(config.fencing.is_some_and(|f| f.value));
         assert_eq!(config.on_lost, OnLost::Abort);
@@ -690,6 +720,18 @@ mod tests {
             (quote::quote!(key = "a", wait = "5"), "invalid duration"),
             (quote::quote!(key = "a", lease = "0s"), "out of range"),
             (quote::quote!(key = "a", lease = "25h"), "out of range"),
+            (
+                quote::quote!(key = "a", max_hold = "0s"),
+                "`max_hold` is zero",
+            ),
+            (
+                quote::quote!(key = "a", lease = "10m", max_hold = "5m"),
+                "shorter than the fixed `lease`",
+            ),
+            (
+                quote::quote!(key = "a", max_lease = "5m"),
+                "did you mean `max_hold`",
+            ),
             (
                 quote::quote!(key = "a", on_lost = "stop"),
                 "unknown `on_lost`",

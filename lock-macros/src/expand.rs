@@ -361,7 +361,7 @@ fn check_template(config: &Config, function: &ItemFn, shape: Shape) -> syn::Resu
     errors.map_or(Ok(()), Err)
 }
 
-/// `Options { wait, lease, fencing, kind, label }` for `request`.
+/// `Options { wait, lease, max_hold, fencing, kind, label }` for `request`.
 fn options(config: &Config, private: &TokenStream) -> TokenStream {
     let duration = |d: Option<Millis>| match d {
         Some(Millis { millis, span }) => quote_spanned! {span=>
@@ -371,6 +371,7 @@ fn options(config: &Config, private: &TokenStream) -> TokenStream {
     };
     let wait = duration(config.wait);
     let lease = duration(config.lease);
+    let max_hold = duration(config.max_hold);
     let fencing = match &config.fencing {
         Some(value) => quote!(::core::option::Option::Some(#value)),
         None => quote!(::core::option::Option::None),
@@ -392,6 +393,7 @@ fn options(config: &Config, private: &TokenStream) -> TokenStream {
         #private::Options {
             wait: #wait,
             lease: #lease,
+            max_hold: #max_hold,
             fencing: #fencing,
             kind: #kind,
             label: #label,

@@ -100,6 +100,7 @@ use proc_macro::TokenStream;
 /// | `semaphore`, `permits` | a semaphore's key template and its permit count: `semaphore = "exports", permits = 4` | — |
 /// | `wait` | how long to wait for a busy lock: `"5s"`, `"0s"` fails at once | the client's `default_wait` |
 /// | `lease` | a fixed lease, with no watchdog: `"30s"` | a watchdog lease, renewed while the body runs |
+/// | `max_hold` | the longest the lock is held (renewal stops then): `"5m"` | the client's `max_hold` (none unless set) |
 /// | `client` | the client, an expression: `self.locks` | the global client |
 /// | `fencing` | a flag: issue a fencing token | the client's `fencing` setting |
 /// | `on_lost` | `"finish"` or `"abort"`: what a lost lease does to the body | `"finish"` |
@@ -245,6 +246,29 @@ use proc_macro::TokenStream;
 /// watchdog lease (the client's `default_lease`, 30 s unless configured), renewed
 /// for as long as the body runs. A lease outside 10ms to 24h (`distlock::MIN_LEASE`
 /// to `distlock::MAX_LEASE`) is a compile error.
+///
+/// ## `max_hold = "…"`
+///
+/// The longest the lock is held: the watchdog stops renewing it once this long has
+/// passed since it was taken, and when the lease then runs out the lock is lost
+/// with `LostReason::MaxHoldExceeded` (and a warning names the lock). With
+/// `on_lost = "abort"` the body is cancelled then; with `"finish"` it runs on and
+/// the function returns `LockError::Lost`. So a body that is stuck, but whose
+/// process is alive, cannot keep the lock forever. Default: the client's
+/// `LockClientBuilder::max_hold` (no bound unless set). Zero, or a `max_hold`
+/// shorter than a fixed `lease` given with it, is a compile error; one shorter
+/// than a third of the watchdog lease is refused at run time with
+/// `LockError::InvalidOption`.
+///
+/// ```
+/// use distlock::{distributed_lock, LockError};
+///
+/// #[distributed_lock(key = "import:{batch}", max_hold = "10m", on_lost = "abort")]
+/// async fn import(batch: u64) -> Result<u64, LockError> {
+///     // Cancelled once it has held the lock for 10 minutes (plus one lease).
+///     Ok(batch)
+/// }
+/// ```
 ///
 /// ## `client = expr`
 ///
@@ -451,7 +475,7 @@ use proc_macro::TokenStream;
 /// async fn place_order(order: &Order, quantity: u32) -> Result<Receipt, AppError> {
 ///     let request = ::distlock::__private::request(
 ///         format!("order:{}", order.id),
-///         Options { wait: Some(5 s), lease: None, fencing: None },
+///         Options { wait: Some(5 s), lease: None, max_hold: None, fencing: None },
 ///     );
 ///     ::distlock::__private::run_finish(
 ///         request,

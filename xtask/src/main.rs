@@ -35,7 +35,8 @@ COMMANDS:
                       `cargo test --workspace --doc` (examples and benches get built too).
                       ARGS go to the first command, e.g. `cargo xtask test lock_`
                       or `cargo xtask test -- --nocapture`. Then the seeded-fault
-                      tests: `cargo test --features fault-injection --test reliability_faults`.
+                      tests: `cargo test --features fault-injection --test reliability_faults`,
+                      and the metrics: `cargo test --features metrics --test ops_metrics`.
     reliability       Run the reliability suite (tests/reliability_*.rs, with the
                       seeded faults) and write RELIABILITY.md: each test's result, each
                       scenario's figures, and the totals (sections checked, overlaps,
@@ -249,7 +250,12 @@ fn test(extra: &[OsString]) -> Result<()> {
         "--test",
         reliability::FAULTS_SUITE,
     ]);
-    run(faults)
+    run(faults)?;
+    // The metrics recorder is process-global too, and the metrics are compiled in
+    // only with the feature.
+    let mut metrics = cargo(&redis);
+    metrics.args(["test", "--features", "metrics", "--test", "ops_metrics"]);
+    run(metrics)
 }
 
 /// `cargo xtask reliability`: the reliability suite, then `RELIABILITY.md`.

@@ -1,0 +1,10 @@
+use distlock::{distributed_lock, LockError};
+
+#[distributed_lock(key = "import:{batch}", max_hold = "0s")]
+async fn import(batch: u64) -> Result<u64, LockError> {
+    Ok(batch)
+}
+
+fn main() {
+    let _ = import(1);
+}

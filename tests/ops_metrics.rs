@@ -1,0 +1,332 @@
+//! The metrics of feature `metrics`, scraped from a Prometheus endpoint after a run
+//! whose every outcome is known: the counts must be exactly what happened.
+//!
+//! The recorder is process-global: this binary has one test, and runs only with the
+//! feature (`cargo test --features metrics --test ops_metrics`; `cargo xtask test`
+//! runs it).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::future::IntoFuture;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{LockClient, LockError, LostReason};
+use metrics_exporter_prometheus::PrometheusBuilder;
+use tokio::sync::Barrier;
+
+const TASKS: u64 = 4;
+const EACH: u64 = 5;
+const LEASE: Duration = Duration::from_millis(300);
+
+/// One sample of the scrape: its labels and value.
+type Sample = (BTreeMap<String, String>, f64);
+
+/// `GET /metrics` over a plain TCP connection: the samples, by series name.
+fn scrape(addr: SocketAddr) -> BTreeMap<String, Vec<Sample>> {
+    let mut stream = TcpStream::connect(addr).expect("connect to the endpoint");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    // HTTP/1.0: the body ends with the connection, never chunked.
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .expect("send the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("the response");
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .expect("headers, then a body");
+    assert!(
+        head.starts_with("HTTP/1.") && head.contains(" 200 "),
+        "{head}"
+    );
+    let mut samples: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
+    for line in body
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+    {
+        let (name, rest) = line.split_at(line.find(['{', ' ']).expect("a name"));
+        let mut labels = BTreeMap::new();
+        let mut rest = rest;
+        if let Some(inner) = rest.strip_prefix('{') {
+            // key="value" pairs; a value may hold braces and commas (`job:{#}`).
+            let mut chars = inner.char_indices();
+            let mut key = String::new();
+            let end = loop {
+                let (at, c) = chars.next().expect("a closed label set");
+                match c {
+                    '}' => break at,
+                    ',' => {}
+                    '=' => {
+                        assert_eq!(chars.next().map(|(_, c)| c), Some('"'), "{line}");
+                        let mut value = String::new();
+                        for (_, c) in chars.by_ref() {
+                            if c == '"' {
+                                break;
+                            }
+                            value.push(c);
+                        }
+                        labels.insert(std::mem::take(&mut key), value);
+                    }
+                    c => key.push(c),
+                }
+            };
+            rest = &inner[end + 1..];
+        }
+        let value: f64 = rest.trim().parse().unwrap_or_else(|_| panic!("{line}"));
+        samples
+            .entry(name.to_owned())
+            .or_default()
+            .push((labels, value));
+    }
+    samples
+}
+
+/// The value of series `name` whose labels include every one of `want`; panics
+/// unless exactly one sample matches.
+fn value(samples: &BTreeMap<String, Vec<Sample>>, name: &str, want: &[(&str, &str)]) -> f64 {
+    let matching: Vec<f64> = samples
+        .get(name)
+        .into_iter()
+        .flatten()
+        .filter(|(labels, _)| {
+            want.iter()
+                .all(|(key, value)| labels.get(*key).map(String::as_str) == Some(*value))
+        })
+        .map(|(_, value)| *value)
+        .collect();
+    assert_eq!(
+        matching.len(),
+        1,
+        "{name} {want:?}: {:?}",
+        samples.get(name)
+    );
+    matching[0]
+}
+
+/// Holds `first`, waits at `barrier` for the other chain, then asks for `second`
+/// inside the hold: with the other chain doing the same the other way round, one
+/// of the two is a deadlock's victim. Whether this one was.
+async fn hold_then_ask(
+    locks: LockClient,
+    first: &'static str,
+    second: &'static str,
+    barrier: Arc<Barrier>,
+) -> bool {
+    let outer = locks.lock(first).await.expect("the first lock");
+    barrier.wait().await;
+    let inner = outer
+        .scope(
+            locks
+                .lock(second)
+                .wait(Duration::from_secs(10))
+                .into_future(),
+        )
+        .await;
+    let victim = match inner {
+        Ok(inner) => {
+            inner.unlock().await.expect("unlock");
+            false
+        }
+        Err(err) => {
+            assert!(matches!(err, LockError::Deadlock { .. }), "{err}");
+            true
+        }
+    };
+    outer.unlock().await.expect("unlock");
+    victim
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_after_a_known_run_counts_exactly_what_happened() {
+    let addr: SocketAddr = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .expect("a free port")
+        .local_addr()
+        .expect("its address");
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .expect("install the exporter");
+
+    let server = support::server();
+    let locks = support::builder(&server)
+        .default_lease(LEASE)
+        .deadlock_check_after(Some(Duration::from_millis(200)))
+        .connect()
+        .await
+        .expect("connect");
+    let operator = support::client(&server).await;
+
+    // TASKS tasks take `job:7` EACH times and re-enter it once each time.
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let locks = locks.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..EACH {
+                let guard = locks.lock("job:7").wait(Duration::from_secs(10)).await?;
+                let inner = guard.scope(async { locks.lock("job:7").await }).await?;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inner.unlock().await?;
+                guard.unlock().await?;
+            }
+            Ok::<_, LockError>(())
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task").expect("every acquisition");
+    }
+
+    // One wait that runs out.
+    let held = locks.lock("export:nightly").await.expect("lock");
+    let err = locks
+        .lock("export:nightly")
+        .wait(Duration::from_millis(50))
+        .await
+        .expect_err("held");
+    assert!(err.is_timeout(), "{err}");
+    held.unlock().await.expect("unlock");
+
+    // One lock lost: held past its max_hold (renewed until then), under a label.
+    let bounded = locks
+        .lock("import:2026-12-01")
+        .label("import:{day}")
+        .max_hold(LEASE)
+        .await
+        .expect("lock");
+    tokio::time::timeout(LEASE * 3, bounded.lost())
+        .await
+        .expect("lost after max_hold");
+    assert_eq!(bounded.lost_reason(), Some(LostReason::MaxHoldExceeded));
+    assert!(bounded.unlock().await.expect_err("lost").is_lost());
+
+    // One force-unlock, of another client's lock.
+    let stale = locks.lock("stale:3").await.expect("lock");
+    assert!(operator.force_unlock("stale:3").await.expect("force"));
+    tokio::time::timeout(LEASE, stale.lost())
+        .await
+        .expect("the next renewal finds it gone");
+    assert!(stale.unlock().await.expect_err("lost").is_lost());
+
+    // One lock-order inversion (warned: the checker's default).
+    let order = locks.lock("order:1").await.expect("lock");
+    let customer = order
+        .scope(async { locks.lock("customer:1").await })
+        .await
+        .expect("order, then customer");
+    customer.unlock().await.expect("unlock");
+    order.unlock().await.expect("unlock");
+    let customer = locks.lock("customer:1").await.expect("lock");
+    let order = customer
+        .scope(async { locks.lock("order:1").await })
+        .await
+        .expect("customer, then order: warned only");
+    order.unlock().await.expect("unlock");
+    customer.unlock().await.expect("unlock");
+
+    // One deadlock: two chains take `ledger:a` and `ledger:b` in opposite orders
+    // (an inversion too); one of them gives up.
+    let barrier = Arc::new(Barrier::new(2));
+    let (one, other) = tokio::join!(
+        hold_then_ask(locks.clone(), "ledger:a", "ledger:b", barrier.clone()),
+        hold_then_ask(locks.clone(), "ledger:b", "ledger:a", barrier),
+    );
+    assert!(one != other, "exactly one victim");
+
+    let samples = scrape(addr);
+    let job = [
+        ("lock", "job:{#}"),
+        ("backend", "single"),
+        ("kind", "exclusive"),
+    ];
+    let n = (TASKS * EACH) as f64;
+    assert_eq!(value(&samples, "distlock_acquired_total", &job), n);
+    assert_eq!(value(&samples, "distlock_reentered_total", &job), n);
+    assert!(value(&samples, "distlock_contended_total", &job) >= 1.0);
+    assert_eq!(value(&samples, "distlock_wait_seconds_count", &job), n);
+    assert_eq!(value(&samples, "distlock_hold_seconds_count", &job), n);
+
+    let export = [("lock", "export:nightly")];
+    assert_eq!(value(&samples, "distlock_timed_out_total", &export), 1.0);
+    assert_eq!(
+        samples["distlock_timed_out_total"].len(),
+        1,
+        "no other timeout: {:?}",
+        samples["distlock_timed_out_total"]
+    );
+    assert_eq!(value(&samples, "distlock_acquired_total", &export), 1.0);
+
+    let import = [("lock", "import:{day}")];
+    let lost = &samples["distlock_lost_total"];
+    assert_eq!(lost.len(), 2, "two losses: {lost:?}");
+    assert_eq!(
+        value(
+            &samples,
+            "distlock_lost_total",
+            &[("lock", "import:{day}"), ("reason", "max_hold_exceeded")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "distlock_lost_total",
+            &[("lock", "stale:{#}"), ("reason", "not_held")]
+        ),
+        1.0
+    );
+    assert!(value(&samples, "distlock_renewals_total", &import) >= 1.0);
+    assert_eq!(value(&samples, "distlock_hold_seconds_count", &import), 1.0);
+    assert!(
+        value(
+            &samples,
+            "distlock_renewal_round_trip_seconds_count",
+            &[("backend", "single")]
+        ) >= 1.0
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "distlock_force_unlocks_total",
+            &[("lock", "stale:{#}"), ("backend", "single")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "distlock_lock_order_inversions_total",
+            &[("lock", "order:{#}"), ("holding", "customer:{#}")]
+        ),
+        1.0
+    );
+    let deadlocks = &samples["distlock_deadlocks_total"];
+    assert_eq!(deadlocks.len(), 1, "{deadlocks:?}");
+    assert_eq!(deadlocks[0].1, 1.0, "{deadlocks:?}");
+    let inversions = &samples["distlock_lock_order_inversions_total"];
+    assert_eq!(
+        inversions.len(),
+        2,
+        "order/customer, ledger:a/b: {inversions:?}"
+    );
+
+    // Nothing is held or waited for any more, in any series; no raw name is a label.
+    for (labels, held) in &samples["distlock_held"] {
+        assert_eq!(*held, 0.0, "held {labels:?}");
+    }
+    for (labels, waiting) in &samples["distlock_waiters"] {
+        assert_eq!(*waiting, 0.0, "waiting {labels:?}");
+    }
+    for (name, series) in &samples {
+        for (labels, _) in series {
+            let lock = labels.get("lock").map(String::as_str).unwrap_or_default();
+            assert!(
+                !lock.chars().any(|c| c.is_ascii_digit()),
+                "{name}: a raw name as a label: {lock}"
+            );
+        }
+    }
+}
