@@ -8,13 +8,10 @@
 //! scrape, and exits with a non-zero status if the counts do not match what it did.
 //! Its keys start with `distlock-example:`.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-use metrics_exporter_prometheus::PrometheusBuilder;
-
 mod common;
+use common::scrape::{scrape, serve, value};
 use common::Target;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -24,13 +21,7 @@ const EACH: u64 = 5;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    // A free loopback port for the endpoint.
-    let addr: SocketAddr = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?;
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
-        // Histograms with buckets (the exporter's default is a summary).
-        .set_buckets(&[0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 5.0])?
-        .install()?;
+    let addr = serve()?;
 
     let target = Target::from_env();
     println!("metrics of a contended workload against {target}, served on http://{addr}/metrics\n");
@@ -91,31 +82,4 @@ async fn main() -> Result<(), Error> {
         TASKS * EACH
     );
     Ok(())
-}
-
-/// `GET /metrics` over a plain TCP connection: the body.
-fn scrape(addr: SocketAddr) -> Result<String, Error> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    // HTTP/1.0: the body ends with the connection, never chunked.
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or("no end of the response's headers")?;
-    if !head.starts_with("HTTP/1.") || !head.contains(" 200 ") {
-        return Err(format!("the endpoint answered {head}").into());
-    }
-    Ok(body.to_owned())
-}
-
-/// The value of the series `name` whose `lock` label is `lock`.
-fn value(scrape: &str, name: &str, lock: &str) -> Option<f64> {
-    let label = format!("lock=\"{lock}\"");
-    scrape
-        .lines()
-        .find(|line| line.starts_with(&format!("{name}{{")) && line.contains(&label))
-        .and_then(|line| line.rsplit(' ').next())
-        .and_then(|value| value.parse().ok())
 }

@@ -379,6 +379,10 @@ async fn browse(shop: &Shop) -> Result<bool, OrderError> {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let target = Target::from_env();
     println!("order flow against {target}\n");
+    // With the `metrics` feature, distlock's metrics go to a Prometheus endpoint,
+    // printed at the end.
+    #[cfg(feature = "metrics")]
+    let endpoint = common::scrape::serve().map_err(|err| err.to_string())?;
 
     // The client that annotated functions use.
     target
@@ -559,6 +563,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         orders.len() - confirmed.len(),
         shop.story.handoffs()
     );
+    #[cfg(feature = "metrics")]
+    print_metrics(endpoint)?;
+    #[cfg(not(feature = "metrics"))]
+    print_metrics()?;
     if problems.is_empty() {
         println!("consistency check passed: no negative stock, every unit accounted for, every lock free");
         Ok(())
@@ -568,6 +576,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Err(format!("{} consistency problems", problems.len()).into())
     }
+}
+
+/// distlock's metrics of the run, as the Prometheus endpoint at `endpoint` shows
+/// them (feature `metrics`).
+#[cfg(feature = "metrics")]
+fn print_metrics(endpoint: std::net::SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
+    let scrape = common::scrape::scrape(endpoint).map_err(|err| err.to_string())?;
+    println!("\ndistlock's metrics (http://{endpoint}/metrics):");
+    for line in common::scrape::summary(&scrape) {
+        println!("  {line}");
+    }
+    Ok(())
+}
+
+/// Without the `metrics` feature: how to see them.
+#[cfg(not(feature = "metrics"))]
+fn print_metrics() -> Result<(), Box<dyn std::error::Error>> {
+    println!("\n(run with `--features metrics` to see distlock's metrics of this run)");
+    Ok(())
 }
 
 fn price_key(sku: &str) -> String {

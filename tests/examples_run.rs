@@ -41,6 +41,20 @@ fn order_flow_runs_and_its_consistency_check_passes() {
         output.contains("consistency check passed"),
         "order_flow printed no passed check:\n{output}"
     );
+    // Built with the `metrics` feature, it prints its metrics at the end: the
+    // orders' acquisitions, under the macro's template.
+    let acquired = output
+        .lines()
+        .find(|line| {
+            line.trim_start().starts_with("distlock_acquired_total{")
+                && line.contains("lock=\"order:{order.id}\"")
+        })
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse::<f64>().ok());
+    assert!(
+        acquired.is_some_and(|n| n >= 1.0),
+        "order_flow printed no acquisitions of `order:{{order.id}}`:\n{output}"
+    );
 }
 
 #[test]

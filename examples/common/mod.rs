@@ -13,6 +13,9 @@
 // Each example uses a part of this module.
 #![allow(dead_code)]
 
+#[cfg(feature = "metrics")]
+pub(crate) mod scrape;
+
 use std::fmt;
 
 use distlock::LockClientBuilder;

@@ -371,7 +371,9 @@ fn run_example(redis: &Path, name: &str) -> Result<()> {
     );
     let mut example = cargo(redis);
     example
-        .args(["run", "--quiet", "-p", "distlock", "--example", name])
+        // With the metrics: the order example prints them at the end.
+        .args(["run", "--quiet", "-p", "distlock", "--features", "metrics"])
+        .args(["--example", name])
         .env("REDIS_URL", server.url());
     let outcome = run(example);
     server.stop()?;
