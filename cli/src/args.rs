@@ -81,6 +81,13 @@ pub(crate) struct TargetArgs {
     /// instead of the platform's roots (for rediss:// URLs).
     #[arg(long, global = true, value_name = "FILE")]
     pub(crate) tls_ca: Option<PathBuf>,
+    /// The client certificate (PEM file) to show servers that ask for one (mutual
+    /// TLS); with --tls-key.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The private key (PEM file) of --tls-cert.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
 }
 
 /// The subcommands.

@@ -61,6 +61,9 @@ pub(crate) struct Target {
     pub(crate) namespace: String,
     /// The CA certificate, as PEM, when `--tls-ca` was given.
     tls_ca: Option<Vec<u8>>,
+    /// The client certificate and its key, as PEM, when `--tls-cert` and
+    /// `--tls-key` were given.
+    tls_client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Target {
@@ -119,20 +122,35 @@ impl Target {
                 )
             }
         };
-        let tls_ca = match &args.tls_ca {
-            Some(path) => Some(std::fs::read(path).map_err(|err| {
-                CliError::usage(format!(
-                    "--tls-ca {}: {err}; give the PEM file of the CA that signed the servers' \
-                     certificates",
-                    path.display()
-                ))
-            })?),
-            None => None,
+        let read = |flag: &str, path: &Option<std::path::PathBuf>, what: &str| {
+            path.as_ref()
+                .map(|path| {
+                    std::fs::read(path).map_err(|err| {
+                        CliError::usage(format!("{flag} {}: {err}; give {what}", path.display()))
+                    })
+                })
+                .transpose()
         };
+        let tls_ca = read(
+            "--tls-ca",
+            &args.tls_ca,
+            "the PEM file of the CA that signed the servers' certificates",
+        )?;
+        let cert = read(
+            "--tls-cert",
+            &args.tls_cert,
+            "the client certificate's PEM file",
+        )?;
+        let key = read(
+            "--tls-key",
+            &args.tls_key,
+            "the PEM file of its private key",
+        )?;
         Ok(Self {
             deployment,
             namespace: args.namespace,
             tls_ca,
+            tls_client: cert.zip(key),
         })
     }
 
@@ -190,6 +208,9 @@ impl Target {
         };
         if let Some(pem) = &self.tls_ca {
             builder = builder.tls_root_ca(pem.clone());
+        }
+        if let Some((cert, key)) = &self.tls_client {
+            builder = builder.tls_client_cert(cert.clone(), key.clone());
         }
         Ok(builder.connect().await?)
     }
@@ -272,11 +293,20 @@ impl Target {
         }
     }
 
-    /// The certificates of `--tls-ca`.
+    /// The certificates of `--tls-ca`, `--tls-cert` and `--tls-key`.
     fn certificates(&self) -> Option<TlsCertificates> {
-        self.tls_ca.as_ref().map(|pem| TlsCertificates {
-            client_tls: None,
-            root_cert: Some(pem.clone()),
+        if self.tls_ca.is_none() && self.tls_client.is_none() {
+            return None;
+        }
+        Some(TlsCertificates {
+            client_tls: self
+                .tls_client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.tls_ca.clone(),
         })
     }
 
@@ -526,6 +556,8 @@ mod tests {
             sentinel_node_db: None,
             namespace: "distlock".into(),
             tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 
