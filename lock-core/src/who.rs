@@ -1,5 +1,5 @@
 //! Who holds a lock: what a client writes of each holder with its first acquisition
-//! (`lua/lock.lua`'s `who`: "<pid> <service> <host> <site>"), and what
+//! (`lua/lock.lua`'s `who`, `"<pid> <service> <host> <site>"`), and what
 //! [`LockClient::inspect`](crate::LockClient::inspect) reads back, [`HolderInfo`].
 //!
 //! The text is bounded: a service name of at most [`MAX_SERVICE_LEN`] bytes (checked
