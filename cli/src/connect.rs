@@ -438,39 +438,11 @@ impl Raw {
                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
             )
             .await?;
-        let mut masters = Vec::new();
-        // Each range: [start, end, [host, port, id, ...], replicas...].
-        if let Value::Array(ranges) = slots {
-            for range in ranges {
-                let Value::Array(fields) = range else {
-                    continue;
-                };
-                let Some(Value::Array(master)) = fields.get(2) else {
-                    continue;
-                };
-                let host = master.first().and_then(text);
-                let port = match master.get(1) {
-                    Some(Value::Int(port)) => u16::try_from(*port).ok(),
-                    _ => None,
-                };
-                if let (Some(host), Some(port)) = (host, port) {
-                    masters.push(Node { host, port });
-                }
-            }
-        }
-        masters.sort();
-        masters.dedup();
+        let masters = distlock::masters_in_slots(&slots)
+            .into_iter()
+            .map(|(host, port)| Node { host, port })
+            .collect();
         Ok(Some(masters))
-    }
-}
-
-/// A reply as text (a bulk, simple or verbatim string).
-pub(crate) fn text(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(text) => Some(text.clone()),
-        Value::VerbatimString { text, .. } => Some(text.clone()),
-        _ => None,
     }
 }
 

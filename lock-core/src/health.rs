@@ -353,6 +353,29 @@ async fn masters(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>
             RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
         )
         .await?;
+    Ok(masters_in_slots(&slots))
+}
+
+/// The masters that a `CLUSTER SLOTS` reply names, `(host, port)` each, sorted and
+/// once each (ranges it cannot read are skipped).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::redis::Value;
+///
+/// let node = |port| Value::Array(vec![Value::BulkString(b"127.0.0.1".to_vec()), Value::Int(port)]);
+/// let slots = Value::Array(vec![
+///     Value::Array(vec![Value::Int(0), Value::Int(8191), node(7001), node(7004)]),
+///     Value::Array(vec![Value::Int(8192), Value::Int(16383), node(7002)]),
+/// ]);
+/// assert_eq!(
+///     distlock::masters_in_slots(&slots),
+///     [("127.0.0.1".to_owned(), 7001), ("127.0.0.1".to_owned(), 7002)]
+/// );
+/// ```
+pub fn masters_in_slots(slots: &Value) -> Vec<(String, u16)> {
     let mut masters = Vec::new();
     // Each range: [start, end, [host, port, id, ...], replicas...].
     if let Value::Array(ranges) = slots {
@@ -375,7 +398,7 @@ async fn masters(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>
     }
     masters.sort();
     masters.dedup();
-    Ok(masters)
+    masters
 }
 
 /// One node of a cluster, by address: every command goes to it.
