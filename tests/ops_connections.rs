@@ -354,3 +354,47 @@ async fn a_redlock_node_that_restarts_is_logged_once_and_only_for_its_address() 
         assert!(lost(addr).is_empty() && restored(addr).is_empty(), "{addr}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_that_goes_away_is_logged_once_by_its_address() {
+    let logs = Logs::capture();
+    let mut cluster = RedisCluster::start(3, 0).expect("start a 3-master cluster");
+    let locks = LockClient::builder()
+        .cluster(cluster.urls())
+        .response_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .expect("connected");
+    let addr = |port: u16| format!("127.0.0.1:{port}");
+    let gone = addr(cluster.nodes()[0].port());
+    let others: Vec<String> = cluster.nodes()[1..].iter().map(|n| addr(n.port())).collect();
+    let lost = format!("lost the connection to {gone}");
+    let restored = format!("connection to {gone} restored after");
+
+    cluster.node_mut(0).stop().expect("SIGKILL a master");
+    let warned = support::eventually(Duration::from_secs(10), || {
+        !logs.lines_with(&["WARN", &lost]).is_empty()
+    })
+    .await;
+    assert!(warned, "{:?}", logs.lines_with(&["distlock"]));
+    // Pinged every second meanwhile: still one warning.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(logs.lines_with(&["WARN", &lost]).len(), 1);
+    assert!(logs.lines_with(&[&restored]).is_empty());
+
+    cluster.node_mut(0).restart().expect("back on its port");
+    let back = support::eventually(Duration::from_secs(15), || {
+        !logs.lines_with(&["INFO", &restored]).is_empty()
+    })
+    .await;
+    assert!(back, "{:?}", logs.lines_with(&["distlock"]));
+    assert_eq!(logs.lines_with(&["INFO", &restored]).len(), 1);
+    for other in &others {
+        assert!(
+            logs.lines_with(&["lost the connection to", other]).is_empty(),
+            "{other} never went away: {:?}",
+            logs.lines_with(&[other])
+        );
+    }
+    drop(locks);
+}

@@ -1103,7 +1103,8 @@ impl LockClientBuilder {
             }
             Endpoints::Redlock(nodes) => self.connect_redlock(nodes, push_tx, &links).await?,
             Endpoints::Cluster(nodes) => {
-                self.connect_cluster(nodes, certs, push_tx, &links).await?
+                self.connect_cluster(nodes, certs, push_tx, &links, &shutdown)
+                    .await?
             }
         };
         for conn in backend.nodes() {
@@ -1252,6 +1253,7 @@ impl LockClientBuilder {
         certs: Option<TlsCertificates>,
         push_tx: UnboundedSender<redis::PushInfo>,
         links: &Arc<Links>,
+        shutdown: &CancellationToken,
     ) -> Result<(Backend, SubConn), LockError> {
         let builder = |nodes: Vec<ConnectionInfo>| {
             let builder = ClusterClientBuilder::new(nodes)
@@ -1278,6 +1280,7 @@ impl LockClientBuilder {
             .get_async_connection()
             .await
             .map_err(failed)?;
+        links.watch_cluster(conn.clone(), self.response_timeout, shutdown.clone());
         let mut conn = links.cluster_link(conn, servers.clone());
         let mut sub = links.cluster_link(sub, servers.clone());
         conn.ensure_named().await;

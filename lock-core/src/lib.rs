@@ -114,7 +114,8 @@ pub use client::{global, HoldMode, Holder, InstallGlobalError, LockClient, LockI
 pub use context::{current_lock, LockContext};
 pub use error::{LockError, LostReason};
 pub use guard::{LockGuard, MultiLockGuard};
-pub use health::{fields_of_nodes, masters_in_slots, HealthReport, NodeHealth};
+pub use backend::masters_in_slots;
+pub use health::{fields_of_nodes, HealthReport, NodeHealth};
 pub use hold::HeldLock;
 pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
 pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};

@@ -13,7 +13,10 @@
 //! and [`Link::ensure_named`].
 //!
 //! A link over a whole Redis Cluster ([`Links::cluster_link`]) is named in the
-//! background and not watched: see there why.
+//! background and not watched: its errors do not say which node failed. A
+//! cluster's masters are watched instead by [`Links::watch_cluster`], which pings
+//! each of them by address once a second, so that a master that goes away is logged
+//! once, by its address, and once when it is back.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -77,7 +80,8 @@ impl Links {
     /// them), in the background, so that a node that is down delays no request;
     /// and it is not watched: its errors do not say which node failed, and a
     /// cluster that loses one master keeps answering for the others, so an
-    /// up/down state of the whole would flap with every request.
+    /// up/down state of the whole would flap with every request. The masters are
+    /// watched one by one instead ([`Links::watch_cluster`]).
     pub(crate) fn cluster_link<C>(self: &Arc<Self>, conn: C, addr: impl Into<Arc<str>>) -> Link<C> {
         Link {
             cluster: true,
@@ -140,6 +144,81 @@ impl Links {
             );
         }
     }
+}
+
+/// How often a cluster's masters are pinged ([`Links::watch_cluster`]).
+const CLUSTER_WATCH: Duration = Duration::from_secs(1);
+
+impl Links {
+    /// Watches the masters of the cluster behind `conn` until `shutdown`: once a
+    /// [`CLUSTER_WATCH`], reads the masters (`CLUSTER SLOTS`) and pings each by its
+    /// address, within `timeout`. A ping that fails for a lost connection marks its
+    /// address down (logged once), an answer marks it up (logged once when it was
+    /// down). A ping that times out changes nothing: a slow node is not a lost one.
+    /// Addresses that were seen down stay watched until they answer, also after the
+    /// cluster moved their slots elsewhere.
+    pub(crate) fn watch_cluster(
+        self: &Arc<Self>,
+        mut conn: redis::cluster_async::ClusterConnection,
+        timeout: Duration,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        let links = self.clone();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            let mut watched: Vec<(String, u16)> = Vec::new();
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(CLUSTER_WATCH) => {}
+                }
+                let slots = conn.route_command(
+                    redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                );
+                if let Ok(Ok(slots)) = tokio::time::timeout(timeout, slots).await {
+                    let masters = super::masters_in_slots(&slots);
+                    watched.retain(|node| {
+                        masters.contains(node) || links.is_down_now(&address(node))
+                    });
+                    for master in masters {
+                        if !watched.contains(&master) {
+                            watched.push(master);
+                        }
+                    }
+                }
+                for (host, port) in &watched {
+                    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port: *port,
+                    });
+                    let ping = conn.route_command(redis::cmd("PING").clone(), routing);
+                    let addr: Arc<str> = address(&(host.clone(), *port)).into();
+                    match tokio::time::timeout(timeout, ping).await {
+                        Ok(Ok(_)) => links.answered(&addr, id),
+                        Ok(Err(err)) if is_lost_connection(&err) => links.lost(&addr, id, &err),
+                        Ok(Err(_)) | Err(_) => {}
+                    }
+                }
+            }
+        });
+    }
+
+    /// Whether `addr` is down now.
+    fn is_down_now(&self, addr: &str) -> bool {
+        self.outages.load(Ordering::Acquire) > 0
+            && self
+                .down
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains_key(addr)
+    }
+}
+
+/// `host:port`.
+fn address((host, port): &(String, u16)) -> String {
+    format!("{host}:{port}")
 }
 
 /// A duration cut to whole milliseconds, for messages.

@@ -366,6 +366,61 @@ async fn unsubscribe(link: &mut Link<ConnectionManager>, channel: &[u8]) -> Redi
     result
 }
 
+/// The masters that a `CLUSTER SLOTS` reply names, `(host, port)` each, sorted and
+/// once each (ranges it cannot read are skipped).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::redis::Value;
+///
+/// let node = |port| Value::Array(vec![Value::BulkString(b"127.0.0.1".to_vec()), Value::Int(port)]);
+/// let slots = Value::Array(vec![
+///     Value::Array(vec![Value::Int(0), Value::Int(8191), node(7001), node(7004)]),
+///     Value::Array(vec![Value::Int(8192), Value::Int(16383), node(7002)]),
+/// ]);
+/// assert_eq!(
+///     distlock::masters_in_slots(&slots),
+///     [("127.0.0.1".to_owned(), 7001), ("127.0.0.1".to_owned(), 7002)]
+/// );
+/// ```
+pub fn masters_in_slots(slots: &Value) -> Vec<(String, u16)> {
+    let mut masters = Vec::new();
+    // Each range: [start, end, [host, port, id, ...], replicas...].
+    if let Value::Array(ranges) = slots {
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                continue;
+            };
+            let Some(Value::Array(master)) = fields.get(2) else {
+                continue;
+            };
+            let host = master.first().and_then(reply_text);
+            let port = match master.get(1) {
+                Some(Value::Int(port)) => u16::try_from(*port).ok(),
+                _ => None,
+            };
+            if let (Some(host), Some(port)) = (host, port) {
+                masters.push((host, port));
+            }
+        }
+    }
+    masters.sort();
+    masters.dedup();
+    masters
+}
+
+/// A reply as text (a bulk, simple or verbatim string).
+pub(crate) fn reply_text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
 /// The Redis Cluster hash slot of a key: CRC16 of its hash tag (or of the whole
 /// key when it has none), modulo 16384.
 pub(crate) fn slot(key: &[u8]) -> u16 {
