@@ -367,7 +367,10 @@ async fn a_cluster_master_that_goes_away_is_logged_once_by_its_address() {
         .expect("connected");
     let addr = |port: u16| format!("127.0.0.1:{port}");
     let gone = addr(cluster.nodes()[0].port());
-    let others: Vec<String> = cluster.nodes()[1..].iter().map(|n| addr(n.port())).collect();
+    let others: Vec<String> = cluster.nodes()[1..]
+        .iter()
+        .map(|n| addr(n.port()))
+        .collect();
     let lost = format!("lost the connection to {gone}");
     let restored = format!("connection to {gone} restored after");
 
@@ -391,7 +394,8 @@ async fn a_cluster_master_that_goes_away_is_logged_once_by_its_address() {
     assert_eq!(logs.lines_with(&["INFO", &restored]).len(), 1);
     for other in &others {
         assert!(
-            logs.lines_with(&["lost the connection to", other]).is_empty(),
+            logs.lines_with(&["lost the connection to", other])
+                .is_empty(),
             "{other} never went away: {:?}",
             logs.lines_with(&[other])
         );

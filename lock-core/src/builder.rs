@@ -1265,6 +1265,7 @@ impl LockClientBuilder {
             }
         };
         let servers = Endpoints::Cluster(nodes.clone()).describe();
+        let first_node = nodes.first().cloned();
         let failed = |err| LockError::connect(servers.clone(), err);
         let conn = builder(nodes.clone())
             .build()
@@ -1280,7 +1281,15 @@ impl LockClientBuilder {
             .get_async_connection()
             .await
             .map_err(failed)?;
-        links.watch_cluster(conn.clone(), self.response_timeout, shutdown.clone());
+        if let Some(template) = first_node {
+            links.watch_cluster(
+                conn.clone(),
+                template,
+                certs.clone(),
+                self.response_timeout,
+                shutdown.clone(),
+            );
+        }
         let mut conn = links.cluster_link(conn, servers.clone());
         let mut sub = links.cluster_link(sub, servers.clone());
         conn.ensure_named().await;

@@ -356,7 +356,6 @@ async fn masters(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>
     Ok(masters_in_slots(&slots))
 }
 
-
 /// One node of a cluster, by address: every command goes to it.
 struct OnNode {
     conn: ClusterConnection,
@@ -671,7 +670,6 @@ fn warn_of_settings(node: &mut NodeHealth, checks: &Checks) {
         }
     }
 }
-
 
 /// A round trip for people: `312µs`, `4.2ms`, `1.3s`.
 fn human_round_trip(round_trip: Duration) -> String {

@@ -109,12 +109,12 @@ mod who;
 /// ```
 pub use redis;
 
+pub use backend::masters_in_slots;
 pub use builder::LockClientBuilder;
 pub use client::{global, HoldMode, Holder, InstallGlobalError, LockClient, LockInfo, LockKind};
 pub use context::{current_lock, LockContext};
 pub use error::{LockError, LostReason};
 pub use guard::{LockGuard, MultiLockGuard};
-pub use backend::masters_in_slots;
 pub use health::{fields_of_nodes, HealthReport, NodeHealth};
 pub use hold::HeldLock;
 pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};

@@ -151,23 +151,33 @@ const CLUSTER_WATCH: Duration = Duration::from_secs(1);
 
 impl Links {
     /// Watches the masters of the cluster behind `conn` until `shutdown`: once a
-    /// [`CLUSTER_WATCH`], reads the masters (`CLUSTER SLOTS`) and pings each by its
-    /// address, within `timeout`. A ping that fails for a lost connection marks its
-    /// address down (logged once), an answer marks it up (logged once when it was
-    /// down). A ping that times out changes nothing: a slow node is not a lost one.
-    /// Addresses that were seen down stay watched until they answer, also after the
-    /// cluster moved their slots elsewhere.
+    /// [`CLUSTER_WATCH`], reads the masters (`CLUSTER SLOTS`) and pings each over a
+    /// connection of its own (made from `template`, a node's settings, with
+    /// `certs`), within `timeout`. A ping that fails for a lost connection marks
+    /// its address down (logged once), an answer marks it up (logged once when it
+    /// was down). A ping that times out changes nothing: a slow node is not a lost
+    /// one. Addresses that were seen down stay watched until they answer, also
+    /// after the cluster moved their slots elsewhere. (The cluster connection's
+    /// own routing by address is not used: it answers from another node when it
+    /// has no connection to the address.)
     pub(crate) fn watch_cluster(
         self: &Arc<Self>,
         mut conn: redis::cluster_async::ClusterConnection,
+        template: redis::ConnectionInfo,
+        certs: Option<redis::TlsCertificates>,
         timeout: Duration,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
         use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
         let links = self.clone();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
         tokio::spawn(async move {
             let mut watched: Vec<(String, u16)> = Vec::new();
+            let mut open: HashMap<(String, u16), redis::aio::MultiplexedConnection> =
+                HashMap::new();
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
@@ -179,26 +189,46 @@ impl Links {
                 );
                 if let Ok(Ok(slots)) = tokio::time::timeout(timeout, slots).await {
                     let masters = super::masters_in_slots(&slots);
-                    watched.retain(|node| {
-                        masters.contains(node) || links.is_down_now(&address(node))
-                    });
+                    watched
+                        .retain(|node| masters.contains(node) || links.is_down_now(&address(node)));
                     for master in masters {
                         if !watched.contains(&master) {
                             watched.push(master);
                         }
                     }
+                    open.retain(|node, _| watched.contains(node));
                 }
-                for (host, port) in &watched {
-                    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                        host: host.clone(),
-                        port: *port,
-                    });
-                    let ping = conn.route_command(redis::cmd("PING").clone(), routing);
-                    let addr: Arc<str> = address(&(host.clone(), *port)).into();
-                    match tokio::time::timeout(timeout, ping).await {
+                for node in &watched {
+                    let addr: Arc<str> = address(node).into();
+                    let answer = tokio::time::timeout(timeout, async {
+                        if !open.contains_key(node) {
+                            let info = template.clone().set_addr(node_addr(&template, node));
+                            let client = match &certs {
+                                Some(certs) => redis::Client::build_with_tls(info, certs.clone())?,
+                                None => redis::Client::open(info)?,
+                            };
+                            let fresh = client
+                                .get_multiplexed_async_connection_with_config(&config)
+                                .await?;
+                            open.insert(node.clone(), fresh);
+                        }
+                        match open.get_mut(node) {
+                            Some(ping) => redis::cmd("PING").query_async::<Value>(ping).await,
+                            None => Ok(Value::Nil),
+                        }
+                    })
+                    .await;
+                    match answer {
                         Ok(Ok(_)) => links.answered(&addr, id),
-                        Ok(Err(err)) if is_lost_connection(&err) => links.lost(&addr, id, &err),
-                        Ok(Err(_)) | Err(_) => {}
+                        Ok(Err(err)) => {
+                            open.remove(node);
+                            if is_lost_connection(&err) {
+                                links.lost(&addr, id, &err);
+                            }
+                        }
+                        Err(_) => {
+                            open.remove(node);
+                        }
                     }
                 }
             }
@@ -219,6 +249,27 @@ impl Links {
 /// `host:port`.
 fn address((host, port): &(String, u16)) -> String {
     format!("{host}:{port}")
+}
+
+/// The address of `node` in the form of `template`'s (plain or TLS, with its TLS
+/// settings).
+fn node_addr(
+    template: &redis::ConnectionInfo,
+    (host, port): &(String, u16),
+) -> redis::ConnectionAddr {
+    match template.addr() {
+        redis::ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => redis::ConnectionAddr::TcpTls {
+            host: host.clone(),
+            port: *port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => redis::ConnectionAddr::Tcp(host.clone(), *port),
+    }
 }
 
 /// A duration cut to whole milliseconds, for messages.
