@@ -9,6 +9,7 @@ use tracing::Instrument;
 
 use crate::backend::redlock::{self, ForceVote};
 use crate::error::LockError;
+use crate::health::{self, HealthReport};
 use crate::hold::HeldLock;
 use crate::inner::Inner;
 use crate::keys::Kind;
@@ -387,8 +388,8 @@ impl LockClient {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn ping(&self) -> Result<crate::HealthReport, LockError> {
-        crate::health::check(&self.inner).await
+    pub async fn ping(&self) -> Result<HealthReport, LockError> {
+        health::check(&self.inner).await
     }
 
     /// How long a lock request waits unless it says otherwise.

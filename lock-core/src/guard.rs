@@ -9,7 +9,7 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::context::LockContext;
 use crate::detach::join_all;
-use crate::error::LockError;
+use crate::error::{LockError, LostReason};
 use crate::hold::HeldLock;
 use crate::inner::Inner;
 use crate::release;
@@ -185,7 +185,7 @@ impl LockGuard {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn lost_reason(&self) -> Option<crate::LostReason> {
+    pub fn lost_reason(&self) -> Option<LostReason> {
         self.held.lost_reason()
     }
 
@@ -431,7 +431,7 @@ impl MultiLockGuard {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn lost_reason(&self) -> Option<crate::LostReason> {
+    pub fn lost_reason(&self) -> Option<LostReason> {
         self.guards.iter().find_map(LockGuard::lost_reason)
     }
 

@@ -10,7 +10,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::{LockError, LostReason};
 use crate::keys::LockKeys;
-use crate::order::Origin;
+use crate::origin::Origin;
 use crate::owner::Owner;
 
 /// One chain's hold of one lock: shared by the guard of the first acquisition and

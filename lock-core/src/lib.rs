@@ -34,10 +34,11 @@
 //! | 2 | `keys.rs` | a lock name's Redis keys and channel; [`MAX_NAME_LEN`], [`MAX_NAMESPACE_LEN`] |
 //! | 2 | `owner.rs` | owner ids and the numbering of their operations (exactly-once replay detection) |
 //! | 2 | `handoff.rs` | local hand-off: a waiter's offer, and what a release delivers to it (a grant gives its hold back unless a guard takes it) |
-//! | 2 | `order.rs` | the lock-order checker: edges between lock classes, inversions warned or refused; [`LockOrderCheck`] |
+//! | 2 | `origin.rs` | where a request was made: call site, class (label, or the name with digits folded), function |
 //! | 2 | `lease.rs` | [`MIN_LEASE`], [`MAX_LEASE`], [`MIN_WATCHDOG_LEASE`], clock drift and validity |
-//! | 2 | `metrics.rs` | feature `metrics`: the labels of a lock's series, one function per outcome (empty without the feature) |
 //! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `link.rs` named connections and their lost/restored logs; `url.rs` URLs; `tls.rs` TLS (crypto provider, certificates); `dial.rs` the first connection (fail fast on a refusal); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
+//! | 2 | `metrics.rs` | feature `metrics`: the labels of a lock's series, one function per outcome (empty without the feature) |
+//! | 2 | `order.rs` | the lock-order checker: edges between lock classes, inversions warned or refused; [`LockOrderCheck`] |
 //! | 3 | `deadlock.rs` | distributed deadlock detection: wait-for records, the walk, the victim |
 //! | 3 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
 //! | 3 | `subscriber.rs` | waiting: the queues of local waiters, woken by release messages |
@@ -87,6 +88,7 @@ mod metrics;
 mod multi;
 mod order;
 mod order_shared;
+mod origin;
 mod owner;
 mod release;
 mod renew;

@@ -35,7 +35,7 @@
 
 use crate::backend::Backend;
 use crate::keys::LockKeys;
-use crate::order::Origin;
+use crate::origin::Origin;
 
 #[cfg(feature = "metrics")]
 pub(crate) use on::*;
@@ -237,7 +237,7 @@ mod on {
     }
 
     pub(crate) fn force_unlocked(backend_: &Backend, name: &[u8]) {
-        let class = Origin::here().class(name).to_string();
+        let class = crate::origin::fold(name);
         counter!(
             "distlock_force_unlocks_total",
             "lock" => class,

@@ -39,7 +39,7 @@ use crate::hold::{HeldLock, Hold, HoldState};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::lease::validity;
-use crate::order::Origin;
+use crate::origin::Origin;
 use crate::owner::{Op, Owner};
 use crate::release;
 use crate::scripts::{unexpected_reply, AcquireAllReply};

@@ -63,71 +63,6 @@ pub enum LockOrderCheck {
     Strict,
 }
 
-/// Where a lock request was made, and the class it was given.
-#[derive(Debug, Clone)]
-pub(crate) struct Origin {
-    /// The caller of the method that made the request (`#[track_caller]`).
-    pub(crate) site: &'static Location<'static>,
-    /// The class given to the request (`LockRequest::label`, the macro's template).
-    pub(crate) label: Option<Arc<str>>,
-    /// A name of a `lock_all`, whose order was checked with the whole set: taken in
-    /// the set's canonical order, it makes no edge with the names before it.
-    pub(crate) in_set: bool,
-    /// The function that asked (`LockRequest::function`, the macro's function):
-    /// shown as the holder's site instead of the caller's location.
-    pub(crate) function: Option<&'static str>,
-}
-
-impl Origin {
-    /// The caller of the function that calls this (through `#[track_caller]`s).
-    #[track_caller]
-    pub(crate) fn here() -> Self {
-        Self {
-            site: Location::caller(),
-            label: None,
-            in_set: false,
-            function: None,
-        }
-    }
-
-    /// Where the lock was asked for, as a holder shows it: the function, or the
-    /// caller's `file:line`.
-    pub(crate) fn site_text(&self) -> std::borrow::Cow<'static, str> {
-        match self.function {
-            Some(function) => function.into(),
-            None => format!("{}:{}", self.site.file(), self.site.line()).into(),
-        }
-    }
-
-    /// The class of a lock named `name` asked for from here.
-    pub(crate) fn class(&self, name: &[u8]) -> Arc<str> {
-        match &self.label {
-            Some(label) => label.clone(),
-            None => fold(name).into(),
-        }
-    }
-}
-
-/// `name` with every run of ASCII digits folded into `{#}` (bytes that are not
-/// UTF-8 shown as U+FFFD).
-fn fold(name: &[u8]) -> String {
-    let text = String::from_utf8_lossy(name);
-    let mut out = String::with_capacity(text.len());
-    let mut in_digits = false;
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            if !in_digits {
-                out.push_str("{#}");
-            }
-            in_digits = true;
-        } else {
-            out.push(c);
-            in_digits = false;
-        }
-    }
-    out
-}
-
 /// One edge: a lock of class `.1` taken while holding one of class `.0`.
 type Edge = (Arc<str>, Arc<str>);
 
@@ -188,21 +123,41 @@ impl LockOrder {
     }
 
     /// An inversion of `edge` found in the shared graph: `before` is who took the
-    /// two in the other order, and where. Warned of once per pair (as local ones
-    /// are); the error to return in strict mode.
+    /// two in the other order, and where. The error to return in strict mode
+    /// (warned of otherwise, see [`LockOrder::inverted`]).
     pub(crate) fn shared_inversion(&self, edge: &NewEdge, before: String) -> LockError {
+        self.inverted(
+            &mut self.seen(),
+            &edge.holding,
+            &edge.taking,
+            edge.sites.clone(),
+            before,
+        )
+    }
+
+    /// Class `taking` asked for while holding `held`, the other way round to an
+    /// order seen before (`before`; `here` says where each was taken): counted,
+    /// and warned of once per pair unless strict. Returns the inversion, the error
+    /// of strict mode.
+    fn inverted(
+        &self,
+        seen: &mut Seen,
+        held: &Arc<str>,
+        taking: &Arc<str>,
+        here: String,
+        before: String,
+    ) -> LockError {
         let inversion = LockError::LockOrderInversion {
-            holding: edge.holding.to_string(),
-            taking: edge.taking.to_string(),
-            here: edge.sites.clone(),
+            holding: held.to_string(),
+            taking: taking.to_string(),
+            here,
             before,
         };
-        crate::metrics::inversion(&edge.holding, &edge.taking);
-        let pair = (edge.holding.clone(), edge.taking.clone());
-        if !self.is_strict() && self.seen().warned.insert(pair) {
+        crate::metrics::inversion(held, taking);
+        if !self.is_strict() && seen.warned.insert((held.clone(), taking.clone())) {
             tracing::warn!(
-                lock.holding = %edge.holding,
-                lock.taking = %edge.taking,
+                lock.holding = %held,
+                lock.taking = %taking,
                 "distlock: {inversion}"
             );
         }
@@ -230,23 +185,11 @@ impl LockOrder {
             }
             let reverse = (taking.clone(), held.clone());
             if let Some(earlier) = seen.edges.get(&reverse).copied() {
-                let pair = (held.clone(), taking.clone());
-                let inversion = LockError::LockOrderInversion {
-                    holding: held.to_string(),
-                    taking: taking.to_string(),
-                    here: format!("{held_site} then {site}"),
-                    before: format!("{} then {}", earlier.holding, earlier.taking),
-                };
-                crate::metrics::inversion(&held, taking);
-                if self.check == LockOrderCheck::Strict {
+                let here = format!("{held_site} then {site}");
+                let before = format!("{} then {}", earlier.holding, earlier.taking);
+                let inversion = self.inverted(&mut seen, &held, taking, here, before);
+                if self.is_strict() {
                     return Err(inversion);
-                }
-                if seen.warned.insert(pair) {
-                    tracing::warn!(
-                        lock.holding = %held,
-                        lock.taking = %taking,
-                        "distlock: {inversion}"
-                    );
                 }
                 continue;
             }
@@ -273,13 +216,6 @@ impl LockOrder {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn digits_fold_into_one_class() {
-        assert_eq!(fold(b"order:42"), "order:{#}");
-        assert_eq!(fold(b"order:7:line:12"), "order:{#}:line:{#}");
-        assert_eq!(fold(b"inventory:bread"), "inventory:bread");
-    }
 
     #[test]
     fn an_inversion_is_warned_once_and_refused_when_strict() {

@@ -15,7 +15,7 @@ use crate::guard::{LockGuard, MultiLockGuard};
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
 use crate::multi::acquire_all;
-use crate::order::Origin;
+use crate::origin::Origin;
 
 /// A request for a lock, made by [`LockClient::lock`](crate::LockClient::lock). Await it to get the guard.
 ///

@@ -293,7 +293,7 @@ mod tests {
             keys,
             crate::owner::Owner::new("owner".into()),
             None,
-            crate::order::Origin::here(),
+            crate::origin::Origin::here(),
             None,
             crate::metrics::Tag::unlabelled(),
             HoldState {
