@@ -5,8 +5,6 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use distlock::{LockClient, LockError};
@@ -170,57 +168,9 @@ async fn every_redlock_node_lists_the_named_connections() {
     }
 }
 
-/// Everything logged at INFO and above, for the whole test binary.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn capture() -> Logs {
-        static LOGS: OnceLock<Logs> = OnceLock::new();
-        LOGS.get_or_init(|| {
-            let logs = Logs::default();
-            let subscriber = tracing_subscriber::fmt()
-                .with_max_level(tracing::Level::INFO)
-                .with_ansi(false)
-                .with_writer({
-                    let logs = logs.clone();
-                    move || logs.clone()
-                })
-                .finish();
-            tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-            logs
-        })
-        .clone()
-    }
-
-    /// The lines that contain every one of `parts`.
-    fn lines_with(&self, parts: &[&str]) -> Vec<String> {
-        let text = String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner))
-            .into_owned();
-        text.lines()
-            .filter(|line| parts.iter().all(|part| line.contains(part)))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_restarts_is_logged_lost_once_and_restored_once() {
-    let logs = Logs::capture();
+    let logs = support::capture(tracing::Level::INFO, false);
     let mut server = support::server();
     let addr = format!("127.0.0.1:{}", server.port());
     let locks = support::builder(&server)
@@ -288,7 +238,7 @@ async fn a_server_that_restarts_is_logged_lost_once_and_restored_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redlock_node_that_restarts_is_logged_once_and_only_for_its_address() {
-    let logs = Logs::capture();
+    let logs = support::capture(tracing::Level::INFO, false);
     let mut nodes = [support::server(), support::server(), support::server()];
     let addrs: Vec<String> = nodes
         .iter()
@@ -357,7 +307,7 @@ async fn a_redlock_node_that_restarts_is_logged_once_and_only_for_its_address() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_master_that_goes_away_is_logged_once_by_its_address() {
-    let logs = Logs::capture();
+    let logs = support::capture(tracing::Level::INFO, false);
     let mut cluster = RedisCluster::start(3, 0).expect("start a 3-master cluster");
     let locks = LockClient::builder()
         .cluster(cluster.urls())

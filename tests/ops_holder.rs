@@ -296,31 +296,9 @@ async fn the_macro_names_the_annotated_function() {
     check_process(&holder);
 }
 
-/// Installs (once per test binary) a subscriber that writes a line as each span at
-/// INFO or above closes, with its fields, into a buffer.
-fn capture_spans() -> support::Captured {
-    static CAPTURED: std::sync::OnceLock<support::Captured> = std::sync::OnceLock::new();
-    CAPTURED
-        .get_or_init(|| {
-            let captured = support::Captured::default();
-            let subscriber = tracing_subscriber::fmt()
-                .with_max_level(tracing::Level::INFO)
-                .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-                .with_ansi(false)
-                .with_writer({
-                    let captured = captured.clone();
-                    move || captured.clone()
-                })
-                .finish();
-            tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-            captured
-        })
-        .clone()
-}
-
 #[tokio::test]
 async fn spans_record_each_outcome_and_the_locked_body() {
-    let spans = capture_spans();
+    let spans = support::capture(tracing::Level::INFO, true);
     let server = support::server();
     let locks = support::client(&server).await;
     let other = support::client(&server).await;

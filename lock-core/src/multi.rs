@@ -118,7 +118,7 @@ pub(crate) async fn acquire_all(
         ..origin
     };
     if keys.len() > 1 && in_one_run(&inner, &keys) {
-        return match acquire_at_once(inner.clone(), keys.clone(), options, origin).await {
+        return match acquire_at_once(inner.clone(), &keys, options, origin).await {
             Err(err) => Err(name_the_holder(&inner, &keys, err).await),
             ok => ok,
         };
@@ -181,7 +181,7 @@ fn in_one_run(inner: &Inner, keys: &[Arc<LockKeys>]) -> bool {
 /// or nothing and a wait for the release of the name that was busy.
 async fn acquire_at_once(
     inner: Arc<Inner>,
-    keys: Vec<Arc<LockKeys>>,
+    keys: &[Arc<LockKeys>],
     options: Options,
     origin: Origin,
 ) -> Result<MultiLockGuard, LockError> {
@@ -221,7 +221,7 @@ async fn acquire_at_once(
             place.rearm();
         }
         let sent = Instant::now();
-        let set = SetInvoke::new(&inner, &keys, &owner, &held, mode, &who);
+        let set = SetInvoke::new(&inner, keys, &owner, &held, mode, &who);
         let answer = if deadline > sent {
             tokio::time::timeout_at(deadline, set.run()).await
         } else {
@@ -229,7 +229,7 @@ async fn acquire_at_once(
         };
         let reply = match answer {
             Ok(Ok(reply)) => reply,
-            Err(_) => return Err(ran_out(&keys, busy, start)),
+            Err(_) => return Err(ran_out(keys, busy, start)),
             Ok(Err(err)) if err.may_pass() && Instant::now() + TRANSIENT_PAUSE < deadline => {
                 tracing::debug!(error = %err, "distlock: a set's acquire failed; retrying within the wait");
                 owner = inner.next_owner();
@@ -242,10 +242,10 @@ async fn acquire_at_once(
             AcquireAllReply::Acquired(grants) => {
                 if Instant::now() >= sent + validity(mode.lease) {
                     // Too late to count on: give every hold back and ask again.
-                    let set = SetInvoke::new(&inner, &keys, &owner, &held, mode, &who);
+                    let set = SetInvoke::new(&inner, keys, &owner, &held, mode, &who);
                     spawn(async move { set.give_back().await });
                     if Instant::now() + TRANSIENT_PAUSE >= deadline {
-                        return Err(ran_out(&keys, busy, start));
+                        return Err(ran_out(keys, busy, start));
                     }
                     owner = inner.next_owner();
                     tokio::time::sleep(TRANSIENT_PAUSE).await;
@@ -256,14 +256,14 @@ async fn acquire_at_once(
                     place.settle(false);
                 }
                 return Ok(granted(
-                    &inner, &keys, &owner, &held, mode, sent, &grants, &context, &origin,
+                    &inner, keys, &owner, &held, mode, sent, &grants, &context, &origin,
                 ));
             }
             AcquireAllReply::Busy { index, pttl_ms } => {
                 busy = Some(index);
                 let now = Instant::now();
                 if now >= deadline {
-                    return Err(ran_out(&keys, busy, start));
+                    return Err(ran_out(keys, busy, start));
                 }
                 let place = match waiting.take() {
                     Some((at, place)) if at == index => place,
@@ -276,7 +276,7 @@ async fn acquire_at_once(
                 }
                 let look_at = Instant::now() + sleep_hint(pttl_ms);
                 if place.turn(Some(look_at), deadline, QUEUE_LOOK).await == Turn::OutOfTime {
-                    return Err(ran_out(&keys, busy, start));
+                    return Err(ran_out(keys, busy, start));
                 }
                 waiting = Some((index, place));
             }

@@ -25,12 +25,25 @@ impl Write for Captured {
 /// buffer. Global, not scoped to this test's thread: a callsite first hit by another
 /// test thread could otherwise cache "no interest" and skip the scoped subscriber.
 pub fn capture_warnings() -> Captured {
+    capture(tracing::Level::WARN, false)
+}
+
+/// As [`capture_warnings`], for everything at `level` and above, and with
+/// `span_closes` a line as each span closes, with its fields. One test binary
+/// captures at one level: the first call installs the subscriber.
+pub fn capture(level: tracing::Level, span_closes: bool) -> Captured {
     static CAPTURED: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
     CAPTURED
         .get_or_init(|| {
             let captured = Captured::default();
+            let spans = if span_closes {
+                tracing_subscriber::fmt::format::FmtSpan::CLOSE
+            } else {
+                tracing_subscriber::fmt::format::FmtSpan::NONE
+            };
             let subscriber = tracing_subscriber::fmt()
-                .with_max_level(tracing::Level::WARN)
+                .with_max_level(level)
+                .with_span_events(spans)
                 .with_ansi(false)
                 .with_writer({
                     let captured = captured.clone();
@@ -47,5 +60,14 @@ impl Captured {
     /// Everything captured so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+    }
+
+    /// The lines captured so far that contain every one of `parts`.
+    pub fn lines_with(&self, parts: &[&str]) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter(|line| parts.iter().all(|part| line.contains(part)))
+            .map(str::to_owned)
+            .collect()
     }
 }
