@@ -1,83 +1,295 @@
--- acquire.lua: take a lock, or re-enter one the caller already holds.
+-- acquire.lua: take a lock of any kind (plain, a read or write hold of a read-write
+-- lock, a permit of a semaphore, a fair lock), or re-enter one the caller holds.
 --
--- The client sends this text after lock.lua (how every script reads a lock), under
--- one of two first lines: `#!lua` for a new acquisition (refused as a whole on a
--- server over `maxmemory` with `noeviction`: a new lock adds data) and
--- `#!lua flags=allow-oom` for a re-entry, which only ever raises the count of a lock
--- that exists, so that a full server still lets a holder re-enter. A first
--- acquisition without fencing is tried with a plain `SET NX` first (see lock.lua);
--- this script runs when that did not take the lock, and for every other case.
+-- The client sends this text after lock.lua (the layout, and how every script
+-- reads a lock), under one of two first lines: `#!lua` for a new acquisition
+-- (refused as a whole on a server over `maxmemory` with `noeviction`: a new lock
+-- adds data) and `#!lua flags=allow-oom` for a re-entry, which only ever raises the
+-- count of a lock that exists, so that a full server still lets a holder re-enter.
 --
 -- KEYS[1]  the lock `<ns>:{name}` (see lock.lua)
 -- KEYS[2]  the fencing counter `<ns>:{name}:fence`; read and written only when
---          ARGV[3] is "1" and the lock is free
--- KEYS[3]  the last final release `<ns>:{name}:freed` (see release.lua): written
---          only when this call takes a tombstone, whose record moves there
+--          ARGV[3] is "1" and this call takes the lock
+-- KEYS[3]  this owner's final-release record `<ns>:{name}:freed:<owner>`: read when
+--          this call would take the lock, so that a stray copy of an operation that
+--          was applied and given back since is not applied again
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds, validated by the client (10 ..= the documented maximum)
--- ARGV[3]  "1": issue a fencing token when this call creates the lock; "0": do not
+-- ARGV[3]  "1": issue a fencing token when this call takes a plain lock, a write
+--          hold or a fair lock; "0": do not
 -- ARGV[4]  the operation's sequence number: 1, 2, 3, ... per owner id, one per
 --          acquire, re-entry or release of that owner (a retry keeps its number)
 -- ARGV[5]  the owner's floor: every operation of this owner numbered at or below it
 --          is settled (its outcome is known to the client, or given up), so it is
 --          never applied from now on
 -- ARGV[6]  "1": the caller believes it holds the lock already (a re-entry), so the
---          lock is never created here; "0": an ordinary acquire
--- ARGV[7]  what the client says of the holder, "<pid> <service> <host> <site>",
---          kept with a lock this call creates (see lock.lua); may be absent
+--          lock is never taken here; "0": an ordinary acquire
+-- ARGV[7]  what to take: "x" a plain lock, "r" a read hold, "w" the write hold,
+--          "p<permits>" a permit of a semaphore of that many permits, "f" a fair lock
+-- ARGV[8]  for a read hold, the owner id of the write hold that the caller's call
+--          chain holds (a downgrade: the reader enters beside its own writer), or ""
+-- ARGV[9]  "1": the caller waits if it cannot take it now, so a writer or a fair
+--          waiter keeps its place (see lock.lua, `#wait:`); "0": it gives up at
+--          once (a `try`), and keeps none
+-- ARGV[10] what the client says of the holder, "<pid> <service> <host> <site>", kept
+--          with a new hold (see lock.lua, `#who:`); may be absent
 --
 -- Returns
---   {1, hold_count, fence}  acquired, or this operation was applied before (a
---                           replay); fence is 0 without fencing
---   {0, pttl}               held by another owner; pttl is its remaining lease in ms
---                           (-1 when the lock has no expiry), the waiter's sleep cap
+--   {1, hold_count, fence}  taken or re-entered, or this operation was applied before
+--                           (a replay); fence is the fencing token (0: none)
+--   {0, pttl}               not now: look again within pttl ms (the holder's
+--                           lease; -1 when the lock has no expiry; at most
+--                           WAITER_LOOK_MS for a waiter that keeps its place, so
+--                           that its place stays alive)
 --   {-1}                    re-entry asked, but this owner no longer holds the lock
---   {-2}                    KEYS[1] or KEYS[2] holds a value of another type, or
---                           KEYS[1] a string distlock did not write (see lock.lua),
---                           or KEYS[2] a string that is not a counter; both untouched
+--   {-2}                    KEYS[1] or KEYS[2] holds what distlock did not write
+--                           (see lock.lua); both untouched
+--   {-3}                    the owner holds the read-write lock as a reader and
+--                           asked for the write hold (an upgrade, refused)
+--   {-4, permits}           a semaphore with holders counts `permits` permits, not
+--                           the number asked; untouched
+--   {-5, kind}              the name is held (or waited for) as another kind of
+--                           lock: kind 0 plain, 1 read-write, 2 semaphore, 3 fair
+--
+-- A plain lock has one holder. A read hold enters unless a writer holds the lock,
+-- or one waits (a downgrade enters beside its own writer). The write hold is taken
+-- when nobody holds the lock; a writer that waits keeps its place, which stops new
+-- readers. A permit is taken while fewer owners than `permits` hold one; a
+-- semaphore with no holder takes the permit count of this acquisition. A fair lock
+-- is taken when nobody holds it and no live waiter came before (the lowest ticket
+-- is next); a waiter keeps its place (its ticket) for as long as it keeps looking.
 --
 -- Exactly once. A reply can be lost and the operation retried or replayed (by the
 -- client, or by a cluster connection on its own), and operations of one owner can
 -- overlap (`join!` branches re-entering, a dropped guard's background release). So
--- every operation carries its owner's sequence number, and the lock keeps, for its
+-- every operation carries its owner's sequence number, and the lock keeps, for each
 -- holder, the numbers applied above the holder's floor (done) and the floor itself
--- (the highest ever sent). An operation is applied only if its number is above the
--- floor and not in done; then its number joins done, and numbers at or below the
--- new floor leave it. Each number is thus applied at most once, whatever the order
--- of arrivals: above the floor done remembers it, at or below the floor nothing is
--- applied. The record stays small: the client raises the floor as outcomes become
--- known, so done holds only the operations still in doubt, whatever the number of
--- re-entries of a long-held lock; and it dies with the lock (release.lua keeps the
--- last holder's record for a short while, for the retry of a final release).
+-- (the highest ever sent), in `#op:<owner>`. An operation is applied only if its
+-- number is above the floor and not in done; then its number joins done, and
+-- numbers at or below the new floor leave it. Each number is thus applied at most
+-- once, whatever the order of arrivals. The record stays small: the client raises
+-- the floor as outcomes become known, so done holds only the operations still in
+-- doubt. A final release moves the record to `<ns>:{name}:freed:<owner>` for a
+-- short while (see release.lua), where a retry, or a late copy of an acquisition,
+-- finds it.
 --
 -- Every check comes before the first write: a Lua error does not roll back.
 
 local lock, fence_key, freed = KEYS[1], KEYS[2], KEYS[3]
-local owner, lease, fencing = ARGV[1], ARGV[2], ARGV[3]
-local seq, floor, reentry = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local owner, lease, fencing = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local seq, floor, reentry = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
+local want, parent, stays, who = ARGV[7], ARGV[8], ARGV[9] == '1', ARGV[10]
 
-local state = read_lock(lock, owner)
-if not state then
-  return {-2}
+local mode = string.sub(want, 1, 1)
+local kind, permits = 'lock', nil
+if mode == 'r' or mode == 'w' then
+  kind = 'rw'
+elseif mode == 'p' then
+  kind, permits = 'semaphore', tonumber(string.sub(want, 2))
+elseif mode == 'f' then
+  kind = 'fair'
 end
 
-if not state.held then
-  if reentry == '1' then
-    return {-1}
-  end
-  if fencing == '1' and not read_counter(fence_key) then
+-- A plain lock: its holder alone is read.
+if kind == 'lock' then
+  local state = read_mine(lock, owner)
+  if not state then
     return {-2}
   end
-  local token = take(lock, fence_key, freed, state, owner, lease, fencing == '1', ARGV[5], ARGV[4], ARGV[7])
-  return {1, 1, token}
-end
-
-if not state.count then
-  if reentry == '1' then
+  if state.kind and state.kind ~= 'lock' then
+    local other = read_all(lock, now_ms())
+    if not other then
+      return {-2}
+    end
+    if occupied(other) then
+      return {-5, KINDS[other.kind]}
+    end
+    state = { exists = false, stale = true, token = 0 }
+  end
+  if state.me then
+    -- A replay, or a settled stray copy, answers the count as it stands.
+    return {1, add_hold(lock, state.me, owner, lease, floor, seq, ARGV[4]), state.token}
+  end
+  if reentry then
     return {-1}
   end
-  return {0, redis.call('PTTL', lock)}
+  if state.exists then
+    return {0, redis.call('PTTL', lock)}
+  end
+  if fencing and not read_counter(fence_key) then
+    return {-2}
+  end
+  local new_record = record(read_freed(freed), floor, seq, ARGV[4])
+  if not new_record then
+    -- Applied before, and given back since: nothing to take.
+    return {1, 1, 0}
+  end
+  if state.stale then
+    redis.call('DEL', lock)
+  end
+  return {1, 1, take(lock, fence_key, owner, lease, fencing, new_record, who)}
 end
 
--- A replay, or a settled stray copy, answers the count as it stands.
-return {1, add_hold(lock, state, owner, lease, floor, seq, ARGV[4]), state.token}
+-- The other kinds: the whole hash is read, for every holder's lease and place.
+local now = now_ms()
+local state = read_all(lock, now)
+if not state or (fencing and not read_counter(fence_key)) then
+  return {-2}
+end
+if state.kind and state.kind ~= kind then
+  if occupied(state) then
+    return {-5, KINDS[state.kind]}
+  end
+  -- Left by another kind, its holders and waiters gone: start afresh.
+  redis.call('DEL', lock)
+  state = free_state()
+end
+if kind == 'semaphore' and state.permits and state.permits ~= permits and next(state.holders) then
+  return {-4, state.permits}
+end
+
+local me = state.holders[owner]
+if me then
+  if kind == 'rw' and mode == 'w' and state.writer ~= owner then
+    return {-3}
+  end
+  local count = add_hold(lock, me, owner, lease, floor, seq, ARGV[4])
+  if next(state.dead) then
+    state.latest = math.max(state.latest, now + lease)
+    settle(lock, state, now)
+  end
+  local token = 0
+  if state.writer == owner or kind == 'fair' then
+    token = state.token
+  end
+  return {1, count, token}
+end
+if reentry then
+  return {-1}
+end
+
+-- The number of live holders, and the earliest and the latest end of their leases
+-- (ms from now).
+local function holders()
+  local n, soonest, latest = 0, nil, 0
+  for _, h in pairs(state.holders) do
+    n = n + 1
+    local left = h['until'] - now
+    if not soonest or left < soonest then
+      soonest = left
+    end
+    latest = math.max(latest, left)
+  end
+  return n, soonest or 0, latest
+end
+
+-- The next waiter of a fair lock: the live one with the lowest ticket (nil: none).
+local function queue_head()
+  local head, lowest = nil, nil
+  for waiter, place in pairs(state.waiting) do
+    if not lowest or place.ticket < lowest then
+      head, lowest = waiter, place.ticket
+    end
+  end
+  return head
+end
+
+-- How long to wait, when this owner may not take it now; whether it keeps a place.
+local wait_ms, keeps = nil, false
+local held, soonest, latest = holders()
+if mode == 'w' then
+  if held > 0 then
+    wait_ms, keeps = math.min(latest, WAITER_LOOK_MS), true
+  end
+elseif mode == 'r' then
+  local writer = state.writer and state.holders[state.writer]
+  local own_writer = writer and parent ~= '' and state.writer == parent
+  if writer and not own_writer then
+    wait_ms = writer['until'] - now
+  elseif not own_writer then
+    for waiter, _ in pairs(state.waiting) do
+      if waiter ~= owner then
+        wait_ms = WAITER_LOOK_MS
+      end
+    end
+  end
+elseif mode == 'p' then
+  if held >= permits then
+    wait_ms = soonest
+  end
+else
+  local head = queue_head()
+  if held > 0 or (head and head ~= owner) then
+    wait_ms, keeps = WAITER_LOOK_MS, true
+    if held > 0 then
+      wait_ms = math.min(latest, WAITER_LOOK_MS)
+    end
+  end
+end
+
+if wait_ms then
+  if keeps and stays then
+    -- Keep (or renew) this waiter's place until WAITER_MS from now.
+    local until_ms = now + WAITER_MS
+    local fields = { WAIT .. owner, until_ms }
+    if not state.exists then
+      fields = new_lock(kind)
+      fields[#fields + 1] = WAIT .. owner
+      fields[#fields + 1] = until_ms
+    end
+    local place = state.waiting[owner] or { ticket = 0 }
+    if kind == 'fair' and place.ticket == 0 then
+      place.ticket = redis.call('HINCRBY', lock, '#next', 1)
+      fields[#fields + 1] = TICKET .. owner
+      fields[#fields + 1] = place.ticket
+    end
+    redis.call('HSET', lock, unpack(fields))
+    place['until'] = until_ms
+    state.waiting[owner] = place
+    state.dead[owner] = nil
+    state.latest = math.max(state.latest, until_ms)
+  end
+  if next(state.dead) or (keeps and stays) then
+    settle(lock, state, now)
+  end
+  return {0, wait_ms}
+end
+
+-- Take it.
+local new_record = record(read_freed(freed), floor, seq, ARGV[4])
+if not new_record then
+  -- Applied before, and given back since: nothing to take.
+  return {1, 1, 0}
+end
+local fields = {}
+if not state.exists then
+  fields = new_lock(kind)
+end
+local token = 0
+if (mode == 'w' or mode == 'f') and fencing then
+  token = redis.call('INCR', fence_key)
+  fields[#fields + 1] = '#fence'
+  fields[#fields + 1] = token
+end
+if mode == 'w' then
+  fields[#fields + 1] = '#writer'
+  fields[#fields + 1] = owner
+  state.writer = owner
+end
+if kind == 'semaphore' and state.permits ~= permits then
+  fields[#fields + 1] = '#permits'
+  fields[#fields + 1] = permits
+end
+local until_ms = now + lease
+fields[#fields + 1] = UNTIL .. owner
+fields[#fields + 1] = until_ms
+if state.waiting[owner] then
+  state.waiting[owner] = nil
+  redis.call('HDEL', lock, WAIT .. owner, TICKET .. owner)
+end
+redis.call('HSET', lock, unpack(new_holder(fields, owner, new_record, who)))
+state.holders[owner] = { count = 1, ['until'] = until_ms }
+state.dead[owner] = nil
+state.latest = math.max(state.latest, until_ms)
+settle(lock, state, now)
+return {1, 1, token}

@@ -1,20 +1,20 @@
 -- acquire_all.lua: take every lock of a set, or none.
 --
--- Sent after lock.lua (how every script reads a lock), under `#!lua`: a set that
--- creates a lock adds data, and is refused as a whole on a server over `maxmemory`
--- with `noeviction`. The client sends it when every key of the set is on one
--- endpoint (one server, Sentinel's master, or one cluster slot); each lock is the
--- plain lock of acquire.lua, written in the same way, so that a set and a plain
--- acquisition of one of its names exclude each other.
+-- Sent after lock.lua (the layout), under `#!lua`: a set that creates a lock adds
+-- data, and is refused as a whole on a server over `maxmemory` with `noeviction`.
+-- The client sends it when every key of the set is on one endpoint (one server,
+-- Sentinel's master, or one cluster slot); each lock is a plain lock, written as
+-- acquire.lua writes one, so that a set and a plain acquisition of one of its
+-- names exclude each other.
 --
 -- KEYS     three per name, for name i (from 1) KEYS[3i-2 .. 3i], in the client's
 --          canonical order:
 --   the lock `<ns>:{name}` (see lock.lua)
 --   the fencing counter `<ns>:{name}:fence`; read and written only when ARGV[1] is
---          "1" and the lock is free
---   the last final release `<ns>:{name}:freed` (see release.lua): written only
---          when this call takes a tombstone, whose record moves there
--- ARGV[1]  "1": issue a fencing token for each lock this call creates; "0": do not
+--          "1" and this call takes the lock
+--   the final-release record of the name's owner, `<ns>:{name}:freed:<owner>`
+--          (see acquire.lua)
+-- ARGV[1]  "1": issue a fencing token for each lock this call takes; "0": do not
 -- ARGV     then five per name, for name i ARGV[5i-3 .. 5i+1]:
 --   owner id: the set's own for a name the caller does not hold, the caller's hold's
 --          for one it holds (a re-entry)
@@ -23,11 +23,11 @@
 --   the operation's sequence number among that owner's operations (see
 --          acquire.lua, "Exactly once")
 --   that owner's floor
---   "1": a re-entry (the caller believes it holds the lock: never created here);
+--   "1": a re-entry (the caller believes it holds the lock: never taken here);
 --          "0": a new acquisition
 -- ARGV     last, what the client says of the holder, "<pid> <service> <host>
---          <site>", kept with every lock this call creates (see lock.lua); may be
---          absent
+--          <site>", kept with every lock this call takes (see lock.lua, `#who:`);
+--          may be absent
 --
 -- Returns
 --   {1, count_1, fence_1, count_2, fence_2, ...}  every lock taken or re-entered
@@ -37,13 +37,15 @@
 --                  ms, -1 without expiry); nothing was written
 --   {-1, i}        name i was to be re-entered, but its owner no longer holds it;
 --                  nothing was written
---   {-2, i}        a key of name i holds a value of another type, or a string
---                  distlock did not write (see lock.lua); nothing was written
+--   {-2, i}        a key of name i holds what distlock did not write (see
+--                  lock.lua); nothing was written
+--   {-5, i, kind}  name i is held as another kind of lock (see acquire.lua);
+--                  nothing was written
 --
 -- Every check, for every name, comes before the first write: a Lua error does not
 -- roll back, and a set is taken whole or not at all.
 
-local fencing = ARGV[1]
+local fencing = ARGV[1] == '1'
 local names = #KEYS / 3
 local who = ARGV[5 * names + 2]
 
@@ -51,42 +53,60 @@ local who = ARGV[5 * names + 2]
 local function name(i)
   local k, a = 3 * (i - 1), 5 * (i - 1) + 1
   return KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
-    ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+    ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 4], ARGV[a + 5] == '1'
 end
 
 local states = {}
 for i = 1, names do
-  local lock, fence_key, _, owner, _, _, _, reentry = name(i)
-  local state = read_lock(lock, owner)
+  local lock, fence_key, freed, owner, _, seq_text, floor_text, reentry = name(i)
+  local state = read_mine(lock, owner)
   if not state then
     return {-2, i}
   end
-  if reentry == '1' then
-    if not state.count then
+  if state.kind and state.kind ~= 'lock' then
+    local other = read_all(lock, now_ms())
+    if not other then
+      return {-2, i}
+    end
+    if occupied(other) then
+      return {-5, i, KINDS[other.kind]}
+    end
+    state = { exists = false, stale = true, token = 0 }
+  end
+  if reentry then
+    if not state.me then
       return {-1, i}
     end
-  elseif state.held and not state.count then
+  elseif state.exists and not state.me then
     return {0, i, redis.call('PTTL', lock)}
   end
-  if not state.held and fencing == '1' and not read_counter(fence_key) then
-    return {-2, i}
+  if not state.me then
+    if fencing and not read_counter(fence_key) then
+      return {-2, i}
+    end
+    state.record = record(read_freed(freed), tonumber(floor_text), tonumber(seq_text), seq_text)
   end
   states[i] = state
 end
 
 local answer = {1}
 for i = 1, names do
-  local lock, fence_key, freed, owner, lease, seq_text, floor_text = name(i)
+  local lock, fence_key, _, owner, lease, seq_text, floor_text = name(i)
   local state = states[i]
-  if not state.held then
-    local token = take(lock, fence_key, freed, state, owner, lease, fencing == '1', floor_text, seq_text, who)
-    answer[#answer + 1] = 1
-    answer[#answer + 1] = token
-  else
+  if state.me then
     -- A replay, or a settled stray copy, answers the count as it stands.
-    local count = add_hold(lock, state, owner, lease, tonumber(floor_text), tonumber(seq_text), seq_text)
-    answer[#answer + 1] = count
+    answer[#answer + 1] = add_hold(lock, state.me, owner, lease, tonumber(floor_text), tonumber(seq_text), seq_text)
     answer[#answer + 1] = state.token
+  elseif not state.record then
+    -- Applied before, and given back since: nothing to take.
+    answer[#answer + 1] = 1
+    answer[#answer + 1] = 0
+  else
+    if state.stale then
+      redis.call('DEL', lock)
+    end
+    answer[#answer + 1] = 1
+    answer[#answer + 1] = take(lock, fence_key, owner, lease, fencing, state.record, who)
   end
 end
 return answer

@@ -1,84 +1,79 @@
 -- inspect.lua: read the state of a lock without changing it.
 --
--- Sent after lock.lua and shared.lua, under `#!lua flags=no-writes`.
+-- Sent after lock.lua (the layout), under `#!lua flags=no-writes`.
 --
 -- KEYS[1]  the lock `<ns>:{name}` (see lock.lua)
 -- KEYS[2]  the fencing counter `<ns>:{name}:fence`
 --
 -- Returns
---   {0, 0, -2, 0, counter}              free; counter is the last fencing token issued (0: none)
---   {1, hold_count, pttl, token, counter}  held; pttl is the remaining lease in ms (-1: no
---                                       expiry), token the holder's fencing token (0: none)
+--   {0, 0, -2, 0, counter}   nobody holds it; counter is the last fencing token
+--                            issued (0: none)
 --   {3, kind, permits, counter, waiting, n, holders...}
---                                       a read-write lock (kind 1), a semaphore
---                                       (kind 2, of `permits` permits) or a fair lock
---                                       (kind 3; see shared.lua): `waiting` waiters
---                                       keep their place, and `n` holders follow,
---                                       four numbers each: mode (1 reader, 2 writer,
---                                       3 permit, 4 a fair lock's holder), hold
---                                       count, lease left in ms, fencing token
---   {-2}                                a key holds a value of another type, or KEYS[1]
---                                       a string that lock.lua's `read` does not accept,
---                                       or KEYS[2] a string that is not a counter (an
---                                       integer, not negative)
+--                            held: a plain lock (kind 0), a read-write lock
+--                            (kind 1), a semaphore (kind 2, of `permits` permits)
+--                            or a fair lock (kind 3); `waiting` waiters keep their
+--                            place, and `n` holders follow, four numbers each:
+--                            mode (0 the plain lock's holder, 1 reader, 2 writer,
+--                            3 permit, 4 a fair lock's holder), hold count, lease
+--                            left in ms (-1: no expiry), fencing token (0: none)
+--   {-2}                     KEYS[1] holds what distlock did not write (see
+--                            lock.lua), or KEYS[2] a value that is not a counter
 -- A held lock's reply then ends with one string per holder, in order: what its
--- client wrote of it (lock.lua's meta) as "<held ms> <at> <who>", how long it has
--- held the lock and since when (server ms), or "" when the holder has none. Owner
--- ids are never returned.
+-- client said of it (lock.lua's `#who:`) as "<held ms> <at> <who>", how long it
+-- has held the lock and since when (server ms), or "" when its client said
+-- nothing. Owner ids are never returned.
 
 local lock, fence_key = KEYS[1], KEYS[2]
 
--- A holder's meta ("<at> <who>", its time known) as this script answers it.
-local function shown(meta, now)
-  local at, who = string.match(meta or '', '^(%d+) (.*)$')
-  if not at then
-    return ''
-  end
-  return string.format('%d %s %s', math.max(now - tonumber(at), 0), at, who)
-end
 local counter = read_counter(fence_key)
 if not counter then
   return {-2}
 end
-
-local value = redis.pcall('GET', lock)
-if type(value) == 'table' then
-  local now = now_ms()
-  local shared = read_shared(lock, now)
-  if not shared or not shared.kind then
-    return {-2}
-  end
-  local kind, permits = 1, 0
-  if shared.kind == 'sem' then
-    kind, permits = 2, shared.permits
-  elseif shared.kind == 'fair' then
-    kind = 3
-  end
-  local waiting = 0
-  for _, _ in pairs(shared.waiting) do
-    waiting = waiting + 1
-  end
-  local reply = {3, kind, permits, counter, waiting, 0}
-  local modes = { r = 1, w = 2, p = 3, f = 4 }
-  local metas = {}
-  for _, h in pairs(shared.holders) do
-    reply[6] = reply[6] + 1
-    reply[#reply + 1] = modes[h.mode]
-    reply[#reply + 1] = h.count
-    reply[#reply + 1] = h['until'] - now
-    reply[#reply + 1] = h.token
-    metas[#metas + 1] = shown(h.meta, now)
-  end
-  for _, meta in ipairs(metas) do
-    reply[#reply + 1] = meta
-  end
-  return reply
-end
-local state = read(value, nil)
+local now = now_ms()
+local state = read_all(lock, now)
 if not state then
   return {-2}
 end
-if not state.held then
+if not next(state.holders) then
   return {0, 0, -2, 0, counter}
 end
-return {1, state.total, redis.call('PTTL', lock), state.token, counter, shown(resolve(lock, state.meta), now_ms())}
+local waiting = 0
+for _, _ in pairs(state.waiting) do
+  waiting = waiting + 1
+end
+local reply = {3, KINDS[state.kind], state.permits or 0, counter, waiting, 0}
+local pttl = redis.call('PTTL', lock)
+local texts = {}
+for owner, h in pairs(state.holders) do
+  local mode, left, token = 0, pttl, 0
+  if state.kind == 'rw' then
+    mode = 1
+    if state.writer == owner then
+      mode, token = 2, state.token
+    end
+  elseif state.kind == 'semaphore' then
+    mode = 3
+  elseif state.kind == 'fair' then
+    mode, token = 4, state.token
+  else
+    token = state.token
+  end
+  if h['until'] then
+    left = h['until'] - now
+  end
+  reply[6] = reply[6] + 1
+  reply[#reply + 1] = mode
+  reply[#reply + 1] = h.count
+  reply[#reply + 1] = left
+  reply[#reply + 1] = token
+  local at, who = string.match(h.who or '', '^(%d+) (.*)$')
+  if at then
+    texts[#texts + 1] = string.format('%d %s %s', math.max(now - tonumber(at), 0), at, who)
+  else
+    texts[#texts + 1] = ''
+  end
+end
+for _, text in ipairs(texts) do
+  reply[#reply + 1] = text
+end
+return reply

@@ -1,128 +1,212 @@
--- lock.lua: how every script reads a lock. Not a script of its own: the client sends
--- it in front of acquire.lua, release.lua, renew.lua, inspect.lua and
--- force_release.lua (after their first line), so that all of them read the lock, and
+-- lock.lua: the layout of a lock, and how every script reads and writes it. Not a
+-- script of its own: the client sends it in front of each script but
+-- order_edge.lua (after their first line), so that all of them read a lock, and
 -- judge whether distlock wrote it, in one way.
 --
--- A lock is one string key `<ns>:{name}`, with the lease as its expiry:
+-- THE LAYOUT (version 1). Every kind of lock (plain, fair, read-write, semaphore,
+-- each name of a set) is one hash at `<ns>:{name}`, and the key's expiry is the
+-- lease (with several holders, the latest of their leases). Its fields:
 --
---   "<owner> <count> <fence> <floor> <done...>|<at> <who>"
+--   field            value                                       kept while
+--   <owner id>       the holder's hold count: an integer, 1 or   it holds the lock
+--                    more, raised with HINCRBY on a re-entry,
+--                    lowered on a release
+--   #kind            lock | rw | semaphore | fair                the key exists
+--   #layout          1 (this layout's version)                   the key exists
+--   #fence           the fencing token of the holder of a plain  it holds, with fencing
+--                    or fair lock, or of a writer
+--   #writer          the owner id of a read-write lock's writer  a writer holds it
+--   #permits         a semaphore's number of permits             the key exists
+--   #next            a fair lock's next ticket                   a waiter came
+--   #op:<owner>      the holder's replay record, "<floor>        it holds the lock
+--                    <done...>" (see acquire.lua, "Exactly once")
+--   #who:<owner>     "<at> <pid> <service> <host> <site>": when  it holds, if its client
+--                    it took the lock (ms of the server's clock)  says who it is
+--                    and what its client says of it
+--   #until:<owner>   when its own lease ends (ms of the server's  it holds a read-write,
+--                    clock); the key's expiry is the latest       fair or semaphore lock
+--   #wait:<owner>    when a waiter's place ends (ms): a writer   it waits (see below)
+--                    of a read-write lock, or a fair waiter
+--   #ticket:<owner>  a fair waiter's place in the queue          it waits for a fair lock
 --
--- owner  the holder's owner id (no spaces); one owner at a time
--- count  its hold count, 1 or more
--- fence  the fencing token issued with the first acquisition (0: none)
--- floor  the holder's floor, and done the numbers of its operations applied above
---        it (space separated): its replay record (see acquire.lua, "Exactly once")
--- at     when the holder took the lock, in ms of the server's clock (TIME); or
---        "?<lease>" when the client wrote the lock itself (below): it was taken
---        `lease - PTTL` ms ago, which the first script that moves the expiry (a
---        re-entry, a release that keeps holds, a renewal) turns into a time
--- who    what the client says of the holder, "<pid> <service> <host> <site>" (the
---        site, a function or a source location, last, as it may hold spaces),
---        bounded by the client; shown by inspect.lua. The part from "|" on is
---        optional: a lock written without it reads the same
+-- Owner ids never start with '#'. Every value fits a Redis listpack (at most 64
+-- bytes) but `#who:<owner>` when a client's service and host names are long: the
+-- client keeps what it says to 50 bytes unless those two alone are longer (see
+-- lock-core/src/who.rs); such a lock is stored as a hashtable, and nothing else
+-- changes.
 --
--- A final release leaves the lock free as a tombstone, "- <owner> <floor> <done...>"
--- (the last holder's replay record), that expires after a short while: a retry of
--- that release reads there that it was applied. The first acquisition of a
--- tombstone moves the record to `<ns>:{name}:freed` (with the time it had left),
--- where the retry looks next.
+-- Beside the hash, in the same hash slot, and only when used:
+--   <ns>:{name}:fence          the fencing counter: a string integer, no expiry
+--   <ns>:{name}:freed:<owner>  the replay record of that owner's final release,
+--                              "<floor> <done...>", for a short while: the retry
+--                              of that release reads there that it was applied
+--   <ns>:{name}:released       the release channel (a channel, not a key)
 --
--- A first acquisition without fencing is written by the client itself, with
--- `SET <lock> "<owner> 1 0 <floor> <seq>|?<lease> <who>" NX GET PX <lease>`: the
--- cheapest write that creates a lock, and the one acquire.lua makes (but for `at`).
+-- A holder whose `#until` has passed holds nothing; the first script that reads
+-- the whole hash drops its fields. A lock nobody holds or waits for has no key.
+--
+-- What distlock did not write (another type; a hash without `#kind`, of another
+-- `#layout`, or with a count, a number or a record not of the forms above) is
+-- never changed: the scripts answer a conflict.
 
--- The server's clock, in ms.
+local LAYOUT = '1'
+local OP, WHO, UNTIL, WAIT, TICKET = '#op:', '#who:', '#until:', '#wait:', '#ticket:'
+-- The kinds, and their number in replies.
+local KINDS = { lock = 0, rw = 1, semaphore = 2, fair = 3 }
+-- How long a waiter's place lives after its last look, and how often it looks.
+local WAITER_MS = 3000
+local WAITER_LOOK_MS = 1000
+
+-- The server's clock, in ms: read once per call (TIME), the same for every step.
+local clock = nil
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return clock
 end
 
--- Reads a lock's value (a string, or false when the key does not exist): a table
--- with `held` (some owner holds it), `total` (the holder's count), `count`
--- (the count of `owner`; nil when `owner` does not hold it), `token`, `floor` and
--- `done`, `meta` (the holder's "<at> <who>", nil when the lock has none), and for
--- a tombstone `freed` (its record, "<owner> <floor> <done...>"); nil
--- when distlock did not write it (not of a form above, a number with a leading
--- zero, or one of more than 18 digits, which could overflow).
-local function read(value, owner)
-  if value == false then
-    return { held = false, total = 0, token = 0, floor = 0, done = '' }
-  end
-  local meta = nil
-  local bar = string.find(value, '|', 1, true)
-  if bar then
-    value, meta = string.sub(value, 1, bar - 1), string.sub(value, bar + 1)
-  end
-  if string.sub(value, 1, 2) == '- ' then
-    if not string.match(value, '^%- %S+ %d+ ?[%d ]*$') then
-      return nil
-    end
-    return { held = false, total = 0, token = 0, floor = 0, done = '', freed = string.sub(value, 3) }
-  end
-  local holder, count, token, floor, done =
-    string.match(value, '^(%S+) ([1-9]%d*) (%d+) (%d+) ?([%d ]*)$')
-  if not holder or #count > 18 or #token > 18 or #floor > 18
-      or (#token > 1 and string.byte(token) == 48) or (#floor > 1 and string.byte(floor) == 48) then
+-- Whether `text` is a number distlock writes: digits, no leading zero, at most 18
+-- (so that it cannot overflow).
+local function is_number(text)
+  return type(text) == 'string' and #text <= 18
+    and (text == '0' or string.match(text, '^[1-9]%d*$') ~= nil)
+end
+
+-- A replay record "<floor> <done...>": its floor and done, or nil when it is not one.
+local function read_record(text)
+  if type(text) ~= 'string' then
     return nil
   end
-  local state = {
-    held = true, total = tonumber(count), token = tonumber(token),
-    floor = tonumber(floor), done = done, meta = meta,
-  }
-  if holder == owner then
-    state.count = state.total
+  local floor, done = string.match(text, '^(%d+) ?([%d ]*)$')
+  if not floor or not is_number(floor) then
+    return nil
+  end
+  return tonumber(floor), done
+end
+
+-- Reads the holder `owner` of the lock at `key` without reading the whole hash:
+-- a table with `exists`, `kind`, `token` (the `#fence` field, 0 without one), and
+-- `me` ({ count, floor, done, until }: nil when `owner` holds nothing, its `until`
+-- nil for a plain lock); nil when `key` holds what distlock did not write.
+local function read_mine(key, owner)
+  local v = redis.pcall('HMGET', key, '#kind', '#layout', '#fence', owner, OP .. owner, UNTIL .. owner)
+  if v['err'] then
+    return nil
+  end
+  local kind, layout, fence, count, record, until_text = v[1], v[2], v[3], v[4], v[5], v[6]
+  if not kind then
+    if redis.call('EXISTS', key) == 1 then
+      return nil
+    end
+    return { exists = false, token = 0 }
+  end
+  if layout ~= LAYOUT or not KINDS[kind] or (fence and not is_number(fence)) then
+    return nil
+  end
+  local state = { exists = true, kind = kind, token = tonumber(fence or '0') }
+  if count then
+    local floor, done = read_record(record)
+    if not is_number(count) or count == '0' or not floor
+        or (until_text and not is_number(until_text)) then
+      return nil
+    end
+    state.me = { count = tonumber(count), floor = floor, done = done, ['until'] = tonumber(until_text) }
   end
   return state
 end
 
--- Reads the lock at `key` for `owner`, as `read` does: nil when `key` holds what
--- distlock did not write (another type included).
-local function read_lock(key, owner)
-  local value = redis.pcall('GET', key)
-  if type(value) == 'table' then
+-- The state of a lock with no key, as `read_all` gives it.
+local function free_state()
+  return { exists = false, token = 0, holders = {}, waiting = {}, dead = {}, latest = 0 }
+end
+
+-- Reads the whole lock at `key` at time `now`: a table with `exists`, `kind`,
+-- `token`, `writer`, `permits`, `next`, `holders` (owner -> { count, floor, done,
+-- until, who }, live ones only), `waiting` (owner -> { until, ticket }, live ones),
+-- `dead` (owner -> 'holder' or 'waiter', whose lease or place ended: their fields
+-- are to be dropped), and
+-- `latest` (the latest end of what lives); nil when `key` holds what distlock did
+-- not write.
+local function read_all(key, now)
+  local flat = redis.pcall('HGETALL', key)
+  if flat['err'] then
     return nil
   end
-  return read(value, owner)
-end
-
--- The value of a lock held `count` times by `owner`, with fencing token `token`,
--- the replay record `floor` and `done` (as `record` gives them), and the holder's
--- `meta` ("<at> <who>"; nil or '' for none).
-local function encode(owner, count, token, floor, done, meta)
-  local value = string.format('%s %d %d %s %s', owner, count, token, floor, done)
-  if meta and meta ~= '' then
-    value = value .. '|' .. meta
+  local state = free_state()
+  if #flat == 0 then
+    return state
   end
-  return value
-end
-
--- A new holder's meta, "<now> <who>" (nil when the client sent no `who`).
-local function new_meta(who)
-  if not who or who == '' then
+  state.exists = true
+  local meta = {}
+  for i = 1, #flat, 2 do
+    local field, value = flat[i], flat[i + 1]
+    if string.byte(field) == 35 then
+      meta[field] = value
+    elseif is_number(value) and value ~= '0' then
+      state.holders[field] = { count = tonumber(value) }
+    else
+      return nil
+    end
+  end
+  local kind = meta['#kind']
+  if meta['#layout'] ~= LAYOUT or not KINDS[kind] then
     return nil
   end
-  return string.format('%d', now_ms()) .. ' ' .. who
+  state.kind = kind
+  for field, target in pairs({ ['#fence'] = 'token', ['#permits'] = 'permits', ['#next'] = 'next' }) do
+    local value = meta[field]
+    if value then
+      if not is_number(value) then
+        return nil
+      end
+      state[target] = tonumber(value)
+    end
+  end
+  state.writer = meta['#writer']
+  for owner, h in pairs(state.holders) do
+    h.floor, h.done = read_record(meta[OP .. owner])
+    if not h.floor then
+      return nil
+    end
+    h.who = meta[WHO .. owner]
+    if kind ~= 'lock' then
+      local until_text = meta[UNTIL .. owner]
+      if not is_number(until_text) then
+        return nil
+      end
+      h['until'] = tonumber(until_text)
+      if h['until'] <= now then
+        state.holders[owner] = nil
+        state.dead[owner] = 'holder'
+      else
+        state.latest = math.max(state.latest, h['until'])
+      end
+    end
+  end
+  for field, value in pairs(meta) do
+    if string.sub(field, 1, #WAIT) == WAIT then
+      local owner = string.sub(field, #WAIT + 1)
+      local ticket = meta[TICKET .. owner]
+      if not is_number(value) or (ticket and not is_number(ticket)) then
+        return nil
+      end
+      local until_ms = tonumber(value)
+      if until_ms <= now then
+        state.dead[owner] = state.dead[owner] or 'waiter'
+      else
+        state.waiting[owner] = { ['until'] = until_ms, ticket = tonumber(ticket or '0') }
+        state.latest = math.max(state.latest, until_ms)
+      end
+    end
+  end
+  return state
 end
 
--- The meta of the lock at `lock` with its time known: a "?<lease>" (a lock the
--- client wrote itself, taken `lease - PTTL` ms ago) becomes that time. Call it
--- before anything moves the lock's expiry.
-local function resolve(lock, meta)
-  if not meta then
-    return nil
-  end
-  local lease, who = string.match(meta, '^%?(%d+) (.*)$')
-  if not lease then
-    return meta
-  end
-  local left = math.max(redis.call('PTTL', lock), 0)
-  return string.format('%d', now_ms() - math.max(tonumber(lease) - left, 0)) .. ' ' .. who
-end
-
--- The tombstone a final release of `owner` leaves, with its replay record (as
--- `record` gives it): what `read` takes for a free lock with `freed`.
-local function tombstone(owner, floor, done)
-  return '- ' .. owner .. ' ' .. floor .. ' ' .. done
+-- Whether anybody holds or waits for the lock (as `read_all` read it).
+local function occupied(state)
+  return next(state.holders) ~= nil or next(state.waiting) ~= nil
 end
 
 -- The holder's replay record once its operation `seq` (as the client sent it:
@@ -130,13 +214,13 @@ end
 -- once"): the new floor and done, with `seq` added and every number at or below the
 -- floor dropped. Nothing when `seq` must not be applied: it was already, or it is
 -- settled (at or below the floor).
-local function record(state, floor, seq, seq_text)
-  floor = math.max(floor, state.floor)
+local function record(h, floor, seq, seq_text)
+  floor = math.max(floor, h.floor)
   if seq <= floor then
     return nil
   end
   local kept = {}
-  for n in string.gmatch(state.done, '%d+') do
+  for n in string.gmatch(h.done, '%d+') do
     if tonumber(n) == seq then
       return nil
     end
@@ -145,58 +229,133 @@ local function record(state, floor, seq, seq_text)
     end
   end
   kept[#kept + 1] = seq_text
-  return string.format('%d', floor), table.concat(kept, ' ')
+  return string.format('%d', floor) .. ' ' .. table.concat(kept, ' ')
 end
 
--- Takes the free lock at `lock` (as `state` read it: no key, or a tombstone, whose
--- record moves to `freed` for the time it had left) for `owner`, held once for
--- `lease` ms, its replay record the operation `seq_text` above `floor_text`; with
--- `fencing`, issues the next token of the counter at `fence_key` (which the caller
--- checked with `read_counter`); `who` is what the client says of the holder.
--- Returns the token, 0 without fencing.
-local function take(lock, fence_key, freed, state, owner, lease, fencing, floor_text, seq_text, who)
-  local token = 0
-  if fencing then
-    token = redis.call('INCR', fence_key)
-  end
-  if state.freed then
-    local left = redis.call('PTTL', lock)
-    if left > 0 then
-      redis.call('SET', freed, state.freed, 'PX', left)
+-- Whether the operation `seq` is in `done` (a replay record's applied numbers).
+local function in_done(done, seq)
+  for n in string.gmatch(done, '%d+') do
+    if tonumber(n) == seq then
+      return true
     end
   end
-  redis.call('SET', lock, encode(owner, 1, token, floor_text, seq_text, new_meta(who)), 'PX', lease)
-  return token
+  return false
 end
 
--- Adds a hold of `owner`, its operation `seq` (sent as `seq_text`, with `floor`), to
--- the lock at `lock` that it holds (as `state` read it), keeping the lease at least
--- `lease` ms. Returns the count: one more, or as it stands when the operation must
--- not be applied (a replay, or settled: see `record`).
-local function add_hold(lock, state, owner, lease, floor, seq, seq_text)
-  local new_floor, done = record(state, floor, seq, seq_text)
-  if not new_floor then
-    return state.count
+-- The replay record of a final release at `key` (`<ns>:{name}:freed:<owner>`):
+-- { floor, done }, or { floor = 0, done = '' } when there is none (or it is not one).
+local function read_freed(key)
+  local floor, done = read_record(redis.pcall('GET', key))
+  if not floor then
+    return { floor = 0, done = '' }
   end
-  local count = state.count + 1
-  local meta = resolve(lock, state.meta)
-  redis.call('SET', lock, encode(owner, count, state.token, new_floor, done, meta), 'KEEPTTL')
-  redis.call('PEXPIRE', lock, lease, 'GT')
-  return count
+  return { floor = floor, done = done }
 end
 
 -- The fencing counter at `key`: 0 when there is none, nil when the key holds what
--- distlock did not write (another type, or not a counter: an integer of at most 18
--- digits, not negative, no leading zero).
+-- distlock did not write (another type, or not a counter).
 local function read_counter(key)
   local value = redis.pcall('GET', key)
   if value == false then
     return 0
   end
-  if type(value) ~= 'string' or not (value == '0' or string.match(value, '^[1-9]%d*$'))
-      or #value > 18 then
+  if not is_number(value) then
     return nil
   end
   return tonumber(value)
 end
 
+-- The fields a new holder `owner` writes, after `fields` (a list of field, value,
+-- ...): its count (1), its replay record `record_text`, and what its client says of
+-- it (`who`, may be empty) with the time it took the lock.
+local function new_holder(fields, owner, record_text, who)
+  fields[#fields + 1] = owner
+  fields[#fields + 1] = 1
+  fields[#fields + 1] = OP .. owner
+  fields[#fields + 1] = record_text
+  if who and who ~= '' then
+    fields[#fields + 1] = WHO .. owner
+    fields[#fields + 1] = string.format('%d', now_ms()) .. ' ' .. who
+  end
+  return fields
+end
+
+-- The fields of a new hash of `kind`.
+local function new_lock(kind)
+  return { '#kind', kind, '#layout', LAYOUT }
+end
+
+-- The fields of holder `owner` (and of its place, when it waited), to delete.
+local function holder_fields(owner)
+  return { owner, OP .. owner, WHO .. owner, UNTIL .. owner, WAIT .. owner, TICKET .. owner }
+end
+
+-- Takes the free plain lock at `lock` (as `read_mine` read it: no key) for `owner`,
+-- held once for `lease` ms with replay record `record_text`; with `fencing`, issues
+-- the next token of the counter at `fence_key` (which the caller checked with
+-- `read_counter`). Returns the token, 0 without fencing.
+local function take(lock, fence_key, owner, lease, fencing, record_text, who)
+  local fields = new_lock('lock')
+  local token = 0
+  if fencing then
+    token = redis.call('INCR', fence_key)
+    fields[#fields + 1] = '#fence'
+    fields[#fields + 1] = token
+  end
+  redis.call('HSET', lock, unpack(new_holder(fields, owner, record_text, who)))
+  redis.call('PEXPIRE', lock, lease)
+  return token
+end
+
+-- Adds a hold of `owner` (its entry `me`, as `read_mine` read it), its operation
+-- `seq` (sent as `seq_text`, with `floor`), to the lock at `lock`, keeping its lease
+-- at least `lease` ms. Returns the count: one more, or as it stands when the
+-- operation must not be applied (a replay, or settled: see `record`).
+local function add_hold(lock, me, owner, lease, floor, seq, seq_text)
+  local new_record = record(me, floor, seq, seq_text)
+  if not new_record then
+    return me.count
+  end
+  local count = redis.call('HINCRBY', lock, owner, 1)
+  if me['until'] then
+    local until_ms = math.max(me['until'], now_ms() + lease)
+    redis.call('HSET', lock, OP .. owner, new_record, UNTIL .. owner, until_ms)
+    redis.call('PEXPIRE', lock, until_ms - now_ms(), 'GT')
+  else
+    redis.call('HSET', lock, OP .. owner, new_record)
+    redis.call('PEXPIRE', lock, lease, 'GT')
+  end
+  return count
+end
+
+-- Drops the fields of holders and waiters whose time is up, and sets the key's
+-- expiry to the latest end of what lives (deletes the key when nothing does), for a
+-- lock whose holders have leases of their own. Call it once, after the script's own
+-- writes.
+local function settle(key, state, now)
+  local dead = {}
+  for owner, what in pairs(state.dead) do
+    if what == 'waiter' then
+      dead[#dead + 1] = WAIT .. owner
+      dead[#dead + 1] = TICKET .. owner
+    else
+      for _, field in ipairs(holder_fields(owner)) do
+        dead[#dead + 1] = field
+      end
+    end
+    if what == 'holder' and (state.writer == owner or state.kind == 'fair') then
+      dead[#dead + 1] = '#writer'
+      dead[#dead + 1] = '#fence'
+      state.writer = nil
+    end
+  end
+  state.dead = {}
+  if not occupied(state) then
+    redis.call('DEL', key)
+    return
+  end
+  if #dead > 0 then
+    redis.call('HDEL', key, unpack(dead))
+  end
+  redis.call('PEXPIRE', key, math.max(state.latest - now, 1))
+end

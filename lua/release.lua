@@ -1,9 +1,8 @@
--- release.lua: give back one hold of a lock; the last one frees it and tells waiters,
--- or hands it to the releasing client's next waiter.
+-- release.lua: give back one hold of a lock of any kind; the last one frees it and
+-- tells waiters, or hands a plain lock to the releasing client's next waiter.
 --
--- Sent after lock.lua and shared.lua, under `#!lua flags=allow-oom`: a full server
--- must still let locks go. A lock that is a hash (a read-write lock or a semaphore,
--- see shared.lua) is released by `release_shared`; its successor is ignored.
+-- Sent after lock.lua (the layout), under `#!lua flags=allow-oom`: a full server
+-- must still let locks go.
 --
 -- One run gives back the holds of several releases, in order (the client sends the
 -- releases that are ready at the same moment together, see lock-core/src/batch.rs);
@@ -13,61 +12,51 @@
 --   the lock `<ns>:{name}` (see lock.lua)
 --   the release channel `<ns>:{name}:released`, passed as a key so that a cluster
 --          routes it with the lock (same hash slot)
---   the last final release `<ns>:{name}:freed`: "<owner> <floor> <done...>", the
---          replay record of the holder that freed the lock, once another owner
---          took the tombstone (see lock.lua), or was handed the lock; for a lock
---          kept in a hash, this owner's own record `<ns>:{name}:freed:<owner>`
---          (see shared.lua)
+--   this owner's final-release record `<ns>:{name}:freed:<owner>`: written by a
+--          final release, read by its retry
 --   the fencing counter `<ns>:{name}:fence`, only when the release has a successor
 --          that asks for fencing
 -- ARGV[1]  "PUBLISH", or "SPUBLISH" on a cluster
 -- ARGV[2]  how long, in ms, the record of a final release lasts, for its retry
--- ARGV     then five per release, for release i ARGV[5i+3 .. 5i+7]:
+-- ARGV     then five per release, for release i ARGV[5i-2 .. 5i+2]:
 --   owner id
 --   lease in milliseconds to keep at least while holds remain
 --   the operation's sequence number (see acquire.lua, "Exactly once")
 --   the owner's floor (see acquire.lua)
 --   the successor: "" for none, else "<owner> <lease> <seq> <floor> <fencing>
---          <who>", a
---          waiter of the releasing client (lock-core/src/handoff.rs) that takes
---          the lock if this release gives back the last hold and nobody else
---          listens on the channel (the releasing client's own subscriber is the
---          one listener): its owner id, its lease in ms, the number of the
---          hand-off among its operations (an acquire), its floor, "1" to be
---          given the next fencing token, and what its client says of it (see
---          lock.lua; may be empty)
+--          <who>", a waiter of the releasing client (lock-core/src/handoff.rs)
+--          that takes a plain lock if this release gives back the last hold and
+--          nobody else listens on the channel (the releasing client's own
+--          subscriber is the one listener): its owner id, its lease in ms, the
+--          number of the hand-off among its operations (an acquire), its floor,
+--          "1" to be given the next fencing token, and what its client says of it
+--          (see lock.lua, `#who:`; may be empty)
 --
 -- Returns one answer per release, in order:
 --   {1, remaining}  one hold given back, or this operation was applied before (a
 --                   replay, also of the final release after the lock was freed);
---                   remaining 0 means the lock is free (a tombstone) and a
---                   message went out on the channel: "<owner>:<seq>" (for a fair
---                   lock with waiters, then a space and the next one's owner id),
---                   unique per release, so that a client hearing one release from several
---                   Redlock nodes wakes one waiter, and a later release is never
---                   taken for a repeat
+--                   remaining 0 means this owner holds nothing now, and a
+--                   message went out on the channel when the lock became free to
+--                   others: "<owner>:<seq>" (for a fair lock with waiters, then a
+--                   space and the next one's owner id), unique per release, so
+--                   that a client hearing one release from several Redlock nodes
+--                   wakes one waiter, and a later release is never taken for a
+--                   repeat
 --   {2, fence}      the last hold given back and the lock handed to the successor,
 --                   with fencing token fence (0: none), or this was applied before
 --                   and the successor holds the lock; no message
 --   {-1}            this owner does not hold the lock, and this release was not
 --                   applied (its lease ended, or it was force-unlocked or lost)
---   {-2}            the lock holds a value of another type, or a string distlock did
---                   not write (see lock.lua); left untouched
+--   {-2}            the lock holds what distlock did not write (see lock.lua);
+--                   left untouched
 --
--- The message is published before the write, so a user without channel permission
--- changes nothing.
+-- The message is published before the writes, so a user without channel
+-- permission changes nothing.
 
 local publish, remember = ARGV[1], ARGV[2]
 local numsub = 'NUMSUB'
 if publish == 'SPUBLISH' then
   numsub = 'SHARDNUMSUB'
-end
-
--- Whether `record` ("<owner> <floor> <done...>") says that operation `seq` of
--- `owner` was applied.
-local function applied_in(record, owner, seq)
-  local holder, done = string.match(record, '^(%S+) %S+ ?(.*)$')
-  return holder == owner and in_done(done, seq)
 end
 
 -- Whether the only listener on `channel` is one client (the releasing one, whose
@@ -77,42 +66,41 @@ local function alone_on(channel)
   return type(reply) == 'table' and reply[2] == 1
 end
 
--- One release of a hold of a read-write lock, a semaphore or a fair lock (see
--- shared.lua): as below, without a successor. A final release keeps its record in
--- the owner's field, and tells waiters when a writer, a permit or a fair lock's
--- holder left, or the last reader; a fair lock's message names its next waiter.
-local function release_shared(lock, channel, freed, owner, lease, seq, seq_text, floor)
+-- The last hold of `owner` given back from a lock whose holders have leases of
+-- their own (read-write, semaphore, fair): its fields go, and waiters are told when
+-- a writer, a permit or a fair lock's holder left, or the last reader.
+local function release_last_shared(lock, channel, owner, seq_text)
   local now = now_ms()
-  local state = read_shared(lock, now)
-  if not state or not state.kind then
-    return {-2}
-  end
-  local me = state.holders[owner]
-  if not me then
-    local record = read_freed(freed)
-    if record and in_done(record.done, seq) then
-      return {1, 0}
-    end
-    return {-1}
-  end
-  local new_floor, done = record(me, floor, seq, seq_text)
-  if not new_floor then
-    return {1, me.count}
-  end
-  if me.count > 1 then
-    me.count, me.floor, me.done = me.count - 1, new_floor, done
-    me['until'] = math.max(me['until'], now + tonumber(lease))
-    put_holder(lock, state, owner, me)
-    settle_shared(lock, state, now)
-    return {1, me.count}
+  local state = read_all(lock, now)
+  if not state then
+    return false
   end
   state.holders[owner] = nil
-  if me.mode ~= 'r' or not next(state.holders) then
-    redis.call(publish, channel, release_message(state, owner, seq_text))
+  local fields = holder_fields(owner)
+  local reader = state.kind == 'rw' and state.writer ~= owner
+  if state.writer == owner or state.kind == 'fair' then
+    fields[#fields + 1] = '#writer'
+    fields[#fields + 1] = '#fence'
+    state.writer = nil
   end
-  put_record(lock, freed, state, owner, new_floor, done, tonumber(remember))
-  settle_shared(lock, state, now)
-  return {1, 0}
+  if not reader or not next(state.holders) then
+    local message = owner .. ':' .. seq_text
+    if state.kind == 'fair' then
+      local head, lowest = nil, nil
+      for waiter, place in pairs(state.waiting) do
+        if not lowest or place.ticket < lowest then
+          head, lowest = waiter, place.ticket
+        end
+      end
+      if head then
+        message = message .. ' ' .. head
+      end
+    end
+    redis.call(publish, channel, message)
+  end
+  redis.call('HDEL', lock, unpack(fields))
+  settle(lock, state, now)
+  return true
 end
 
 -- One release: operation `seq_text` of `owner`, whose floor is `floor_text`;
@@ -120,50 +108,58 @@ end
 -- `fence` that waiter's fencing counter.
 local function release(lock, channel, freed, fence, owner, lease, seq_text, floor_text, successor)
   local seq, floor = tonumber(seq_text), tonumber(floor_text)
-  local value = redis.pcall('GET', lock)
-  if type(value) == 'table' then
-    return release_shared(lock, channel, freed, owner, lease, seq, seq_text, floor)
-  end
-  local state = read(value, owner)
+  local state = read_mine(lock, owner)
   if not state then
     return {-2}
   end
+  local me = state.me
+  if me and me['until'] and me['until'] <= now_ms() then
+    -- Its own lease ended: it holds nothing (the next full read drops its fields).
+    me = nil
+  end
 
-  if not state.count then
-    -- Not held by this owner: was this release the final one, applied before? Its
-    -- record is the tombstone, or moved to `freed` when another owner took that
-    -- (or was handed the lock).
-    local applied = state.freed and applied_in(state.freed, owner, seq)
-    if not applied then
-      local record = redis.pcall('GET', freed)
-      applied = type(record) == 'string' and applied_in(record, owner, seq)
-    end
-    if not applied then
+  if not me then
+    -- Not held by this owner: was this release the final one, applied before?
+    local before = read_freed(freed)
+    if not in_done(before.done, seq) then
       return {-1}
     end
     if successor then
       -- The successor's owner id sent nothing of its own while this release was
       -- on its way: holding the lock, it was handed it by this release.
-      local now = read(value, successor.owner)
-      if now and now.count then
+      local now = read_mine(lock, successor.owner)
+      if now and now.me then
         return {2, now.token}
       end
     end
     return {1, 0}
   end
 
-  local new_floor, done = record(state, floor, seq, seq_text)
-  if not new_floor then
+  local new_record = record(me, floor, seq, seq_text)
+  if not new_record then
     -- Applied before (a replay), or settled: a stray copy, applied never again.
-    return {1, state.count}
+    return {1, me.count}
   end
 
-  if state.count > 1 then
-    local count = state.count - 1
-    local meta = resolve(lock, state.meta)
-    redis.call('SET', lock, encode(owner, count, state.token, new_floor, done, meta), 'KEEPTTL')
-    redis.call('PEXPIRE', lock, lease, 'GT')
+  if me.count > 1 then
+    local count = redis.call('HINCRBY', lock, owner, -1)
+    if me['until'] then
+      local until_ms = math.max(me['until'], now_ms() + tonumber(lease))
+      redis.call('HSET', lock, OP .. owner, new_record, UNTIL .. owner, until_ms)
+      redis.call('PEXPIRE', lock, until_ms - now_ms(), 'GT')
+    else
+      redis.call('HSET', lock, OP .. owner, new_record)
+      redis.call('PEXPIRE', lock, lease, 'GT')
+    end
     return {1, count}
+  end
+
+  if state.kind ~= 'lock' then
+    if not release_last_shared(lock, channel, owner, seq_text) then
+      return {-2}
+    end
+    redis.call('SET', freed, new_record, 'PX', remember)
+    return {1, 0}
   end
 
   if successor and alone_on(channel) then
@@ -172,21 +168,22 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
       token = read_counter(fence)
     end
     if token then
-      if successor.fencing == '1' then
-        token = redis.call('INCR', fence)
+      local next_record = record({ floor = 0, done = '' }, tonumber(successor.floor),
+        tonumber(successor.seq), successor.seq)
+      if next_record then
+        redis.call('SET', freed, new_record, 'PX', remember)
+        redis.call('DEL', lock)
+        return {2, take(lock, fence, successor.owner, successor.lease, successor.fencing == '1',
+          next_record, successor.who)}
       end
-      redis.call('SET', freed, owner .. ' ' .. new_floor .. ' ' .. done, 'PX', remember)
-      redis.call('SET', lock,
-        encode(successor.owner, 1, token, successor.floor, successor.seq, new_meta(successor.who)),
-        'PX', successor.lease)
-      return {2, token}
     end
-    -- A counter distlock did not write: free the lock as always; the waiter's own
-    -- attempt reports the conflict.
+    -- A counter distlock did not write, or a hand-off already settled: free the
+    -- lock as always; the waiter's own attempt reports the conflict.
   end
 
   redis.call(publish, channel, owner .. ':' .. seq_text)
-  redis.call('SET', lock, tombstone(owner, new_floor, done), 'PX', remember)
+  redis.call('DEL', lock)
+  redis.call('SET', freed, new_record, 'PX', remember)
   return {1, 0}
 end
 

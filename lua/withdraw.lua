@@ -1,9 +1,9 @@
 -- withdraw.lua: a waiter that gives up (its wait ran out, its request was dropped)
--- takes back the place it kept (see shared.lua), and wakes whoever that place held
--- back.
+-- takes back the place it kept (see lock.lua, `#wait:`), and wakes whoever that
+-- place held back.
 --
--- Sent after lock.lua and shared.lua, under `#!lua flags=allow-oom`: it only ever
--- removes a field.
+-- Sent after lock.lua (the layout), under `#!lua flags=allow-oom`: it only ever
+-- removes fields.
 --
 -- KEYS[1]  the lock `<ns>:{name}`
 -- KEYS[2]  the release channel `<ns>:{name}:released`
@@ -21,19 +21,30 @@
 local lock, channel, publish, owner = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 
 local now = now_ms()
-local state = read_shared(lock, now)
+local state = read_all(lock, now)
 if not state or not state.kind or not state.waiting[owner] then
   return 0
 end
 state.waiting[owner] = nil
 local free = not next(state.holders)
 if state.kind == 'rw' then
-  local writers = holders_of(state, 'w', now)
-  free = writers == 0 and not writer_waits(state, nil)
+  free = not (state.writer and state.holders[state.writer]) and not next(state.waiting)
 end
 if free then
-  redis.call(publish, channel, release_message(state, owner, '-'))
+  local message = owner .. ':-'
+  if state.kind == 'fair' then
+    local head, lowest = nil, nil
+    for waiter, place in pairs(state.waiting) do
+      if not lowest or place.ticket < lowest then
+        head, lowest = waiter, place.ticket
+      end
+    end
+    if head then
+      message = message .. ' ' .. head
+    end
+  end
+  redis.call(publish, channel, message)
 end
-redis.call('HDEL', lock, '~' .. owner)
-settle_shared(lock, state, now)
+redis.call('HDEL', lock, WAIT .. owner, TICKET .. owner)
+settle(lock, state, now)
 return 1

@@ -230,6 +230,11 @@ pub use distlock_core::{
 /// no separate dependency on `redis` (nor a version that must agree).
 pub use distlock_core::redis;
 
+/// What distlock stores in Redis: the fields of a lock's hash (each holder's owner
+/// id with its hold count, and `#`-prefixed facts), the keys beside it, and
+/// [`layout::StoredLock`] to read a lock back from `HGETALL`.
+pub use distlock_core::layout;
+
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use distlock_macros::distributed_lock;

@@ -413,12 +413,9 @@ async fn count_in_db(node: &RedisServer, db: u32, name: &str) -> u64 {
         .get_multiplexed_async_connection()
         .await
         .expect("a connection to the data node");
-    let value: Option<String> = redis::cmd("GET")
-        .arg(support::lock_key(name))
-        .query_async(&mut conn)
+    support::stored_over(&mut conn, &support::lock_key(name))
         .await
-        .expect("GET");
-    value.map_or(0, |value| support::lock_value_count(&value))
+        .total()
 }
 
 /// Whether every connection of the lock client on `node` is logged in as

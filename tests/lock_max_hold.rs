@@ -24,14 +24,13 @@ async fn expiry(
     name: &str,
 ) -> Option<(String, Instant)> {
     let now = Instant::now();
-    let (value, pttl): (Option<String>, i64) = redis::pipe()
-        .get(support::lock_key(name))
-        .pttl(support::lock_key(name))
+    let lock = support::stored_over(conn, &support::lock_key(name)).await;
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(support::lock_key(name))
         .query_async(conn)
         .await
-        .expect("GET and PTTL");
-    let value = value.filter(|value| support::lock_value_count(value) > 0)?;
-    let owner = value.split(' ').next().unwrap_or_default().to_owned();
+        .expect("PTTL");
+    let owner = lock.holders().keys().next()?.clone();
     let ms = u64::try_from(pttl).ok()?;
     Some((owner, now + Duration::from_millis(ms)))
 }

@@ -32,7 +32,7 @@ use crate::order_shared;
 use crate::origin::Origin;
 use crate::owner::Owner;
 use crate::release;
-use crate::scripts::unexpected_reply;
+use crate::scripts::{unexpected_reply, StoredKind};
 use crate::subscriber::{Place, Turn};
 
 /// How long a waiter pauses after a transient failure before asking again.
@@ -515,7 +515,7 @@ impl<'a> Wait<'a> {
             .subscriber
             .enqueue(keys.channel(), keys.kind == Kind::Fair);
         let hands_off =
-            !inner.backend.is_redlock() && inner.config.replicas.is_none() && !keys.kind.in_hash();
+            !inner.backend.is_redlock() && inner.config.replicas.is_none() && keys.kind.is_plain();
         Self {
             inner,
             keys,
@@ -644,7 +644,6 @@ impl<'a> Wait<'a> {
             reentry: false,
             // The first look at a lock that no waiter of this client listens for
             // (nobody had to wait for it lately): most likely free.
-            plain: !self.asked && !self.place.is_listening(),
             writer: self.writer.clone(),
             stays: self.deadline > sent,
             who: Some(self.who.clone()),
@@ -945,6 +944,7 @@ async fn acquire_new(
                 })
             }
             Outcome::Permits { permits } => return Err(permits_mismatch(&wait.keys, permits)),
+            Outcome::OtherKind { held_as } => return Err(kind_conflict(&wait.keys, held_as)),
         }
     }
 }
@@ -1013,7 +1013,6 @@ async fn reenter(
         lease_ms: lease.as_millis() as u64,
         fencing: false,
         reentry: true,
-        plain: false,
         writer: None,
         stays: false,
         who: None,
@@ -1038,6 +1037,16 @@ async fn reenter(
             name: hold.display().to_owned(),
         }),
         Outcome::Permits { permits } => Err(permits_mismatch(&hold.keys, permits)),
+        Outcome::OtherKind { held_as } => Err(kind_conflict(&hold.keys, held_as)),
+    }
+}
+
+/// The error for a name held as `held_as`, asked for as the kind of `keys`.
+pub(crate) fn kind_conflict(keys: &LockKeys, held_as: StoredKind) -> LockError {
+    LockError::KindConflict {
+        name: keys.display(),
+        held_as: held_as.describe(),
+        asked: keys.kind.with_article(),
     }
 }
 

@@ -1,5 +1,4 @@
-//! One attempt at a lock: a plain `SET NX` for a first try at a lock that is likely
-//! free, else (or when that did not take it) `acquire.lua`; sent to the backend
+//! One attempt at a lock: one run of `acquire.lua`, for every kind; sent to the backend
 //! (with `WAIT` in the same pipeline when replicas must acknowledge a new lock; to
 //! every node at once on Redlock), finished in the background when its caller goes away, replayed until
 //! its outcome is known when the reply is lost, and any grant that no guard will
@@ -14,7 +13,7 @@ use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::owner::{Op, Owner};
 use crate::release;
-use crate::scripts::{unexpected_reply, AcquireReply};
+use crate::scripts::{unexpected_reply, AcquireReply, StoredKind};
 
 /// What one attempt came to, on the whole backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +30,8 @@ pub(crate) enum Outcome {
     OtherMode,
     /// The semaphore has holders and counts `permits` permits, not the number asked.
     Permits { permits: u32 },
+    /// The name is held as another kind of lock.
+    OtherKind { held_as: StoredKind },
     /// Redlock: too few nodes granted it (their grants were given back): `granted`
     /// granted it, `held` answered that another owner holds it. Ask again after
     /// `retry_ms` at most (negative: unknown).
@@ -50,12 +51,12 @@ impl From<AcquireReply> for Outcome {
             AcquireReply::Conflict => Self::Conflict,
             AcquireReply::OtherMode => Self::OtherMode,
             AcquireReply::Permits { permits } => Self::Permits { permits },
+            AcquireReply::OtherKind { held_as } => Self::OtherKind { held_as },
         }
     }
 }
 
-/// One run of `acquire.lua` (or, for a read-write lock or a semaphore,
-/// `acquire_shared.lua`, as the kind of `keys` says) for `owner`.
+/// One run of `acquire.lua` for `owner`, of the kind of `keys`.
 pub(crate) struct Attempt<'a> {
     pub(crate) inner: &'a Arc<Inner>,
     pub(crate) keys: &'a Arc<LockKeys>,
@@ -63,10 +64,6 @@ pub(crate) struct Attempt<'a> {
     pub(crate) lease_ms: u64,
     pub(crate) fencing: bool,
     pub(crate) reentry: bool,
-    /// Ask with a plain `SET NX` first (see `lua/lock.lua`): one command instead of a
-    /// script, for a first try at a lock that is likely free. Only taken for a new
-    /// acquisition without fencing or replica acknowledgements.
-    pub(crate) plain: bool,
     /// For a read hold: the owner of the write hold that the caller's call chain
     /// holds, beside which the reader enters (a downgrade).
     pub(crate) writer: Option<Arc<str>>,
@@ -91,11 +88,6 @@ impl Attempt<'_> {
             lease_ms: self.lease_ms,
             fencing: self.fencing,
             reentry: self.reentry,
-            plain: self.plain
-                && !self.reentry
-                && !self.fencing
-                && !self.keys.kind.in_hash()
-                && self.inner.config.replicas.is_none(),
             writer: self.writer,
             stays: self.stays,
             who: self.who,
@@ -142,8 +134,6 @@ struct Invoke {
     lease_ms: u64,
     fencing: bool,
     reentry: bool,
-    /// Try a plain `SET NX` before the script (see [`Attempt::plain`]).
-    plain: bool,
     /// See [`Attempt::writer`].
     writer: Option<Arc<str>>,
     /// See [`Attempt::stays`].
@@ -172,17 +162,11 @@ impl Invoke {
     /// pipeline (it counts only the writes of its own connection) and its answer
     /// comes back too.
     async fn send_to(self, mut conn: Conn) -> redis::RedisResult<(AcquireReply, Option<i64>)> {
-        if self.plain {
-            if let Some(reply) = self.set_if_free(&mut conn).await? {
-                return Ok((reply, None));
-            }
-        }
         let scripts = &self.inner.scripts;
-        let script = match (self.keys.kind.in_hash(), self.reentry) {
-            (false, false) => &scripts.acquire,
-            (false, true) => &scripts.reenter,
-            (true, false) => &scripts.acquire_shared,
-            (true, true) => &scripts.reenter_shared,
+        let script = if self.reentry {
+            &scripts.reenter
+        } else {
+            &scripts.acquire
         };
         let argv = self.argv();
         let mut invocation = script.prepare_invoke();
@@ -220,9 +204,9 @@ impl Invoke {
         Ok((decode(&reply)?, Some(acked)))
     }
 
-    /// The script's arguments: `acquire.lua`'s six, and for a read-write lock or a
-    /// semaphore the kind, the chain's writer and whether the caller stays
-    /// (`acquire_shared.lua`); then what the client says of the holder.
+    /// The script's arguments: the owner, the lease, fencing, the operation's
+    /// number and floor, re-entry, the kind, the chain's writer and whether the
+    /// caller stays; then what the client says of the holder (`acquire.lua`).
     fn argv(&self) -> Vec<Vec<u8>> {
         let mut argv = vec![
             self.owner.id().as_bytes().to_vec(),
@@ -232,54 +216,13 @@ impl Invoke {
             self.op.floor().to_string().into_bytes(),
             vec![if self.reentry { b'1' } else { b'0' }],
         ];
-        if self.keys.kind.in_hash() {
-            argv.push(self.keys.kind.script_arg().into_bytes());
-            argv.push(self.writer.as_deref().unwrap_or("").as_bytes().to_vec());
-            argv.push(vec![if self.stays { b'1' } else { b'0' }]);
-        }
+        argv.push(self.keys.kind.script_arg().into_bytes());
+        argv.push(self.writer.as_deref().unwrap_or("").as_bytes().to_vec());
+        argv.push(vec![if self.stays { b'1' } else { b'0' }]);
         if let Some(who) = &self.who {
             argv.push(who.as_bytes().to_vec());
         }
         argv
-    }
-
-    /// The plain first try: `SET <lock> "<owner> 1 0 <floor> <seq>|?<lease> <who>" NX
-    /// GET PX <lease>`, the value `acquire.lua` writes for a new lock (but for the
-    /// time it was taken, which the server's clock gives later: see `lua/lock.lua`). Its answer when that settles
-    /// it: taken (no previous value), or held by another owner (a value of another
-    /// owner; its lease is not known, so the waiter looks again soon). `None` when
-    /// only the script can tell: the value is this owner's (a replay of this very
-    /// attempt, say), a tombstone (a lock freed a moment ago, whose record the
-    /// script keeps), or of another type.
-    async fn set_if_free(&self, conn: &mut Conn) -> redis::RedisResult<Option<AcquireReply>> {
-        let (owner, floor, seq) = (self.owner.id(), self.op.floor(), self.op.seq());
-        let value = match &self.who {
-            Some(who) => format!("{owner} 1 0 {floor} {seq}|?{} {who}", self.lease_ms),
-            None => format!("{owner} 1 0 {floor} {seq}"),
-        };
-        let previous: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("SET")
-            .arg(&self.keys.lock)
-            .arg(value)
-            .arg("NX")
-            .arg("GET")
-            .arg("PX")
-            .arg(self.lease_ms)
-            .query_async(conn)
-            .await;
-        let previous = match previous {
-            Ok(previous) => previous,
-            Err(err) if err.code() == Some("WRONGTYPE") => return Ok(None),
-            Err(err) => return Err(err),
-        };
-        Ok(match previous {
-            None => Some(AcquireReply::Acquired { count: 1, fence: 0 }),
-            Some(value) => {
-                let holder = value.split(|byte| *byte == b' ').next().unwrap_or_default();
-                let other = holder != b"-" && holder != self.owner.id().as_bytes();
-                // pttl 0: not known, so the waiter looks again at once.
-                other.then_some(AcquireReply::Busy { pttl_ms: 0 })
-            }
-        })
     }
 
     /// Redlock: the attempt goes to every node at once. It is granted when a

@@ -610,7 +610,10 @@ impl LockClientBuilder {
     /// connection of the client is named `distlock:<service>` (`CLIENT SETNAME`, so
     /// `CLIENT LIST` shows whose connections these are), and it is what
     /// [`LockClient::service`] returns. Default: the file stem of the running
-    /// executable, or `distlock` when that is unknown.
+    /// executable (without the `-<hash>` Cargo appends to test binaries), or
+    /// `distlock` when that is unknown. The holder record kept with each lock
+    /// (`#who:<owner>`, see [`crate::layout`]) shortens a long service or host name
+    /// to its first 12 bytes where that keeps the record within 50 bytes.
     ///
     /// It must be 1 to [`MAX_SERVICE_LEN`](crate::MAX_SERVICE_LEN) bytes of
     /// printable ASCII without spaces (`!` to `~`), which is what Redis accepts in a
@@ -1330,9 +1333,25 @@ fn default_service() -> String {
     std::env::current_exe()
         .ok()
         .and_then(|path| path.file_stem()?.to_str().map(str::to_owned))
+        .map(|stem| without_build_hash(&stem).to_owned())
         .map(|stem| stem.chars().take(MAX_SERVICE_LEN).collect::<String>())
         .filter(|stem| check_service(stem).is_ok())
         .unwrap_or_else(|| "distlock".to_owned())
+}
+
+/// An executable's name without the `-<16 hex digits>` that Cargo appends to the
+/// binaries of tests and benchmarks (`orders-3f2a9c0b1d4e5f67` is `orders`).
+fn without_build_hash(stem: &str) -> &str {
+    match stem.rsplit_once('-') {
+        Some((name, hash))
+            if !name.is_empty()
+                && hash.len() == 16
+                && hash.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            name
+        }
+        _ => stem,
+    }
 }
 
 /// The watchdog lease must leave room for renewals.
@@ -1625,6 +1644,11 @@ mod tests {
             );
         }
         assert!(check_service(&default_service()).is_ok());
+        // This test's binary is `distlock_core-<hash>`.
+        assert_eq!(default_service(), "distlock_core");
+        assert_eq!(without_build_hash("orders-3f2a9c0b1d4e5f67"), "orders");
+        assert_eq!(without_build_hash("orders-api"), "orders-api");
+        assert_eq!(without_build_hash("-3f2a9c0b1d4e5f67"), "-3f2a9c0b1d4e5f67");
     }
 
     #[test]

@@ -109,7 +109,7 @@ pub enum LockError {
         reason: String,
     },
     /// A Redis key that distlock needs for this lock holds a value of another type,
-    /// or a string that distlock did not write.
+    /// or a hash that distlock did not write (see `distlock::layout`).
     ///
     /// Its message: ``the Redis keys of lock `order:42` hold a value of another type,
     /// which distlock left untouched; pick another lock name or another namespace
@@ -123,6 +123,31 @@ pub enum LockError {
     KeyConflict {
         /// The lock name.
         name: String,
+    },
+    /// The name is held (or waited for) as another kind of lock than the one asked
+    /// for: a name is one kind of lock at a time. Nothing was changed; once every
+    /// holder of the other kind is gone, the name can be taken as any kind.
+    ///
+    /// Its message: ``lock `m:dual` is held as a read-write lock, and a lock was asked
+    /// for; a name is one kind of lock at a time: use another name for the lock, or
+    /// take it once the read-write lock is released``.
+    #[error(
+        "lock `{name}` is held as {held_as}, and {asked} was asked for; a name is one kind \
+         of lock at a time: use another name for the {asked_short}, or take it once the \
+         {held_short} is released",
+        held_short = held_as.trim_start_matches("a "),
+        asked_short = asked.trim_start_matches("a ")
+    )]
+    #[non_exhaustive]
+    KindConflict {
+        /// The lock name.
+        name: String,
+        /// The kind it is held as: "a lock", "a read-write lock", "a semaphore" or
+        /// "a fair lock".
+        held_as: &'static str,
+        /// The kind asked for, in the same words ("a read lock", "a write lock" for
+        /// the two holds of a read-write lock).
+        asked: &'static str,
     },
     /// A call chain that holds a read lock asked for the write lock of the same name.
     /// Waiting could never end (the writer would wait for its own reader), so the
@@ -620,7 +645,8 @@ impl LockError {
         matches!(self, Self::InvalidName { .. } | Self::InvalidOption { .. })
     }
 
-    /// Whether a Redis key of the lock holds a value of another type.
+    /// Whether a Redis key of the lock holds a value distlock did not write, or the
+    /// name is held as another kind of lock ([`LockError::KindConflict`]).
     ///
     /// # Examples
     ///
@@ -636,7 +662,7 @@ impl LockError {
     /// # Ok(()) }
     /// ```
     pub fn is_key_conflict(&self) -> bool {
-        matches!(self, Self::KeyConflict { .. })
+        matches!(self, Self::KeyConflict { .. } | Self::KindConflict { .. })
     }
 
     /// Whether too few nodes granted the lock.

@@ -92,7 +92,7 @@ impl Inner {
         let who = Describer::new(&config.service);
         Self {
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
-            uuid: uuid::Uuid::new_v4().simple().to_string(),
+            uuid: client_id(uuid::Uuid::new_v4()),
             backend,
             scripts,
             config,
@@ -123,7 +123,8 @@ impl Inner {
         LockKeys::new(&self.config.namespace, name).map(|keys| Arc::new(keys.of_kind(kind)))
     }
 
-    /// A fresh, unguessable owner id: `<client uuid>:<counter>`.
+    /// A fresh, unguessable owner id: `<client id>:<counter>`, the client id 22
+    /// characters of a random UUID (see [`client_id`]).
     pub(crate) fn next_owner(&self) -> Arc<Owner> {
         let n = self.owners.fetch_add(1, Ordering::Relaxed);
         Owner::new(format!("{}:{n}", self.uuid).into())
@@ -170,5 +171,34 @@ impl Inner {
     /// A fresh hold id, the watchdog's key.
     pub(crate) fn next_hold_id(&self) -> u64 {
         self.holds.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// A client's id: the 128 bits of `uuid` in 22 characters of `[0-9A-Za-z_-]`
+/// (never `#`, which starts the layout's own fields). Shorter than the UUID's hex,
+/// as it is part of every holder's field names (`layout.rs`).
+fn client_id(uuid: uuid::Uuid) -> String {
+    const DIGITS: &[u8; 64] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_";
+    let mut bits = uuid.as_u128();
+    (0..22)
+        .map(|_| {
+            let digit = DIGITS[(bits & 63) as usize];
+            bits >>= 6;
+            char::from(digit)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::client_id;
+
+    #[test]
+    fn client_ids_are_22_characters_of_the_whole_uuid() {
+        let a = client_id(uuid::Uuid::from_u128(u128::MAX));
+        assert_eq!(a, format!("{}3", "_".repeat(21)));
+        let b = client_id(uuid::Uuid::from_u128(u128::MAX - 1));
+        assert_ne!(a, b);
+        assert_eq!(client_id(uuid::Uuid::from_u128(0)), "0".repeat(22));
     }
 }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::LockError;
+use crate::layout::{CHANNEL_SUFFIX, FENCE_SUFFIX, FREED_SUFFIX};
 
 /// The longest lock name accepted, in bytes.
 ///
@@ -42,18 +43,15 @@ pub const MAX_NAMESPACE_LEN: usize = 128;
 /// cluster slot. Only the lock's own key is kept; the others are made when a
 /// request needs them (a held lock keeps its keys as long as it is held).
 ///
-/// For the lock name `N` in namespace `ns`: the lock `ns:{N}`, the fencing counter
-/// `ns:{N}:fence`, the channel `ns:{N}:released`, and `ns:{N}:freed`, where the record
-/// of the last final release moves, for the rest of its short life, when another
-/// owner takes the lock's tombstone (so that a retry of that release knows it
-/// applied; see `lua/lock.lua`). Inside the tag, `%`, `{` and `}` are written `%25`,
-/// `%7B` and `%7D`, so the tag always ends where it should and is never empty, and
-/// two names never share keys.
+/// For the lock name `N` in namespace `ns`: the lock `ns:{N}` (a hash, see
+/// `layout.rs`), the fencing counter `ns:{N}:fence`, the channel `ns:{N}:released`,
+/// and `ns:{N}:freed:<owner>`, the record of an owner's final release for a short
+/// while (so that a retry of that release knows it applied). Inside the tag, `%`,
+/// `{` and `}` are written `%25`, `%7B` and `%7D`, so the tag always ends where it
+/// should and is never empty, and two names never share keys.
 ///
-/// A lock is also of a [`Kind`]: every kind keeps its state at the lock's own key
-/// (a string for an exclusive lock, a hash for the others, see `lua/shared.lua`), so
-/// that a request of one kind at a name that holds another finds a key of another
-/// type: a conflict, with nothing written.
+/// A lock is also of a [`Kind`], which its hash records: a request of one kind at a
+/// name held as another is refused, with nothing written.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct LockKeys {
     pub(crate) name: Arc<[u8]>,
@@ -77,10 +75,9 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    /// Whether the lock is kept in a hash (`lua/shared.lua`): every kind but the
-    /// plain lock.
-    pub(crate) fn in_hash(self) -> bool {
-        !matches!(self, Self::Exclusive)
+    /// Whether this is the plain lock, the one kind a release hands to a waiter.
+    pub(crate) fn is_plain(self) -> bool {
+        matches!(self, Self::Exclusive)
     }
 
     /// Whether several owners may hold the lock at once (readers, permits).
@@ -106,10 +103,10 @@ impl Kind {
         )
     }
 
-    /// The kind as `acquire_shared.lua` takes it (ARGV[7]); empty for the plain lock.
+    /// The kind as `acquire.lua` takes it (ARGV[7]).
     pub(crate) fn script_arg(self) -> String {
         match self {
-            Self::Exclusive => String::new(),
+            Self::Exclusive => "x".into(),
             Self::Read => "r".into(),
             Self::Write => "w".into(),
             Self::Permit { permits } => format!("p{permits}"),
@@ -125,6 +122,17 @@ impl Kind {
             Self::Write => "write lock",
             Self::Permit { .. } => "semaphore",
             Self::Fair => "fair lock",
+        }
+    }
+
+    /// The kind in a sentence: "a lock", "a read lock", ...
+    pub(crate) fn with_article(self) -> &'static str {
+        match self {
+            Self::Exclusive => "a lock",
+            Self::Read => "a read lock",
+            Self::Write => "a write lock",
+            Self::Permit { .. } => "a semaphore",
+            Self::Fair => "a fair lock",
         }
     }
 }
@@ -175,29 +183,18 @@ impl LockKeys {
 
     /// The release channel: made when a request needs it.
     pub(crate) fn channel(&self) -> Vec<u8> {
-        suffixed(&self.lock, b":released")
+        suffixed(&self.lock, CHANNEL_SUFFIX.as_bytes())
     }
 
     /// The fencing counter: made when a request needs it, not kept with a held lock.
     pub(crate) fn fence(&self) -> Vec<u8> {
-        suffixed(&self.lock, b":fence")
+        suffixed(&self.lock, FENCE_SUFFIX.as_bytes())
     }
 
-    /// The record of the last final release: made when a request needs it.
-    pub(crate) fn freed(&self) -> Vec<u8> {
-        suffixed(&self.lock, b":freed")
-    }
-
-    /// Where a request of `owner` finds the record of a final release: the lock's
-    /// `:freed` for a plain lock; for a lock kept in a hash, that owner's own
-    /// `:freed:<owner>` (`lua/shared.lua`), so that the hash, which every script
-    /// reads whole, keeps no record of holders that left.
+    /// Where the record of a final release of `owner` is kept for a short while:
+    /// `:freed:<owner>`, the same for every kind.
     pub(crate) fn freed_for(&self, owner: &str) -> Vec<u8> {
-        if !self.kind.in_hash() {
-            return self.freed();
-        }
-        let mut key = self.freed();
-        key.push(b':');
+        let mut key = suffixed(&self.lock, FREED_SUFFIX.as_bytes());
         key.extend_from_slice(owner.as_bytes());
         key
     }
@@ -292,7 +289,7 @@ mod tests {
         assert_eq!(keys.lock, b"ns:{order:%7B42%7D}");
         assert_eq!(keys.fence(), b"ns:{order:%7B42%7D}:fence");
         assert_eq!(keys.channel(), b"ns:{order:%7B42%7D}:released");
-        assert_eq!(keys.freed(), b"ns:{order:%7B42%7D}:freed");
+        assert_eq!(keys.freed_for("c:1"), b"ns:{order:%7B42%7D}:freed:c:1");
     }
 
     #[test]

@@ -29,6 +29,7 @@
 //! | 1 | `who.rs` | who holds a lock: what a client writes of each holder, and [`HolderInfo`] |
 //! | 1 | `error.rs` | [`LockError`]; the one classification of Redis errors (outcome unknown, transient, failover) |
 //! | 1 | `faults.rs` | seeded faults for testing the tests (feature `fault-injection`) |
+//! | 1 | `layout.rs` | what distlock stores in Redis: the fields of a lock's hash, the keys beside it, [`layout::StoredLock`] |
 //! | 1 | `scripts.rs` | the Lua scripts, and their replies decoded into types, once |
 //! | 1 | `detach.rs` | `Detached` (a request finished in the background when its caller goes away), `spawn` |
 //! | 2 | `keys.rs` | a lock name's Redis keys and channel; [`MAX_NAME_LEN`], [`MAX_NAMESPACE_LEN`] |
@@ -83,6 +84,7 @@ mod health;
 mod hold;
 mod inner;
 mod keys;
+pub mod layout;
 mod lease;
 mod metrics;
 mod multi;

@@ -27,8 +27,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::{
-    acquire, check_order, name_the_holder, settle_options, sleep_hint, Mode, Options, QUEUE_LOOK,
-    TRANSIENT_PAUSE,
+    acquire, check_order, kind_conflict, name_the_holder, settle_options, sleep_hint, Mode,
+    Options, QUEUE_LOOK, TRANSIENT_PAUSE,
 };
 use crate::backend::slot;
 use crate::context::LockContext;
@@ -295,6 +295,9 @@ async fn acquire_at_once(
                     name: keys[index].display(),
                 })
             }
+            AcquireAllReply::OtherKind { index, held_as } => {
+                return Err(kind_conflict(&keys[index], held_as));
+            }
         }
     }
 }
@@ -466,7 +469,7 @@ impl SetInvoke {
             invocation
                 .key(&name.keys.lock)
                 .key(name.keys.fence())
-                .key(name.keys.freed());
+                .key(name.keys.freed_for(name.owner.id()));
         }
         invocation.arg(u8::from(self.fencing));
         for name in self.names.iter() {

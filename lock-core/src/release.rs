@@ -161,7 +161,7 @@ async fn round_trip(
         }
     } else if !inner.backend.is_redlock()
         && inner.config.replicas.is_none()
-        && !keys.kind.in_hash()
+        && keys.kind.is_plain()
         && inner.subscriber.waits()
     {
         claim = inner.subscriber.claim(&keys.channel()).map(HandOff::new);
@@ -338,11 +338,11 @@ impl Release {
 /// The owner id that holds `keys` now (for the seeded fault that skips the owner check).
 async fn current_holder(inner: &Inner, keys: &LockKeys) -> Option<String> {
     let mut conn = inner.backend.first();
-    // "<owner> <count> <fence> <floor> <done...>" (lua/lock.lua)
-    let value: String = redis::cmd("GET")
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
         .arg(&keys.lock)
         .query_async(&mut conn)
         .await
         .ok()?;
-    value.split(' ').next().map(str::to_owned)
+    let lock = crate::layout::StoredLock::from_fields(fields).ok()?;
+    lock.holders().keys().next().cloned()
 }

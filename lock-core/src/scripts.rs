@@ -10,16 +10,13 @@ use crate::who::HolderInfo;
 /// Every script a client runs; built once, so that their SHA1s are computed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
-    /// `acquire.lua` for a new acquisition: refused on a server out of memory.
+    /// `acquire.lua` for a new acquisition of any kind: refused on a server out of
+    /// memory.
     pub(crate) acquire: Script,
     /// `acquire.lua` for a re-entry: `allow-oom`, since a re-entry creates nothing.
     pub(crate) reenter: Script,
     /// `acquire_all.lua`: every lock of a set, or none.
     pub(crate) acquire_all: Script,
-    /// `acquire_shared.lua` for a new read hold, write hold or permit.
-    pub(crate) acquire_shared: Script,
-    /// `acquire_shared.lua` for a re-entry: `allow-oom`, as `reenter`.
-    pub(crate) reenter_shared: Script,
     pub(crate) release: Script,
     pub(crate) renew: Script,
     pub(crate) force_release: Script,
@@ -33,8 +30,6 @@ pub(crate) struct Scripts {
 const LOCK: &str = include_str!("../lua/lock.lua");
 const ACQUIRE: &str = include_str!("../lua/acquire.lua");
 const ACQUIRE_ALL: &str = include_str!("../lua/acquire_all.lua");
-const SHARED: &str = include_str!("../lua/shared.lua");
-const ACQUIRE_SHARED: &str = include_str!("../lua/acquire_shared.lua");
 const RELEASE: &str = include_str!("../lua/release.lua");
 const RENEW: &str = include_str!("../lua/renew.lua");
 const FORCE_RELEASE: &str = include_str!("../lua/force_release.lua");
@@ -49,36 +44,30 @@ fn order_edge() -> Script {
 }
 
 /// The source of every script, for loading them ahead of use: its first line (the
-/// flags), then `lock.lua` (how every script reads a lock), then, for the scripts
-/// that meet read-write locks and semaphores, `shared.lua` (how they read those),
-/// then its own text. The acquire scripts go under two first lines: `#!lua` for a
-/// new hold (refused on a full server), `allow-oom` for a re-entry (which creates
-/// nothing).
-pub(crate) fn sources() -> [String; 10] {
+/// flags), then `lock.lua` (the layout, and how every script reads a lock), then
+/// its own text. `acquire.lua` goes under two first lines: `#!lua` for a new hold
+/// (refused on a full server), `allow-oom` for a re-entry (which creates nothing).
+pub(crate) fn sources() -> [String; 8] {
     [
         format!("#!lua\n{LOCK}{ACQUIRE}"),
         format!("#!lua flags=allow-oom\n{LOCK}{ACQUIRE}"),
         format!("#!lua\n{LOCK}{ACQUIRE_ALL}"),
-        format!("#!lua\n{LOCK}{SHARED}{ACQUIRE_SHARED}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{SHARED}{ACQUIRE_SHARED}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{SHARED}{RELEASE}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{SHARED}{RENEW}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{SHARED}{FORCE_RELEASE}"),
-        format!("#!lua flags=no-writes\n{LOCK}{SHARED}{INSPECT}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{SHARED}{WITHDRAW}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{RELEASE}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{RENEW}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{FORCE_RELEASE}"),
+        format!("#!lua flags=no-writes\n{LOCK}{INSPECT}"),
+        format!("#!lua flags=allow-oom\n{LOCK}{WITHDRAW}"),
     ]
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let [acquire, reenter, acquire_all, acquire_shared, reenter_shared, release, renew, force_release, inspect, withdraw] =
+        let [acquire, reenter, acquire_all, release, renew, force_release, inspect, withdraw] =
             sources();
         Self {
             acquire: Script::new(&acquire),
             reenter: Script::new(&reenter),
             acquire_all: Script::new(&acquire_all),
-            acquire_shared: Script::new(&acquire_shared),
-            reenter_shared: Script::new(&reenter_shared),
             release: Script::new(&release),
             renew: Script::new(&renew),
             force_release: Script::new(&force_release),
@@ -105,6 +94,45 @@ pub(crate) enum AcquireReply {
     OtherMode,
     /// The semaphore has holders and counts `permits` permits, not the number asked.
     Permits { permits: u32 },
+    /// The name is held (or waited for) as another kind of lock.
+    OtherKind { held_as: StoredKind },
+}
+
+/// The kind of lock stored at a name (`#kind`, see `lua/lock.lua`), as the scripts
+/// number it in their replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum StoredKind {
+    /// A plain lock (`lock`).
+    Plain,
+    /// A read-write lock (`rw`).
+    ReadWrite,
+    /// A semaphore (`semaphore`).
+    Semaphore,
+    /// A fair lock (`fair`).
+    Fair,
+}
+
+impl StoredKind {
+    /// The kind numbered `code` in a script's reply.
+    pub(crate) fn from_code(code: i64) -> Option<Self> {
+        Some(match code {
+            0 => Self::Plain,
+            1 => Self::ReadWrite,
+            2 => Self::Semaphore,
+            3 => Self::Fair,
+            _ => return None,
+        })
+    }
+
+    /// What the kind is called in messages.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Self::Plain => "a lock",
+            Self::ReadWrite => "a read-write lock",
+            Self::Semaphore => "a semaphore",
+            Self::Fair => "a fair lock",
+        }
+    }
 }
 
 impl AcquireReply {
@@ -120,6 +148,9 @@ impl AcquireReply {
             [-3] => Some(Self::OtherMode),
             [-4, permits] => Some(Self::Permits {
                 permits: u32::try_from(permits).ok()?,
+            }),
+            [-5, kind] => Some(Self::OtherKind {
+                held_as: StoredKind::from_code(kind)?,
             }),
             _ => None,
         }
@@ -139,6 +170,8 @@ pub(crate) enum AcquireAllReply {
     NotHeld { index: usize },
     /// A key of the name at this index holds a value of another type.
     Conflict { index: usize },
+    /// The name at this index is held as another kind of lock.
+    OtherKind { index: usize, held_as: StoredKind },
 }
 
 impl AcquireAllReply {
@@ -162,6 +195,10 @@ impl AcquireAllReply {
             }),
             [-1, i] => Some(Self::NotHeld { index: index(*i)? }),
             [-2, i] => Some(Self::Conflict { index: index(*i)? }),
+            [-5, i, kind] => Some(Self::OtherKind {
+                index: index(*i)?,
+                held_as: StoredKind::from_code(*kind)?,
+            }),
             _ => None,
         }
     }
@@ -279,35 +316,21 @@ impl InspectReply {
         let positive = |value: i64| u64::try_from(value).ok().filter(|v| *v > 0);
         match *reply {
             [-2] => Some(Self::Conflict),
-            [held @ (0 | 1), count, pttl, token, counter] => {
-                let hold_count = u64::try_from(count).unwrap_or(0);
-                let (lease_remaining, fencing_token) =
-                    (positive(pttl).map(Duration::from_millis), positive(token));
-                let holders = (held == 1)
-                    .then_some(HolderView {
-                        mode: 0,
-                        hold_count,
-                        lease_remaining,
-                        fencing_token,
-                        info: None,
-                    })
-                    .into_iter()
-                    .collect();
-                Some(Self::View(LockView {
-                    held: held == 1,
-                    hold_count,
-                    lease_remaining,
-                    fencing_token,
-                    last_fencing_token: positive(counter),
-                    kind: (held == 1).then_some(ViewKind::Exclusive),
-                    holders,
-                    waiting: 0,
-                }))
-            }
+            [0, 0, -2, 0, counter] => Some(Self::View(LockView {
+                held: false,
+                hold_count: 0,
+                lease_remaining: None,
+                fencing_token: None,
+                last_fencing_token: positive(counter),
+                kind: None,
+                holders: Vec::new(),
+                waiting: 0,
+            })),
             [3, kind, permits, counter, waiting, n, ref rest @ ..]
                 if usize::try_from(n).ok()?.checked_mul(4)? == rest.len() =>
             {
                 let kind = match kind {
+                    0 => ViewKind::Exclusive,
                     1 => ViewKind::ReadWrite,
                     2 => ViewKind::Semaphore {
                         permits: u32::try_from(permits).ok()?,
@@ -319,7 +342,7 @@ impl InspectReply {
                     .chunks_exact(4)
                     .map(|h| {
                         Some(HolderView {
-                            mode: u8::try_from(h[0]).ok().filter(|m| (1..=4).contains(m))?,
+                            mode: u8::try_from(h[0]).ok().filter(|m| *m <= 4)?,
                             hold_count: u64::try_from(h[1]).ok()?,
                             lease_remaining: positive(h[2]).map(Duration::from_millis),
                             fencing_token: positive(h[3]),
@@ -407,8 +430,6 @@ mod tests {
             ("lock.lua", LOCK),
             ("acquire.lua", ACQUIRE),
             ("acquire_all.lua", ACQUIRE_ALL),
-            ("shared.lua", SHARED),
-            ("acquire_shared.lua", ACQUIRE_SHARED),
             ("release.lua", RELEASE),
             ("renew.lua", RENEW),
             ("force_release.lua", FORCE_RELEASE),
@@ -492,7 +513,7 @@ mod tests {
         assert_eq!(ReleaseReply::decode(&[2, -1]), None);
         assert_eq!(ReleaseReply::decode(&[-1]), Some(ReleaseReply::NotHeld));
         assert_eq!(
-            InspectReply::decode(&[1, 2, 500, 0, 7]),
+            InspectReply::decode(&[3, 0, 0, 7, 0, 1, 0, 2, 500, 0]),
             Some(InspectReply::View(LockView {
                 held: true,
                 hold_count: 2,
@@ -533,6 +554,26 @@ mod tests {
         assert_eq!(AcquireReply::decode(&[-3]), Some(AcquireReply::OtherMode));
         assert_eq!(InspectReply::decode(&[2, 0, 0, 0, 0]), None);
         assert_eq!(
+            InspectReply::decode(&[0, 0, -2, 0, 4]),
+            Some(InspectReply::View(LockView {
+                held: false,
+                hold_count: 0,
+                lease_remaining: None,
+                fencing_token: None,
+                last_fencing_token: Some(4),
+                kind: None,
+                holders: Vec::new(),
+                waiting: 0,
+            }))
+        );
+        assert_eq!(
+            AcquireReply::decode(&[-5, 1]),
+            Some(AcquireReply::OtherKind {
+                held_as: StoredKind::ReadWrite
+            })
+        );
+        assert_eq!(AcquireReply::decode(&[-5, 9]), None);
+        assert_eq!(
             ForceReleaseReply::decode(-2),
             Some(ForceReleaseReply::Conflict)
         );
@@ -542,46 +583,29 @@ mod tests {
     #[test]
     fn holder_texts_follow_the_numbers_one_per_holder() {
         use redis::Value::{BulkString, Int};
+        let held = || [0, 0, 0, 0, 1, 0, 1, 900, 0].map(Int);
+        let head = |rest: &[redis::Value]| {
+            let mut reply = vec![Int(3)];
+            reply.extend(held());
+            reply.extend_from_slice(rest);
+            reply
+        };
         let text = "2140 1700000000000 4121 orders-api host-3 orders::place_order".to_owned();
-        let reply = [
-            Int(1),
-            Int(1),
-            Int(900),
-            Int(0),
-            Int(0),
-            BulkString(text.into_bytes()),
-        ];
+        let reply = head(&[BulkString(text.into_bytes())]);
         let Some(InspectReply::View(view)) = InspectReply::decode_values(&reply) else {
             panic!("a held lock");
         };
         let info = view.holders[0].info.as_ref().map(|info| info.site.as_str());
         assert_eq!(info, Some("orders::place_order"));
-        // A holder whose client wrote nothing, and a lock written before holder info.
-        let none = [
-            Int(1),
-            Int(1),
-            Int(900),
-            Int(0),
-            Int(0),
-            BulkString(Vec::new()),
-        ];
-        let old = [Int(1), Int(1), Int(900), Int(0), Int(0)];
-        for reply in [&none[..], &old[..]] {
-            let Some(InspectReply::View(view)) = InspectReply::decode_values(reply) else {
+        // A holder whose client wrote nothing, and a reply without texts.
+        for reply in [head(&[BulkString(Vec::new())]), head(&[])] {
+            let Some(InspectReply::View(view)) = InspectReply::decode_values(&reply) else {
                 panic!("a held lock");
             };
             assert_eq!(view.holders[0].info, None);
         }
         // Two texts for one holder: not a reply of inspect.lua.
-        let two = [
-            Int(1),
-            Int(1),
-            Int(900),
-            Int(0),
-            Int(0),
-            BulkString(Vec::new()),
-            BulkString(Vec::new()),
-        ];
+        let two = head(&[BulkString(Vec::new()), BulkString(Vec::new())]);
         assert_eq!(InspectReply::decode_values(&two), None);
     }
 }

@@ -25,6 +25,16 @@ pub const MAX_SERVICE_LEN: usize = 64;
 const MAX_HOST_LEN: usize = 64;
 /// The longest site kept, in bytes.
 const MAX_SITE_LEN: usize = 128;
+/// The longest `who` written with a lock, in bytes: with the time it is stored
+/// with (14 bytes), it fits a value of a Redis listpack (64 bytes), so a lock's
+/// hash stays compact (see `layout.rs`). Long names are shortened to fit: the site
+/// keeps its end, down to [`MIN_SITE_LEN`]; then the service and host names keep
+/// their start, down to [`MIN_NAME_LEN`] each.
+const MAX_WHO_LEN: usize = 50;
+/// The shortest a long site is cut to, in bytes.
+const MIN_SITE_LEN: usize = 16;
+/// The shortest a long service or host name is cut to in what is stored, in bytes.
+const MIN_NAME_LEN: usize = 12;
 
 /// What one client says of its holders: "<pid> <service> <host>", worked out once.
 #[derive(Debug, Clone)]
@@ -41,9 +51,25 @@ impl Describer {
         let host = word(&host.to_string_lossy(), MAX_HOST_LEN);
         let service = word(service, MAX_SERVICE_LEN);
         let pid = std::process::id();
+        let client = format!("{service} on {host}, pid {pid}").into();
+        // What is stored leaves at least MIN_SITE_LEN for the site.
+        let budget = MAX_WHO_LEN - 1 - MIN_SITE_LEN;
+        let (mut service, mut host) = (service, host);
+        let fixed = pid.to_string().len() + 2;
+        while fixed + service.len() + host.len() > budget {
+            let longer = if service.len() >= host.len() {
+                &mut service
+            } else {
+                &mut host
+            };
+            if longer.len() <= MIN_NAME_LEN {
+                break;
+            }
+            longer.pop();
+        }
         Self {
             prefix: format!("{pid} {service} {host}").into(),
-            client: format!("{service} on {host}, pid {pid}").into(),
+            client,
         }
     }
 
@@ -53,10 +79,14 @@ impl Describer {
     }
 
     /// The `who` of a holder whose acquisition was asked for at `site` (a function's
-    /// path, or a source location).
+    /// path, or a source location). A site too long for [`MAX_WHO_LEN`] keeps its
+    /// end (the function, or the file and line), after `..`.
     pub(crate) fn who(&self, site: &str) -> String {
         let site = clean(site, MAX_SITE_LEN);
-        format!("{} {site}", self.prefix)
+        let room = MAX_WHO_LEN
+            .saturating_sub(self.prefix.len() + 1)
+            .max(MIN_SITE_LEN);
+        format!("{} {}", self.prefix, tail(&site, room))
     }
 }
 
@@ -86,6 +116,20 @@ fn clean(text: &str, max: usize) -> String {
         out.push(c);
     }
     out
+}
+
+/// The end of `text` in at most `max` bytes: `text` itself when it fits, else
+/// `..` and as many of its last characters as fit.
+fn tail(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let keep = max.saturating_sub(2);
+    let mut start = text.len() - keep;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("..{}", &text[start..]).into()
 }
 
 /// Who holds a lock, as its client wrote it with the first acquisition: the
@@ -203,10 +247,24 @@ mod tests {
     fn sites_keep_spaces_and_lose_control_characters_and_length() {
         let who = Describer::new("svc").who("src/my orders.rs:4\t2");
         assert!(who.ends_with(" src/my orders.rs:4_2"), "{who}");
+        let describer = Describer::new("svc");
+        let long = Describer::new(&"s".repeat(64)).who(&"x".repeat(100));
+        assert!(long.len() <= MAX_WHO_LEN, "{long}");
+        let service = long.split(' ').nth(1).unwrap_or_default();
+        assert!(
+            service.len() >= MIN_NAME_LEN && service.len() < 64,
+            "{long}"
+        );
         let long = "é".repeat(100);
-        let who = Describer::new("svc").who(&long);
+        let who = describer.who(&long);
         let site = who.splitn(4, ' ').nth(3).unwrap_or_default();
-        assert_eq!(site.len(), MAX_SITE_LEN);
+        assert!(site.starts_with("..é"), "{site}");
+        assert!(site.len() >= MIN_SITE_LEN, "{site}");
+        if describer.prefix.len() + 1 + MIN_SITE_LEN <= MAX_WHO_LEN {
+            assert!(who.len() <= MAX_WHO_LEN, "{who}");
+        }
+        let who = describer.who("orders::handlers::checkout::place_order_with_a_long_name");
+        assert!(who.ends_with("place_order_with_a_long_name"), "{who}");
         assert!(HolderInfo::parse(b"").is_none());
         assert!(HolderInfo::parse(b"12 x 1 a b c").is_none());
     }

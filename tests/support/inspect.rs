@@ -1,6 +1,7 @@
 //! What Redis stores and counts: lock keys and their hold counts, release-channel
 //! subscribers, command calls and round trips, client connections, leftovers.
 
+use distlock::layout::{self, StoredLock};
 use distlock_testkit::RedisServer;
 
 /// The Redis key of lock `name` in the default namespace.
@@ -8,37 +9,48 @@ pub fn lock_key(name: &str) -> String {
     format!("distlock:{{{name}}}")
 }
 
-/// The hold count of lock `name` as Redis stores it (0 when free).
+/// The lock `name` (default namespace) as Redis stores it, read with `HGETALL`
+/// through `distlock::layout` (free: no holders).
+pub fn stored(server: &RedisServer, name: &str) -> StoredLock {
+    stored_at(server, &lock_key(name))
+}
+
+/// The lock at Redis key `key` as Redis stores it (see [`stored`]).
+pub fn stored_at(server: &RedisServer, key: &str) -> StoredLock {
+    let text = server.cmd(&["HGETALL", key]).expect("HGETALL");
+    let lines: Vec<&str> = text.lines().collect();
+    let pairs = lines
+        .chunks(2)
+        .filter(|pair| pair.len() == 2)
+        .map(|pair| (pair[0], pair[1]));
+    StoredLock::from_fields(pairs).unwrap_or_else(|err| panic!("{key}: {err}: {text:?}"))
+}
+
+/// The lock at Redis key `key` as Redis stores it (see [`stored`]), read over an
+/// async connection of the caller's.
+pub async fn stored_over(conn: &mut impl redis::aio::ConnectionLike, key: &str) -> StoredLock {
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("HGETALL");
+    StoredLock::from_fields(fields).unwrap_or_else(|err| panic!("{key}: {err}"))
+}
+
+/// The hold count of lock `name` as Redis stores it: the sum of its holders' counts
+/// (0 when free).
 pub fn redis_count(server: &RedisServer, name: &str) -> u64 {
-    let value = server.cmd(&["GET", &lock_key(name)]).expect("GET");
-    lock_value_count(&value)
+    stored(server, name).total()
 }
 
-/// The hold count in a lock's value as `GET` renders it (`(nil)` or a tombstone
-/// `"- ..."`: free, 0); the value is `"<owner> <count> <fence> <floor> <done...>"`
-/// (lua/lock.lua).
-pub fn lock_value_count(value: &str) -> u64 {
-    if value == "(nil)" || value.starts_with("- ") {
-        return 0;
-    }
-    value
-        .split(' ')
-        .nth(1)
-        .and_then(|count| count.parse().ok())
-        .unwrap_or_else(|| panic!("not a lock value: {value:?}"))
-}
-
-/// The owner id holding lock `name` (`None` when free).
+/// The owner id holding lock `name` (`None` when free; the first of several).
 pub fn redis_holder(server: &RedisServer, name: &str) -> Option<String> {
-    let value = server.cmd(&["GET", &lock_key(name)]).expect("GET");
-    (lock_value_count(&value) > 0).then(|| value.split(' ').next().unwrap_or_default().to_owned())
+    stored(server, name).holders().keys().next().cloned()
 }
 
-/// Whether the lock at Redis key `key` is held: a value that is not a tombstone
-/// (a final release leaves `"- <owner> <floor> <done...>"` for a short while).
+/// Whether the lock at Redis key `key` is held: some owner has a hold count there.
 pub fn held(server: &RedisServer, key: &str) -> bool {
-    let value = server.cmd(&["GET", key]).expect("GET");
-    value != "(nil)" && !value.starts_with("- ")
+    !stored_at(server, key).holders().is_empty()
 }
 
 /// Whether `key` exists on `server`.
@@ -148,7 +160,7 @@ pub fn client_connections(node: &RedisServer) -> Vec<String> {
 
 /// Keys and channels left behind: every key except the workload's (`rel:*`), the
 /// fencing counters (which live forever by design) and the short-lived records of
-/// final releases (tombstones and `:freed`), and every channel.
+/// final releases (`:freed:<owner>`), and every channel.
 pub fn leaks(server: &RedisServer) -> (Vec<String>, Vec<String>) {
     let keys = server.cmd(&["KEYS", "*"]).expect("KEYS");
     let keys = keys
@@ -156,10 +168,9 @@ pub fn leaks(server: &RedisServer) -> (Vec<String>, Vec<String>) {
         .filter(|key| {
             !key.is_empty()
                 && !key.starts_with("rel:")
-                && !key.ends_with(":fence")
-                // The record of the last final release, for its retry; it expires.
-                && !key.ends_with(":freed")
-                && !is_tombstone(server, key)
+                // Fencing counters, and the records of final releases for their
+                // retries (which expire).
+                && !layout::is_side_key(key.as_bytes())
         })
         .map(str::to_owned)
         .collect();
@@ -172,9 +183,73 @@ pub fn leaks(server: &RedisServer) -> (Vec<String>, Vec<String>) {
     (keys, channels)
 }
 
-/// Whether `key` holds the tombstone of a final release (lua/lock.lua).
-fn is_tombstone(server: &RedisServer, key: &str) -> bool {
+/// Makes `owner` hold the plain lock at Redis key `key` on `server`, `count` times,
+/// for `lease_ms`, as another distlock client would have taken it: a hash of
+/// `distlock::layout` (a holder that is busy to everyone else, not a foreign value).
+pub fn plant_holder(server: &RedisServer, key: &str, owner: &str, count: u64, lease_ms: u64) {
+    let count = count.to_string();
+    let record_field = format!("{}{owner}", layout::OP);
+    // The replay record "<floor> <done...>": floor 0, its first operation applied.
+    let record = "0 1";
     server
-        .cmd(&["GET", key])
-        .is_ok_and(|value| value.starts_with("- "))
+        .cmd(&[
+            "HSET",
+            key,
+            layout::KIND,
+            "lock",
+            layout::LAYOUT,
+            layout::LAYOUT_VERSION,
+            owner,
+            &count,
+            &record_field,
+            record,
+        ])
+        .expect("HSET a holder");
+    server
+        .cmd(&["PEXPIRE", key, &lease_ms.to_string()])
+        .expect("PEXPIRE");
+}
+
+/// The key where the record of `owner`'s final release of lock `name` (default
+/// namespace) is kept for a short while: `distlock:{name}:freed:<owner>`.
+pub fn freed_key(name: &str, owner: &str) -> String {
+    format!("{}{}{owner}", lock_key(name), layout::FREED_SUFFIX)
+}
+
+/// The fields of a plain lock held `count` times by `owner`, with replay record
+/// `record` (`"<floor> <done...>"`) and no fencing token, as `acquire.lua` writes
+/// one; tests spoil one value or add a field to write what distlock did not.
+pub fn plain_lock_fields(owner: &str, count: &str, record: &str) -> Vec<(String, String)> {
+    vec![
+        (layout::KIND.to_owned(), "lock".to_owned()),
+        (layout::LAYOUT.to_owned(), layout::LAYOUT_VERSION.to_owned()),
+        (owner.to_owned(), count.to_owned()),
+        (format!("{}{owner}", layout::OP), record.to_owned()),
+    ]
+}
+
+/// Replaces whatever is at `key` with a hash of `fields` (in order), expiring in
+/// `px_ms` milliseconds (`None`: no expiry, as a foreign writer would leave it).
+pub fn write_hash<F, V>(
+    server: &RedisServer,
+    key: &str,
+    fields: impl IntoIterator<Item = (F, V)>,
+    px_ms: Option<u64>,
+) where
+    F: AsRef<str>,
+    V: AsRef<str>,
+{
+    let fields: Vec<(F, V)> = fields.into_iter().collect();
+    let mut args = vec!["HSET", key];
+    for (field, value) in &fields {
+        args.push(field.as_ref());
+        args.push(value.as_ref());
+    }
+    server.cmd(&["DEL", key]).expect("DEL");
+    server.cmd(&args).expect("HSET");
+    if let Some(ms) = px_ms {
+        server
+            .cmd(&["PEXPIRE", key, &ms.to_string()])
+            .expect("PEXPIRE");
+    }
 }

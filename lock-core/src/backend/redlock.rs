@@ -70,9 +70,11 @@ pub(crate) fn acquire(replies: &[Option<AcquireReply>], quorum: usize) -> Acquir
         granted,
         conflict: replies.contains(&Some(AcquireReply::Conflict)),
         refused: replies.iter().find_map(|reply| match reply {
-            Some(refusal @ (AcquireReply::OtherMode | AcquireReply::Permits { .. })) => {
-                Some(*refusal)
-            }
+            Some(
+                refusal @ (AcquireReply::OtherMode
+                | AcquireReply::Permits { .. }
+                | AcquireReply::OtherKind { .. }),
+            ) => Some(*refusal),
             _ => None,
         }),
         busy: busy.len(),

@@ -1,1 +1,0 @@
-../../lua/acquire_shared.lua

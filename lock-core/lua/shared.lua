@@ -1,1 +1,0 @@
-../../lua/shared.lua

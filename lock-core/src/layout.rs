@@ -1,0 +1,469 @@
+//! What distlock stores in Redis, named in one place: the fields of a lock's hash
+//! and the keys beside it (the table at the top of `lua/lock.lua`), and
+//! [`StoredLock`], a lock read back from `HGETALL`.
+//!
+//! Every kind of lock is one hash at `<ns>:{name}`: each holder is a field, its
+//! owner id, whose value is its hold count; everything else is in fields whose
+//! names start with `#`. The key's expiry is the lease. `redis-cli HGETALL` shows
+//! who holds a lock and how many times:
+//!
+//! ```text
+//! 1) "#kind"       2) "lock"
+//! 3) "#layout"     4) "1"
+//! 5) "3f0c…:1"     6) "3"              <- a holder, three holds deep
+//! 7) "#op:3f0c…:1" 8) "2 4"            <- its replay record
+//! 9) "#who:3f0c…:1" 10) "1764650000000 4121 orders-api host-3 orders::place_order"
+//! ```
+//!
+//! The CLI, the benchmarks and the tests read the layout through this module only.
+
+use std::collections::BTreeMap;
+
+/// The version of the layout this crate writes (the `#layout` field).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::LAYOUT_VERSION, "1");
+/// ```
+pub const LAYOUT_VERSION: &str = "1";
+
+/// The field that names the kind of lock: `lock`, `rw`, `semaphore` or `fair`.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::KIND, "#kind");
+/// ```
+pub const KIND: &str = "#kind";
+/// The field that holds [`LAYOUT_VERSION`].
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::LAYOUT, "#layout");
+/// ```
+pub const LAYOUT: &str = "#layout";
+/// The field of the fencing token of a plain or fair lock's holder, or of a writer.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::FENCE, "#fence");
+/// ```
+pub const FENCE: &str = "#fence";
+/// The field of a read-write lock's writer: its owner id.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::WRITER, "#writer");
+/// ```
+pub const WRITER: &str = "#writer";
+/// The field of a semaphore's number of permits.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::PERMITS, "#permits");
+/// ```
+pub const PERMITS: &str = "#permits";
+/// The field of a fair lock's next ticket.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::NEXT_TICKET, "#next");
+/// ```
+pub const NEXT_TICKET: &str = "#next";
+/// The prefix of a holder's replay record field, `#op:<owner>`: `"<floor> <done...>"`.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::OP, "#op:");
+/// ```
+pub const OP: &str = "#op:";
+/// The prefix of a holder's description, `#who:<owner>`: `"<at ms> <pid> <service>
+/// <host> <site>"`.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::WHO, "#who:");
+/// ```
+pub const WHO: &str = "#who:";
+/// The prefix of the field where a holder of a read-write, fair or semaphore lock
+/// keeps the end of its own lease, `#until:<owner>` (ms of the server's clock).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::UNTIL, "#until:");
+/// ```
+pub const UNTIL: &str = "#until:";
+/// The prefix of the field where a waiter keeps its place, `#wait:<owner>` (when it
+/// ends, ms of the server's clock).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::WAIT, "#wait:");
+/// ```
+pub const WAIT: &str = "#wait:";
+/// The prefix of a fair waiter's ticket field, `#ticket:<owner>`.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::TICKET, "#ticket:");
+/// ```
+pub const TICKET: &str = "#ticket:";
+
+/// The suffix of a lock's fencing counter key, `<ns>:{name}:fence`.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::FENCE_SUFFIX, ":fence");
+/// ```
+pub const FENCE_SUFFIX: &str = ":fence";
+/// The suffix of a lock's release channel, `<ns>:{name}:released`.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::CHANNEL_SUFFIX, ":released");
+/// ```
+pub const CHANNEL_SUFFIX: &str = ":released";
+/// The suffix, before the owner id, of a final release's record,
+/// `<ns>:{name}:freed:<owner>`.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::FREED_SUFFIX, ":freed:");
+/// ```
+pub const FREED_SUFFIX: &str = ":freed:";
+
+/// Whether `key` is one of the keys distlock keeps beside a lock's hash (a fencing
+/// counter or a final release's record), not a lock itself.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::is_side_key;
+/// assert!(is_side_key(b"distlock:{order:42}:fence"));
+/// assert!(is_side_key(b"distlock:{order:42}:freed:3f0c:1"));
+/// assert!(!is_side_key(b"distlock:{order:42}"));
+/// ```
+pub fn is_side_key(key: &[u8]) -> bool {
+    let Some(close) = key.iter().rposition(|byte| *byte == b'}') else {
+        return false;
+    };
+    let rest = &key[close + 1..];
+    rest == FENCE_SUFFIX.as_bytes() || rest.starts_with(FREED_SUFFIX.as_bytes())
+}
+
+/// A lock as Redis stores it: its hash read back with `HGETALL`.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::StoredLock;
+/// let fields = [("#kind", "lock"), ("#layout", "1"), ("c1:1", "3"), ("#op:c1:1", "2 4")];
+/// let lock = StoredLock::from_fields(fields).expect("distlock's layout");
+/// assert_eq!(lock.kind(), Some("lock"));
+/// assert_eq!(lock.count("c1:1"), 3);
+/// assert_eq!(lock.holders().len(), 1);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredLock {
+    holders: BTreeMap<String, u64>,
+    meta: BTreeMap<String, String>,
+}
+
+/// Why a hash is not a lock of distlock's layout.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::StoredLock;
+/// let err = StoredLock::from_fields([("owner", "x")]).unwrap_err();
+/// assert!(err.to_string().contains("owner"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a lock of distlock's layout {LAYOUT_VERSION}: {0}")]
+pub struct LayoutError(String);
+
+impl StoredLock {
+    /// Reads a lock from its fields and values, as `HGETALL` gives them. No fields:
+    /// a free lock.
+    ///
+    /// # Errors
+    ///
+    /// [`LayoutError`] when the fields are not of the layout: a hold count that is
+    /// not a positive integer, or a hash with fields but no `#kind` or another
+    /// `#layout`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::StoredLock;
+    /// let free = StoredLock::from_fields(Vec::<(String, String)>::new()).expect("free");
+    /// assert!(free.holders().is_empty());
+    /// ```
+    pub fn from_fields<F, V>(fields: impl IntoIterator<Item = (F, V)>) -> Result<Self, LayoutError>
+    where
+        F: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut lock = Self::default();
+        for (field, value) in fields {
+            let (field, value) = (field.as_ref(), value.as_ref());
+            if field.starts_with('#') {
+                lock.meta.insert(field.to_owned(), value.to_owned());
+                continue;
+            }
+            match value.parse::<u64>() {
+                Ok(count) if count > 0 => {
+                    lock.holders.insert(field.to_owned(), count);
+                }
+                _ => {
+                    return Err(LayoutError(format!(
+                        "holder `{field}` has `{value}` where a hold count belongs"
+                    )))
+                }
+            }
+        }
+        if lock.holders.is_empty() && lock.meta.is_empty() {
+            return Ok(lock);
+        }
+        if lock.meta.get(LAYOUT).map(String::as_str) != Some(LAYOUT_VERSION) {
+            return Err(LayoutError(format!(
+                "`{LAYOUT}` is {:?}",
+                lock.meta.get(LAYOUT)
+            )));
+        }
+        if lock.kind().is_none() {
+            return Err(LayoutError(format!("no `{KIND}` field")));
+        }
+        Ok(lock)
+    }
+
+    /// The kind of lock: `lock`, `rw`, `semaphore` or `fair`; `None` for a free lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # let lock = distlock::layout::StoredLock::default();
+    /// assert_eq!(lock.kind(), None);
+    /// ```
+    pub fn kind(&self) -> Option<&str> {
+        self.meta.get(KIND).map(String::as_str)
+    }
+
+    /// Every holder's owner id and hold count.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # let lock = distlock::layout::StoredLock::default();
+    /// let total: u64 = lock.holders().values().sum();
+    /// # assert_eq!(total, 0);
+    /// ```
+    pub fn holders(&self) -> &BTreeMap<String, u64> {
+        &self.holders
+    }
+
+    /// The hold count of `owner` (0 when it holds nothing).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # let lock = distlock::layout::StoredLock::default();
+    /// assert_eq!(lock.count("c1:1"), 0);
+    /// ```
+    pub fn count(&self, owner: &str) -> u64 {
+        self.holders.get(owner).copied().unwrap_or(0)
+    }
+
+    /// The sum of every holder's hold count.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # let lock = distlock::layout::StoredLock::default();
+    /// assert_eq!(lock.total(), 0);
+    /// ```
+    pub fn total(&self) -> u64 {
+        self.holders.values().sum()
+    }
+
+    /// The fencing token of the exclusive holder (`#fence`), when it has one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # let lock = distlock::layout::StoredLock::default();
+    /// assert_eq!(lock.fencing_token(), None);
+    /// ```
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.number(FENCE)
+    }
+
+    /// The owner id of a read-write lock's writer (`#writer`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # let lock = distlock::layout::StoredLock::default();
+    /// assert_eq!(lock.writer(), None);
+    /// ```
+    pub fn writer(&self) -> Option<&str> {
+        self.meta.get(WRITER).map(String::as_str)
+    }
+
+    /// A semaphore's number of permits (`#permits`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # let lock = distlock::layout::StoredLock::default();
+    /// assert_eq!(lock.permits(), None);
+    /// ```
+    pub fn permits(&self) -> Option<u64> {
+        self.number(PERMITS)
+    }
+
+    /// The owner ids of the waiters that keep a place (`#wait:<owner>`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # let lock = distlock::layout::StoredLock::default();
+    /// assert_eq!(lock.waiters().count(), 0);
+    /// ```
+    pub fn waiters(&self) -> impl Iterator<Item = &str> + '_ {
+        self.meta
+            .keys()
+            .filter_map(|field| field.strip_prefix(WAIT))
+    }
+
+    /// The replay record of `owner` (`#op:<owner>`): `"<floor> <done...>"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # let lock = distlock::layout::StoredLock::default();
+    /// assert_eq!(lock.record("c1:1"), None);
+    /// ```
+    pub fn record(&self, owner: &str) -> Option<&str> {
+        self.meta.get(&format!("{OP}{owner}")).map(String::as_str)
+    }
+
+    /// What the client of `owner` said of it, with when it took the lock
+    /// (`#who:<owner>`): `"<at ms> <pid> <service> <host> <site>"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # let lock = distlock::layout::StoredLock::default();
+    /// assert_eq!(lock.who("c1:1"), None);
+    /// ```
+    pub fn who(&self, owner: &str) -> Option<&str> {
+        self.meta.get(&format!("{WHO}{owner}")).map(String::as_str)
+    }
+
+    /// When the own lease of `owner` ends (`#until:<owner>`, ms of the server's
+    /// clock): set for holders of read-write, fair and semaphore locks.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # let lock = distlock::layout::StoredLock::default();
+    /// assert_eq!(lock.lease_end("c1:1"), None);
+    /// ```
+    pub fn lease_end(&self, owner: &str) -> Option<u64> {
+        self.number(&format!("{UNTIL}{owner}"))
+    }
+
+    /// Every field that is not a holder's count, by name (`#kind`, `#op:<owner>`, ...).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// # let lock = distlock::layout::StoredLock::default();
+    /// assert!(lock.meta().get("#kind").is_none());
+    /// ```
+    pub fn meta(&self) -> &BTreeMap<String, String> {
+        &self.meta
+    }
+
+    fn number(&self, field: &str) -> Option<u64> {
+        self.meta.get(field).and_then(|value| value.parse().ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hash_of_the_layout_reads_back() {
+        let lock = StoredLock::from_fields([
+            (KIND, "rw"),
+            (LAYOUT, "1"),
+            ("a:1", "2"),
+            ("a:2", "1"),
+            ("#writer", "a:1"),
+            ("#fence", "7"),
+            ("#until:a:1", "1000"),
+            ("#wait:b:1", "1200"),
+        ])
+        .expect("a read-write lock");
+        assert_eq!(lock.total(), 3);
+        assert_eq!(lock.writer(), Some("a:1"));
+        assert_eq!(lock.fencing_token(), Some(7));
+        assert_eq!(lock.lease_end("a:1"), Some(1000));
+        assert_eq!(lock.waiters().collect::<Vec<_>>(), ["b:1"]);
+    }
+
+    #[test]
+    fn what_is_not_the_layout_is_refused() {
+        assert!(StoredLock::from_fields([("a", "0")]).is_err());
+        assert!(StoredLock::from_fields([("a", "1")]).is_err(), "no #kind");
+        assert!(StoredLock::from_fields([(KIND, "lock"), (LAYOUT, "2")]).is_err());
+    }
+}
