@@ -320,3 +320,76 @@ async fn a_release_on_the_new_owner_before_the_hand_over_is_not_missed() {
     );
     assert_eq!(order, [0, 1], "the waiters were served in arrival order");
 }
+
+/// Between `MIGRATE` and `SETSLOT NODE` the importing node answers a script whose
+/// keys are not all there with `TRYAGAIN` (a release names the lock, its channel
+/// and its owner's final-release record; a fenced acquisition names the lock, its
+/// counter and its record). A release and a fenced first acquisition made in that
+/// window complete once the slot is handed over, within their bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_and_a_fenced_acquisition_complete_across_a_migration() {
+    let (released, fenced) = ("released-across-migration", "fenced-across-migration");
+    let lease = Duration::from_secs(30);
+    let cluster = RedisCluster::start(3, 0).expect("start a 3-master cluster");
+    let locks = client(&cluster, lease).await;
+    // The counter exists: the fenced acquisition's keys are then only partly on
+    // the importing node.
+    let first = locks
+        .lock(fenced)
+        .fencing(true)
+        .await
+        .expect("a first token");
+    assert_eq!(first.fencing_token(), Some(1));
+    first.unlock().await.expect("unlock");
+    for name in [released, fenced] {
+        let slot = slot_of(&cluster, name);
+        let from = cluster
+            .node_for_slot(slot)
+            .expect("a master serves the slot");
+        let to = (0..cluster.masters())
+            .find(|&master| master != from)
+            .expect("another master");
+        let guard = if name == released {
+            Some(locks.lock(name).await.expect("lock"))
+        } else {
+            None
+        };
+        move_keys(&cluster, name, from, to);
+        let started = Instant::now();
+        let request = match guard {
+            Some(guard) => tokio::spawn(async move { guard.unlock().await.map(|()| None) }),
+            None => {
+                let locks = locks.clone();
+                tokio::spawn(async move {
+                    let guard = locks
+                        .lock(fenced)
+                        .fencing(true)
+                        .wait(Duration::from_secs(10))
+                        .await?;
+                    let token = guard.fencing_token();
+                    guard.unlock().await?;
+                    Ok(token)
+                })
+            }
+        };
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        hand_over(&cluster, name, from, to).await;
+        let result = tokio::time::timeout(Duration::from_secs(10), request)
+            .await
+            .expect("it completes once the slot is handed over")
+            .expect("join");
+        println!("{name}: {result:?} after {:?}", started.elapsed());
+        match result {
+            // A later token (an attempt whose reply came after its timeout was
+            // given back, and its token skipped).
+            Ok(Some(token)) => assert!(token > 1, "token {token} after token 1"),
+            Ok(None) => assert_eq!(name, released),
+            Err(err) => panic!("{name}: {err}"),
+        }
+        assert_eq!(
+            count(&cluster.nodes()[to], name),
+            0,
+            "{name}: free afterwards"
+        );
+    }
+}

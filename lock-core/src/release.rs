@@ -8,6 +8,7 @@
 //! while, so a retry says `Released` only when the release was applied.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::Instrument;
 
@@ -16,7 +17,7 @@ use tokio::time::Instant;
 use crate::backend::{redlock, Conn};
 use crate::batch::{Batcher, Item, Successor};
 use crate::detach::{log_failure, replay_until_known, spawn, Detached};
-use crate::error::{is_failover_code, outcome_unknown, LockError, LostReason};
+use crate::error::{transient, LockError, LostReason};
 use crate::faults::{self, Fault};
 use crate::handoff::{Delivery, Grant};
 use crate::hold::Hold;
@@ -284,6 +285,8 @@ const FOREIGN_SEQ: u64 = 10_000_000_000_000;
 struct Release {
     item: Item,
     batcher: Arc<Batcher>,
+    /// How long retries go on (see [`Release::on_node`]).
+    patience: Duration,
 }
 
 impl Release {
@@ -306,13 +309,20 @@ impl Release {
         Self {
             item,
             batcher: inner.batcher.clone(),
+            patience: inner.config.remember_release * 3 / 4,
         }
     }
 
-    /// The release on one node, retried once under the same number when the reply
-    /// was lost (the script applies it at most once, and recognises the final one
-    /// after the lock was freed), or when a demoted master refused it.
+    /// The release on one node, retried under the same number while it fails in a
+    /// way that may pass (the script applies it at most once, and recognises the
+    /// final one after the lock was freed): a lost reply, a demoted master that
+    /// refused it, a cluster slot in migration (`TRYAGAIN` until `SETSLOT NODE`).
+    /// Retries go on, 25 ms apart and doubling up to 250 ms, for three quarters of
+    /// the time a final release is remembered, so that the last retry still finds
+    /// the record of a first try that applied; at least one retry is made.
     async fn on_node(self, conn: Conn) -> redis::RedisResult<ReleaseReply> {
+        let give_up = Instant::now() + self.patience;
+        let mut pause = Duration::from_millis(25);
         let mut retried = false;
         loop {
             match self.batcher.release(conn.clone(), self.item.clone()).await {
@@ -320,13 +330,16 @@ impl Release {
                     return ReleaseReply::decode(&reply)
                         .ok_or_else(|| unexpected_reply("release.lua", &reply));
                 }
-                // Lost reply (maybe applied: the script knows), or a demoted master
-                // that refused it (not applied; the connection moved on).
                 Err(err)
-                    if !retried
-                        && (outcome_unknown(&err) || err.code().is_some_and(is_failover_code)) =>
+                    if transient(&err)
+                        && !err.is_connection_refusal()
+                        && (!retried || Instant::now() + pause < give_up) =>
                 {
-                    tracing::debug!(error = %err, "distlock: release failed; retrying once");
+                    tracing::debug!(error = %err, "distlock: release failed; retrying");
+                    if retried {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_millis(250));
+                    }
                     retried = true;
                 }
                 Err(err) => return Err(err),
