@@ -7,12 +7,19 @@
 -- adds data) and `#!lua flags=allow-oom` for a re-entry, which only ever raises the
 -- count of a lock that exists, so that a full server still lets a holder re-enter.
 --
--- KEYS[1]  the lock `<ns>:{name}` (see lock.lua)
--- KEYS[2]  the fencing counter `<ns>:{name}:fence`; read and written only when
---          ARGV[3] is "1" and this call takes the lock
--- KEYS[3]  this owner's final-release record `<ns>:{name}:freed:<owner>`: read when
---          this call would take the lock, so that a stray copy of an operation that
---          was applied and given back since is not applied again
+-- One run takes one acquisition or several (the client sends the new acquisitions
+-- that are ready at the same moment together, see lock-core/src/batch.rs); each is
+-- answered exactly as if it ran alone, in order.
+--
+-- KEYS     three per acquisition, for acquisition i KEYS[3i-2 .. 3i]:
+--   the lock `<ns>:{name}` (see lock.lua)
+--   the fencing counter `<ns>:{name}:fence`; read and written only when its
+--          fencing argument is "1" and this call takes the lock
+--   this owner's final-release record `<ns>:{name}:freed:<owner>`: read when this
+--          call would take the lock, so that a stray copy of an operation that was
+--          applied and given back since is not applied again
+-- ARGV     ten per acquisition, for acquisition i ARGV[10i-9 .. 10i], numbered
+--          here as for the first:
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in milliseconds, validated by the client (10 ..= the documented maximum)
 -- ARGV[3]  "1": issue a fencing token when this call takes a plain lock, a write
@@ -32,9 +39,9 @@
 --          waiter keeps its place (see lock.lua, `#wait:`); "0": it gives up at
 --          once (a `try`), and keeps none
 -- ARGV[10] what the client says of the holder, "<pid> <service> <host> <site>", kept
---          with a new hold (see lock.lua, `#who:`); may be absent
+--          with a new hold (see lock.lua, `#who:`); "" for nothing
 --
--- Returns
+-- Returns one answer per acquisition, in order:
 --   {1, hold_count, fence}  taken or re-entered, or this operation was applied before
 --                           (a replay); fence is the fencing token (0: none)
 --   {0, pttl}               not now: look again within pttl ms (the holder's
@@ -75,24 +82,28 @@
 --
 -- Every check comes before the first write: a Lua error does not roll back.
 
-local lock, fence_key, freed = KEYS[1], KEYS[2], KEYS[3]
-local owner, lease, fencing = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
-local seq, floor, reentry = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
-local want, parent, stays, who = ARGV[7], ARGV[8], ARGV[9] == '1', ARGV[10]
-
-local mode = string.sub(want, 1, 1)
-local kind, permits = 'lock', nil
-if mode == 'r' or mode == 'w' then
-  kind = 'rw'
-elseif mode == 'p' then
-  kind, permits = 'semaphore', tonumber(string.sub(want, 2))
-elseif mode == 'f' then
-  kind = 'fair'
+-- One acquisition's arguments, from ARGV[a]: a table.
+local function request(a)
+  local want = ARGV[a + 6]
+  local r = {
+    owner = ARGV[a], lease = tonumber(ARGV[a + 1]), fencing = ARGV[a + 2] == '1',
+    seq_text = ARGV[a + 3], seq = tonumber(ARGV[a + 3]), floor = tonumber(ARGV[a + 4]),
+    reentry = ARGV[a + 5] == '1', mode = string.sub(want, 1, 1), kind = 'lock',
+    parent = ARGV[a + 7], stays = ARGV[a + 8] == '1', who = ARGV[a + 9],
+  }
+  if r.mode == 'r' or r.mode == 'w' then
+    r.kind = 'rw'
+  elseif r.mode == 'p' then
+    r.kind, r.permits = 'semaphore', tonumber(string.sub(want, 2))
+  elseif r.mode == 'f' then
+    r.kind = 'fair'
+  end
+  return r
 end
 
 -- A plain lock: its holder alone is read.
-if kind == 'lock' then
-  local state = read_mine(lock, owner)
+local function acquire_plain(lock, fence_key, freed, r)
+  local state = read_mine(lock, r.owner)
   if not state then
     return {-2}
   end
@@ -108,18 +119,18 @@ if kind == 'lock' then
   end
   if state.me then
     -- A replay, or a settled stray copy, answers the count as it stands.
-    return {1, add_hold(lock, state.me, owner, lease, floor, seq, ARGV[4]), state.token}
+    return {1, add_hold(lock, state.me, r.owner, r.lease, r.floor, r.seq, r.seq_text), state.token}
   end
-  if reentry then
+  if r.reentry then
     return {-1}
   end
   if state.exists then
     return {0, redis.call('PTTL', lock)}
   end
-  if fencing and not read_counter(fence_key) then
+  if r.fencing and not read_counter(fence_key) then
     return {-2}
   end
-  local new_record = record(read_freed(freed), floor, seq, ARGV[4])
+  local new_record = record(read_freed(freed), r.floor, r.seq, r.seq_text)
   if not new_record then
     -- Applied before, and given back since: nothing to take.
     return {1, 1, 0}
@@ -127,50 +138,12 @@ if kind == 'lock' then
   if state.stale then
     redis.call('DEL', lock)
   end
-  return {1, 1, take(lock, fence_key, owner, lease, fencing, new_record, who)}
+  return {1, 1, take(lock, fence_key, r.owner, r.lease, r.fencing, new_record, r.who)}
 end
 
--- The other kinds: the whole hash is read, for every holder's lease and place.
-local now = now_ms()
-local state = read_all(lock, now)
-if not state or (fencing and not read_counter(fence_key)) then
-  return {-2}
-end
-if state.kind and state.kind ~= kind then
-  if occupied(state) then
-    return {-5, KINDS[state.kind]}
-  end
-  -- Left by another kind, its holders and waiters gone: start afresh.
-  redis.call('DEL', lock)
-  state = free_state()
-end
-if kind == 'semaphore' and state.permits and state.permits ~= permits and next(state.holders) then
-  return {-4, state.permits}
-end
-
-local me = state.holders[owner]
-if me then
-  if kind == 'rw' and mode == 'w' and state.writer ~= owner then
-    return {-3}
-  end
-  local count = add_hold(lock, me, owner, lease, floor, seq, ARGV[4])
-  if next(state.dead) then
-    state.latest = math.max(state.latest, now + lease)
-    settle(lock, state, now)
-  end
-  local token = 0
-  if state.writer == owner or kind == 'fair' then
-    token = state.token
-  end
-  return {1, count, token}
-end
-if reentry then
-  return {-1}
-end
-
--- The number of live holders, and the earliest and the latest end of their leases
--- (ms from now).
-local function holders()
+-- The number of live holders of `state`, and the earliest and the latest end of
+-- their leases (ms after `now`).
+local function holders(state, now)
   local n, soonest, latest = 0, nil, 0
   for _, h in pairs(state.holders) do
     n = n + 1
@@ -183,113 +156,170 @@ local function holders()
   return n, soonest or 0, latest
 end
 
--- The next waiter of a fair lock: the live one with the lowest ticket (nil: none).
-local function queue_head()
-  local head, lowest = nil, nil
-  for waiter, place in pairs(state.waiting) do
-    if not lowest or place.ticket < lowest then
-      head, lowest = waiter, place.ticket
+-- How long `r` must wait, when it may not take the lock (as `state` is) now, and
+-- whether it keeps a place meanwhile; nil when it may take it.
+local function must_wait(state, r, now)
+  local held, soonest, latest = holders(state, now)
+  if r.mode == 'w' then
+    if held > 0 then
+      return math.min(latest, WAITER_LOOK_MS), true
     end
-  end
-  return head
-end
-
--- How long to wait, when this owner may not take it now; whether it keeps a place.
-local wait_ms, keeps = nil, false
-local held, soonest, latest = holders()
-if mode == 'w' then
-  if held > 0 then
-    wait_ms, keeps = math.min(latest, WAITER_LOOK_MS), true
-  end
-elseif mode == 'r' then
-  local writer = state.writer and state.holders[state.writer]
-  local own_writer = writer and parent ~= '' and state.writer == parent
-  if writer and not own_writer then
-    wait_ms = writer['until'] - now
-  elseif not own_writer then
-    for waiter, _ in pairs(state.waiting) do
-      if waiter ~= owner then
-        wait_ms = WAITER_LOOK_MS
+  elseif r.mode == 'r' then
+    local writer = state.writer and state.holders[state.writer]
+    local own_writer = writer and r.parent ~= '' and state.writer == r.parent
+    if writer and not own_writer then
+      return writer['until'] - now, false
+    end
+    if not own_writer then
+      for waiter, _ in pairs(state.waiting) do
+        if waiter ~= r.owner then
+          return WAITER_LOOK_MS, false
+        end
       end
     end
-  end
-elseif mode == 'p' then
-  if held >= permits then
-    wait_ms = soonest
-  end
-else
-  local head = queue_head()
-  if held > 0 or (head and head ~= owner) then
-    wait_ms, keeps = WAITER_LOOK_MS, true
+  elseif r.mode == 'p' then
+    if held >= r.permits then
+      return soonest, false
+    end
+  else
+    local head, lowest = nil, nil
+    for waiter, place in pairs(state.waiting) do
+      if not lowest or place.ticket < lowest then
+        head, lowest = waiter, place.ticket
+      end
+    end
     if held > 0 then
-      wait_ms = math.min(latest, WAITER_LOOK_MS)
+      return math.min(latest, WAITER_LOOK_MS), true
+    end
+    if head and head ~= r.owner then
+      return WAITER_LOOK_MS, true
     end
   end
+  return nil, false
 end
 
-if wait_ms then
-  if keeps and stays then
-    -- Keep (or renew) this waiter's place until WAITER_MS from now.
-    local until_ms = now + WAITER_MS
-    local fields = { WAIT .. owner, until_ms }
-    if not state.exists then
-      fields = new_lock(kind)
-      fields[#fields + 1] = WAIT .. owner
-      fields[#fields + 1] = until_ms
-    end
-    local place = state.waiting[owner] or { ticket = 0 }
-    if kind == 'fair' and place.ticket == 0 then
-      place.ticket = redis.call('HINCRBY', lock, '#next', 1)
-      fields[#fields + 1] = TICKET .. owner
-      fields[#fields + 1] = place.ticket
-    end
-    redis.call('HSET', lock, unpack(fields))
-    place['until'] = until_ms
-    state.waiting[owner] = place
-    state.dead[owner] = nil
-    state.latest = math.max(state.latest, until_ms)
+-- Keeps (or renews) the place of waiter `r` until WAITER_MS from `now`.
+local function keep_place(lock, state, r, now)
+  local until_ms = now + WAITER_MS
+  local fields = { WAIT .. r.owner, until_ms }
+  if not state.exists then
+    fields = new_lock(r.kind)
+    fields[#fields + 1] = WAIT .. r.owner
+    fields[#fields + 1] = until_ms
   end
-  if next(state.dead) or (keeps and stays) then
-    settle(lock, state, now)
+  local place = state.waiting[r.owner] or { ticket = 0 }
+  if r.kind == 'fair' and place.ticket == 0 then
+    place.ticket = redis.call('HINCRBY', lock, '#next', 1)
+    fields[#fields + 1] = TICKET .. r.owner
+    fields[#fields + 1] = place.ticket
   end
-  return {0, wait_ms}
+  redis.call('HSET', lock, unpack(fields))
+  place['until'] = until_ms
+  state.waiting[r.owner] = place
+  state.dead[r.owner] = nil
+  state.latest = math.max(state.latest, until_ms)
 end
 
--- Take it.
-local new_record = record(read_freed(freed), floor, seq, ARGV[4])
-if not new_record then
-  -- Applied before, and given back since: nothing to take.
-  return {1, 1, 0}
+-- Takes the lock (as `state` is) for `r`, a new holder with a lease of its own.
+local function take_shared(lock, fence_key, state, r, new_record, now)
+  local fields = {}
+  if not state.exists then
+    fields = new_lock(r.kind)
+  end
+  local token = 0
+  if (r.mode == 'w' or r.mode == 'f') and r.fencing then
+    token = redis.call('INCR', fence_key)
+    fields[#fields + 1] = '#fence'
+    fields[#fields + 1] = token
+  end
+  if r.mode == 'w' then
+    fields[#fields + 1] = '#writer'
+    fields[#fields + 1] = r.owner
+    state.writer = r.owner
+  end
+  if r.kind == 'semaphore' and state.permits ~= r.permits then
+    fields[#fields + 1] = '#permits'
+    fields[#fields + 1] = r.permits
+  end
+  local until_ms = now + r.lease
+  fields[#fields + 1] = UNTIL .. r.owner
+  fields[#fields + 1] = until_ms
+  if state.waiting[r.owner] then
+    state.waiting[r.owner] = nil
+    redis.call('HDEL', lock, WAIT .. r.owner, TICKET .. r.owner)
+  end
+  redis.call('HSET', lock, unpack(new_holder(fields, r.owner, new_record, r.who)))
+  state.holders[r.owner] = { count = 1, ['until'] = until_ms }
+  state.dead[r.owner] = nil
+  state.latest = math.max(state.latest, until_ms)
+  settle(lock, state, now)
+  return token
 end
-local fields = {}
-if not state.exists then
-  fields = new_lock(kind)
+
+-- The other kinds: the whole hash is read, for every holder's lease and place.
+local function acquire_shared(lock, fence_key, freed, r)
+  local now = now_ms()
+  local state = read_all(lock, now)
+  if not state or (r.fencing and not read_counter(fence_key)) then
+    return {-2}
+  end
+  if state.kind and state.kind ~= r.kind then
+    if occupied(state) then
+      return {-5, KINDS[state.kind]}
+    end
+    -- Left by another kind, its holders and waiters gone: start afresh.
+    redis.call('DEL', lock)
+    state = free_state()
+  end
+  if r.kind == 'semaphore' and state.permits and state.permits ~= r.permits
+      and next(state.holders) then
+    return {-4, state.permits}
+  end
+  local me = state.holders[r.owner]
+  if me then
+    if r.kind == 'rw' and r.mode == 'w' and state.writer ~= r.owner then
+      return {-3}
+    end
+    local count = add_hold(lock, me, r.owner, r.lease, r.floor, r.seq, r.seq_text)
+    if next(state.dead) then
+      state.latest = math.max(state.latest, now + r.lease)
+      settle(lock, state, now)
+    end
+    local token = 0
+    if state.writer == r.owner or r.kind == 'fair' then
+      token = state.token
+    end
+    return {1, count, token}
+  end
+  if r.reentry then
+    return {-1}
+  end
+  local wait_ms, keeps = must_wait(state, r, now)
+  if wait_ms then
+    if keeps and r.stays then
+      keep_place(lock, state, r, now)
+    end
+    if next(state.dead) or (keeps and r.stays) then
+      settle(lock, state, now)
+    end
+    return {0, wait_ms}
+  end
+  local new_record = record(read_freed(freed), r.floor, r.seq, r.seq_text)
+  if not new_record then
+    -- Applied before, and given back since: nothing to take.
+    return {1, 1, 0}
+  end
+  return {1, 1, take_shared(lock, fence_key, state, r, new_record, now)}
 end
-local token = 0
-if (mode == 'w' or mode == 'f') and fencing then
-  token = redis.call('INCR', fence_key)
-  fields[#fields + 1] = '#fence'
-  fields[#fields + 1] = token
+
+local answers = {}
+for i = 1, #KEYS / 3 do
+  local r = request(10 * (i - 1) + 1)
+  local lock, fence_key, freed = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+  if r.kind == 'lock' then
+    answers[i] = acquire_plain(lock, fence_key, freed, r)
+  else
+    answers[i] = acquire_shared(lock, fence_key, freed, r)
+  end
 end
-if mode == 'w' then
-  fields[#fields + 1] = '#writer'
-  fields[#fields + 1] = owner
-  state.writer = owner
-end
-if kind == 'semaphore' and state.permits ~= permits then
-  fields[#fields + 1] = '#permits'
-  fields[#fields + 1] = permits
-end
-local until_ms = now + lease
-fields[#fields + 1] = UNTIL .. owner
-fields[#fields + 1] = until_ms
-if state.waiting[owner] then
-  state.waiting[owner] = nil
-  redis.call('HDEL', lock, WAIT .. owner, TICKET .. owner)
-end
-redis.call('HSET', lock, unpack(new_holder(fields, owner, new_record, who)))
-state.holders[owner] = { count = 1, ['until'] = until_ms }
-state.dead[owner] = nil
-state.latest = math.max(state.latest, until_ms)
-settle(lock, state, now)
-return {1, 1, token}
+return answers

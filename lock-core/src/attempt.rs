@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::backend::{redlock, Conn};
+use crate::batch::{Acquisition, Request};
 use crate::detach::{replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, LockError};
 use crate::inner::Inner;
@@ -157,42 +158,34 @@ impl Invoke {
         Ok((reply.into(), acked))
     }
 
-    /// Sends the attempt to one endpoint; when the client wants replica
-    /// acknowledgements and this is a first acquisition, `WAIT` goes in the same
-    /// pipeline (it counts only the writes of its own connection) and its answer
-    /// comes back too.
+    /// Sends the attempt to one endpoint: a new acquisition in a batch with the
+    /// others ready at the same moment (`batch.rs`), a re-entry alone under
+    /// `allow-oom`. When the client wants replica acknowledgements and this is a
+    /// first acquisition, it goes alone with `WAIT` in the same pipeline (which
+    /// counts only the writes of its own connection), and that answer comes back too.
     async fn send_to(self, mut conn: Conn) -> redis::RedisResult<(AcquireReply, Option<i64>)> {
-        let scripts = &self.inner.scripts;
-        let script = if self.reentry {
-            &scripts.reenter
-        } else {
-            &scripts.acquire
-        };
-        let argv = self.argv();
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&self.keys.lock)
-            .key(self.keys.fence())
-            .key(self.keys.freed_for(self.owner.id()))
-            .arg(&argv);
+        let request = self.request();
         let replicas = self.inner.config.replicas.filter(|_| !self.reentry);
         let Some((needed, timeout)) = replicas else {
-            let reply: Vec<i64> = invocation.invoke_async(&mut conn).await?;
+            let reply = if self.reentry {
+                let mut invocation = self.inner.scripts.reenter.prepare_invoke();
+                request.add_to(&mut invocation);
+                let mut replies: Vec<Vec<i64>> = invocation.invoke_async(&mut conn).await?;
+                replies.pop().unwrap_or_default()
+            } else {
+                self.inner.acquisitions.submit(conn, request).await?
+            };
             return Ok((decode(&reply)?, None));
         };
+        let mut invocation = self.inner.scripts.acquire.prepare_invoke();
+        request.add_to(&mut invocation);
         let mut pipe = redis::pipe();
-        pipe.cmd("EVALSHA")
-            .arg(script.get_hash())
-            .arg(3)
-            .arg(&self.keys.lock)
-            .arg(self.keys.fence())
-            .arg(self.keys.freed_for(self.owner.id()))
-            .arg(&argv)
+        pipe.invoke_script(&invocation)
             .cmd("WAIT")
             .arg(needed)
             .arg(timeout.as_millis() as u64);
-        let result: redis::RedisResult<(Vec<i64>, i64)> = pipe.query_async(&mut conn).await;
-        let (reply, acked) = match result {
+        let result: redis::RedisResult<(Vec<Vec<i64>>, i64)> = pipe.query_async(&mut conn).await;
+        let (mut replies, acked) = match result {
             Err(err)
                 if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
@@ -201,28 +194,23 @@ impl Invoke {
             }
             other => other?,
         };
-        Ok((decode(&reply)?, Some(acked)))
+        Ok((decode(&replies.pop().unwrap_or_default())?, Some(acked)))
     }
 
-    /// The script's arguments: the owner, the lease, fencing, the operation's
-    /// number and floor, re-entry, the kind, the chain's writer and whether the
-    /// caller stays; then what the client says of the holder (`acquire.lua`).
-    fn argv(&self) -> Vec<Vec<u8>> {
-        let mut argv = vec![
-            self.owner.id().as_bytes().to_vec(),
-            self.lease_ms.to_string().into_bytes(),
-            vec![if self.fencing { b'1' } else { b'0' }],
-            self.op.seq().to_string().into_bytes(),
-            self.op.floor().to_string().into_bytes(),
-            vec![if self.reentry { b'1' } else { b'0' }],
-        ];
-        argv.push(self.keys.kind.script_arg().into_bytes());
-        argv.push(self.writer.as_deref().unwrap_or("").as_bytes().to_vec());
-        argv.push(vec![if self.stays { b'1' } else { b'0' }]);
-        if let Some(who) = &self.who {
-            argv.push(who.as_bytes().to_vec());
+    /// The attempt as `acquire.lua` takes it.
+    fn request(&self) -> Acquisition {
+        Acquisition {
+            keys: self.keys.clone(),
+            owner: self.owner.shared_id(),
+            lease_ms: self.lease_ms,
+            fencing: self.fencing,
+            seq: self.op.seq(),
+            floor: self.op.floor(),
+            reentry: self.reentry,
+            writer: self.writer.clone(),
+            stays: self.stays,
+            who: self.who.clone(),
         }
-        argv
     }
 
     /// Redlock: the attempt goes to every node at once. It is granted when a

@@ -1,17 +1,17 @@
-//! Group commit of releases: the releases that are ready at the same moment go to
-//! Redis as one run of `release.lua` (which takes any number of releases and
-//! answers each as if it ran alone), so that many tasks releasing at once cost the
-//! server one script call, one request to parse and one reply to write, instead of
-//! one each.
+//! Group commit: the new acquisitions, and the releases, that are ready at the same
+//! moment go to Redis as one run of `acquire.lua` or `release.lua` (each takes any
+//! number of requests and answers each as if it ran alone), so that many tasks
+//! locking at once cost the server one script call, one request to parse and one
+//! reply to write, instead of one each.
 //!
-//! Nothing waits to fill a batch: a release finds a free sending slot and goes at
+//! Nothing waits to fill a batch: a request finds a free sending slot and goes at
 //! once, alone if nothing else is ready, sent by its own task (no hop through
-//! another). Only while [`IN_FLIGHT`] batches are on the way do releases queue, and
+//! another). Only while [`IN_FLIGHT`] batches are on the way do requests queue, and
 //! the queue goes as the next batch, from a task of its own, when one returns. So one
 //! task sees the round trip it had, and under load the batches grow with the load.
 //!
 //! Only for one endpoint (a single server, Sentinel's master): a script's keys must
-//! share a cluster slot, and a Redlock release is one request per node.
+//! share a cluster slot, and a Redlock request is one request per node.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -22,17 +22,70 @@ use crate::detach::spawn;
 use crate::keys::LockKeys;
 use crate::scripts::Scripts;
 
+/// A request that runs in batches: it adds its keys and arguments to a run of its
+/// script, which answers it with one reply of its own.
+pub(crate) trait Request: Clone + Send + Sync + 'static {
+    /// The script's name, for errors.
+    const SCRIPT: &'static str;
+    /// Adds this request's keys and arguments (after those of the requests before
+    /// it in the batch).
+    fn add_to(&self, invocation: &mut redis::ScriptInvocation<'_>);
+}
+
 /// How many batches may be on the way at once.
 const IN_FLIGHT: usize = 2;
 
-/// The most releases in one batch (three or four keys and five arguments each).
+/// The most requests in one batch (three or four keys and five or ten arguments
+/// each). The server runs a batch atomically, serving nobody else meanwhile: 64
+/// keeps that under half a millisecond.
 const MAX_BATCH: usize = 64;
+
+/// One numbered acquisition of one owner (not a re-entry), as `acquire.lua` takes
+/// it (cheap to clone: the keys and ids are shared).
+#[derive(Clone, Debug)]
+pub(crate) struct Acquisition {
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) lease_ms: u64,
+    pub(crate) fencing: bool,
+    pub(crate) seq: u64,
+    pub(crate) floor: u64,
+    /// A re-entry: never takes the lock (sent alone, under `allow-oom`).
+    pub(crate) reentry: bool,
+    /// For a read hold: the owner of the write hold of the caller's chain.
+    pub(crate) writer: Option<Arc<str>>,
+    /// Whether the caller waits if it cannot have the lock now.
+    pub(crate) stays: bool,
+    /// What the client says of the holder (`who.rs`).
+    pub(crate) who: Option<Arc<str>>,
+}
+
+impl Request for Acquisition {
+    const SCRIPT: &'static str = "acquire.lua";
+
+    fn add_to(&self, invocation: &mut redis::ScriptInvocation<'_>) {
+        invocation
+            .key(&self.keys.lock)
+            .key(self.keys.fence())
+            .key(self.keys.freed_for(&self.owner))
+            .arg(&*self.owner)
+            .arg(self.lease_ms)
+            .arg(u8::from(self.fencing))
+            .arg(self.seq)
+            .arg(self.floor)
+            .arg(u8::from(self.reentry))
+            .arg(self.keys.kind.script_arg())
+            .arg(self.writer.as_deref().unwrap_or(""))
+            .arg(u8::from(self.stays))
+            .arg(self.who.as_deref().unwrap_or(""));
+    }
+}
 
 /// One numbered release of one owner, as `release.lua` takes it (cheap to clone:
 /// the keys and the owner id are shared).
 #[derive(Clone, Debug)]
 pub(crate) struct Item {
-    /// The lock's keys: the lock, its release channel, its `:freed` record.
+    /// The lock's keys: the lock, its release channel, its owner's `:freed:` record.
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) owner: Arc<str>,
     pub(crate) lease_ms: u64,
@@ -71,61 +124,98 @@ impl Successor {
     }
 }
 
-/// The answer of one release: `release.lua`'s reply for it.
-type Answer = redis::RedisResult<Vec<i64>>;
+impl Request for Item {
+    const SCRIPT: &'static str = "release.lua";
 
-/// The releases of one client: sent in batches to one endpoint, else one by one.
-pub(crate) struct Batcher {
-    scripts: Arc<Scripts>,
-    publish: &'static str,
-    remember_ms: u64,
-    /// Whether releases go in batches (one endpoint), or each alone (a cluster, whose
-    /// script keys must share a slot, or a Redlock node).
-    batches: bool,
-    state: Mutex<State>,
+    fn add_to(&self, invocation: &mut redis::ScriptInvocation<'_>) {
+        invocation
+            .key(&self.keys.lock)
+            .key(self.keys.channel())
+            .key(self.keys.freed_for(&self.owner));
+        if self.successor.as_ref().is_some_and(|next| next.fencing) {
+            invocation.key(self.keys.fence());
+        }
+        invocation
+            .arg(&*self.owner)
+            .arg(self.lease_ms)
+            .arg(self.seq)
+            .arg(self.floor);
+        match &self.successor {
+            Some(next) => invocation.arg(next.encode()),
+            None => invocation.arg(""),
+        };
+    }
 }
 
-#[derive(Default)]
-struct State {
-    queue: Vec<(Item, oneshot::Sender<Answer>)>,
+/// The answer of one request: its script's reply for it.
+type Answer = redis::RedisResult<Vec<i64>>;
+
+/// The requests of one kind of one client: sent in batches to one endpoint, else
+/// one by one.
+pub(crate) struct Batcher<R: Request> {
+    script: redis::Script,
+    /// The script's arguments before the requests' own.
+    header: Vec<String>,
+    /// Whether requests go in batches (one endpoint), or each alone (a cluster, whose
+    /// script keys must share a slot, or a Redlock node).
+    batches: bool,
+    state: Mutex<State<R>>,
+}
+
+struct State<R> {
+    queue: Vec<(R, oneshot::Sender<Answer>)>,
     in_flight: usize,
 }
 
-impl Batcher {
-    pub(crate) fn new(
-        scripts: Arc<Scripts>,
-        publish: &'static str,
-        remember_ms: u64,
-        batches: bool,
-    ) -> Self {
+/// The releases of a client, as one run of `release.lua` each batch.
+pub(crate) fn releases(
+    scripts: &Scripts,
+    publish: &'static str,
+    remember_ms: u64,
+    batches: bool,
+) -> Batcher<Item> {
+    let header = vec![publish.to_owned(), remember_ms.to_string()];
+    Batcher::new(scripts.release.clone(), header, batches)
+}
+
+/// The new acquisitions of a client, as one run of `acquire.lua` each batch.
+pub(crate) fn acquisitions(scripts: &Scripts, batches: bool) -> Batcher<Acquisition> {
+    Batcher::new(scripts.acquire.clone(), Vec::new(), batches)
+}
+
+impl<R: Request> Batcher<R> {
+    fn new(script: redis::Script, header: Vec<String>, batches: bool) -> Self {
         Self {
-            scripts,
-            publish,
-            remember_ms,
+            script,
+            header,
             batches,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                queue: Vec::new(),
+                in_flight: 0,
+            }),
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, State<R>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `item` on `conn`, in a batch with the releases ready at the same moment.
+    /// Runs `item` on `conn`, in a batch with the requests ready at the same moment.
     ///
     /// # Cancel safety
     ///
-    /// Callers run it to the end (a release is always finished in the background,
-    /// see `release.rs`). Dropped while it sends a batch, the other releases of that
-    /// batch are answered with an error of unknown outcome (their callers retry them
+    /// Dropped while it sends a batch, the other requests of that batch are
+    /// answered with an error of unknown outcome (their callers retry or replay them
     /// under the same number, which the script applies at most once), and the
-    /// releases queued meanwhile are still sent.
-    pub(crate) async fn release(self: &Arc<Self>, mut conn: Conn, item: Item) -> Answer {
+    /// requests queued meanwhile are still sent. Dropped while queued, its request
+    /// is still sent, and its answer dropped: callers whose request must be settled
+    /// (every release, every acquisition) run it inside `Detached`.
+    pub(crate) async fn submit(self: &Arc<Self>, mut conn: Conn, item: R) -> Answer {
         if !self.batches {
             let replies = self.run(&[&item], &mut conn).await?;
             return match <[Vec<i64>; 1]>::try_from(replies) {
                 Ok([reply]) => Ok(reply),
-                Err(replies) => Err(unexpected_count(replies.len(), 1)),
+                Err(replies) => Err(unexpected_count(R::SCRIPT, replies.len(), 1)),
             };
         }
         let (answer, answered) = oneshot::channel();
@@ -153,17 +243,16 @@ impl Batcher {
             // The sending task was dropped with its runtime: the outcome is unknown.
             Err(redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::ConnectionAborted,
-                "the release was not answered: its runtime shut down",
+                format!(
+                    "the {} request was not answered: its runtime shut down",
+                    R::SCRIPT
+                ),
             )))
         })
     }
 
     /// Sends `batch`, then whatever queued meanwhile, until the queue is empty.
-    async fn send_all(
-        self: Arc<Self>,
-        conn: Conn,
-        mut batch: Vec<(Item, oneshot::Sender<Answer>)>,
-    ) {
+    async fn send_all(self: Arc<Self>, conn: Conn, mut batch: Vec<(R, oneshot::Sender<Answer>)>) {
         loop {
             self.send(conn.clone(), batch).await;
             let mut state = self.state();
@@ -175,9 +264,9 @@ impl Batcher {
         }
     }
 
-    /// One run of `release.lua` for every release of `batch`, each answered in turn.
-    async fn send(&self, mut conn: Conn, batch: Vec<(Item, oneshot::Sender<Answer>)>) {
-        let items: Vec<&Item> = batch.iter().map(|(item, _)| item).collect();
+    /// One run of the script for every request of `batch`, each answered in turn.
+    async fn send(&self, mut conn: Conn, batch: Vec<(R, oneshot::Sender<Answer>)>) {
+        let items: Vec<&R> = batch.iter().map(|(item, _)| item).collect();
         let result = self.run(&items, &mut conn).await;
         match result {
             Ok(replies) if replies.len() == batch.len() => {
@@ -186,7 +275,7 @@ impl Batcher {
                 }
             }
             Ok(replies) => {
-                let err = unexpected_count(replies.len(), batch.len());
+                let err = unexpected_count(R::SCRIPT, replies.len(), batch.len());
                 for (_, answer) in batch {
                     let _ = answer.send(Err(err.clone()));
                 }
@@ -201,12 +290,12 @@ impl Batcher {
 }
 
 /// A sending slot in use by the task that sends a batch itself.
-struct Slot {
-    batcher: Arc<Batcher>,
+struct Slot<R: Request> {
+    batcher: Arc<Batcher<R>>,
     conn: Conn,
 }
 
-impl Drop for Slot {
+impl<R: Request> Drop for Slot<R> {
     fn drop(&mut self) {
         let next = {
             let mut state = self.batcher.state();
@@ -226,40 +315,25 @@ fn take<T>(queue: &mut Vec<T>) -> Vec<T> {
     std::mem::replace(queue, rest)
 }
 
-impl Batcher {
-    /// Runs `release.lua` once for `items`, in order: one reply per item.
-    async fn run(&self, items: &[&Item], conn: &mut Conn) -> redis::RedisResult<Vec<Vec<i64>>> {
-        let mut invocation = self.scripts.release.prepare_invoke();
-        for item in items {
-            invocation
-                .key(&item.keys.lock)
-                .key(item.keys.channel())
-                .key(item.keys.freed_for(&item.owner));
-            if item.successor.as_ref().is_some_and(|next| next.fencing) {
-                invocation.key(item.keys.fence());
-            }
+impl<R: Request> Batcher<R> {
+    /// Runs the script once for `items`, in order: one reply per item.
+    async fn run(&self, items: &[&R], conn: &mut Conn) -> redis::RedisResult<Vec<Vec<i64>>> {
+        let mut invocation = self.script.prepare_invoke();
+        for arg in &self.header {
+            invocation.arg(arg);
         }
-        invocation.arg(self.publish).arg(self.remember_ms);
         for item in items {
-            invocation
-                .arg(&*item.owner)
-                .arg(item.lease_ms)
-                .arg(item.seq)
-                .arg(item.floor);
-            match &item.successor {
-                Some(next) => invocation.arg(next.encode()),
-                None => invocation.arg(""),
-            };
+            item.add_to(&mut invocation);
         }
         invocation.invoke_async(conn).await
     }
 }
 
-fn unexpected_count(got: usize, sent: usize) -> redis::RedisError {
+fn unexpected_count(script: &str, got: usize, sent: usize) -> redis::RedisError {
     redis::RedisError::from((
         redis::ErrorKind::Parse,
         "unexpected script reply",
-        format!("release.lua answered {got} releases of {sent}"),
+        format!("{script} answered {got} requests of {sent}"),
     ))
 }
 

@@ -10,7 +10,7 @@ use tokio_util::sync::DropGuard;
 
 use crate::backend::redlock::{self, InspectVote};
 use crate::backend::Backend;
-use crate::batch::Batcher;
+use crate::batch::{self, Acquisition, Batcher, Item};
 use crate::error::LockError;
 use crate::keys::{Kind, LockKeys};
 use crate::order::{LockOrder, LockOrderCheck};
@@ -63,7 +63,9 @@ pub(crate) struct Inner {
     pub(crate) subscriber: Subscriber,
     pub(crate) watchdog: Watchdog,
     /// Sends releases: in batches on one endpoint, one by one on a cluster or Redlock.
-    pub(crate) batcher: Arc<Batcher>,
+    pub(crate) batcher: Arc<Batcher<Item>>,
+    /// Sends new acquisitions, as `batcher` sends releases.
+    pub(crate) acquisitions: Arc<Batcher<Acquisition>>,
     /// The orders in which this client's call chains took locks of different classes.
     pub(crate) order: LockOrder,
     /// What this client writes of its holders (see `who.rs`).
@@ -82,12 +84,13 @@ impl Inner {
         shutdown: DropGuard,
     ) -> Self {
         let one_endpoint = !backend.is_redlock() && !backend.first().is_cluster();
-        let batcher = Arc::new(Batcher::new(
-            scripts.clone(),
+        let batcher = Arc::new(batch::releases(
+            &scripts,
             backend.publish_command(),
             config.remember_release.as_millis() as u64,
             one_endpoint,
         ));
+        let acquisitions = Arc::new(batch::acquisitions(&scripts, one_endpoint));
         let order = LockOrder::new(config.lock_order);
         let who = Describer::new(&config.service);
         Self {
@@ -101,6 +104,7 @@ impl Inner {
             subscriber,
             watchdog,
             batcher,
+            acquisitions,
             order,
             who,
             _shutdown: shutdown,

@@ -284,7 +284,7 @@ const FOREIGN_SEQ: u64 = 10_000_000_000_000;
 #[derive(Clone)]
 struct Release {
     item: Item,
-    batcher: Arc<Batcher>,
+    batcher: Arc<Batcher<Item>>,
     /// How long retries go on (see [`Release::on_node`]).
     patience: Duration,
 }
@@ -325,7 +325,7 @@ impl Release {
         let mut pause = Duration::from_millis(25);
         let mut retried = false;
         loop {
-            match self.batcher.release(conn.clone(), self.item.clone()).await {
+            match self.batcher.submit(conn.clone(), self.item.clone()).await {
                 Ok(reply) => {
                     return ReleaseReply::decode(&reply)
                         .ok_or_else(|| unexpected_reply("release.lua", &reply));
