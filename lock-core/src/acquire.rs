@@ -486,7 +486,7 @@ struct Wait<'a> {
     /// For a read hold beside the chain's own write hold (a downgrade): the
     /// writer's owner id.
     writer: Option<Arc<str>>,
-    /// The owner whose place a writer keeps in Redis (see `lua/shared.lua`): taken
+    /// The owner whose place a writer keeps in Redis (`#wait:<owner>`, see `lua/lock.lua`): taken
     /// back when the wait ends without the lock.
     kept_place: Option<Arc<Owner>>,
     /// Where the request was made: the hold keeps it.

@@ -69,7 +69,7 @@ pub(crate) struct Attempt<'a> {
     /// holds, beside which the reader enters (a downgrade).
     pub(crate) writer: Option<Arc<str>>,
     /// Whether the caller waits if the lock cannot be had now: a writer then keeps
-    /// its place (see `lua/shared.lua`), which it must withdraw if it gives up.
+    /// its place (`#wait:<owner>`, see `lua/lock.lua`), which it must withdraw if it gives up.
     pub(crate) stays: bool,
     /// What the client writes of the holder with a new acquisition (`who.rs`);
     /// `None` for a re-entry.
@@ -335,8 +335,8 @@ fn retry_delay_ms() -> i64 {
 }
 
 /// Takes back, in the background, the place that the waiter `owner` keeps at the
-/// lock of `keys` (a writer's or a fair lock's waiter's, `~<owner>`, see
-/// `lua/shared.lua`), on every node, with `withdraw.lua`, which wakes whoever the
+/// lock of `keys` (a writer's or a fair lock's waiter's, `#wait:<owner>`, see
+/// `lua/lock.lua`), on every node, with `withdraw.lua`, which wakes whoever the
 /// place held back: for a wait that ended without the lock, or an attempt whose
 /// caller went away. A place that cannot be taken back dies by itself within
 /// seconds.

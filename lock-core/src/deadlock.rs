@@ -35,6 +35,7 @@ use redis::AsyncCommands;
 
 use crate::backend::Conn;
 use crate::keys::display_key;
+use crate::layout::StoredLock;
 
 /// How far a walk goes: the longest cycle it finds has this many locks.
 const MAX_DEPTH: usize = 16;
@@ -226,37 +227,21 @@ struct Step {
     record: Record,
 }
 
-/// The owner ids that hold the lock at `key`: a plain lock's holder (the first word
-/// of its value; none for a tombstone), or every holder of a lock kept in a hash.
+/// The owner ids that hold the lock at `key`: its hash's holder fields (see
+/// `layout.rs`); none when the key holds what distlock did not write.
 ///
 /// # Cancel safety
 ///
 /// Read-only: dropping it changes nothing.
 async fn holders(conn: &mut Conn, key: &[u8]) -> redis::RedisResult<Vec<String>> {
-    let kind: String = redis::cmd("TYPE").arg(key).query_async(conn).await?;
-    match kind.as_str() {
-        "string" => {
-            let value: Vec<u8> = conn.get(key).await?;
-            let owner = value.split(|byte| *byte == b' ').next().unwrap_or_default();
-            if owner.is_empty() || owner == b"-" {
-                return Ok(Vec::new());
-            }
-            Ok(vec![String::from_utf8_lossy(owner).into_owned()])
-        }
-        "hash" => {
-            let fields: Vec<(Vec<u8>, Vec<u8>)> = conn.hgetall(key).await?;
-            Ok(fields
-                .into_iter()
-                .filter(|(field, value)| {
-                    !field.starts_with(b"#")
-                        && !field.starts_with(b"~")
-                        && !value.starts_with(b"- ")
-                })
-                .map(|(field, _)| String::from_utf8_lossy(&field).into_owned())
-                .collect())
-        }
-        _ => Ok(Vec::new()),
-    }
+    let fields: Vec<(String, String)> = match conn.hgetall(key).await {
+        Ok(fields) => fields,
+        Err(err) if err.code() == Some("WRONGTYPE") => return Ok(Vec::new()),
+        Err(err) => return Err(err),
+    };
+    Ok(StoredLock::from_fields(fields)
+        .map(|lock| lock.holders().keys().cloned().collect())
+        .unwrap_or_default())
 }
 
 /// The record of `owner`'s chain, if it has one.

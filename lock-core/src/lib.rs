@@ -43,7 +43,7 @@
 //! | 3 | `deadlock.rs` | distributed deadlock detection: wait-for records, the walk, the victim |
 //! | 3 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
 //! | 3 | `subscriber.rs` | waiting: the queues of local waiters, woken by release messages |
-//! | 3 | `batch.rs` | group commit: the releases ready at the same moment, as one run of `release.lua` |
+//! | 3 | `batch.rs` | group commit: the new acquisitions (or the releases) ready at the same moment, as one run of `acquire.lua` (`release.lua`) |
 //! | 4 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |
 //! | 4 | `renew.rs` | one renewal round trip for a batch of holds |
 //! | 5 | `watchdog.rs` | when to renew, and telling guards of a loss |
@@ -52,7 +52,7 @@
 //! | 7 | `order_shared.rs` | the lock-order graph a namespace shares in Redis: edges recorded, inversions across services found |
 //! | 7 | `release.rs` | every give-back of a hold, one function per case |
 //! | 8 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
-//! | 8 | `attempt.rs` | one attempt: a plain `SET NX` for a likely-free lock, else `acquire.lua`; `WAIT`, replay after a lost reply, Redlock fan-out |
+//! | 8 | `attempt.rs` | one attempt: `acquire.lua` (new acquisitions in batches, `batch.rs`); `WAIT`, replay after a lost reply, Redlock fan-out |
 //! | 9 | `acquire.rs` | the wait loop of a new acquisition, and re-entry |
 //! | 9 | `multi.rs` | many names at once (`lock_all`): canonical order, all or nothing |
 //! | 10 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`], [`LockAllRequest`] |

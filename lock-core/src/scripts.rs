@@ -90,7 +90,7 @@ pub(crate) enum AcquireReply {
     /// A key of the lock holds a value of another type.
     Conflict,
     /// The owner holds the read-write lock in the other mode: a read hold asked for
-    /// the write hold (`acquire_shared.lua`).
+    /// the write hold.
     OtherMode,
     /// The semaphore has holders and counts `permits` permits, not the number asked.
     Permits { permits: u32 },
@@ -244,7 +244,7 @@ pub(crate) enum InspectReply {
 }
 
 /// The state of a lock on one node, as `inspect.lua` reads it. For a lock that
-/// several owners may hold (`lua/shared.lua`), `hold_count` is the sum of their
+/// several owners may hold (readers, permits), `hold_count` is the sum of their
 /// counts, `lease_remaining` the latest end of their leases and `fencing_token` the
 /// writer's.
 #[derive(Debug, Clone, PartialEq, Eq)]
