@@ -275,7 +275,8 @@ where
     let mut info = redis::Client::open(server.url())?
         .get_multiplexed_async_connection()
         .await?;
-    // Every command in the slow log, to tell a client's SET from a script's.
+    // Every command in the slow log, to tell a client's requests from its scripts'
+    // commands, and acquire.lua's runs from release.lua's.
     log_every_command(server, true)?;
     let before = command_stats(server)?;
     let start = Instant::now();

@@ -27,7 +27,7 @@ use crate::runtime::{self, Flavor};
 use crate::scenarios::{self, RoundTrips};
 use crate::server::{
     calls_between, command_stats, distlock_acquire_attempts, hash_fields, KeyShape, ServerUsage,
-    Workload, KIND_SCRIPT_COMMANDS,
+    Workload, DISTLOCK_SCRIPT_COMMANDS,
 };
 
 /// A lock kind, as the benchmark asks for it.
@@ -94,17 +94,17 @@ impl Kind {
     }
 
     /// Whether a waiter of this kind keeps a place in the lock's hash (a writer, a
-    /// fair lock's waiter; lua/shared.lua).
+    /// fair lock's waiter: `#wait:<owner>`, lua/lock.lua).
     pub(crate) fn keeps_place(self) -> bool {
         matches!(self, Kind::Write | Kind::Fair)
     }
 
-    /// The scripts of the kind, as the report names them.
-    pub(crate) fn scripts(self) -> &'static str {
+    /// The scripts of the kind, as the report names them (for acquire.lua, with the
+    /// kind it is asked for, its `ARGV[7]`).
+    pub(crate) fn scripts(self) -> String {
         match self {
-            Kind::Plain => "plain `SET NX GET PX` + release.lua",
-            Kind::All(_) => "acquire_all.lua + release.lua",
-            _ => "acquire_shared.lua + release.lua",
+            Kind::All(_) => "acquire_all.lua + release.lua".into(),
+            _ => format!("acquire.lua (`{}`) + release.lua", self.code()),
         }
     }
 }
@@ -157,7 +157,7 @@ impl Contender for KindClient {
     type Held = KindHeld;
     type Error = LockError;
 
-    const SCRIPT_COMMANDS: &'static [&'static str] = KIND_SCRIPT_COMMANDS;
+    const SCRIPT_COMMANDS: &'static [&'static str] = DISTLOCK_SCRIPT_COMMANDS;
 
     fn acquire(
         &self,
@@ -232,8 +232,9 @@ pub(crate) struct KindSample {
     pub(crate) client_cpu: Duration,
     /// The server's CPU (`INFO cpu`) over the scenario, µs.
     pub(crate) server_cpu_usec: f64,
-    /// Script runs (`EVALSHA`) over the scenario: the plain lock's first acquisition
-    /// is a plain `SET` besides, which Redis counts with the scripts' own.
+    /// Script runs (`EVALSHA`) over the scenario: a run of acquire.lua or release.lua
+    /// carries one or several acquisitions or releases of one client (several under
+    /// load), a run of acquire_all.lua one set.
     pub(crate) script_runs: u64,
 }
 
@@ -292,8 +293,8 @@ pub(crate) struct HandoffRun {
 pub(crate) struct ReadersSample {
     pub(crate) pairs: usize,
     pub(crate) secs: f64,
-    /// Fields of the lock's hash once the run is over (holders, the records of final
-    /// releases, places kept: lua/shared.lua); 0 for the plain lock, a string.
+    /// Fields of the lock's hash once the run is over (holders and their records,
+    /// places kept: lua/lock.lua); 0 when there is no key.
     pub(crate) fields: u64,
 }
 

@@ -2,7 +2,8 @@
 //!
 //! It starts a throwaway `redis-server` (and a local Redis Cluster) through
 //! `distlock-testkit`, measures the physical limit of the server with
-//! `redis-benchmark` (with distlock's own scripts and with rslock's commands), runs
+//! `redis-benchmark` (with distlock's own scripts, with rslock's commands and with
+//! the bare hash scripts, each with the server's CPU per lock+unlock pair), runs
 //! every scenario of issues 6 and 13 against the same server in the same run, distlock
 //! and the rslock peer taking turns, and prints a Markdown table of medians, each a
 //! ratio to its reference. With `--write FILE` it also puts the table into FILE
@@ -136,7 +137,8 @@ fn profile_pairs(args: &[String], tasks: usize) -> Result<(), BoxError> {
 fn raw_pairs(args: &[String]) -> Result<(), BoxError> {
     let (url, pairs) = url_and_count(args, "raw-pairs URL PAIRS")?;
     runtime::block_on(Flavor::CurrentThread, async {
-        let (rate, cpu) = scenarios::raw_pairs(&url, pairs).await?;
+        let tag = format!("main:{}", std::process::id());
+        let (rate, cpu) = scenarios::raw_pairs(&url, &tag, pairs).await?;
         println!(
             "{rate:.0} pairs/s, {:.1} µs CPU per pair",
             cpu.as_secs_f64() * 1e6

@@ -1,6 +1,7 @@
 //! The physical limit of one server, measured by `redis-benchmark`: with distlock's
-//! scripts, and with rslock's commands (the minimal protocol), at one request in
-//! flight and pipelined. The commands themselves come from `server.rs`.
+//! scripts, with rslock's commands (the minimal protocol, "R") and with the bare hash
+//! scripts, at one request in flight and pipelined, with the server's CPU per
+//! request around each run. The commands themselves come from `server.rs`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,7 +11,7 @@ use distlock_testkit::{redis_server_binary, RedisServer};
 
 use crate::cpu::cpu_time;
 use crate::error::BoxError;
-use crate::server::{self, command_stats, KeyShape, Workload};
+use crate::server::{self, command_stats, KeyShape, ServerUsage, Workload};
 use crate::stats::{median, pair_rate};
 
 /// The `redis-benchmark` next to `redis-server`, or the one on PATH.
@@ -125,12 +126,22 @@ pub(crate) struct Rates {
     pub(crate) cpu_per_pair: Duration,
     /// redis-benchmark's median latency of the acquire.
     pub(crate) acquire_p50: Duration,
+    /// The server's CPU (`INFO cpu`, user + sys) per acquire request, µs.
+    pub(crate) server_acquire_us: f64,
+    /// The server's CPU per release request, µs (a share of them found no lock:
+    /// [`Rates::release_hits`]).
+    pub(crate) server_release_us: f64,
 }
 
 impl Rates {
     /// Lock+unlock pairs per second.
     pub(crate) fn pairs(&self) -> f64 {
         pair_rate(self.acquire, self.release)
+    }
+
+    /// The server's CPU per lock+unlock pair (an acquire and a release request), µs.
+    pub(crate) fn server_cpu_per_pair(&self) -> f64 {
+        self.server_acquire_us + self.server_release_us
     }
 
     /// The median of several, field by field.
@@ -142,6 +153,8 @@ impl Rates {
             release_hits: column(&|r| r.release_hits),
             cpu_per_pair: Duration::from_secs_f64(column(&|r| r.cpu_per_pair.as_secs_f64())),
             acquire_p50: Duration::from_secs_f64(column(&|r| r.acquire_p50.as_secs_f64())),
+            server_acquire_us: column(&|r| r.server_acquire_us),
+            server_release_us: column(&|r| r.server_release_us),
         }
     }
 }
@@ -195,8 +208,9 @@ pub(crate) struct ReferenceSettings {
 }
 
 /// Measures the rates of `workload` (a protocol's plain lock, or a lock kind's
-/// scripts) at `load` on `server`; `tag` keeps the run's keys apart from every other
-/// run's.
+/// scripts) at `load` on `server`, and the server's CPU around each redis-benchmark
+/// run (one `INFO cpu` right before and one right after); `tag` keeps the run's keys
+/// apart from every other run's.
 pub(crate) fn measure(
     server: &RedisServer,
     shape: &KeyShape,
@@ -212,6 +226,7 @@ pub(crate) fn measure(
         Load::Pipelined => settings.ceiling_requests,
     };
     let commands = server::reference_commands(server, workload, shape, tag, settings.lease_ms)?;
+    let server_before = ServerUsage::take(server)?;
     let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
     let (acquire, acquire_p50) = redis_benchmark(
         &binary,
@@ -222,11 +237,13 @@ pub(crate) fn measure(
         &commands.acquire,
     )?;
     let acquire_cpu = cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
+    let (_, acquire_server) = ServerUsage::take(server)?.since(&server_before);
     // Four times as many held keys as requests (for each name of a set), so that
     // most requests release a held lock; the share that did is measured.
     let keyspace = requests * 4;
     server::prefill_held(server, workload, shape, tag, keyspace)?;
     let before = command_stats(server)?;
+    let server_before = ServerUsage::take(server)?;
     let cpu_before = cpu_time(libc::RUSAGE_CHILDREN);
     let (release, _) = redis_benchmark(
         &binary,
@@ -237,6 +254,7 @@ pub(crate) fn measure(
         &commands.release,
     )?;
     let release_cpu = cpu_time(libc::RUSAGE_CHILDREN) - cpu_before;
+    let (_, release_server) = ServerUsage::take(server)?.since(&server_before);
     let freed = server::releases_that_freed(workload, &before, &command_stats(server)?);
     server::flush(server)?;
     let n = u32::try_from(requests.max(1)).unwrap_or(u32::MAX);
@@ -247,6 +265,8 @@ pub(crate) fn measure(
         release_hits: freed as f64 / releases as f64,
         cpu_per_pair: acquire_cpu / n + release_cpu / n,
         acquire_p50,
+        server_acquire_us: acquire_server / requests.max(1) as f64,
+        server_release_us: release_server / requests.max(1) as f64,
     })
 }
 

@@ -12,7 +12,7 @@ use crate::contention::Contention;
 use crate::contention_matrix::{self, Config, ConfigResults, ContentionResults, Sharing};
 use crate::error::BoxError;
 use crate::kinds::KindsResults;
-use crate::reference::{redis_benchmark_binary, Load, Reference};
+use crate::reference::{redis_benchmark_binary, Load, Rates, Reference};
 use crate::runtime::Flavor;
 use crate::scenarios::{fmt_us, Micro, Reentry, RoundTrips};
 use crate::server::Protocol;
@@ -316,53 +316,87 @@ fn load_label(load: Load) -> &'static str {
     }
 }
 
-/// What distlock's protocol costs the server: its pair rate with distlock's scripts
-/// against the one with rslock's commands, at both loads.
+/// What distlock's protocol costs the server, as redis-benchmark measures it: its
+/// pair rate with distlock's scripts against the ones with rslock's commands (R) and
+/// with the bare hash scripts, and the server's CPU per lock+unlock pair against
+/// theirs, at both loads; every ratio within its run.
 fn ceiling_rows(results: &Results) -> Vec<Row> {
     let t = &results.throughput;
-    let (d, m) = (
-        t.reference(Protocol::Distlock),
-        t.reference(Protocol::Minimal),
-    );
-    [Load::Pipelined, Load::C1]
-        .into_iter()
-        .map(|load| {
-            let per_run: Vec<f64> = t
-                .references
-                .iter()
-                .map(|r| r.distlock.at(load).pairs() / r.minimal.at(load).pairs().max(1e-9))
-                .collect();
-            Row {
+    let d = t.reference(Protocol::Distlock);
+    let per_run = |load: Load, protocol: Protocol, f: fn(&Rates) -> f64| -> Vec<f64> {
+        t.references
+            .iter()
+            .map(|r| f(r.distlock.at(load)) / f(r.of(protocol).at(load)).max(1e-9))
+            .collect()
+    };
+    let mut rows = Vec::new();
+    for load in [Load::Pipelined, Load::C1] {
+        for protocol in [Protocol::Minimal, Protocol::BareHash] {
+            rows.push(Row {
                 scenario: format!(
                     "0. What distlock's protocol costs the server: redis-benchmark's pair rate \
-                     with distlock's scripts against rslock's commands, {}",
+                     with distlock's scripts against {}, {}",
+                    protocol.label(),
                     load_label(load)
                 ),
                 measured: format!("{} pairs", rate(d.at(load).pairs())),
                 reference: format!(
-                    "{} pairs (`SET NX PX` + compare-and-delete EVALSHA)",
-                    rate(m.at(load).pairs())
+                    "{} pairs ({})",
+                    rate(t.reference(protocol).at(load).pairs()),
+                    protocol.commands()
                 ),
-                ratio: ratio(median(&per_run)),
+                ratio: ratio(median(&per_run(load, protocol, Rates::pairs))),
                 target: "—".into(),
                 met: None,
-            }
-        })
-        .collect()
+            });
+        }
+        let cpu = |protocol: Protocol| t.reference(protocol).at(load).server_cpu_per_pair();
+        let vs = |protocol| ratio(median(&per_run(load, protocol, Rates::server_cpu_per_pair)));
+        rows.push(Row {
+            scenario: format!(
+                "0s. Server CPU per lock+unlock pair (`INFO cpu` around redis-benchmark's \
+                 runs) with distlock's scripts, against R (rslock's commands) · against the \
+                 bare hash scripts, {}",
+                load_label(load)
+            ),
+            measured: format!(
+                "{:.1} µs (acquire {:.1} + release {:.1})",
+                cpu(Protocol::Distlock),
+                d.at(load).server_acquire_us,
+                d.at(load).server_release_us
+            ),
+            reference: format!(
+                "{:.1} µs (R) · {:.1} µs (bare hash)",
+                cpu(Protocol::Minimal),
+                cpu(Protocol::BareHash)
+            ),
+            ratio: format!("{} · {}", vs(Protocol::Minimal), vs(Protocol::BareHash)),
+            target: "—".into(),
+            met: None,
+        });
+    }
+    rows
 }
 
-/// A rate against both references: "N/s pairs (load, distlock's scripts); rslock's
-/// commands: M/s, ratio R".
+/// A rate against every reference: "N/s pairs (load, distlock's scripts; rslock's
+/// commands (R): M/s pairs, ratio r; the bare hash scripts: B/s pairs, ratio h)".
 fn against_both(results: &Results, cell: &Cell) -> String {
     let t = &results.throughput;
     let load = cell.load();
-    let minimal = median(&t.against_reference(cell, &cell.distlock, Protocol::Minimal));
+    let vs = |protocol: Protocol| {
+        format!(
+            "{}: {} pairs, ratio {:.2}",
+            protocol.label(),
+            rate(t.reference(protocol).at(load).pairs()),
+            median(&t.against_reference(cell, &cell.distlock, protocol))
+        )
+    };
     format!(
-        "{} pairs ({}, distlock's scripts; against rslock's commands' {} pairs: {:.2})",
+        "{} pairs ({}, distlock's scripts; {}; {})",
         rate(t.reference(Protocol::Distlock).at(load).pairs()),
         load_label(load),
-        rate(t.reference(Protocol::Minimal).at(load).pairs()),
-        minimal
+        vs(Protocol::Minimal),
+        vs(Protocol::BareHash)
     )
 }
 
@@ -1065,10 +1099,10 @@ fn throughput_table(out: &mut String, results: &Results) {
         out,
         "\n#### Throughput: distlock and rslock, same server, same run\n\n\
          Pairs/s; ceilings are redis-benchmark's pair rates (`-c 1` for one task, \
-         `-P 16 -c 8` for more) with distlock's scripts and with rslock's commands; CPU in \
-         µs per lock+unlock pair, distlock / rslock.\n\n\
-         | Scenario | Runtime | distlock | rslock | distlock / rslock | distlock / ceiling (distlock's scripts) | distlock / ceiling (rslock's commands) | rslock / ceiling (rslock's commands) | server, commandstats | server, `INFO cpu` | client CPU |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+         `-P 16 -c 8` for more) with distlock's scripts, with rslock's commands and with the \
+         bare hash scripts; CPU in µs per lock+unlock pair, distlock / rslock.\n\n\
+         | Scenario | Runtime | distlock | rslock | distlock / rslock | distlock / ceiling (distlock's scripts) | distlock / ceiling (rslock's commands) | distlock / ceiling (bare hash scripts) | rslock / ceiling (rslock's commands) | server, commandstats | server, `INFO cpu` | client CPU |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for cell in &t.cells {
         let scenario = if cell.tasks <= 1 {
@@ -1091,7 +1125,7 @@ fn throughput_table(out: &mut String, results: &Results) {
         };
         let _ = writeln!(
             out,
-            "| {scenario} | {} | {} | {peer_rate} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {scenario} | {} | {} | {peer_rate} | {} | {} | {} | {} | {} | {} | {} | {} |",
             cell.flavor,
             rate(median_of(&cell.distlock, Sample::rate)),
             if cell.peer.is_empty() {
@@ -1101,6 +1135,7 @@ fn throughput_table(out: &mut String, results: &Results) {
             },
             vs(&cell.distlock, Protocol::Distlock),
             vs(&cell.distlock, Protocol::Minimal),
+            vs(&cell.distlock, Protocol::BareHash),
             vs(&cell.peer, Protocol::Minimal),
             pair_of(cell, Sample::server_command_us, 1),
             pair_of(cell, Sample::server_cpu_us, 1),
@@ -1173,10 +1208,7 @@ fn details(out: &mut String, settings: &Settings, results: &Results) {
 /// The references' runs, on the single server and on the cluster.
 fn reference_details(out: &mut String, results: &Results) {
     let t = &results.throughput;
-    for (protocol, label) in [
-        (Protocol::Distlock, "distlock's scripts"),
-        (Protocol::Minimal, "rslock's commands"),
-    ] {
+    for protocol in Protocol::ALL {
         let runs: Vec<String> = t
             .references
             .iter()
@@ -1191,16 +1223,24 @@ fn reference_details(out: &mut String, results: &Results) {
         let m = t.reference(protocol);
         let _ = writeln!(
             out,
-            "- Reference with {label}, per run [acquire `-c 1`, release `-c 1`, acquire \
+            "- Reference with {} ({}), per run [acquire `-c 1`, release `-c 1`, acquire \
              pipelined, release pipelined] requests/s: {}. Medians: {:.0}, {:.0}, {:.0}, {:.0}. \
-             Share of release requests that released a held lock: {:.1} % (`-c 1`), {:.1} % \
-             (pipelined); the rest found no lock, which is cheaper. redis-benchmark's CPU per \
-             acquire + release at `-c 1`: {:.1} µs; its acquire p50 at `-c 1`: {}.",
+             Server CPU per acquire / per release request (`INFO cpu`): {:.1} / {:.1} µs \
+             pipelined, {:.1} / {:.1} µs at `-c 1`. Share of release requests that released a \
+             held lock: {:.1} % (`-c 1`), {:.1} % (pipelined); the rest found no lock, which \
+             is cheaper. redis-benchmark's CPU per acquire + release at `-c 1`: {:.1} µs; its \
+             acquire p50 at `-c 1`: {}.",
+            protocol.label(),
+            protocol.commands(),
             runs.join(", "),
             m.c1.acquire,
             m.c1.release,
             m.pipelined.acquire,
             m.pipelined.release,
+            m.pipelined.server_acquire_us,
+            m.pipelined.server_release_us,
+            m.c1.server_acquire_us,
+            m.c1.server_release_us,
             m.c1.release_hits * 100.0,
             m.pipelined.release_hits * 100.0,
             us(m.c1.cpu_per_pair),
@@ -1212,9 +1252,11 @@ fn reference_details(out: &mut String, results: &Results) {
         let _ = writeln!(
             out,
             "- Reference on the cluster's first master (distlock's scripts): acquire {:.0}/s \
-             and release {:.0}/s pipelined; scenario 2 on the cluster per run: {}.",
+             and release {:.0}/s pipelined, server CPU {:.1} µs per pair; scenario 2 on the \
+             cluster per run: {}.",
             c.pipelined.acquire,
             c.pipelined.release,
+            c.pipelined.server_cpu_per_pair(),
             runs_list(&cluster.many_tasks, rate)
         );
     }

@@ -13,8 +13,7 @@ use crate::cpu::cpu_time;
 use crate::error::BoxError;
 use crate::server::{
     calls_between, client_requests_between, command_stats, distlock_acquire_cmd,
-    distlock_acquire_script_cmd, distlock_release_cmd, ACQUIRE_LUA, DISTLOCK_SCRIPT_COMMANDS,
-    RELEASE_LUA,
+    distlock_release_cmd, ACQUIRE_LUA, DISTLOCK_SCRIPT_COMMANDS, RELEASE_LUA,
 };
 use crate::stats::{percentile, us};
 
@@ -76,24 +75,37 @@ async fn pairs_of_task<C: Contender>(
     Ok(done)
 }
 
-/// Scenario 1 without distlock: the same two requests (a plain `SET NX` and
-/// release.lua) through a plain redis-rs `ConnectionManager`, one request in flight. Pairs per second and client CPU per
-/// pair: what redis-rs and Tokio cost by themselves, for the profile of scenario 1.
-pub(crate) async fn raw_pairs(url: &str, pairs: usize) -> Result<(f64, Duration), BoxError> {
+/// Scenario 1 without distlock: the same two requests (acquire.lua and release.lua,
+/// as the client sends a first acquisition and its release) on fresh names under
+/// `tag`, through a plain redis-rs `ConnectionManager`, one request in flight. Pairs
+/// per second and client CPU per pair: what redis-rs and Tokio cost by themselves,
+/// for the profile of scenario 1.
+pub(crate) async fn raw_pairs(
+    url: &str,
+    tag: &str,
+    pairs: usize,
+) -> Result<(f64, Duration), BoxError> {
     let mut conn = redis::Client::open(url)?.get_connection_manager().await?;
-    let release: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(RELEASE_LUA)
-        .query_async(&mut conn)
-        .await?;
+    let mut shas = Vec::new();
+    for text in [ACQUIRE_LUA, RELEASE_LUA] {
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(text)
+            .query_async(&mut conn)
+            .await?;
+        shas.push(sha);
+    }
+    let (acquire, release) = (&shas[0], &shas[1]);
     let start = Instant::now();
     let cpu = cpu_time(libc::RUSAGE_SELF);
     for i in 0..pairs {
-        let name = format!("raw:{i}");
-        let _: redis::Value = distlock_acquire_cmd(&name, "owner")
+        // Fresh names in every call: a release's record outlives it for a while,
+        // and an acquisition of its name by the same owner would find it.
+        let name = format!("raw:{tag}:{i}");
+        let _: redis::Value = distlock_acquire_cmd(acquire, &name)
             .query_async(&mut conn)
             .await?;
-        let _: redis::Value = distlock_release_cmd(&release, &name, "owner")
+        let _: redis::Value = distlock_release_cmd(release, &name)
             .query_async(&mut conn)
             .await?;
     }
@@ -188,7 +200,7 @@ pub(crate) async fn raw_round_trips(
             if !pause.is_zero() {
                 tokio::time::sleep(pause).await;
             }
-            let cmd = distlock_acquire_script_cmd(&sha, &format!("raw:{tag}:{index}:{i}"), "owner");
+            let cmd = distlock_acquire_cmd(&sha, &format!("rtt:{tag}:{index}:{i}"));
             let start = Instant::now();
             let _: redis::Value = cmd.query_async(&mut conn).await?;
             rtts.push(start.elapsed());

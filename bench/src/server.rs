@@ -2,15 +2,18 @@
 //! harness depends on distlock's lock layout or on its scripts' commands.
 //!
 //! The second half of this file is the one to adapt when the layout or the scripts
-//! change: the script sources, the keys and channel of a lock, the commands the
-//! scripts run inside Redis, the prefill of held locks, the requests a first
-//! acquisition and a release send, and `redis-benchmark`'s command lines for the
-//! reference. Beside it, the same for rslock's commands (the minimal protocol), so
-//! that both references are measured the same way.
+//! change: the script sources, the keys and channel of a lock (named by
+//! `distlock::layout`), the commands the scripts run inside Redis, the requests a
+//! first acquisition and a release send, and `redis-benchmark`'s command lines for
+//! the reference. The prefill of held locks runs each reference's own acquire, so it
+//! follows the scripts by itself. Beside distlock's, the same for rslock's commands
+//! (the minimal protocol, "R") and for the bare hash scripts (the least a reentrant
+//! lock kept in a hash runs), so that every reference is measured the same way.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use distlock::layout;
 use distlock_testkit::RedisServer;
 
 use crate::error::BoxError;
@@ -65,16 +68,18 @@ pub(crate) async fn command_stats_async(
 pub(crate) const CLIENT_REQUESTS: &str = "(client requests)";
 
 /// The pseudo-command under which [`command_stats`] counts distlock's acquire
-/// attempts that clients sent: plain `SET`s and runs of acquire.lua.
+/// attempts that clients sent: the acquisitions that runs of acquire.lua carry, and
+/// runs of acquire_all.lua.
 pub(crate) const CLIENT_ACQUIRES: &str = "(client acquires)";
 
 /// The commands the harness sends to look at the server: never a client's request.
 const LOOKS: [&str; 4] = ["slowlog", "config", "info", "client"];
 
 /// Has the server log every command in its slow log (emptied first), so that a
-/// client's `SET` can be told from one a script runs: `INFO commandstats` counts
-/// both, and distlock sends a `SET` itself for a first acquisition. Only for the
-/// scenarios that count requests: logging costs the server a little per command.
+/// client's requests can be told from the commands its scripts run (`INFO
+/// commandstats` counts both), and a run of acquire.lua from one of release.lua
+/// (both are `EVALSHA`). Only for the scenarios that count requests: logging costs
+/// the server a little per command.
 pub(crate) fn log_every_command(server: &RedisServer, on: bool) -> Result<(), BoxError> {
     let threshold = if on { "0" } else { "10000" };
     server.cmd(&[
@@ -98,14 +103,14 @@ fn count_logged_requests(log: &[redis::Value], stats: &mut HashMap<String, u64>)
         redis::Value::SimpleString(text) => text.clone(),
         _ => String::new(),
     };
-    let acquire_sha = redis::Script::new(ACQUIRE_LUA).get_hash().to_owned();
+    let [acquire_sha, acquire_all_sha] = acquire_shas();
     let (mut requests, mut acquires) = (0, 0);
     for entry in log {
         let redis::Value::Array(fields) = entry else {
             continue;
         };
         let args: Vec<String> = match fields.get(3) {
-            Some(redis::Value::Array(args)) => args.iter().take(2).map(text).collect(),
+            Some(redis::Value::Array(args)) => args.iter().take(3).map(text).collect(),
             _ => continue,
         };
         let command = args.first().map(|c| c.to_lowercase()).unwrap_or_default();
@@ -113,9 +118,17 @@ fn count_logged_requests(log: &[redis::Value], stats: &mut HashMap<String, u64>)
             continue;
         }
         requests += 1;
-        let acquire = command == "set"
-            || (command == "evalsha" && args.get(1).is_some_and(|sha| *sha == acquire_sha));
-        acquires += u64::from(acquire);
+        if command != "evalsha" {
+            continue;
+        }
+        let sha = args.get(1).map(String::as_str);
+        if sha == Some(acquire_sha.as_str()) {
+            // Three keys per acquisition: one run may carry several.
+            let keys: u64 = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(3);
+            acquires += (keys / 3).max(1);
+        } else if sha == Some(acquire_all_sha.as_str()) {
+            acquires += 1;
+        }
     }
     if requests > 0 {
         stats.insert(CLIENT_REQUESTS.to_owned(), requests);
@@ -247,41 +260,39 @@ pub(crate) fn flush(server: &RedisServer) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Runs `body` (Lua, with `ARGV[1]` a key template with one `%012d`, `ARGV[2]` and
-/// `ARGV[3]` the first and one past the last number, `ARGV[4..]` = `args`) in
-/// server-side loops of 10 000 keys: a longer script would stall a cluster node past
-/// its node timeout and start a failover.
-fn fill_in_chunks(
-    server: &RedisServer,
-    body: &str,
-    template: &str,
-    keys: u64,
-    args: &[&str],
-) -> Result<(), BoxError> {
-    const CHUNK: u64 = 10_000;
-    let script = format!(
-        "local template, from, to = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]) \
-         for i = from, to - 1 do local key = string.format(template, i) {body} end \
-         return to - from"
-    );
-    let mut from = 0;
-    while from < keys {
-        let to = (from + CHUNK).min(keys);
-        let (first, last) = (from.to_string(), to.to_string());
-        let mut command = vec!["EVAL", &script, "0", template, &first, &last];
-        command.extend_from_slice(args);
-        server.cmd_timeout(&command, Duration::from_secs(30))?;
-        from = to;
-    }
-    Ok(())
-}
-
-/// Which commands a reference runs: distlock's scripts, or rslock's commands (the
-/// minimal protocol: `SET NX PX` and a compare-and-delete script).
+/// Which commands a reference runs: distlock's scripts; rslock's commands ("R", the
+/// minimal protocol of a lock: `SET NX PX` and a compare-and-delete script); or the
+/// bare hash scripts (the least a reentrant lock kept in a hash runs: the owner's
+/// hold count in a hash field, see [`BARE_ACQUIRE_LUA`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Protocol {
     Distlock,
     Minimal,
+    BareHash,
+}
+
+impl Protocol {
+    /// Every protocol, in the order of a run where distlock goes first.
+    pub(crate) const ALL: [Protocol; 3] =
+        [Protocol::Distlock, Protocol::Minimal, Protocol::BareHash];
+
+    /// What the report calls the protocol's commands.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Protocol::Distlock => "distlock's scripts",
+            Protocol::Minimal => "rslock's commands (R)",
+            Protocol::BareHash => "the bare hash scripts",
+        }
+    }
+
+    /// The protocol's acquire and release, in a few words.
+    pub(crate) fn commands(self) -> &'static str {
+        match self {
+            Protocol::Distlock => "acquire.lua + release.lua",
+            Protocol::Minimal => "`SET NX PX` + compare-and-delete EVALSHA",
+            Protocol::BareHash => "`HINCRBY` hash scripts",
+        }
+    }
 }
 
 /// Keys of the reference runs: `distlock:{<tag>:<n>}` on a single server, or
@@ -294,7 +305,7 @@ pub(crate) enum KeyShape {
 
 impl KeyShape {
     /// The key for `what`, with `number` in place of the counter (a `__rand_int__`
-    /// for redis-benchmark, or a Lua format).
+    /// for redis-benchmark).
     fn key(&self, what: &str, number: &str) -> String {
         match self {
             KeyShape::Single => format!("distlock:{{ref{what}:{number}}}"),
@@ -302,6 +313,10 @@ impl KeyShape {
         }
     }
 }
+
+/// What redis-benchmark replaces with a random number of 12 digits (`-r`); each
+/// place gets a number of its own.
+const RAND: &str = "__rand_int__";
 
 /// `redis-benchmark`'s command lines of one reference: a first acquisition on fresh
 /// keys, and a release of a held lock (keys that [`prefill_held`] filled).
@@ -335,8 +350,12 @@ impl Workload {
     }
 }
 
+/// The lease of the prefilled locks, ms: none expires during a run.
+const PREFILL_LEASE_MS: u64 = 600_000;
+
 /// Loads `workload`'s scripts on `server` and gives its reference command lines for
-/// the run `tag` (`lease_ms`: the acquire's lease).
+/// the run `tag` (`lease_ms`: the acquire's lease): the acquire on the fresh keys
+/// `a<tag>`, the release on the keys `r<tag>` that [`prefill_held`] fills.
 pub(crate) fn reference_commands(
     server: &RedisServer,
     workload: Workload,
@@ -344,22 +363,17 @@ pub(crate) fn reference_commands(
     tag: &str,
     lease_ms: u64,
 ) -> Result<ReferenceCommands, BoxError> {
-    match workload {
-        Workload::Plain(Protocol::Distlock) | Workload::Kind(Kind::Plain) => {
-            distlock_reference_commands(server, shape, tag, lease_ms)
-        }
-        Workload::Plain(Protocol::Minimal) => {
-            minimal_reference_commands(server, shape, tag, lease_ms)
-        }
-        Workload::Kind(Kind::All(names)) => {
-            set_reference_commands(server, shape, tag, lease_ms, names)
-        }
-        Workload::Kind(kind) => shared_reference_commands(server, kind, shape, tag, lease_ms),
-    }
+    Ok(ReferenceCommands {
+        acquire: acquire_line(server, workload, shape, &format!("a{tag}"), lease_ms)?,
+        release: release_line(server, workload, shape, &format!("r{tag}"), lease_ms)?,
+    })
 }
 
-/// Fills `keys` keys of the run `tag` with a lock held by the reference's owner,
-/// as a first acquisition of `workload` leaves it.
+/// Fills `keys` keys of the run `tag` (numbers 0 to `keys` - 1) with a lock held by
+/// the reference's owner, by running the reference's own acquire on each (with a
+/// lease of [`PREFILL_LEASE_MS`]): what the release finds is what a first
+/// acquisition of `workload` leaves, by construction. Pipelined, 1 000 requests at
+/// a time, so that a cluster node is never blocked for long.
 pub(crate) fn prefill_held(
     server: &RedisServer,
     workload: Workload,
@@ -367,15 +381,118 @@ pub(crate) fn prefill_held(
     tag: &str,
     keys: u64,
 ) -> Result<(), BoxError> {
-    match workload {
-        Workload::Plain(Protocol::Distlock) | Workload::Kind(Kind::Plain) => {
-            prefill_distlock_locks(server, shape, &format!("r{tag}"), keys)
+    let line = acquire_line(
+        server,
+        workload,
+        shape,
+        &format!("r{tag}"),
+        PREFILL_LEASE_MS,
+    )?;
+    let mut conn = redis::Client::open(server.url())?.get_connection()?;
+    const BATCH: u64 = 1_000;
+    let mut from = 0;
+    while from < keys {
+        let to = (from + BATCH).min(keys);
+        let mut pipe = redis::pipe();
+        for i in from..to {
+            let number = format!("{i:012}");
+            let numbered: Vec<String> = line.iter().map(|a| a.replace(RAND, &number)).collect();
+            pipe.add_command(to_cmd(&numbered));
         }
-        Workload::Plain(Protocol::Minimal) => prefill_minimal_locks(server, shape, tag, keys),
-        Workload::Kind(Kind::All(names)) => (0..names)
-            .try_for_each(|i| prefill_distlock_locks(server, shape, &format!("r{tag}:{i}"), keys)),
-        Workload::Kind(kind) => prefill_shared_locks(server, kind, shape, tag, keys),
+        let replies: Vec<redis::Value> = pipe.query(&mut conn)?;
+        if let Some(reply) = replies.iter().find(|reply| !taken(reply)) {
+            return Err(format!("prefill: {} answered {reply:?}", line.join(" ")).into());
+        }
+        from = to;
     }
+    Ok(())
+}
+
+/// Whether an acquire's reply says it took the lock: `OK` (a `SET NX`), a script's
+/// table that starts with 1, or a table of such tables (a script that answers each
+/// of the acquisitions it was sent).
+fn taken(reply: &redis::Value) -> bool {
+    match reply {
+        redis::Value::Okay => true,
+        redis::Value::SimpleString(text) => text == "OK",
+        redis::Value::Array(values) => match values.first() {
+            Some(redis::Value::Int(1)) => true,
+            Some(redis::Value::Array(_)) => values.iter().all(taken),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// A command line as a redis-rs command.
+fn to_cmd(line: &[String]) -> redis::Cmd {
+    let mut cmd = redis::cmd(line.first().map_or("", String::as_str));
+    for arg in line.iter().skip(1) {
+        cmd.arg(arg);
+    }
+    cmd
+}
+
+/// The acquire of `workload` on the keys `prefix` (loads its script).
+fn acquire_line(
+    server: &RedisServer,
+    workload: Workload,
+    shape: &KeyShape,
+    prefix: &str,
+    lease_ms: u64,
+) -> Result<Vec<String>, BoxError> {
+    let lock = shape.key(prefix, RAND);
+    Ok(match workload {
+        Workload::Plain(Protocol::Minimal) => minimal_acquire_line(&lock, lease_ms),
+        Workload::Plain(Protocol::BareHash) => {
+            let sha = server.cmd(&["SCRIPT", "LOAD", BARE_ACQUIRE_LUA])?;
+            bare_acquire_line(&sha, &lock, lease_ms)
+        }
+        Workload::Plain(Protocol::Distlock) => {
+            let sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_LUA])?;
+            distlock_acquire_line(&sha, Kind::Plain, &Op::first(&lock, lease_ms))
+        }
+        Workload::Kind(Kind::All(names)) => {
+            let sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_ALL_LUA])?;
+            let locks = set_locks(shape, prefix, names);
+            set_acquire_line(&sha, &set_ops(&locks, lease_ms, 0))
+        }
+        Workload::Kind(kind) => {
+            let sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_LUA])?;
+            distlock_acquire_line(&sha, kind, &Op::first(&lock, lease_ms))
+        }
+    })
+}
+
+/// The release of `workload` on the keys `prefix` (loads its script).
+fn release_line(
+    server: &RedisServer,
+    workload: Workload,
+    shape: &KeyShape,
+    prefix: &str,
+    lease_ms: u64,
+) -> Result<Vec<String>, BoxError> {
+    let lock = shape.key(prefix, RAND);
+    Ok(match workload {
+        Workload::Plain(Protocol::Minimal) => {
+            let sha = server.cmd(&["SCRIPT", "LOAD", MINIMAL_RELEASE_LUA])?;
+            minimal_release_line(&sha, &lock)
+        }
+        Workload::Plain(Protocol::BareHash) => {
+            let sha = server.cmd(&["SCRIPT", "LOAD", BARE_RELEASE_LUA])?;
+            bare_release_line(&sha, &lock, lease_ms)
+        }
+        Workload::Kind(Kind::All(names)) => {
+            let sha = server.cmd(&["SCRIPT", "LOAD", RELEASE_LUA])?;
+            let locks = set_locks(shape, prefix, names);
+            // The set's acquisition was its owner's operations 1 to `names`.
+            release_script_line(&sha, &set_ops(&locks, lease_ms, names as u64))
+        }
+        Workload::Plain(Protocol::Distlock) | Workload::Kind(_) => {
+            let sha = server.cmd(&["SCRIPT", "LOAD", RELEASE_LUA])?;
+            release_script_line(&sha, &[Op::second(&lock, lease_ms)])
+        }
+    })
 }
 
 /// Releases between two [`command_stats`] snapshots that really released a held
@@ -389,15 +506,18 @@ pub(crate) fn releases_that_freed(
         // rslock's script deletes a key it finds held by the owner.
         Workload::Plain(Protocol::Minimal) => calls_between(before, after, "del"),
         // Each final release of a held lock publishes once (a read hold too: the
-        // prefilled locks have one reader).
+        // prefilled locks have one reader), distlock's and the bare hash's.
         _ => calls_between(before, after, "publish"),
     }
 }
 
 // ---- distlock's protocol --------------------------------------------------------
 
-/// distlock's scripts, byte for byte as the client sends them (first line,
-/// `lock.lua`, for the release `shared.lua`, the script): `SCRIPT LOAD` gives the SHA the client uses.
+/// distlock's scripts, byte for byte as the client sends them (its first line, then
+/// `lock.lua`, then the script: lock-core/src/scripts.rs, `sources()`), so that
+/// `SCRIPT LOAD` gives the SHA the client uses (a test checks it). Every kind of
+/// lock is taken by acquire.lua and given back by release.lua; `lock_all` takes its
+/// names with acquire_all.lua.
 pub(crate) const ACQUIRE_LUA: &str = concat!(
     "#!lua\n",
     include_str!("../../lua/lock.lua"),
@@ -406,8 +526,12 @@ pub(crate) const ACQUIRE_LUA: &str = concat!(
 pub(crate) const RELEASE_LUA: &str = concat!(
     "#!lua flags=allow-oom\n",
     include_str!("../../lua/lock.lua"),
-    include_str!("../../lua/shared.lua"),
     include_str!("../../lua/release.lua")
+);
+pub(crate) const ACQUIRE_ALL_LUA: &str = concat!(
+    "#!lua\n",
+    include_str!("../../lua/lock.lua"),
+    include_str!("../../lua/acquire_all.lua")
 );
 
 /// How long the release script keeps the record of a final release in these runs
@@ -417,17 +541,40 @@ const REMEMBER_MS: u64 = 2_000;
 /// The owner id of the reference's locks (a client's uuid and counter).
 const DISTLOCK_OWNER: &str = "0123456789abcdef0123456789abcdef:1";
 
-/// Commands that distlock's scripts run inside Redis: `INFO commandstats` counts those
-/// too, but they cost no round trip. The client also sends `SET` itself (a first
-/// acquisition): where that matters, [`log_every_command`] tells them apart.
+/// What a client says of a holder with a first acquisition (`ARGV[10]` of
+/// acquire.lua, `"<pid> <service> <host> <site>"`): 50 bytes, the most the client
+/// writes unless its service and host names alone are longer (lock-core/src/who.rs).
+/// The references send it, as the client does.
+const DISTLOCK_WHO: &str = "48121 distlock-bench bench-host src/contender.rs:5";
+
+/// Commands that distlock's scripts run inside Redis (lua/lock.lua and the scripts):
+/// `INFO commandstats` counts those too, but they cost no round trip. Where the
+/// client's own requests must be told from them exactly, [`log_every_command`] does.
 pub(crate) const DISTLOCK_SCRIPT_COMMANDS: &[&str] = &[
-    "get", "set", "pexpire", "pttl", "incr", "del", "publish", "spublish",
+    "exists",
+    "get",
+    "set",
+    "del",
+    "incr",
+    "time",
+    "pexpire",
+    "pttl",
+    "hmget",
+    "hgetall",
+    "hset",
+    "hdel",
+    "hincrby",
+    "publish",
+    "spublish",
+    "pubsub|numsub",
+    "pubsub|shardnumsub",
 ];
 
 /// distlock's acquire attempts between two [`command_stats`] snapshots, of which
-/// `acquisitions` succeeded: from the slow log when it logs every command (plain
-/// `SET`s and acquire.lua runs), else every EVALSHA less one release per
-/// acquisition (which misses the plain `SET`s).
+/// `acquisitions` succeeded: from the slow log when it logs every command (the
+/// acquisitions that runs of acquire.lua carry, and runs of acquire_all.lua), else
+/// every EVALSHA less one release per acquisition (a rough figure: it counts a run
+/// that carries several acquisitions or releases as one).
 pub(crate) fn distlock_acquire_attempts(
     before: &HashMap<String, u64>,
     after: &HashMap<String, u64>,
@@ -439,299 +586,258 @@ pub(crate) fn distlock_acquire_attempts(
     calls_between(before, after, "evalsha").saturating_sub(acquisitions)
 }
 
-/// The channel a waiter for `name` subscribes to (`name` needs no escaping).
+/// The SHAs of acquire.lua (three keys per acquisition, one run may carry several)
+/// and of acquire_all.lua (one set per run): what [`count_logged_requests`] counts
+/// as acquire attempts.
+fn acquire_shas() -> [String; 2] {
+    [ACQUIRE_LUA, ACQUIRE_ALL_LUA].map(|text| redis::Script::new(text).get_hash().to_owned())
+}
+
+/// The key of the hash of the lock `name` (`name` needs no escaping).
+fn lock_key(name: &str) -> String {
+    format!("distlock:{{{name}}}")
+}
+
+/// The channel a waiter for `name` subscribes to.
 pub(crate) fn distlock_release_channel(name: &str) -> String {
-    format!("distlock:{{{name}}}:released")
+    format!("{}{}", lock_key(name), layout::CHANNEL_SUFFIX)
 }
 
-/// A first acquisition of the lock `name` by `owner`, as the client sends it (a
-/// plain `SET NX GET PX` of the value acquire.lua would write, lua/lock.lua), for
-/// plain redis-rs; the reply is not looked at.
-pub(crate) fn distlock_acquire_cmd(name: &str, owner: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd("SET");
-    cmd.arg(format!("distlock:{{{name}}}"))
-        .arg(format!("{owner} 1 0 0 1"))
-        .arg("NX")
-        .arg("GET")
-        .arg("PX")
-        .arg(30_000);
-    cmd
-}
-
-/// A run of acquire.lua for the lock `name` by `owner` (`sha`: acquire.lua's), as a
-/// waiter sends it; the reply is not looked at.
-pub(crate) fn distlock_acquire_script_cmd(sha: &str, name: &str, owner: &str) -> redis::Cmd {
-    let key = format!("distlock:{{{name}}}");
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha)
-        .arg(3)
-        .arg(&key)
-        .arg(format!("{key}:fence"))
-        .arg(format!("{key}:freed"))
-        .arg(owner)
-        .arg(30_000)
-        .arg(0)
-        .arg(1)
-        .arg(0)
-        .arg(0);
-    cmd
-}
-
-/// The release of what [`distlock_acquire_cmd`] took (`sha`: release.lua's).
-pub(crate) fn distlock_release_cmd(sha: &str, name: &str, owner: &str) -> redis::Cmd {
-    let key = format!("distlock:{{{name}}}");
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha)
-        .arg(3)
-        .arg(&key)
-        .arg(format!("{key}:released"))
-        .arg(format!("{key}:freed"))
-        .arg("PUBLISH")
-        .arg(REMEMBER_MS)
-        .arg(owner)
-        .arg(30_000)
-        .arg(2)
-        .arg(1)
-        // No successor (see release.lua).
-        .arg("");
-    cmd
-}
-
-/// distlock's reference: a first acquisition as the client sends it (a plain `SET NX
-/// GET PX`) on fresh keys (a keyspace far larger than the request count), EVALSHA
-/// release.lua (one release per run, as one task sends it) on the keys
-/// [`prefill_distlock_locks`] filled, as operation 2 of the owner (acquire.lua's
-/// "Exactly once": the prefilled locks record operation 1 as applied, with a floor
-/// of 0).
-fn distlock_reference_commands(
-    server: &RedisServer,
-    shape: &KeyShape,
-    tag: &str,
+/// One operation of the reference's owner on the lock at `lock`, as acquire.lua and
+/// release.lua take it (see acquire.lua, "Exactly once").
+struct Op<'a> {
+    lock: &'a str,
     lease_ms: u64,
-) -> Result<ReferenceCommands, BoxError> {
-    let release_sha = server.cmd(&["SCRIPT", "LOAD", RELEASE_LUA])?;
-    let rand = "__rand_int__";
-    let lease = lease_ms.to_string();
-    let value = format!("{DISTLOCK_OWNER} 1 0 0 1");
-    let acquire = [
-        "SET",
-        &shape.key(&format!("a{tag}"), rand),
-        &value,
-        "NX",
-        "GET",
-        "PX",
-        &lease,
-    ];
-    let release = [
-        "EVALSHA",
-        &release_sha,
-        "3",
-        &shape.key(&format!("r{tag}"), rand),
-        &shape.key(&format!("r{tag}c"), rand),
-        &shape.key(&format!("r{tag}x"), rand),
-        "PUBLISH",
-        &REMEMBER_MS.to_string(),
-        DISTLOCK_OWNER,
-        &lease,
-        "2",
-        "0",
-        // No successor (see release.lua).
-        "",
-    ];
-    Ok(ReferenceCommands {
-        acquire: acquire.iter().map(|s| s.to_string()).collect(),
-        release: release.iter().map(|s| s.to_string()).collect(),
-    })
+    seq: u64,
+    floor: u64,
 }
 
-/// Fills the release keys `prefix` (`r<tag>` for the run `tag`) with a lock held
-/// once by the reference's owner, exactly as acquire.lua leaves a first acquisition.
-fn prefill_distlock_locks(
-    server: &RedisServer,
-    shape: &KeyShape,
-    prefix: &str,
-    keys: u64,
-) -> Result<(), BoxError> {
-    let body = "redis.call('SET', key, ARGV[4] .. ' 1 0 0 1', 'PX', 600000)";
-    let template = shape.key(prefix, "%012d");
-    fill_in_chunks(server, body, &template, keys, &[DISTLOCK_OWNER])
+impl<'a> Op<'a> {
+    /// The first acquisition: operation 1, nothing settled before it.
+    fn first(lock: &'a str, lease_ms: u64) -> Self {
+        Op {
+            lock,
+            lease_ms,
+            seq: 1,
+            floor: 0,
+        }
+    }
+
+    /// The release of the first acquisition: operation 2, the acquisition settled.
+    fn second(lock: &'a str, lease_ms: u64) -> Self {
+        Op {
+            lock,
+            lease_ms,
+            seq: 2,
+            floor: 1,
+        }
+    }
+
+    /// The lock's fencing counter key.
+    fn fence(&self) -> String {
+        format!("{}{}", self.lock, layout::FENCE_SUFFIX)
+    }
+
+    /// The lock's release channel.
+    fn channel(&self) -> String {
+        format!("{}{}", self.lock, layout::CHANNEL_SUFFIX)
+    }
+
+    /// The owner's final-release record key.
+    fn freed(&self) -> String {
+        format!("{}{}{DISTLOCK_OWNER}", self.lock, layout::FREED_SUFFIX)
+    }
 }
 
-// ---- distlock's lock kinds ---------------------------------------------------------
+/// The names of a set of `names` names on the keys `prefix`: `<prefix>:0`, ...
+fn set_locks(shape: &KeyShape, prefix: &str, names: usize) -> Vec<String> {
+    (0..names)
+        .map(|i| shape.key(&format!("{prefix}:{i}"), RAND))
+        .collect()
+}
 
-/// The lock kinds' acquire scripts, byte for byte as the client sends them for a new
-/// hold (lock-core/src/scripts.rs, `sources()`): `#!lua`, `lock.lua`, for
-/// acquire_shared.lua `shared.lua`, then the script. Their release is [`RELEASE_LUA`].
-pub(crate) const ACQUIRE_SHARED_LUA: &str = concat!(
-    "#!lua\n",
-    include_str!("../../lua/lock.lua"),
-    include_str!("../../lua/shared.lua"),
-    include_str!("../../lua/acquire_shared.lua")
-);
-pub(crate) const ACQUIRE_ALL_LUA: &str = concat!(
-    "#!lua\n",
-    include_str!("../../lua/lock.lua"),
-    include_str!("../../lua/acquire_all.lua")
-);
+/// One operation per name of a set, numbered from `settled` + 1 on, as one owner
+/// sends them: every operation up to `settled` is settled.
+fn set_ops(locks: &[String], lease_ms: u64, settled: u64) -> Vec<Op<'_>> {
+    locks
+        .iter()
+        .zip(settled + 1..)
+        .map(|(lock, seq)| Op {
+            lock,
+            lease_ms,
+            seq,
+            floor: settled,
+        })
+        .collect()
+}
 
-/// Commands that the scripts of the kinds kept in a hash (lua/shared.lua) run inside
-/// Redis, beside [`DISTLOCK_SCRIPT_COMMANDS`].
-pub(crate) const KIND_SCRIPT_COMMANDS: &[&str] = &[
-    "get",
-    "set",
-    "pexpire",
-    "pttl",
-    "incr",
-    "del",
-    "publish",
-    "spublish",
-    "time",
-    "hgetall",
-    "hset",
-    "hdel",
-    "hincrby",
-    "pubsub|numsub",
-    "pubsub|shardnumsub",
-];
-
-/// `kind` as acquire_shared.lua takes it (`ARGV[7]`): `"r"`, `"w"`, `"p<permits>"`, `"f"`.
-fn shared_script_arg(kind: Kind) -> String {
+/// `kind` as acquire.lua takes it (`ARGV[7]`): `x`, `r`, `w`, `p<permits>`, `f`.
+fn kind_arg(kind: Kind) -> String {
     match kind {
+        Kind::Plain | Kind::All(_) => "x".into(),
         Kind::Read => "r".into(),
         Kind::Write => "w".into(),
         Kind::Permit(permits) => format!("p{permits}"),
         Kind::Fair => "f".into(),
-        Kind::Plain | Kind::All(_) => String::new(),
     }
 }
 
-/// How a hold of `kind` sits in the lock's hash (lua/shared.lua): the `#kind` field's
-/// value, and the holder's mode letter.
-fn shared_layout(kind: Kind) -> (String, &'static str) {
-    match kind {
-        Kind::Read => ("rw".into(), "r"),
-        Kind::Write => ("rw".into(), "w"),
-        Kind::Permit(permits) => (format!("sem {permits}"), "p"),
-        Kind::Fair => ("fair".into(), "f"),
-        Kind::Plain | Kind::All(_) => (String::new(), ""),
-    }
+/// A new acquisition of `kind` by acquire.lua (`sha`), as the client sends it: no
+/// fencing, not a re-entry, no writer in the call chain, the caller would wait
+/// (`"1"`: a writer or a fair waiter would keep its place), and what the client
+/// says of the holder.
+fn distlock_acquire_line(sha: &str, kind: Kind, op: &Op<'_>) -> Vec<String> {
+    let mut line: Vec<String> = ["EVALSHA", sha, "3", op.lock].map(str::to_owned).to_vec();
+    line.extend([op.fence(), op.freed()]);
+    line.extend([
+        DISTLOCK_OWNER.to_owned(),
+        op.lease_ms.to_string(),
+        "0".into(),
+        op.seq.to_string(),
+        op.floor.to_string(),
+        "0".into(),
+        kind_arg(kind),
+        String::new(),
+        "1".into(),
+        DISTLOCK_WHO.into(),
+    ]);
+    line
 }
 
-/// The reference of a kind kept in a hash: acquire_shared.lua on fresh keys as the
-/// client sends a first acquisition that may wait (operation 1, floor 0, no
-/// fencing, no writer in the chain, "1": it would keep its place), and release.lua
-/// on the keys [`prefill_shared_locks`] filled, as operation 2 of the owner.
-fn shared_reference_commands(
-    server: &RedisServer,
-    kind: Kind,
-    shape: &KeyShape,
-    tag: &str,
-    lease_ms: u64,
-) -> Result<ReferenceCommands, BoxError> {
-    let acquire_sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_SHARED_LUA])?;
-    let mut commands = distlock_reference_commands(server, shape, tag, lease_ms)?;
-    let rand = "__rand_int__";
-    let lease = lease_ms.to_string();
-    let arg = shared_script_arg(kind);
-    let acquire = [
-        "EVALSHA",
-        &acquire_sha,
-        "3",
-        &shape.key(&format!("a{tag}"), rand),
-        &shape.key(&format!("a{tag}f"), rand),
-        &shape.key(&format!("a{tag}x"), rand),
-        DISTLOCK_OWNER,
-        &lease,
-        "0",
-        "1",
-        "0",
-        "0",
-        &arg,
-        // No writer in the call chain; the caller would wait (see acquire_shared.lua).
-        "",
-        "1",
+/// A set's acquisition by acquire_all.lua (`sha`): one owner for every name (its
+/// operations `ops`), no fencing, what the client says of the holder.
+fn set_acquire_line(sha: &str, ops: &[Op<'_>]) -> Vec<String> {
+    let mut line = vec![
+        "EVALSHA".to_owned(),
+        sha.to_owned(),
+        (3 * ops.len()).to_string(),
     ];
-    commands.acquire = acquire.iter().map(|s| s.to_string()).collect();
-    Ok(commands)
-}
-
-/// Fills the release keys of the run `tag` with a hash lock of `kind` held once by the
-/// reference's owner (a single reader, writer, permit or fair holder), exactly as
-/// acquire_shared.lua leaves a first acquisition, with a lease of 600 s on the
-/// server's clock.
-fn prefill_shared_locks(
-    server: &RedisServer,
-    kind: Kind,
-    shape: &KeyShape,
-    tag: &str,
-    keys: u64,
-) -> Result<(), BoxError> {
-    let body = "local t = redis.call('TIME') \
-                local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
-                redis.call('HSET', key, '#kind', ARGV[5], ARGV[4], \
-                  string.format('%s 1 %d 0 0 1', ARGV[6], now + 600000)) \
-                redis.call('PEXPIRE', key, 600000)";
-    let template = shape.key(&format!("r{tag}"), "%012d");
-    let (kind_field, mode) = shared_layout(kind);
-    fill_in_chunks(
-        server,
-        body,
-        &template,
-        keys,
-        &[DISTLOCK_OWNER, &kind_field, mode],
-    )
-}
-
-/// The reference of `lock_all` of `names` names on one server: acquire_all.lua on
-/// `names` fresh keys, one owner for the set (its operations 1 to `names`, floor 0,
-/// no fencing), and one run of release.lua that gives all of them back, each name
-/// on held keys of its own ([`prefill_held`]), as operation 2 of the owner.
-fn set_reference_commands(
-    server: &RedisServer,
-    shape: &KeyShape,
-    tag: &str,
-    lease_ms: u64,
-    names: usize,
-) -> Result<ReferenceCommands, BoxError> {
-    let acquire_sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_ALL_LUA])?;
-    let release_sha = server.cmd(&["SCRIPT", "LOAD", RELEASE_LUA])?;
-    let rand = "__rand_int__";
-    let lease = lease_ms.to_string();
-    let keys = (3 * names).to_string();
-    let mut acquire = vec!["EVALSHA".to_owned(), acquire_sha, keys.clone()];
-    let mut release = vec!["EVALSHA".to_owned(), release_sha, keys];
-    for i in 0..names {
-        for suffix in ["", "f", "x"] {
-            acquire.push(shape.key(&format!("a{tag}:{i}{suffix}"), rand));
-            release.push(shape.key(&format!("r{tag}:{i}{suffix}"), rand));
-        }
+    for op in ops {
+        line.extend([op.lock.to_owned(), op.fence(), op.freed()]);
     }
-    // No fencing.
-    acquire.push("0".into());
-    release.extend(["PUBLISH".to_owned(), REMEMBER_MS.to_string()]);
-    for i in 0..names {
-        let seq = (i + 1).to_string();
-        acquire.extend([DISTLOCK_OWNER, &lease, &seq, "0", "0"].map(str::to_owned));
-        // No successor (see release.lua).
-        release.extend([DISTLOCK_OWNER, &lease, "2", "0", ""].map(str::to_owned));
+    line.push("0".into());
+    for op in ops {
+        line.extend([
+            DISTLOCK_OWNER.to_owned(),
+            op.lease_ms.to_string(),
+            op.seq.to_string(),
+            op.floor.to_string(),
+            "0".into(),
+        ]);
     }
-    Ok(ReferenceCommands { acquire, release })
+    line.push(DISTLOCK_WHO.into());
+    line
 }
 
-/// The number of fields of the hash of the lock `name` (0 for no key, or a string).
+/// One run of release.lua (`sha`) that gives back `ops`, in order, with no
+/// successor (no waiter of the releasing client to hand the lock to).
+fn release_script_line(sha: &str, ops: &[Op<'_>]) -> Vec<String> {
+    let mut line = vec![
+        "EVALSHA".to_owned(),
+        sha.to_owned(),
+        (3 * ops.len()).to_string(),
+    ];
+    for op in ops {
+        line.extend([op.lock.to_owned(), op.channel(), op.freed()]);
+    }
+    line.extend(["PUBLISH".to_owned(), REMEMBER_MS.to_string()]);
+    for op in ops {
+        line.extend([
+            DISTLOCK_OWNER.to_owned(),
+            op.lease_ms.to_string(),
+            op.seq.to_string(),
+            op.floor.to_string(),
+            String::new(),
+        ]);
+    }
+    line
+}
+
+/// A first acquisition of the lock `name` (`sha`: acquire.lua's) as the client
+/// sends it, for plain redis-rs; the reply is not looked at.
+pub(crate) fn distlock_acquire_cmd(sha: &str, name: &str) -> redis::Cmd {
+    let lock = lock_key(name);
+    to_cmd(&distlock_acquire_line(
+        sha,
+        Kind::Plain,
+        &Op::first(&lock, 30_000),
+    ))
+}
+
+/// The release of what [`distlock_acquire_cmd`] took (`sha`: release.lua's).
+pub(crate) fn distlock_release_cmd(sha: &str, name: &str) -> redis::Cmd {
+    let lock = lock_key(name);
+    to_cmd(&release_script_line(sha, &[Op::second(&lock, 30_000)]))
+}
+
+/// The number of fields of the hash of the lock `name` (0 when there is no key).
 pub(crate) fn hash_fields(server: &RedisServer, name: &str) -> Result<u64, BoxError> {
-    let key = format!("distlock:{{{name}}}");
-    if server.cmd(&["TYPE", &key])? != "hash" {
-        return Ok(0);
-    }
-    Ok(server.cmd(&["HLEN", &key])?.trim().parse()?)
+    Ok(server.cmd(&["HLEN", &lock_key(name)])?.trim().parse()?)
 }
 
-/// Whether some waiter keeps a place in the hash of the lock `name` (a writer's
-/// mark, a fair lock's ticket: a field `~<owner>`, lua/shared.lua).
+/// Whether some waiter keeps a place in the hash of the lock `name` (a writer of a
+/// read-write lock, a fair lock's waiter: a field `#wait:<owner>`, lua/lock.lua).
 pub(crate) fn distlock_place_kept(server: &RedisServer, name: &str) -> Result<bool, BoxError> {
-    let fields = server.cmd(&["HKEYS", &format!("distlock:{{{name}}}")])?;
-    Ok(fields.lines().any(|field| field.starts_with('~')))
+    let mut conn = redis::Client::open(server.url())?.get_connection()?;
+    let fields: Vec<(String, String)> =
+        redis::cmd("HGETALL").arg(lock_key(name)).query(&mut conn)?;
+    let lock = layout::StoredLock::from_fields(fields)?;
+    let kept = lock.waiters().next().is_some();
+    Ok(kept)
+}
+
+// ---- the bare hash (the least a reentrant lock in a hash runs) --------------------
+
+/// The bare hash's acquire (written for this benchmark): take the lock at `KEYS[1]`
+/// for the owner `ARGV[1]` when it is free or the owner's (its hold count a field of
+/// the hash, the key's expiry the lease `ARGV[2]` ms), else answer the lease left.
+/// No kind, no fencing, no replay record, no holder info: what every hash-kept
+/// reentrant lock runs at least. Under the first line of distlock's acquire.lua.
+const BARE_ACQUIRE_LUA: &str = "#!lua
+local lock, owner = KEYS[1], ARGV[1]
+if redis.call('EXISTS', lock) == 0 or redis.call('HEXISTS', lock, owner) == 1 then
+  local count = redis.call('HINCRBY', lock, owner, 1)
+  redis.call('PEXPIRE', lock, ARGV[2])
+  return {1, count}
+end
+return {0, redis.call('PTTL', lock)}
+";
+
+/// The bare hash's release: give back one hold of the owner `ARGV[1]` at `KEYS[1]`;
+/// the last one deletes the key and tells waiters on the channel `KEYS[2]`, else the
+/// lease is kept at `ARGV[2]` ms. Under the first line of distlock's release.lua.
+const BARE_RELEASE_LUA: &str = "#!lua flags=allow-oom
+local lock, owner = KEYS[1], ARGV[1]
+if redis.call('HEXISTS', lock, owner) == 0 then
+  return {-1}
+end
+local count = redis.call('HINCRBY', lock, owner, -1)
+if count > 0 then
+  redis.call('PEXPIRE', lock, ARGV[2])
+  return {1, count}
+end
+redis.call('DEL', lock)
+redis.call('PUBLISH', KEYS[2], owner)
+return {1, 0}
+";
+
+/// The bare hash's acquire (`sha`) of the lock at `lock`, by the reference's owner.
+fn bare_acquire_line(sha: &str, lock: &str, lease_ms: u64) -> Vec<String> {
+    ["EVALSHA", sha, "1", lock, DISTLOCK_OWNER]
+        .map(str::to_owned)
+        .into_iter()
+        .chain([lease_ms.to_string()])
+        .collect()
+}
+
+/// The bare hash's release (`sha`) of the lock at `lock`.
+fn bare_release_line(sha: &str, lock: &str, lease_ms: u64) -> Vec<String> {
+    let channel = format!("{lock}{}", layout::CHANNEL_SUFFIX);
+    ["EVALSHA", sha, "2", lock, &channel, DISTLOCK_OWNER]
+        .map(str::to_owned)
+        .into_iter()
+        .chain([lease_ms.to_string()])
+        .collect()
 }
 
 // ---- rslock's protocol (the minimal one) ------------------------------------------
@@ -746,47 +852,20 @@ const MINIMAL_OWNER: &str = "0123456789abcdefghij";
 #[cfg_attr(not(feature = "rslock"), allow(dead_code))]
 pub(crate) const MINIMAL_SCRIPT_COMMANDS: &[&str] = &["get", "del"];
 
-/// rslock's reference: `SET key val NX PX lease` on fresh keys, and EVALSHA of the
-/// compare-and-delete script on the keys [`prefill_minimal_locks`] filled.
-fn minimal_reference_commands(
-    server: &RedisServer,
-    shape: &KeyShape,
-    tag: &str,
-    lease_ms: u64,
-) -> Result<ReferenceCommands, BoxError> {
-    let release_sha = server.cmd(&["SCRIPT", "LOAD", MINIMAL_RELEASE_LUA])?;
-    let acquire = [
-        "SET",
-        &shape.key(&format!("s{tag}"), "__rand_int__"),
-        MINIMAL_OWNER,
-        "NX",
-        "PX",
-        &lease_ms.to_string(),
-    ];
-    let release = [
-        "EVALSHA",
-        &release_sha,
-        "1",
-        &shape.key(&format!("d{tag}"), "__rand_int__"),
-        MINIMAL_OWNER,
-    ];
-    Ok(ReferenceCommands {
-        acquire: acquire.iter().map(|s| s.to_string()).collect(),
-        release: release.iter().map(|s| s.to_string()).collect(),
-    })
+/// rslock's acquire: `SET key val NX PX lease`.
+fn minimal_acquire_line(lock: &str, lease_ms: u64) -> Vec<String> {
+    ["SET", lock, MINIMAL_OWNER, "NX", "PX"]
+        .map(str::to_owned)
+        .into_iter()
+        .chain([lease_ms.to_string()])
+        .collect()
 }
 
-/// Fills the release keys of the run `tag` with the reference's owner, as rslock's
-/// `SET NX PX` leaves them.
-fn prefill_minimal_locks(
-    server: &RedisServer,
-    shape: &KeyShape,
-    tag: &str,
-    keys: u64,
-) -> Result<(), BoxError> {
-    let body = "redis.call('SET', key, ARGV[4], 'PX', 600000)";
-    let template = shape.key(&format!("d{tag}"), "%012d");
-    fill_in_chunks(server, body, &template, keys, &[MINIMAL_OWNER])
+/// rslock's release: EVALSHA of the compare-and-delete script (`sha`).
+fn minimal_release_line(sha: &str, lock: &str) -> Vec<String> {
+    ["EVALSHA", sha, "1", lock, MINIMAL_OWNER]
+        .map(str::to_owned)
+        .to_vec()
 }
 
 #[cfg(test)]
@@ -810,7 +889,6 @@ mod tests {
         for (name, text) in [
             ("acquire", ACQUIRE_LUA),
             ("release", RELEASE_LUA),
-            ("acquire_shared", ACQUIRE_SHARED_LUA),
             ("acquire_all", ACQUIRE_ALL_LUA),
         ] {
             let sha = redis::Script::new(text).get_hash().to_owned();
@@ -820,54 +898,142 @@ mod tests {
         Ok(())
     }
 
-    /// Each kind's reference takes a fresh lock and releases a prefilled one, as the
+    /// `command` with every random number `n`.
+    fn numbered(command: &[String], n: &str) -> Vec<String> {
+        command.iter().map(|a| a.replace(RAND, n)).collect()
+    }
+
+    /// Each reference takes a fresh lock and releases a prefilled one, as its
     /// scripts answer a first acquisition and a final release.
     #[test]
-    fn kind_references_take_and_release() -> Result<(), BoxError> {
+    fn references_take_and_release() -> Result<(), BoxError> {
         let server = RedisServer::start()?;
         let shape = KeyShape::Single;
-        let number = |command: &[String], n: &str| -> Vec<String> {
-            command
-                .iter()
-                .map(|a| a.replace("__rand_int__", n))
-                .collect()
-        };
         let run = |command: &[String]| -> Result<String, BoxError> {
             let args: Vec<&str> = command.iter().map(String::as_str).collect();
             Ok(server.cmd(&args)?)
         };
-        let kinds = [
-            Kind::Plain,
-            Kind::Read,
-            Kind::Write,
-            Kind::Permit(4),
-            Kind::Fair,
-            Kind::All(3),
+        let workloads = [
+            Workload::Plain(Protocol::Distlock),
+            Workload::Plain(Protocol::Minimal),
+            Workload::Plain(Protocol::BareHash),
+            Workload::Kind(Kind::Read),
+            Workload::Kind(Kind::Write),
+            Workload::Kind(Kind::Permit(4)),
+            Workload::Kind(Kind::Fair),
+            Workload::Kind(Kind::All(3)),
         ];
-        for (i, kind) in kinds.into_iter().enumerate() {
-            let workload = Workload::Kind(kind);
+        for (i, workload) in workloads.into_iter().enumerate() {
             let tag = format!("t{i}");
             let commands = reference_commands(&server, workload, &shape, &tag, 30_000)?;
-            let taken = run(&number(&commands.acquire, "000000000007"))?;
-            let expected = match kind {
-                Kind::Plain => "(nil)".to_owned(),
-                Kind::All(names) => format!("1{}", "\n1\n0".repeat(names)),
-                _ => "1\n1\n0".to_owned(),
+            let (acquired, released, missed) = match workload {
+                Workload::Plain(Protocol::Minimal) => ("OK".to_owned(), "1".to_owned(), "0"),
+                Workload::Plain(Protocol::BareHash) => ("1\n1".to_owned(), "1\n0".to_owned(), "-1"),
+                Workload::Kind(Kind::All(names)) => (
+                    format!("1{}", "\n1\n0".repeat(names)),
+                    vec!["1\n0"; names].join("\n"),
+                    "-1\n-1\n-1",
+                ),
+                _ => ("1\n1\n0".to_owned(), "1\n0".to_owned(), "-1"),
             };
-            assert_eq!(taken, expected, "{kind}: acquire");
+            let taken = run(&numbered(&commands.acquire, "000000000007"))?;
+            assert_eq!(taken, acquired, "{workload:?}: acquire");
             prefill_held(&server, workload, &shape, &tag, 10)?;
-            let released = run(&number(&commands.release, "000000000003"))?;
-            let releases = usize::try_from(workload.releases_per_request())?;
-            assert_eq!(
-                released,
-                vec!["1\n0"; releases].join("\n"),
-                "{kind}: release"
-            );
+            let freed = run(&numbered(&commands.release, "000000000003"))?;
+            assert_eq!(freed, released, "{workload:?}: release");
             // A release of a lock that is not held answers so.
-            let missed = run(&number(&commands.release, "000000000099"))?;
-            assert_eq!(missed, vec!["-1"; releases].join("\n"), "{kind}: miss");
+            let missed_now = run(&numbered(&commands.release, "000000000099"))?;
+            assert_eq!(missed_now, missed, "{workload:?}: miss");
         }
         Ok(())
+    }
+
+    /// The fields of the lock at `key`, each owner id in a field name replaced by
+    /// `<owner>`, and the lock read back.
+    fn fields_of(
+        conn: &mut redis::Connection,
+        key: &str,
+        owner: &str,
+    ) -> Result<(Vec<String>, layout::StoredLock), BoxError> {
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(key).query(conn)?;
+        let mut names: Vec<String> = fields
+            .iter()
+            .map(|(field, _)| field.replace(owner, "<owner>"))
+            .collect();
+        names.sort();
+        Ok((names, layout::StoredLock::from_fields(fields)?))
+    }
+
+    /// The prefilled locks are what a client's first acquisition writes: the same
+    /// fields, a hold count of 1, the replay record of operation 1, a lease.
+    #[test]
+    fn prefilled_locks_are_a_clients_first_acquisition() -> Result<(), BoxError> {
+        let server = RedisServer::start()?;
+        let mut conn = redis::Client::open(server.url())?.get_connection()?;
+        let workload = Workload::Plain(Protocol::Distlock);
+        prefill_held(&server, workload, &KeyShape::Single, "p", 1)?;
+        let key = KeyShape::Single.key("rp", "000000000000");
+        let (prefilled, lock) = fields_of(&mut conn, &key, DISTLOCK_OWNER)?;
+        assert_eq!(lock.kind(), Some("lock"));
+        assert_eq!(lock.count(DISTLOCK_OWNER), 1);
+        assert_eq!(lock.record(DISTLOCK_OWNER), Some("0 1"));
+        assert!(lock
+            .who(DISTLOCK_OWNER)
+            .is_some_and(|who| who.ends_with(DISTLOCK_WHO)));
+        let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn)?;
+        assert!(pttl > 0, "a lease: {pttl}");
+
+        let (client_fields, client_lock) = runtime::block_on(Flavor::CurrentThread, async {
+            let client = distlock::LockClient::builder()
+                .url(server.url())
+                .connect()
+                .await?;
+            let guard = client.lock("probe").await?;
+            let key = lock_key("probe");
+            let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(&mut conn)?;
+            let lock = layout::StoredLock::from_fields(fields)?;
+            let owner = lock.holders().keys().next().cloned().ok_or("no holder")?;
+            let read = fields_of(&mut conn, &key, &owner)?;
+            guard.unlock().await?;
+            Ok::<_, BoxError>(read)
+        })?;
+        assert_eq!(
+            prefilled, client_fields,
+            "the fields of a first acquisition"
+        );
+        assert_eq!(client_lock.total(), 1);
+        Ok(())
+    }
+
+    /// The slow log's entries of clients' requests are counted, acquire.lua's runs
+    /// by the acquisitions they carry; a script's own commands are not requests.
+    #[test]
+    fn counts_requests_and_acquisitions_from_the_slow_log() {
+        let bulk = |text: &str| redis::Value::BulkString(text.as_bytes().to_vec());
+        let entry = |args: &[&str], client: &str| {
+            redis::Value::Array(vec![
+                redis::Value::Int(1),
+                redis::Value::Int(0),
+                redis::Value::Int(0),
+                redis::Value::Array(args.iter().map(|a| bulk(a)).collect()),
+                bulk(client),
+                bulk(""),
+            ])
+        };
+        let [acquire, acquire_all] = acquire_shas();
+        let release = redis::Script::new(RELEASE_LUA).get_hash().to_owned();
+        let log = [
+            entry(&["EVALSHA", &acquire, "3", "k"], "127.0.0.1:1"),
+            entry(&["EVALSHA", &acquire, "6", "k"], "127.0.0.1:1"),
+            entry(&["EVALSHA", &acquire_all, "9", "k"], "127.0.0.1:1"),
+            entry(&["EVALSHA", &release, "3", "k"], "127.0.0.1:1"),
+            entry(&["hset", "k", "f", "1"], "?:0"),
+            entry(&["INFO", "commandstats"], "127.0.0.1:2"),
+        ];
+        let mut stats = HashMap::new();
+        count_logged_requests(&log, &mut stats);
+        assert_eq!(stats[CLIENT_REQUESTS], 4);
+        assert_eq!(stats[CLIENT_ACQUIRES], 4);
     }
 
     #[test]

@@ -104,11 +104,13 @@ impl Cell {
     }
 }
 
-/// One run's references: distlock's scripts and rslock's commands.
+/// One run's references: distlock's scripts, rslock's commands (R) and the bare
+/// hash scripts.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RunReference {
     pub(crate) distlock: Reference,
     pub(crate) minimal: Reference,
+    pub(crate) bare: Reference,
 }
 
 impl RunReference {
@@ -117,6 +119,16 @@ impl RunReference {
         match protocol {
             Protocol::Distlock => &self.distlock,
             Protocol::Minimal => &self.minimal,
+            Protocol::BareHash => &self.bare,
+        }
+    }
+
+    /// The reference of `protocol`, to fill.
+    fn of_mut(&mut self, protocol: Protocol) -> &mut Reference {
+        match protocol {
+            Protocol::Distlock => &mut self.distlock,
+            Protocol::Minimal => &mut self.minimal,
+            Protocol::BareHash => &mut self.bare,
         }
     }
 }
@@ -183,8 +195,8 @@ pub(crate) fn run(
     let mut results = ThroughputResults::default();
     for run in 0..settings.runs {
         note(&format!(
-            "run {}: references (distlock's scripts, rslock's commands), 1: one task, \
-             2: {:?} tasks, on {:?}",
+            "run {}: references (distlock's scripts, rslock's commands, the bare hash \
+             scripts), 1: one task, 2: {:?} tasks, on {:?}",
             run + 1,
             settings.task_counts,
             settings.flavors
@@ -197,7 +209,7 @@ pub(crate) fn run(
         let pairs = settings.one_task_pairs;
         let raw = runtime::block_on(
             Flavor::CurrentThread,
-            scenarios::raw_pairs(&server.url(), pairs),
+            scenarios::raw_pairs(&server.url(), &run.to_string(), pairs),
         )?;
         results.raw.push(raw);
         measure_references(server, settings, run, Load::Pipelined, &mut reference)?;
@@ -211,7 +223,7 @@ pub(crate) fn run(
     Ok(results)
 }
 
-/// Both protocols' references at `load`, in the run's order.
+/// Every protocol's reference at `load`, in the run's order.
 fn measure_references(
     server: &RedisServer,
     settings: &ThroughputSettings,
@@ -219,7 +231,7 @@ fn measure_references(
     load: Load,
     into: &mut RunReference,
 ) -> Result<(), BoxError> {
-    let mut protocols = [Protocol::Distlock, Protocol::Minimal];
+    let mut protocols = Protocol::ALL;
     if run % 2 == 1 {
         protocols.reverse();
     }
@@ -233,10 +245,7 @@ fn measure_references(
             settings.reference,
             &tag,
         )?;
-        let target = match protocol {
-            Protocol::Distlock => &mut into.distlock,
-            Protocol::Minimal => &mut into.minimal,
-        };
+        let target = into.of_mut(protocol);
         match load {
             Load::C1 => target.c1 = rates,
             Load::Pipelined => target.pipelined = rates,

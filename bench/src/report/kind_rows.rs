@@ -280,11 +280,13 @@ pub(super) fn kinds_table(out: &mut String, settings: &Settings, results: &Resul
          Medians of {} runs (ranges in rows 8); each kind's reference is redis-benchmark running \
          that kind's scripts (`-c 1` for one task, `-P 16 -c 8` for {} tasks), measured right \
          before it; \"× plain\" is the kind's pairs/s over the plain lock's in the same run. \
-         Script runs are `EVALSHA` calls (an acquire, the release runs; several releases of \
-         one client go in one run under load): the plain lock's first acquisition is a plain \
-         `SET NX GET` besides, one per pair. CPU in µs per acquire+release pair.\n\n\
-         | Kind | Scripts | Tasks | pairs/s | reference pairs/s | ratio | × plain | script runs per pair | server CPU (`INFO cpu`) | client CPU |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+         Script runs are `EVALSHA` calls (a run of acquire.lua or release.lua carries one \
+         or several acquisitions or releases of one client, several under load; a run of \
+         acquire_all.lua one set). CPU in µs per acquire+release pair: the server's \
+         (`INFO cpu`) in the scenario, and in the reference run (redis-benchmark running the \
+         kind's scripts alone, one release per request), with the client's.\n\n\
+         | Kind | Scripts | Tasks | pairs/s | reference pairs/s | ratio | × plain | script runs per pair | server CPU (`INFO cpu`) | its scripts' server CPU (redis-benchmark) | client CPU |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         settings.kinds.runs, settings.kinds.tasks
     );
     let plain = k.of(Kind::Plain);
@@ -302,7 +304,7 @@ pub(super) fn kinds_table(out: &mut String, settings: &Settings, results: &Resul
             let vs_plain = against_plain(kind, plain, |r| sample_at(r, load).rate());
             let _ = writeln!(
                 out,
-                "| {} | {} | {tasks} | {} | {} ({}) | {} | {} | {:.2} | {:.1} | {:.1} |",
+                "| {} | {} | {tasks} | {} | {} ({}) | {} | {} | {:.2} | {:.1} | {:.1} | {:.1} |",
                 kind.kind,
                 kind.kind.scripts(),
                 rate(column(KindSample::rate)),
@@ -322,6 +324,13 @@ pub(super) fn kinds_table(out: &mut String, settings: &Settings, results: &Resul
                 },
                 column(KindSample::script_runs_per_pair),
                 column(KindSample::server_cpu_us),
+                median(
+                    &kind
+                        .runs
+                        .iter()
+                        .map(|r| r.reference.at(load).server_cpu_per_pair())
+                        .collect::<Vec<_>>()
+                ),
                 column(KindSample::client_cpu_us),
             );
         }
@@ -338,13 +347,15 @@ pub(super) fn kinds_details(out: &mut String, results: &Results) {
             .map(|r| {
                 let (c, p) = (&r.reference.c1, &r.reference.pipelined);
                 format!(
-                    "[{:.0}, {:.0}, {:.0}, {:.0}; {:.0} % / {:.0} %]",
+                    "[{:.0}, {:.0}, {:.0}, {:.0}; {:.0} % / {:.0} %; {:.1} + {:.1} µs]",
                     c.acquire,
                     c.release,
                     p.acquire,
                     p.release,
                     c.release_hits * 100.0,
-                    p.release_hits * 100.0
+                    p.release_hits * 100.0,
+                    p.server_acquire_us,
+                    p.server_release_us
                 )
             })
             .collect();
@@ -362,7 +373,8 @@ pub(super) fn kinds_details(out: &mut String, results: &Results) {
             out,
             "- Phase 8, {}, per run: its scripts' reference [acquire `-c 1`, release `-c 1`, \
              acquire pipelined, release pipelined] requests/s, with the share of releases that \
-             released a held lock (`-c 1` / pipelined): {}; one task {}; many tasks {}.",
+             released a held lock (`-c 1` / pipelined) and the server's CPU per acquire + per \
+             release request (pipelined): {}; one task {}; many tasks {}.",
             kind.kind,
             references.join(", "),
             rates(Load::C1),
