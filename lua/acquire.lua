@@ -103,7 +103,7 @@ end
 
 -- A plain lock: its holder alone is read.
 local function acquire_plain(lock, fence_key, freed, r)
-  local state = read_mine(lock, r.owner)
+  local state = read_mine(lock, r.owner, not r.reentry)
   if not state then
     return {-2}
   end

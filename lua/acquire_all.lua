@@ -59,7 +59,7 @@ end
 local states = {}
 for i = 1, names do
   local lock, fence_key, freed, owner, _, seq_text, floor_text, reentry = name(i)
-  local state = read_mine(lock, owner)
+  local state = read_mine(lock, owner, not reentry)
   if not state then
     return {-2, i}
   end

@@ -86,18 +86,29 @@ local function read_record(text)
   return tonumber(floor), done
 end
 
--- Reads the holder `owner` of the lock at `key` without reading the whole hash:
--- a table with `exists`, `kind`, `token` (the `#fence` field, 0 without one), and
+-- Reads the holder `owner` of the lock at `key` without reading the whole hash
+-- (`likely_free`: in one call when there is no key, two otherwise; else the other
+-- way round): a table with `exists`, `kind`, `token` (the `#fence` field, 0 without one), and
 -- `me` ({ count, floor, done, until }: nil when `owner` holds nothing, its `until`
 -- nil for a plain lock); nil when `key` holds what distlock did not write.
-local function read_mine(key, owner)
+local function read_mine(key, owner, likely_free)
+  if likely_free then
+    -- One call for a lock that is not there (a new acquisition, most often).
+    local size = redis.pcall('HLEN', key)
+    if type(size) ~= 'number' then
+      return nil
+    end
+    if size == 0 then
+      return { exists = false, token = 0 }
+    end
+  end
   local v = redis.pcall('HMGET', key, '#kind', '#layout', '#fence', owner, OP .. owner, UNTIL .. owner)
   if v['err'] then
     return nil
   end
   local kind, layout, fence, count, record, until_text = v[1], v[2], v[3], v[4], v[5], v[6]
   if not kind then
-    if redis.call('EXISTS', key) == 1 then
+    if likely_free or redis.call('EXISTS', key) == 1 then
       return nil
     end
     return { exists = false, token = 0 }
