@@ -28,12 +28,14 @@ fn traces(nodes: &[RedisServer], name: &str, foreign: &str) -> Vec<String> {
     nodes
         .iter()
         .flat_map(|node| {
-            // "<owner> <count> <fence> <floor> <done...>" (lua/lock.lua)
-            let value = node.cmd(&["GET", &key]).expect("GET");
-            let owner = value.split(' ').next().unwrap_or_default().to_owned();
-            // A tombstone ("- ...") is a free lock.
-            (value != "(nil)" && owner != "-" && owner != foreign)
-                .then(|| format!("{}: {owner}", node.port()))
+            // Each holder is a field of the lock's hash (distlock::layout); a free
+            // lock has none.
+            support::stored_at(node, &key)
+                .holders()
+                .keys()
+                .filter(|owner| owner.as_str() != foreign)
+                .map(|owner| format!("{}: {owner}", node.port()))
+                .collect::<Vec<_>>()
         })
         .collect()
 }
@@ -71,9 +73,9 @@ async fn every_mask_of_foreign_holds_grants_exactly_with_a_free_majority() {
         let key = support::lock_key(&name);
         for (index, node) in nodes.iter().enumerate() {
             if mask & (1 << index) != 0 {
-                let value = format!("{foreign} 1 0 0 1");
-                node.cmd(&["SET", &key, &value, "PX", "30000"])
-                    .expect("SET");
+                // Another owner holds it there (busy, not a foreign value).
+                let fields = support::plain_lock_fields(foreign, "1", "0 1");
+                support::write_hash(node, &key, fields, Some(30_000));
             }
         }
         let free = 5 - mask.count_ones();
@@ -325,9 +327,8 @@ async fn a_release_after_a_split_vote_still_wakes_the_next_waiter() {
     // Two other owners hold one node each: every attempt gets one grant of three,
     // gives it back, and tries again.
     for (node, owner) in [(&nodes[1], "x"), (&nodes[2], "y")] {
-        let value = format!("{owner} 1 0 0 1");
-        node.cmd(&["SET", &key, &value, "PX", "20000"])
-            .expect("SET");
+        let fields = support::plain_lock_fields(owner, "1", "0 1");
+        support::write_hash(node, &key, fields, Some(20_000));
     }
     let contend = |locks: LockClient| async move {
         let guard = locks.lock("split").wait(Duration::from_secs(15)).await?;

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use distlock::LockClient;
+use distlock::{layout, LockClient};
 use distlock_testkit::RedisServer;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
 use rustls::crypto::CryptoProvider;
@@ -456,18 +456,17 @@ async fn a_tls_cluster_is_verified_with_the_builders_root_ca() {
     );
 }
 
-/// The keys on `server` but the short-lived records of final releases (`:freed`,
-/// and a freed lock's tombstone `"- <owner> <floor> <done...>"`).
+/// The keys on `server` but the short-lived records of final releases
+/// (`<ns>:{name}:freed:<owner>`, see `distlock::layout`).
 fn held_keys(server: &RedisServer) -> Vec<String> {
+    // A side key of a lock that is not its fencing counter: a final release's record.
+    let release_record =
+        |key: &str| layout::is_side_key(key.as_bytes()) && !key.ends_with(layout::FENCE_SUFFIX);
     server
         .cmd(&["KEYS", "*"])
         .expect("KEYS")
         .lines()
-        .filter(|key| !key.is_empty() && !key.ends_with(":freed"))
-        .filter(|key| {
-            let value = server.cmd(&["GET", key]).unwrap_or_default();
-            !value.starts_with("- ")
-        })
+        .filter(|key| !key.is_empty() && !release_record(key))
         .map(str::to_owned)
         .collect()
 }

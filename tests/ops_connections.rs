@@ -75,6 +75,13 @@ async fn the_default_service_is_the_executable_s_name() {
         .ok()
         .and_then(|path| Some(path.file_stem()?.to_str()?.to_owned()))
         .expect("the test binary's name");
+    // Cargo names a test binary `<name>-<16 hex digits>`: the service is the name.
+    let stem = match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            name.to_owned()
+        }
+        _ => stem,
+    };
     assert_eq!(locks.service(), stem);
     assert_eq!(named(&server, &format!("distlock:{stem}")).len(), 2);
 }

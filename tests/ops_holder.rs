@@ -1,5 +1,5 @@
 //! Who holds a lock: the first acquisition writes its holder's service, host, pid,
-//! site and acquisition time (server clock) in the same command or script; inspect
+//! site and acquisition time (server clock) in the same script call; inspect
 //! reads it back, a waiter's timeout names it, and re-entries, renewals and
 //! hand-offs keep it right.
 #![cfg(feature = "macros")]
@@ -70,12 +70,13 @@ async fn a_plain_lock_shows_who_took_it_where_and_since_when() {
     let line = line!() + 1;
     let guard = locks.lock("holder:plain").await.expect("lock");
     let after = server_time(&server);
-    // The plain `SET NX` wrote it: its time is known from its lease until a
-    // script moves the expiry.
-    let raw = server
-        .cmd(&["GET", &support::lock_key("holder:plain")])
-        .expect("GET");
-    assert!(raw.contains("|?300 "), "the client's own write: {raw}");
+    // The acquisition script wrote it, with the holder, in the same call.
+    let stored = support::stored(&server, "holder:plain");
+    let owner = support::redis_holder(&server, "holder:plain").expect("a holder");
+    let first_who = stored
+        .who(&owner)
+        .unwrap_or_else(|| panic!("the acquisition wrote who holds it: {stored:?}"))
+        .to_owned();
 
     let holder = holder_of(&locks, "holder:plain").await;
     check_process(&holder);
@@ -95,10 +96,12 @@ async fn a_plain_lock_shows_who_took_it_where_and_since_when() {
         .expect("re-enter");
     assert_eq!(inner.hold_count(), 2);
     tokio::time::sleep(Duration::from_millis(450)).await;
-    let raw = server
-        .cmd(&["GET", &support::lock_key("holder:plain")])
-        .expect("GET");
-    assert!(!raw.contains("|?"), "a script turned it into a time: {raw}");
+    let stored = support::stored(&server, "holder:plain");
+    assert_eq!(
+        stored.who(&owner),
+        Some(first_who.as_str()),
+        "re-entry and renewals left what the acquisition wrote: {stored:?}"
+    );
     let later = holder_of(&locks, "holder:plain").await;
     assert!(
         close(later.acquired_at, holder.acquired_at, 2),
@@ -135,10 +138,12 @@ async fn a_fenced_lock_is_written_by_the_script_with_the_servers_time() {
         .function("billing::charge")
         .await
         .expect("lock");
-    let raw = server
-        .cmd(&["GET", &support::lock_key("holder:fenced")])
-        .expect("GET");
-    assert!(!raw.contains("|?"), "the script knows the time: {raw}");
+    let stored = support::stored(&server, "holder:fenced");
+    let owner = support::redis_holder(&server, "holder:fenced").expect("a holder");
+    assert!(
+        stored.who(&owner).is_some(),
+        "the script wrote who holds it: {stored:?}"
+    );
     let holder = holder_of(&locks, "holder:fenced").await;
     check_process(&holder);
     assert_eq!(holder.site, "billing::charge");

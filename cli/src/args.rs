@@ -106,8 +106,8 @@ pub(crate) enum Command {
         /// `\x`).
         #[arg(default_value = "*")]
         pattern: OsString,
-        /// Also list free locks (a plain lock's key is kept for a short while after
-        /// its release).
+        /// Also list free locks that Redis still has a trace of: a fencing counter,
+        /// or the record of a release of the last few seconds.
         #[arg(long)]
         all: bool,
         /// The COUNT hint of each SCAN call: keys looked at per round trip.

@@ -1,11 +1,16 @@
 //! Lock names and the Redis keys they live at, as `distlock-core` writes them: the
 //! lock `N` of namespace `ns` is the key `ns:{N}`, where `%`, `{` and `}` in `N` are
-//! written `%25`, `%7B` and `%7D`. The lock's other keys (`:fence`, `:freed`) and
-//! its channel (`:released`) follow the closing brace.
+//! written `%25`, `%7B` and `%7D`. The lock's side keys (its fencing counter
+//! `:fence`, the records of final releases `:freed:<owner>`) and its channel
+//! (`:released`) follow the closing brace; their suffixes are those of
+//! `distlock::layout`.
 //!
-//! `list` scans for `ns:{*`, keeps the keys that end at the closing brace, decodes
-//! their names and matches them against the operator's pattern here (Redis' glob
-//! rules), since an escaped name is not the name a pattern is written for.
+//! `list` scans for `ns:{*`, keeps the keys that end at the closing brace (and, for
+//! free locks, the side keys), decodes their names and matches them against the
+//! operator's pattern here (Redis' glob rules), since an escaped name is not the
+//! name a pattern is written for.
+
+use distlock::layout;
 
 /// The lock's key of `name` in `namespace`.
 pub(crate) fn lock_key(namespace: &str, name: &[u8]) -> Vec<u8> {
@@ -20,7 +25,7 @@ pub(crate) fn lock_key(namespace: &str, name: &[u8]) -> Vec<u8> {
 /// The release channel of `name` in `namespace`: `<namespace>:{<name>}:released`.
 pub(crate) fn channel(namespace: &str, name: &[u8]) -> Vec<u8> {
     let mut channel = lock_key(namespace, name);
-    channel.extend_from_slice(b":released");
+    channel.extend_from_slice(layout::CHANNEL_SUFFIX.as_bytes());
     channel
 }
 
@@ -37,18 +42,45 @@ fn escape_into(out: &mut Vec<u8>, name: &[u8]) {
 }
 
 /// The lock name of `key` when it is the main key of a lock of `namespace`; `None`
-/// for a lock's other keys (`...}:fence`, `...}:freed`) and for keys distlock does
-/// not write (another prefix, a `%` that is no escape of distlock's).
+/// for a lock's side keys (`...}:fence`, `...}:freed:<owner>`: see
+/// [`name_of_side_key`]) and for keys distlock does not write (another prefix, a
+/// `%` that is no escape of distlock's).
 pub(crate) fn name_of_key(namespace: &str, key: &[u8]) -> Option<Vec<u8>> {
+    let (escaped, tail) = split_key(namespace, key)?;
+    if !tail.is_empty() {
+        return None;
+    }
+    unescape(escaped)
+}
+
+/// The lock name of `key` when it is a side key of a lock of `namespace`
+/// ([`layout::is_side_key`]: its fencing counter, or the record of a final
+/// release); `None` for a lock's main key, its channel, and keys distlock does not
+/// write.
+pub(crate) fn name_of_side_key(namespace: &str, key: &[u8]) -> Option<Vec<u8>> {
+    if !layout::is_side_key(key) {
+        return None;
+    }
+    let (escaped, tail) = split_key(namespace, key)?;
+    // `is_side_key` read the tail after the last brace: it must be this one.
+    if tail.contains(&b'}') {
+        return None;
+    }
+    unescape(escaped)
+}
+
+/// The escaped name in `key` (between `<namespace>:{` and the first `}`, not
+/// empty) and what follows the brace.
+fn split_key<'a>(namespace: &str, key: &'a [u8]) -> Option<(&'a [u8], &'a [u8])> {
     let rest = key
         .strip_prefix(namespace.as_bytes())?
         .strip_prefix(b":{")?;
     // An escaped name holds no brace: the first one closes the tag.
     let close = rest.iter().position(|&byte| byte == b'}')?;
-    if close + 1 != rest.len() || close == 0 {
+    if close == 0 {
         return None;
     }
-    unescape(&rest[..close])
+    Some((&rest[..close], &rest[close + 1..]))
 }
 
 /// The name that `escaped` is the escaped form of.
@@ -223,10 +255,14 @@ mod tests {
             name_of_key("ns", b"ns:{100%25}").as_deref(),
             Some(&b"100%"[..])
         );
+        let side = |suffix: &str| format!("ns:{{a}}{suffix}").into_bytes();
+        let fence = side(layout::FENCE_SUFFIX);
+        let freed = side(&format!("{}c1:1", layout::FREED_SUFFIX));
+        let channel = side(layout::CHANNEL_SUFFIX);
         for other in [
-            &b"ns:{a}:fence"[..],
-            b"ns:{a}:freed",
-            b"ns:{a}:released",
+            &fence[..],
+            &freed,
+            &channel,
             b"other:{a}",
             b"ns:{}",
             b"ns:{a%41}",
@@ -235,6 +271,42 @@ mod tests {
             b"nsx:{a}",
         ] {
             assert_eq!(name_of_key("ns", other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn side_keys_give_their_lock_names_and_other_keys_none() {
+        let fence = [
+            &lock_key("ns", b"order:{42}")[..],
+            layout::FENCE_SUFFIX.as_bytes(),
+        ]
+        .concat();
+        let freed = [
+            &lock_key("ns", b"100%")[..],
+            layout::FREED_SUFFIX.as_bytes(),
+            b"3f0c:1",
+        ]
+        .concat();
+        assert_eq!(
+            name_of_side_key("ns", &fence).as_deref(),
+            Some(&b"order:{42}"[..])
+        );
+        assert_eq!(
+            name_of_side_key("ns", &freed).as_deref(),
+            Some(&b"100%"[..])
+        );
+        let channel = channel("ns", b"a");
+        for other in [
+            &b"ns:{a}"[..],
+            &channel,
+            b"ns:{a}:fenced",
+            b"ns:{a}:freed",
+            b"other:{a}:fence",
+            b"ns:{}:fence",
+            b"ns:{a%41}:fence",
+            b"ns:{a}}:fence",
+        ] {
+            assert_eq!(name_of_side_key("ns", other), None, "{other:?}");
         }
     }
 

@@ -186,7 +186,8 @@ async fn list_finds_the_locks_that_match_a_pattern() {
         .await
         .expect("a permit");
     let other = locks.lock("invoice:1").await.expect("invoice:1");
-    // Released: its key stays a while as a tombstone, a free lock.
+    // Released: its key is gone, and the record of its final release stays a
+    // while (`:freed:<owner>`), a free lock that `--all` lists.
     locks
         .lock("order:done")
         .await

@@ -183,33 +183,6 @@ pub fn leaks(server: &RedisServer) -> (Vec<String>, Vec<String>) {
     (keys, channels)
 }
 
-/// Makes `owner` hold the plain lock at Redis key `key` on `server`, `count` times,
-/// for `lease_ms`, as another distlock client would have taken it: a hash of
-/// `distlock::layout` (a holder that is busy to everyone else, not a foreign value).
-pub fn plant_holder(server: &RedisServer, key: &str, owner: &str, count: u64, lease_ms: u64) {
-    let count = count.to_string();
-    let record_field = format!("{}{owner}", layout::OP);
-    // The replay record "<floor> <done...>": floor 0, its first operation applied.
-    let record = "0 1";
-    server
-        .cmd(&[
-            "HSET",
-            key,
-            layout::KIND,
-            "lock",
-            layout::LAYOUT,
-            layout::LAYOUT_VERSION,
-            owner,
-            &count,
-            &record_field,
-            record,
-        ])
-        .expect("HSET a holder");
-    server
-        .cmd(&["PEXPIRE", key, &lease_ms.to_string()])
-        .expect("PEXPIRE");
-}
-
 /// The key where the record of `owner`'s final release of lock `name` (default
 /// namespace) is kept for a short while: `distlock:{name}:freed:<owner>`.
 pub fn freed_key(name: &str, owner: &str) -> String {

@@ -2,9 +2,11 @@
 //!
 //! The keys come from `SCAN ... MATCH <namespace>:{<literal prefix>* COUNT n` (never
 //! `KEYS`, which blocks the server), on the one server or on every master of a
-//! Redis Cluster in turn. Only a lock's main key (`<namespace>:{<name>}`) names a
-//! lock; its `:fence`, `:freed` and `:released` names are skipped. Each name is
-//! decoded, matched against the pattern, and inspected through the library.
+//! Redis Cluster in turn. A lock's main key (`<namespace>:{<name>}`) names a held
+//! lock; a free lock has no main key, so with `--all` its side keys
+//! (`distlock::layout::is_side_key`: the fencing counter `:fence`, the short-lived
+//! record of a final release `:freed:<owner>`) name it too. Each name is decoded,
+//! matched against the pattern, and inspected through the library.
 
 use std::collections::BTreeSet;
 
@@ -15,7 +17,7 @@ use crate::commands::{note, print, print_json, Context};
 use crate::connect::Node;
 use crate::error::{CliError, Exit};
 use crate::format::{printable, table, LockView, LIST_ALIGN, LIST_HEADER};
-use crate::names::{glob_match, name_of_key, scan_pattern};
+use crate::names::{glob_match, name_of_key, name_of_side_key, scan_pattern};
 
 /// What `list` was asked for.
 #[derive(Debug)]
@@ -67,7 +69,13 @@ pub(crate) async fn run(ctx: &Context, args: ListArgs<'_>) -> Result<Exit, CliEr
                     )
                 })?;
             for key in keys {
-                if let Some(name) = name_of_key(namespace, &key) {
+                // A held lock has its main key; a free one, at most its side keys.
+                let name = name_of_key(namespace, &key).or_else(|| {
+                    args.all
+                        .then(|| name_of_side_key(namespace, &key))
+                        .flatten()
+                });
+                if let Some(name) = name {
                     if glob_match(args.pattern, &name) {
                         names.insert(name);
                     }
@@ -84,9 +92,14 @@ pub(crate) async fn run(ctx: &Context, args: ListArgs<'_>) -> Result<Exit, CliEr
     for name in &names {
         let info = match client.inspect(name).await {
             Ok(info) => info,
-            // A key of another type at a lock's name, or a name the library refuses
-            // (one over its length limit): not a lock; say so and go on.
-            Err(err @ (LockError::KeyConflict { .. } | LockError::InvalidName { .. })) => {
+            // A key at a lock's name that distlock did not write, or a name the
+            // library refuses (one over its length limit): not a lock; say so and
+            // go on.
+            Err(
+                err @ (LockError::KeyConflict { .. }
+                | LockError::KindConflict { .. }
+                | LockError::InvalidName { .. }),
+            ) => {
                 note(&format!(
                     "distlock: skipped `{}`: {err}\n",
                     printable(&String::from_utf8_lossy(name))

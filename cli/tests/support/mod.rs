@@ -104,8 +104,9 @@ pub fn json_lines(output: &Output) -> Vec<Value> {
         .collect()
 }
 
-/// A lock client on `url`. Its response timeout of 5 s makes a released plain
-/// lock's tombstone last 20 s (four response timeouts), longer than any test.
+/// A lock client on `url`. Its response timeout of 5 s makes the record of a final
+/// release (`:freed:<owner>`) last 20 s (four response timeouts), longer than any
+/// test.
 pub async fn client(url: &str) -> LockClient {
     LockClient::builder()
         .url(url)
