@@ -53,7 +53,7 @@ COMMANDS:
                       rslock in turn, print a Markdown table of medians as ratios to
                       the references, and write it into BENCHMARKS.md. ARGS go to the
                       harness: `--quick` (a fast check of the harness, not a
-                      benchmark), `--runs N`, `--skip-cluster`. Takes about 10
+                      benchmark; it writes nothing), `--runs N`, `--skip-cluster`. Takes about 10
                       minutes (`--quick`: under one); the criterion micro-benchmarks
                       run with `cargo bench -p distlock-bench`.
     cluster           Start a local Redis Cluster (3 masters, 3 replicas) on free
@@ -320,15 +320,20 @@ fn reliability_suite() -> Result<()> {
 }
 
 /// `cargo xtask bench [ARGS...]`: the load generator in release, with the rslock peer;
-/// it starts and stops its own servers and writes BENCHMARKS.md.
+/// it starts and stops its own servers and writes BENCHMARKS.md (not with `--quick`,
+/// whose figures check the harness and are no benchmark).
 fn bench(extra: &[OsString]) -> Result<()> {
     let redis = ensure_redis()?;
     let mut harness = cargo(&redis);
     harness
         .args(["run", "--release", "--quiet", "-p", "distlock-bench"])
-        .args(["--features", "rslock", "--", "--write"])
-        .arg(workspace_root().join("BENCHMARKS.md"))
-        .args(extra);
+        .args(["--features", "rslock", "--"]);
+    if !extra.iter().any(|arg| arg == "--quick") {
+        harness
+            .arg("--write")
+            .arg(workspace_root().join("BENCHMARKS.md"));
+    }
+    harness.args(extra);
     run(harness)
 }
 
