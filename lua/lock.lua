@@ -230,6 +230,9 @@ local function record(h, floor, seq, seq_text)
   if seq <= floor then
     return nil
   end
+  if h.done == '' then
+    return string.format('%d %s', floor, seq_text)
+  end
   local kept = {}
   for n in string.gmatch(h.done, '%d+') do
     if tonumber(n) == seq then
@@ -255,10 +258,11 @@ end
 
 -- The replay record of a final release at `key` (`<ns>:{name}:freed:<owner>`):
 -- { floor, done }, or { floor = 0, done = '' } when there is none (or it is not one).
+local NO_RECORD = { floor = 0, done = '' }
 local function read_freed(key)
   local floor, done = read_record(redis.pcall('GET', key))
   if not floor then
-    return { floor = 0, done = '' }
+    return NO_RECORD
   end
   return { floor = floor, done = done }
 end
