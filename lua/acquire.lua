@@ -125,6 +125,10 @@ local function acquire_plain(lock, fence_key, freed, r)
     return {-1}
   end
   if state.exists then
+    -- Held by another owner: unless its fields are not distlock's.
+    if not read_all(lock, now_ms()) then
+      return {-2}
+    end
     return {0, redis.call('PTTL', lock)}
   end
   if r.fencing and not read_counter(fence_key) then

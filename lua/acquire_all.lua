@@ -78,6 +78,10 @@ for i = 1, names do
       return {-1, i}
     end
   elseif state.exists and not state.me then
+    -- Held by another owner: unless its fields are not distlock's.
+    if not read_all(lock, now_ms()) then
+      return {-2, i}
+    end
     return {0, i, redis.call('PTTL', lock)}
   end
   if not state.me then

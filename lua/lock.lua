@@ -67,6 +67,22 @@ local function now_ms()
   return clock
 end
 
+-- What `typed` answers for a key of another type.
+local WRONG_TYPE = {}
+
+-- The reply of a `redis.pcall` on a key, or WRONG_TYPE when the key holds another
+-- type (a conflict the caller answers); any other error (a missing permission, say)
+-- is raised as it is.
+local function typed(reply)
+  if type(reply) == 'table' and reply['err'] then
+    if string.find(reply['err'], 'WRONGTYPE', 1, true) then
+      return WRONG_TYPE
+    end
+    error(reply)
+  end
+  return reply
+end
+
 -- Whether `text` is a number distlock writes: digits, no leading zero, at most 18
 -- (so that it cannot overflow).
 local function is_number(text)
@@ -94,16 +110,16 @@ end
 local function read_mine(key, owner, likely_free)
   if likely_free then
     -- One call for a lock that is not there (a new acquisition, most often).
-    local size = redis.pcall('HLEN', key)
-    if type(size) ~= 'number' then
+    local size = typed(redis.pcall('HLEN', key))
+    if size == WRONG_TYPE then
       return nil
     end
     if size == 0 then
       return { exists = false, token = 0 }
     end
   end
-  local v = redis.pcall('HMGET', key, '#kind', '#layout', '#fence', owner, OP .. owner, UNTIL .. owner)
-  if v['err'] then
+  local v = typed(redis.pcall('HMGET', key, '#kind', '#layout', '#fence', owner, OP .. owner, UNTIL .. owner))
+  if v == WRONG_TYPE then
     return nil
   end
   local kind, layout, fence, count, record, until_text = v[1], v[2], v[3], v[4], v[5], v[6]
@@ -117,6 +133,9 @@ local function read_mine(key, owner, likely_free)
     return nil
   end
   local state = { exists = true, kind = kind, token = tonumber(fence or '0') }
+  if kind == 'lock' then
+    until_text = nil
+  end
   if count then
     local floor, done = read_record(record)
     if not is_number(count) or count == '0' or not floor
@@ -141,8 +160,8 @@ end
 -- `latest` (the latest end of what lives); nil when `key` holds what distlock did
 -- not write.
 local function read_all(key, now)
-  local flat = redis.pcall('HGETALL', key)
-  if flat['err'] then
+  local flat = typed(redis.pcall('HGETALL', key))
+  if flat == WRONG_TYPE then
     return nil
   end
   local state = free_state()
@@ -260,7 +279,7 @@ end
 -- { floor, done }, or { floor = 0, done = '' } when there is none (or it is not one).
 local NO_RECORD = { floor = 0, done = '' }
 local function read_freed(key)
-  local floor, done = read_record(redis.pcall('GET', key))
+  local floor, done = read_record(typed(redis.pcall('GET', key)))
   if not floor then
     return NO_RECORD
   end
@@ -270,7 +289,7 @@ end
 -- The fencing counter at `key`: 0 when there is none, nil when the key holds what
 -- distlock did not write (another type, or not a counter).
 local function read_counter(key)
-  local value = redis.pcall('GET', key)
+  local value = typed(redis.pcall('GET', key))
   if value == false then
     return 0
   end

@@ -12,7 +12,7 @@ use rand::Rng;
 use support::{eventually, redis_count as hold_count};
 use tokio::time::Instant;
 
-/// Whether `name` is held in Redis (not free, not a tombstone).
+/// Whether `name` is held in Redis: some owner has a hold count in its hash.
 fn held(server: &distlock_testkit::RedisServer, name: &str) -> bool {
     support::held(server, &support::lock_key(name))
 }
@@ -206,8 +206,7 @@ async fn a_set_re_enters_the_names_its_chain_holds() {
 async fn empty_and_oversized_sets_are_refused_and_duplicates_count_once() {
     let server = support::server();
     let locks = support::client(&server).await;
-    let before =
-        support::command_calls(&server, "evalsha") + support::command_calls(&server, "set");
+    let before = support::client_requests(&server);
 
     let none: [&str; 0] = [];
     let err = locks.lock_all(none).await.expect_err("no names");
@@ -224,7 +223,7 @@ async fn empty_and_oversized_sets_are_refused_and_duplicates_count_once() {
         .expect_err("an empty name");
     assert!(matches!(err, LockError::InvalidName { .. }), "{err:?}");
 
-    let after = support::command_calls(&server, "evalsha") + support::command_calls(&server, "set");
+    let after = support::client_requests(&server);
     assert_eq!(after, before, "nothing was sent");
     assert!(server.cmd(&["KEYS", "*"]).expect("KEYS").is_empty());
 
@@ -309,16 +308,27 @@ async fn sets_dropped_at_random_points_leave_no_name_held() {
     assert!(clean, "left held: {:?}", support::leaks(&server));
 }
 
-/// A key of one name holds something distlock did not write (another type, or a
-/// string of another form): the set is a `KeyConflict` naming it, and nothing is
-/// written, neither there nor at the other names.
+/// A key of one name holds something distlock did not write (another type, a hash
+/// without `#kind`, or a hash of another layout version): the set is a
+/// `KeyConflict` naming it, and nothing is written, neither there nor at the other
+/// names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_value_at_one_name_is_a_conflict_and_writes_nothing() {
     let server = support::server();
     let locks = support::client(&server).await;
+    let other_layout = [
+        "HSET",
+        distlock::layout::KIND,
+        "lock",
+        distlock::layout::LAYOUT,
+        "2",
+        "o",
+        "1",
+    ];
     for (value, kind) in [
         (&["SET", "not a lock"][..], "string"),
         (&["HSET", "f", "v"][..], "hash"),
+        (&other_layout[..], "another layout"),
     ] {
         let key = support::lock_key("foreign:b");
         let mut args = vec![value[0], key.as_str()];

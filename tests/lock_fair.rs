@@ -17,11 +17,11 @@ use distlock_testkit::{ChildProcess, History, RedisServer};
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-/// How long a dead waiter holds the others back at most (`lua/shared.lua`:
+/// How long a dead waiter holds the others back at most (`lua/lock.lua`:
 /// WAITER_MS after its last look, plus WAITER_LOOK_MS for the next one to look).
 const DEAD_WAITER_BOUND: Duration = Duration::from_millis(4_000);
 
-/// How often a waiter looks at most (`lua/shared.lua`: WAITER_LOOK_MS).
+/// How often a waiter looks at most (`lua/lock.lua`: WAITER_LOOK_MS).
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// The waiters that keep a place in the queue of `name`.
@@ -362,7 +362,8 @@ async fn a_release_wakes_the_next_waiter_only() {
 }
 
 /// `try_fair_lock` does not pass waiters: a free lock with a queue is busy to it.
-/// Fencing tokens grow; a plain lock at the name is a conflict.
+/// Fencing tokens grow; a plain lock at the name is a kind conflict (also a key
+/// conflict).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_does_not_pass_the_queue_and_kinds_do_not_mix() {
     let server = support::server();
@@ -375,7 +376,11 @@ async fn a_try_does_not_pass_the_queue_and_kinds_do_not_mix() {
     assert_eq!(queue_length(&locks, name).await, 0, "a try kept a place");
     let conflict = other.lock(name).await;
     assert!(
-        matches!(conflict, Err(LockError::KeyConflict { .. })),
+        matches!(
+            &conflict,
+            Err(err @ LockError::KindConflict { name: held, held_as: "a fair lock", asked: "a lock", .. })
+                if held == name && err.is_key_conflict()
+        ),
         "{conflict:?}"
     );
     let info = other.inspect(name).await.expect("inspect");

@@ -47,18 +47,16 @@ fn request(locks: &LockClient, kind: Kind, write: bool) -> LockRequest {
     }
 }
 
-/// The live holders and kept places in the hash of `NAME` (records of final
-/// releases, which expire, are left out).
+/// The holders and kept places in the hash of `NAME` (records of final releases,
+/// which expire, are kept apart from it, at `:freed:<owner>`).
 fn left_in_redis(server: &RedisServer) -> Vec<String> {
-    let text = server
-        .cmd(&["HGETALL", &support::lock_key(NAME)])
-        .expect("HGETALL");
-    let lines: Vec<&str> = text.lines().collect();
-    lines
-        .chunks(2)
-        .filter(|pair| pair.len() == 2 && !pair[0].starts_with('#') && !pair[1].starts_with("- "))
-        .map(|pair| format!("{} = {}", pair[0], pair[1]))
-        .collect()
+    let lock = support::stored(server, NAME);
+    let holders = lock
+        .holders()
+        .iter()
+        .map(|(owner, count)| format!("{owner} = {count}"));
+    let places = lock.waiters().map(|owner| format!("{owner} waits"));
+    holders.chain(places).collect()
 }
 
 /// Who is inside now, and what broke the kind's rule.

@@ -20,9 +20,9 @@ use rand::{Rng, SeedableRng};
 use support::{eventually, lock_key as key, redis_count as hold_count};
 use tokio::time::Instant;
 
-/// The owner id that holds `name` now (`None`: free, or a tombstone).
+/// The owner id that holds `name` now (`None`: free).
 fn holder(server: &RedisServer, name: &str) -> Option<String> {
-    support::redis_holder(server, name).filter(|owner| owner != "-")
+    support::redis_holder(server, name)
 }
 
 /// Waits until `waiters` tasks of one client wait for `name`: its channel is
@@ -226,7 +226,7 @@ async fn a_grant_nobody_takes_is_given_back(leaves: Leaves) {
     assert!(
         freed_within(&server, &name, Duration::from_secs(2)).await,
         "{leaves:?}: the grant nobody took is still held: {:?}",
-        server.cmd(&["GET", &key(&name)])
+        support::stored(&server, &name)
     );
     let clean = eventually(Duration::from_secs(2), || {
         support::leaks(&server) == (Vec::new(), Vec::new())
@@ -439,6 +439,6 @@ async fn hand_offs_under_late_replies_and_cancellation_keep_one_holder_and_leave
         clean,
         "seed {seed}: left behind: {:?}, lock {:?}",
         support::leaks(&server),
-        server.cmd(&["GET", &key(NAME)])
+        support::stored(&server, NAME)
     );
 }

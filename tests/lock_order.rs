@@ -42,14 +42,14 @@ async fn strict_mode_refuses_the_inversion_with_both_call_sites() {
     nested(&locks, "order:1", "inventory:2")
         .await
         .expect("order, then inventory");
-    let calls = support::command_calls(&server, "evalsha") + support::command_calls(&server, "set");
+    let calls = support::command_calls(&server, "evalsha");
+    let requests = support::client_requests(&server);
     let outer = locks.lock("inventory:3").await.expect("inventory");
-    let sent_for_outer =
-        support::command_calls(&server, "evalsha") + support::command_calls(&server, "set") - calls;
-    let before =
-        support::command_calls(&server, "evalsha") + support::command_calls(&server, "set");
+    let sent_for_outer = support::client_requests(&server) - requests;
+    let scripts_for_outer = support::command_calls(&server, "evalsha") - calls;
+    let before = support::client_requests(&server);
     let refused = outer.scope(locks.lock("order:4").into_future()).await;
-    let after = support::command_calls(&server, "evalsha") + support::command_calls(&server, "set");
+    let after = support::client_requests(&server);
     match &refused {
         Err(LockError::LockOrderInversion {
             holding,
@@ -73,7 +73,9 @@ async fn strict_mode_refuses_the_inversion_with_both_call_sites() {
         "{message}"
     );
     assert_eq!(after, before, "the refused request was sent");
-    assert!(sent_for_outer > 0);
+    // A first acquisition is one run of acquire.lua (no plain `SET` any more).
+    assert_eq!(sent_for_outer, 1, "the outer lock: one request");
+    assert_eq!(scripts_for_outer, 1, "the outer lock: one EVALSHA");
     assert!(!support::held(&server, &support::lock_key("order:4")));
     outer.unlock().await.expect("unlock");
 }

@@ -9,45 +9,42 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock::layout::StoredLock;
 use distlock::{HoldMode, LockClient, LockError, LockKind};
 use distlock_testkit::{Direction, RedisServer};
 use rand::Rng;
 use redis::AsyncCommands;
 use tokio::time::Instant;
 
-/// The hash of a read-write lock `name`, as `field value` lines.
-fn hash(server: &RedisServer, name: &str) -> String {
-    server
-        .cmd(&["HGETALL", &support::lock_key(name)])
-        .expect("HGETALL")
+/// The read-write lock `name` as Redis stores it.
+fn hash(server: &RedisServer, name: &str) -> StoredLock {
+    support::stored(server, name)
 }
 
-/// The hold counts in Redis of the live holders of `name`, by mode letter
-/// (`r 2`: a reader held twice), sorted; places kept by writers (`~`) and records
-/// of final releases (`-`) are left out.
+/// The hold counts in Redis of the live holders of `name`, by mode (`r 2`: a
+/// reader held twice, `w 1`: the writer, named by `#writer`), sorted; places kept
+/// by waiting writers are left out, and a final release leaves nothing in the hash.
 fn holds(server: &RedisServer, name: &str) -> Vec<String> {
-    let text = hash(server, name);
-    let lines: Vec<&str> = text.lines().collect();
-    let mut holds: Vec<String> = lines
-        .chunks(2)
-        .filter(|pair| pair.len() == 2 && !pair[0].starts_with(['#', '~']))
-        .filter_map(|pair| {
-            let mut words = pair[1].split(' ');
-            let mode = words.next()?;
-            (mode != "-").then(|| format!("{mode} {}", words.next().unwrap_or("?")))
+    let lock = hash(server, name);
+    let mut holds: Vec<String> = lock
+        .holders()
+        .iter()
+        .map(|(owner, count)| {
+            let mode = if lock.writer() == Some(owner.as_str()) {
+                "w"
+            } else {
+                "r"
+            };
+            format!("{mode} {count}")
         })
         .collect();
     holds.sort();
     holds
 }
 
-/// Whether a writer keeps its place at `name`.
+/// How many writers keep their place at `name`.
 fn places_kept(server: &RedisServer, name: &str) -> usize {
-    hash(server, name)
-        .lines()
-        .step_by(2)
-        .filter(|field| field.starts_with('~'))
-        .count()
+    hash(server, name).waiters().count()
 }
 
 /// What is inside the critical sections now, across every task of the test.
@@ -303,46 +300,64 @@ async fn re_entries_of_read_and_write_holds_count_in_redis() {
 }
 
 /// A read-write lock is a kind of its own: at a plain lock's name, and a plain lock
-/// or a semaphore at a read-write lock's name, the request is a key conflict and
-/// Redis is left as it was.
+/// or a semaphore at a read-write lock's name, the request is a kind conflict
+/// (also a key conflict) naming both kinds, and Redis is left as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_of_another_kind_is_a_conflict_and_nothing_is_written() {
     let server = support::server();
     let locks = support::client(&server).await;
     let plain = locks.lock("kind:plain").await.expect("lock");
-    let before = server
-        .cmd(&["GET", &support::lock_key("kind:plain")])
-        .expect("GET");
-    for result in [
-        locks.read_lock("kind:plain").await,
-        locks.write_lock("kind:plain").await,
-        locks.semaphore("kind:plain", 2).acquire().await,
+    let before = hash(&server, "kind:plain");
+    for (result, wanted) in [
+        (locks.read_lock("kind:plain").await, "a read lock"),
+        (locks.write_lock("kind:plain").await, "a write lock"),
+        (
+            locks.semaphore("kind:plain", 2).acquire().await,
+            "a semaphore",
+        ),
     ] {
+        let err = result.expect_err("a conflict");
+        assert!(err.is_key_conflict(), "{err:?}");
         assert!(
-            matches!(result, Err(LockError::KeyConflict { .. })),
-            "{result:?}"
+            matches!(
+                &err,
+                LockError::KindConflict { name, held_as: "a lock", asked, .. }
+                    if name == "kind:plain" && *asked == wanted
+            ),
+            "{err:?}"
         );
     }
-    let after = server
-        .cmd(&["GET", &support::lock_key("kind:plain")])
-        .expect("GET");
-    assert_eq!(after, before);
+    assert_eq!(hash(&server, "kind:plain"), before, "Redis changed");
     plain.unlock().await.expect("unlock");
 
     let reading = locks.read_lock("kind:rw").await.expect("read");
     let before = hash(&server, "kind:rw");
-    for result in [
-        locks.lock("kind:rw").await,
-        locks.semaphore("kind:rw", 2).acquire().await,
+    for (result, wanted) in [
+        (locks.lock("kind:rw").await, "a lock"),
+        (locks.semaphore("kind:rw", 2).acquire().await, "a semaphore"),
     ] {
+        let err = result.expect_err("a conflict");
+        assert!(err.is_key_conflict(), "{err:?}");
         assert!(
-            matches!(result, Err(LockError::KeyConflict { .. })),
-            "{result:?}"
+            matches!(
+                &err,
+                LockError::KindConflict { name, held_as: "a read-write lock", asked, .. }
+                    if name == "kind:rw" && *asked == wanted
+            ),
+            "{err:?}"
         );
     }
     let all = locks.lock_all(["kind:rw", "kind:other"]).await;
-    assert!(matches!(all, Err(LockError::KeyConflict { .. })), "{all:?}");
+    assert!(
+        matches!(
+            &all,
+            Err(LockError::KindConflict { name, held_as: "a read-write lock", .. })
+                if name == "kind:rw"
+        ),
+        "{all:?}"
+    );
     assert_eq!(hash(&server, "kind:rw"), before, "Redis changed");
+    assert!(!support::exists(&server, &support::lock_key("kind:other")));
     reading.unlock().await.expect("unlock");
 }
 
@@ -529,7 +544,7 @@ async fn dropping_requests_and_guards_at_random_leaves_nothing_behind() {
         holds(&server, "rw:chaos").is_empty() && places_kept(&server, "rw:chaos") == 0
     })
     .await;
-    assert!(clean, "left behind: {}", hash(&server, "rw:chaos"));
+    assert!(clean, "left behind: {:?}", hash(&server, "rw:chaos"));
 }
 
 use rand::SeedableRng;

@@ -2,11 +2,15 @@
 //! floor or a fencing token that is not an integer, a replay record that is not a
 //! list of numbers), and a server out of memory.
 //!
-//! Self-contained: every helper lives in this file.
+//! Its helpers live in this file, but for reading and writing a lock's hash
+//! (`support::stored`, `support::write_hash`: the layout of `lua/lock.lua`).
+
+mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use distlock::layout;
 use distlock::{LockClient, LockError};
 use distlock_testkit::RedisServer;
 
@@ -67,25 +71,25 @@ fn lock_key(name: &str) -> String {
     format!("distlock:{{{name}}}")
 }
 
-/// The words of held lock `name`'s value: owner, count, fence, floor, done...
-fn words_of(server: &RedisServer, name: &str) -> Vec<String> {
-    let value = server.cmd(&["GET", &lock_key(name)]).expect("GET");
-    assert_ne!(value, "(nil)", "lock {name} is not held");
-    value.split(' ').map(str::to_owned).collect()
-}
-
 /// The hold count of the one owner of lock `name`, as Redis stores it.
 fn redis_count(server: &RedisServer, name: &str) -> u64 {
-    words_of(server, name)[1].parse().expect("an integer count")
+    let lock = support::stored(server, name);
+    assert_eq!(lock.holders().len(), 1, "lock {name}: {lock:?}");
+    lock.total()
 }
 
 /// Replaces the hold count of held lock `name` with `abc`, keeping its expiry.
 fn spoil_count(server: &RedisServer, name: &str) {
-    let mut words = words_of(server, name);
-    words[1] = "abc".to_owned();
+    let lock = support::stored(server, name);
+    let owner = lock.holders().keys().next().expect("lock is held");
     server
-        .cmd(&["SET", &lock_key(name), &words.join(" "), "KEEPTTL"])
-        .expect("SET");
+        .cmd(&["HSET", &lock_key(name), owner, "abc"])
+        .expect("HSET");
+}
+
+/// The key of the record of `owner`'s final release of lock `name`.
+fn freed_key(name: &str, owner: &str) -> String {
+    support::freed_key(name, owner)
 }
 
 /// One of the scripts of `lua/`, as the client sends it (`acquire.lua` under the
@@ -100,12 +104,8 @@ fn script(name: &str) -> redis::Script {
         "inspect" => ("#!lua flags=no-writes", include_str!("../lua/inspect.lua")),
         other => panic!("no script {other}"),
     };
-    // How every script reads a lock; the ones that meet read-write locks and
-    // semaphores read those with `shared.lua` too.
-    let mut prelude = include_str!("../lua/lock.lua").to_owned();
-    if !name.starts_with("acquire") && name != "reenter" {
-        prelude.push_str(include_str!("../lua/shared.lua"));
-    }
+    // The layout, and how every script reads a lock.
+    let prelude = include_str!("../lua/lock.lua");
     redis::Script::new(&format!("{first_line}\n{prelude}{body}"))
 }
 
@@ -120,7 +120,9 @@ async fn run_acquire(
     run_acquire_fenced(conn, name, owner, attempt, reentry, false).await
 }
 
-/// Runs `acquire.lua` for lock `name`, asking for a fencing token when `fencing`.
+/// Runs `acquire.lua` for plain lock `name`, one acquisition alone (no call chain's
+/// writer, a `try`: plain locks keep no place, and nothing said of the holder),
+/// asking for a fencing token when `fencing`.
 async fn run_acquire_fenced(
     conn: &mut Conn,
     name: &str,
@@ -132,15 +134,24 @@ async fn run_acquire_fenced(
     script(if reentry { "reenter" } else { "acquire" })
         .key(lock_key(name))
         .key(format!("{}:fence", lock_key(name)))
-        .key(format!("{}:freed", lock_key(name)))
+        .key(freed_key(name, owner))
         .arg(owner)
         .arg(10_000)
         .arg(u8::from(fencing))
         .arg(attempt)
         .arg(0)
         .arg(u8::from(reentry))
-        .invoke_async(conn)
+        .arg("x")
+        .arg("")
+        .arg(0)
+        .arg("")
+        .invoke_async::<Vec<Vec<i64>>>(conn)
         .await
+        .map(|replies| {
+            let [reply] =
+                <[Vec<i64>; 1]>::try_from(replies).expect("one answer for one acquisition");
+            reply
+        })
 }
 
 /// Runs `release.lua` for lock `name`, with no successor.
@@ -168,7 +179,7 @@ async fn run_release_to(
     invocation
         .key(lock_key(name))
         .key(format!("{}:released", lock_key(name)))
-        .key(format!("{}:freed", lock_key(name)));
+        .key(freed_key(name, owner));
     if successor.ends_with(" 1") {
         invocation.key(format!("{}:fence", lock_key(name)));
     }
@@ -212,8 +223,26 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
     let mut conn = conn(&server).await;
     let name = "edge:successor";
     let lock = lock_key(name);
+    // The lock held once by `owner`, with `record`, and fencing token `fence`.
+    let held_by = |owner: &str, record: &str, fence: Option<u64>| {
+        let stored = support::stored(&server, name);
+        assert_eq!(stored.kind(), Some("lock"), "{stored:?}");
+        assert_eq!(stored.holders().len(), 1, "one holder: {stored:?}");
+        assert_eq!(stored.count(owner), 1, "{owner} holds it once: {stored:?}");
+        assert_eq!(stored.record(owner), Some(record), "{stored:?}");
+        assert_eq!(stored.fencing_token(), fence, "{stored:?}");
+    };
+    // Freed by the final release of `owner`: no lock, and the record of that
+    // release for its retry.
+    let freed_by = |owner: &str| {
+        assert!(!support::exists(&server, &lock), "the lock is still there");
+        assert!(
+            support::exists(&server, &freed_key(name, owner)),
+            "no record of {owner}'s final release"
+        );
+    };
 
-    write_lock(&server, name, "a 2 0 0 1");
+    write_lock(&server, name, "a", "2", "0 1");
     let first = listener(&server, name).await;
     assert_eq!(
         run_release_to(&mut conn, name, "a", 2, "b 5000 1 0 0").await,
@@ -225,7 +254,7 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
         Ok(vec![2, 0]),
         "handed over"
     );
-    assert_eq!(server.cmd(&["GET", &lock]).expect("GET"), "b 1 0 0 1");
+    held_by("b", "0 1", None);
     let pttl: i64 = server
         .cmd(&["PTTL", &lock])
         .expect("PTTL")
@@ -236,8 +265,8 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
         "the successor's lease: {pttl}"
     );
     assert_eq!(
-        server.cmd(&["GET", &format!("{lock}:freed")]).expect("GET"),
-        "a 0 1 2 3",
+        server.cmd(&["GET", &freed_key(name, "a")]).expect("GET"),
+        "0 1 2 3",
         "the releaser's record, for its retry"
     );
     assert_eq!(
@@ -245,7 +274,7 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
         Ok(vec![2, 0]),
         "the retry finds the successor holding the lock"
     );
-    assert_eq!(server.cmd(&["GET", &lock]).expect("GET"), "b 1 0 0 1");
+    held_by("b", "0 1", None);
 
     // With fencing: the next token.
     server
@@ -255,7 +284,7 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
         run_release_to(&mut conn, name, "b", 2, "c 5000 1 0 1").await,
         Ok(vec![2, 42])
     );
-    assert_eq!(server.cmd(&["GET", &lock]).expect("GET"), "c 1 42 0 1");
+    held_by("c", "0 1", Some(42));
 
     // Two listeners: another client waits too; freed and published.
     let second = listener(&server, name).await;
@@ -263,14 +292,11 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
         run_release_to(&mut conn, name, "c", 2, "d 5000 1 0 0").await,
         Ok(vec![1, 0])
     );
-    assert!(server
-        .cmd(&["GET", &lock])
-        .expect("GET")
-        .starts_with("- c "));
+    freed_by("c");
     drop((first, second));
 
     // Nobody listens (the waiter's client is not subscribed): as without one.
-    write_lock(&server, name, "e 1 0 0 1");
+    write_lock(&server, name, "e", "1", "0 1");
     let channel = format!("{lock}:released");
     for _ in 0..100 {
         let numsub = server.cmd(&["PUBSUB", "NUMSUB", &channel]).expect("NUMSUB");
@@ -283,22 +309,16 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
         run_release_to(&mut conn, name, "e", 2, "f 5000 1 0 0").await,
         Ok(vec![1, 0])
     );
-    assert!(server
-        .cmd(&["GET", &lock])
-        .expect("GET")
-        .starts_with("- e "));
+    freed_by("e");
 
     // A successor that cannot be parsed is none.
     let _listening = listener(&server, name).await;
-    write_lock(&server, name, "g 1 0 0 1");
+    write_lock(&server, name, "g", "1", "0 1");
     assert_eq!(
         run_release_to(&mut conn, name, "g", 2, "h lots 1 0 0").await,
         Ok(vec![1, 0])
     );
-    assert!(server
-        .cmd(&["GET", &lock])
-        .expect("GET")
-        .starts_with("- g "));
+    freed_by("g");
 }
 
 /// Runs `renew.lua` for lock `name` with a lease of 60 s.
@@ -311,28 +331,53 @@ async fn run_renew(conn: &mut Conn, name: &str, owner: &str) -> redis::RedisResu
         .await
 }
 
-/// Writes lock `name` as `value` (`"<owner> <count> <fence> <floor> <done...>"`,
-/// lua/lock.lua), with a 10 s expiry.
-fn write_lock(server: &RedisServer, name: &str, value: &str) {
-    server
-        .cmd(&["SET", &lock_key(name), value, "PX", "10000"])
-        .expect("SET");
+/// Writes plain lock `name` held `count` times by `owner` with replay record
+/// `record` (`"<floor> <done...>"`, lua/lock.lua), with a 10 s expiry.
+fn write_lock(server: &RedisServer, name: &str, owner: &str, count: &str, record: &str) {
+    let fields = support::plain_lock_fields(owner, count, record);
+    support::write_hash(server, &lock_key(name), fields, Some(10_000));
 }
 
 /// Numbers that are not integers as distlock writes one.
 const NOT_INTEGERS: [&str; 6] = ["abc", "1.5", " 1", "007", "", "1e3"];
 
-/// Lock values held by owner `o` with `count` holds (fence 0, floor 7), each with
-/// one word spoiled by `value`: the count, the floor, the fencing token, the replay
-/// record; and a tombstone of `o` whose floor is spoiled.
-fn spoiled(value: &str, count: &str) -> [(&'static str, String); 5] {
+/// Locks held by owner `o` with `count` holds (floor 7), each with one number
+/// spoiled by `value`: the count, the floor of its replay record, the fencing
+/// token, the replay record's done list; and a read-write lock of `o` whose own
+/// lease end (`#until:o`) is spoiled.
+fn spoiled(value: &str, count: &str) -> [(&'static str, Vec<(String, String)>); 5] {
+    let with = |owner_count: &str, record: &str, extra: &[(&str, &str)]| {
+        let mut fields = support::plain_lock_fields("o", owner_count, record);
+        for (field, value) in extra {
+            if *field == layout::KIND {
+                fields[0].1 = (*value).to_owned();
+            } else {
+                fields.push(((*field).to_owned(), (*value).to_owned()));
+            }
+        }
+        fields
+    };
+    let until = format!("{}o", layout::UNTIL);
     [
-        ("count", format!("o {value} 0 7")),
-        ("floor", format!("o {count} 0 {value}")),
-        ("fence", format!("o {count} {value} 7")),
-        ("done", format!("o {count} 0 7 8 {value}x")),
-        ("tombstone", format!("- o {value}x 7")),
+        ("count", with(value, "7", &[])),
+        ("floor", with(count, value, &[])),
+        ("fence", with(count, "7", &[(layout::FENCE, value)])),
+        ("done", with(count, &format!("7 8 {value}x"), &[])),
+        (
+            "until",
+            with(count, "7", &[(layout::KIND, "rw"), (&until, value)]),
+        ),
     ]
+}
+
+/// Writes `fields` at lock `name`, with a 10 s expiry.
+fn write_fields(server: &RedisServer, name: &str, fields: &[(String, String)]) {
+    support::write_hash(
+        server,
+        &lock_key(name),
+        fields.iter().cloned(),
+        Some(10_000),
+    );
 }
 
 fn is_conflict(err: &LockError) -> bool {
@@ -362,7 +407,7 @@ async fn acquire_answers_a_conflict_for_every_non_integer_field_and_writes_nothi
     let mut conn = conn(&server).await;
     for value in NOT_INTEGERS {
         for (field, lock) in spoiled(value, "1") {
-            write_lock(&server, "edge", &lock);
+            write_fields(&server, "edge", &lock);
             let before = dump_all(&mut conn).await;
             // A replay (attempt 7 applied), a re-entry, an ordinary acquire by its
             // owner and one by another owner.
@@ -390,9 +435,8 @@ async fn a_new_owner_of_a_lock_with_a_non_integer_count_gets_a_key_conflict() {
     let locks = client(&server, Duration::from_secs(30)).await;
     let mut conn = conn(&server).await;
     // Without a TTL, as a foreign writer would leave it.
-    server
-        .cmd(&["SET", &lock_key("foreign"), "someone abc 0 0"])
-        .expect("SET");
+    let fields = support::plain_lock_fields("someone", "abc", "0");
+    support::write_hash(&server, &lock_key("foreign"), fields, None);
     let before = dump_all(&mut conn).await;
     let result = locks.lock("foreign").wait(Duration::from_millis(300)).await;
     let err = result.expect_err("a lock distlock did not write");
@@ -409,7 +453,7 @@ async fn release_answers_a_conflict_for_every_non_integer_field_and_writes_nothi
         // field spoiled in turn, with both counts.
         for count in ["1", "2"] {
             for (field, lock) in spoiled(value, count) {
-                write_lock(&server, "edge", &lock);
+                write_fields(&server, "edge", &lock);
                 let before = dump_all(&mut conn).await;
                 for attempt in [7, 8] {
                     let reply = run_release(&mut conn, "edge", "o", attempt).await;
@@ -444,7 +488,7 @@ async fn renew_does_not_renew_a_non_integer_field() {
     let mut conn = conn(&server).await;
     for value in NOT_INTEGERS {
         for (field, lock) in spoiled(value, "1") {
-            write_lock(&server, "edge", &lock);
+            write_fields(&server, "edge", &lock);
             let reply = run_renew(&mut conn, "edge", "o").await;
             assert_eq!(reply.ok(), Some(0), "{field} = {value:?}");
             let pttl: i64 = server
@@ -482,7 +526,7 @@ async fn inspect_reads_a_non_integer_field_as_a_conflict() {
     let mut conn = conn(&server).await;
     for value in NOT_INTEGERS {
         for (field, lock) in spoiled(value, "1") {
-            write_lock(&server, "edge", &lock);
+            write_fields(&server, "edge", &lock);
             let reply: redis::RedisResult<Vec<i64>> = script("inspect")
                 .key(lock_key("edge"))
                 .key(format!("{}:fence", lock_key("edge")))
@@ -620,7 +664,7 @@ async fn under_oom_a_new_lock_is_refused_with_the_oom_error_and_creates_nothing(
 async fn under_oom_the_acquire_script_writes_only_on_a_reentry() {
     let server = noeviction_server();
     let mut conn = conn(&server).await;
-    write_lock(&server, "held", "o 1 0 7");
+    write_lock(&server, "held", "o", "1", "7");
     out_of_memory(&server);
     let before = dump_all(&mut conn).await;
     // Another owner's new acquisition: refused; a replay: its answer again; neither
@@ -656,10 +700,9 @@ async fn the_acquire_answers_that_create_nothing_leave_every_expiry_alone() {
     let server = server();
     let mut conn = conn(&server).await;
     // A lock with a lease, and one without (as a foreign writer would leave it).
-    write_lock(&server, "leased", "o 1 0 7");
-    server
-        .cmd(&["SET", &lock_key("forever"), "o 1 0 7"])
-        .expect("SET");
+    write_lock(&server, "leased", "o", "1", "7");
+    let fields = support::plain_lock_fields("o", "1", "7");
+    support::write_hash(&server, &lock_key("forever"), fields, None);
     server.cmd(&["SET", &lock_key("string"), "x"]).expect("SET");
     let before = dump_all(&mut conn).await;
     for (what, name, owner, attempt, reentry, expected) in [
@@ -696,7 +739,7 @@ async fn a_replica_refuses_every_acquire_with_readonly() {
         .args(["--replicaof", "127.0.0.1", port.as_str()])
         .start()
         .expect("start the replica");
-    write_lock(&master, "held", "o 1 0 7");
+    write_lock(&master, "held", "o", "1", "7");
     let mut synced = false;
     for _ in 0..500 {
         if replica.cmd(&["EXISTS", &lock_key("held")]).ok().as_deref() == Some("1") {
@@ -720,34 +763,26 @@ async fn a_replica_refuses_every_acquire_with_readonly() {
     }
 }
 
-// The plain first acquisition: the client writes a new lock itself with
-// `SET <lock> "<owner> 1 0 <floor> <seq>" NX GET PX <lease>` (lua/lock.lua), and the
-// scripts read that value as the one acquire.lua writes.
+// The first acquisition: the client no longer writes a new lock itself (no plain
+// `SET NX`): every acquisition runs acquire.lua, which keeps the replay record of
+// the owner's operations, so that a repeat of the first acquisition takes nothing,
+// and the record of the final release, at `:freed:<owner>`, outlives the lock for
+// the release's retry, whoever takes the lock next.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_scripts_read_the_plain_first_acquisition_as_their_own() {
+async fn the_scripts_replay_a_first_acquisition_and_its_final_release() {
     let server = server();
     let mut conn = conn(&server).await;
-    // Owner o's operation 3 (floor 2), as the client sends it.
-    let set = |name: &str| {
-        server
-            .cmd(&[
-                "SET",
-                &lock_key(name),
-                "o 1 0 2 3",
-                "NX",
-                "GET",
-                "PX",
-                "10000",
-            ])
-            .expect("SET")
-    };
-    assert_eq!(set("plain"), "(nil)", "a free lock is taken");
-    assert_eq!(set("plain"), "o 1 0 2 3", "a repeat takes nothing");
+    // Owner o's operation 3 (floor 0), as the client sends it.
+    let first = run_acquire(&mut conn, "plain", "o", 3, false).await;
+    assert_eq!(first.as_deref().ok(), Some(&[1, 1, 0][..]), "{first:?}");
+    let stored = support::stored(&server, "plain");
+    assert_eq!(stored.count("o"), 1, "a free lock is taken: {stored:?}");
+    assert_eq!(stored.record("o"), Some("0 3"), "{stored:?}");
     // A replay of operation 3 through the script is an answer, not a second hold.
     let replay = run_acquire(&mut conn, "plain", "o", 3, false).await;
     assert_eq!(replay.as_deref().ok(), Some(&[1, 1, 0][..]), "{replay:?}");
-    assert_eq!(redis_count(&server, "plain"), 1);
+    assert_eq!(redis_count(&server, "plain"), 1, "a repeat takes nothing");
     // Another owner finds it held; the owner re-enters with operation 4.
     let busy = run_acquire(&mut conn, "plain", "p", 1, false).await;
     assert_eq!(busy.as_deref().ok().map(|r| r[0]), Some(0), "{busy:?}");
@@ -762,20 +797,21 @@ async fn the_scripts_read_the_plain_first_acquisition_as_their_own() {
             "{attempt}: {reply:?}"
         );
     }
-    // Free, as a tombstone with the record of that release: the client's plain SET
-    // does not take it (the script does), and the retry still knows it applied
-    // after another owner took the lock and the record moved to `:freed`.
-    let tombstone = server.cmd(&["GET", &lock_key("plain")]).expect("GET");
-    assert_eq!(tombstone, "- o 2 3 4 5 6", "the tombstone");
-    assert_eq!(
-        set("plain"),
-        tombstone,
-        "a plain SET leaves a tombstone alone"
+    // Free: no lock, and the record of that release at `:freed:o`. A stray copy of
+    // the first acquisition takes nothing; another owner takes the lock, and the
+    // retry of the release still knows it applied.
+    assert!(!support::exists(&server, &lock_key("plain")), "not freed");
+    let freed = freed_key("plain", "o");
+    assert_eq!(server.cmd(&["GET", &freed]).expect("GET"), "0 3 4 5 6");
+    let stray = run_acquire(&mut conn, "plain", "o", 3, false).await;
+    assert_eq!(stray.as_deref().ok(), Some(&[1, 1, 0][..]), "{stray:?}");
+    assert!(
+        !support::exists(&server, &lock_key("plain")),
+        "a stray copy of the first acquisition took the lock"
     );
     let taken = run_acquire(&mut conn, "plain", "p", 1, false).await;
     assert_eq!(taken.as_deref().ok(), Some(&[1, 1, 0][..]), "{taken:?}");
-    let freed = format!("{}:freed", lock_key("plain"));
-    assert_eq!(server.cmd(&["GET", &freed]).expect("GET"), "o 2 3 4 5 6");
+    assert_eq!(server.cmd(&["GET", &freed]).expect("GET"), "0 3 4 5 6");
     let ttl: i64 = server
         .cmd(&["PTTL", &freed])
         .expect("PTTL")
@@ -790,4 +826,8 @@ async fn the_scripts_read_the_plain_first_acquisition_as_their_own() {
     let stray = run_release(&mut conn, "plain", "o", 7).await;
     assert_eq!(stray.as_deref().ok(), Some(&[-1][..]), "{stray:?}");
     assert_eq!(redis_count(&server, "plain"), 1, "p holds it, untouched");
+    assert_eq!(
+        support::redis_holder(&server, "plain").as_deref(),
+        Some("p")
+    );
 }

@@ -18,15 +18,11 @@ use tokio::time::Instant;
 
 /// The live permit holders of semaphore `name` in Redis: their hold counts, sorted.
 fn permits_held(server: &RedisServer, name: &str) -> Vec<u64> {
-    let text = server
-        .cmd(&["HGETALL", &support::lock_key(name)])
-        .expect("HGETALL");
-    let lines: Vec<&str> = text.lines().collect();
-    let mut counts: Vec<u64> = lines
-        .chunks(2)
-        .filter(|pair| pair.len() == 2 && pair[1].starts_with("p "))
-        .filter_map(|pair| pair[1].split(' ').nth(1)?.parse().ok())
-        .collect();
+    let lock = support::stored(server, name);
+    if !lock.holders().is_empty() {
+        assert_eq!(lock.kind(), Some("semaphore"), "{name}: {lock:?}");
+    }
+    let mut counts: Vec<u64> = lock.holders().values().copied().collect();
     counts.sort_unstable();
     counts
 }
@@ -286,9 +282,8 @@ async fn bad_input_is_refused_and_changes_nothing() {
         .acquire()
         .await
         .expect("permit");
-    let before = server
-        .cmd(&["HGETALL", &support::lock_key("sem:bad")])
-        .expect("HGETALL");
+    let before = support::stored(&server, "sem:bad");
+    assert_eq!(before.permits(), Some(2));
     let other = support::client(&server).await;
     let mismatch = other.semaphore("sem:bad", 5).acquire().await;
     match &mismatch {
@@ -297,9 +292,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
         }
         other => panic!("expected a permit mismatch, got {other:?}"),
     }
-    let after = server
-        .cmd(&["HGETALL", &support::lock_key("sem:bad")])
-        .expect("HGETALL");
+    let after = support::stored(&server, "sem:bad");
     assert_eq!(after, before, "Redis changed");
     permit.unlock().await.expect("unlock");
     let five = other

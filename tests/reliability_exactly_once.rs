@@ -38,7 +38,7 @@ async fn plain_client(url: &str) -> LockClient {
         .expect("connect")
 }
 
-/// Whether the lock of `name` is held (not free, not a tombstone).
+/// Whether the lock of `name` is held: some owner has a hold count in its hash.
 fn exists(server: &RedisServer, name: &str) -> bool {
     support::held(server, &key(name))
 }
@@ -305,8 +305,8 @@ async fn a_final_release_whose_first_reply_is_late_is_ok_when_it_applied() {
 
 /// The first try applies and frees the lock; its reply is late, and a waiter of
 /// another client takes the lock before the retry arrives. The retry still finds
-/// the record of its release (the tombstone it left moved to `:freed` when the
-/// waiter took the lock), and `unlock()` says `Ok`.
+/// the record of its release (kept at `:freed:<owner>`, apart from the lock the
+/// waiter took), and `unlock()` says `Ok`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_final_release_retried_after_a_waiter_took_the_lock_is_ok() {
     const NAME: &str = "final:handed";

@@ -194,8 +194,8 @@ async fn zero_lease(server: &RedisServer) -> (bool, Report) {
                 history.record(section);
             }
             Ok(Err(err)) if err.is_invalid_input() => {}
-            // The bad lease reached Redis, which refused it in its own words (`SET`
-            // takes no `PX 0`): not the typed error that the check gives.
+            // The bad lease reached Redis, which refused it in its own words: not
+            // the typed error that the check gives.
             Ok(Err(err)) => {
                 assert!(err.is_redis(), "{err}");
                 refused = false;
@@ -223,9 +223,10 @@ async fn an_unvalidated_lease_is_caught_by_the_bad_input_check() {
         "fault_lease_not_validated",
         &[("seeded_faults", 1), ("caught", u64::from(!refused))],
     );
-    // Observed: the zero lease is sent, and Redis refuses `SET ... PX 0` with its
-    // own error (with a lock hash, the lock vanished at once, every reply counted as
-    // late, and the acquire retried until the 2 s bound).
+    // Observed: the zero lease is sent; the lock's hash (lua/lock.lua) vanishes at
+    // once (`PEXPIRE ... 0`), every reply counts as late, and the acquire retries
+    // until the 2 s bound (when the first acquisition was a plain `SET ... PX 0`,
+    // Redis refused it with its own error).
     assert!(
         !refused,
         "the bad-input check missed a zero lease (history: {report})"

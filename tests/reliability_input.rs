@@ -325,13 +325,15 @@ async fn foreign_and_corrupted_keys_give_typed_errors_and_stay_untouched() {
     )
     .await;
 
-    // Corrupted lock values without a TTL. A count that is not an integer is not a
-    // lock distlock wrote: a conflict (it used to look held, and the wait ran out
-    // for a lock nobody held); nor is a count below 1. A well-formed value of
-    // another owner looks held.
-    server
-        .cmd(&["SET", "distlock:{abc}", "someone abc 0 0"])
-        .expect("SET");
+    // Corrupted locks (hashes of the layout, lua/lock.lua) without a TTL. A count
+    // that is not an integer is not a lock distlock wrote: a conflict (it used to
+    // look held, and the wait ran out for a lock nobody held); nor is a count below
+    // 1. A well-formed lock of another owner looks held.
+    let corrupted = |name: &str, count: &str| {
+        let fields = support::plain_lock_fields("someone", count, "0");
+        support::write_hash(&server, &support::lock_key(name), fields, None);
+    };
+    corrupted("abc", "abc");
     refused(
         &mut conn,
         "lock a corrupted value (abc)",
@@ -339,9 +341,7 @@ async fn foreign_and_corrupted_keys_give_typed_errors_and_stay_untouched() {
         conflict,
     )
     .await;
-    server
-        .cmd(&["SET", "distlock:{minus}", "someone -1 0 0"])
-        .expect("SET");
+    corrupted("minus", "-1");
     refused(
         &mut conn,
         "lock a corrupted value (minus)",
@@ -349,9 +349,7 @@ async fn foreign_and_corrupted_keys_give_typed_errors_and_stay_untouched() {
         conflict,
     )
     .await;
-    server
-        .cmd(&["SET", "distlock:{foreign}", "someone 1 0 0"])
-        .expect("SET");
+    corrupted("foreign", "1");
     refused(
         &mut conn,
         "lock a value of another owner with no lease",
@@ -370,9 +368,8 @@ async fn inspecting_a_corrupted_lock_gives_a_typed_error() {
     let server = support::server();
     let locks = client(&server).await;
     let mut conn = conn(&server).await;
-    server
-        .cmd(&["SET", "distlock:{abc}", "someone abc 0 0"])
-        .expect("SET");
+    let fields = support::plain_lock_fields("someone", "abc", "0");
+    support::write_hash(&server, &support::lock_key("abc"), fields, None);
     refused(
         &mut conn,
         "inspect a corrupted lock",

@@ -11,12 +11,11 @@ use distlock::{LockClient, LockError};
 use distlock_testkit::RedisServer;
 use support::LOCK_USER_ACL;
 
-/// A script as the client sends it: its first line, how every script reads a lock
-/// (`lock.lua`, then `shared.lua` for read-write locks and semaphores), its text.
+/// A script as the client sends it: its first line, the layout and how every
+/// script reads a lock (`lock.lua`), its text.
 fn script(body: &str) -> redis::Script {
     let lock = include_str!("../lua/lock.lua");
-    let shared = include_str!("../lua/shared.lua");
-    redis::Script::new(&format!("#!lua flags=allow-oom\n{lock}{shared}{body}"))
+    redis::Script::new(&format!("#!lua flags=allow-oom\n{lock}{body}"))
 }
 
 fn release_script() -> redis::Script {
@@ -41,6 +40,26 @@ async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
         .query_async(conn)
         .await
         .expect("PTTL")
+}
+
+/// The UUID a client id stands for: its 128 bits in 22 characters of
+/// `[0-9A-Za-z-_]`, six bits each, the lowest first (the client's own encoding,
+/// which keeps holder field names short); `None` when `id` is not one.
+fn client_uuid(id: &str) -> Option<uuid::Uuid> {
+    const DIGITS: &[u8; 64] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_";
+    if id.len() != 22 {
+        return None;
+    }
+    let mut bits: u128 = 0;
+    for (i, byte) in id.bytes().enumerate() {
+        let digit = DIGITS.iter().position(|d| *d == byte)? as u128;
+        // The last character carries the two highest bits only.
+        if i == 21 && digit > 3 {
+            return None;
+        }
+        bits |= digit << (6 * i);
+    }
+    Some(uuid::Uuid::from_u128(bits))
 }
 
 #[test]
@@ -71,15 +90,13 @@ async fn owner_ids_seen_in_redis_are_unguessable_and_distinct() {
             .expect("connect");
         for n in 0..50 {
             let guard = locks.lock(format!("owner:{c}:{n}")).await.expect("lock");
-            let value: String = redis::cmd("GET")
-                .arg(format!("distlock:{{owner:{c}:{n}}}"))
-                .query_async(&mut redis)
-                .await
-                .expect("GET");
-            // "<owner> <count> <fence> <floor> <done...>" (lua/lock.lua)
-            let owner = value.split(' ').next().expect("an owner").to_owned();
-            let (uuid, counter) = owner.split_once(':').expect("<uuid>:<counter>");
-            let uuid = uuid::Uuid::parse_str(uuid).expect("a UUID");
+            let key = format!("distlock:{{owner:{c}:{n}}}");
+            let stored = support::stored_over(&mut redis, &key).await;
+            // The one holder's field is its owner id (lua/lock.lua).
+            assert_eq!(stored.holders().len(), 1, "{stored:?}");
+            let owner = stored.holders().keys().next().expect("an owner").clone();
+            let (client, counter) = owner.split_once(':').expect("<client id>:<counter>");
+            let uuid = client_uuid(client).unwrap_or_else(|| panic!("a client id: {owner}"));
             assert_eq!(uuid.get_version_num(), 4, "{owner}");
             assert!(counter.parse::<u64>().is_ok(), "{owner}");
             client_ids.insert(uuid);
@@ -111,7 +128,7 @@ async fn a_foreign_owner_can_neither_release_nor_renew() {
     let released: Vec<Vec<i64>> = release_script()
         .key(key)
         .key("distlock:{guarded}:released")
-        .key("distlock:{guarded}:freed")
+        .key(support::freed_key("guarded", &foreign))
         .arg("PUBLISH")
         .arg(2_000)
         .arg(&foreign)

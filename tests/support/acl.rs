@@ -18,25 +18,33 @@ pub const LOCK_USER_ACL: &[&str] = &[
     "+unsubscribe",
     // Sent by the client: every connection is named after the service.
     "+client|setname",
-    // Sent by the client (a first acquisition without fencing) and called by the
-    // scripts.
+    // Called by the scripts (`set` writes the record of a final release,
+    // `:freed:<owner>`; the client no longer sends it for a first acquisition, but
+    // the deadlock walk does for its wait-for records).
     "+set",
-    // Called by the scripts.
     "+get",
     "+incr",
     "+pexpire",
     "+pttl",
     "+del",
     "+publish",
+    // Called by the scripts: every kind of lock is one hash (lua/lock.lua), whose
+    // holder a script reads alone (`hlen` first for a new acquisition, `hmget`,
+    // `exists`) and whose count it raises and lowers (`hincrby`).
+    "+hlen",
+    "+hmget",
+    "+hincrby",
+    "+exists",
     // Called by the release script before it hands a lock to a waiter of the
     // releasing client (no other client may listen for the release).
     "+pubsub|numsub",
-    // Read-write locks, semaphores and fair locks (hashes, leases on the server's
-    // clock): called by the scripts.
+    // Every kind of lock (hashes; read-write locks, semaphores and fair locks with
+    // leases on the server's clock): called by the scripts.
     "+hgetall",
     "+hset",
     "+hdel",
     "+time",
-    // Sent by the deadlock walk, which reads the type of each lock it passes.
+    // As README's ACL section lists it: the deadlock walk read the type of each
+    // lock it passed (it now reads every lock's hash with `hgetall`, above).
     "+type",
 ];
