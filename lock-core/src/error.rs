@@ -362,10 +362,13 @@ pub enum LockError {
 impl From<redis::RedisError> for LockError {
     fn from(err: redis::RedisError) -> Self {
         let text = err.to_string();
-        // Redis 7.0 reports a PUBLISH refused inside a script without the NOPERM code,
-        // and redis-rs reports a refused SELECT at connect under a message of its own.
-        let refused_without_code =
-            text.contains("can't publish to the channel") || text.contains("no permissions to run");
+        // Redis 7.0 reports a command, a key or a PUBLISH refused inside a script
+        // without the NOPERM code, and redis-rs reports a refused SELECT at connect
+        // under a message of its own.
+        let refused_without_code = text.contains("can't publish to the channel")
+            || text.contains("can't run this command")
+            || text.contains("can't access at least one of the keys")
+            || text.contains("no permissions to run");
         if err.code() == Some("NOPERM") || refused_without_code {
             return Self::PermissionDenied {
                 detail: err.to_string(),

@@ -19,8 +19,8 @@ pub const LOCK_USER_ACL: &[&str] = &[
     // Sent by the client: every connection is named after the service.
     "+client|setname",
     // Called by the scripts (`set` writes the record of a final release,
-    // `:freed:<owner>`; the client no longer sends it for a first acquisition, but
-    // the deadlock walk does for its wait-for records).
+    // `:freed:<owner>`); the deadlock walk also gets, sets and deletes its
+    // wait-for records.
     "+set",
     "+get",
     "+incr",
@@ -39,12 +39,10 @@ pub const LOCK_USER_ACL: &[&str] = &[
     // releasing client (no other client may listen for the release).
     "+pubsub|numsub",
     // Every kind of lock (hashes; read-write locks, semaphores and fair locks with
-    // leases on the server's clock): called by the scripts.
+    // leases on the server's clock): called by the scripts; the deadlock walk reads
+    // each lock it passes with `hgetall`.
     "+hgetall",
     "+hset",
     "+hdel",
     "+time",
-    // As README's ACL section lists it: the deadlock walk read the type of each
-    // lock it passed (it now reads every lock's hash with `hgetall`, above).
-    "+type",
 ];

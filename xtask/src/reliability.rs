@@ -357,7 +357,7 @@ each scenario prints. `cargo xtask test` runs the same tests (the seeded faults 
 | security | 10⁶ UUID v4 draws; owner ids read back with `HKEYS` | no duplicate; one random UUID per client |
 | security | `release.lua` / `renew.lua` run with a foreign owner | nothing changes |
 | security | `requirepass`; an ACL user with the minimal ACL | no or wrong password: refused; the minimal ACL runs every operation |
-| security | no channel permission; no script permission | the release fails and changes nothing; connect fails with `PermissionDenied` |
+| security | no channel permission; no script permission; a command the scripts call refused | the release fails and changes nothing; connect fails with `PermissionDenied`; the acquisition fails with `PermissionDenied`, not a conflict, and writes nothing |
 | security | `rediss://` to a TLS redis-server, certificates made at test time (rcgen) | verified with the right CA (`SSL_CERT_FILE`); a wrong CA is a typed error (`LockError::Connect`, `is_redis()`) |
 
 ## The minimal ACL of a lock user
@@ -367,19 +367,18 @@ another namespace):
 
 ```text
 ACL SETUSER locker on >PASSWORD resetkeys ~distlock:* resetchannels &distlock:* -@all
-    +hello +ping +script|load +evalsha +config|get +subscribe +unsubscribe
+    +hello +ping +script|load +evalsha +config|get +subscribe +unsubscribe +client|setname
+    +hlen +hmget +hgetall +hset +hdel +hincrby +exists +time
     +set +get +incr +pexpire +pttl +del +publish +pubsub|numsub
-    +hgetall +hset +hdel +time +type
 ```
 
-The first line of commands is what the client sends, with `set` (a first
-acquisition without fencing is one `SET NX GET PX`; `config|get` only reads
+The first line of commands is what the client sends (`config|get` only reads
 `maxmemory-policy` for the eviction warning; on Redis 7.2+ add `+client|setinfo`
-to avoid a refused, ignored `CLIENT SETINFO`); the second is what the scripts call,
-which Redis checks against the same ACL; the third is what read-write locks,
-semaphores and fair locks need (hashes, and leases on the server's clock), with
-`type`, which the deadlock walk reads (it also gets, sets and deletes the wait-for
-records `<namespace>:{<owner>}:waits`); it can be left out where neither is used.
+to avoid a refused, ignored `CLIENT SETINFO`); the other two are what the scripts
+call, which Redis checks against the same ACL: every kind of lock is one hash, and
+`set` writes the record of a final release (`<namespace>:{name}:freed:<owner>`).
+The deadlock walk reads locks with `hgetall` and gets, sets and deletes its
+wait-for records `<namespace>:{<owner>}:waits`.
 `the_minimal_acl_is_enough_for_every_operation` in `tests/reliability_security.rs`
 runs lock, wait, re-entry, fencing, read-write locks, a semaphore, inspect and
 force-unlock as that user and asserts that `ACL LOG` stays empty.
