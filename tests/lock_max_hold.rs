@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::future::IntoFuture;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -402,4 +403,65 @@ async fn the_macros_max_hold_with_on_lost_abort_cancels_the_body() {
         .await,
         "free in Redis once the lease ran out"
     );
+}
+
+/// Observed on main: with `default_lease` 3 s and `max_hold` 1 s, a holder that keeps
+/// its outer guard and re-enters every 200 ms kept the key until 5.8 s (each
+/// re-entry pushed the expiry a lease ahead). A re-entry or a partial release may
+/// not move the expiry past `max_hold` + one lease: the next holder gets the lock
+/// by then, and the key's expiry never goes beyond it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_entries_do_not_keep_the_lock_past_max_hold_and_a_lease() {
+    const LEASE: Duration = Duration::from_millis(900);
+    const MAX_HOLD: Duration = Duration::from_millis(300);
+    let server = support::server();
+    let locks = support::client_with_lease(&server, LEASE).await;
+    let other = support::client(&server).await;
+    let mut conn = support::conn(&server.url()).await;
+    let outer = locks
+        .lock("capped:reentered")
+        .max_hold(MAX_HOLD)
+        .await
+        .expect("lock");
+    let taken = Instant::now();
+    let bound = taken + MAX_HOLD + LEASE;
+    let next = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let guard = other
+                .lock("capped:reentered")
+                .wait(Duration::from_secs(5))
+                .await?;
+            let got = Instant::now();
+            guard.unlock().await?;
+            Ok::<_, LockError>(got)
+        }
+    });
+    // Re-enter (and give back, a partial release) every 60 ms until the hold is lost.
+    let mut rounds = 0;
+    while !outer.is_lost() && taken.elapsed() < Duration::from_secs(4) {
+        if let Ok(inner) = outer
+            .scope(locks.lock("capped:reentered").into_future())
+            .await
+        {
+            let _ = inner.unlock().await;
+        }
+        rounds += 1;
+        if let Some((_, expires)) = expiry(&mut conn, "capped:reentered").await {
+            assert!(
+                expires <= bound + SLACK,
+                "round {rounds}: the key expires {:?} after max_hold + a lease",
+                expires - bound
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let got = next.await.expect("task").expect("the next holder's lock");
+    assert!(rounds > 10, "only {rounds} re-entries");
+    assert!(
+        got <= bound + SLACK,
+        "the next holder got it {:?} after max_hold + a lease",
+        got - bound
+    );
+    drop(outer);
 }

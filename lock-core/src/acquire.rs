@@ -999,12 +999,12 @@ async fn reenter(
     if hold.is_lost() {
         return Err(hold.lost_error());
     }
+    let sent = Instant::now();
     let lease = if mode.watchdog {
-        hold.state().lease
+        hold.state().extension(sent)
     } else {
         mode.lease
     };
-    let sent = Instant::now();
     check_reentry_lease(&hold, mode, sent)?;
     let attempt = Attempt {
         inner,

@@ -10,6 +10,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::error::{LockError, LostReason};
 use crate::keys::LockKeys;
+use crate::lease::MIN_LEASE;
 use crate::origin::Origin;
 use crate::owner::Owner;
 
@@ -65,6 +66,20 @@ impl HoldState {
             && self
                 .renew_until
                 .is_some_and(|until| self.next_renew >= until)
+    }
+
+    /// The lease a re-entry or a partial release at `now` may ask for (the scripts
+    /// only ever move an expiry later): the hold's lease, cut so that the lock never
+    /// outlasts `max_hold` by more than one lease, as a hold the watchdog stopped
+    /// renewing does. Past that point, the shortest lease, which moves nothing.
+    pub(crate) fn extension(&self, now: Instant) -> Duration {
+        match self.renew_until {
+            Some(until) => (until + self.lease)
+                .saturating_duration_since(now)
+                .min(self.lease)
+                .max(MIN_LEASE),
+            None => self.lease,
+        }
     }
 
     /// Why a hold whose lease ran out is lost.
@@ -456,5 +471,33 @@ impl fmt::Debug for HeldLock {
             .field("fencing_token", &self.fencing_token())
             .field("lost", &self.is_lost())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_extension_never_reaches_past_max_hold_and_a_lease() {
+        let now = Instant::now();
+        let lease = Duration::from_secs(3);
+        let state = |renew_until| HoldState {
+            guards: 1,
+            deadline: now + lease,
+            watchdog: true,
+            lease,
+            next_renew: now + lease / 3,
+            renew_until,
+        };
+        assert_eq!(state(None).extension(now + lease * 10), lease);
+        let capped = state(Some(now + Duration::from_secs(1)));
+        assert_eq!(capped.extension(now), lease, "well before max_hold");
+        assert_eq!(
+            capped.extension(now + Duration::from_millis(2_500)),
+            Duration::from_millis(1_500),
+            "to max_hold + one lease, no further"
+        );
+        assert_eq!(capped.extension(now + Duration::from_secs(9)), MIN_LEASE);
     }
 }

@@ -131,7 +131,7 @@ pub(crate) async fn give_back_node(
 
 /// Gives back one hold of a guard's `hold`.
 async fn release_hold(inner: Arc<Inner>, hold: Arc<Hold>) -> Result<ReleaseReply, LockError> {
-    let lease_ms = hold.state().lease.as_millis() as u64;
+    let lease_ms = hold.state().extension(Instant::now()).as_millis() as u64;
     round_trip(&inner, &hold.keys, &hold.owner, lease_ms).await
 }
 
