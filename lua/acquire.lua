@@ -57,6 +57,8 @@
 --                           the number asked; untouched
 --   {-5, kind}              the name is held (or waited for) as another kind of
 --                           lock: kind 0 plain, 1 read-write, 2 semaphore, 3 fair
+--   {-6, error}             a command it called was refused (see lock.lua,
+--                           `answer`); the others of the run are not affected
 --
 -- A plain lock has one holder. A read hold enters unless a writer holds the lock,
 -- or one waits (a downgrade enters beside its own writer). The write hold is taken
@@ -321,9 +323,9 @@ for i = 1, #KEYS / 3 do
   local r = request(10 * (i - 1) + 1)
   local lock, fence_key, freed = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   if r.kind == 'lock' then
-    answers[i] = acquire_plain(lock, fence_key, freed, r)
+    answers[i] = answer(acquire_plain, lock, fence_key, freed, r)
   else
-    answers[i] = acquire_shared(lock, fence_key, freed, r)
+    answers[i] = answer(acquire_shared, lock, fence_key, freed, r)
   end
 end
 return answers

@@ -83,6 +83,21 @@ local function typed(reply)
   return reply
 end
 
+-- Runs `step(...)`, one request of a script run that answers several: its answer,
+-- or, when a command it called was refused (a missing ACL permission, say), `{-6,
+-- <the error>}` for it alone, so that the requests before and after it in the run
+-- are answered for what they did. Each step makes its checks before its writes.
+local function answer(step, ...)
+  local ok, reply = pcall(step, ...)
+  if ok then
+    return reply
+  end
+  if type(reply) == 'table' and reply['err'] then
+    return {-6, reply['err']}
+  end
+  return {-6, tostring(reply)}
+end
+
 -- Whether `text` is a number distlock writes: digits, no leading zero, at most 18
 -- (so that it cannot overflow).
 local function is_number(text)

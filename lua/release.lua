@@ -49,9 +49,12 @@
 --                   applied (its lease ended, or it was force-unlocked or lost)
 --   {-2}            the lock holds what distlock did not write (see lock.lua);
 --                   left untouched
+--   {-6, error}     a command it called was refused (a PUBLISH without channel
+--                   permission, say), before it wrote anything; the other
+--                   releases of the run are not affected (see lock.lua, `answer`)
 --
 -- The message is published before the writes, so a user without channel
--- permission changes nothing.
+-- permission changes nothing (and gets {-6, error}).
 
 local publish, remember = ARGV[1], ARGV[2]
 local numsub = 'NUMSUB'
@@ -198,7 +201,7 @@ for a = 3, #ARGV, 5 do
       fence = KEYS[k + 4]
     end
   end
-  answers[#answers + 1] = release(
+  answers[#answers + 1] = answer(release,
     KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], fence,
     ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], successor
   )

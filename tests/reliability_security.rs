@@ -371,3 +371,72 @@ async fn a_command_refused_inside_a_script_is_permission_denied_not_a_conflict()
     assert!(!err.is_key_conflict(), "{err:?}");
     assert_eq!(server.cmd(&["DBSIZE"]).expect("DBSIZE"), "0");
 }
+
+/// Issue 24 (5a): a batched run of `release.lua` in which one release is refused
+/// midway (its `PUBLISH`, on a channel the user may not use) after earlier releases
+/// of the run were applied. Each release is answered for what it did: the applied
+/// ones `Ok`, the refused one `PermissionDenied`, its lock still held and unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_midway_through_a_batch_leaves_the_others_answered() {
+    const LOCKS: usize = 24;
+    let server = support::server();
+    // Every channel but those of the `bad:` locks.
+    let mut rules = acl_without(|rule| rule == "&distlock:*");
+    rules.push("&distlock:{ok:*");
+    let url = set_user(&server, "halfchannels", &rules);
+    let locks = LockClient::builder()
+        .url(url)
+        .connect()
+        .await
+        .expect("connect");
+    let names: Vec<String> = (0..LOCKS)
+        .map(|i| {
+            if i % 6 == 3 {
+                format!("bad:{i}")
+            } else {
+                format!("ok:{i}")
+            }
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(locks.lock(name.as_str()).await.expect("lock"));
+    }
+    let before = support::command_calls(&server, "evalsha");
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(LOCKS));
+    let tasks: Vec<_> = guards
+        .into_iter()
+        .map(|guard| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                guard.unlock().await
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.expect("join"));
+    }
+    let runs = support::command_calls(&server, "evalsha") - before;
+    assert!(
+        runs < LOCKS as u64,
+        "{LOCKS} releases at one moment took {runs} script runs: not batched"
+    );
+    for (name, result) in names.iter().zip(&results) {
+        if name.starts_with("ok:") {
+            assert!(result.is_ok(), "{name}: applied, yet {result:?}");
+            assert_eq!(support::redis_count(&server, name), 0, "{name}");
+        } else {
+            assert!(
+                matches!(result, Err(err) if err.is_permission_denied()),
+                "{name}: {result:?}"
+            );
+            assert_eq!(
+                support::redis_count(&server, name),
+                1,
+                "{name} is still held"
+            );
+        }
+    }
+}

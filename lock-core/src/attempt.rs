@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::backend::{redlock, Conn};
-use crate::batch::{Acquisition, Request};
+use crate::batch::{answer_of, Acquisition, Request};
 use crate::detach::{replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, LockError};
 use crate::inner::Inner;
@@ -170,8 +170,11 @@ impl Invoke {
             let reply = if self.reentry {
                 let mut invocation = self.inner.scripts.reenter.prepare_invoke();
                 request.add_to(&mut invocation);
-                let mut replies: Vec<Vec<i64>> = invocation.invoke_async(&mut conn).await?;
-                replies.pop().unwrap_or_default()
+                let mut replies: Vec<redis::Value> = invocation.invoke_async(&mut conn).await?;
+                answer_of(
+                    Acquisition::SCRIPT,
+                    replies.pop().unwrap_or(redis::Value::Nil),
+                )?
             } else {
                 self.inner.acquisitions.submit(conn, request).await?
             };
@@ -184,7 +187,8 @@ impl Invoke {
             .cmd("WAIT")
             .arg(needed)
             .arg(timeout.as_millis() as u64);
-        let result: redis::RedisResult<(Vec<Vec<i64>>, i64)> = pipe.query_async(&mut conn).await;
+        let result: redis::RedisResult<(Vec<redis::Value>, i64)> =
+            pipe.query_async(&mut conn).await;
         let (mut replies, acked) = match result {
             Err(err)
                 if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
@@ -194,7 +198,11 @@ impl Invoke {
             }
             other => other?,
         };
-        Ok((decode(&replies.pop().unwrap_or_default())?, Some(acked)))
+        let reply = answer_of(
+            Acquisition::SCRIPT,
+            replies.pop().unwrap_or(redis::Value::Nil),
+        )?;
+        Ok((decode(&reply)?, Some(acked)))
     }
 
     /// The attempt as `acquire.lua` takes it.

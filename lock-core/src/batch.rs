@@ -213,8 +213,8 @@ impl<R: Request> Batcher<R> {
     pub(crate) async fn submit(self: &Arc<Self>, mut conn: Conn, item: R) -> Answer {
         if !self.batches {
             let replies = self.run(&[&item], &mut conn).await?;
-            return match <[Vec<i64>; 1]>::try_from(replies) {
-                Ok([reply]) => Ok(reply),
+            return match <[Answer; 1]>::try_from(replies) {
+                Ok([reply]) => reply,
                 Err(replies) => Err(unexpected_count(R::SCRIPT, replies.len(), 1)),
             };
         }
@@ -271,7 +271,7 @@ impl<R: Request> Batcher<R> {
         match result {
             Ok(replies) if replies.len() == batch.len() => {
                 for ((_, answer), reply) in batch.into_iter().zip(replies) {
-                    let _ = answer.send(Ok(reply));
+                    let _ = answer.send(reply);
                 }
             }
             Ok(replies) => {
@@ -316,8 +316,8 @@ fn take<T>(queue: &mut Vec<T>) -> Vec<T> {
 }
 
 impl<R: Request> Batcher<R> {
-    /// Runs the script once for `items`, in order: one reply per item.
-    async fn run(&self, items: &[&R], conn: &mut Conn) -> redis::RedisResult<Vec<Vec<i64>>> {
+    /// Runs the script once for `items`, in order: one answer per item.
+    async fn run(&self, items: &[&R], conn: &mut Conn) -> redis::RedisResult<Vec<Answer>> {
         let mut invocation = self.script.prepare_invoke();
         for arg in &self.header {
             invocation.arg(arg);
@@ -325,8 +325,33 @@ impl<R: Request> Batcher<R> {
         for item in items {
             item.add_to(&mut invocation);
         }
-        invocation.invoke_async(conn).await
+        let replies: Vec<redis::Value> = invocation.invoke_async(conn).await?;
+        Ok(replies
+            .into_iter()
+            .map(|reply| answer_of(R::SCRIPT, reply))
+            .collect())
     }
+}
+
+/// One request's answer in a script's reply: its numbers, or, for `{-6, error}` (a
+/// command it called was refused, see `lua/lock.lua`'s `answer`), that error, as
+/// Redis words it (`LockError` tells a refused permission by those words).
+pub(crate) fn answer_of(script: &'static str, reply: redis::Value) -> Answer {
+    if let redis::Value::Array(parts) = &reply {
+        if let [redis::Value::Int(-6), text] = parts.as_slice() {
+            let text = match text {
+                redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                redis::Value::SimpleString(text) => text.clone(),
+                other => format!("{other:?}"),
+            };
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Extension,
+                "a command the script called was refused",
+                format!("{script}: {text}"),
+            )));
+        }
+    }
+    Ok(redis::from_redis_value(reply)?)
 }
 
 fn unexpected_count(script: &str, got: usize, sent: usize) -> redis::RedisError {
