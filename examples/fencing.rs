@@ -2,7 +2,7 @@
 //!
 //! Holder A takes a lock with a fixed lease of 600 ms and gets fencing token `t`.
 //! Then it stalls for longer than its lease (a GC pause, a stopped VM, a slow
-//! disk: here a sleep). The lease ends, holder B takes the lock with token `t + 1`
+//! disk: here a sleep). The lease ends, holder B takes the lock with a larger token
 //! and writes. A wakes up, still believing it holds the lock, and writes too.
 //!
 //! The lock cannot stop that write: A is not talking to Redis's lock at all. The

@@ -234,7 +234,7 @@ local function take_shared(lock, fence_key, state, r, new_record, now)
   end
   local token = 0
   if (r.mode == 'w' or r.mode == 'f') and r.fencing then
-    token = redis.call('INCR', fence_key)
+    token = next_token(fence_key)
     fields[#fields + 1] = '#fence'
     fields[#fields + 1] = token
   end

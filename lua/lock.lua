@@ -36,7 +36,8 @@
 -- changes.
 --
 -- Beside the hash, in the same hash slot, and only when used:
---   <ns>:{name}:fence          the fencing counter: a string integer, no expiry
+--   <ns>:{name}:fence          the fencing counter: a string integer, the last token
+--                              issued (see `next_token`), no expiry
 --   <ns>:{name}:freed:<owner>  the replay record of that owner's final release,
 --                              "<floor> <done...>", for a short while: the retry
 --                              of that release reads there that it was applied
@@ -59,12 +60,15 @@ local WAITER_LOOK_MS = 1000
 
 -- The server's clock, in ms: read once per call (TIME), the same for every step.
 local clock = nil
-local function now_ms()
+local function now_us()
   if not clock then
     local t = redis.call('TIME')
-    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   return clock
+end
+local function now_ms()
+  return math.floor(now_us() / 1000)
 end
 
 -- What `typed` answers for a key of another type.
@@ -314,6 +318,20 @@ local function read_counter(key)
   return tonumber(value)
 end
 
+-- Issues the next fencing token of the counter at `key` (which the caller checked
+-- with `read_counter`): the larger of the counter + 1 and the server's clock in
+-- microseconds, written back to the counter. So a token issued after the counter
+-- was lost (a restart without persistence) or fell behind (a failover to a replica
+-- that missed the last writes) is still larger than every token issued before, as
+-- long as the clock of the server issuing it is not behind the old one's and fewer
+-- than one token a microsecond was issued. Tokens stay below 2^53, which Lua
+-- numbers hold exactly, until the year 2255.
+local function next_token(key)
+  local token = math.max(read_counter(key) + 1, now_us())
+  redis.call('SET', key, string.format('%d', token))
+  return token
+end
+
 -- The fields a new holder `owner` writes, after `fields` (a list of field, value,
 -- ...): its count (1), its replay record `record_text`, and what its client says of
 -- it (`who`, may be empty) with the time it took the lock.
@@ -347,7 +365,7 @@ local function take(lock, fence_key, owner, lease, fencing, record_text, who)
   local fields = new_lock('lock')
   local token = 0
   if fencing then
-    token = redis.call('INCR', fence_key)
+    token = next_token(fence_key)
     fields[#fields + 1] = '#fence'
     fields[#fields + 1] = token
   end

@@ -371,7 +371,7 @@ async fn a_try_does_not_pass_the_queue_and_kinds_do_not_mix() {
     let other = support::client(&server).await;
     let name = "fair:try";
     let first = locks.fair_lock(name).fencing(true).await.expect("lock");
-    assert_eq!(first.fencing_token(), Some(1));
+    let first_token = first.fencing_token().expect("a token");
     assert!(other.try_fair_lock(name).await.expect("try").is_none());
     assert_eq!(queue_length(&locks, name).await, 0, "a try kept a place");
     let conflict = other.lock(name).await;
@@ -387,7 +387,7 @@ async fn a_try_does_not_pass_the_queue_and_kinds_do_not_mix() {
     assert_eq!(info.kind, Some(LockKind::Fair));
     first.unlock().await.expect("unlock");
     let second = other.fair_lock(name).fencing(true).await.expect("lock");
-    assert_eq!(second.fencing_token(), Some(2));
+    assert!(second.fencing_token() > Some(first_token), "tokens grow");
     second.unlock().await.expect("unlock");
 }
 

@@ -276,15 +276,16 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
     );
     held_by("b", "0 1", None);
 
-    // With fencing: the next token.
+    // With fencing: the next token (the counter ahead of the server's clock in
+    // microseconds: one more than the counter).
     server
-        .cmd(&["SET", &format!("{lock}:fence"), "41"])
+        .cmd(&["SET", &format!("{lock}:fence"), "8000000000000041"])
         .expect("SET");
     assert_eq!(
         run_release_to(&mut conn, name, "b", 2, "c 5000 1 0 1").await,
-        Ok(vec![2, 42])
+        Ok(vec![2, 8_000_000_000_000_042])
     );
-    held_by("c", "0 1", Some(42));
+    held_by("c", "0 1", Some(8_000_000_000_000_042));
 
     // Two listeners: another client waits too; freed and published.
     let second = listener(&server, name).await;
