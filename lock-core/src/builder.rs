@@ -1111,7 +1111,7 @@ impl LockClientBuilder {
             }
         };
         for conn in backend.nodes() {
-            preload(&mut conn.clone()).await?;
+            preload(&mut conn.clone(), self.fencing).await?;
         }
         let scripts = Arc::new(Scripts::new());
         let subscriber = Subscriber::start(sub_conn, pushes, shutdown.clone());
@@ -1547,9 +1547,12 @@ impl Endpoints {
 }
 
 /// Loads every script (so the first lock needs no extra round trip) and warns when the
-/// eviction policy can remove lock keys. One round trip on a single server; on a
-/// cluster each `SCRIPT LOAD` goes to every node.
-async fn preload(conn: &mut Conn) -> Result<(), LockError> {
+/// eviction policy can remove lock keys, and, for a client with fencing on, when the
+/// server persists nothing (a restart then loses every lock, and the fencing
+/// counters: tokens stay unique, see `lua/lock.lua`'s `next_token`, but the locks
+/// are gone). One round trip on a single server; on a cluster each `SCRIPT LOAD`
+/// goes to every node.
+async fn preload(conn: &mut Conn, fencing: bool) -> Result<(), LockError> {
     let refused = |err: redis::RedisError| {
         if err.code() == Some("NOPERM") {
             return LockError::from(err);
@@ -1584,17 +1587,40 @@ async fn preload(conn: &mut Conn) -> Result<(), LockError> {
         pipe.cmd("SCRIPT").arg("LOAD").arg(source);
     }
     pipe.cmd("CONFIG").arg("GET").arg("maxmemory-policy");
+    pipe.cmd("CONFIG").arg("GET").arg("appendonly");
+    pipe.cmd("CONFIG").arg("GET").arg("save");
     let replies: Vec<redis::Value> = pipe.query_async(conn).await?;
     for reply in replies.iter().take(sources.len()) {
         if let redis::Value::ServerError(err) = reply {
             return Err(refused(redis::RedisError::from(err.clone())));
         }
     }
-    if let Some(redis::Value::Array(pair)) = replies.last() {
-        let policy = pair.get(1).and_then(|value| match value {
-            redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+    // Each CONFIG GET answers [name, value] (RESP2) or {name: value} (RESP3); a
+    // user without `config|get` gets an error, and no warning.
+    let value = |index: usize| {
+        match replies.get(sources.len() + index) {
+            Some(redis::Value::Array(pair)) => pair.get(1).cloned(),
+            Some(redis::Value::Map(pairs)) => pairs.first().map(|(_, value)| value.clone()),
             _ => None,
-        });
+        }
+        .and_then(|value| match value {
+            redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            redis::Value::SimpleString(text) => Some(text),
+            _ => None,
+        })
+    };
+    if fencing
+        && value(1).as_deref() == Some("no")
+        && value(2).is_some_and(|save| save.trim().is_empty())
+    {
+        tracing::warn!(
+            "distlock: fencing is on, but this Redis persists nothing (appendonly no, no \
+             save schedule): a restart loses every lock (fencing tokens stay unique); \
+             use `appendonly yes` on servers that hold fenced locks"
+        );
+    }
+    {
+        let policy = value(0);
         if let Some(policy) = policy {
             if policy != "noeviction" {
                 tracing::warn!(
