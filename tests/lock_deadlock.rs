@@ -401,3 +401,57 @@ async fn nested_contention_in_one_order_reports_no_deadlock() {
         records(&server)
     );
 }
+
+/// Issue 24 (3): a deadlock reported through a dead process. Observed on main: the
+/// parent holds `DY`; a child holds `DX` and waits for `DY` long enough to publish
+/// its wait; the parent kills the child (SIGKILL) and then waits for `DX`. In about
+/// half the trials the parent got `Deadlock ["DX","DY"]`, though no cycle existed:
+/// the dead child's record outlived it. A record proves its waiter alive by beating;
+/// the parent's wait ends as a plain timeout (the dead child's lease holds `DX`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_killed_while_it_waits_is_in_no_cycle() {
+    let server = support::server();
+    let parent = client(&server.url()).await;
+    for round in 0..3 {
+        let (held, wanted) = (format!("DY{round}"), format!("DX{round}"));
+        let outer = parent.lock(held.as_str()).await.expect("the parent's lock");
+        let mut child = support::spawn_child_with_stdin(
+            "deadlock_child",
+            &[
+                ("DISTLOCK_URL", server.url()),
+                ("DL_HOLD", wanted.clone()),
+                ("DL_WANT", held.clone()),
+            ],
+        );
+        support::read_until(
+            &mut child,
+            "HOLDING",
+            &History::new(),
+            Duration::from_secs(30),
+        );
+        let stdin = child.stdin().expect("stdin");
+        writeln!(stdin, "GO").expect("GO");
+        stdin.flush().expect("flush");
+        let published =
+            support::eventually(Duration::from_secs(5), || !records(&server).is_empty()).await;
+        assert!(
+            published,
+            "round {round}: the child never published its wait"
+        );
+        child.kill().expect("SIGKILL the child");
+        let result = outer
+            .scope(
+                parent
+                    .lock(wanted.as_str())
+                    .wait(Duration::from_millis(1_500))
+                    .into_future(),
+            )
+            .await;
+        assert!(
+            matches!(&result, Err(err) if err.is_busy()),
+            "round {round}: no cycle existed (the child is dead), yet {result:?}"
+        );
+        outer.unlock().await.expect("unlock");
+        parent.force_unlock(wanted.as_str()).await.expect("force");
+    }
+}

@@ -17,8 +17,7 @@ use tracing::Instrument;
 
 use crate::attempt::{withdraw, Attempt, Outcome};
 use crate::context::LockContext;
-use crate::deadlock::Waiting;
-use crate::detach::spawn;
+use crate::deadlock::{Beating, Waiting};
 use crate::error::{LockError, LostReason};
 use crate::faults::{self, Fault};
 use crate::guard::LockGuard;
@@ -210,8 +209,9 @@ struct Watch {
     period: Duration,
     /// When to look next.
     next: Instant,
-    /// Whether records were written (and must be deleted when the wait ends).
-    published: bool,
+    /// The chain's records, beating from the first look until the wait ends
+    /// (dropping it deletes them).
+    beating: Option<Beating>,
 }
 
 impl Watch {
@@ -227,7 +227,7 @@ impl Watch {
             waiting: None,
             period,
             next: start + period,
-            published: false,
+            beating: None,
         })
     }
 
@@ -731,18 +731,16 @@ impl<'a> Wait<'a> {
             return Ok(());
         };
         watch.next = Instant::now() + watch.period;
-        let period = watch.period;
         let Some(waiting) = watch.waiting(self.inner, &self.keys).cloned() else {
             // The chain holds no lock of this client: it cannot be in a cycle.
             self.deadlock = None;
             return Ok(());
         };
-        watch.published = true;
         let mut conn = self.inner.backend.first();
-        let walked = match waiting.publish(&mut conn, period).await {
-            Ok(()) => waiting.walk(&mut conn).await,
-            Err(err) => Err(err),
-        };
+        if watch.beating.is_none() {
+            watch.beating = Some(waiting.clone().beat(conn.clone()));
+        }
+        let walked = waiting.walk(&mut conn).await;
         match walked {
             Ok(Some(cycle)) => {
                 tracing::warn!(lock.name = %self.keys.display(), cycle = ?cycle, "distlock: deadlock; this request gives up to break it");
@@ -825,15 +823,8 @@ impl Drop for Wait<'_> {
         if let Some(owner) = self.kept_place.take() {
             withdraw(self.inner, &self.keys, &owner);
         }
-        let published = self.deadlock.take().filter(|watch| watch.published);
-        if let Some(waiting) = published.and_then(|watch| watch.waiting) {
-            let mut conn = self.inner.backend.first();
-            spawn(async move {
-                if let Err(err) = waiting.withdraw(&mut conn).await {
-                    tracing::debug!(error = %err, "distlock: could not delete wait-for records; they expire");
-                }
-            });
-        }
+        // Dropping the beat deletes the wait-for records.
+        drop(self.deadlock.take());
     }
 }
 

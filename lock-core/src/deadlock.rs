@@ -9,13 +9,17 @@
 //! <ns>:{<owner>}:waits = "<wait id> <locks held> <key of the lock waited for>"
 //! ```
 //!
-//! with an expiry of a few check periods, renewed at each check and deleted when
-//! the wait ends in any way (granted, given up, dropped). Then it walks: the lock it
-//! waits for → the owner ids holding it (read from the lock itself) → the record of
-//! each → the lock that chain waits for → … Finding one of its own chain's owner
-//! ids again is a cycle. Every edge of the cycle is then read again (the lock still
-//! held by that owner, the record unchanged); a holder that released meanwhile, or
-//! a waiter that left, breaks the cycle, and nothing is reported.
+//! `<wait id> <locks held> <beat> <key of the lock waited for>`, written again every
+//! [`BEAT`] by a task of the waiting process with the next beat number (its proof
+//! of life), with an expiry of a few beats, and deleted when the wait ends in any
+//! way (granted, given up, dropped). Then it walks: the lock it waits for → the
+//! owner ids holding it (read from the lock itself) → the record of each → the lock
+//! that chain waits for → … Finding one of its own chain's owner ids again is a
+//! cycle. Every edge of the cycle is then read again (the lock still held by that
+//! owner, the record the same wait); a holder that released meanwhile, or a waiter
+//! that left, breaks the cycle. Then, a few beats later, every record of the cycle
+//! must have beaten again: a waiter whose process died (killed while it waited)
+//! leaves a record that no longer beats, and is no member of a cycle.
 //!
 //! Every member of a cycle walks (each waits past the threshold), and each agrees
 //! on one victim without talking to the others: the member holding the fewest
@@ -40,8 +44,15 @@ use crate::layout::StoredLock;
 /// How far a walk goes: the longest cycle it finds has this many locks.
 const MAX_DEPTH: usize = 16;
 
-/// How long a record outlives its last renewal, in check periods.
-const RECORD_PERIODS: u32 = 3;
+/// How often a waiting chain writes its records again, with the next beat number.
+pub(crate) const BEAT: Duration = Duration::from_millis(100);
+
+/// How long a record outlives its last beat, in beats.
+const RECORD_BEATS: u32 = 5;
+
+/// How long a walk that found a cycle waits before it reads the records again: every
+/// live member has beaten by then.
+const PROOF_OF_LIFE: Duration = Duration::from_millis(250);
 
 /// One waiting call chain's view, for its records and its walk.
 #[derive(Debug, Clone)]
@@ -61,21 +72,37 @@ pub(crate) struct Waiting {
 struct Record {
     wait_id: String,
     held: u64,
+    /// Its writer's beat number: it grows while its chain waits.
+    beat: u64,
     lock: Vec<u8>,
 }
 
 impl Record {
     fn parse(value: &[u8]) -> Option<Self> {
-        let mut words = value.splitn(3, |byte| *byte == b' ');
+        let mut words = value.splitn(4, |byte| *byte == b' ');
         let wait_id = String::from_utf8(words.next()?.to_vec()).ok()?;
         let held = std::str::from_utf8(words.next()?).ok()?.parse().ok()?;
+        let beat = std::str::from_utf8(words.next()?).ok()?.parse().ok()?;
         let lock = words.next()?.to_vec();
         Some(Self {
             wait_id,
             held,
+            beat,
             lock,
         })
     }
+
+    /// Whether `later` is this record's wait, waiting for the same lock.
+    fn same_wait(&self, later: &Record) -> bool {
+        self.wait_id == later.wait_id && self.held == later.held && self.lock == later.lock
+    }
+}
+
+/// A chain's records beating while it waits: dropping it stops the beat and
+/// deletes the records.
+#[derive(Debug)]
+pub(crate) struct Beating {
+    _stop: tokio_util::sync::DropGuard,
 }
 
 /// The key of the record of `owner` in `namespace`.
@@ -84,25 +111,51 @@ fn record_key(namespace: &str, owner: &str) -> String {
 }
 
 impl Waiting {
-    fn value(&self) -> Vec<u8> {
-        let mut value = format!("{} {} ", self.wait_id, self.owners.len()).into_bytes();
+    fn value(&self, beat: u64) -> Vec<u8> {
+        let mut value = format!("{} {} {beat} ", self.wait_id, self.owners.len()).into_bytes();
         value.extend_from_slice(&self.lock);
         value
     }
 
-    /// Writes (or renews) the chain's records, to last `RECORD_PERIODS` checks.
+    /// Starts the chain's beat: a task writes its records now and again every
+    /// [`BEAT`], each time with the next beat number, until the returned guard is
+    /// dropped; then it deletes them. A write that fails is tried at the next beat.
+    pub(crate) fn beat(self, conn: Conn) -> Beating {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone();
+        crate::detach::spawn(async move {
+            let mut beat = 0u64;
+            loop {
+                let mut writer = conn.clone();
+                if let Err(err) = self.publish(&mut writer, beat).await {
+                    tracing::debug!(error = %err, "distlock: could not write wait-for records; trying again");
+                }
+                beat += 1;
+                tokio::select! {
+                    () = stopped.cancelled() => break,
+                    () = tokio::time::sleep(BEAT) => {}
+                }
+            }
+            let mut writer = conn.clone();
+            if let Err(err) = self.withdraw(&mut writer).await {
+                tracing::debug!(error = %err, "distlock: could not delete wait-for records; they expire");
+            }
+        });
+        Beating {
+            _stop: stop.drop_guard(),
+        }
+    }
+
+    /// Writes (or renews) the chain's records, beat `beat`, to last
+    /// [`RECORD_BEATS`] beats.
     ///
     /// # Cancel safety
     ///
     /// Dropping it may leave some records written: they expire, and the wait's end
     /// deletes them.
-    pub(crate) async fn publish(
-        &self,
-        conn: &mut Conn,
-        period: Duration,
-    ) -> redis::RedisResult<()> {
-        let ttl = (period * RECORD_PERIODS).as_millis().max(1) as u64;
-        let value = self.value();
+    async fn publish(&self, conn: &mut Conn, beat: u64) -> redis::RedisResult<()> {
+        let ttl = (BEAT * RECORD_BEATS).as_millis() as u64;
+        let value = self.value(beat);
         for owner in &self.owners {
             let () = redis::cmd("SET")
                 .arg(record_key(&self.namespace, owner))
@@ -119,8 +172,8 @@ impl Waiting {
     ///
     /// # Cancel safety
     ///
-    /// Dropping it may leave some records: they expire within three checks.
-    pub(crate) async fn withdraw(&self, conn: &mut Conn) -> redis::RedisResult<()> {
+    /// Dropping it may leave some records: they expire within a few beats.
+    async fn withdraw(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         for owner in &self.owners {
             let _: i64 = conn.del(record_key(&self.namespace, owner)).await?;
         }
@@ -191,12 +244,23 @@ impl Waiting {
         for step in &path {
             let held = holders(conn, &step.lock).await?.contains(&step.holder);
             let record = read_record(conn, &self.namespace, &step.holder).await?;
-            if !held || record.as_ref() != Some(&step.record) {
+            if !held || !record.is_some_and(|record| step.record.same_wait(&record)) {
                 return Ok(None);
             }
         }
         if !holders(conn, &last).await?.contains(&holder) {
             return Ok(None);
+        }
+        // Proof of life: every other member's record beats on.
+        tokio::time::sleep(PROOF_OF_LIFE).await;
+        for step in &path {
+            let record = read_record(conn, &self.namespace, &step.holder).await?;
+            let alive = record.is_some_and(|record| {
+                step.record.same_wait(&record) && record.beat > step.record.beat
+            });
+            if !alive {
+                return Ok(None);
+            }
         }
         // The victim: the fewest locks held, then the greatest wait id.
         let members = path
