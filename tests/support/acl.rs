@@ -23,7 +23,6 @@ pub const LOCK_USER_ACL: &[&str] = &[
     // wait-for records.
     "+set",
     "+get",
-    "+incr",
     "+pexpire",
     "+pttl",
     "+del",

@@ -369,7 +369,7 @@ another namespace):
 ACL SETUSER locker on >PASSWORD resetkeys ~distlock:* resetchannels &distlock:* -@all
     +hello +ping +script|load +evalsha +config|get +subscribe +unsubscribe +client|setname
     +hlen +hmget +hgetall +hset +hdel +hincrby +exists +time
-    +set +get +incr +pexpire +pttl +del +publish +pubsub|numsub
+    +set +get +pexpire +pttl +del +publish +pubsub|numsub
 ```
 
 The first line of commands is what the client sends (`config|get` only reads
