@@ -385,12 +385,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let endpoint = common::scrape::serve().map_err(|err| err.to_string())?;
 
     // The client that annotated functions use.
-    target
+    let locks = target
         .lock_client()
         .namespace("distlock-example")
         .connect()
         .await?
         .install_global()?;
+    // Ctrl-C: give back every lock this process holds before it stops, so that the
+    // next instance does not wait out their leases.
+    tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                let report = locks.shutdown().await;
+                eprintln!(
+                    "\nCtrl-C: gave back {} held locks ({} could not be)",
+                    report.given_back(),
+                    report.not_given_back().len()
+                );
+                std::process::exit(130);
+            }
+        }
+    });
     let redis = target.data().await?;
     let shop = Arc::new(Shop {
         redis,
@@ -527,7 +543,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         println!("{sku:>7}: {initial} at the start = {left} left + {sold} sold  {verdict}");
     }
-    let locks = distlock::global()?;
     for order in &orders {
         let mut redis = shop.redis.clone();
         let status: Option<String> = redis::cmd("GET")
@@ -567,6 +582,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     print_metrics(endpoint)?;
     #[cfg(not(feature = "metrics"))]
     print_metrics()?;
+    // A process that stops gives its locks back (none is held here any more).
+    let report = locks.shutdown().await;
+    println!("shutdown: {} holds given back", report.given_back());
     if problems.is_empty() {
         println!("consistency check passed: no negative stock, every unit accounted for, every lock free");
         Ok(())

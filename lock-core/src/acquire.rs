@@ -77,6 +77,7 @@ pub(crate) async fn acquire(
     origin: Origin,
 ) -> Result<LockGuard, LockError> {
     let keys = keys?;
+    inner.check_open(|| keys.display())?;
     let start = Instant::now();
     let (mut mode, deadline) = settle_options(&inner, options, start)?;
     check_kind(&inner, &keys, options, &mut mode)?;
@@ -793,6 +794,7 @@ impl<'a> Wait<'a> {
                 lease: mode.lease,
                 next_renew: sent + mode.lease / 3,
                 renew_until: mode.max_hold.map(|max_hold| sent + max_hold),
+                closed: false,
             },
         ));
         metrics::acquired(&hold.tag, self.start.elapsed());
@@ -843,6 +845,7 @@ async fn acquire_new(
         wait.wait_turn(&owner, mode, pttl).await?;
     }
     loop {
+        wait.inner.check_open(|| wait.keys.display())?;
         if !wait.place.withdraw_offer() {
             // A release of this client claimed the offer: no attempt of our own
             // until it says what came of it.

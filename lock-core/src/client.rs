@@ -14,6 +14,7 @@ use crate::hold::HeldLock;
 use crate::inner::Inner;
 use crate::keys::Kind;
 use crate::multi::canonical;
+use crate::release::{self, ShutdownReport};
 use crate::request::{LockAllRequest, LockRequest, Semaphore, TryLockRequest};
 use crate::scripts::{unexpected_reply, ForceReleaseReply, LockView, ViewKind};
 use crate::who::HolderInfo;
@@ -785,6 +786,45 @@ impl LockClient {
         output
     }
 
+    /// Shuts the client down, for a process that stops (a redeploy, Ctrl-C): from
+    /// now on every acquisition of this client (and of its clones) fails with
+    /// [`LockError::ClientShutDown`]; every hold its guards still have is given back
+    /// (re-entries included, sent at one moment so that they share script runs);
+    /// those guards are told ([`LockGuard::lost`](crate::LockGuard::lost) fires,
+    /// [`lost_reason`](crate::LockGuard::lost_reason) is
+    /// [`LostReason::ShutDown`](crate::LostReason::ShutDown)) and send nothing more;
+    /// and the releases of guards dropped just before are waited for. The report
+    /// says how many holds were given back and which locks could not be (they stay
+    /// held until their leases end). Without it, a process that returns from `main`
+    /// with locks held leaves them held for their whole lease (30 s by default) and
+    /// only logs a warning naming them.
+    ///
+    /// It takes a few round trips, at most about four response timeouts when Redis
+    /// does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped midway, new acquisitions are refused already; the releases sent
+    /// finish in the background, and the holds not yet given back stay held until
+    /// their leases end.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// // At the end of `main`, or when a signal says the process must stop:
+    /// let report = locks.shutdown().await;
+    /// if !report.is_complete() {
+    ///     eprintln!("left held until their leases end: {:?}", report.not_given_back());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) -> ShutdownReport {
+        release::shutdown(&self.inner).await
+    }
+
     /// Reads the state of the lock `name` without changing it. One round trip.
     ///
     /// # Errors
@@ -845,6 +885,8 @@ impl LockClient {
     /// # }
     /// ```
     pub async fn force_unlock(&self, name: impl AsRef<[u8]>) -> Result<bool, LockError> {
+        self.inner
+            .check_open(|| String::from_utf8_lossy(name.as_ref()).into_owned())?;
         let keys = self.inner.keys(name.as_ref())?;
         let scripts = self.inner.scripts.clone();
         let publish = self.inner.backend.publish_command();

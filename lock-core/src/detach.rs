@@ -18,6 +18,58 @@ pub(crate) fn spawn(fut: impl Future<Output = ()> + Send + 'static) {
     }
 }
 
+/// Background operations that a shutdown waits for: each spawned through
+/// [`Background::spawn`] counts until it ends.
+#[derive(Debug, Default)]
+pub(crate) struct Background {
+    running: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+impl Background {
+    /// Spawns `fut` (when a runtime is there), counted until it ends.
+    pub(crate) fn spawn(
+        self: &std::sync::Arc<Self>,
+        fut: impl Future<Output = ()> + Send + 'static,
+    ) {
+        use std::sync::atomic::Ordering;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        /// Counts the task down however it ends (done, or dropped with its runtime).
+        struct Running(std::sync::Arc<Background>);
+        impl Drop for Running {
+            fn drop(&mut self) {
+                if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    self.0.idle.notify_waiters();
+                }
+            }
+        }
+        self.running.fetch_add(1, Ordering::AcqRel);
+        let running = Running(self.clone());
+        runtime.spawn(async move {
+            let _running = running;
+            fut.await;
+        });
+    }
+
+    /// Waits until no counted operation runs.
+    ///
+    /// # Cancel safety
+    ///
+    /// Only waits: dropping it changes nothing.
+    pub(crate) async fn idle(&self) {
+        use std::sync::atomic::Ordering;
+        loop {
+            let idle = self.idle.notified();
+            if self.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
 /// Runs a background operation, logging its failure at debug level.
 pub(crate) async fn log_failure<T>(operation: impl Future<Output = Result<T, LockError>>) {
     if let Err(err) = operation.await {

@@ -311,6 +311,20 @@ pub enum LockError {
         /// `module::path::name`; `None` for a call of [`global`](crate::global).
         function: Option<&'static str>,
     },
+    /// The client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)):
+    /// it takes no lock any more; nothing was sent.
+    ///
+    /// Its message: ``lock `order:42` was not taken: its client is shut down; connect a
+    /// new client to take locks again``.
+    #[error(
+        "lock `{name}` was not taken: its client is shut down; connect a new client to take \
+         locks again"
+    )]
+    #[non_exhaustive]
+    ClientShutDown {
+        /// The lock name.
+        name: String,
+    },
     /// The Redis server cannot run distlock.
     ///
     /// Its message: `unsupported Redis server: ` and what is missing, such as a server
@@ -689,6 +703,22 @@ impl LockError {
         matches!(self, Self::QuorumNotReached { .. })
     }
 
+    /// Whether the client was shut down, so that it takes no lock any more.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// locks.shutdown().await;
+    /// let err = locks.lock("order:42").await.unwrap_err();
+    /// assert!(err.is_client_shut_down());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_client_shut_down(&self) -> bool {
+        matches!(self, Self::ClientShutDown { .. })
+    }
+
     /// Whether no global client was installed.
     ///
     /// # Examples
@@ -831,6 +861,9 @@ pub enum LostReason {
     /// The hold lasted its `max_hold`: the watchdog stopped renewing it, and then
     /// the lease ran out.
     MaxHoldExceeded,
+    /// The client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)),
+    /// which gave the lock back.
+    ShutDown,
 }
 
 impl LostReason {
@@ -848,6 +881,7 @@ impl LostReason {
             Self::Expired => "expired",
             Self::NotHeld => "not_held",
             Self::MaxHoldExceeded => "max_hold_exceeded",
+            Self::ShutDown => "shut_down",
         }
     }
 }
@@ -858,6 +892,7 @@ impl std::fmt::Display for LostReason {
             Self::Expired => "its lease ended before it could be renewed",
             Self::NotHeld => "Redis no longer had it held by this owner",
             Self::MaxHoldExceeded => "it was held for its whole max_hold",
+            Self::ShutDown => "its client was shut down, which gave it back",
         })
     }
 }

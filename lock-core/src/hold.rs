@@ -56,6 +56,8 @@ pub(crate) struct HoldState {
     pub(crate) next_renew: Instant,
     /// `max_hold` after the first acquisition: the watchdog renews no later.
     pub(crate) renew_until: Option<Instant>,
+    /// Given back by the client's shutdown: its guards send nothing more.
+    pub(crate) closed: bool,
 }
 
 impl HoldState {
@@ -186,6 +188,10 @@ impl Hold {
         }
         crate::metrics::lost(&self.tag, reason.as_str());
         match (reason, self.max_hold) {
+            (LostReason::ShutDown, _) => tracing::info!(
+                lock.name = %self.display(),
+                "distlock: lock given back by the client's shutdown while a guard still held it"
+            ),
             (LostReason::MaxHoldExceeded, Some(max_hold)) => tracing::warn!(
                 lock.name = %self.display(),
                 max_hold = ?max_hold,
@@ -489,6 +495,7 @@ mod tests {
             lease,
             next_renew: now + lease / 3,
             renew_until,
+            closed: false,
         };
         assert_eq!(state(None).extension(now + lease * 10), lease);
         let capped = state(Some(now + Duration::from_secs(1)));

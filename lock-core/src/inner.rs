@@ -2,7 +2,7 @@
 //! as `Arc<Inner>` by the client's clones, its guards and its requests. Internal
 //! code takes `&Arc<Inner>`, never the public `LockClient`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use tokio_util::sync::DropGuard;
 use crate::backend::redlock::{self, InspectVote};
 use crate::backend::Backend;
 use crate::batch::{self, Acquisition, Batcher, Item};
+use crate::detach::Background;
 use crate::error::LockError;
 use crate::keys::{Kind, LockKeys};
 use crate::order::{LockOrder, LockOrderCheck};
@@ -70,6 +71,10 @@ pub(crate) struct Inner {
     pub(crate) order: LockOrder,
     /// What this client writes of its holders (see `who.rs`).
     pub(crate) who: Describer,
+    /// Releases of dropped guards on their way: a shutdown waits for them.
+    pub(crate) background: Arc<Background>,
+    /// Set by the client's shutdown: no new acquisition from then on.
+    closing: AtomicBool,
     /// Stops the background tasks when the last clone, guard and request are gone.
     _shutdown: DropGuard,
 }
@@ -107,8 +112,24 @@ impl Inner {
             acquisitions,
             order,
             who,
+            background: Arc::default(),
+            closing: AtomicBool::new(false),
             _shutdown: shutdown,
         }
+    }
+
+    /// Refuses every new acquisition from now on (the client's shutdown).
+    pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+    }
+
+    /// `Err(ClientShutDown)` once the client was shut down: no new acquisition of
+    /// `name` is made.
+    pub(crate) fn check_open(&self, name: impl FnOnce() -> String) -> Result<(), LockError> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(LockError::ClientShutDown { name: name() });
+        }
+        Ok(())
     }
 
     /// The service the client works for, as `LockClientBuilder::service` set it

@@ -125,6 +125,7 @@ pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
 pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 pub use multi::MAX_LOCK_ALL;
 pub use order::LockOrderCheck;
+pub use release::ShutdownReport;
 pub use request::{
     LockAllRequest, LockFuture, LockRequest, Semaphore, TryLockRequest, MAX_PERMITS,
 };

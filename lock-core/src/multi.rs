@@ -105,6 +105,9 @@ pub(crate) async fn acquire_all(
     origin: Origin,
 ) -> Result<MultiLockGuard, LockError> {
     let keys = keys?;
+    if let Some(first) = keys.first() {
+        inner.check_open(|| first.display())?;
+    }
     let outer = LockContext::current();
     // The set against the locks the chain holds, once: within the set, the
     // canonical order makes no edge.
@@ -367,6 +370,7 @@ fn granted(
                         lease: mode.lease,
                         next_renew: sent + mode.lease / 3,
                         renew_until: mode.max_hold.map(|max_hold| sent + max_hold),
+                        closed: false,
                     },
                 ));
                 crate::metrics::acquired_in_set(&hold.tag);

@@ -30,7 +30,10 @@ use crate::subscriber::Claim;
 /// [`LockGuard::unlock`](crate::LockGuard::unlock): gives back one hold of `hold`,
 /// and says whether the lock was still held.
 pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), LockError> {
-    inner.watchdog.guard_gone(&hold);
+    if !inner.watchdog.guard_gone(&hold) {
+        // The client's shutdown gave it back already.
+        return Err(hold.lost_error());
+    }
     let call = Detached::new(Box::pin(release_hold(inner.clone(), hold.clone())), |_| {
         Box::pin(async {})
     });
@@ -66,7 +69,10 @@ pub(crate) fn on_drop(inner: &Arc<Inner>, hold: Arc<Hold>) {
     if faults::active(Fault::WatchdogOutlivesDrop) {
         return;
     }
-    inner.watchdog.guard_gone(&hold);
+    if !inner.watchdog.guard_gone(&hold) {
+        // The client's shutdown gave it back already.
+        return;
+    }
     if tokio::runtime::Handle::try_current().is_err() {
         tracing::warn!(
             lock.name = %hold.display(),
@@ -75,7 +81,135 @@ pub(crate) fn on_drop(inner: &Arc<Inner>, hold: Arc<Hold>) {
         );
         return;
     }
-    spawn(log_failure(release_hold(inner.clone(), hold)));
+    inner
+        .background
+        .spawn(log_failure(release_hold(inner.clone(), hold)));
+}
+
+/// What [`LockClient::shutdown`](crate::LockClient::shutdown) did: how many holds it
+/// gave back, and the locks it could not give back (they stay held until their
+/// leases end), each with the error.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) {
+/// let report = locks.shutdown().await;
+/// for (name, err) in report.not_given_back() {
+///     eprintln!("lock `{name}` stays held until its lease ends: {err}");
+/// }
+/// println!("gave back {} holds", report.given_back());
+/// # }
+/// ```
+#[derive(Debug, Default)]
+pub struct ShutdownReport {
+    given_back: usize,
+    failed: Vec<(String, LockError)>,
+}
+
+impl ShutdownReport {
+    /// How many holds (guards, re-entries included) the shutdown gave back.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) {
+    /// assert_eq!(locks.shutdown().await.given_back(), 0, "nothing was held");
+    /// # }
+    /// ```
+    pub fn given_back(&self) -> usize {
+        self.given_back
+    }
+
+    /// The locks that could not be given back, each with its error: they stay held
+    /// until their leases end.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) {
+    /// let report = locks.shutdown().await;
+    /// assert!(report.not_given_back().is_empty(), "{report:?}");
+    /// # }
+    /// ```
+    pub fn not_given_back(&self) -> &[(String, LockError)] {
+        &self.failed
+    }
+
+    /// Whether every hold was given back.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) {
+    /// if !locks.shutdown().await.is_complete() {
+    ///     eprintln!("some locks stay held until their leases end");
+    /// }
+    /// # }
+    /// ```
+    pub fn is_complete(&self) -> bool {
+        self.failed.is_empty()
+    }
+}
+
+/// The client's shutdown: refuses new acquisitions, gives back every hold that its
+/// guards still have (each guard's hold, sent at one moment so that they share
+/// script runs), marks those holds lost (`LostReason::ShutDown`: a guard still in
+/// use learns it, and sends nothing more), and waits, at most a final release's
+/// memory, for the releases of dropped guards still on their way. A hold taken by a
+/// wait that was granted during the shutdown is given back by a second round.
+///
+/// # Cancel safety
+///
+/// Dropped midway, the releases already sent finish in the background; holds not
+/// yet given back stay held until their leases end (their guards are closed).
+pub(crate) async fn shutdown(inner: &Arc<Inner>) -> ShutdownReport {
+    inner.close();
+    let mut report = ShutdownReport::default();
+    for _round in 0..3 {
+        let closed = inner.watchdog.close_all();
+        if closed.is_empty() {
+            break;
+        }
+        let releases = closed.iter().flat_map(|(hold, guards)| {
+            (0..*guards).map(move |_| {
+                let (inner, hold) = (inner.clone(), hold.clone());
+                async move {
+                    let result = release_hold(inner, hold.clone()).await;
+                    (hold, result)
+                }
+            })
+        });
+        let handles: Vec<_> = releases.map(tokio::spawn).collect();
+        for handle in handles {
+            match handle.await {
+                Ok((_, Ok(ReleaseReply::Released { .. } | ReleaseReply::Handed { .. }))) => {
+                    report.given_back += 1;
+                }
+                // Lost before: nothing to give back.
+                Ok((_, Ok(ReleaseReply::NotHeld))) => {}
+                Ok((hold, Ok(ReleaseReply::Conflict))) => report.failed.push((
+                    hold.display().to_owned(),
+                    LockError::KeyConflict {
+                        name: hold.display().to_owned(),
+                    },
+                )),
+                Ok((hold, Err(err))) => report.failed.push((hold.display().to_owned(), err)),
+                Err(err) => {
+                    tracing::debug!(error = %err, "distlock: a shutdown release did not finish")
+                }
+            }
+        }
+        for (hold, _) in &closed {
+            hold.mark_lost(LostReason::ShutDown, "the client was shut down");
+        }
+    }
+    let _ = tokio::time::timeout(inner.config.remember_release, inner.background.idle()).await;
+    report
 }
 
 /// Gives back one hold of `owner` that no guard owns (an abandoned attempt's grant,

@@ -115,16 +115,45 @@ impl Watchdog {
         }
     }
 
-    /// A guard of `hold` was released or dropped; the last one stops its renewal at once.
-    pub(crate) fn guard_gone(&self, hold: &Hold) {
+    /// A guard of `hold` was released or dropped; the last one stops its renewal at
+    /// once. `false` when the client's shutdown gave the hold back already: the guard
+    /// sends nothing.
+    pub(crate) fn guard_gone(&self, hold: &Hold) -> bool {
         let mut holds = self.registry.holds();
         let mut state = hold.state();
+        if state.closed {
+            return false;
+        }
         state.guards = state.guards.saturating_sub(1);
         #[cfg(test)]
         tests::between_count_and_registry();
         if state.guards == 0 && holds.remove(&hold.id).is_some() {
             metrics::released(&hold.tag);
         }
+        true
+    }
+}
+
+impl Watchdog {
+    /// The client's shutdown: stops watching every hold and marks each closed (its
+    /// guards send nothing more), under the registry's lock, so that a guard that goes
+    /// at the same moment either released its own hold before, or leaves it to the
+    /// shutdown. Each hold comes with its number of guards: the holds to give back.
+    pub(crate) fn close_all(&self) -> Vec<(Arc<Hold>, usize)> {
+        let mut holds = self.registry.holds();
+        let closed = holds
+            .drain()
+            .map(|(_, hold)| {
+                let guards = {
+                    let mut state = hold.state();
+                    state.closed = true;
+                    state.guards
+                };
+                metrics::released(&hold.tag);
+                (hold, guards)
+            })
+            .collect();
+        closed
     }
 }
 
@@ -138,6 +167,8 @@ fn wake_time(state: &HoldState) -> Instant {
     }
 }
 
+/// The task that renews; when it goes with locks still held (its runtime was
+/// dropped, say, as a `main` returns), it says so, once, naming them.
 struct Task {
     /// Replica acknowledgements a renewal needs (`LockClientBuilder::replicas`).
     acks: Option<(u32, Duration)>,
@@ -145,6 +176,31 @@ struct Task {
     backend: Backend,
     scripts: Arc<Scripts>,
     period: Duration,
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        let held: Vec<String> = self
+            .registry
+            .holds()
+            .values()
+            .filter(|hold| !hold.lost.is_cancelled())
+            .map(|hold| {
+                let left = hold.state().deadline.saturating_duration_since(now);
+                format!("`{}` (for {:.1}s more)", hold.display(), left.as_secs_f64())
+            })
+            .collect();
+        if !held.is_empty() {
+            tracing::warn!(
+                locks = held.len(),
+                "distlock: the client stopped (its runtime or its last handle went) while \
+                 holding {}; they stay held in Redis until their leases end. Call \
+                 `LockClient::shutdown().await` before the process stops to give them back",
+                held.join(", ")
+            );
+        }
+    }
 }
 
 impl Task {
@@ -303,6 +359,7 @@ mod tests {
                 lease: Duration::from_secs(60),
                 next_renew: now + Duration::from_secs(20),
                 renew_until: None,
+                closed: false,
             },
         ));
         watchdog.register(hold.clone());

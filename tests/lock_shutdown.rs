@@ -1,0 +1,132 @@
+//! Issue 24 (4): a service that stops gives its locks back. `LockClient::shutdown`
+//! refuses new acquisitions, gives back every hold of the client in few round
+//! trips, tells the guards, and reports; a runtime dropped while holding locks
+//! says which stay held and for how long.
+
+mod support;
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use distlock::{LockError, LostReason};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_gives_back_every_hold_and_refuses_new_ones() {
+    const LOCKS: usize = 20;
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let mut guards = Vec::new();
+    for i in 0..LOCKS {
+        guards.push(locks.lock(format!("stop:{i}")).await.expect("lock"));
+    }
+    // One re-entered twice: three holds of one lock.
+    let inner = guards[0]
+        .scope(locks.lock("stop:0").into_future())
+        .await
+        .expect("re-entry");
+    let innermost = inner
+        .scope(locks.lock("stop:0").into_future())
+        .await
+        .expect("re-entry");
+    let reader = locks.read_lock("stop:read").await.expect("read");
+    assert_eq!(support::redis_count(&server, "stop:0"), 3);
+
+    let before = support::command_calls(&server, "evalsha");
+    let report = locks.shutdown().await;
+    let runs = support::command_calls(&server, "evalsha") - before;
+    assert!(report.is_complete(), "{report:?}");
+    assert_eq!(report.given_back(), LOCKS + 2 + 1, "{report:?}");
+    println!(
+        "{} holds given back in {runs} script runs",
+        report.given_back()
+    );
+    assert!(
+        runs <= (report.given_back() / 2) as u64,
+        "{} holds took {runs} script runs: not sent together",
+        report.given_back()
+    );
+    for i in 0..LOCKS {
+        assert_eq!(
+            support::redis_count(&server, &format!("stop:{i}")),
+            0,
+            "stop:{i}"
+        );
+    }
+    assert_eq!(support::redis_count(&server, "stop:read"), 0);
+
+    // The guards were told, and send nothing more.
+    for guard in guards.iter().chain([&inner, &innermost, &reader]) {
+        assert!(guard.is_lost(), "{}", guard.name());
+        assert_eq!(guard.lost_reason(), Some(LostReason::ShutDown));
+    }
+    tokio::time::timeout(Duration::from_millis(100), reader.lost())
+        .await
+        .expect("lost() fired");
+    let calls = support::command_calls(&server, "evalsha");
+    let err = innermost.unlock().await.expect_err("given back already");
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: Some(LostReason::ShutDown),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    drop(inner);
+    drop(guards);
+    drop(reader);
+
+    // No new acquisition, nothing sent.
+    let refused = locks.lock("stop:new").await.expect_err("shut down");
+    assert!(refused.is_client_shut_down(), "{refused:?}");
+    assert!(refused.to_string().contains("stop:new"), "{refused}");
+    let refused = locks
+        .lock_all(["stop:a", "stop:b"])
+        .await
+        .expect_err("shut down");
+    assert!(refused.is_client_shut_down(), "{refused:?}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        support::command_calls(&server, "evalsha"),
+        calls,
+        "a closed guard or a refused request sent something"
+    );
+    // A second shutdown has nothing left to do.
+    assert_eq!(locks.shutdown().await.given_back(), 0);
+}
+
+/// A client whose runtime is dropped while it holds locks (a `main` that returns
+/// with guards alive) warns once, naming the locks and how long they stay held.
+#[test]
+fn a_runtime_dropped_while_holding_locks_warns_naming_them() {
+    let warnings = support::capture_warnings();
+    let server = support::server();
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let guards = runtime.block_on(async {
+        let locks = support::client(&server).await;
+        vec![
+            locks.lock("left:a").await.expect("lock"),
+            locks.lock("left:b").await.expect("lock"),
+        ]
+    });
+    drop(runtime);
+    let text = warnings.text();
+    let line = text
+        .lines()
+        .find(|line| line.contains("stay held in Redis until their leases end"))
+        .unwrap_or_else(|| panic!("no warning of the locks left held: {text}"));
+    assert!(
+        line.contains("`left:a`") && line.contains("`left:b`"),
+        "{line}"
+    );
+    assert!(line.contains("s more)"), "{line}");
+    assert_eq!(
+        text.matches("stay held in Redis until their leases end")
+            .count(),
+        1,
+        "one warning: {text}"
+    );
+    drop(guards);
+}
