@@ -188,12 +188,7 @@ local function must_wait(state, r, now)
       return soonest, false
     end
   else
-    local head, lowest = nil, nil
-    for waiter, place in pairs(state.waiting) do
-      if not lowest or place.ticket < lowest then
-        head, lowest = waiter, place.ticket
-      end
-    end
+    local head = queue_head(state)
     if held > 0 then
       return math.min(latest, WAITER_LOOK_MS), true
     end

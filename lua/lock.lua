@@ -253,6 +253,30 @@ local function read_all(key, now)
   return state
 end
 
+-- The next waiter of a fair lock (as `read_all` read it): the live one with the
+-- lowest ticket (nil: none).
+local function queue_head(state)
+  local head, lowest = nil, nil
+  for waiter, place in pairs(state.waiting) do
+    if not lowest or place.ticket < lowest then
+      head, lowest = waiter, place.ticket
+    end
+  end
+  return head
+end
+
+-- The message that tells waiters of a release or a withdrawal: "<owner>:<seq>",
+-- and, for a fair lock with waiters, a space and the next waiter's owner id, so
+-- that only that one wakes.
+local function release_message(state, owner, seq_text)
+  local message = owner .. ':' .. seq_text
+  local head = state.kind == 'fair' and queue_head(state)
+  if head then
+    message = message .. ' ' .. head
+  end
+  return message
+end
+
 -- Whether anybody holds or waits for the lock (as `read_all` read it).
 local function occupied(state)
   return next(state.holders) ~= nil or next(state.waiting) ~= nil
@@ -374,16 +398,12 @@ local function take(lock, fence_key, owner, lease, fencing, record_text, who)
   return token
 end
 
--- Adds a hold of `owner` (its entry `me`, as `read_mine` read it), its operation
--- `seq` (sent as `seq_text`, with `floor`), to the lock at `lock`, keeping its lease
--- at least `lease` ms. Returns the count: one more, or as it stands when the
--- operation must not be applied (a replay, or settled: see `record`).
-local function add_hold(lock, me, owner, lease, floor, seq, seq_text)
-  local new_record = record(me, floor, seq, seq_text)
-  if not new_record then
-    return me.count
-  end
-  local count = redis.call('HINCRBY', lock, owner, 1)
+-- Changes the hold count of `owner` (its entry `me`, as `read_mine` read it) by
+-- `by` (1 or -1), with its new replay record, keeping its lease at least `lease` ms
+-- (the key's expiry for a plain lock, its own `#until` for the others; neither ever
+-- moves earlier). Returns the new count. Not for a final release.
+local function change_hold(lock, me, owner, by, lease, new_record)
+  local count = redis.call('HINCRBY', lock, owner, by)
   if me['until'] then
     local until_ms = math.max(me['until'], now_ms() + lease)
     redis.call('HSET', lock, OP .. owner, new_record, UNTIL .. owner, until_ms)
@@ -393,6 +413,18 @@ local function add_hold(lock, me, owner, lease, floor, seq, seq_text)
     redis.call('PEXPIRE', lock, lease, 'GT')
   end
   return count
+end
+
+-- Adds a hold of `owner` (its entry `me`, as `read_mine` read it), its operation
+-- `seq` (sent as `seq_text`, with `floor`), to the lock at `lock`, keeping its lease
+-- at least `lease` ms. Returns the count: one more, or as it stands when the
+-- operation must not be applied (a replay, or settled: see `record`).
+local function add_hold(lock, me, owner, lease, floor, seq, seq_text)
+  local new_record = record(me, floor, seq, seq_text)
+  if not new_record then
+    return me.count
+  end
+  return change_hold(lock, me, owner, 1, lease, new_record)
 end
 
 -- Drops the fields of holders and waiters whose time is up, and sets the key's

@@ -87,19 +87,7 @@ local function release_last_shared(lock, channel, owner, seq_text)
     state.writer = nil
   end
   if not reader or not next(state.holders) then
-    local message = owner .. ':' .. seq_text
-    if state.kind == 'fair' then
-      local head, lowest = nil, nil
-      for waiter, place in pairs(state.waiting) do
-        if not lowest or place.ticket < lowest then
-          head, lowest = waiter, place.ticket
-        end
-      end
-      if head then
-        message = message .. ' ' .. head
-      end
-    end
-    redis.call(publish, channel, message)
+    redis.call(publish, channel, release_message(state, owner, seq_text))
   end
   redis.call('HDEL', lock, unpack(fields))
   settle(lock, state, now)
@@ -145,16 +133,7 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
   end
 
   if me.count > 1 then
-    local count = redis.call('HINCRBY', lock, owner, -1)
-    if me['until'] then
-      local until_ms = math.max(me['until'], now_ms() + tonumber(lease))
-      redis.call('HSET', lock, OP .. owner, new_record, UNTIL .. owner, until_ms)
-      redis.call('PEXPIRE', lock, until_ms - now_ms(), 'GT')
-    else
-      redis.call('HSET', lock, OP .. owner, new_record)
-      redis.call('PEXPIRE', lock, lease, 'GT')
-    end
-    return {1, count}
+    return {1, change_hold(lock, me, owner, -1, tonumber(lease), new_record)}
   end
 
   if state.kind ~= 'lock' then

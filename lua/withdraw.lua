@@ -31,19 +31,7 @@ if state.kind == 'rw' then
   free = not (state.writer and state.holders[state.writer]) and not next(state.waiting)
 end
 if free then
-  local message = owner .. ':-'
-  if state.kind == 'fair' then
-    local head, lowest = nil, nil
-    for waiter, place in pairs(state.waiting) do
-      if not lowest or place.ticket < lowest then
-        head, lowest = waiter, place.ticket
-      end
-    end
-    if head then
-      message = message .. ' ' .. head
-    end
-  end
-  redis.call(publish, channel, message)
+  redis.call(publish, channel, release_message(state, owner, '-'))
 end
 redis.call('HDEL', lock, WAIT .. owner, TICKET .. owner)
 settle(lock, state, now)

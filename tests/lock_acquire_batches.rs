@@ -4,10 +4,7 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use distlock::{LockClient, LockError, LockGuard};
-use tokio::sync::Barrier;
 
 /// `try_lock`s every name from a task of its own, all at one moment; returns each
 /// result, in the order of `names`.
@@ -15,22 +12,14 @@ async fn try_together(
     locks: &LockClient,
     names: &[String],
 ) -> Vec<Result<Option<LockGuard>, LockError>> {
-    let barrier = Arc::new(Barrier::new(names.len()));
-    let tasks: Vec<_> = names
+    let requests = names
         .iter()
         .map(|name| {
-            let (locks, barrier, name) = (locks.clone(), barrier.clone(), name.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                locks.try_lock(name).await
-            })
+            let (locks, name) = (locks.clone(), name.clone());
+            async move { locks.try_lock(name).await }
         })
         .collect();
-    let mut results = Vec::new();
-    for task in tasks {
-        results.push(task.await.expect("join"));
-    }
-    results
+    support::all_at_once(requests).await
 }
 
 /// 64 new acquisitions at one moment share script runs, and each is taken once.

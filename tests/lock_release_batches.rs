@@ -4,11 +4,9 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::LockGuard;
-use tokio::sync::Barrier;
 
 /// Takes `n` locks `<prefix>:<i>` on `locks`.
 async fn hold(locks: &distlock::LockClient, prefix: &str, n: usize) -> Vec<LockGuard> {
@@ -22,22 +20,7 @@ async fn hold(locks: &distlock::LockClient, prefix: &str, n: usize) -> Vec<LockG
 /// Unlocks every guard from a task of its own, all released at one moment; returns
 /// each `unlock()`'s result, in the order of `guards`.
 async fn unlock_together(guards: Vec<LockGuard>) -> Vec<Result<(), distlock::LockError>> {
-    let barrier = Arc::new(Barrier::new(guards.len()));
-    let tasks: Vec<_> = guards
-        .into_iter()
-        .map(|guard| {
-            let barrier = barrier.clone();
-            tokio::spawn(async move {
-                barrier.wait().await;
-                guard.unlock().await
-            })
-        })
-        .collect();
-    let mut results = Vec::new();
-    for task in tasks {
-        results.push(task.await.expect("join"));
-    }
-    results
+    support::all_at_once(guards.into_iter().map(LockGuard::unlock).collect()).await
 }
 
 /// Observed before batching: 64 releases at one moment were 64 script runs.

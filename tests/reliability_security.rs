@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use distlock::{LockClient, LockError};
+use distlock::{LockClient, LockError, LockGuard};
 use distlock_testkit::RedisServer;
 use support::LOCK_USER_ACL;
 
@@ -403,21 +403,7 @@ async fn a_release_refused_midway_through_a_batch_leaves_the_others_answered() {
         guards.push(locks.lock(name.as_str()).await.expect("lock"));
     }
     let before = support::command_calls(&server, "evalsha");
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(LOCKS));
-    let tasks: Vec<_> = guards
-        .into_iter()
-        .map(|guard| {
-            let barrier = barrier.clone();
-            tokio::spawn(async move {
-                barrier.wait().await;
-                guard.unlock().await
-            })
-        })
-        .collect();
-    let mut results = Vec::new();
-    for task in tasks {
-        results.push(task.await.expect("join"));
-    }
+    let results = support::all_at_once(guards.into_iter().map(LockGuard::unlock).collect()).await;
     let runs = support::command_calls(&server, "evalsha") - before;
     assert!(
         runs < LOCKS as u64,

@@ -15,3 +15,29 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Runs each of `futures` on a task of its own, all let go at one moment (a
+/// barrier), and returns their outputs in order: requests ready together, as
+/// group commit sees them.
+pub async fn all_at_once<F>(futures: Vec<F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(futures.len()));
+    let tasks: Vec<_> = futures
+        .into_iter()
+        .map(|future| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                future.await
+            })
+        })
+        .collect();
+    let mut outputs = Vec::new();
+    for task in tasks {
+        outputs.push(task.await.expect("join"));
+    }
+    outputs
+}
