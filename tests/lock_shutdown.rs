@@ -130,3 +130,57 @@ fn a_runtime_dropped_while_holding_locks_warns_naming_them() {
     );
     drop(guards);
 }
+
+/// Tasks waiting for a lock that another client holds end at the shutdown, each
+/// with `ClientShutDown`, not at the end of their wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_under_way_end_at_the_shutdown() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let other = support::client(&server).await;
+    let held = other.lock("stop:busy").await.expect("held elsewhere");
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                locks
+                    .lock("stop:busy")
+                    .wait(Duration::from_secs(20))
+                    .await
+                    .map(drop)
+            })
+        })
+        .collect();
+    let waiting = support::eventually(Duration::from_secs(2), || {
+        support::channel_subscribers(&server, "stop:busy") > 0
+    })
+    .await;
+    assert!(waiting, "nobody waited");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stopped = tokio::time::Instant::now();
+    locks.shutdown().await;
+    for waiter in waiters {
+        let result = tokio::time::timeout(Duration::from_secs(2), waiter)
+            .await
+            .expect("the wait ended at the shutdown")
+            .expect("join");
+        assert!(
+            matches!(&result, Err(err) if err.is_client_shut_down()),
+            "{result:?}"
+        );
+    }
+    let ended = stopped.elapsed();
+    println!("waits ended {ended:?} after the shutdown began");
+    // A waiter that is not woken looks again only at its next look (a second or
+    // more later).
+    assert!(
+        ended < Duration::from_millis(300),
+        "the waits ended {ended:?} after the shutdown began"
+    );
+    assert_eq!(
+        support::redis_count(&server, "stop:busy"),
+        1,
+        "still the other's"
+    );
+    held.unlock().await.expect("unlock");
+}

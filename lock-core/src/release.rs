@@ -156,7 +156,8 @@ impl ShutdownReport {
     }
 }
 
-/// The client's shutdown: refuses new acquisitions, gives back every hold that its
+/// The client's shutdown: refuses new acquisitions (and ends the waits under way),
+/// gives back every hold that its
 /// guards still have (each guard's hold, sent at one moment so that they share
 /// script runs), marks those holds lost (`LostReason::ShutDown`: a guard still in
 /// use learns it, and sends nothing more), and waits, at most a final release's
@@ -169,6 +170,8 @@ impl ShutdownReport {
 /// yet given back stay held until their leases end (their guards are closed).
 pub(crate) async fn shutdown(inner: &Arc<Inner>) -> ShutdownReport {
     inner.close();
+    // Waiters end now, each with `ClientShutDown`, rather than at their next look.
+    inner.subscriber.wake_first_waiters();
     let mut report = ShutdownReport::default();
     for _round in 0..3 {
         let closed = inner.watchdog.close_all();

@@ -326,6 +326,12 @@ impl Subscriber {
 }
 
 impl Subscriber {
+    /// Wakes the first waiter of every queue, as a lost connection does: each looks
+    /// again (and, when the client was shut down, ends, which wakes the next).
+    pub(crate) fn wake_first_waiters(&self) {
+        self.shared.recheck_all();
+    }
+
     /// Whether any task of this client waits for a lock (or is about to ask for one).
     pub(crate) fn waits(&self) -> bool {
         !self.shared.channels().is_empty()
