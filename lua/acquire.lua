@@ -110,7 +110,7 @@ local function acquire_plain(lock, fence_key, freed, r)
     return {-2}
   end
   if state.kind and state.kind ~= 'lock' then
-    local other = read_all(lock, now_ms())
+    local other = state.whole or read_all(lock, now_ms())
     if not other then
       return {-2}
     end
@@ -127,10 +127,7 @@ local function acquire_plain(lock, fence_key, freed, r)
     return {-1}
   end
   if state.exists then
-    -- Held by another owner: unless its fields are not distlock's.
-    if not read_all(lock, now_ms()) then
-      return {-2}
-    end
+    -- Held by another owner (`read_mine` checked every field of the hash).
     return {0, redis.call('PTTL', lock)}
   end
   if r.fencing and not read_counter(fence_key) then

@@ -64,7 +64,7 @@ for i = 1, names do
     return {-2, i}
   end
   if state.kind and state.kind ~= 'lock' then
-    local other = read_all(lock, now_ms())
+    local other = state.whole or read_all(lock, now_ms())
     if not other then
       return {-2, i}
     end
@@ -78,10 +78,7 @@ for i = 1, names do
       return {-1, i}
     end
   elseif state.exists and not state.me then
-    -- Held by another owner: unless its fields are not distlock's.
-    if not read_all(lock, now_ms()) then
-      return {-2, i}
-    end
+    -- Held by another owner (`read_mine` checked every field of the hash).
     return {0, i, redis.call('PTTL', lock)}
   end
   if not state.me then

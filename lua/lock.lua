@@ -121,51 +121,6 @@ local function read_record(text)
   return tonumber(floor), done
 end
 
--- Reads the holder `owner` of the lock at `key` without reading the whole hash
--- (`likely_free`: in one call when there is no key, two otherwise; else the other
--- way round): a table with `exists`, `kind`, `token` (the `#fence` field, 0 without one), and
--- `me` ({ count, floor, done, until }: nil when `owner` holds nothing, its `until`
--- nil for a plain lock); nil when `key` holds what distlock did not write.
-local function read_mine(key, owner, likely_free)
-  if likely_free then
-    -- One call for a lock that is not there (a new acquisition, most often).
-    local size = typed(redis.pcall('HLEN', key))
-    if size == WRONG_TYPE then
-      return nil
-    end
-    if size == 0 then
-      return { exists = false, token = 0 }
-    end
-  end
-  local v = typed(redis.pcall('HMGET', key, '#kind', '#layout', '#fence', owner, OP .. owner, UNTIL .. owner))
-  if v == WRONG_TYPE then
-    return nil
-  end
-  local kind, layout, fence, count, record, until_text = v[1], v[2], v[3], v[4], v[5], v[6]
-  if not kind then
-    if likely_free or redis.call('EXISTS', key) == 1 then
-      return nil
-    end
-    return { exists = false, token = 0 }
-  end
-  if layout ~= LAYOUT or not KINDS[kind] or (fence and not is_number(fence)) then
-    return nil
-  end
-  local state = { exists = true, kind = kind, token = tonumber(fence or '0') }
-  if kind == 'lock' then
-    until_text = nil
-  end
-  if count then
-    local floor, done = read_record(record)
-    if not is_number(count) or count == '0' or not floor
-        or (until_text and not is_number(until_text)) then
-      return nil
-    end
-    state.me = { count = tonumber(count), floor = floor, done = done, ['until'] = tonumber(until_text) }
-  end
-  return state
-end
-
 -- The state of a lock with no key, as `read_all` gives it.
 local function free_state()
   return { exists = false, token = 0, holders = {}, waiting = {}, dead = {}, latest = 0 }
@@ -249,6 +204,59 @@ local function read_all(key, now)
         state.latest = math.max(state.latest, until_ms)
       end
     end
+  end
+  return state
+end
+
+-- Reads the holder `owner` of the lock at `key`: a table with `exists`, `kind`,
+-- `token` (the `#fence` field, 0 without one), and `me` ({ count, floor, done,
+-- until }: nil when `owner` holds nothing, its `until` nil for a plain lock); nil
+-- when `key` holds what distlock did not write. `likely_free` (a new acquisition):
+-- one call when there is no key; else the whole hash, checked (`read_all`, given as
+-- `whole`), since a new acquisition must tell a lock held by others from one
+-- distlock did not write. Otherwise (a re-entry, a release, a renewal): the
+-- owner's fields alone, in one call.
+local function read_mine(key, owner, likely_free)
+  if likely_free then
+    -- One call for a lock that is not there (a new acquisition, most often).
+    local size = typed(redis.pcall('HLEN', key))
+    if size == WRONG_TYPE then
+      return nil
+    end
+    if size == 0 then
+      return { exists = false, token = 0 }
+    end
+    local whole = read_all(key, now_ms())
+    if not whole then
+      return nil
+    end
+    return { exists = true, kind = whole.kind, token = whole.token, me = whole.holders[owner], whole = whole }
+  end
+  local v = typed(redis.pcall('HMGET', key, '#kind', '#layout', '#fence', owner, OP .. owner, UNTIL .. owner))
+  if v == WRONG_TYPE then
+    return nil
+  end
+  local kind, layout, fence, count, record, until_text = v[1], v[2], v[3], v[4], v[5], v[6]
+  if not kind then
+    if redis.call('EXISTS', key) == 1 then
+      return nil
+    end
+    return { exists = false, token = 0 }
+  end
+  if layout ~= LAYOUT or not KINDS[kind] or (fence and not is_number(fence)) then
+    return nil
+  end
+  local state = { exists = true, kind = kind, token = tonumber(fence or '0') }
+  if kind == 'lock' then
+    until_text = nil
+  end
+  if count then
+    local floor, done = read_record(record)
+    if not is_number(count) or count == '0' or not floor
+        or (until_text and not is_number(until_text)) then
+      return nil
+    end
+    state.me = { count = tonumber(count), floor = floor, done = done, ['until'] = tonumber(until_text) }
   end
   return state
 end
