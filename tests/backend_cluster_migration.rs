@@ -46,6 +46,18 @@ fn node_id(node: &RedisServer) -> String {
     node.cmd(&["CLUSTER", "MYID"]).expect("CLUSTER MYID")
 }
 
+/// The master that serves the slot of lock `name` now, and another one to move it to
+/// (node indexes).
+fn source_and_target(cluster: &RedisCluster, name: &str) -> (usize, usize) {
+    let from = cluster
+        .node_for_slot(slot_of(cluster, name))
+        .expect("a master serves the slot");
+    let to = (0..cluster.masters())
+        .find(|&master| master != from)
+        .expect("another master");
+    (from, to)
+}
+
 /// How many connections subscribe to the sharded channel of lock `name` on `node`.
 fn shard_subscribers(node: &RedisServer, name: &str) -> u64 {
     node.cmd(&["PUBSUB", "SHARDNUMSUB", &channel(name)])
@@ -227,13 +239,7 @@ async fn waiters_acquire_promptly_after_the_slot_of_a_held_lock_migrates() {
     let cluster = RedisCluster::start(3, 1).expect("start a 3-master cluster");
     let holder = client(&cluster, lease).await;
     let locks = client(&cluster, lease).await;
-    let slot = slot_of(&cluster, name);
-    let from = cluster
-        .node_for_slot(slot)
-        .expect("a master serves the slot");
-    let to = (0..cluster.masters())
-        .find(|&master| master != from)
-        .expect("another master");
+    let (from, to) = source_and_target(&cluster, name);
 
     let guard = holder.lock(name).await.expect("lock");
     let waiters = queue_waiters(&locks, name, 3).await;
@@ -295,13 +301,7 @@ async fn a_release_on_the_new_owner_before_the_hand_over_is_not_missed() {
     let cluster = RedisCluster::start(3, 1).expect("start a 3-master cluster");
     let holder = client(&cluster, lease).await;
     let locks = client(&cluster, lease).await;
-    let slot = slot_of(&cluster, name);
-    let from = cluster
-        .node_for_slot(slot)
-        .expect("a master serves the slot");
-    let to = (0..cluster.masters())
-        .find(|&master| master != from)
-        .expect("another master");
+    let (from, to) = source_and_target(&cluster, name);
 
     let guard = holder.lock(name).await.expect("lock");
     let waiters = queue_waiters(&locks, name, 2).await;
@@ -342,13 +342,7 @@ async fn a_release_and_a_fenced_acquisition_complete_across_a_migration() {
     let first_token = first.fencing_token().expect("a token");
     first.unlock().await.expect("unlock");
     for name in [released, fenced] {
-        let slot = slot_of(&cluster, name);
-        let from = cluster
-            .node_for_slot(slot)
-            .expect("a master serves the slot");
-        let to = (0..cluster.masters())
-            .find(|&master| master != from)
-            .expect("another master");
+        let (from, to) = source_and_target(&cluster, name);
         let guard = if name == released {
             Some(locks.lock(name).await.expect("lock"))
         } else {

@@ -687,8 +687,9 @@ fn kind_arg(kind: Kind) -> String {
 /// (`"1"`: a writer or a fair waiter would keep its place), and what the client
 /// says of the holder.
 fn distlock_acquire_line(sha: &str, kind: Kind, op: &Op<'_>) -> Vec<String> {
-    let mut line: Vec<String> = ["EVALSHA", sha, "3", op.lock].map(str::to_owned).to_vec();
-    line.extend([op.fence(), op.freed()]);
+    let mut line = evalsha_keys(sha, std::slice::from_ref(op), |op| {
+        [op.lock.to_owned(), op.fence(), op.freed()]
+    });
     line.extend([
         DISTLOCK_OWNER.to_owned(),
         op.lease_ms.to_string(),
@@ -704,17 +705,24 @@ fn distlock_acquire_line(sha: &str, kind: Kind, op: &Op<'_>) -> Vec<String> {
     line
 }
 
-/// A set's acquisition by acquire_all.lua (`sha`): one owner for every name (its
-/// operations `ops`), no fencing, what the client says of the holder.
-fn set_acquire_line(sha: &str, ops: &[Op<'_>]) -> Vec<String> {
+/// `EVALSHA <sha> <3 × ops>` and the three keys `keys` gives for each of `ops`, in
+/// order: the head of a script line that serves several requests.
+fn evalsha_keys(sha: &str, ops: &[Op<'_>], keys: impl Fn(&Op<'_>) -> [String; 3]) -> Vec<String> {
     let mut line = vec![
         "EVALSHA".to_owned(),
         sha.to_owned(),
         (3 * ops.len()).to_string(),
     ];
     for op in ops {
-        line.extend([op.lock.to_owned(), op.fence(), op.freed()]);
+        line.extend(keys(op));
     }
+    line
+}
+
+/// A set's acquisition by acquire_all.lua (`sha`): one owner for every name (its
+/// operations `ops`), no fencing, what the client says of the holder.
+fn set_acquire_line(sha: &str, ops: &[Op<'_>]) -> Vec<String> {
+    let mut line = evalsha_keys(sha, ops, |op| [op.lock.to_owned(), op.fence(), op.freed()]);
     line.push("0".into());
     for op in ops {
         line.extend([
@@ -732,14 +740,9 @@ fn set_acquire_line(sha: &str, ops: &[Op<'_>]) -> Vec<String> {
 /// One run of release.lua (`sha`) that gives back `ops`, in order, with no
 /// successor (no waiter of the releasing client to hand the lock to).
 fn release_script_line(sha: &str, ops: &[Op<'_>]) -> Vec<String> {
-    let mut line = vec![
-        "EVALSHA".to_owned(),
-        sha.to_owned(),
-        (3 * ops.len()).to_string(),
-    ];
-    for op in ops {
-        line.extend([op.lock.to_owned(), op.channel(), op.freed()]);
-    }
+    let mut line = evalsha_keys(sha, ops, |op| {
+        [op.lock.to_owned(), op.channel(), op.freed()]
+    });
     line.extend(["PUBLISH".to_owned(), REMEMBER_MS.to_string()]);
     for op in ops {
         line.extend([
