@@ -310,14 +310,19 @@ local function acquire_shared(lock, fence_key, freed, r)
   return {1, 1, take_shared(lock, fence_key, state, r, new_record, now)}
 end
 
-local answers = {}
-for i = 1, #KEYS / 3 do
-  local r = request(10 * (i - 1) + 1)
-  local lock, fence_key, freed = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  if r.kind == 'lock' then
-    answers[i] = answer(acquire_plain, lock, fence_key, freed, r)
-  else
-    answers[i] = answer(acquire_shared, lock, fence_key, freed, r)
+-- The script itself: run once per call (see lock.lua, "Two ways to run").
+local function main()
+  local answers = {}
+  for i = 1, #KEYS / 3 do
+    local r = request(10 * (i - 1) + 1)
+    local lock, fence_key, freed = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+    if r.kind == 'lock' then
+      answers[i] = answer(acquire_plain, lock, fence_key, freed, r)
+    else
+      answers[i] = answer(acquire_shared, lock, fence_key, freed, r)
+    end
   end
+  return answers
 end
-return answers
+
+return main()

@@ -45,69 +45,74 @@
 -- Every check, for every name, comes before the first write: a Lua error does not
 -- roll back, and a set is taken whole or not at all.
 
-local fencing = ARGV[1] == '1'
-local names = #KEYS / 3
-local who = ARGV[5 * names + 2]
+-- The script itself: run once per call (see lock.lua, "Two ways to run").
+local function main()
+  local fencing = ARGV[1] == '1'
+  local names = #KEYS / 3
+  local who = ARGV[5 * names + 2]
 
--- The keys and arguments of name i.
-local function name(i)
-  local k, a = 3 * (i - 1), 5 * (i - 1) + 1
-  return KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
-    ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 4], ARGV[a + 5] == '1'
-end
-
-local states = {}
-for i = 1, names do
-  local lock, fence_key, freed, owner, _, seq_text, floor_text, reentry = name(i)
-  local state = read_mine(lock, owner, not reentry)
-  if not state then
-    return {-2, i}
+  -- The keys and arguments of name i.
+  local function name(i)
+    local k, a = 3 * (i - 1), 5 * (i - 1) + 1
+    return KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
+      ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 4], ARGV[a + 5] == '1'
   end
-  if state.kind and state.kind ~= 'lock' then
-    local other = state.whole or read_all(lock, now_ms())
-    if not other then
+
+  local states = {}
+  for i = 1, names do
+    local lock, fence_key, freed, owner, _, seq_text, floor_text, reentry = name(i)
+    local state = read_mine(lock, owner, not reentry)
+    if not state then
       return {-2, i}
     end
-    if occupied(other) then
-      return {-5, i, KINDS[other.kind]}
+    if state.kind and state.kind ~= 'lock' then
+      local other = state.whole or read_all(lock, now_ms())
+      if not other then
+        return {-2, i}
+      end
+      if occupied(other) then
+        return {-5, i, KINDS[other.kind]}
+      end
+      state = { exists = false, stale = true, token = 0 }
     end
-    state = { exists = false, stale = true, token = 0 }
-  end
-  if reentry then
+    if reentry then
+      if not state.me then
+        return {-1, i}
+      end
+    elseif state.exists and not state.me then
+      -- Held by another owner (`read_mine` checked every field of the hash).
+      return {0, i, redis.call('PTTL', lock)}
+    end
     if not state.me then
-      return {-1, i}
+      if fencing and not read_counter(fence_key) then
+        return {-2, i}
+      end
+      state.record = record(read_freed(freed), tonumber(floor_text), tonumber(seq_text), seq_text)
     end
-  elseif state.exists and not state.me then
-    -- Held by another owner (`read_mine` checked every field of the hash).
-    return {0, i, redis.call('PTTL', lock)}
+    states[i] = state
   end
-  if not state.me then
-    if fencing and not read_counter(fence_key) then
-      return {-2, i}
+
+  local answer = {1}
+  for i = 1, names do
+    local lock, fence_key, _, owner, lease, seq_text, floor_text = name(i)
+    local state = states[i]
+    if state.me then
+      -- A replay, or a settled stray copy, answers the count as it stands.
+      answer[#answer + 1] = add_hold(lock, state.me, owner, lease, tonumber(floor_text), tonumber(seq_text), seq_text)
+      answer[#answer + 1] = state.token
+    elseif not state.record then
+      -- Applied before, and given back since: nothing to take.
+      answer[#answer + 1] = 1
+      answer[#answer + 1] = 0
+    else
+      if state.stale then
+        redis.call('DEL', lock)
+      end
+      answer[#answer + 1] = 1
+      answer[#answer + 1] = take(lock, fence_key, owner, lease, fencing, state.record, who)
     end
-    state.record = record(read_freed(freed), tonumber(floor_text), tonumber(seq_text), seq_text)
   end
-  states[i] = state
+  return answer
 end
 
-local answer = {1}
-for i = 1, names do
-  local lock, fence_key, _, owner, lease, seq_text, floor_text = name(i)
-  local state = states[i]
-  if state.me then
-    -- A replay, or a settled stray copy, answers the count as it stands.
-    answer[#answer + 1] = add_hold(lock, state.me, owner, lease, tonumber(floor_text), tonumber(seq_text), seq_text)
-    answer[#answer + 1] = state.token
-  elseif not state.record then
-    -- Applied before, and given back since: nothing to take.
-    answer[#answer + 1] = 1
-    answer[#answer + 1] = 0
-  else
-    if state.stale then
-      redis.call('DEL', lock)
-    end
-    answer[#answer + 1] = 1
-    answer[#answer + 1] = take(lock, fence_key, owner, lease, fencing, state.record, who)
-  end
-end
-return answer
+return main()

@@ -12,15 +12,20 @@
 -- Returns 1 when a lock was deleted, 0 when nobody held it, -2 when KEYS[1] holds
 -- what distlock did not write (see lock.lua), left untouched.
 
-local lock, channel, publish = KEYS[1], KEYS[2], ARGV[1]
+-- The script itself: run once per call (see lock.lua, "Two ways to run").
+local function main()
+  local lock, channel, publish = KEYS[1], KEYS[2], ARGV[1]
 
-local state = read_all(lock, now_ms())
-if not state then
-  return -2
+  local state = read_all(lock, now_ms())
+  if not state then
+    return -2
+  end
+  if not next(state.holders) then
+    return 0
+  end
+  redis.call(publish, channel, 'released')
+  redis.call('DEL', lock)
+  return 1
 end
-if not next(state.holders) then
-  return 0
-end
-redis.call(publish, channel, 'released')
-redis.call('DEL', lock)
-return 1
+
+return main()

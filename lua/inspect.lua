@@ -23,57 +23,62 @@
 -- has held the lock and since when (server ms), or "" when its client said
 -- nothing. Owner ids are never returned.
 
-local lock, fence_key = KEYS[1], KEYS[2]
+-- The script itself: run once per call (see lock.lua, "Two ways to run").
+local function main()
+  local lock, fence_key = KEYS[1], KEYS[2]
 
-local counter = read_counter(fence_key)
-if not counter then
-  return {-2}
-end
-local now = now_ms()
-local state = read_all(lock, now)
-if not state then
-  return {-2}
-end
-if not next(state.holders) then
-  return {0, 0, -2, 0, counter}
-end
-local waiting = 0
-for _, _ in pairs(state.waiting) do
-  waiting = waiting + 1
-end
-local reply = {3, KINDS[state.kind], state.permits or 0, counter, waiting, 0}
-local pttl = redis.call('PTTL', lock)
-local texts = {}
-for owner, h in pairs(state.holders) do
-  local mode, left, token = 0, pttl, 0
-  if state.kind == 'rw' then
-    mode = 1
-    if state.writer == owner then
-      mode, token = 2, state.token
+  local counter = read_counter(fence_key)
+  if not counter then
+    return {-2}
+  end
+  local now = now_ms()
+  local state = read_all(lock, now)
+  if not state then
+    return {-2}
+  end
+  if not next(state.holders) then
+    return {0, 0, -2, 0, counter}
+  end
+  local waiting = 0
+  for _, _ in pairs(state.waiting) do
+    waiting = waiting + 1
+  end
+  local reply = {3, KINDS[state.kind], state.permits or 0, counter, waiting, 0}
+  local pttl = redis.call('PTTL', lock)
+  local texts = {}
+  for owner, h in pairs(state.holders) do
+    local mode, left, token = 0, pttl, 0
+    if state.kind == 'rw' then
+      mode = 1
+      if state.writer == owner then
+        mode, token = 2, state.token
+      end
+    elseif state.kind == 'semaphore' then
+      mode = 3
+    elseif state.kind == 'fair' then
+      mode, token = 4, state.token
+    else
+      token = state.token
     end
-  elseif state.kind == 'semaphore' then
-    mode = 3
-  elseif state.kind == 'fair' then
-    mode, token = 4, state.token
-  else
-    token = state.token
+    if h['until'] then
+      left = h['until'] - now
+    end
+    reply[6] = reply[6] + 1
+    reply[#reply + 1] = mode
+    reply[#reply + 1] = h.count
+    reply[#reply + 1] = left
+    reply[#reply + 1] = token
+    local at, who = string.match(h.who or '', '^(%d+) (.*)$')
+    if at then
+      texts[#texts + 1] = string.format('%d %s %s', math.max(now - tonumber(at), 0), at, who)
+    else
+      texts[#texts + 1] = ''
+    end
   end
-  if h['until'] then
-    left = h['until'] - now
+  for _, text in ipairs(texts) do
+    reply[#reply + 1] = text
   end
-  reply[6] = reply[6] + 1
-  reply[#reply + 1] = mode
-  reply[#reply + 1] = h.count
-  reply[#reply + 1] = left
-  reply[#reply + 1] = token
-  local at, who = string.match(h.who or '', '^(%d+) (.*)$')
-  if at then
-    texts[#texts + 1] = string.format('%d %s %s', math.max(now - tonumber(at), 0), at, who)
-  else
-    texts[#texts + 1] = ''
-  end
+  return reply
 end
-for _, text in ipairs(texts) do
-  reply[#reply + 1] = text
-end
-return reply
+
+return main()

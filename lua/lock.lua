@@ -46,6 +46,15 @@
 -- A holder whose `#until` has passed holds nothing; the first script that reads
 -- the whole hash drops its fields. A lock nobody holds or waits for has no key.
 --
+-- TWO WAYS TO RUN. A client loads every script as one Redis function library
+-- (lock-core/src/library.rs composes it: this prelude once, then each script in a
+-- block of its own, registered as `distlock_<version>_<script>`), so that the
+-- functions here and in each script are made once per server, not on every call;
+-- where a server refuses functions, it sends this prelude and one script by
+-- EVALSHA instead. So each script ends with `return main()`, the part that runs per
+-- call, and nothing outside a function reads KEYS or ARGV; in a library each call
+-- starts with KEYS and ARGV set to its keys and arguments and `clock` (below) unread.
+--
 -- What distlock did not write (another type; a hash without `#kind`, of another
 -- `#layout`, or with a count, a number or a record not of the forms above) is
 -- never changed: the scripts answer a conflict.
@@ -58,7 +67,8 @@ local KINDS = { lock = 0, rw = 1, semaphore = 2, fair = 3 }
 local WAITER_MS = 3000
 local WAITER_LOOK_MS = 1000
 
--- The server's clock, in ms: read once per call (TIME), the same for every step.
+-- The server's clock, in µs: read once per call (TIME), the same for every step;
+-- nil until read (every call starts so, see "Two ways to run").
 local clock = nil
 local function now_us()
   if not clock then

@@ -56,11 +56,9 @@
 -- The message is published before the writes, so a user without channel
 -- permission changes nothing (and gets {-6, error}).
 
-local publish, remember = ARGV[1], ARGV[2]
-local numsub = 'NUMSUB'
-if publish == 'SPUBLISH' then
-  numsub = 'SHARDNUMSUB'
-end
+-- ARGV[1] and ARGV[2], and the PUBSUB subcommand that counts a channel's
+-- listeners: set by `main` on every call.
+local publish, remember, numsub
 
 -- Whether the only listener on `channel` is one client (the releasing one, whose
 -- waiter is the successor): no waiter of another client is told of releases there.
@@ -169,25 +167,34 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
   return {1, 0}
 end
 
-local answers = {}
-local k = 0
-for a = 3, #ARGV, 5 do
-  local successor, fence = nil, nil
-  local o, l, s, f, fencing, who = string.match(ARGV[a + 4], '^(%S+) (%d+) (%d+) (%d+) ([01]) ?(.*)$')
-  if o then
-    successor = { owner = o, lease = l, seq = s, floor = f, fencing = fencing, who = who }
-    if fencing == '1' then
-      fence = KEYS[k + 4]
+-- The script itself: run once per call (see lock.lua, "Two ways to run").
+local function main()
+  publish, remember, numsub = ARGV[1], ARGV[2], 'NUMSUB'
+  if publish == 'SPUBLISH' then
+    numsub = 'SHARDNUMSUB'
+  end
+  local answers = {}
+  local k = 0
+  for a = 3, #ARGV, 5 do
+    local successor, fence = nil, nil
+    local o, l, s, f, fencing, who = string.match(ARGV[a + 4], '^(%S+) (%d+) (%d+) (%d+) ([01]) ?(.*)$')
+    if o then
+      successor = { owner = o, lease = l, seq = s, floor = f, fencing = fencing, who = who }
+      if fencing == '1' then
+        fence = KEYS[k + 4]
+      end
+    end
+    answers[#answers + 1] = answer(release,
+      KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], fence,
+      ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], successor
+    )
+    if fence then
+      k = k + 4
+    else
+      k = k + 3
     end
   end
-  answers[#answers + 1] = answer(release,
-    KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], fence,
-    ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], successor
-  )
-  if fence then
-    k = k + 4
-  else
-    k = k + 3
-  end
+  return answers
 end
-return answers
+
+return main()

@@ -18,21 +18,26 @@
 -- owner id after a space), so that the readers or the next fair waiter it held
 -- back look at once instead of at their next look.
 
-local lock, channel, publish, owner = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+-- The script itself: run once per call (see lock.lua, "Two ways to run").
+local function main()
+  local lock, channel, publish, owner = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 
-local now = now_ms()
-local state = read_all(lock, now)
-if not state or not state.kind or not state.waiting[owner] then
-  return 0
+  local now = now_ms()
+  local state = read_all(lock, now)
+  if not state or not state.kind or not state.waiting[owner] then
+    return 0
+  end
+  state.waiting[owner] = nil
+  local free = not next(state.holders)
+  if state.kind == 'rw' then
+    free = not (state.writer and state.holders[state.writer]) and not next(state.waiting)
+  end
+  if free then
+    redis.call(publish, channel, release_message(state, owner, '-'))
+  end
+  redis.call('HDEL', lock, WAIT .. owner, TICKET .. owner)
+  settle(lock, state, now)
+  return 1
 end
-state.waiting[owner] = nil
-local free = not next(state.holders)
-if state.kind == 'rw' then
-  free = not (state.writer and state.holders[state.writer]) and not next(state.waiting)
-end
-if free then
-  redis.call(publish, channel, release_message(state, owner, '-'))
-end
-redis.call('HDEL', lock, WAIT .. owner, TICKET .. owner)
-settle(lock, state, now)
-return 1
+
+return main()

@@ -300,11 +300,11 @@ async fn one_release_wakes_one_local_waiter_though_every_node_announces_it() {
     // Let every waiter's first attempts come back.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let before = support::command_calls(&nodes[0], "evalsha");
+    let before = support::script_calls(&nodes[0]);
     guard.unlock().await.expect("unlock");
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
-        support::command_calls(&nodes[0], "evalsha") - before,
+        support::script_calls(&nodes[0]) - before,
         2,
         "the release, then one waiter's attempt: five nodes' messages woke one waiter"
     );
@@ -341,7 +341,7 @@ async fn a_release_after_a_split_vote_still_wakes_the_next_waiter() {
     let second = tokio::spawn(contend(locks.clone()));
     // Let both lose some split votes (each gives back, and its release is heard).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let grant_backs = support::command_calls(&nodes[0], "evalsha");
+    let grant_backs = support::script_calls(&nodes[0]);
     assert!(
         grant_backs >= 4,
         "{grant_backs} script calls: no split votes yet"

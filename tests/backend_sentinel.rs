@@ -161,7 +161,7 @@ async fn a_failover_keeps_held_locks_wakes_waiters_and_leaves_the_demoted_master
     probe.unlock().await.expect("unlock");
 
     // From now on nothing reaches the demoted master as a client command.
-    let before = support::command_calls(&group.data_nodes()[old], "evalsha");
+    let before = support::script_calls(&group.data_nodes()[old]);
     let more = waiter.lock("more").await.expect("lock");
     more.unlock().await.expect("unlock");
 
@@ -190,7 +190,7 @@ async fn a_failover_keeps_held_locks_wakes_waiters_and_leaves_the_demoted_master
         acquired.saturating_duration_since(released)
     );
     assert_eq!(
-        support::command_calls(&group.data_nodes()[old], "evalsha"),
+        support::script_calls(&group.data_nodes()[old]),
         before,
         "a script ran on the demoted master"
     );

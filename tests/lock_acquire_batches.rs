@@ -29,9 +29,9 @@ async fn acquisitions_ready_together_share_script_runs() {
     let server = support::server();
     let locks = support::client(&server).await;
     let names: Vec<String> = (0..LOCKS).map(|i| format!("take:{i}")).collect();
-    let before = support::command_calls(&server, "evalsha");
+    let before = support::script_calls(&server);
     let results = try_together(&locks, &names).await;
-    let runs = support::command_calls(&server, "evalsha") - before;
+    let runs = support::script_calls(&server) - before;
     let mut guards = Vec::new();
     for (name, result) in names.iter().zip(results) {
         let guard = result.expect("try_lock").expect("a free lock is taken");

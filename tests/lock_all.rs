@@ -251,9 +251,9 @@ async fn a_set_is_released_together() {
         Duration::from_millis(30),
         Duration::ZERO,
     );
-    let before = support::command_calls(&server, "evalsha");
+    let before = support::script_calls(&server);
     all.unlock().await.expect("unlock");
-    let runs = support::command_calls(&server, "evalsha") - before;
+    let runs = support::script_calls(&server) - before;
     assert!(
         runs < names.len() as u64,
         "{runs} script runs for {} releases",

@@ -63,10 +63,10 @@ async fn five_hundred_dropped_acquires_leave_nothing_behind() {
     assert!(freed, "a dropped request left a hold in Redis");
 
     // No lease is still renewed: over several renewal periods nobody calls the script.
-    let before = support::command_calls(&server, "evalsha");
+    let before = support::script_calls(&server);
     tokio::time::sleep(lease * 2 / 3 + Duration::from_millis(300)).await;
     assert_eq!(
-        support::command_calls(&server, "evalsha"),
+        support::script_calls(&server),
         before,
         "a lease is still being renewed"
     );
@@ -92,7 +92,7 @@ async fn a_re_entry_dropped_in_flight_gives_back_only_its_own_hold() {
             server
                 .cmd(&["CLIENT", "PAUSE", "300", "WRITE"])
                 .expect("CLIENT PAUSE");
-            evalsha_before = support::command_calls(&server, "evalsha");
+            evalsha_before = support::script_calls(&server);
             let request = locks.lock("nested");
             let outcome = tokio::time::timeout(Duration::from_millis(100), request).await;
             assert!(
@@ -104,7 +104,7 @@ async fn a_re_entry_dropped_in_flight_gives_back_only_its_own_hold() {
     // Settled: the dropped re-entry ran on the server, and so did the release that
     // gave its hold back (two scripts), leaving the outer hold alone.
     let settled = support::eventually(Duration::from_secs(5), || {
-        support::command_calls(&server, "evalsha") >= evalsha_before + 2
+        support::script_calls(&server) >= evalsha_before + 2
             && support::redis_count(&server, "nested") == 1
     })
     .await;

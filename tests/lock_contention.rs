@@ -233,11 +233,11 @@ async fn a_late_waiter_asks_nothing_and_waits_its_turn_behind_the_earlier_one() 
     // Let the first waiter's look after subscribing come back.
     tokio::time::sleep(Duration::from_millis(100)).await;
 
-    let before = support::command_calls(&server, "evalsha");
+    let before = support::script_calls(&server);
     let second = wait_for("second");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        support::command_calls(&server, "evalsha") - before,
+        support::script_calls(&server) - before,
         0,
         "a waiter queued behind a waiter of its own client asks nothing until its turn"
     );

@@ -337,12 +337,12 @@ async fn a_release_wakes_the_next_waiter_only() {
         }));
         queue_reaches(&locks, name, n as u64 + 1).await;
     }
-    let before = support::command_calls(&server, "evalsha");
+    let before = support::script_calls(&server);
     holder.unlock().await.expect("unlock");
     while granted.load(Ordering::SeqCst) == 0 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let scripts = support::command_calls(&server, "evalsha") - before;
+    let scripts = support::script_calls(&server) - before;
     println!("{scripts} scripts ran between the release and the next grant");
     // The release and the next waiter's attempt; a waiter's look that falls in the
     // window (each looks once a second) may add one. Waking every waiter would run

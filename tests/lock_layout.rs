@@ -272,7 +272,7 @@ async fn a_final_release_retried_after_other_owners_took_the_lock_is_ok() {
         let holder = support::client_with_timeout(&proxy.url(), Duration::from_millis(300)).await;
         let other = support::client(&server).await;
         let guard = holder.lock(name.as_str()).await.expect("lock");
-        let before = support::command_calls(&server, "evalsha");
+        let before = support::script_calls(&server);
         proxy.delay(
             Direction::ToClient,
             Duration::from_millis(450),
@@ -299,7 +299,7 @@ async fn a_final_release_retried_after_other_owners_took_the_lock_is_ok() {
         }
         proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
         let result = unlock.await.expect("join");
-        let calls = support::command_calls(&server, "evalsha") - before;
+        let calls = support::script_calls(&server) - before;
         // The release, its retry, and each other owner's acquire and release but
         // the last one's release.
         assert_eq!(

@@ -262,7 +262,7 @@ async fn a_hand_off_whose_reply_is_late_is_known_to_both_sides() {
         async move { locks.lock(NAME).wait(Duration::from_secs(10)).await }
     });
     until_waiting(&server, NAME).await;
-    let before = support::command_calls(&server, "evalsha");
+    let before = support::script_calls(&server);
     proxy.delay(
         Direction::ToClient,
         Duration::from_millis(450),
@@ -279,7 +279,7 @@ async fn a_hand_off_whose_reply_is_late_is_known_to_both_sides() {
         .expect("join")
         .expect("the waiter has the lock");
     assert_eq!(
-        support::command_calls(&server, "evalsha") - before,
+        support::script_calls(&server) - before,
         2,
         "the release and its retry, and no attempt of the waiter's"
     );
@@ -305,11 +305,11 @@ async fn a_lock_handed_over_with_fencing_carries_the_next_token() {
         async move { locks.lock(NAME).wait(Duration::from_secs(5)).await }
     });
     until_waiting(&server, NAME).await;
-    let before = support::command_calls(&server, "evalsha");
+    let before = support::script_calls(&server);
     guard.unlock().await.expect("unlock");
     let taken = waiter.await.expect("join").expect("lock");
     assert_eq!(
-        support::command_calls(&server, "evalsha") - before,
+        support::script_calls(&server) - before,
         1,
         "handed over by the release, with no attempt of the waiter's (acquire.lua, \
          with fencing)"

@@ -42,11 +42,11 @@ async fn strict_mode_refuses_the_inversion_with_both_call_sites() {
     nested(&locks, "order:1", "inventory:2")
         .await
         .expect("order, then inventory");
-    let calls = support::command_calls(&server, "evalsha");
+    let calls = support::script_calls(&server);
     let requests = support::client_requests(&server);
     let outer = locks.lock("inventory:3").await.expect("inventory");
     let sent_for_outer = support::client_requests(&server) - requests;
-    let scripts_for_outer = support::command_calls(&server, "evalsha") - calls;
+    let scripts_for_outer = support::script_calls(&server) - calls;
     let before = support::client_requests(&server);
     let refused = outer.scope(locks.lock("order:4").into_future()).await;
     let after = support::client_requests(&server);

@@ -380,7 +380,7 @@ async fn fencing_tokens_go_to_write_holds_only() {
         last = token;
         writing.unlock().await.expect("unlock");
     }
-    let calls = support::command_calls(&server, "evalsha");
+    let calls = support::script_calls(&server);
     let refused = locks.read_lock("rw:fenced").fencing(true).await;
     assert!(
         matches!(
@@ -392,11 +392,7 @@ async fn fencing_tokens_go_to_write_holds_only() {
         ),
         "{refused:?}"
     );
-    assert_eq!(
-        support::command_calls(&server, "evalsha"),
-        calls,
-        "something was sent"
-    );
+    assert_eq!(support::script_calls(&server), calls, "something was sent");
     let fenced = support::fenced_client(&server).await;
     let reading = fenced.read_lock("rw:fenced").await.expect("read");
     assert_eq!(reading.fencing_token(), None);

@@ -30,9 +30,9 @@ async fn releases_ready_together_share_script_runs() {
     let server = support::server();
     let locks = support::client(&server).await;
     let guards = hold(&locks, "batch", LOCKS).await;
-    let before = support::command_calls(&server, "evalsha");
+    let before = support::script_calls(&server);
     let results = unlock_together(guards).await;
-    let runs = support::command_calls(&server, "evalsha") - before;
+    let runs = support::script_calls(&server) - before;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     for i in 0..LOCKS {
         assert_eq!(
@@ -121,7 +121,7 @@ async fn a_late_batch_is_retried_and_each_release_applied_once() {
                 .expect("re-enter"),
         );
     }
-    let before = support::command_calls(&server, "evalsha");
+    let before = support::script_calls(&server);
     proxy.delay(
         distlock_testkit::Direction::ToClient,
         Duration::from_millis(450),
@@ -141,7 +141,7 @@ async fn a_late_batch_is_retried_and_each_release_applied_once() {
         "answered within the response timeout: the first replies were not late, nothing was retried"
     );
     assert!(results.iter().all(Result::is_ok), "{results:?}");
-    let runs = support::command_calls(&server, "evalsha") - before;
+    let runs = support::script_calls(&server) - before;
     assert!(runs < (2 * LOCKS) as u64, "not batched: {runs} runs");
     for i in 0..LOCKS {
         assert_eq!(

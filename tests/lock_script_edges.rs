@@ -322,14 +322,15 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
     freed_by("g");
 }
 
-/// Runs `renew.lua` for lock `name` with a lease of 60 s.
+/// Runs `renew.lua` for lock `name` with a lease of 60 s: its one answer.
 async fn run_renew(conn: &mut Conn, name: &str, owner: &str) -> redis::RedisResult<i64> {
-    script("renew")
+    let answers: Vec<i64> = script("renew")
         .key(lock_key(name))
         .arg(owner)
         .arg(60_000)
         .invoke_async(conn)
-        .await
+        .await?;
+    Ok(answers.first().copied().unwrap_or(-99))
 }
 
 /// Writes plain lock `name` held `count` times by `owner` with replay record

@@ -1,4 +1,4 @@
-//! The scripts survive the server forgetting them.
+//! The scripts: run as one function library, and surviving the server forgetting them.
 
 mod support;
 
@@ -28,4 +28,66 @@ async fn script_flush_while_held_still_releases_once() {
         .await
         .expect("acquire after SCRIPT FLUSH");
     again.expect("free").unlock().await.expect("unlock");
+}
+
+/// A client runs its scripts as distlock's function library (`FCALL`, loaded
+/// once), not by `EVALSHA`; after a `FUNCTION FLUSH` (as after a restart without
+/// persistence) the next call loads the library again, holds in flight keep their
+/// counts, and the library is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_run_as_the_function_library_and_survive_function_flush() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let libraries = || server.cmd(&["FUNCTION", "LIST"]).expect("FUNCTION LIST");
+    assert!(libraries().contains("distlock_"), "loaded at connect");
+    let guard = locks.lock("functions").await.expect("lock");
+    guard
+        .scope(async {
+            let inner = locks.lock("functions").await.expect("re-entry");
+            assert_eq!(support::redis_count(&server, "functions"), 2);
+            server.cmd(&["FUNCTION", "FLUSH"]).expect("FUNCTION FLUSH");
+            assert!(!libraries().contains("distlock_"), "flushed");
+            inner.unlock().await.expect("release after FUNCTION FLUSH");
+            assert_eq!(
+                support::redis_count(&server, "functions"),
+                1,
+                "applied once"
+            );
+        })
+        .await;
+    assert!(libraries().contains("distlock_"), "loaded again");
+    guard.unlock().await.expect("unlock");
+    assert_eq!(support::redis_count(&server, "functions"), 0);
+    let fcalls = support::command_calls(&server, "fcall");
+    assert!(
+        fcalls >= 4,
+        "acquire, re-entry and two releases: {fcalls} FCALLs"
+    );
+    assert_eq!(support::command_calls(&server, "evalsha"), 0, "no EVALSHA");
+}
+
+/// In a function library the prelude is made once, so every call must read the
+/// server's clock anew: two holders taken 200 ms apart record times 200 ms apart
+/// (a clock kept from the first call would give both the same time), and a read
+/// lock's own lease (`#until`, on that clock) is a whole lease ahead of now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_reads_the_clock_anew() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let first = locks.lock("clock:a").await.expect("lock");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let second = locks.lock("clock:b").await.expect("lock");
+    let at = |name: &str| -> u64 {
+        let stored = support::stored(&server, name);
+        let owner = stored.holders().keys().next().expect("a holder").clone();
+        let who = stored.who(&owner).expect("holder info");
+        who.split(' ')
+            .next()
+            .and_then(|at| at.parse().ok())
+            .expect("a time")
+    };
+    let apart = at("clock:b").saturating_sub(at("clock:a"));
+    assert!((150..2000).contains(&apart), "taken {apart} ms apart");
+    first.unlock().await.expect("unlock");
+    second.unlock().await.expect("unlock");
 }

@@ -245,7 +245,7 @@ async fn cancellation_at_random_points_leaves_no_permit_taken() {
 async fn bad_input_is_refused_and_changes_nothing() {
     let server = support::server();
     let locks = support::client(&server).await;
-    let calls = support::command_calls(&server, "evalsha");
+    let calls = support::script_calls(&server);
     for permits in [0, MAX_PERMITS + 1] {
         let result = locks.semaphore("sem:bad", permits).acquire().await;
         assert!(
@@ -270,11 +270,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
         ),
         "{fenced:?}"
     );
-    assert_eq!(
-        support::command_calls(&server, "evalsha"),
-        calls,
-        "something was sent"
-    );
+    assert_eq!(support::script_calls(&server), calls, "something was sent");
     assert!(!support::exists(&server, &support::lock_key("sem:bad")));
 
     let permit = locks

@@ -31,9 +31,9 @@ async fn shutdown_gives_back_every_hold_and_refuses_new_ones() {
     let reader = locks.read_lock("stop:read").await.expect("read");
     assert_eq!(support::redis_count(&server, "stop:0"), 3);
 
-    let before = support::command_calls(&server, "evalsha");
+    let before = support::script_calls(&server);
     let report = locks.shutdown().await;
-    let runs = support::command_calls(&server, "evalsha") - before;
+    let runs = support::script_calls(&server) - before;
     assert!(report.is_complete(), "{report:?}");
     assert_eq!(report.given_back(), LOCKS + 2 + 1, "{report:?}");
     println!(
@@ -62,7 +62,7 @@ async fn shutdown_gives_back_every_hold_and_refuses_new_ones() {
     tokio::time::timeout(Duration::from_millis(100), reader.lost())
         .await
         .expect("lost() fired");
-    let calls = support::command_calls(&server, "evalsha");
+    let calls = support::script_calls(&server);
     let err = innermost.unlock().await.expect_err("given back already");
     assert!(
         matches!(
@@ -91,7 +91,7 @@ async fn shutdown_gives_back_every_hold_and_refuses_new_ones() {
     // release of a dropped guard, so that none can arrive after the count below.
     assert_eq!(locks.shutdown().await.given_back(), 0);
     assert_eq!(
-        support::command_calls(&server, "evalsha"),
+        support::script_calls(&server),
         calls,
         "a closed guard or a refused request sent something"
     );

@@ -272,7 +272,7 @@ async fn unlock_with_a_late_first_reply(
         !guard.is_lost(),
         "not yet known lost (the watchdog renews at 10 s)"
     );
-    let before = support::command_calls(server, "evalsha");
+    let before = support::script_calls(server);
     proxy.delay(
         Direction::ToClient,
         Duration::from_millis(450),
@@ -283,7 +283,7 @@ async fn unlock_with_a_late_first_reply(
     proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
     let result = unlock.await.expect("join");
     assert_eq!(
-        support::command_calls(server, "evalsha") - before,
+        support::script_calls(server) - before,
         2,
         "the release was sent twice: its first try and one retry"
     );
@@ -324,7 +324,7 @@ async fn a_final_release_retried_after_a_waiter_took_the_lock_is_ok() {
     })
     .await;
     assert!(waiting, "the waiter never subscribed");
-    let before = support::command_calls(&server, "evalsha");
+    let before = support::script_calls(&server);
     proxy.delay(
         Direction::ToClient,
         Duration::from_millis(450),
@@ -338,7 +338,7 @@ async fn a_final_release_retried_after_a_waiter_took_the_lock_is_ok() {
     proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
     let result = unlock.await.expect("join");
     assert!(
-        support::command_calls(&server, "evalsha") - before >= 3,
+        support::script_calls(&server) - before >= 3,
         "the release, the waiter's acquire and the release's retry"
     );
     assert_eq!(hold_count(&server, NAME), 1, "the waiter holds it");

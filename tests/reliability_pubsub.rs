@@ -57,7 +57,7 @@ async fn a_forged_release_message_is_a_spurious_wake_up_never_a_second_holder() 
         .await,
         "the waiter subscribed"
     );
-    let evals_before = calls(&server, "evalsha");
+    let evals_before = support::script_calls(&server);
     let mut delivered = 0;
     for _ in 0..100 {
         let receivers: u64 = server
@@ -69,7 +69,7 @@ async fn a_forged_release_message_is_a_spurious_wake_up_never_a_second_holder() 
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let retries = calls(&server, "evalsha") - evals_before;
+    let retries = support::script_calls(&server) - evals_before;
     assert!(!waiting.is_finished(), "the waiter got a held lock");
     let released = monotonic_ns();
     history.record(Section {

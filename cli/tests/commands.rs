@@ -498,9 +498,11 @@ async fn ping_says_when_the_user_may_not_load_the_scripts() {
             "&*",
             "+@all",
             "-script",
+            "-function",
+            "-fcall",
             "-config",
         ])
-        .expect("a user without SCRIPT and CONFIG");
+        .expect("a user without SCRIPT, FUNCTION, FCALL and CONFIG");
     let url = format!("redis://reader:readerpw@127.0.0.1:{}/", server.port());
     let output = run(&url, &["--json", "ping"]).await;
     assert_eq!(

@@ -12,6 +12,7 @@ use crate::detach::{replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, LockError};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
+use crate::library::is_missing;
 use crate::owner::{Op, Owner};
 use crate::release;
 use crate::scripts::{unexpected_reply, AcquireReply, StoredKind};
@@ -182,19 +183,19 @@ impl Invoke {
         };
         let mut invocation = self.inner.scripts.acquire.prepare_invoke();
         request.add_to(&mut invocation);
-        let mut pipe = redis::pipe();
-        pipe.invoke_script(&invocation)
-            .cmd("WAIT")
-            .arg(needed)
-            .arg(timeout.as_millis() as u64);
+        let pipe = |way| {
+            let mut pipe = redis::pipe();
+            invocation.add_to(&mut pipe, way);
+            pipe.cmd("WAIT").arg(needed).arg(timeout.as_millis() as u64);
+            pipe
+        };
+        let way = self.inner.scripts.acquire.way();
         let result: redis::RedisResult<(Vec<redis::Value>, i64)> =
-            pipe.query_async(&mut conn).await;
+            pipe(way).query_async(&mut conn).await;
         let (mut replies, acked) = match result {
-            Err(err)
-                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                invocation.load_async(&mut conn).await?;
-                pipe.query_async(&mut conn).await?
+            Err(err) if is_missing(&err) => {
+                let way = invocation.load_async(&mut conn, way).await?;
+                pipe(way).query_async(&mut conn).await?
             }
             other => other?,
         };
@@ -364,7 +365,7 @@ pub(crate) fn withdraw(inner: &Arc<Inner>, keys: &Arc<LockKeys>, owner: &Arc<Own
                         .key(keys.channel())
                         .arg(publish)
                         .arg(owner.as_ref())
-                        .invoke_async::<i64>(&mut conn)
+                        .invoke_async::<i64, _>(&mut conn)
                         .await
                 }
             })

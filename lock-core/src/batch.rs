@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use crate::backend::Conn;
 use crate::detach::spawn;
 use crate::keys::LockKeys;
+use crate::library::{Invocation, Script};
 use crate::scripts::Scripts;
 
 /// A request that runs in batches: it adds its keys and arguments to a run of its
@@ -29,7 +30,7 @@ pub(crate) trait Request: Clone + Send + Sync + 'static {
     const SCRIPT: &'static str;
     /// Adds this request's keys and arguments (after those of the requests before
     /// it in the batch).
-    fn add_to(&self, invocation: &mut redis::ScriptInvocation<'_>);
+    fn add_to(&self, invocation: &mut Invocation<'_>);
 }
 
 /// How many batches may be on the way at once.
@@ -38,7 +39,7 @@ const IN_FLIGHT: usize = 2;
 /// The most requests in one batch (three or four keys and five or ten arguments
 /// each). The server runs a batch atomically, serving nobody else meanwhile: 64
 /// keeps that under half a millisecond.
-const MAX_BATCH: usize = 64;
+pub(crate) const MAX_BATCH: usize = 64;
 
 /// One numbered acquisition of one owner (not a re-entry), as `acquire.lua` takes
 /// it (cheap to clone: the keys and ids are shared).
@@ -63,7 +64,7 @@ pub(crate) struct Acquisition {
 impl Request for Acquisition {
     const SCRIPT: &'static str = "acquire.lua";
 
-    fn add_to(&self, invocation: &mut redis::ScriptInvocation<'_>) {
+    fn add_to(&self, invocation: &mut Invocation<'_>) {
         invocation
             .key(&self.keys.lock)
             .key(self.keys.fence())
@@ -127,7 +128,7 @@ impl Successor {
 impl Request for Item {
     const SCRIPT: &'static str = "release.lua";
 
-    fn add_to(&self, invocation: &mut redis::ScriptInvocation<'_>) {
+    fn add_to(&self, invocation: &mut Invocation<'_>) {
         invocation
             .key(&self.keys.lock)
             .key(self.keys.channel())
@@ -153,7 +154,7 @@ type Answer = redis::RedisResult<Vec<i64>>;
 /// The requests of one kind of one client: sent in batches to one endpoint, else
 /// one by one.
 pub(crate) struct Batcher<R: Request> {
-    script: redis::Script,
+    script: Script,
     /// The script's arguments before the requests' own.
     header: Vec<String>,
     /// Whether requests go in batches (one endpoint), or each alone (a cluster, whose
@@ -184,7 +185,7 @@ pub(crate) fn acquisitions(scripts: &Scripts, batches: bool) -> Batcher<Acquisit
 }
 
 impl<R: Request> Batcher<R> {
-    fn new(script: redis::Script, header: Vec<String>, batches: bool) -> Self {
+    fn new(script: Script, header: Vec<String>, batches: bool) -> Self {
         Self {
             script,
             header,

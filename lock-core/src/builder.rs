@@ -25,7 +25,7 @@ use crate::inner::{Config, Inner};
 use crate::keys::validate_namespace;
 use crate::lease::{MAX_LEASE, MIN_WATCHDOG_LEASE};
 use crate::order::LockOrderCheck;
-use crate::scripts::{sources, Scripts};
+use crate::scripts::Scripts;
 use crate::subscriber::Subscriber;
 use crate::watchdog::Watchdog;
 use crate::who::MAX_SERVICE_LEN;
@@ -1110,10 +1110,10 @@ impl LockClientBuilder {
                     .await?
             }
         };
-        for conn in backend.nodes() {
-            preload(&mut conn.clone(), self.fencing).await?;
-        }
         let scripts = Arc::new(Scripts::new());
+        for conn in backend.nodes() {
+            preload(&mut conn.clone(), &scripts, self.fencing).await?;
+        }
         let subscriber = Subscriber::start(sub_conn, pushes, shutdown.clone());
         let watchdog = Watchdog::spawn(
             backend.clone(),
@@ -1546,13 +1546,14 @@ impl Endpoints {
     }
 }
 
-/// Loads every script (so the first lock needs no extra round trip) and warns when the
-/// eviction policy can remove lock keys, and, for a client with fencing on, when the
-/// server persists nothing (a restart then loses every lock, and the fencing
-/// counters: tokens stay unique, see `lua/lock.lua`'s `next_token`, but the locks
-/// are gone). One round trip on a single server; on a cluster each `SCRIPT LOAD`
-/// goes to every node.
-async fn preload(conn: &mut Conn, fencing: bool) -> Result<(), LockError> {
+/// Loads distlock's function library, or where the server refuses functions every
+/// script (so the first lock needs no extra round trip; see `library.rs`), and warns
+/// when the eviction policy can remove lock keys, and, for a client with fencing on,
+/// when the server persists nothing (a restart then loses every lock, and the
+/// fencing counters: tokens stay unique, see `lua/lock.lua`'s `next_token`, but the
+/// locks are gone). Two round trips on a single server; on a cluster the library
+/// goes to every master.
+async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<(), LockError> {
     let refused = |err: redis::RedisError| {
         if err.code() == Some("NOPERM") {
             return LockError::from(err);
@@ -1564,8 +1565,22 @@ async fn preload(conn: &mut Conn, fencing: bool) -> Result<(), LockError> {
             ),
         }
     };
+    let functions = match scripts.library().load(conn).await {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            // Not refused as such (a server out of memory, a cluster node down):
+            // calls try the library again, and go by EVALSHA while it cannot load.
+            tracing::debug!(error = %err, "distlock: could not load the function library at connect");
+            false
+        }
+    };
+    let sources: Vec<&str> = if functions {
+        Vec::new()
+    } else {
+        scripts.all().iter().map(|script| script.code()).collect()
+    };
     if conn.is_cluster() {
-        for source in sources() {
+        for source in sources {
             let loaded: redis::RedisResult<redis::Value> = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(source)
@@ -1582,9 +1597,8 @@ async fn preload(conn: &mut Conn, fencing: bool) -> Result<(), LockError> {
     }
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    let sources = sources();
     for source in &sources {
-        pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+        pipe.cmd("SCRIPT").arg("LOAD").arg(*source);
     }
     pipe.cmd("CONFIG").arg("GET").arg("maxmemory-policy");
     pipe.cmd("CONFIG").arg("GET").arg("appendonly");

@@ -19,6 +19,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::scripts::Scripts;
+
 /// The version of the layout this crate writes (the `#layout` field).
 ///
 /// # Examples
@@ -465,5 +467,61 @@ mod tests {
         assert!(StoredLock::from_fields([("a", "0")]).is_err());
         assert!(StoredLock::from_fields([("a", "1")]).is_err(), "no #kind");
         assert!(StoredLock::from_fields([(KIND, "lock"), (LAYOUT, "2")]).is_err());
+    }
+}
+
+/// distlock's function library, as a client loads it into Redis (`FUNCTION LOAD`)
+/// and calls it (`FCALL <function> ...`): for tools that call the scripts the way
+/// the client does, such as a benchmark of the server's cost.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// let library = distlock::layout::function_library();
+/// assert!(library.name.starts_with("distlock_"));
+/// assert!(library.text.starts_with(&format!("#!lua name={}", library.name)));
+/// assert_eq!(library.function("acquire"), format!("{}_acquire", library.name));
+/// ```
+pub fn function_library() -> FunctionLibrary {
+    let scripts = Scripts::new();
+    let library = scripts.library();
+    FunctionLibrary {
+        name: library.name().to_owned(),
+        text: library.text().to_owned(),
+    }
+}
+
+/// distlock's function library: see [`function_library`].
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// let library = distlock::layout::function_library();
+/// assert!(library.text.contains("redis.register_function"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FunctionLibrary {
+    /// `distlock_<version>`: the version changes with the scripts' text.
+    pub name: String,
+    /// The library's source, for `FUNCTION LOAD`.
+    pub text: String,
+}
+
+impl FunctionLibrary {
+    /// The name of the function of `script` (`acquire`, `reenter`, `acquire_all`,
+    /// `release`, `renew`, `force_release`, `inspect`, `withdraw`), for `FCALL`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// let library = distlock::layout::function_library();
+    /// assert!(library.function("release").ends_with("_release"));
+    /// ```
+    pub fn function(&self, script: &str) -> String {
+        format!("{}_{script}", self.name)
     }
 }

@@ -29,8 +29,9 @@
 //! | 1 | `who.rs` | who holds a lock: what a client writes of each holder, and [`HolderInfo`] |
 //! | 1 | `error.rs` | [`LockError`]; the one classification of Redis errors (outcome unknown, transient, failover) |
 //! | 1 | `faults.rs` | seeded faults for testing the tests (feature `fault-injection`) |
-//! | 1 | `layout.rs` | what distlock stores in Redis: the fields of a lock's hash, the keys beside it, [`layout::StoredLock`] |
+//! | 1 | `library.rs` | running a script: `FCALL` of distlock's function library, `EVALSHA` where a server refuses functions |
 //! | 1 | `scripts.rs` | the Lua scripts, and their replies decoded into types, once |
+//! | 1 | `layout.rs` | what distlock stores in Redis: the fields of a lock's hash, the keys beside it, the function library, [`layout::StoredLock`] |
 //! | 1 | `detach.rs` | `Detached` (a request finished in the background when its caller goes away), `spawn` |
 //! | 2 | `keys.rs` | a lock name's Redis keys and channel; [`MAX_NAME_LEN`], [`MAX_NAMESPACE_LEN`] |
 //! | 2 | `owner.rs` | owner ids and the numbering of their operations (exactly-once replay detection) |
@@ -45,7 +46,7 @@
 //! | 3 | `subscriber.rs` | waiting: the queues of local waiters, woken by release messages |
 //! | 3 | `batch.rs` | group commit: the new acquisitions (or the releases) ready at the same moment, as one run of `acquire.lua` (`release.lua`) |
 //! | 4 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |
-//! | 4 | `renew.rs` | one renewal round trip for a batch of holds |
+//! | 4 | `renew.rs` | one renewal round trip for a batch of holds: one run of `renew.lua` per 64 holds |
 //! | 5 | `watchdog.rs` | when to renew, and telling guards of a loss |
 //! | 6 | `inner.rs` | `Inner`: one client's state, what every internal function takes |
 //! | 7 | `health.rs` | [`HealthReport`], [`NodeHealth`]: the checks of [`LockClient::ping`] |
@@ -86,6 +87,7 @@ mod inner;
 mod keys;
 pub mod layout;
 mod lease;
+mod library;
 mod metrics;
 mod multi;
 mod order;

@@ -1,6 +1,7 @@
 //! One renewal round trip: the leases of a batch of holds extended on the backend,
-//! in one pipeline per endpoint (per hash slot on a cluster), with the replica
-//! acknowledgements the client asks for. When to renew is the watchdog's business.
+//! in one pipeline per endpoint (per hash slot on a cluster) of one script run per
+//! 64 holds, with the replica acknowledgements the client asks for. When to renew
+//! is the watchdog's business.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,8 +10,10 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::backend::{redlock, slot, Backend, Conn};
+use crate::batch::MAX_BATCH;
 use crate::error::is_failover_code;
 use crate::hold::Hold;
+use crate::library::is_missing_reply;
 use crate::scripts::{renew_reply, Scripts};
 
 /// Renews every hold of `batch` once: per hold, `Some(true)` renewed, `Some(false)`
@@ -83,38 +86,44 @@ async fn send_to(
     Ok(replies)
 }
 
-/// Sends one pipeline of renewals; when the server lost its scripts (a restart,
-/// `SCRIPT FLUSH`), loads them and sends it again.
+/// Sends one pipeline of renewals: one run of `renew.lua` per [`MAX_BATCH`] holds
+/// (group commit: the holds of one pipeline are on one server, or in one hash
+/// slot). When the server lost its scripts (a restart, `FUNCTION FLUSH`), loads
+/// them and sends it again. One reply per hold, in order: `Nil` for the holds of a
+/// run that failed (retried soon).
 async fn renew_pipeline<'a>(
     conn: &mut Conn,
     scripts: &Scripts,
     holds: impl Iterator<Item = &'a Arc<Hold>>,
     acks: Option<(u32, Duration)>,
 ) -> redis::RedisResult<Vec<Value>> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    let mut count = 0;
-    for hold in holds {
-        count += 1;
-        let lease_ms = hold.state().lease.as_millis() as u64;
-        pipe.cmd("EVALSHA")
-            .arg(scripts.renew.get_hash())
-            .arg(1)
-            .arg(&hold.keys.lock)
-            .arg(hold.owner.id())
-            .arg(lease_ms);
-    }
-    if let Some((needed, timeout)) = acks {
-        // A renewal counts only once replicas have it, as the acquire did.
-        pipe.cmd("WAIT").arg(needed).arg(timeout.as_millis() as u64);
-    }
-    let mut replies: Vec<Value> = pipe.query_async(conn).await?;
-    let noscript = replies
-        .iter()
-        .any(|reply| matches!(reply, Value::ServerError(err) if err.code() == "NOSCRIPT"));
-    if noscript {
-        scripts.renew.load_async(conn).await?;
-        replies = pipe.query_async(conn).await?;
+    let holds: Vec<&Arc<Hold>> = holds.collect();
+    let runs = holds.len().div_ceil(MAX_BATCH);
+    let pipe = |way| {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for run in holds.chunks(MAX_BATCH) {
+            let mut invocation = scripts.renew.prepare_invoke();
+            for hold in run {
+                let lease_ms = hold.state().lease.as_millis() as u64;
+                invocation
+                    .key(&hold.keys.lock)
+                    .arg(hold.owner.id())
+                    .arg(lease_ms);
+            }
+            invocation.add_to(&mut pipe, way);
+        }
+        if let Some((needed, timeout)) = acks {
+            // A renewal counts only once replicas have it, as the acquire did.
+            pipe.cmd("WAIT").arg(needed).arg(timeout.as_millis() as u64);
+        }
+        pipe
+    };
+    let way = scripts.renew.way();
+    let mut replies: Vec<Value> = pipe(way).query_async(conn).await?;
+    if replies.iter().any(is_missing_reply) {
+        let way = scripts.renew.load_async(conn, way).await?;
+        replies = pipe(way).query_async(conn).await?;
     }
     // A demoted master answers READONLY: find the new one, and renew there.
     let moved = replies.iter().find_map(|reply| match reply {
@@ -128,11 +137,10 @@ async fn renew_pipeline<'a>(
         return Err(err);
     }
     if let Some((needed, _)) = acks {
-        let acked = match replies.get(count) {
+        let acked = match replies.get(runs) {
             Some(Value::Int(acked)) => *acked,
             _ => 0,
         };
-        replies.truncate(count);
         if acked < i64::from(needed) {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::Io,
@@ -141,5 +149,13 @@ async fn renew_pipeline<'a>(
             )));
         }
     }
-    Ok(replies)
+    let mut answers = Vec::with_capacity(holds.len());
+    for (run, reply) in holds.chunks(MAX_BATCH).zip(replies) {
+        match reply {
+            Value::Array(values) if values.len() == run.len() => answers.extend(values),
+            _ => answers.extend(std::iter::repeat_n(Value::Nil, run.len())),
+        }
+    }
+    answers.resize(holds.len(), Value::Nil);
+    Ok(answers)
 }

@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use redis::Script;
+use crate::library::{Library, Script, Source};
 
 use crate::who::HolderInfo;
 
-/// Every script a client runs; built once, so that their SHA1s are computed once.
+/// Every script a client runs; built once, so that their library and SHA1s are
+/// made once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     /// `acquire.lua` for a new acquisition of any kind: refused on a server out of
@@ -23,8 +24,9 @@ pub(crate) struct Scripts {
     pub(crate) inspect: Script,
     /// `withdraw.lua`: a waiter that gives up takes back the place it kept.
     pub(crate) withdraw: Script,
-    /// `order_edge.lua`: an edge of the namespace's shared lock-order graph.
-    pub(crate) order_edge: Script,
+    /// `order_edge.lua`: an edge of the namespace's shared lock-order graph. Not in
+    /// the library: used only by clients that share their lock-order edges.
+    pub(crate) order_edge: redis::Script,
 }
 
 const LOCK: &str = include_str!("../lua/lock.lua");
@@ -37,44 +39,87 @@ const INSPECT: &str = include_str!("../lua/inspect.lua");
 const WITHDRAW: &str = include_str!("../lua/withdraw.lua");
 const ORDER_EDGE: &str = include_str!("../lua/order_edge.lua");
 
-/// `order_edge.lua`, the shared lock-order graph's script: used only by clients
-/// that share their lock-order edges, so not among [`sources`].
-fn order_edge() -> Script {
-    Script::new(&format!("#!lua\n{ORDER_EDGE}"))
-}
-
-/// The source of every script, for loading them ahead of use: its first line (the
-/// flags), then `lock.lua` (the layout, and how every script reads a lock), then
-/// its own text. `acquire.lua` goes under two first lines: `#!lua` for a new hold
-/// (refused on a full server), `allow-oom` for a re-entry (which creates nothing).
-pub(crate) fn sources() -> [String; 8] {
-    [
-        format!("#!lua\n{LOCK}{ACQUIRE}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{ACQUIRE}"),
-        format!("#!lua\n{LOCK}{ACQUIRE_ALL}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{RELEASE}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{RENEW}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{FORCE_RELEASE}"),
-        format!("#!lua flags=no-writes\n{LOCK}{INSPECT}"),
-        format!("#!lua flags=allow-oom\n{LOCK}{WITHDRAW}"),
-    ]
-}
+/// The scripts of the library, in the order of [`Scripts`]' fields: each after
+/// `lock.lua` (the layout, and how every script reads a lock). `acquire.lua` comes
+/// twice: for a new hold (refused on a full server) and, `allow-oom`, for a
+/// re-entry (which creates nothing).
+const SOURCES: [Source<'static>; 8] = [
+    Source {
+        name: "acquire",
+        flags: &[],
+        text: ACQUIRE,
+    },
+    Source {
+        name: "reenter",
+        flags: &["allow-oom"],
+        text: ACQUIRE,
+    },
+    Source {
+        name: "acquire_all",
+        flags: &[],
+        text: ACQUIRE_ALL,
+    },
+    Source {
+        name: "release",
+        flags: &["allow-oom"],
+        text: RELEASE,
+    },
+    Source {
+        name: "renew",
+        flags: &["allow-oom"],
+        text: RENEW,
+    },
+    Source {
+        name: "force_release",
+        flags: &["allow-oom"],
+        text: FORCE_RELEASE,
+    },
+    Source {
+        name: "inspect",
+        flags: &["no-writes"],
+        text: INSPECT,
+    },
+    Source {
+        name: "withdraw",
+        flags: &["allow-oom"],
+        text: WITHDRAW,
+    },
+];
 
 impl Scripts {
     pub(crate) fn new() -> Self {
         let [acquire, reenter, acquire_all, release, renew, force_release, inspect, withdraw] =
-            sources();
+            Library::build(LOCK, &SOURCES);
         Self {
-            acquire: Script::new(&acquire),
-            reenter: Script::new(&reenter),
-            acquire_all: Script::new(&acquire_all),
-            release: Script::new(&release),
-            renew: Script::new(&renew),
-            force_release: Script::new(&force_release),
-            inspect: Script::new(&inspect),
-            withdraw: Script::new(&withdraw),
-            order_edge: order_edge(),
+            acquire,
+            reenter,
+            acquire_all,
+            release,
+            renew,
+            force_release,
+            inspect,
+            withdraw,
+            order_edge: redis::Script::new(&format!("#!lua\n{ORDER_EDGE}")),
         }
+    }
+
+    /// Every script of the library.
+    pub(crate) fn all(&self) -> [&Script; 8] {
+        [
+            &self.acquire,
+            &self.reenter,
+            &self.acquire_all,
+            &self.release,
+            &self.renew,
+            &self.force_release,
+            &self.inspect,
+            &self.withdraw,
+        ]
+    }
+
+    /// The function library every script is part of.
+    pub(crate) fn library(&self) -> &Library {
+        self.acquire.library()
     }
 }
 

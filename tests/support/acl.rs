@@ -11,6 +11,11 @@ pub const LOCK_USER_ACL: &[&str] = &[
     // Sent by the client.
     "+hello",
     "+ping",
+    // The scripts: as distlock's function library (`function|load` at connect
+    // and when a server lost it, then `fcall`), and by `evalsha` where loading the
+    // library fails (a server out of memory refuses `FUNCTION LOAD`).
+    "+function|load",
+    "+fcall",
     "+script|load",
     "+evalsha",
     "+config|get",

@@ -85,6 +85,12 @@ pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// How many script calls `server` ran: `FCALL` of distlock's function library (how
+/// a client runs its scripts) and `EVALSHA` (where a server refuses functions).
+pub fn script_calls(server: &RedisServer) -> u64 {
+    command_calls(server, "fcall") + command_calls(server, "evalsha")
+}
+
 /// The commands the tests send to look at a server: never counted as requests.
 const LOOKS: [&str; 4] = ["slowlog", "config", "info", "client"];
 
