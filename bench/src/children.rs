@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::error::BoxError;
 use crate::kinds::{self, Kind};
 use crate::server::{
-    calls_between, command_stats, distlock_place_kept, distlock_release_channel, info_field,
+    command_stats, distlock_place_kept, distlock_release_channel, info_field, script_runs_between,
 };
 
 /// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine.
@@ -400,7 +400,7 @@ pub(crate) fn many_leases(
         acquire_secs: field(&held, "secs")?,
         pipelines: kib(&result, "pipelines")?,
         renewals: kib(&result, "renewals")?,
-        server_evalsha: calls_between(&before, &after, "evalsha"),
+        server_evalsha: script_runs_between(&before, &after),
         // Less the INFO calls of this measurement.
         server_commands: after_total.saturating_sub(before_total + 3),
         rss_before_kib: kib(&held, "rss_before")?,

@@ -26,8 +26,8 @@ use crate::reference::{self, Load, Reference, ReferenceSettings};
 use crate::runtime::{self, Flavor};
 use crate::scenarios::{self, RoundTrips};
 use crate::server::{
-    calls_between, command_stats, distlock_acquire_attempts, hash_fields, KeyShape, ServerUsage,
-    Workload, DISTLOCK_SCRIPT_COMMANDS,
+    command_stats, distlock_acquire_attempts, hash_fields, script_runs_between, KeyShape,
+    ServerUsage, Workload, DISTLOCK_SCRIPT_COMMANDS,
 };
 
 /// A lock kind, as the benchmark asks for it.
@@ -554,7 +554,7 @@ fn pairs(
             secs,
             client_cpu,
             server_cpu_usec,
-            script_runs: calls_between(&stats, &after, "evalsha"),
+            script_runs: script_runs_between(&stats, &after),
         })
     })
 }

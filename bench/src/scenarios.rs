@@ -12,8 +12,8 @@ use crate::contender::Contender;
 use crate::cpu::cpu_time;
 use crate::error::BoxError;
 use crate::server::{
-    calls_between, client_requests_between, command_stats, distlock_acquire_cmd,
-    distlock_release_cmd, ACQUIRE_LUA, DISTLOCK_SCRIPT_COMMANDS, RELEASE_LUA,
+    client_requests_between, command_stats, distlock_acquire_cmd, distlock_release_cmd,
+    load_function_async, script_runs_between, DISTLOCK_SCRIPT_COMMANDS,
 };
 use crate::stats::{percentile, us};
 
@@ -86,16 +86,8 @@ pub(crate) async fn raw_pairs(
     pairs: usize,
 ) -> Result<(f64, Duration), BoxError> {
     let mut conn = redis::Client::open(url)?.get_connection_manager().await?;
-    let mut shas = Vec::new();
-    for text in [ACQUIRE_LUA, RELEASE_LUA] {
-        let sha: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(text)
-            .query_async(&mut conn)
-            .await?;
-        shas.push(sha);
-    }
-    let (acquire, release) = (&shas[0], &shas[1]);
+    let acquire = &load_function_async(&mut conn, "acquire").await?;
+    let release = &load_function_async(&mut conn, "release").await?;
     let start = Instant::now();
     let cpu = cpu_time(libc::RUSAGE_SELF);
     for i in 0..pairs {
@@ -160,7 +152,7 @@ pub(crate) async fn reentry(
     outer.unlock().await?;
     let ops = (rounds * 4) as f64;
     Ok(Reentry {
-        evalsha_per_op: calls_between(&before, &after, "evalsha") as f64 / ops,
+        evalsha_per_op: script_runs_between(&before, &after) as f64 / ops,
         requests_per_op: client_requests_between(&before, &after, DISTLOCK_SCRIPT_COMMANDS) as f64
             / ops,
         counts_ok,
@@ -188,11 +180,7 @@ pub(crate) async fn raw_round_trips(
 ) -> Result<RoundTrips, BoxError> {
     let client = redis::Client::open(url)?;
     let mut conn = client.get_multiplexed_async_connection().await?;
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(ACQUIRE_LUA)
-        .query_async(&mut conn)
-        .await?;
+    let sha = load_function_async(&mut conn, "acquire").await?;
     let mut results = [Duration::ZERO; 2];
     for (index, pause) in [Duration::ZERO, idle].into_iter().enumerate() {
         let mut rtts = Vec::with_capacity(samples);

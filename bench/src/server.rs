@@ -118,7 +118,7 @@ fn count_logged_requests(log: &[redis::Value], stats: &mut HashMap<String, u64>)
             continue;
         }
         requests += 1;
-        if command != "evalsha" {
+        if command != "fcall" {
             continue;
         }
         let sha = args.get(1).map(String::as_str);
@@ -449,16 +449,16 @@ fn acquire_line(
             bare_acquire_line(&sha, &lock, lease_ms)
         }
         Workload::Plain(Protocol::Distlock) => {
-            let sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_LUA])?;
+            let sha = load_function(server, "acquire")?;
             distlock_acquire_line(&sha, Kind::Plain, &Op::first(&lock, lease_ms))
         }
         Workload::Kind(Kind::All(names)) => {
-            let sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_ALL_LUA])?;
+            let sha = load_function(server, "acquire_all")?;
             let locks = set_locks(shape, prefix, names);
             set_acquire_line(&sha, &set_ops(&locks, lease_ms, 0))
         }
         Workload::Kind(kind) => {
-            let sha = server.cmd(&["SCRIPT", "LOAD", ACQUIRE_LUA])?;
+            let sha = load_function(server, "acquire")?;
             distlock_acquire_line(&sha, kind, &Op::first(&lock, lease_ms))
         }
     })
@@ -483,13 +483,13 @@ fn release_line(
             bare_release_line(&sha, &lock, lease_ms)
         }
         Workload::Kind(Kind::All(names)) => {
-            let sha = server.cmd(&["SCRIPT", "LOAD", RELEASE_LUA])?;
+            let sha = load_function(server, "release")?;
             let locks = set_locks(shape, prefix, names);
             // The set's acquisition was its owner's operations 1 to `names`.
             release_script_line(&sha, &set_ops(&locks, lease_ms, names as u64))
         }
         Workload::Plain(Protocol::Distlock) | Workload::Kind(_) => {
-            let sha = server.cmd(&["SCRIPT", "LOAD", RELEASE_LUA])?;
+            let sha = load_function(server, "release")?;
             release_script_line(&sha, &[Op::second(&lock, lease_ms)])
         }
     })
@@ -513,26 +513,49 @@ pub(crate) fn releases_that_freed(
 
 // ---- distlock's protocol --------------------------------------------------------
 
-/// distlock's scripts, byte for byte as the client sends them (its first line, then
-/// `lock.lua`, then the script: lock-core/src/scripts.rs, `sources()`), so that
-/// `SCRIPT LOAD` gives the SHA the client uses (a test checks it). Every kind of
-/// lock is taken by acquire.lua and given back by release.lua; `lock_all` takes its
-/// names with acquire_all.lua.
-pub(crate) const ACQUIRE_LUA: &str = concat!(
-    "#!lua\n",
-    include_str!("../../lua/lock.lua"),
-    include_str!("../../lua/acquire.lua")
-);
-pub(crate) const RELEASE_LUA: &str = concat!(
-    "#!lua flags=allow-oom\n",
-    include_str!("../../lua/lock.lua"),
-    include_str!("../../lua/release.lua")
-);
-pub(crate) const ACQUIRE_ALL_LUA: &str = concat!(
-    "#!lua\n",
-    include_str!("../../lua/lock.lua"),
-    include_str!("../../lua/acquire_all.lua")
-);
+/// The name of the function of distlock's `script` (`acquire`, `release`,
+/// `acquire_all`, ...) in its function library, as the client calls it (`FCALL`):
+/// every kind of lock is taken by acquire and given back by release; `lock_all`
+/// takes its names with acquire_all. The library is distlock's own
+/// (`distlock::layout::function_library`), byte for byte, so a client connecting
+/// to a server where the bench loaded it finds it there (a test checks it).
+pub(crate) fn function(script: &str) -> String {
+    distlock::layout::function_library().function(script)
+}
+
+/// Loads distlock's function library on `server` (as a client does at connect)
+/// and names the function of `script` (see [`function`]).
+pub(crate) fn load_function(server: &RedisServer, script: &str) -> Result<String, BoxError> {
+    let library = distlock::layout::function_library();
+    server.cmd(&["FUNCTION", "LOAD", "REPLACE", &library.text])?;
+    Ok(library.function(script))
+}
+
+/// Loads distlock's function library over `conn`, and names the function of
+/// `script`.
+pub(crate) async fn load_function_async(
+    conn: &mut impl redis::aio::ConnectionLike,
+    script: &str,
+) -> Result<String, BoxError> {
+    let library = distlock::layout::function_library();
+    let _: redis::Value = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&library.text)
+        .query_async(conn)
+        .await?;
+    Ok(library.function(script))
+}
+
+/// Runs of distlock's scripts between two [`command_stats`] snapshots: `FCALL` (the
+/// function library, how a client runs them) and `EVALSHA` (where a server
+/// refuses functions).
+pub(crate) fn script_runs_between(
+    before: &HashMap<String, u64>,
+    after: &HashMap<String, u64>,
+) -> u64 {
+    calls_between(before, after, "fcall") + calls_between(before, after, "evalsha")
+}
 
 /// How long the release script keeps the record of a final release in these runs
 /// (`ARGV[2]` of `release.lua`; the client uses four response timeouts).
@@ -583,14 +606,14 @@ pub(crate) fn distlock_acquire_attempts(
     if after.contains_key(CLIENT_ACQUIRES) {
         return calls_between(before, after, CLIENT_ACQUIRES);
     }
-    calls_between(before, after, "evalsha").saturating_sub(acquisitions)
+    script_runs_between(before, after).saturating_sub(acquisitions)
 }
 
 /// The SHAs of acquire.lua (three keys per acquisition, one run may carry several)
 /// and of acquire_all.lua (one set per run): what [`count_logged_requests`] counts
 /// as acquire attempts.
 fn acquire_shas() -> [String; 2] {
-    [ACQUIRE_LUA, ACQUIRE_ALL_LUA].map(|text| redis::Script::new(text).get_hash().to_owned())
+    [function("acquire"), function("acquire_all")]
 }
 
 /// The key of the hash of the lock `name` (`name` needs no escaping).
@@ -709,7 +732,7 @@ fn distlock_acquire_line(sha: &str, kind: Kind, op: &Op<'_>) -> Vec<String> {
 /// order: the head of a script line that serves several requests.
 fn evalsha_keys(sha: &str, ops: &[Op<'_>], keys: impl Fn(&Op<'_>) -> [String; 3]) -> Vec<String> {
     let mut line = vec![
-        "EVALSHA".to_owned(),
+        "FCALL".to_owned(),
         sha.to_owned(),
         (3 * ops.len()).to_string(),
     ];
@@ -889,14 +912,14 @@ mod tests {
             drop(client);
             Ok(())
         })?;
-        for (name, text) in [
-            ("acquire", ACQUIRE_LUA),
-            ("release", RELEASE_LUA),
-            ("acquire_all", ACQUIRE_ALL_LUA),
-        ] {
-            let sha = redis::Script::new(text).get_hash().to_owned();
-            let exists = server.cmd(&["SCRIPT", "EXISTS", &sha])?;
-            assert_eq!(exists.trim(), "1", "{name}: the client has no script {sha}");
+        let library = distlock::layout::function_library();
+        let listed = server.cmd(&["FUNCTION", "LIST", "LIBRARYNAME", &library.name])?;
+        for name in ["acquire", "release", "acquire_all"] {
+            let function = library.function(name);
+            assert!(
+                listed.contains(&function),
+                "the client has no function {function}"
+            );
         }
         Ok(())
     }
@@ -1024,12 +1047,12 @@ mod tests {
             ])
         };
         let [acquire, acquire_all] = acquire_shas();
-        let release = redis::Script::new(RELEASE_LUA).get_hash().to_owned();
+        let release = function("release");
         let log = [
-            entry(&["EVALSHA", &acquire, "3", "k"], "127.0.0.1:1"),
-            entry(&["EVALSHA", &acquire, "6", "k"], "127.0.0.1:1"),
-            entry(&["EVALSHA", &acquire_all, "9", "k"], "127.0.0.1:1"),
-            entry(&["EVALSHA", &release, "3", "k"], "127.0.0.1:1"),
+            entry(&["FCALL", &acquire, "3", "k"], "127.0.0.1:1"),
+            entry(&["FCALL", &acquire, "6", "k"], "127.0.0.1:1"),
+            entry(&["FCALL", &acquire_all, "9", "k"], "127.0.0.1:1"),
+            entry(&["FCALL", &release, "3", "k"], "127.0.0.1:1"),
             entry(&["hset", "k", "f", "1"], "?:0"),
             entry(&["INFO", "commandstats"], "127.0.0.1:2"),
         ];
