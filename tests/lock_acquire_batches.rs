@@ -48,6 +48,38 @@ async fn acquisitions_ready_together_share_script_runs() {
     }
 }
 
+/// With `group_commit(false)` every acquisition and every release is a script run
+/// of its own: 64 acquisitions at one moment take 64 runs, their releases 64 more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_group_commit_each_request_is_a_run_of_its_own() {
+    const LOCKS: usize = 64;
+    let server = support::server();
+    let locks = support::builder(&server)
+        .group_commit(false)
+        .connect()
+        .await
+        .expect("connect");
+    let names: Vec<String> = (0..LOCKS).map(|i| format!("alone:{i}")).collect();
+    let before = support::script_calls(&server);
+    let results = try_together(&locks, &names).await;
+    assert_eq!(support::script_calls(&server) - before, LOCKS as u64);
+    let guards: Vec<LockGuard> = results
+        .into_iter()
+        .map(|result| result.expect("try_lock").expect("a free lock is taken"))
+        .collect();
+    let before = support::script_calls(&server);
+    let releases = guards.into_iter().map(|guard| guard.unlock()).collect();
+    for released in support::all_at_once(releases).await {
+        released.expect("unlock");
+    }
+    assert_eq!(support::script_calls(&server) - before, LOCKS as u64);
+    assert_eq!(
+        server.cmd(&["DBSIZE"]).expect("DBSIZE").trim(),
+        "64",
+        "the release records"
+    );
+}
+
 /// A batch with free names, names held by another client and names held as
 /// another kind: each is answered as if it ran alone, and only the free ones change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -176,6 +176,7 @@ pub struct LockClientBuilder {
     default_wait: Duration,
     default_lease: Duration,
     fencing: bool,
+    group_commit: bool,
     connect_timeout: Duration,
     response_timeout: Duration,
     replicas: Option<(u32, Duration)>,
@@ -216,6 +217,7 @@ impl LockClientBuilder {
             default_wait: Duration::from_secs(10),
             default_lease: Duration::from_secs(30),
             fencing: false,
+            group_commit: true,
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_millis(500),
             replicas: None,
@@ -705,6 +707,31 @@ impl LockClientBuilder {
         self
     }
 
+    /// Whether the new acquisitions, and the releases, of this client's tasks that
+    /// are ready at the same moment go to Redis as one script run each (group
+    /// commit), on a single server or a Sentinel master. Default: `true`. Each
+    /// request is answered as if it ran alone; a run carries at most 64 requests,
+    /// and at most two runs of each are on the way at once, so a request waits
+    /// for at most the run before it. Turn it off to send every request on its
+    /// own (one script run each), for example to compare. A cluster and Redlock
+    /// always send requests one by one (a run's keys must share a hash slot).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::LockClient;
+    ///
+    /// let builder = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .group_commit(false); // one script run per acquisition and release
+    /// # let _ = builder;
+    /// ```
+    pub fn group_commit(mut self, group_commit: bool) -> Self {
+        self.group_commit = group_commit;
+        self
+    }
+
     /// How long connecting may take before [`connect`](Self::connect) gives up.
     /// Default: 5 s.
     ///
@@ -1134,6 +1161,7 @@ impl LockClientBuilder {
             service,
             share_lock_order: self.share_lock_order,
             max_hold: self.max_hold,
+            group_commit: self.group_commit,
         };
         Ok(LockClient::new(Inner::new(
             backend,

@@ -48,6 +48,9 @@ pub(crate) struct Config {
     pub(crate) share_lock_order: bool,
     /// How long the watchdog renews a hold at most (`None`: no bound).
     pub(crate) max_hold: Option<Duration>,
+    /// Whether new acquisitions and releases ready at the same moment go as one
+    /// script run (on one endpoint).
+    pub(crate) group_commit: bool,
 }
 
 /// One client's connections, scripts, background tasks and id counters.
@@ -89,13 +92,14 @@ impl Inner {
         shutdown: DropGuard,
     ) -> Self {
         let one_endpoint = !backend.is_redlock() && !backend.first().is_cluster();
+        let batches = one_endpoint && config.group_commit;
         let batcher = Arc::new(batch::releases(
             &scripts,
             backend.publish_command(),
             config.remember_release.as_millis() as u64,
-            one_endpoint,
+            batches,
         ));
-        let acquisitions = Arc::new(batch::acquisitions(&scripts, one_endpoint));
+        let acquisitions = Arc::new(batch::acquisitions(&scripts, batches));
         let order = LockOrder::new(config.lock_order);
         let who = Describer::new(&config.service);
         Self {
