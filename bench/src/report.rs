@@ -214,6 +214,7 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
         many_tasks_rows(settings, results),
         peer_rows(results),
         cpu_rows(results),
+        group_commit_rows(results),
         reentry_rows(results),
         contention_rate_rows(settings, results),
         fairness_rows(settings, results),
@@ -551,6 +552,43 @@ fn peer_rows(results: &Results) -> Vec<Row> {
             }
         })
         .collect()
+}
+
+/// Scenario 2g: what group commit gains, distlock with it against distlock without
+/// it (`group_commit(false)`), in the same run: pairs/s, and server CPU per pair.
+fn group_commit_rows(results: &Results) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for cell in &results.throughput.group_commit {
+        let label = format!(
+            "2g. {} tasks, each on its own names, {} runtime: group commit against none",
+            cell.tasks, cell.flavor
+        );
+        let r = median(&cell.on_against_off(Sample::rate));
+        rows.push(Row {
+            scenario: format!("{label}: pairs/s"),
+            measured: rate(median_of(&cell.on, Sample::rate)),
+            reference: format!(
+                "{} (`group_commit(false)`, same runtime)",
+                rate(median_of(&cell.off, Sample::rate))
+            ),
+            ratio: ratio(r),
+            target: "—".into(),
+            met: None,
+        });
+        let cpu = median(&cell.on_against_off(Sample::server_cpu_us));
+        rows.push(Row {
+            scenario: format!("{label}: server CPU per pair (`INFO cpu`)"),
+            measured: format!("{:.1} µs", median_of(&cell.on, Sample::server_cpu_us)),
+            reference: format!(
+                "{:.1} µs (`group_commit(false)`)",
+                median_of(&cell.off, Sample::server_cpu_us)
+            ),
+            ratio: ratio(cpu),
+            target: "—".into(),
+            met: None,
+        });
+    }
+    rows
 }
 
 /// Server and client CPU per lock+unlock pair against rslock's, in each throughput

@@ -141,7 +141,34 @@ pub(crate) struct ThroughputResults {
     /// Scenario 1's requests through plain redis-rs (current-thread): pairs/s and
     /// client CPU per pair, each run.
     pub(crate) raw: Vec<(f64, Duration)>,
+    /// Scenario 2g: distlock with group commit against distlock without it.
+    pub(crate) group_commit: Vec<GroupCommitCell>,
 }
+
+/// Scenario 2g at one task count and runtime: distlock's samples with group commit
+/// (`on`) and without (`off`, `group_commit(false)`), one of each per run, taken in
+/// turns.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupCommitCell {
+    pub(crate) tasks: usize,
+    pub(crate) flavor: Flavor,
+    pub(crate) on: Vec<Sample>,
+    pub(crate) off: Vec<Sample>,
+}
+
+impl GroupCommitCell {
+    /// `f` of each run's sample with group commit over the same run's without.
+    pub(crate) fn on_against_off(&self, f: impl Fn(&Sample) -> f64) -> Vec<f64> {
+        self.on
+            .iter()
+            .zip(&self.off)
+            .map(|(on, off)| f(on) / f(off))
+            .collect()
+    }
+}
+
+/// The task counts of scenario 2g.
+pub(crate) const GROUP_COMMIT_TASKS: [usize; 3] = [4, 16, 64];
 
 impl ThroughputResults {
     /// The cell of `tasks` tasks on `flavor`.
@@ -216,6 +243,11 @@ pub(crate) fn run(
         for &tasks in &settings.task_counts {
             for &flavor in &settings.flavors {
                 scenario(server, settings, run, tasks, flavor, &mut results)?;
+            }
+        }
+        for tasks in GROUP_COMMIT_TASKS {
+            for &flavor in &settings.flavors {
+                group_commit(server, settings, run, tasks, flavor, &mut results)?;
             }
         }
         results.references.push(reference);
@@ -295,6 +327,60 @@ fn scenario(
             Subject::Rslock(_) => cell.peer.push(sample),
         }
     }
+    Ok(())
+}
+
+/// Scenario 2g in one run: distlock with and without group commit, in the run's
+/// order, into its cell.
+fn group_commit(
+    server: &RedisServer,
+    settings: &ThroughputSettings,
+    run: usize,
+    tasks: usize,
+    flavor: Flavor,
+    results: &mut ThroughputResults,
+) -> Result<(), BoxError> {
+    let url = server.url();
+    let mut samples = [Sample::default(); 2];
+    let order: [bool; 2] = if run.is_multiple_of(2) {
+        [true, false]
+    } else {
+        [false, true]
+    };
+    for on in order {
+        let work = Work {
+            prefix: format!("g{tasks}:{flavor}:{run}:{on}"),
+            tasks,
+            pairs_per_task: (settings.many_pairs / tasks).max(1),
+            limit: settings.limit,
+        };
+        let url = url.clone();
+        samples[usize::from(!on)] = measure(server, flavor, &work, || async move {
+            Ok(distlock::LockClient::builder()
+                .url(url)
+                .group_commit(on)
+                .connect()
+                .await?)
+        })?;
+    }
+    let cell = match results
+        .group_commit
+        .iter_mut()
+        .position(|c| c.tasks == tasks && c.flavor == flavor)
+    {
+        Some(index) => &mut results.group_commit[index],
+        None => {
+            results.group_commit.push(GroupCommitCell {
+                tasks,
+                flavor,
+                on: Vec::new(),
+                off: Vec::new(),
+            });
+            results.group_commit.last_mut().ok_or("no cell")?
+        }
+    };
+    cell.on.push(samples[0]);
+    cell.off.push(samples[1]);
     Ok(())
 }
 
