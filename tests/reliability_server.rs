@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{LockClient, LockError};
+use distlock::{LockClient, LockError, LostReason};
 use distlock_testkit::{monotonic_ns, History, RedisServer, Section};
 use tokio::time::Instant;
 
@@ -428,4 +428,57 @@ async fn fencing_tokens_issued_after_an_empty_restart_are_larger() {
         guard.unlock().await.expect("unlock");
     }
     support::summary("fencing_after_empty_restart", &[("tokens_repeated", 0)]);
+}
+
+/// Issue 24: a holder (default 30 s lease, so its next renewal is 10 s away) is
+/// told that a restart without persistence lost its lock as soon as the client's
+/// connection comes back to the new server (which has another `run_id`), not at its
+/// next renewal, with [`LostReason::ServerReplaced`]; and the client's next
+/// acquisition of the name is granted only after the old guard was told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_is_told_at_once() {
+    let mut server = support::server();
+    let holder = support::fenced_client(&server).await;
+    let guard = holder.lock("replaced").await.expect("lock");
+    let token = guard.fencing_token().expect("a token");
+    // Blocks this worker thread for the restart; the other one runs the client.
+    server.restart().expect("restart");
+    let back = Instant::now();
+    let told = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
+    let told_after = back.elapsed();
+    let round_trip = {
+        let start = Instant::now();
+        server.cmd(&["PING"]).expect("PING");
+        start.elapsed()
+    };
+    // Another call chain of the same client takes the name again.
+    let again = holder
+        .lock("replaced")
+        .wait(Duration::from_secs(5))
+        .await
+        .expect("the name is free on the new server");
+    let lost_first = guard.is_lost();
+    support::summary(
+        "redis_restart_told",
+        &[
+            ("told_after_ms", told_after.as_millis() as u64),
+            ("round_trip_us", round_trip.as_micros() as u64),
+        ],
+    );
+    assert!(told.is_ok(), "not told within 5 s");
+    assert_eq!(guard.lost_reason(), Some(LostReason::ServerReplaced));
+    assert!(
+        lost_first,
+        "the new grant came before the old guard was told"
+    );
+    assert!(
+        again.fencing_token().expect("a token") > token,
+        "tokens never repeat"
+    );
+    // Under 100 ms and one round trip (issue 24's target; 18 to 20 ms here).
+    assert!(
+        told_after < Duration::from_millis(100) + round_trip,
+        "told {told_after:?} after the server was back"
+    );
+    again.unlock().await.expect("unlock");
 }

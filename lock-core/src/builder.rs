@@ -1149,6 +1149,7 @@ impl LockClientBuilder {
             self.replicas,
             shutdown.clone(),
         );
+        links.on_replaced(watchdog.replaced_hook());
         let config = Config {
             replicas: self.replicas,
             namespace: self.namespace,
@@ -1165,6 +1166,7 @@ impl LockClientBuilder {
         };
         Ok(LockClient::new(Inner::new(
             backend,
+            links,
             scripts,
             config,
             subscriber,
@@ -1178,8 +1180,11 @@ impl LockClientBuilder {
         ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))
-            .set_number_of_retries(4)
-            .set_max_delay(Duration::from_secs(1))
+            // Attempts at most 100 ms apart, for about two seconds: a server that
+            // comes back is found at once (and a replaced one checked, `link.rs`).
+            .set_number_of_retries(20)
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(100))
     }
 
     /// A command connection and a RESP3 subscriber connection to one server, whose

@@ -864,11 +864,17 @@ pub enum LostReason {
     /// The client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)),
     /// which gave the lock back.
     ShutDown,
+    /// The Redis server that held it is not the one that granted it: it restarted
+    /// without the lock (no persistence), or a failover moved to a master that never
+    /// had it. The client checks every hold as soon as a connection comes back to
+    /// such a server, before it grants anything new.
+    ServerReplaced,
 }
 
 impl LostReason {
-    /// A short, stable name: `expired`, `not_held`, `max_hold_exceeded` (the value
-    /// of the `reason` label of the `distlock_lost_total` metric).
+    /// A short, stable name: `expired`, `not_held`, `max_hold_exceeded`,
+    /// `shut_down`, `server_replaced` (the value of the `reason` label of the
+    /// `distlock_lost_total` metric).
     ///
     /// # Examples
     ///
@@ -882,6 +888,7 @@ impl LostReason {
             Self::NotHeld => "not_held",
             Self::MaxHoldExceeded => "max_hold_exceeded",
             Self::ShutDown => "shut_down",
+            Self::ServerReplaced => "server_replaced",
         }
     }
 }
@@ -893,6 +900,9 @@ impl std::fmt::Display for LostReason {
             Self::NotHeld => "Redis no longer had it held by this owner",
             Self::MaxHoldExceeded => "it was held for its whole max_hold",
             Self::ShutDown => "its client was shut down, which gave it back",
+            Self::ServerReplaced => {
+                "the Redis server restarted or failed over, and the new one did not have it"
+            }
         })
     }
 }

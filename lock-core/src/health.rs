@@ -220,6 +220,14 @@ const NEEDS: &[Need] = &[
     need("time", &["TIME"]),
     need("pubsub|numsub", &["PUBSUB", "NUMSUB", "CHANNEL"]),
     Need {
+        rule: "info",
+        args: &["INFO", "server"],
+        without: Some(
+            "a restarted or replaced server is noticed at the holds' next renewal, not \
+             as soon as a connection comes back",
+        ),
+    },
+    Need {
         rule: "client|setname",
         args: &["CLIENT", "SETNAME", "distlock"],
         without: Some("the client's connections stay unnamed in CLIENT LIST"),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::DropGuard;
 
+use crate::backend::link::Links;
 use crate::backend::redlock::{self, InspectVote};
 use crate::backend::Backend;
 use crate::batch::{self, Acquisition, Batcher, Item};
@@ -60,6 +61,9 @@ pub(crate) struct Inner {
     /// The random part of every owner id of this client.
     uuid: String,
     pub(crate) backend: Backend,
+    /// Every connection's name and state, and which server answers at each address:
+    /// new acquisitions wait while the holds of a replaced server are checked.
+    pub(crate) links: Arc<Links>,
     pub(crate) scripts: Arc<Scripts>,
     pub(crate) config: Config,
     owners: AtomicU64,
@@ -85,6 +89,7 @@ pub(crate) struct Inner {
 impl Inner {
     pub(crate) fn new(
         backend: Backend,
+        links: Arc<Links>,
         scripts: Arc<Scripts>,
         config: Config,
         subscriber: Subscriber,
@@ -106,6 +111,7 @@ impl Inner {
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
             uuid: client_id(uuid::Uuid::new_v4()),
             backend,
+            links,
             scripts,
             config,
             owners: AtomicU64::new(0),

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::backend::link::Replaced;
 use crate::backend::Backend;
 use crate::error::LostReason;
 use crate::hold::{Hold, HoldState};
@@ -33,6 +34,9 @@ struct Registry {
     changed: Notify,
     /// When the task plans to wake next.
     next_wake: Mutex<Option<Instant>>,
+    /// Servers found replaced, whose holds the task checks at once: each check is
+    /// done when its token is dropped.
+    replaced: Mutex<Vec<Replaced>>,
 }
 
 impl Registry {
@@ -79,6 +83,19 @@ impl Watchdog {
         };
         tokio::spawn(task.run(shutdown));
         Self { registry }
+    }
+
+    /// What the client's links call when the server at an address is not the one
+    /// that granted the holds there (a restart, a failover): the task renews every
+    /// watchdog hold at once, and a hold the server no longer has is lost
+    /// ([`LostReason::ServerReplaced`]).
+    pub(crate) fn replaced_hook(&self) -> impl Fn(Replaced) + Send + Sync + 'static {
+        let registry = Arc::downgrade(&self.registry);
+        move |replaced| {
+            if let Some(registry) = registry.upgrade() {
+                server_replaced(&registry, replaced);
+            }
+        }
     }
 
     /// Starts watching a new hold (one guard).
@@ -157,6 +174,17 @@ impl Watchdog {
     }
 }
 
+/// Queues the check of every hold after a replaced server, and wakes the task.
+fn server_replaced(registry: &Registry, replaced: Replaced) {
+    tracing::debug!(address = %replaced.addr, "distlock: checking every hold after a replaced server");
+    registry
+        .replaced
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(replaced);
+    registry.changed.notify_one();
+}
+
 /// When the watchdog must look at a hold next: its renewal (watchdog leases), or
 /// the end of its lease.
 fn wake_time(state: &HoldState) -> Instant {
@@ -206,6 +234,18 @@ impl Drop for Task {
 impl Task {
     async fn run(mut self, shutdown: CancellationToken) {
         loop {
+            let replaced = std::mem::take(
+                &mut *self
+                    .registry
+                    .replaced
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
+            if !replaced.is_empty() {
+                self.check_all().await;
+                // The checks are done: new acquisitions may go.
+                drop(replaced);
+            }
             let now = Instant::now();
             let (due, expired, next) = self.survey(now);
             for hold in expired {
@@ -263,6 +303,40 @@ impl Task {
         (due, expired, next)
     }
 
+    /// After a server was replaced: renews every watchdog hold now, trying again
+    /// every [`MIN_RETRY`] while the connection comes back (within one period), so
+    /// that a hold the new server does not have is lost at once.
+    async fn check_all(&mut self) {
+        let holds: Vec<Arc<Hold>> = self
+            .registry
+            .holds()
+            .values()
+            .filter(|hold| hold.state().watchdog)
+            .cloned()
+            .collect();
+        let until = Instant::now() + self.period;
+        for batch in holds.chunks(BATCH) {
+            loop {
+                let sent = Instant::now();
+                let limit = until.saturating_duration_since(sent).max(MIN_RETRY);
+                let result = tokio::time::timeout(
+                    limit,
+                    renew(&self.backend, &self.scripts, batch, self.acks),
+                )
+                .await;
+                if let Ok(Ok(replies)) = result {
+                    self.apply_as(batch, &replies, sent, LostReason::ServerReplaced);
+                    break;
+                }
+                if Instant::now() + MIN_RETRY >= until {
+                    self.retry_later(batch, sent);
+                    break;
+                }
+                tokio::time::sleep(MIN_RETRY).await;
+            }
+        }
+    }
+
     /// Renews `holds` in pipelines of [`BATCH`], each bounded by the earliest deadline.
     async fn renew(&mut self, holds: Vec<Arc<Hold>>, next_deadline: Option<Instant>) {
         for batch in holds.chunks(BATCH) {
@@ -294,6 +368,17 @@ impl Task {
     }
 
     fn apply(&self, batch: &[Arc<Hold>], replies: &[Option<bool>], sent: Instant) {
+        self.apply_as(batch, replies, sent, LostReason::NotHeld);
+    }
+
+    /// [`apply`](Self::apply), a hold found gone being lost for `gone`.
+    fn apply_as(
+        &self,
+        batch: &[Arc<Hold>],
+        replies: &[Option<bool>],
+        sent: Instant,
+        gone: LostReason,
+    ) {
         for (hold, reply) in batch.iter().zip(replies) {
             match reply {
                 Some(true) => {
@@ -306,10 +391,13 @@ impl Task {
                     if self.registry.holds().remove(&hold.id).is_some() {
                         metrics::released(&hold.tag);
                     }
-                    hold.mark_lost(
-                        LostReason::NotHeld,
-                        "the watchdog found the lock gone (lease ended or force-unlocked)",
-                    );
+                    let why = match gone {
+                        LostReason::ServerReplaced => {
+                            "the Redis server was replaced (a restart or a failover) without it"
+                        }
+                        _ => "the watchdog found the lock gone (lease ended or force-unlocked)",
+                    };
+                    hold.mark_lost(gone, why);
                 }
                 None => {
                     tracing::debug!("distlock: unexpected renewal reply; retrying");

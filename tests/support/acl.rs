@@ -21,8 +21,11 @@ pub const LOCK_USER_ACL: &[&str] = &[
     "+config|get",
     "+subscribe",
     "+unsubscribe",
-    // Sent by the client: every connection is named after the service.
+    // Sent by the client: every connection is named after the service, and says
+    // which server it reached (`info`), so that a restarted or replaced one is
+    // noticed as soon as a connection comes back.
     "+client|setname",
+    "+info",
     // Called by the scripts (`set` writes the record of a final release,
     // `:freed:<owner>`); the deadlock walk also gets, sets and deletes its
     // wait-for records.

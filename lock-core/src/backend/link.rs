@@ -20,14 +20,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use tokio::sync::Notify;
 
-/// The client's connections: their name, and which addresses are down.
-#[derive(Debug)]
+/// The client's connections: their name, which addresses are down, and which
+/// server answers at each.
 pub(crate) struct Links {
     /// `distlock:<service>`.
     name: String,
@@ -37,7 +38,48 @@ pub(crate) struct Links {
     /// How many addresses are down: an answer while none is takes no lock.
     outages: AtomicUsize,
     next_id: AtomicU64,
+    /// The server at each address as last seen (`run_id` and replication id, from
+    /// `INFO`), so that a connection that comes back to another one (a restart, a
+    /// replacement) is noticed at once.
+    servers: Mutex<HashMap<Arc<str>, String>>,
+    /// Told when the server at an address was replaced (or a failover moved to a
+    /// new master): the client checks every hold there.
+    on_replaced: OnceLock<Box<dyn Fn(Replaced) + Send + Sync>>,
+    /// The checks of holds after a replaced server, started and done: new
+    /// acquisitions wait until every one is done ([`Links::settled`]).
+    checks_started: AtomicU64,
+    checks_done: Arc<AtomicU64>,
+    checked: Arc<Notify>,
 }
+
+/// A server was replaced: the check of every hold that it starts is done when this
+/// is dropped.
+#[derive(Debug)]
+pub(crate) struct Replaced {
+    /// The address of the new server.
+    pub(crate) addr: Arc<str>,
+    done: Arc<AtomicU64>,
+    checked: Arc<Notify>,
+}
+
+impl Drop for Replaced {
+    fn drop(&mut self) {
+        self.done.fetch_add(1, Ordering::AcqRel);
+        self.checked.notify_waiters();
+    }
+}
+
+impl std::fmt::Debug for Links {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Links")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long a new acquisition waits for the check of the holds of a replaced server
+/// at most ([`Links::settled`]).
+const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 struct Outage {
@@ -53,7 +95,75 @@ impl Links {
             down: Mutex::new(HashMap::new()),
             outages: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
+            servers: Mutex::new(HashMap::new()),
+            on_replaced: OnceLock::new(),
+            checks_started: AtomicU64::new(0),
+            checks_done: Arc::new(AtomicU64::new(0)),
+            checked: Arc::new(Notify::new()),
         })
+    }
+
+    /// Sets what the client does when a server was replaced (once; later calls are
+    /// ignored).
+    pub(crate) fn on_replaced(&self, hook: impl Fn(Replaced) + Send + Sync + 'static) {
+        let _ = self.on_replaced.set(Box::new(hook));
+    }
+
+    /// The server at `addr` is `server` (its `run_id` and replication id): the
+    /// first time, remembered; when it differs from the one seen before there (a
+    /// restart, a replacement behind the address), the holds are checked
+    /// ([`replaced`](Self::replaced)).
+    fn identified(&self, addr: &Arc<str>, server: String) {
+        let before = self
+            .servers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(addr.clone(), server.clone());
+        if before.is_some_and(|before| before != server) {
+            tracing::warn!(
+                address = %addr,
+                "distlock: the Redis server at {addr} is not the one the client knew (restarted \
+                 or replaced); checking every lock held there"
+            );
+            self.replaced(addr.clone());
+        }
+    }
+
+    /// The server at `addr` was replaced (a restart, or a failover moved to a new
+    /// master): every hold is checked, and new acquisitions wait until that is
+    /// done.
+    pub(crate) fn replaced(&self, addr: Arc<str>) {
+        self.checks_started.fetch_add(1, Ordering::AcqRel);
+        let replaced = Replaced {
+            addr,
+            done: self.checks_done.clone(),
+            checked: self.checked.clone(),
+        };
+        if let Some(hook) = self.on_replaced.get() {
+            hook(replaced);
+        }
+    }
+
+    /// Waits until every check of holds after a replaced server is done (at most
+    /// [`SETTLE_LIMIT`]), so that a new acquisition is granted only after the holds
+    /// lost there were told so.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: it only waits.
+    pub(crate) async fn settled(&self) {
+        let settled = async {
+            loop {
+                let notified = self.checked.notified();
+                if self.checks_done.load(Ordering::Acquire)
+                    >= self.checks_started.load(Ordering::Acquire)
+                {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(SETTLE_LIMIT, settled).await;
     }
 
     /// The name every connection gets: `distlock:<service>`.
@@ -363,14 +473,61 @@ impl<C: ConnectionLike + Send> Link<C> {
         if self.named.load(Ordering::Acquire) {
             return;
         }
-        let setname = redis::cmd("CLIENT")
-            .arg("SETNAME")
-            .arg(self.links.name())
-            .clone();
-        let result = self.conn.req_packed_command(&setname).await;
-        note_naming(&result, &self.named, &self.addr);
-        self.observe(&result);
+        if self.cluster {
+            // A cluster's INFO would answer from any node: only the name.
+            let setname = redis::cmd("CLIENT")
+                .arg("SETNAME")
+                .arg(self.links.name())
+                .clone();
+            let result = self.conn.req_packed_command(&setname).await;
+            note_naming(&result, &self.named, &self.addr);
+            self.observe(&result);
+            return;
+        }
+        // One round trip: the name, and which server this is (a user without
+        // `info` is not told of a replaced server this way; its holds learn at
+        // their next renewal).
+        let mut pipe = redis::pipe();
+        pipe.cmd("CLIENT").arg("SETNAME").arg(self.links.name());
+        pipe.cmd("INFO").arg("server").arg("replication");
+        let result = self.conn.req_packed_commands(&pipe, 0, 2).await;
+        let (naming, info) = match result {
+            Ok(mut replies) if replies.len() == 2 => {
+                let info = replies.pop();
+                (replies.pop().map_or(Ok(Value::Nil), Ok), info)
+            }
+            Ok(_) => (Ok(Value::Nil), None),
+            Err(err) => (Err(err), None),
+        };
+        let naming = match naming {
+            Ok(Value::ServerError(err)) => Err(RedisError::from(err)),
+            other => other,
+        };
+        note_naming(&naming, &self.named, &self.addr);
+        self.observe(&naming);
+        if let Some(server) = info.as_ref().and_then(server_identity) {
+            self.links.identified(&self.addr, server);
+        }
     }
+}
+
+/// Which server answered `INFO server replication`: its `run_id` (new at every
+/// start) and `master_replid` (new when a replica becomes a master), or `None`
+/// when the reply has neither (a user without `info`).
+fn server_identity(info: &Value) -> Option<String> {
+    let text = match info {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::SimpleString(text) => text.clone(),
+        _ => return None,
+    };
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let run_id = field("run_id")?;
+    Some(format!("{run_id} {}", field("master_replid").unwrap_or("")))
 }
 
 /// Records the reply to `CLIENT SETNAME`: named, unless the connection was lost or

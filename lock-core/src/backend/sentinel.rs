@@ -304,7 +304,10 @@ impl SentinelConn {
         match next {
             Ok(next) => {
                 tracing::warn!(master = %next.addr, "distlock: the Sentinels name a new master; moving to it");
+                let addr: Arc<str> = next.addr.as_str().into();
                 *self.current.write().unwrap_or_else(PoisonError::into_inner) = next;
+                // The new master may never have had some locks: check them all now.
+                self.settings.links.replaced(addr);
                 let _ = self.settings.pushes.send(PushInfo {
                     kind: PushKind::Disconnection,
                     data: Vec::new(),
