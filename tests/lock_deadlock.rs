@@ -412,6 +412,7 @@ async fn nested_contention_in_one_order_reports_no_deadlock() {
 async fn a_waiter_killed_while_it_waits_is_in_no_cycle() {
     let server = support::server();
     let parent = client(&server.url()).await;
+    let mut false_deadlocks = 0;
     for round in 0..3 {
         let (held, wanted) = (format!("DY{round}"), format!("DX{round}"));
         let outer = parent.lock(held.as_str()).await.expect("the parent's lock");
@@ -447,6 +448,7 @@ async fn a_waiter_killed_while_it_waits_is_in_no_cycle() {
                     .into_future(),
             )
             .await;
+        false_deadlocks += u64::from(matches!(&result, Err(LockError::Deadlock { .. })));
         assert!(
             matches!(&result, Err(err) if err.is_busy()),
             "round {round}: no cycle existed (the child is dead), yet {result:?}"
@@ -454,4 +456,91 @@ async fn a_waiter_killed_while_it_waits_is_in_no_cycle() {
         outer.unlock().await.expect("unlock");
         parent.force_unlock(wanted.as_str()).await.expect("force");
     }
+    support::summary(
+        "deadlock_through_a_killed_waiter",
+        &[("rounds", 3), ("false_deadlocks", false_deadlocks)],
+    );
+}
+
+/// Issue 24 (3): overlapping cycles through read locks. A writer chain `A` holds
+/// two locks and waits for the write hold of `fan:x`, which two reader chains `B`
+/// and `C` hold (one lock each); both readers wait for `fan:y`, which `A` holds.
+/// Two cycles share `A`. The old rule took each cycle's member with the fewest
+/// locks, `B` and `C`: two victims where one frees everyone. Now exactly one chain
+/// is the victim, `A`, the one every cycle passes through; the readers proceed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_cycles_through_read_locks_have_one_victim() {
+    let server = support::server();
+    let locks = client(&server.url()).await;
+    let barrier = Arc::new(Barrier::new(3));
+    let writer = {
+        let (locks, barrier) = (locks.clone(), barrier.clone());
+        tokio::spawn(async move {
+            let y = locks.lock("fan:y").await.expect("y");
+            let w = y.scope(locks.lock("fan:w").into_future()).await.expect("w");
+            barrier.wait().await;
+            let result = y
+                .scope(
+                    w.scope(
+                        locks
+                            .write_lock("fan:x")
+                            .wait(Duration::from_secs(10))
+                            .into_future(),
+                    ),
+                )
+                .await;
+            let outcome = match result {
+                Ok(x) => x.unlock().await,
+                Err(err) => Err(err),
+            };
+            w.unlock().await.expect("w");
+            y.unlock().await.expect("y");
+            outcome
+        })
+    };
+    let reader = |locks: LockClient, barrier: Arc<Barrier>| {
+        tokio::spawn(async move {
+            let x = locks.read_lock("fan:x").await.expect("a read hold");
+            barrier.wait().await;
+            // The writer asks first: both cycles are there when the readers wait.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let result = x
+                .scope(
+                    locks
+                        .lock("fan:y")
+                        .wait(Duration::from_secs(10))
+                        .into_future(),
+                )
+                .await;
+            let outcome = match result {
+                Ok(y) => y.unlock().await,
+                Err(err) => Err(err),
+            };
+            x.unlock().await.expect("x");
+            outcome
+        })
+    };
+    let b = reader(locks.clone(), barrier.clone());
+    let c = reader(locks.clone(), barrier);
+    let outcomes = [
+        writer.await.expect("A"),
+        b.await.expect("B"),
+        c.await.expect("C"),
+    ];
+    let victims: Vec<usize> = outcomes
+        .iter()
+        .enumerate()
+        .filter(|(_, outcome)| matches!(outcome, Err(LockError::Deadlock { .. })))
+        .map(|(index, _)| index)
+        .collect();
+    support::summary(
+        "deadlock_overlapping_read_cycles",
+        &[("victims", victims.len() as u64)],
+    );
+    assert_eq!(victims, [0], "exactly one victim, the writer: {outcomes:?}");
+    assert!(
+        outcomes[1..].iter().all(Result::is_ok),
+        "the readers proceed: {outcomes:?}"
+    );
+    no_records_left(&server).await;
 }

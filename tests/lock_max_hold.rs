@@ -457,6 +457,16 @@ async fn re_entries_do_not_keep_the_lock_past_max_hold_and_a_lease() {
         tokio::time::sleep(Duration::from_millis(60)).await;
     }
     let got = next.await.expect("task").expect("the next holder's lock");
+    support::summary(
+        "max_hold_with_re_entries",
+        &[
+            ("re_entries", rounds),
+            (
+                "next_holder_after_bound_ms",
+                got.saturating_duration_since(bound).as_millis() as u64,
+            ),
+        ],
+    );
     assert!(rounds > 10, "only {rounds} re-entries");
     assert!(
         got <= bound + SLACK,

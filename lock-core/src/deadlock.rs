@@ -21,9 +21,13 @@
 //! must have beaten again: a waiter whose process died (killed while it waited)
 //! leaves a record that no longer beats, and is no member of a cycle.
 //!
-//! Every member of a cycle walks (each waits past the threshold), and each agrees
-//! on one victim without talking to the others: the member holding the fewest
-//! locks, and among those the greatest wait id. The victim's request fails with
+//! Every member of a cycle walks (each waits past the threshold) the whole graph it
+//! can reach, and takes its knot: the chains in a cycle with it (with read locks
+//! and semaphores, several cycles can share members). Each member agrees on one
+//! victim per knot without talking to the others: the first member, in the order
+//! of fewest locks held and then greatest wait id, without which no cycle is left,
+//! or when none is, the first member (the next check finds the cycles left). The
+//! victim's request fails with
 //! [`LockError::Deadlock`](crate::LockError::Deadlock); its locks are released on
 //! the way out (by its guards), and the others proceed.
 //!
@@ -31,7 +35,7 @@
 //! no lock, and nothing until the threshold has passed; then one round trip per
 //! lock and record read, and as many again to re-check a cycle.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -181,55 +185,79 @@ impl Waiting {
     }
 
     /// Walks the wait-for graph from the lock this chain waits for. `Some(cycle)`
-    /// (the names of its locks, from the one this chain waits for) when a cycle
-    /// through this chain was found, every edge re-checked, and this chain is its
-    /// victim.
+    /// (the names of the locks of a cycle through this chain, from the one it
+    /// waits for) when this chain is in a knot of chains waiting for each other
+    /// (the chains that wait, directly or not, for this one and for which it
+    /// waits), every edge of the knot re-checked, every member alive, and this
+    /// chain is the knot's victim ([`victim`]).
     ///
     /// # Cancel safety
     ///
     /// Read-only: dropping it changes nothing.
     pub(crate) async fn walk(&self, conn: &mut Conn) -> redis::RedisResult<Option<Vec<String>>> {
-        let mine: HashSet<&str> = self.owners.iter().map(|owner| owner.as_ref()).collect();
-        let mut seen: HashSet<Vec<u8>> = HashSet::from([self.lock.clone()]);
-        // Paths from the lock this chain waits for: each step a lock, an owner
-        // holding it, and that owner's record (what its chain waits for next).
-        let mut frontier: Vec<Vec<Step>> = vec![Vec::new()];
-        for _ in 0..MAX_DEPTH {
-            let mut next = Vec::new();
-            for path in frontier {
-                let lock = path
-                    .last()
-                    .map_or(&self.lock, |step| &step.record.lock)
-                    .clone();
-                for holder in holders(conn, &lock).await? {
-                    if mine.contains(holder.as_str()) {
-                        return self.confirm(conn, path, lock, holder).await;
-                    }
-                    let Some(record) = read_record(conn, &self.namespace, &holder).await? else {
-                        continue;
-                    };
-                    if !seen.insert(record.lock.clone()) {
-                        continue;
-                    }
-                    let mut longer = path.clone();
-                    longer.push(Step {
-                        lock: lock.clone(),
-                        holder,
-                        record,
-                    });
-                    next.push(longer);
-                }
-            }
-            if next.is_empty() {
-                return Ok(None);
-            }
-            frontier = next;
+        let graph = self.explore(conn).await?;
+        let knot = graph.knot(&self.wait_id);
+        if knot.len() < 2 || !self.confirm(conn, &graph, &knot).await? {
+            return Ok(None);
         }
-        Ok(None)
+        if victim(&graph, &knot) != Some(&*self.wait_id) {
+            return Ok(None);
+        }
+        Ok(graph.cycle(&self.wait_id, &knot))
     }
 
-    /// A cycle: the steps of `path`, then `last`, held by `holder`, one of this
-    /// chain's owner ids. Reads every edge again, and picks the victim.
+    /// Reads the wait-for graph reachable from this chain: the lock it waits for,
+    /// its holders, the records of their chains, the locks those wait for, and so
+    /// on, up to [`MAX_LOCKS`] locks.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only: dropping it changes nothing.
+    async fn explore(&self, conn: &mut Conn) -> redis::RedisResult<Graph> {
+        let mine: HashSet<&str> = self.owners.iter().map(|owner| owner.as_ref()).collect();
+        let me = self.wait_id.to_string();
+        let mut graph = Graph::default();
+        graph.chains.insert(
+            me.clone(),
+            Chain {
+                lock: self.lock.clone(),
+                held: self.owners.len() as u64,
+                seen: None,
+            },
+        );
+        let mut queue = VecDeque::from([self.lock.clone()]);
+        let mut queued: HashSet<Vec<u8>> = HashSet::from([self.lock.clone()]);
+        while let Some(lock) = queue.pop_front() {
+            if graph.locks.len() >= MAX_LOCKS {
+                break;
+            }
+            let mut edges = Vec::new();
+            for holder in holders(conn, &lock).await? {
+                if mine.contains(holder.as_str()) {
+                    edges.push((holder, me.clone()));
+                    continue;
+                }
+                let Some(record) = read_record(conn, &self.namespace, &holder).await? else {
+                    continue;
+                };
+                if queued.insert(record.lock.clone()) {
+                    queue.push_back(record.lock.clone());
+                }
+                edges.push((holder.clone(), record.wait_id.clone()));
+                graph.chains.entry(record.wait_id.clone()).or_insert(Chain {
+                    lock: record.lock.clone(),
+                    held: record.held,
+                    seen: Some((holder, record)),
+                });
+            }
+            graph.locks.insert(lock, edges);
+        }
+        Ok(graph)
+    }
+
+    /// Reads every edge of `knot` again (each holder still holds its lock, each
+    /// record is the same wait); then, a few beats later, every other member's
+    /// record must have beaten again: a waiter whose process died is no member.
     ///
     /// # Cancel safety
     ///
@@ -237,58 +265,196 @@ impl Waiting {
     async fn confirm(
         &self,
         conn: &mut Conn,
-        path: Vec<Step>,
-        last: Vec<u8>,
-        holder: String,
-    ) -> redis::RedisResult<Option<Vec<String>>> {
-        for step in &path {
-            let held = holders(conn, &step.lock).await?.contains(&step.holder);
-            let record = read_record(conn, &self.namespace, &step.holder).await?;
-            if !held || !record.is_some_and(|record| step.record.same_wait(&record)) {
-                return Ok(None);
+        graph: &Graph,
+        knot: &HashSet<&str>,
+    ) -> redis::RedisResult<bool> {
+        for member in knot {
+            let Some(chain) = graph.chains.get(*member) else {
+                return Ok(false);
+            };
+            let edges = graph
+                .locks
+                .get(&chain.lock)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            let now = holders(conn, &chain.lock).await?;
+            for (holder, target) in edges.iter().filter(|(_, t)| knot.contains(t.as_str())) {
+                if !now.contains(holder) {
+                    return Ok(false);
+                }
+                if let Some((_, seen)) = graph.chains.get(target).and_then(|c| c.seen.as_ref()) {
+                    let record = read_record(conn, &self.namespace, holder).await?;
+                    if !record.is_some_and(|record| seen.same_wait(&record)) {
+                        return Ok(false);
+                    }
+                }
             }
-        }
-        if !holders(conn, &last).await?.contains(&holder) {
-            return Ok(None);
         }
         // Proof of life: every other member's record beats on.
         tokio::time::sleep(PROOF_OF_LIFE).await;
-        for step in &path {
-            let record = read_record(conn, &self.namespace, &step.holder).await?;
-            let alive = record.is_some_and(|record| {
-                step.record.same_wait(&record) && record.beat > step.record.beat
-            });
-            if !alive {
-                return Ok(None);
+        for member in knot {
+            let Some((owner, seen)) = graph.chains.get(*member).and_then(|c| c.seen.as_ref())
+            else {
+                continue;
+            };
+            let record = read_record(conn, &self.namespace, owner).await?;
+            if !record.is_some_and(|record| seen.same_wait(&record) && record.beat > seen.beat) {
+                return Ok(false);
             }
         }
-        // The victim: the fewest locks held, then the greatest wait id.
-        let members = path
-            .iter()
-            .map(|step| (step.record.wait_id.as_str(), step.record.held))
-            .chain([(&*self.wait_id, self.owners.len() as u64)]);
-        let victim = members
-            .min_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
-            .map(|(id, _)| id.to_owned());
-        if victim.as_deref() != Some(&*self.wait_id) {
-            return Ok(None);
-        }
-        let cycle = path
-            .iter()
-            .map(|step| display_key(&step.lock))
-            .chain([display_key(&last)])
-            .collect();
-        Ok(Some(cycle))
+        Ok(true)
     }
 }
 
-/// One step of a walk: `lock` is held by `holder`, whose chain waits for the lock
-/// of `record`.
-#[derive(Debug, Clone)]
-struct Step {
+/// The most locks a walk reads.
+const MAX_LOCKS: usize = 4 * MAX_DEPTH;
+
+/// The wait-for graph a walk read: the chains that wait, and the locks they wait for.
+#[derive(Debug, Default)]
+struct Graph {
+    /// Each waiting chain met, by wait id (the walking chain's own included).
+    chains: HashMap<String, Chain>,
+    /// Each lock read: its holders, each with the wait id of its chain.
+    locks: HashMap<Vec<u8>, Vec<(String, String)>>,
+}
+
+/// A waiting chain of the graph.
+#[derive(Debug)]
+struct Chain {
+    /// The lock it waits for.
     lock: Vec<u8>,
-    holder: String,
-    record: Record,
+    /// How many locks (owner ids) it holds.
+    held: u64,
+    /// One of its owner ids and the record read under it; `None` for the walking
+    /// chain.
+    seen: Option<(String, Record)>,
+}
+
+impl Graph {
+    /// The wait ids of the chains `chain` waits for (the chains of the holders of
+    /// its lock).
+    fn next<'a>(&'a self, chain: &str) -> impl Iterator<Item = &'a str> + 'a {
+        self.chains
+            .get(chain)
+            .and_then(|chain| self.locks.get(&chain.lock))
+            .into_iter()
+            .flatten()
+            .map(|(_, target)| target.as_str())
+    }
+
+    /// The knot of `me`: every chain that `me` waits for, directly or not, and that
+    /// waits for `me` in the same way, `me` included: the chains in a cycle with it.
+    fn knot<'a>(&'a self, me: &'a str) -> HashSet<&'a str> {
+        let mut ahead = HashSet::from([me]);
+        let mut queue = vec![me];
+        while let Some(chain) = queue.pop() {
+            for next in self.next(chain) {
+                if ahead.insert(next) {
+                    queue.push(next);
+                }
+            }
+        }
+        let mut knot = HashSet::from([me]);
+        loop {
+            let before = knot.len();
+            for chain in &ahead {
+                if !knot.contains(chain) && self.next(chain).any(|n| knot.contains(n)) {
+                    knot.insert(chain);
+                }
+            }
+            if knot.len() == before {
+                return knot;
+            }
+        }
+    }
+
+    /// Whether the chains of `members` but `without` wait for each other in a cycle.
+    fn cyclic_without(&self, members: &HashSet<&str>, without: &str) -> bool {
+        // Kahn's algorithm: a cycle is what cannot be peeled off.
+        let left: HashSet<&str> = members.iter().copied().filter(|m| *m != without).collect();
+        let mut waited_by: HashMap<&str, usize> = left.iter().map(|m| (*m, 0)).collect();
+        for member in &left {
+            for next in self.next(member).filter(|n| left.contains(n)) {
+                if let Some(count) = waited_by.get_mut(next) {
+                    *count += 1;
+                }
+            }
+        }
+        let mut free: Vec<&str> = waited_by
+            .iter()
+            .filter(|(_, count)| **count == 0)
+            .map(|(member, _)| *member)
+            .collect();
+        let mut peeled = 0;
+        while let Some(member) = free.pop() {
+            peeled += 1;
+            for next in self.next(member).filter(|n| left.contains(n)) {
+                if let Some(count) = waited_by.get_mut(next) {
+                    *count -= 1;
+                    if *count == 0 {
+                        free.push(next);
+                    }
+                }
+            }
+        }
+        peeled < left.len()
+    }
+
+    /// The names of the locks of a shortest cycle from `me` through `knot`, from
+    /// the lock `me` waits for.
+    fn cycle(&self, me: &str, knot: &HashSet<&str>) -> Option<Vec<String>> {
+        let mut came_from: HashMap<&str, &str> = HashMap::new();
+        let mut queue = VecDeque::from([me]);
+        let mut last = None;
+        'search: while let Some(chain) = queue.pop_front() {
+            for next in self.next(chain).filter(|n| knot.contains(n)) {
+                if next == me {
+                    last = Some(chain);
+                    break 'search;
+                }
+                if !came_from.contains_key(next) {
+                    came_from.insert(next, chain);
+                    queue.push_back(next);
+                }
+            }
+        }
+        let mut path = vec![last?];
+        while let Some(before) = path.last().and_then(|chain| came_from.get(chain)) {
+            path.push(before);
+        }
+        if path.last() != Some(&me) {
+            path.push(me);
+        }
+        path.reverse();
+        Some(
+            path.iter()
+                .filter_map(|chain| self.chains.get(*chain))
+                .map(|chain| display_key(&chain.lock))
+                .collect(),
+        )
+    }
+}
+
+/// The victim of `knot`, which every member computes alike from the same graph:
+/// the first member, in the order of fewest locks held and then greatest wait id,
+/// without which no cycle is left (so that one victim frees every chain when one
+/// can: a chain that every cycle passes through, say a writer waiting for several
+/// readers that each wait for it); when none is, the first member (the next check
+/// finds the cycles left). `None` for an empty knot.
+fn victim<'a>(graph: &Graph, knot: &HashSet<&'a str>) -> Option<&'a str> {
+    let mut order: Vec<&str> = knot.iter().copied().collect();
+    let held = |member: &str| {
+        graph
+            .chains
+            .get(member)
+            .map_or(u64::MAX, |chain| chain.held)
+    };
+    order.sort_by(|a, b| held(a).cmp(&held(b)).then_with(|| b.cmp(a)));
+    order
+        .iter()
+        .copied()
+        .find(|member| !graph.cyclic_without(knot, member))
+        .or_else(|| order.first().copied())
 }
 
 /// The owner ids that hold the lock at `key`: its hash's holder fields (see
@@ -320,4 +486,97 @@ async fn read_record(
 ) -> redis::RedisResult<Option<Record>> {
     let value: Option<Vec<u8>> = conn.get(record_key(namespace, owner)).await?;
     Ok(value.as_deref().and_then(Record::parse))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A graph of chains: (wait id, locks held, the lock it waits for), and
+    /// (lock, the wait ids of its holders' chains).
+    fn graph(chains: &[(&str, u64, &str)], locks: &[(&str, &[&str])]) -> Graph {
+        let mut graph = Graph::default();
+        for (id, held, lock) in chains {
+            graph.chains.insert(
+                (*id).to_owned(),
+                Chain {
+                    lock: lock.as_bytes().to_vec(),
+                    held: *held,
+                    seen: None,
+                },
+            );
+        }
+        for (lock, holders) in locks {
+            let edges = holders
+                .iter()
+                .map(|id| (format!("owner-of-{id}"), (*id).to_owned()))
+                .collect();
+            graph.locks.insert(lock.as_bytes().to_vec(), edges);
+        }
+        graph
+    }
+
+    /// A writer `a` (two locks) waits for `x`, read by `b` and `c` (one lock each),
+    /// which both wait for `y`, held by `a`: two cycles, and `a` is on both. Each
+    /// cycle's own rule (fewest locks) would take `b` and `c`, two victims where one
+    /// frees everyone; every member picks `a`.
+    #[test]
+    fn a_chain_on_every_cycle_is_the_one_victim() {
+        let graph = graph(
+            &[("a", 2, "x"), ("b", 1, "y"), ("c", 1, "y")],
+            &[("x", &["b", "c"]), ("y", &["a"])],
+        );
+        for me in ["a", "b", "c"] {
+            let knot = graph.knot(me);
+            assert_eq!(knot.len(), 3, "{me}: {knot:?}");
+            assert_eq!(victim(&graph, &knot), Some("a"), "as {me} sees it");
+        }
+        assert_eq!(graph.cycle("a", &graph.knot("a")).map(|c| c.len()), Some(2));
+    }
+
+    /// Two chains waiting for each other: the one holding fewer locks is the victim;
+    /// with as many, the greater wait id.
+    #[test]
+    fn in_a_plain_cycle_the_fewest_locks_then_the_greatest_id_go() {
+        let fewer = graph(
+            &[("a", 1, "x"), ("b", 2, "y")],
+            &[("x", &["b"]), ("y", &["a"])],
+        );
+        assert_eq!(victim(&fewer, &fewer.knot("b")), Some("a"));
+        let tie = graph(
+            &[("a", 1, "x"), ("b", 1, "y")],
+            &[("x", &["b"]), ("y", &["a"])],
+        );
+        assert_eq!(victim(&tie, &tie.knot("a")), Some("b"));
+    }
+
+    /// Two cycles joined into one knot (`a` ⇄ `b`, `c` ⇄ `d`, `b` → `c`, `d` → `a`):
+    /// no one member breaks every cycle, so the first in order goes (the next check
+    /// finds the cycle left); a chain that waits for the knot but is not waited for
+    /// by it is no member.
+    #[test]
+    fn without_a_single_breaker_the_first_in_order_goes() {
+        let graph = graph(
+            &[
+                ("a", 1, "xa"),
+                ("b", 3, "xb"),
+                ("c", 2, "xc"),
+                ("d", 3, "xd"),
+                ("e", 1, "xa"),
+            ],
+            &[
+                ("xa", &["b"]),
+                ("xb", &["a", "c"]),
+                ("xc", &["d"]),
+                ("xd", &["c", "a"]),
+            ],
+        );
+        for me in ["a", "b", "c", "d"] {
+            let knot = graph.knot(me);
+            assert_eq!(knot.len(), 4, "{me}: {knot:?}");
+            assert!(!knot.contains("e"), "{knot:?}");
+            assert_eq!(victim(&graph, &knot), Some("a"), "as {me} sees it");
+        }
+        assert_eq!(graph.knot("e").len(), 1, "e is in no cycle");
+    }
 }
