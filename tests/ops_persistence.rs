@@ -1,6 +1,7 @@
 //! Issue 24 (1): a client with fencing on says at connect, once, at WARN, that the
-//! server persists nothing (a restart then loses every lock); without fencing, or
-//! with persistence, it says nothing.
+//! server persists nothing (a restart then loses every lock); a client without
+//! fencing says it once at the first request that asks for fencing; without
+//! fencing, or with persistence, it says nothing.
 
 mod support;
 
@@ -40,5 +41,14 @@ async fn fencing_against_a_server_that_persists_nothing_is_warned_of_once_at_con
         .await
         .expect("connect");
     assert_eq!(persists_nothing(warnings.text()), 1, "an AOF persists");
-    drop(plain);
+
+    // A client without fencing whose requests ask for it (`.fencing(true)`) is
+    // warned once, at the first such request (the warnings are the process's: one
+    // test here reads them).
+    for name in ["persist:fenced:1", "persist:fenced:2"] {
+        let guard = plain.lock(name).fencing(true).await.expect("a fenced lock");
+        assert!(guard.fencing_token().is_some());
+        guard.unlock().await.expect("unlock");
+    }
+    assert_eq!(persists_nothing(warnings.text()), 2, "{}", warnings.text());
 }

@@ -404,6 +404,9 @@ pub(crate) fn settle_options(
         check_deadlock_after(after)?;
     }
     let fencing = options.fencing.unwrap_or(inner.config.fencing);
+    if fencing {
+        inner.fencing_asked();
+    }
     if fencing && inner.backend.is_redlock() {
         return Err(LockError::invalid_option(
             "fencing",

@@ -1138,8 +1138,9 @@ impl LockClientBuilder {
             }
         };
         let scripts = Arc::new(Scripts::new());
+        let mut persists_nothing = false;
         for conn in backend.nodes() {
-            preload(&mut conn.clone(), &scripts, self.fencing).await?;
+            persists_nothing |= preload(&mut conn.clone(), &scripts, self.fencing).await?;
         }
         let subscriber = Subscriber::start(sub_conn, pushes, shutdown.clone());
         let watchdog = Watchdog::spawn(
@@ -1163,6 +1164,7 @@ impl LockClientBuilder {
             share_lock_order: self.share_lock_order,
             max_hold: self.max_hold,
             group_commit: self.group_commit,
+            persists_nothing,
         };
         Ok(LockClient::new(Inner::new(
             backend,
@@ -1585,8 +1587,9 @@ impl Endpoints {
 /// when the server persists nothing (a restart then loses every lock, and the
 /// fencing counters: tokens stay unique, see `lua/lock.lua`'s `next_token`, but the
 /// locks are gone). Two round trips on a single server; on a cluster the library
-/// goes to every master.
-async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<(), LockError> {
+/// goes to every master. Whether the server persists nothing (`false` when it
+/// could not be read, and on a cluster).
+async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<bool, LockError> {
     let refused = |err: redis::RedisError| {
         if err.code() == Some("NOPERM") {
             return LockError::from(err);
@@ -1626,7 +1629,7 @@ async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<()
                 }
             }
         }
-        return Ok(());
+        return Ok(false);
     }
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
@@ -1656,15 +1659,10 @@ async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<()
             _ => None,
         })
     };
-    if fencing
-        && value(1).as_deref() == Some("no")
-        && value(2).is_some_and(|save| save.trim().is_empty())
-    {
-        tracing::warn!(
-            "distlock: fencing is on, but this Redis persists nothing (appendonly no, no \
-             save schedule): a restart loses every lock (fencing tokens stay unique); \
-             use `appendonly yes` on servers that hold fenced locks"
-        );
+    let persists_nothing =
+        value(1).as_deref() == Some("no") && value(2).is_some_and(|save| save.trim().is_empty());
+    if fencing && persists_nothing {
+        crate::inner::warn_of_no_persistence();
     }
     {
         let policy = value(0);
@@ -1678,7 +1676,7 @@ async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<()
             }
         }
     }
-    Ok(())
+    Ok(persists_nothing)
 }
 
 #[cfg(test)]

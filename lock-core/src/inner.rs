@@ -52,6 +52,9 @@ pub(crate) struct Config {
     /// Whether new acquisitions and releases ready at the same moment go as one
     /// script run (on one endpoint).
     pub(crate) group_commit: bool,
+    /// Whether a server of the client persists nothing (read at connect): fencing
+    /// asked for by a request of a client without fencing is warned of once.
+    pub(crate) persists_nothing: bool,
 }
 
 /// One client's connections, scripts, background tasks and id counters.
@@ -82,6 +85,9 @@ pub(crate) struct Inner {
     pub(crate) background: Arc<Background>,
     /// Set by the client's shutdown: no new acquisition from then on.
     closing: AtomicBool,
+    /// Whether a request's own fencing against a server that persists nothing was
+    /// warned of (once per client; a client with fencing on warns at connect).
+    fencing_warned: AtomicBool,
     /// Stops the background tasks when the last clone, guard and request are gone.
     _shutdown: DropGuard,
 }
@@ -124,6 +130,7 @@ impl Inner {
             who,
             background: Arc::default(),
             closing: AtomicBool::new(false),
+            fencing_warned: AtomicBool::new(false),
             _shutdown: shutdown,
         }
     }
@@ -156,6 +163,18 @@ impl Inner {
     /// The Redis keys of the lock `name`, taken as `kind`.
     pub(crate) fn keys_of(&self, name: &[u8], kind: Kind) -> Result<Arc<LockKeys>, LockError> {
         LockKeys::new(&self.config.namespace, name).map(|keys| Arc::new(keys.of_kind(kind)))
+    }
+
+    /// A request asks for fencing tokens: when the client itself has fencing off
+    /// and a server persists nothing, says so once (as a client with fencing on
+    /// does at connect).
+    pub(crate) fn fencing_asked(&self) {
+        if self.config.persists_nothing
+            && !self.config.fencing
+            && !self.fencing_warned.swap(true, Ordering::Relaxed)
+        {
+            warn_of_no_persistence();
+        }
     }
 
     /// A fresh, unguessable owner id: `<client id>:<counter>`, the client id 22
@@ -236,4 +255,14 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(client_id(uuid::Uuid::from_u128(0)), "0".repeat(22));
     }
+}
+
+/// Warns that fencing is used against a server that persists nothing: said once
+/// per client, at connect (fencing on) or at the first request that asks for it.
+pub(crate) fn warn_of_no_persistence() {
+    tracing::warn!(
+        "distlock: fencing is on, but this Redis persists nothing (appendonly no, no save \
+         schedule): a restart loses every lock (fencing tokens stay unique); use \
+         `appendonly yes` on servers that hold fenced locks"
+    );
 }
