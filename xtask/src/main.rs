@@ -37,7 +37,8 @@ COMMANDS:
                       or `cargo xtask test -- --nocapture`. Then the seeded-fault
                       tests: `cargo test --features fault-injection --test reliability_faults`,
                       and the metrics: `cargo test --features metrics --test ops_metrics`.
-    reliability       Run the reliability suite (tests/reliability_*.rs, with the
+    reliability       Run the reliability suite (tests/reliability_*.rs,
+                      lock_max_hold.rs and lock_deadlock.rs, with the
                       seeded faults) and write RELIABILITY.md: each test's result, each
                       scenario's figures, and the totals (sections checked, overlaps,
                       stale fenced writes, faults caught, bad inputs, leaks, wall time).

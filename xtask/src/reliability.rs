@@ -297,7 +297,9 @@ const INTRO: &str = r#"# Reliability
 
 What distlock guarantees under failure, and how that is checked. Everything below
 "Totals of the last run" is written by `cargo xtask reliability`, which runs the
-suite (`tests/reliability_*.rs`, about a minute on 2 cores) and reads the summary line
+suite (`tests/reliability_*.rs`, with `tests/lock_max_hold.rs` and
+`tests/lock_deadlock.rs` for the faults of issue 24; about two minutes on 2 cores)
+and reads the summary line
 each scenario prints. `cargo xtask test` runs the same tests (the seeded faults with
 `--features fault-injection`) without writing this file.
 
@@ -339,6 +341,10 @@ each scenario prints. `cargo xtask test` runs the same tests (the seeded faults 
 | holder | `std::thread::sleep` on a current-thread runtime past the lease | the loss is reported once the runtime runs again |
 | server | SIGSTOP for 2 leases | the holder is told by its deadline; a waiter gets the lock after the resume |
 | server | killed and restarted empty | the holder is told, scripts reload, waiters resubscribe and acquire |
+| server | restarted empty under a holder with a 30 s lease (its next renewal 10 s away) | told `ServerReplaced` within 100 ms + one round trip of the server accepting connections (`redis_restart_told`: `told_after_ms`), before the client grants the name again; the next token is larger |
+| holder | re-enters every 60 ms under `max_hold` 300 ms, lease 900 ms | the key never outlives `max_hold` + a lease; the next holder gets it by then |
+| deadlock | a waiter killed (SIGKILL) after it published its wait, 3 rounds | no `Deadlock` through the dead process (`false_deadlocks=0`) |
+| deadlock | a writer waits for two readers that each wait for it (two cycles through read locks) | exactly one victim, the writer; the readers proceed |
 | server | `CLIENT PAUSE … WRITE` longer than the wait | a typed error; nothing held afterwards |
 | server | out of memory under `noeviction` | acquire fails with a typed error (OOM); renew and release still work |
 | server | `volatile-lru` eviction | a warning at connect; the evicted lock is reported lost |
@@ -372,14 +378,17 @@ another namespace):
 
 ```text
 ACL SETUSER locker on >PASSWORD resetkeys ~distlock:* resetchannels &distlock:* -@all
-    +hello +ping +script|load +evalsha +config|get +subscribe +unsubscribe +client|setname
+    +hello +ping +function|load +fcall +script|load +evalsha +config|get +info
+    +subscribe +unsubscribe +client|setname
     +hlen +hmget +hgetall +hset +hdel +hincrby +exists +time
     +set +get +pexpire +pttl +del +publish +pubsub|numsub
 ```
 
-The first line of commands is what the client sends (`config|get` only reads
-`maxmemory-policy` for the eviction warning; on Redis 7.2+ add `+client|setinfo`
-to avoid a refused, ignored `CLIENT SETINFO`); the other two are what the scripts
+The first two lines of commands are what the client sends (the scripts run as
+distlock's function library, `function|load` and `fcall`, and by `evalsha` where
+loading it fails; `config|get` only reads `maxmemory-policy` for the eviction
+warning; `info` tells a restarted or replaced server; on Redis 7.2+ add
+`+client|setinfo` to avoid a refused, ignored `CLIENT SETINFO`); the other two are what the scripts
 call, which Redis checks against the same ACL: every kind of lock is one hash, and
 `set` writes the record of a final release (`<namespace>:{name}:freed:<owner>`).
 The deadlock walk reads locks with `hgetall` and gets, sets and deletes its
