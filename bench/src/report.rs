@@ -563,25 +563,26 @@ fn group_commit_rows(results: &Results) -> Vec<Row> {
             "2g. {} tasks, each on its own names, {} runtime: group commit against none",
             cell.tasks, cell.flavor
         );
-        let r = median(&cell.on_against_off(Sample::rate));
+        // A cell of scenario 2g: `distlock` with group commit, `peer` without.
+        let r = median(&cell.against_peer(Sample::rate));
         rows.push(Row {
             scenario: format!("{label}: pairs/s"),
-            measured: rate(median_of(&cell.on, Sample::rate)),
+            measured: rate(median_of(&cell.distlock, Sample::rate)),
             reference: format!(
                 "{} (`group_commit(false)`, same runtime)",
-                rate(median_of(&cell.off, Sample::rate))
+                rate(median_of(&cell.peer, Sample::rate))
             ),
             ratio: ratio(r),
             target: "—".into(),
             met: None,
         });
-        let cpu = median(&cell.on_against_off(Sample::server_cpu_us));
+        let cpu = median(&cell.against_peer(Sample::server_cpu_us));
         rows.push(Row {
             scenario: format!("{label}: server CPU per pair (`INFO cpu`)"),
-            measured: format!("{:.1} µs", median_of(&cell.on, Sample::server_cpu_us)),
+            measured: format!("{:.1} µs", median_of(&cell.distlock, Sample::server_cpu_us)),
             reference: format!(
                 "{:.1} µs (`group_commit(false)`)",
-                median_of(&cell.off, Sample::server_cpu_us)
+                median_of(&cell.peer, Sample::server_cpu_us)
             ),
             ratio: ratio(cpu),
             target: "—".into(),

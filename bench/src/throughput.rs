@@ -141,30 +141,9 @@ pub(crate) struct ThroughputResults {
     /// Scenario 1's requests through plain redis-rs (current-thread): pairs/s and
     /// client CPU per pair, each run.
     pub(crate) raw: Vec<(f64, Duration)>,
-    /// Scenario 2g: distlock with group commit against distlock without it.
-    pub(crate) group_commit: Vec<GroupCommitCell>,
-}
-
-/// Scenario 2g at one task count and runtime: distlock's samples with group commit
-/// (`on`) and without (`off`, `group_commit(false)`), one of each per run, taken in
-/// turns.
-#[derive(Debug, Clone)]
-pub(crate) struct GroupCommitCell {
-    pub(crate) tasks: usize,
-    pub(crate) flavor: Flavor,
-    pub(crate) on: Vec<Sample>,
-    pub(crate) off: Vec<Sample>,
-}
-
-impl GroupCommitCell {
-    /// `f` of each run's sample with group commit over the same run's without.
-    pub(crate) fn on_against_off(&self, f: impl Fn(&Sample) -> f64) -> Vec<f64> {
-        self.on
-            .iter()
-            .zip(&self.off)
-            .map(|(on, off)| f(on) / f(off))
-            .collect()
-    }
+    /// Scenario 2g: distlock with group commit (the cells' `distlock`) against
+    /// distlock without it (their `peer`, `group_commit(false)`).
+    pub(crate) group_commit: Vec<Cell>,
 }
 
 /// The task counts of scenario 2g.
@@ -370,17 +349,17 @@ fn group_commit(
     {
         Some(index) => &mut results.group_commit[index],
         None => {
-            results.group_commit.push(GroupCommitCell {
+            results.group_commit.push(Cell {
                 tasks,
                 flavor,
-                on: Vec::new(),
-                off: Vec::new(),
+                distlock: Vec::new(),
+                peer: Vec::new(),
             });
             results.group_commit.last_mut().ok_or("no cell")?
         }
     };
-    cell.on.push(samples[0]);
-    cell.off.push(samples[1]);
+    cell.distlock.push(samples[0]);
+    cell.peer.push(samples[1]);
     Ok(())
 }
 
