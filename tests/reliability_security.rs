@@ -225,23 +225,30 @@ async fn exercise(url: &str) -> Result<(), LockError> {
     Ok(())
 }
 
+/// A server with `requirepass` refuses a client without the password and one with a
+/// wrong password at once (not retried until the connect timeout), saying to check
+/// the password; with it, every operation works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_protected_server_needs_the_password() {
     let server = support::server();
     require_password(&server, "s3cret-pass");
     let port = server.port();
+    let started = std::time::Instant::now();
     let denied = LockClient::builder()
         .url(format!("redis://127.0.0.1:{port}/"))
         .connect_timeout(Duration::from_secs(2))
         .connect()
         .await
         .expect_err("no password");
+    let denied_after = started.elapsed();
+    let started = std::time::Instant::now();
     let wrong = LockClient::builder()
         .url(format!("redis://:wrong@127.0.0.1:{port}/"))
         .connect_timeout(Duration::from_secs(2))
         .connect()
         .await
         .expect_err("a wrong password");
+    let wrong_after = started.elapsed();
     exercise(&format!("redis://:s3cret-pass@127.0.0.1:{port}/"))
         .await
         .expect("locks with the password");
@@ -251,6 +258,12 @@ async fn a_password_protected_server_needs_the_password() {
     );
     assert!(denied.is_redis(), "{denied:?}");
     assert!(wrong.is_redis(), "{wrong:?}");
+    // Issue 26: a missing password was retried until the connect timeout (2 s), with
+    // a message about reachability; now both fail at once, naming the password.
+    for (err, after) in [(&denied, denied_after), (&wrong, wrong_after)] {
+        assert!(after < Duration::from_millis(500), "{err} after {after:?}");
+        assert!(err.to_string().contains("password"), "{err}");
+    }
     assert!(
         !format!("{wrong} {wrong:?}").contains("wrong@"),
         "the password leaked into the error: {wrong:?}"

@@ -39,8 +39,9 @@ pub(crate) async fn dial_once(
     let attempt = client.get_multiplexed_async_connection_with_config(&config);
     let ConnectionAddr::TcpTls { host, port, .. } = client.get_connection_info().addr() else {
         return match attempt.await {
+            Ok(conn) => ping(conn).await,
             Err(err) if refusal(&err).is_some() => Err(err),
-            _ => Ok(()),
+            Err(_) => Ok(()),
         };
     };
     tokio::pin!(attempt);
@@ -57,7 +58,7 @@ pub(crate) async fn dial_once(
         }
     };
     match result {
-        Ok(_) => Ok(()),
+        Ok(conn) => ping(conn).await,
         Err(err) if refusal(&err).is_some() => Err(err),
         // A handshake that failed at once (the port closed the connection, or
         // answered something that is not TLS) may also be a plain-text port.
@@ -67,6 +68,24 @@ pub(crate) async fn dial_once(
 }
 
 /// The error of a `rediss://` URL that points at a plain-text port.
+/// One `PING` on a fresh connection: a server that wants a password the URL does
+/// not give answers `NOAUTH` only to the first command, not to the connection, and
+/// that is final too. Anything else (a slow answer, a lost connection) is left to
+/// the connection managers, which try again.
+///
+/// # Cancel safety
+///
+/// Safe to drop: the connection is dropped with it.
+async fn ping(mut conn: redis::aio::MultiplexedConnection) -> RedisResult<()> {
+    match redis::cmd("PING")
+        .query_async::<redis::Value>(&mut conn)
+        .await
+    {
+        Err(err) if refusal(&err).is_some() => Err(err),
+        _ => Ok(()),
+    }
+}
+
 fn not_tls() -> RedisError {
     RedisError::from((
         redis::ErrorKind::InvalidClientConfig,
