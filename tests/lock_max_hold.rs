@@ -405,6 +405,32 @@ async fn the_macros_max_hold_with_on_lost_abort_cancels_the_body() {
     );
 }
 
+#[distributed_lock(key = "job:{name}", client = locks, max_hold = "600ms")]
+async fn finishing_job(locks: &LockClient, name: &str, work: Duration) -> Result<u32, LockError> {
+    tokio::time::sleep(work).await;
+    Ok(7)
+}
+
+/// Issue 26: the macro's docs said that with `max_hold` and `on_lost = "finish"`
+/// (the default) the function returns `LockError::Lost`. It does what `on_lost`'s
+/// docs say: the body runs to its end, its result is returned as is, and a warning
+/// names the lost lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_macros_max_hold_with_on_lost_finish_returns_the_bodys_result_and_warns() {
+    let warnings = support::capture_warnings();
+    let server = support::server();
+    let locks = support::client_with_lease(&server, LEASE).await;
+    let work = MAX_HOLD + LEASE + SLACK;
+    let result = finishing_job(&locks, "finishing", work).await;
+    assert_eq!(result.ok(), Some(7), "the body's result, as is");
+    let lost = warnings.lines_with(&["job:finishing", "lost"]);
+    assert!(
+        !lost.is_empty(),
+        "a warning names the lost lock: {}",
+        warnings.text()
+    );
+}
+
 /// Observed on main: with `default_lease` 3 s and `max_hold` 1 s, a holder that keeps
 /// its outer guard and re-enters every 200 ms kept the key until 5.8 s (each
 /// re-entry pushed the expiry a lease ahead). A re-entry or a partial release may

@@ -252,8 +252,9 @@ use proc_macro::TokenStream;
 /// The longest the lock is held: the watchdog stops renewing it once this long has
 /// passed since it was taken, and when the lease then runs out the lock is lost
 /// with `LostReason::MaxHoldExceeded` (and a warning names the lock). With
-/// `on_lost = "abort"` the body is cancelled then; with `"finish"` it runs on and
-/// the function returns `LockError::Lost`. So a body that is stuck, but whose
+/// `on_lost = "abort"` the body is cancelled then and the function returns
+/// `LockError::Lost`; with `"finish"` (the default) the body runs to its end and its
+/// result is returned as is, with the warning. So a body that is stuck, but whose
 /// process is alive, cannot keep the lock forever. Default: the client's
 /// `LockClientBuilder::max_hold` (no bound unless set). Zero, or a `max_hold`
 /// shorter than a fixed `lease` given with it, is a compile error; one shorter

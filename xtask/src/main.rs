@@ -406,6 +406,43 @@ fn workspace_root() -> &'static Path {
 mod tests {
     use super::*;
 
+    /// Issue 26: README's `cargo add distlock@0.1` and `cargo install distlock-cli`
+    /// failed, the crates not being published. Every install command of the READMEs
+    /// names the repository of the workspace's `Cargo.toml`, or a path of this
+    /// checkout that holds the package, until the crates are on crates.io.
+    #[test]
+    fn the_readmes_install_from_the_repository_or_a_checkout() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+        let repository = manifest
+            .lines()
+            .find_map(|line| line.strip_prefix("repository = "))
+            .map(|url| url.trim_matches('"'))
+            .expect("the workspace's repository");
+        for readme in ["README.md", "cli/README.md"] {
+            let text = std::fs::read_to_string(root.join(readme)).expect("a README");
+            let commands: Vec<&str> = text
+                .lines()
+                .filter(|line| {
+                    line.contains("cargo add distlock") || line.contains("cargo install")
+                })
+                .collect();
+            assert!(!commands.is_empty(), "{readme}: no install command");
+            for line in commands {
+                let from_git = line.contains(&format!("--git {repository}"));
+                let from_path = line.contains("--path");
+                assert!(
+                    from_git || from_path,
+                    "{readme}: `{line}` installs from neither"
+                );
+            }
+        }
+        assert!(
+            root.join("cli/Cargo.toml").is_file(),
+            "`--path cli` holds the CLI"
+        );
+    }
+
     #[test]
     fn help_lists_every_command() {
         let commands = [
