@@ -155,7 +155,7 @@ fn build_all<I: IntoIterator<Item = String>>(
     keys: I,
     options: Options,
 ) -> LockAllRequest {
-    options.apply(client.lock_all(keys))
+    options.apply(client.lock_all(keys).label(options.label))
 }
 
 #[track_caller]

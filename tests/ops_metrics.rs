@@ -236,6 +236,19 @@ async fn a_scrape_after_a_known_run_counts_exactly_what_happened() {
     );
     assert!(one != other, "exactly one victim");
 
+    // Issue 26: a set of names, by `lock_all` with a label and by the macro's
+    // `keys = [..]`, is counted under its template, not under one series per SKU.
+    let skus = ["apple", "bread", "cheese"].map(|sku| format!("inventory:{sku}"));
+    let set = locks
+        .lock_all(skus.clone())
+        .label("inventory:{sku}")
+        .await
+        .expect("the set");
+    set.unlock().await.expect("unlock the set");
+    restock(&locks, &["apple", "bread", "cheese"])
+        .await
+        .expect("the annotated set");
+
     let samples = scrape(addr);
     let job = [
         ("lock", "job:{#}"),
@@ -327,6 +340,24 @@ async fn a_scrape_after_a_known_run_counts_exactly_what_happened() {
                 !lock.chars().any(|c| c.is_ascii_digit()),
                 "{name}: a raw name as a label: {lock}"
             );
+            assert!(
+                !skus.iter().any(|sku| sku == lock),
+                "{name}: a name of a set as a label: {lock}"
+            );
         }
     }
+    let acquired = &samples["distlock_acquired_total"];
+    for template in ["inventory:{sku}", "inventory:{sku in skus}"] {
+        assert_eq!(
+            value(&samples, "distlock_acquired_total", &[("lock", template)]),
+            3.0,
+            "the three names of the set under `{template}`: {acquired:?}"
+        );
+    }
+}
+
+/// Takes the inventory of every SKU at once, as a shop's restock would.
+#[distlock::distributed_lock(keys = ["inventory:{sku in skus}"], client = locks)]
+async fn restock(locks: &LockClient, skus: &[&str]) -> Result<(), LockError> {
+    Ok(())
 }

@@ -12,7 +12,7 @@
 //! | `distlock_reentered_total` | counter | `lock`, `backend`, `kind` | re-entries of a hold the call chain has |
 //! | `distlock_contended_total` | counter | `lock`, `backend`, `kind` | acquisitions that had to wait (once each, however they ended; not for `lock_all`) |
 //! | `distlock_timed_out_total` | counter | `lock`, `backend`, `kind` | acquisitions whose wait ran out (`LockError::Timeout`, a `try_lock` miss too; not for `lock_all`) |
-//! | `distlock_lost_total` | counter | `lock`, `backend`, `kind`, `reason` | holds lost while held; `reason` is `expired`, `not_held` or `max_hold_exceeded` ([`LostReason::as_str`](crate::LostReason::as_str)) |
+//! | `distlock_lost_total` | counter | `lock`, `backend`, `kind`, `reason` | holds lost while held; `reason` is `expired`, `not_held`, `max_hold_exceeded`, `shut_down` or `server_replaced` ([`LostReason::as_str`](crate::LostReason::as_str)) |
 //! | `distlock_renewals_total` | counter | `lock`, `backend`, `kind` | watchdog renewals that succeeded |
 //! | `distlock_renewal_failures_total` | counter | `lock`, `backend`, `kind` | renewals that failed or timed out (retried) |
 //! | `distlock_force_unlocks_total` | counter | `lock`, `backend` | `force_unlock` calls that deleted a lock |
@@ -24,9 +24,13 @@
 //! | `distlock_held` | gauge | `lock`, `backend`, `kind` | locks this client holds now |
 //! | `distlock_waiters` | gauge | `lock`, `backend`, `kind` | this client's requests waiting now (not for `lock_all`) |
 //!
+//! The `*_seconds` histograms render as summaries with the Prometheus exporter's
+//! defaults, and as histograms once it is given buckets.
+//!
 //! `lock` is the lock's *template*, never its name: the request's
-//! [`label`](crate::LockRequest::label) (`#[distributed_lock]` gives its key
-//! template, `order:{order.id}`), else the name with every run of digits folded
+//! [`label`](crate::LockRequest::label) (or a set's,
+//! [`LockAllRequest::label`](crate::LockAllRequest::label); `#[distributed_lock]`
+//! gives its key template, `order:{order.id}`, or its `keys` templates), else the name with every run of digits folded
 //! into `{#}` (`order:42` → `order:{#}`), the class the lock-order checker uses.
 //! So the number of series stays bounded by the number of templates, not of
 //! orders; label requests whose names carry other unbounded parts (uuids, e-mail

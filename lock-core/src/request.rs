@@ -658,6 +658,26 @@ impl LockAllRequest {
         self
     }
 
+    /// The class of every name of the set, for the metrics' `lock` label and the
+    /// lock-order checker, as [`LockRequest::label`]. Without it, each name is its
+    /// own class with its digits folded (`inventory:apple`, `inventory:bread`: a
+    /// series per name). `#[distributed_lock(keys = [..])]` gives its templates.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let skus = ["apple", "bread", "cheese"].map(|sku| format!("inventory:{sku}"));
+    /// let all = locks.lock_all(skus).label("inventory:{sku}").await?;
+    /// all.unlock().await
+    /// # }
+    /// ```
+    pub fn label(mut self, label: impl Into<Arc<str>>) -> Self {
+        self.origin.label = Some(label.into());
+        self
+    }
+
     /// Names the function that takes the locks, for each holder's info, as
     /// [`LockRequest::function`].
     ///

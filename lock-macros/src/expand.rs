@@ -387,7 +387,13 @@ fn options(config: &Config, private: &TokenStream) -> TokenStream {
             };
             (kind, template.label())
         }
-        Locks::All(templates) => (quote!(#private::Kind::Lock), templates[0].label()),
+        Locks::All(templates) => {
+            // Every name of the set is labelled by the set's templates, so that a
+            // series counts the templates, not the names (one per SKU).
+            let joined: Vec<String> = templates.iter().map(|t| t.label().value()).collect();
+            let label = syn::LitStr::new(&joined.join(", "), templates[0].label().span());
+            (quote!(#private::Kind::Lock), label)
+        }
     };
     quote! {
         #private::Options {
