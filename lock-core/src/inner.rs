@@ -243,6 +243,16 @@ fn client_id(uuid: uuid::Uuid) -> String {
         .collect()
 }
 
+/// Warns that fencing is used against a server that persists nothing: said once
+/// per client, at connect (fencing on) or at the first request that asks for it.
+pub(crate) fn warn_of_no_persistence() {
+    tracing::warn!(
+        "distlock: fencing is on, but this Redis persists nothing (appendonly no, no save \
+         schedule): a restart loses every lock (fencing tokens stay unique); use \
+         `appendonly yes` on servers that hold fenced locks"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::client_id;
@@ -255,14 +265,4 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(client_id(uuid::Uuid::from_u128(0)), "0".repeat(22));
     }
-}
-
-/// Warns that fencing is used against a server that persists nothing: said once
-/// per client, at connect (fencing on) or at the first request that asks for it.
-pub(crate) fn warn_of_no_persistence() {
-    tracing::warn!(
-        "distlock: fencing is on, but this Redis persists nothing (appendonly no, no save \
-         schedule): a restart loses every lock (fencing tokens stay unique); use \
-         `appendonly yes` on servers that hold fenced locks"
-    );
 }
