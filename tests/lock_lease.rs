@@ -36,8 +36,12 @@ async fn the_watchdog_keeps_a_lock_for_three_leases_and_reports_a_force_unlock()
     assert!(err.is_lost(), "{err}");
 }
 
+/// A fixed lease is not renewed and its end is reported; the warning says that the
+/// fixed lease ended (issue 26: it said "before it could be renewed", which a fixed
+/// lease never is), and `unlock()` says `Lost` with the reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_lease_is_not_renewed_and_reports_its_end() {
+    let warnings = support::capture_warnings();
     let server = support::server();
     let locks = support::client(&server).await;
     let other = support::client(&server).await;
@@ -56,7 +60,13 @@ async fn a_fixed_lease_is_not_renewed_and_reports_its_end() {
         .wait(Duration::from_millis(500))
         .await
         .expect("free once the fixed lease ended");
-    assert!(matches!(guard.unlock().await, Err(LockError::Lost { .. })));
+    let said = warnings.lines_with(&["lock.name=fixed", "fixed lease ended"]);
+    assert_eq!(said.len(), 1, "{}", warnings.text());
+    let unlocked = guard.unlock().await;
+    assert!(
+        matches!(&unlocked, Err(err @ LockError::Lost { .. }) if err.to_string().contains("fixed lease runs out")),
+        "{unlocked:?}"
+    );
     taken.unlock().await.expect("unlock");
 }
 

@@ -896,7 +896,10 @@ impl LostReason {
 impl std::fmt::Display for LostReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Self::Expired => "its lease ended before it could be renewed",
+            Self::Expired => {
+                "its lease ended (a fixed lease runs out; a watchdog lease ends when it could \
+                 not be renewed in time)"
+            }
             Self::NotHeld => "Redis no longer had it held by this owner",
             Self::MaxHoldExceeded => "it was held for its whole max_hold",
             Self::ShutDown => "its client was shut down, which gave it back",

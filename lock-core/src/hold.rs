@@ -84,6 +84,17 @@ impl HoldState {
         }
     }
 
+    /// What happened to a hold whose lease ran out, in words for its warning.
+    pub(crate) fn expiry_text(&self) -> &'static str {
+        if self.renewal_capped() {
+            "it was held for its whole max_hold, so the watchdog stopped renewing it"
+        } else if self.watchdog {
+            "its lease ended before it could be renewed"
+        } else {
+            "its fixed lease ended (a fixed lease is never renewed)"
+        }
+    }
+
     /// Why a hold whose lease ran out is lost.
     pub(crate) fn expiry_reason(&self) -> LostReason {
         if self.renewal_capped() {
@@ -157,10 +168,10 @@ impl Hold {
         }
         let expired = {
             let state = self.state();
-            (Instant::now() >= state.deadline).then(|| state.expiry_reason())
+            (Instant::now() >= state.deadline).then(|| (state.expiry_reason(), state.expiry_text()))
         };
-        if let Some(reason) = expired {
-            self.mark_lost(reason, "its lease ended before it could be renewed");
+        if let Some((reason, why)) = expired {
+            self.mark_lost(reason, why);
         }
         expired.is_some()
     }

@@ -252,8 +252,11 @@ impl Task {
                 if self.registry.holds().remove(&hold.id).is_some() {
                     metrics::released(&hold.tag);
                 }
-                let reason = hold.state().expiry_reason();
-                hold.mark_lost(reason, "its lease ended before it could be renewed");
+                let (reason, why) = {
+                    let state = hold.state();
+                    (state.expiry_reason(), state.expiry_text())
+                };
+                hold.mark_lost(reason, why);
             }
             if !due.is_empty() {
                 self.renew(due, next).await;
