@@ -282,3 +282,73 @@ async fn fencing_asked_on_a_re_entry_shows_the_outer_token_or_is_refused() {
     inner.unlock().await.expect("unlock inner");
     fenced.unlock().await.expect("unlock outer");
 }
+
+/// Issue 26: `lock("a")` twice in plain code waited until `Timeout`, whose message
+/// named the caller itself as the holder and gave no hint. The wait still ends in a
+/// timeout (the guard could have gone to another task), but the task that waits for
+/// a lock it holds itself is told so at once, at WARN, once per client, and the
+/// timeout says that another call chain of this same client holds it, where it was
+/// taken, and what re-enters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_a_lock_the_same_client_holds_says_so() {
+    let warnings = support::capture_warnings();
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let said = |name: &str| {
+        warnings
+            .lines_with(&["this task waits for lock", name])
+            .len()
+    };
+
+    let first = locks.lock("self:a").await.expect("lock");
+    let err = locks
+        .lock("self:a")
+        .wait(std::time::Duration::from_millis(200))
+        .await
+        .expect_err("a second chain of the same task waits");
+    let text = err.to_string();
+    assert!(err.is_timeout(), "{err:?}");
+    assert!(
+        text.contains("another call chain of this same client"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lock_reentry.rs"),
+        "where it was taken: {text}"
+    );
+    assert!(text.contains("guard.scope(..)"), "{text}");
+    assert_eq!(said("`self:a`"), 1, "{}", warnings.text());
+    let again = locks
+        .lock("self:a")
+        .wait(std::time::Duration::from_millis(50))
+        .await;
+    assert!(again.is_err());
+    assert_eq!(said("`self:a`"), 1, "once per client");
+    first.unlock().await.expect("unlock");
+
+    // Another task of the same client holds it: the timeout says so too, but no task
+    // waits for itself, so nothing is warned.
+    let other = support::client(&server).await;
+    let held = other.lock("self:b").await.expect("lock");
+    let waiter = tokio::spawn({
+        let other = other.clone();
+        async move {
+            other
+                .lock("self:b")
+                .wait(std::time::Duration::from_millis(200))
+                .await
+                .map(drop)
+        }
+    });
+    let err = waiter
+        .await
+        .expect("join")
+        .expect_err("held by another task");
+    assert!(
+        err.to_string()
+            .contains("another call chain of this same client"),
+        "{err}"
+    );
+    assert_eq!(said("`self:b`"), 0, "{}", warnings.text());
+    held.unlock().await.expect("unlock");
+}

@@ -501,6 +501,9 @@ struct Wait<'a> {
     who: Arc<str>,
     /// Its metrics' labels, once it had to wait.
     tag: Option<Tag>,
+    /// Where this same client took the lock, when another of its call chains held
+    /// it as the wait began.
+    held_here: Option<String>,
 }
 
 impl<'a> Wait<'a> {
@@ -537,11 +540,25 @@ impl<'a> Wait<'a> {
             origin,
             deadlock: None,
             tag: None,
+            held_here: None,
         }
     }
 
-    /// The labels of this wait's metrics; the first call counts it as contended.
+    /// The labels of this wait's metrics; the first call counts it as contended, and
+    /// notes whether another call chain of this same client holds the lock (said
+    /// once per client at WARN, and in the wait's timeout).
     fn contended(&mut self) -> &Tag {
+        if self.tag.is_none() {
+            if let Some(hold) = self.inner.watchdog.holding(&self.keys.lock) {
+                let site = hold.origin.site_text().into_owned();
+                // The task that holds it waits for it: unless the guard went to
+                // another task, only the timeout ends this wait.
+                if hold.task == crate::hold::TaskId::current() {
+                    self.inner.waits_for_itself(&self.keys.display(), &site);
+                }
+                self.held_here = Some(site);
+            }
+        }
         self.tag.get_or_insert_with(|| {
             let tag = Tag::new(&self.inner.backend, &self.keys, &self.origin);
             metrics::contended(&tag);
@@ -552,7 +569,20 @@ impl<'a> Wait<'a> {
     /// The wait ran out with the lock held by others: a timeout (counted).
     fn timeout(&self, waited: Duration) -> LockError {
         metrics::timed_out(&Tag::new(&self.inner.backend, &self.keys, &self.origin));
-        LockError::timeout(self.keys.display(), waited)
+        match LockError::timeout(self.keys.display(), waited) {
+            LockError::Timeout {
+                name,
+                waited,
+                holder,
+                ..
+            } => LockError::Timeout {
+                name,
+                waited,
+                holder,
+                held_here: self.held_here.clone(),
+            },
+            other => other,
+        }
     }
 
     /// Waits for what came of the release that claimed this waiter's offer, within

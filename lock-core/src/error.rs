@@ -44,7 +44,7 @@ pub enum LockError {
         "timed out after {waited:?} waiting for lock `{name}`: {}; wait longer with \
          `.wait(..)`, use `try_lock` to skip busy locks, or look at the holder with \
          `LockClient::inspect` or `distlock inspect`",
-        held_by(.holder)
+        held_by(.holder, .held_here)
     )]
     #[non_exhaustive]
     Timeout {
@@ -55,6 +55,11 @@ pub enum LockError {
         /// Who held the lock when the wait ended, when its client wrote who it is
         /// (read once, right after the wait ran out).
         holder: Option<Box<HolderInfo>>,
+        /// Where this same client took the lock, when another call chain of the
+        /// caller's own client held it as the wait began (`src/orders.rs:42`, or the
+        /// annotated function): the message then says that a nested acquisition
+        /// re-enters only inside the holder's scope.
+        held_here: Option<String>,
     },
     /// The lease ended (or the lock was force-unlocked) while this owner believed it held it.
     ///
@@ -546,7 +551,15 @@ fn redis_hint(err: &redis::RedisError) -> &'static str {
 }
 
 /// The part of a timeout's message that says who holds the lock.
-fn held_by(holder: &Option<Box<HolderInfo>>) -> String {
+fn held_by(holder: &Option<Box<HolderInfo>>, held_here: &Option<String>) -> String {
+    if let Some(site) = held_here {
+        return format!(
+            "held by another call chain of this same client (taken at {site}); a nested \
+             acquisition re-enters only inside the holder's scope (`guard.scope(..)`, or \
+             `LockContext::current()` carried into a spawned task), and a task that waits \
+             for a guard it holds itself waits until the timeout"
+        );
+    }
     match holder {
         Some(holder) => format!("held by {holder}"),
         None => "another owner still holds it".to_owned(),
@@ -560,6 +573,7 @@ impl LockError {
             name,
             waited,
             holder: None,
+            held_here: None,
         }
     }
 
@@ -948,6 +962,7 @@ mod tests {
                         acquired_at: std::time::UNIX_EPOCH,
                         held_for: Duration::from_millis(2140),
                     })),
+                    held_here: None,
                 },
                 "timed out after 2s waiting for lock `order:42`: held by orders-api on host-3, \
                  pid 4121, in orders::place_order, for 2.1s; wait longer with `.wait(..)`, use \

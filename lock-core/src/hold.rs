@@ -35,6 +35,9 @@ pub(crate) struct Hold {
     pub(crate) tag: crate::metrics::Tag,
     /// Where the first acquisition was asked for, and its class (lock-order checks).
     pub(crate) origin: Origin,
+    /// The task that took it: a wait of that same task for this lock, from another
+    /// call chain, waits for itself.
+    pub(crate) task: TaskId,
     /// The lock's class for the lock-order checker, worked out the first time a
     /// nested acquisition needs it.
     class: OnceLock<Arc<str>>,
@@ -105,6 +108,24 @@ impl HoldState {
     }
 }
 
+/// Which task runs: a spawned Tokio task, or the future a runtime's `block_on` runs
+/// (`#[tokio::main]`'s body, a test's), which stays on the thread that called it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskId {
+    Task(tokio::task::Id),
+    Root(std::thread::ThreadId),
+}
+
+impl TaskId {
+    /// The task running now.
+    pub(crate) fn current() -> Self {
+        match tokio::task::try_id() {
+            Some(id) => Self::Task(id),
+            None => Self::Root(std::thread::current().id()),
+        }
+    }
+}
+
 impl Hold {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
@@ -133,6 +154,7 @@ impl Hold {
             max_hold,
             tag,
             origin,
+            task: TaskId::current(),
             class: OnceLock::new(),
             state: Mutex::new(state),
         }

@@ -88,6 +88,9 @@ pub(crate) struct Inner {
     /// Whether a request's own fencing against a server that persists nothing was
     /// warned of (once per client; a client with fencing on warns at connect).
     fencing_warned: AtomicBool,
+    /// Whether a wait for a lock this client holds in another call chain was
+    /// warned of (once per client).
+    self_wait_warned: AtomicBool,
     /// Stops the background tasks when the last clone, guard and request are gone.
     _shutdown: DropGuard,
 }
@@ -131,6 +134,7 @@ impl Inner {
             background: Arc::default(),
             closing: AtomicBool::new(false),
             fencing_warned: AtomicBool::new(false),
+            self_wait_warned: AtomicBool::new(false),
             _shutdown: shutdown,
         }
     }
@@ -163,6 +167,23 @@ impl Inner {
     /// The Redis keys of the lock `name`, taken as `kind`.
     pub(crate) fn keys_of(&self, name: &[u8], kind: Kind) -> Result<Arc<LockKeys>, LockError> {
         LockKeys::new(&self.config.namespace, name).map(|keys| Arc::new(keys.of_kind(kind)))
+    }
+
+    /// A request waits for lock `name`, which the same Tokio task holds in another
+    /// call chain (taken at `site`): says so once per client, at WARN, with what
+    /// re-enters.
+    pub(crate) fn waits_for_itself(&self, name: &str, site: &str) {
+        if !self.self_wait_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                lock.name = %name,
+                held_at = %site,
+                "distlock: this task waits for lock `{name}`, which it holds itself in \
+                 another call chain (taken at {site}), so only the timeout ends the wait unless \
+                 the guard went to another task; a nested acquisition re-enters only inside \
+                 the holder's scope (`guard.scope(..)`, or `LockContext::current()` carried \
+                 into a spawned task)"
+            );
+        }
     }
 
     /// A request asks for fencing tokens: when the client itself has fencing off

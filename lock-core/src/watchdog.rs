@@ -98,6 +98,15 @@ impl Watchdog {
         }
     }
 
+    /// A hold of this client on the lock at `lock` that is not lost, if there is one.
+    pub(crate) fn holding(&self, lock: &[u8]) -> Option<Arc<Hold>> {
+        self.registry
+            .holds()
+            .values()
+            .find(|hold| hold.keys.lock == lock && !hold.lost.is_cancelled())
+            .cloned()
+    }
+
     /// Starts watching a new hold (one guard).
     pub(crate) fn register(&self, hold: Arc<Hold>) {
         let wake = wake_time(&hold.state());
