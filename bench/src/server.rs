@@ -533,6 +533,10 @@ pub(crate) fn load_function(server: &RedisServer, script: &str) -> Result<String
 
 /// Loads distlock's function library over `conn`, and names the function of
 /// `script`.
+///
+/// # Cancel safety
+///
+/// Safe to drop: the library is loaded whole or not at all.
 pub(crate) async fn load_function_async(
     conn: &mut impl redis::aio::ConnectionLike,
     script: &str,

@@ -285,21 +285,9 @@ fn scenario(
         pairs_per_task,
         limit: settings.limit,
     };
-    if results.cell(tasks, flavor).is_none() {
-        results.cells.push(Cell {
-            tasks,
-            flavor,
-            distlock: Vec::new(),
-            peer: Vec::new(),
-        });
-    }
     for subject in in_turn(&subjects(), run) {
         let sample = sample(server, subject, flavor, &work)?;
-        let cell = results
-            .cells
-            .iter_mut()
-            .find(|c| c.tasks == tasks && c.flavor == flavor)
-            .ok_or("no cell for the scenario")?;
+        let cell = cell_in(&mut results.cells, tasks, flavor);
         match subject {
             Subject::Distlock => cell.distlock.push(sample),
             #[cfg(feature = "rslock")]
@@ -342,25 +330,30 @@ fn group_commit(
                 .await?)
         })?;
     }
-    let cell = match results
-        .group_commit
-        .iter_mut()
+    let cell = cell_in(&mut results.group_commit, tasks, flavor);
+    cell.distlock.push(samples[0]);
+    cell.peer.push(samples[1]);
+    Ok(())
+}
+
+/// The cell of `tasks` tasks on `flavor` in `cells`, added empty when there is none.
+fn cell_in(cells: &mut Vec<Cell>, tasks: usize, flavor: Flavor) -> &mut Cell {
+    let index = match cells
+        .iter()
         .position(|c| c.tasks == tasks && c.flavor == flavor)
     {
-        Some(index) => &mut results.group_commit[index],
+        Some(index) => index,
         None => {
-            results.group_commit.push(Cell {
+            cells.push(Cell {
                 tasks,
                 flavor,
                 distlock: Vec::new(),
                 peer: Vec::new(),
             });
-            results.group_commit.last_mut().ok_or("no cell")?
+            cells.len() - 1
         }
     };
-    cell.distlock.push(samples[0]);
-    cell.peer.push(samples[1]);
-    Ok(())
+    &mut cells[index]
 }
 
 /// What one measurement runs.

@@ -569,19 +569,11 @@ impl<'a> Wait<'a> {
     /// The wait ran out with the lock held by others: a timeout (counted).
     fn timeout(&self, waited: Duration) -> LockError {
         metrics::timed_out(&Tag::new(&self.inner.backend, &self.keys, &self.origin));
-        match LockError::timeout(self.keys.display(), waited) {
-            LockError::Timeout {
-                name,
-                waited,
-                holder,
-                ..
-            } => LockError::Timeout {
-                name,
-                waited,
-                holder,
-                held_here: self.held_here.clone(),
-            },
-            other => other,
+        LockError::Timeout {
+            name: self.keys.display(),
+            waited,
+            holder: None,
+            held_here: self.held_here.clone(),
         }
     }
 

@@ -196,7 +196,12 @@ impl Invoke {
             pipe(way).query_async(&mut conn).await;
         let (mut replies, acked) = match result {
             Err(err) if is_missing(&err) => {
-                let way = invocation.load_async(&mut conn, way).await?;
+                let way = self
+                    .inner
+                    .scripts
+                    .acquire
+                    .load_async(&mut conn, way)
+                    .await?;
                 pipe(way).query_async(&mut conn).await?
             }
             other => other?,

@@ -1589,6 +1589,10 @@ impl Endpoints {
 /// locks are gone). Two round trips on a single server; on a cluster the library
 /// goes to every master. Whether the server persists nothing (`false` when it
 /// could not be read, and on a cluster).
+///
+/// # Cancel safety
+///
+/// Safe to drop: what was loaded stays loaded; `connect` as a whole starts again.
 async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<bool, LockError> {
     let refused = |err: redis::RedisError| {
         if err.code() == Some("NOPERM") {

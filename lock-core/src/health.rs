@@ -29,7 +29,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::backend::link::is_lost_connection;
-use crate::backend::{masters_in_slots, reply_text as text, Conn};
+use crate::backend::{info_field, masters_in_slots, reply_text as text, Conn};
 use crate::error::LockError;
 use crate::inner::Inner;
 use crate::scripts::Scripts;
@@ -272,7 +272,7 @@ struct Checks {
 ///
 /// Safe to drop: the checks only read (`ACL DRYRUN` runs nothing).
 pub(crate) async fn check(inner: &Arc<Inner>) -> Result<HealthReport, LockError> {
-    let (hashes, library) = hashes();
+    let (hashes, library) = hashes(&inner.scripts);
     let checks = Checks {
         namespace: inner.config.namespace.clone(),
         sharded: inner.backend.first().is_cluster(),
@@ -314,8 +314,7 @@ pub(crate) async fn check(inner: &Arc<Inner>) -> Result<HealthReport, LockError>
 
 /// The SHA1 of every script, as `EVALSHA` names them, and the name of the function
 /// library that holds them all.
-fn hashes() -> (Vec<String>, String) {
-    let scripts = Scripts::new();
+fn hashes(scripts: &Scripts) -> (Vec<String>, String) {
     let hashes = scripts
         .all()
         .iter()
@@ -364,7 +363,7 @@ impl NodeHealth {
         namespace: &str,
         sharded_pubsub: bool,
     ) -> Result<Self, LockError> {
-        let (hashes, library) = hashes();
+        let (hashes, library) = hashes(&Scripts::new());
         let checks = Checks {
             namespace: namespace.to_owned(),
             sharded: sharded_pubsub,
@@ -529,11 +528,7 @@ async fn read_info<C: ConnectionLike + Send>(conn: &mut C, node: &mut NodeHealth
             return;
         }
     };
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-            .map(|value| value.trim().to_owned())
-    };
+    let field = |name: &str| info_field(&info, name).map(str::to_owned);
     let name = field("server_name").unwrap_or_else(|| "redis".to_owned());
     node.version = field(&format!("{name}_version")).or_else(|| field("redis_version"));
     node.server = Some(name);

@@ -149,6 +149,11 @@ impl Library {
     /// replacing one of the same name. `Ok(true)` when loaded; `Ok(false)` when the
     /// server refused functions as such (calls go by `EVALSHA` from now on);
     /// another failure (a server out of memory, say) as it is.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: the library is loaded or not, whole (`FUNCTION LOAD` is one
+    /// command), and the next call that misses it loads it again.
     pub(crate) async fn load<C: ConnectionLike>(&self, conn: &mut C) -> RedisResult<bool> {
         let loaded: RedisResult<Value> = redis::cmd("FUNCTION")
             .arg("LOAD")
@@ -197,12 +202,7 @@ pub(crate) fn is_missing(err: &RedisError) -> bool {
 /// [`is_missing`] for a reply of a pipeline that keeps errors as values.
 pub(crate) fn is_missing_reply(reply: &Value) -> bool {
     match reply {
-        Value::ServerError(err) => {
-            err.code() == "NOSCRIPT"
-                || err
-                    .details()
-                    .is_some_and(|d| d.contains("Function not found"))
-        }
+        Value::ServerError(err) => is_missing(&RedisError::from(err.clone())),
         _ => false,
     }
 }
@@ -234,6 +234,11 @@ impl Script {
     /// [`is_missing`]), for a call that went `way`: the way the call should go again.
     /// The library, for a function call, and when that cannot be loaded, the script
     /// for `EVALSHA`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: what was loaded stays loaded, and a call that misses a script
+    /// loads it again.
     pub(crate) async fn load_async<C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -343,14 +348,5 @@ impl Invocation<'_> {
                 other => return other,
             }
         }
-    }
-
-    /// Puts the script on the server of `conn` (see [`Script::load_async`]).
-    pub(crate) async fn load_async<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        way: Way,
-    ) -> RedisResult<Way> {
-        self.script.load_async(conn, way).await
     }
 }

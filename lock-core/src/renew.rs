@@ -51,6 +51,10 @@ pub(crate) async fn renew(
 /// Renews `batch` on one endpoint: one pipeline on a single server; on a cluster
 /// one pipeline per hash slot (a pipeline may not cross slots), sent concurrently.
 /// A reply that could not be had is `Nil` (retried soon).
+///
+/// # Cancel safety
+///
+/// Safe to drop: each renewal is applied or not, and only moves a lease later.
 async fn send_to(
     mut conn: Conn,
     scripts: Arc<Scripts>,
@@ -91,6 +95,10 @@ async fn send_to(
 /// slot). When the server lost its scripts (a restart, `FUNCTION FLUSH`), loads
 /// them and sends it again. One reply per hold, in order: `Nil` for the holds of a
 /// run that failed (retried soon).
+///
+/// # Cancel safety
+///
+/// Safe to drop: each renewal is applied or not, and only moves a lease later.
 async fn renew_pipeline<'a>(
     conn: &mut Conn,
     scripts: &Scripts,

@@ -318,6 +318,11 @@ impl Task {
     /// After a server was replaced: renews every watchdog hold now, trying again
     /// every [`MIN_RETRY`] while the connection comes back (within one period), so
     /// that a hold the new server does not have is lost at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Only the watchdog's task awaits it; dropped with the task, holds not checked
+    /// yet are checked by their next renewal, as before a replacement.
     async fn check_all(&mut self) {
         let holds: Vec<Arc<Hold>> = self
             .registry
@@ -331,12 +336,7 @@ impl Task {
             loop {
                 let sent = Instant::now();
                 let limit = until.saturating_duration_since(sent).max(MIN_RETRY);
-                let result = tokio::time::timeout(
-                    limit,
-                    renew(&self.backend, &self.scripts, batch, self.acks),
-                )
-                .await;
-                if let Ok(Ok(replies)) = result {
+                if let Some(replies) = self.round(batch, limit).await {
                     self.apply_as(batch, &replies, sent, LostReason::ServerReplaced);
                     break;
                 }
@@ -357,24 +357,39 @@ impl Task {
                 .map_or(self.period, |at| at.saturating_duration_since(sent))
                 .min(self.period)
                 .max(Duration::from_millis(1));
-            let span = tracing::debug_span!("distlock.renew", locks = batch.len());
-            let result =
-                tokio::time::timeout(limit, renew(&self.backend, &self.scripts, batch, self.acks))
-                    .instrument(span)
-                    .await;
-            match result {
-                Ok(Ok(replies)) => {
-                    metrics::renewal_round_trip(&self.backend, sent.elapsed());
-                    self.apply(batch, &replies, sent);
-                }
-                Ok(Err(err)) => {
-                    tracing::debug!(error = %err, "distlock: renewal failed; retrying");
-                    self.retry_later(batch, sent);
-                }
-                Err(_) => {
-                    tracing::debug!("distlock: renewal timed out; retrying");
-                    self.retry_later(batch, sent);
-                }
+            match self.round(batch, limit).await {
+                Some(replies) => self.apply(batch, &replies, sent),
+                None => self.retry_later(batch, sent),
+            }
+        }
+    }
+
+    /// One renewal round trip for `batch`, within `limit`: the replies, or `None`
+    /// when it failed or timed out (logged; the caller tries again).
+    ///
+    /// # Cancel safety
+    ///
+    /// Only the watchdog's task awaits it; a renewal cut short is applied or not,
+    /// and the next one settles it.
+    async fn round(&self, batch: &[Arc<Hold>], limit: Duration) -> Option<Vec<Option<bool>>> {
+        let sent = Instant::now();
+        let span = tracing::debug_span!("distlock.renew", locks = batch.len());
+        let result =
+            tokio::time::timeout(limit, renew(&self.backend, &self.scripts, batch, self.acks))
+                .instrument(span)
+                .await;
+        match result {
+            Ok(Ok(replies)) => {
+                metrics::renewal_round_trip(&self.backend, sent.elapsed());
+                Some(replies)
+            }
+            Ok(Err(err)) => {
+                tracing::debug!(error = %err, "distlock: renewal failed; retrying");
+                None
+            }
+            Err(_) => {
+                tracing::debug!("distlock: renewal timed out; retrying");
+                None
             }
         }
     }

@@ -475,11 +475,10 @@ impl<C: ConnectionLike + Send> Link<C> {
         }
         if self.cluster {
             // A cluster's INFO would answer from any node: only the name.
-            let setname = redis::cmd("CLIENT")
-                .arg("SETNAME")
-                .arg(self.links.name())
-                .clone();
-            let result = self.conn.req_packed_command(&setname).await;
+            let result = self
+                .conn
+                .req_packed_command(&setname(self.links.name()))
+                .await;
             note_naming(&result, &self.named, &self.addr);
             self.observe(&result);
             return;
@@ -488,7 +487,7 @@ impl<C: ConnectionLike + Send> Link<C> {
         // `info` is not told of a replaced server this way; its holds learn at
         // their next renewal).
         let mut pipe = redis::pipe();
-        pipe.cmd("CLIENT").arg("SETNAME").arg(self.links.name());
+        pipe.add_command(setname(self.links.name()));
         pipe.cmd("INFO").arg("server").arg("replication");
         let result = self.conn.req_packed_commands(&pipe, 0, 2).await;
         let (naming, info) = match result {
@@ -515,19 +514,15 @@ impl<C: ConnectionLike + Send> Link<C> {
 /// start) and `master_replid` (new when a replica becomes a master), or `None`
 /// when the reply has neither (a user without `info`).
 fn server_identity(info: &Value) -> Option<String> {
-    let text = match info {
-        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-        Value::VerbatimString { text, .. } => text.clone(),
-        Value::SimpleString(text) => text.clone(),
-        _ => return None,
-    };
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-            .map(str::trim)
-    };
-    let run_id = field("run_id")?;
-    Some(format!("{run_id} {}", field("master_replid").unwrap_or("")))
+    let text = super::reply_text(info)?;
+    let run_id = super::info_field(&text, "run_id")?;
+    let replid = super::info_field(&text, "master_replid").unwrap_or("");
+    Some(format!("{run_id} {replid}"))
+}
+
+/// `CLIENT SETNAME name`.
+fn setname(name: &str) -> Cmd {
+    redis::cmd("CLIENT").arg("SETNAME").arg(name).clone()
 }
 
 /// Records the reply to `CLIENT SETNAME`: named, unless the connection was lost or
@@ -578,8 +573,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
             (self.conn.clone(), self.named.clone(), self.naming.clone());
         let (addr, name) = (self.addr.clone(), self.links.name().to_owned());
         tokio::spawn(async move {
-            let setname = redis::cmd("CLIENT").arg("SETNAME").arg(name).clone();
-            let result = conn.req_packed_command(&setname).await;
+            let result = conn.req_packed_command(&setname(&name)).await;
             note_naming(&result, &named, &addr);
             naming.store(false, Ordering::Release);
         });

@@ -411,6 +411,13 @@ pub fn masters_in_slots(slots: &Value) -> Vec<(String, u16)> {
     masters
 }
 
+/// The value of `name` in the text of an `INFO` reply (`name:value` lines).
+pub(crate) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
 /// A reply as text (a bulk, simple or verbatim string).
 pub(crate) fn reply_text(value: &Value) -> Option<String> {
     match value {
