@@ -202,3 +202,23 @@ async fn a_refused_password_fails_fast_with_a_password_hint_and_no_password() {
         "a refused password was retried: took {took:?}: {text}"
     );
 }
+
+/// Issue 26: a password sent to a server that has none said only that the
+/// authentication failed; it says to remove the password or set one on the server,
+/// at once.
+#[tokio::test]
+async fn a_password_for_a_server_without_one_says_to_remove_it_or_set_requirepass() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = format!("redis://:needless-pass-3@{}", server.addr());
+    let (err, took) = connect_error(LockClient::builder().url(url)).await;
+    let text = err.to_string();
+    assert!(text.contains(&server.addr().to_string()), "{text}");
+    assert!(text.contains("has no password set"), "{text}");
+    assert!(
+        text.contains("remove the password from the URL") && text.contains("`requirepass`"),
+        "{text}"
+    );
+    assert!(!text.contains("needless-pass-3"), "{text}");
+    assert!(!text.contains("reachable"), "{text}");
+    assert!(took < FAST, "took {took:?}: {text}");
+}

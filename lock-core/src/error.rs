@@ -455,6 +455,9 @@ pub(crate) fn refused_credentials(err: &redis::RedisError) -> bool {
 pub(crate) enum Refusal {
     /// The password (or user) was refused, or one is required.
     Credentials,
+    /// A password was sent to a server that has none set (made by the dialer, which
+    /// asks the server without one when a password is refused).
+    NoPasswordSet,
     /// The database number is beyond the server's `databases`.
     Database,
     /// A cluster node refused `SELECT`: a cluster has database 0 only.
@@ -483,11 +486,17 @@ const PLATFORM_ROOTS: [&str; 2] = ["failed to read PEM from file", "failed to op
 /// the dialer, which asks the port in plain text when a handshake fails).
 pub(crate) const NOT_TLS: &str = "this port does not speak TLS";
 
+/// The message of a password refused by a server that has none set (made by the
+/// dialer, which then asks the server without one).
+pub(crate) const NO_PASSWORD_SET: &str = "the server has no password set";
+
 /// Why `err` refused the connection for good, if it did.
 pub(crate) fn refusal(err: &redis::RedisError) -> Option<Refusal> {
     let text = err.to_string();
     let has = |needle: &str| text.contains(needle);
-    if refused_credentials(err) {
+    if has(NO_PASSWORD_SET) {
+        Some(Refusal::NoPasswordSet)
+    } else if refused_credentials(err) {
         Some(Refusal::Credentials)
     } else if has("DB index is out of range") || has("invalid DB index") {
         Some(Refusal::Database)
@@ -514,6 +523,10 @@ fn redis_hint(err: &redis::RedisError) -> &'static str {
         Some(Refusal::Credentials) => {
             "check the user name and password (in the URL, or `sentinel_node_password` for \
              the data nodes behind Sentinel)"
+        }
+        Some(Refusal::NoPasswordSet) => {
+            "remove the password from the URL (or `sentinel_node_password`), or set \
+             `requirepass` on the server"
         }
         Some(Refusal::Database) => {
             "the database number (`/N` at the end of the URL, or `sentinel_node_db`) is \
@@ -1147,6 +1160,17 @@ mod tests {
                 )),
                 Refusal::Credentials,
                 "password",
+            ),
+            (
+                redis::RedisError::from((
+                    redis::ErrorKind::AuthenticationFailed,
+                    NO_PASSWORD_SET,
+                    "AUTH refused: AUTH <password> called without any password configured \
+                     for the default user"
+                        .to_owned(),
+                )),
+                Refusal::NoPasswordSet,
+                "`requirepass`",
             ),
             (
                 redis::RedisError::from((

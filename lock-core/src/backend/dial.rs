@@ -1,18 +1,19 @@
 //! The first connection to a server, made once before its connection managers are
 //! built: those retry every failure for seconds (which is right for a server that
 //! restarts, and wrong for a password it refuses), so a refusal that trying again
-//! cannot fix ([`refusal`]) ends the connect here, at once. It also tells a
+//! cannot fix ([`refusal`]) ends the connect here, at once; a password the server
+//! refused because it has none is told apart from a wrong one. It also tells a
 //! `rediss://` URL that points at a plain-text port, whose handshake would
 //! otherwise wait out the connect timeout (the server waits for a line that never
 //! comes), by asking the port in plain text.
 
 use std::time::Duration;
 
-use redis::{AsyncConnectionConfig, ConnectionAddr, RedisError, RedisResult};
+use redis::{AsyncConnectionConfig, ConnectionAddr, RedisConnectionInfo, RedisError, RedisResult};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::error::{refusal, NOT_TLS};
+use crate::error::{refusal, Refusal, NOT_TLS, NO_PASSWORD_SET};
 
 /// How long a TLS handshake may go unanswered before the port is asked, in plain
 /// text, whether it speaks TLS at all.
@@ -29,6 +30,26 @@ const PLAIN_TEXT_TIMEOUT: Duration = Duration::from_millis(500);
 ///
 /// Safe to drop: the connection, and the plain-text question, are dropped with it.
 pub(crate) async fn dial_once(
+    client: &redis::Client,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> RedisResult<()> {
+    match dial(client, connect_timeout, response_timeout).await {
+        Err(err) if refusal(&err) == Some(Refusal::Credentials) => {
+            Err(no_password_set(client, connect_timeout, response_timeout)
+                .await
+                .unwrap_or(err))
+        }
+        result => result,
+    }
+}
+
+/// [`dial_once`], before a refused password is looked at more closely.
+///
+/// # Cancel safety
+///
+/// Safe to drop, as [`dial_once`].
+async fn dial(
     client: &redis::Client,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -67,7 +88,6 @@ pub(crate) async fn dial_once(
     }
 }
 
-/// The error of a `rediss://` URL that points at a plain-text port.
 /// One `PING` on a fresh connection: a server that wants a password the URL does
 /// not give answers `NOAUTH` only to the first command, not to the connection, and
 /// that is final too. Anything else (a slow answer, a lost connection) is left to
@@ -86,6 +106,61 @@ async fn ping(mut conn: redis::aio::MultiplexedConnection) -> RedisResult<()> {
     }
 }
 
+/// When the server refused the URL's password because it has none (the URL gives a
+/// password and no user name, and the server answers without one): the error that
+/// says so, with the server's own words for the `AUTH` it refused. redis-rs reports
+/// that refusal as any other (`Password authentication failed`), without them.
+/// `None` when the server wants a password, or cannot be asked.
+///
+/// # Cancel safety
+///
+/// Safe to drop: the connection is dropped with it.
+async fn no_password_set(
+    client: &redis::Client,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> Option<RedisError> {
+    let info = client.get_connection_info();
+    let settings = info.redis_settings();
+    let password = settings.password()?;
+    if settings.username().is_some() {
+        // A user of an ACL: its password may be wrong although the default user
+        // needs none.
+        return None;
+    }
+    let without = RedisConnectionInfo::default()
+        .set_protocol(settings.protocol())
+        .set_skip_set_lib_name();
+    let bare = redis::Client::open(info.clone().set_redis_settings(without)).ok()?;
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(Some(response_timeout));
+    let mut conn = bare
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .ok()?;
+    redis::cmd("PING")
+        .query_async::<redis::Value>(&mut conn)
+        .await
+        .ok()?;
+    // It answers without a password. Its words for the one it was given (Redis:
+    // "AUTH <password> called without any password configured for the default user").
+    let words = match redis::cmd("AUTH")
+        .arg(password)
+        .query_async::<redis::Value>(&mut conn)
+        .await
+    {
+        Ok(_) => return None,
+        Err(err) => err.detail().map_or_else(|| err.to_string(), str::to_owned),
+    };
+    Some(RedisError::from((
+        redis::ErrorKind::AuthenticationFailed,
+        NO_PASSWORD_SET,
+        format!("AUTH refused: {words}"),
+    )))
+}
+
+/// The error of a `rediss://` URL that points at a plain-text port.
 fn not_tls() -> RedisError {
     RedisError::from((
         redis::ErrorKind::InvalidClientConfig,
