@@ -65,6 +65,9 @@ impl Template {
     pub(crate) fn parse(lit: &LitStr) -> syn::Result<Template> {
         let text = lit.value();
         let error = |message: String| syn::Error::new(lit.span(), message);
+        if let Some(sign) = spel_sign(&text) {
+            return Err(error(spel_message(&text, sign)));
+        }
         let mut pieces = Vec::new();
         let mut each = None;
         let mut buf = String::new();
@@ -137,7 +140,13 @@ impl Template {
                             });
                         }
                         None => {
-                            let placeholder = Placeholder::parse(inner).map_err(error)?;
+                            let placeholder = Placeholder::parse(inner).map_err(|message| {
+                                // `#{'order:' + #id}`: a SpEL template expression.
+                                match spel_sign(inner).or_else(|| spel_sign(&text)) {
+                                    Some(sign) => error(spel_message(&text, sign)),
+                                    None => error(message),
+                                }
+                            })?;
                             pieces.push(Piece::Value(placeholder));
                         }
                     }
@@ -343,6 +352,97 @@ impl Placeholder {
     }
 }
 
+/// The first sign, outside placeholders, that `text` is a SpEL expression (the key
+/// language of Spring's and Redisson's lock annotations) rather than a template: a
+/// quote (a SpEL string literal), `#` before a name (a SpEL variable, `#id`), or a
+/// `+` beside a space (SpEL's concatenation). A `#` or `+` otherwise is text
+/// (`"order#{id}"`, `"{a}+{b}"`).
+fn spel_sign(text: &str) -> Option<&'static str> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut depth = 0_usize;
+    let mut at = 0;
+    while let Some(&c) = chars.get(at) {
+        let next = chars.get(at + 1).copied();
+        match c {
+            '{' if depth == 0 && next == Some('{') => at += 1,
+            '}' if depth == 0 && next == Some('}') => at += 1,
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            _ if depth > 0 => {}
+            '\'' | '"' => return Some("a quote"),
+            '#' if next.is_some_and(|c| c == '_' || c.is_alphabetic()) => {
+                return Some("`#` before a name")
+            }
+            '+' if next.is_some_and(char::is_whitespace)
+                || at > 0 && chars[at - 1].is_whitespace() =>
+            {
+                return Some("a `+` beside a space")
+            }
+            _ => {}
+        }
+        at += 1;
+    }
+    None
+}
+
+/// The error for a SpEL-style key: what was seen, and the template to write.
+fn spel_message(text: &str, sign: &str) -> String {
+    let write = match spel_to_template(text) {
+        Some(template) => format!("write `\"{template}\"`"),
+        None => "write the key's text with placeholders, like `\"order:{id}\"`".to_owned(),
+    };
+    format!(
+        "the key `{text}` looks like a SpEL expression, as Spring's and Redisson's lock \
+         annotations take (it has {sign} outside `{{..}}` placeholders); a key template is \
+         the key's own text, with `{{..}}` placeholders for parameters: {write}"
+    )
+}
+
+/// The template that a simple SpEL key means, if it can be told: quoted strings are
+/// text, `#path` is the placeholder `{path}`, `+` and the spaces outside quotes go;
+/// `#{..}` around the whole (a SpEL template expression) is dropped.
+fn spel_to_template(text: &str) -> Option<String> {
+    let trimmed = text.trim();
+    let body = trimmed
+        .strip_prefix("#{")
+        .and_then(|rest| rest.strip_suffix('}'))
+        .unwrap_or(trimmed);
+    let mut chars = body.chars().peekable();
+    let mut template = String::new();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => loop {
+                match chars.next()? {
+                    end if end == c => break,
+                    '{' => template.push_str("{{"),
+                    '}' => template.push_str("}}"),
+                    other => template.push(other),
+                }
+            },
+            '#' if chars.peek().is_some_and(|&c| c == '_' || c.is_alphabetic()) => {
+                let mut path = String::new();
+                while let Some(&c) = chars.peek() {
+                    if c == '_' || c == '.' || c.is_alphanumeric() {
+                        path.push(c);
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                template.push('{');
+                template.push_str(path.trim_end_matches('.'));
+                template.push('}');
+            }
+            '+' => {}
+            c if c.is_whitespace() => {}
+            // A method call, an index, an operator: not a simple key.
+            '(' | ')' | '[' | ']' | '?' | '!' | '=' | '<' | '>' => return None,
+            c => template.push(c),
+        }
+    }
+    (!template.is_empty()).then_some(template)
+}
+
 const SPEC_HELP: &str = "a format spec is `[[fill]align][sign][#][0][width][.precision][type]`, \
      with a type among ``, `?`, `x?`, `X?`, `x`, `X`, `o`, `b`, `e`, `E` and `p`, like `{id:08}`, \
      `{id:>6}`, `{id:.3}` or `{id:?}`";
@@ -472,6 +572,13 @@ mod tests {
     }
 
     #[test]
+    fn keys_with_a_plus_or_a_hash_that_are_not_spel_are_text() {
+        for text in ["order#{id}", "c++:{id}", "{a}+{b}", "v#2:{id}", "{r#type}"] {
+            assert!(parse(text).is_ok(), "{text:?}: {:?}", parse(text).err());
+        }
+    }
+
+    #[test]
     fn roots_are_listed() {
         let template = parse("{a}-{b.c}-{self.d}").expect("a template");
         let roots: Vec<_> = template.placeholders().map(|p| p.root.as_str()).collect();
@@ -498,6 +605,15 @@ mod tests {
             ("{a:.*}", "`.*`"),
             ("{a:<5<}", "`<` is not a format type"),
             ("{a:?x}", "`?x` is not a format type"),
+            ("'order:' + #id", "write `\"order:{id}\"`"),
+            ("'order:' + #order.id", "write `\"order:{order.id}\"`"),
+            ("#id", "write `\"{id}\"`"),
+            ("order:#id", "write `\"order:{id}\"`"),
+            ("#{'order:' + #id}", "write `\"order:{id}\"`"),
+            ("'order:' + {id}", "write `\"order:{id}\"`"),
+            ("order:{id} + x", "a `+` beside a space"),
+            ("\"order\"", "a quote"),
+            ("'order:' + #id.toString()", "like `\"order:{id}\"`"),
         ] {
             let err = parse(text)
                 .err()
