@@ -86,18 +86,26 @@ impl<T: AsLockClient + ?Sized> AsLockClient for Box<T> {
 
 /// The return type of an annotated function: a `Result` whose error a `LockError`
 /// converts into.
+///
+/// Its one impl is `do_not_recommend`, so that a `Result` whose error takes no
+/// `LockError` (`Result<(), String>`) gets this trait's message, not rustc's about
+/// `From<LockError>` with a list of the error's other `From` impls.
 #[diagnostic::on_unimplemented(
-    message = "a `#[distributed_lock]` function must return `Result<T, E>` with \
-               `E: From<distlock::LockError>`, not `{Self}`",
+    message = "`{Self}` cannot return the lock's errors: a `#[distributed_lock]` function \
+               returns `Result<T, E>` with `E: From<distlock::LockError>`",
     label = "the lock's errors are returned through this type",
-    note = "when the lock cannot be taken the body does not run and the function returns the \
-            error; `LockError`, `anyhow::Error` and `Box<dyn Error + Send + Sync>` all work"
+    note = "when the lock cannot be taken the body does not run, and the function returns the \
+            `LockError` converted with `E::from`",
+    note = "these work: `Result<T, distlock::LockError>`, `anyhow::Result<T>`, \
+            `Result<T, Box<dyn std::error::Error + Send + Sync>>`, and your own error type \
+            with `impl From<distlock::LockError> for YourError`"
 )]
 pub trait LockResult {
     /// `Err(error.into())`.
     fn from_lock_error(error: LockError) -> Self;
 }
 
+#[diagnostic::do_not_recommend]
 impl<T, E: From<LockError>> LockResult for Result<T, E> {
     fn from_lock_error(error: LockError) -> Self {
         Err(E::from(error))

@@ -84,7 +84,8 @@ use proc_macro::TokenStream;
 ///   `LockError` itself, `anyhow::Error` (`anyhow::Result<T>`),
 ///   `Box<dyn std::error::Error + Send + Sync>`, and your own error type with a
 ///   `From<LockError>` impl. Aliases such as `io::Result<T>` are checked by type, not
-///   by name.
+///   by name. Any other return type, `Result<(), String>` included, is a compile
+///   error on the return type that lists these.
 /// - Its signature is kept as written: visibility, attributes and docs, generics,
 ///   lifetimes and `where` clauses, `impl Trait` arguments and return types, patterns
 ///   in arguments, and every receiver (`&self`, `&mut self`, `self`,
@@ -141,7 +142,11 @@ use proc_macro::TokenStream;
 /// `{id:?}`, `{id:>6}`; the specs of `format!`, without `$` or `.*`, checked at compile
 /// time). A name that is not an argument is a compile error listing the arguments;
 /// a field that does not exist is rustc's error, on the template; method calls and
-/// other expressions are not allowed (compute the value into an argument). Lock names
+/// other expressions are not allowed (compute the value into an argument). A key
+/// written in SpEL, as Spring's and Redisson's lock annotations take it
+/// (`"'order:' + #id"`), is a compile error that gives the template it means
+/// (`"order:{id}"`): a quote outside the placeholders, `#` before a name, or a `+`
+/// beside a space is taken for SpEL (`"order#{id}"` and `"{a}+{b}"` are text). Lock names
 /// are bytes, 1 to `distlock::MAX_NAME_LEN` long; an empty or longer name is a
 /// `LockError::InvalidName` at run time, whose `function` field and message name the
 /// function (`` `shop::checkout`: invalid lock name: ... ``).
