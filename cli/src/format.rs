@@ -34,6 +34,10 @@ pub(crate) struct LockView {
     pub(crate) holders: Vec<HolderView>,
     /// Waiters that keep a place in Redis (waiting writers, a fair lock's queue).
     pub(crate) waiting: u64,
+    /// Connections subscribed to the lock's release channel: one per client with
+    /// tasks waiting for the lock (however many), one per `distlock watch`; `null`
+    /// when the server refused `PUBSUB`.
+    pub(crate) listening: Option<u64>,
 }
 
 /// One holder, in JSON.
@@ -88,6 +92,7 @@ impl LockView {
             last_fencing_token: info.last_fencing_token,
             holders: info.holders.iter().map(HolderView::new).collect(),
             waiting: info.waiting,
+            listening: info.listening,
         }
     }
 
@@ -118,7 +123,8 @@ impl LockView {
             ("hold count", self.hold_count.to_string()),
             ("lease left", lease),
             ("holders", self.holders.len().to_string()),
-            ("waiting", self.waiting.to_string()),
+            ("waiting", self.waiting_text()),
+            ("listening", self.listening_text()),
             ("held by", self.held_by()),
             ("fencing token", optional(self.fencing_token)),
             ("last fencing token", optional(self.last_fencing_token)),
@@ -162,6 +168,37 @@ impl LockView {
         out
     }
 
+    /// The `waiting` line of `inspect`: the waiters that keep a place in Redis, and
+    /// what they are; a plain lock's and a semaphore's waiters keep none.
+    fn waiting_text(&self) -> String {
+        let n = self.waiting;
+        match self.kind {
+            Some("read_write") => format!(
+                "{n} writer{} keeping a place (new readers wait behind {})",
+                plural(n),
+                if n == 1 { "it" } else { "them" }
+            ),
+            Some("fair") => format!("{n} in the fair lock's queue"),
+            _ if n == 0 => {
+                "- (this kind's waiters keep no place in Redis: see listening)".to_owned()
+            }
+            _ => n.to_string(),
+        }
+    }
+
+    /// The `listening` line of `inspect`: how many connections wait for a release
+    /// message, and what that counts.
+    fn listening_text(&self) -> String {
+        match self.listening {
+            Some(n) => format!(
+                "{n} client{} subscribed to its release (one per client with tasks waiting \
+                 for it, however many; one per `distlock watch`)",
+                plural(n)
+            ),
+            None => "unknown (the server refused PUBSUB NUMSUB to this user)".to_owned(),
+        }
+    }
+
     /// Who holds the lock, as people read it (the first holder: the writer or
     /// exclusive holder); `-` when free or nobody wrote who they are.
     pub(crate) fn held_by(&self) -> String {
@@ -193,6 +230,7 @@ impl LockView {
             self.lease_remaining_ms
                 .map_or_else(|| "-".to_owned(), human_millis),
             self.waiting.to_string(),
+            optional(self.listening),
         ]
     }
 
@@ -209,19 +247,20 @@ impl LockView {
             short => format!(" by {short}"),
         };
         format!(
-            "{} {}{by}, {} holder{}, hold count {}, lease left {lease}, {} waiting",
+            "{} {}{by}, {} holder{}, hold count {}, lease left {lease}, {} waiting, {} listening",
             if self.held { "held" } else { "free" },
             self.kind_label(),
             self.holders.len(),
             if self.holders.len() == 1 { "" } else { "s" },
             self.hold_count,
             self.waiting,
+            optional(self.listening),
         )
     }
 }
 
 /// The columns of the human `list` table.
-pub(crate) const LIST_HEADER: [&str; 7] = [
+pub(crate) const LIST_HEADER: [&str; 8] = [
     "NAME",
     "KIND",
     "HOLDER",
@@ -229,13 +268,15 @@ pub(crate) const LIST_HEADER: [&str; 7] = [
     "HOLDS",
     "LEASE LEFT",
     "WAITING",
+    "LISTENING",
 ];
 
 /// How the columns of the `list` table are aligned.
-pub(crate) const LIST_ALIGN: [Align; 7] = [
+pub(crate) const LIST_ALIGN: [Align; 8] = [
     Align::Left,
     Align::Left,
     Align::Left,
+    Align::Right,
     Align::Right,
     Align::Right,
     Align::Right,
@@ -303,6 +344,15 @@ pub(crate) fn printable(text: &str) -> String {
             }
         })
         .collect()
+}
+
+/// `"s"` unless `n` is 1.
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 /// `value`, or `-`.

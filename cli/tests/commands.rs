@@ -172,6 +172,68 @@ async fn inspect_shows_a_plain_lock_and_its_fencing_token() {
     odd.unlock().await.expect("released");
 }
 
+/// Issue 26: a plain lock with waiters showed `waiting 0`. Its waiters keep no
+/// place in Redis, but each client that has any listens on the lock's channel:
+/// `listening` counts those clients (two here, one with two waiting tasks), and
+/// the output says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_counts_the_clients_waiting_for_a_plain_lock() {
+    let server = server();
+    let url = server.url();
+    let holder = client(&url).await;
+    let guard = holder.lock("busy:1").await.expect("the lock");
+    let idle = json(&run(&url, &["--json", "inspect", "busy:1"]).await);
+    assert_eq!(idle["listening"], 0, "nobody waits yet: {idle}");
+
+    let first = client(&url).await;
+    let second = client(&url).await;
+    let wait = |locks: distlock::LockClient| {
+        tokio::spawn(async move {
+            let guard = locks
+                .lock("busy:1")
+                .wait(Duration::from_secs(20))
+                .await
+                .expect("the lock, once free");
+            guard.unlock().await.expect("released");
+        })
+    };
+    let waiters = [
+        wait(first.clone()),
+        wait(first.clone()),
+        wait(second.clone()),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let info = loop {
+        let info = json(&run(&url, &["--json", "inspect", "busy:1"]).await);
+        if info["listening"] == 2 || Instant::now() > deadline {
+            break info;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(info["listening"], 2, "two clients wait: {info}");
+    assert_eq!(
+        info["waiting"], 0,
+        "a plain lock's waiters keep no place: {info}"
+    );
+
+    let text = stdout(&run(&url, &["inspect", "busy:1"]).await);
+    assert!(
+        text.contains("listening           2 clients subscribed to its release (one per client with tasks waiting for it, however many"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "waiting             - (this kind's waiters keep no place in Redis: see listening)"
+        ),
+        "{text}"
+    );
+
+    guard.unlock().await.expect("released");
+    for waiter in waiters {
+        waiter.await.expect("a waiter ends");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_finds_the_locks_that_match_a_pattern() {
     let server = server();
@@ -249,7 +311,17 @@ async fn list_finds_the_locks_that_match_a_pattern() {
         .unwrap_or_default();
     assert_eq!(
         header,
-        ["NAME", "KIND", "HOLDER", "HOLDERS", "HOLDS", "LEASE", "LEFT", "WAITING"],
+        [
+            "NAME",
+            "KIND",
+            "HOLDER",
+            "HOLDERS",
+            "HOLDS",
+            "LEASE",
+            "LEFT",
+            "WAITING",
+            "LISTENING"
+        ],
         "{text}"
     );
     assert_eq!(rows.len(), 6, "a header and five held locks:\n{text}");

@@ -113,8 +113,18 @@ pub struct LockInfo {
     /// use). Owner ids are never shown.
     pub holders: Vec<Holder>,
     /// Waiters that keep a place in Redis: writers waiting for a read-write lock
-    /// (their wait keeps new readers out), or the queue of a fair lock.
+    /// (their wait keeps new readers out), or the queue of a fair lock. Always 0
+    /// for a plain lock and a semaphore, whose waiters keep no place: see
+    /// [`listening`](Self::listening) for them.
     pub waiting: u64,
+    /// How many connections listen for the lock's release (are subscribed to its
+    /// release channel): one per client that has tasks waiting for the lock,
+    /// whatever the number of those tasks (a client's waiters share one
+    /// subscription), and one per `distlock watch` of the lock. So `Some(0)` means
+    /// nobody waits (fair-lock waiters and writers listen too), and `Some(2)` two
+    /// processes (or clients) with one or more waiters each. `None` when the
+    /// server refused `PUBSUB NUMSUB` to this user (see the README's ACL section).
+    pub listening: Option<u64>,
 }
 
 /// The kind of lock at a name, as [`LockClient::inspect`] finds it.
@@ -957,6 +967,7 @@ impl From<LockView> for LockInfo {
             }),
             holders,
             waiting: view.waiting,
+            listening: view.listening,
         }
     }
 }

@@ -213,6 +213,11 @@ impl Inner {
     /// Read-only: dropping the future changes nothing.
     pub(crate) async fn view(&self, keys: &Arc<LockKeys>) -> Result<LockView, LockError> {
         let scripts = self.scripts.clone();
+        let numsub = if self.backend.publish_command() == "SPUBLISH" {
+            "SHARDNUMSUB"
+        } else {
+            "NUMSUB"
+        };
         let replies = self
             .backend
             .each(|mut conn| {
@@ -222,6 +227,8 @@ impl Inner {
                         .inspect
                         .key(&keys.lock)
                         .key(keys.fence())
+                        .key(keys.channel())
+                        .arg(numsub)
                         .invoke_async(&mut conn)
                         .await?;
                     InspectReply::decode_values(&reply)

@@ -303,8 +303,12 @@ pub(crate) struct LockView {
     pub(crate) kind: Option<ViewKind>,
     /// Every holder (one for a held plain lock).
     pub(crate) holders: Vec<HolderView>,
-    /// Writers that keep their place while readers hold a read-write lock.
+    /// Waiters that keep a place in Redis: writers of a read-write lock, a fair
+    /// lock's queue.
     pub(crate) waiting: u64,
+    /// Connections subscribed to the lock's release channel; `None` when the
+    /// server refused `PUBSUB`.
+    pub(crate) listening: Option<u64>,
 }
 
 /// The kind of lock at a name, as `inspect.lua` tells it.
@@ -361,7 +365,7 @@ impl InspectReply {
         let positive = |value: i64| u64::try_from(value).ok().filter(|v| *v > 0);
         match *reply {
             [-2] => Some(Self::Conflict),
-            [0, 0, -2, 0, counter] => Some(Self::View(LockView {
+            [0, 0, -2, 0, counter, listening] => Some(Self::View(LockView {
                 held: false,
                 hold_count: 0,
                 lease_remaining: None,
@@ -370,8 +374,9 @@ impl InspectReply {
                 kind: None,
                 holders: Vec::new(),
                 waiting: 0,
+                listening: u64::try_from(listening).ok(),
             })),
-            [3, kind, permits, counter, waiting, n, ref rest @ ..]
+            [3, kind, permits, counter, waiting, listening, n, ref rest @ ..]
                 if usize::try_from(n).ok()?.checked_mul(4)? == rest.len() =>
             {
                 let kind = match kind {
@@ -404,6 +409,7 @@ impl InspectReply {
                     kind: Some(kind),
                     holders,
                     waiting: u64::try_from(waiting).ok()?,
+                    listening: u64::try_from(listening).ok(),
                 }))
             }
             _ => None,
@@ -558,7 +564,7 @@ mod tests {
         assert_eq!(ReleaseReply::decode(&[2, -1]), None);
         assert_eq!(ReleaseReply::decode(&[-1]), Some(ReleaseReply::NotHeld));
         assert_eq!(
-            InspectReply::decode(&[3, 0, 0, 7, 0, 1, 0, 2, 500, 0]),
+            InspectReply::decode(&[3, 0, 0, 7, 0, 2, 1, 0, 2, 500, 0]),
             Some(InspectReply::View(LockView {
                 held: true,
                 hold_count: 2,
@@ -574,10 +580,11 @@ mod tests {
                     info: None,
                 }],
                 waiting: 0,
+                listening: Some(2),
             }))
         );
         let Some(InspectReply::View(readers)) =
-            InspectReply::decode(&[3, 1, 0, 4, 1, 2, 1, 2, 900, 0, 1, 1, 300, 0])
+            InspectReply::decode(&[3, 1, 0, 4, 1, -1, 2, 1, 2, 900, 0, 1, 1, 300, 0])
         else {
             panic!("two readers decode");
         };
@@ -585,10 +592,11 @@ mod tests {
             (readers.held, readers.hold_count, readers.waiting),
             (true, 3, 1)
         );
+        assert_eq!(readers.listening, None, "PUBSUB refused");
         assert_eq!(readers.lease_remaining, Some(Duration::from_millis(900)));
         assert_eq!(readers.kind, Some(ViewKind::ReadWrite));
         assert_eq!(
-            InspectReply::decode(&[3, 2, 4, 0, 0, 1, 3, 1, 900]),
+            InspectReply::decode(&[3, 2, 4, 0, 0, 0, 1, 3, 1, 900]),
             None,
             "a holder short"
         );
@@ -597,9 +605,14 @@ mod tests {
             Some(AcquireReply::Permits { permits: 3 })
         );
         assert_eq!(AcquireReply::decode(&[-3]), Some(AcquireReply::OtherMode));
-        assert_eq!(InspectReply::decode(&[2, 0, 0, 0, 0]), None);
+        assert_eq!(InspectReply::decode(&[2, 0, 0, 0, 0, 0]), None);
         assert_eq!(
             InspectReply::decode(&[0, 0, -2, 0, 4]),
+            None,
+            "no listeners"
+        );
+        assert_eq!(
+            InspectReply::decode(&[0, 0, -2, 0, 4, 0]),
             Some(InspectReply::View(LockView {
                 held: false,
                 hold_count: 0,
@@ -609,6 +622,7 @@ mod tests {
                 kind: None,
                 holders: Vec::new(),
                 waiting: 0,
+                listening: Some(0),
             }))
         );
         assert_eq!(
@@ -628,7 +642,7 @@ mod tests {
     #[test]
     fn holder_texts_follow_the_numbers_one_per_holder() {
         use redis::Value::{BulkString, Int};
-        let held = || [0, 0, 0, 0, 1, 0, 1, 900, 0].map(Int);
+        let held = || [0, 0, 0, 0, 0, 1, 0, 1, 900, 0].map(Int);
         let head = |rest: &[redis::Value]| {
             let mut reply = vec![Int(3)];
             reply.extend(held());

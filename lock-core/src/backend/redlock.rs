@@ -170,9 +170,12 @@ pub(crate) fn inspect<E>(
     if views.len() < quorum {
         return Ok(InspectVote::Short { got: views.len() });
     }
+    // A client with waiters listens on every node: the most any node counts.
+    let listening = views.iter().filter_map(|view| view.listening).max();
     let holding: Vec<&LockView> = views.iter().filter(|view| view.held).collect();
     if holding.len() >= quorum {
         let mut view = holding[0].clone();
+        view.listening = listening;
         view.hold_count = holding
             .iter()
             .map(|view| view.hold_count)
@@ -190,6 +193,7 @@ pub(crate) fn inspect<E>(
         .iter()
         .filter_map(|view| view.last_fencing_token)
         .max();
+    view.listening = listening;
     Ok(InspectVote::View(view))
 }
 
@@ -368,6 +372,7 @@ mod tests {
             kind: None,
             holders: Vec::new(),
             waiting: 0,
+            listening: Some(0),
         }))
     }
 
