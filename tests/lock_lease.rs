@@ -272,3 +272,112 @@ async fn replies_later_than_the_lease_are_not_retried_in_a_tight_loop() {
         "{attempts} acquire attempts (and give-backs) in a 1 s wait: a tight loop"
     );
 }
+
+/// Issue 26 (Redisson's `remainingTimeToLive()`): the lease left as the client
+/// knows it, with no round trip: the lease less the drift allowance, counting
+/// down, back up after a renewal, zero once lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remaining_lease_counts_down_and_is_zero_once_lost() {
+    let server = support::server();
+    let locks = support::client_with_lease(&server, Duration::from_millis(900)).await;
+    let fixed = locks
+        .lock("left:fixed")
+        .lease(Duration::from_secs(2))
+        .await
+        .expect("lock");
+    let first = fixed.remaining_lease();
+    // 2 s less the drift allowance (1 % + 2 ms) and the round trip.
+    assert!(
+        first <= Duration::from_millis(1_978) && first > Duration::from_millis(1_800),
+        "{first:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later = fixed.remaining_lease();
+    assert!(
+        later <= first - Duration::from_millis(290),
+        "{first:?} then {later:?}"
+    );
+    let (by_view, by_guard) = (fixed.held().remaining_lease(), fixed.remaining_lease());
+    assert!(
+        by_view >= by_guard && by_view - by_guard < Duration::from_millis(50),
+        "the guard and its view read one deadline: {by_view:?}, {by_guard:?}"
+    );
+
+    let watched = locks.lock("left:watched").await.expect("lock");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let renewed = watched.remaining_lease();
+    assert!(
+        renewed > Duration::from_millis(450),
+        "renewed every 300 ms, never below two thirds: {renewed:?}"
+    );
+
+    assert!(locks.force_unlock("left:fixed").await.expect("force"));
+    let err = fixed
+        .extend(Duration::from_secs(2))
+        .await
+        .expect_err("force-unlocked");
+    assert!(err.is_lost(), "{err}");
+    assert_eq!(fixed.remaining_lease(), Duration::ZERO);
+    assert!(fixed.unlock().await.expect_err("lost").is_lost());
+    watched.unlock().await.expect("unlock");
+}
+
+/// Issue 26 (rslock's and redis-py's `extend`): a fixed lease is extended only
+/// while its owner holds the lock; a watchdog lease and an out-of-range lease are
+/// refused with nothing sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_lengthens_a_fixed_lease_while_the_owner_holds_it() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let other = support::client(&server).await;
+    let guard = locks
+        .lock("extend:me")
+        .lease(Duration::from_millis(300))
+        .await
+        .expect("lock");
+    guard
+        .extend(Duration::from_secs(3))
+        .await
+        .expect("extended");
+    assert!(guard.remaining_lease() > Duration::from_millis(2_500));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!guard.is_lost(), "past the first lease, within the second");
+    let info = other.inspect("extend:me").await.expect("inspect");
+    assert!(info.held);
+    assert!(info.lease_remaining.expect("a lease") > Duration::from_secs(2));
+    assert!(other.try_lock("extend:me").await.expect("try").is_none());
+    // A shorter extension moves nothing: the lease only ever gets later.
+    guard
+        .extend(Duration::from_millis(100))
+        .await
+        .expect("extended");
+    assert!(guard.remaining_lease() > Duration::from_secs(2));
+
+    let watched = locks.lock("extend:watched").await.expect("lock");
+    let err = watched
+        .extend(Duration::from_secs(60))
+        .await
+        .expect_err("the watchdog renews it");
+    assert!(err.is_invalid_input(), "{err}");
+    let err = guard
+        .extend(Duration::from_millis(1))
+        .await
+        .expect_err("too short");
+    assert!(err.is_invalid_input(), "{err}");
+
+    assert!(other.force_unlock("extend:me").await.expect("force"));
+    let err = guard
+        .extend(Duration::from_secs(3))
+        .await
+        .expect_err("not held any more");
+    assert!(err.is_lost(), "{err}");
+    assert!(guard.is_lost());
+    assert_eq!(
+        guard.lost_reason(),
+        Some(distlock::LostReason::NotHeld),
+        "found gone by the extension"
+    );
+    assert!(!other.inspect("extend:me").await.expect("inspect").held);
+    watched.unlock().await.expect("unlock");
+    let _ = guard.unlock().await;
+}

@@ -189,6 +189,76 @@ impl LockGuard {
         self.held.lost_reason()
     }
 
+    /// How much of the lease is left, as this client knows it (no round trip); see
+    /// [`HeldLock::remaining_lease`]. Zero once the lock is lost.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = locks.lock("export:nightly").lease(Duration::from_secs(60)).await?;
+    /// // At most the lease less the drift allowance (1 % + 2 ms), and going down.
+    /// assert!(guard.remaining_lease() <= Duration::from_secs(60));
+    /// guard.unlock().await
+    /// # }
+    /// ```
+    pub fn remaining_lease(&self) -> std::time::Duration {
+        self.held.remaining_lease()
+    }
+
+    /// Extends a fixed lease (a lock taken with [`.lease(d)`](crate::LockRequest::lease),
+    /// which the watchdog does not renew) so that it lasts at least `lease` from now,
+    /// if this owner still holds the lock: one round trip, that only ever moves the
+    /// lease's end later (a shorter `lease` than what is left changes nothing).
+    /// Re-entries and partial releases then extend to at least `lease` too.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Lost`] when the lock is no longer held by this owner (its lease
+    /// ended, or it was force-unlocked): the guard reports the loss, and nothing is
+    /// extended. [`LockError::InvalidOption`] for a `lease` out of
+    /// [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`](crate::MAX_LEASE), or for a
+    /// lock whose lease the watchdog renews (nothing is sent).
+    /// [`LockError::PermissionDenied`]; [`LockError::Redis`] when Redis could not be
+    /// reached (the lease then ends when it would have).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the lease extended in Redis while this client
+    /// still counts on its old end (the guard then reports the loss at that end, and
+    /// `unlock` gives the lock back either way).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// # async fn export_part(_part: u32) {}
+    /// use std::time::Duration;
+    ///
+    /// // A fixed lease of 30 s, extended by another 30 s before each part.
+    /// let guard = locks.lock("export:nightly").lease(Duration::from_secs(30)).await?;
+    /// for part in 0..10 {
+    ///     guard.extend(Duration::from_secs(30)).await?; // `Lost`: stop at once
+    ///     export_part(part).await;
+    /// }
+    /// guard.unlock().await
+    /// # }
+    /// ```
+    pub async fn extend(&self, lease: std::time::Duration) -> Result<(), LockError> {
+        crate::renew::extend(
+            &self.inner.backend,
+            &self.inner.scripts,
+            &self.held.hold,
+            lease,
+            self.inner.config.replicas,
+        )
+        .await
+    }
+
     /// A cheap view of this lock to hand to code that should see it but not release it.
     ///
     /// # Examples

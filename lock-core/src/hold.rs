@@ -470,6 +470,45 @@ impl HeldLock {
         self.hold.lost_reason()
     }
 
+    /// How much of the lease is left, as this client knows it, with no round trip:
+    /// the time until the send time of the last grant or renewal plus the lease,
+    /// less the clock drift the client allows for (1 % of the lease + 2 ms). Zero
+    /// once the lock is lost. A watchdog lease goes down to about two thirds of the
+    /// lease, then back up at each renewal; a fixed lease only goes down, unless
+    /// [`LockGuard::extend`](crate::LockGuard::extend) extends it.
+    ///
+    /// Redis may keep the key a little longer (the drift allowance, or a longer
+    /// lease of a re-entry): [`LockClient::inspect`](crate::LockClient::inspect)
+    /// asks the server.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// locks
+    ///     .with_lock("export:nightly", |held| async move {
+    ///         // Only start a step that fits in what is left of the lease.
+    ///         if held.remaining_lease() > Duration::from_secs(5) {
+    ///             // ... a step of up to 5 s ...
+    ///         }
+    ///         Ok(())
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
+    pub fn remaining_lease(&self) -> Duration {
+        if self.hold.is_lost() {
+            return Duration::ZERO;
+        }
+        self.hold
+            .state()
+            .deadline
+            .saturating_duration_since(Instant::now())
+    }
+
     /// A token cancelled when the lock is lost, for code that takes a
     /// [`CancellationToken`].
     ///

@@ -1,7 +1,8 @@
 //! One renewal round trip: the leases of a batch of holds extended on the backend,
 //! in one pipeline per endpoint (per hash slot on a cluster) of one script run per
 //! 64 holds, with the replica acknowledgements the client asks for. When to renew
-//! is the watchdog's business.
+//! is the watchdog's business; [`extend`] is the same round trip for one hold of a
+//! fixed lease, asked for by its guard.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,29 +10,41 @@ use std::time::Duration;
 
 use redis::Value;
 
+use tokio::time::Instant;
+
 use crate::backend::{redlock, slot, Backend, Conn};
 use crate::batch::MAX_BATCH;
-use crate::error::is_failover_code;
+use crate::error::{is_failover_code, LockError, LostReason};
 use crate::hold::Hold;
+use crate::lease::{lease_millis, validity};
 use crate::library::is_missing_reply;
-use crate::scripts::{renew_reply, Scripts};
+use crate::scripts::{renew_reply, unexpected_reply, Scripts};
 
-/// Renews every hold of `batch` once: per hold, `Some(true)` renewed, `Some(false)`
-/// no longer held by its owner, `None` unknown (to be retried soon). On Redlock
-/// every node renews the whole batch, and the majority rules decide.
+/// Renews every hold of `batch` once, each to its own lease, or to `lease` when it
+/// is given: per hold, `Some(true)` renewed, `Some(false)` no longer held by its
+/// owner, `None` unknown (to be retried soon). On Redlock every node renews the
+/// whole batch, and the majority rules decide.
 pub(crate) async fn renew(
     backend: &Backend,
     scripts: &Arc<Scripts>,
     batch: &[Arc<Hold>],
     acks: Option<(u32, Duration)>,
+    lease: Option<Duration>,
 ) -> redis::RedisResult<Vec<Option<bool>>> {
     if !backend.is_redlock() {
-        let replies = send_to(backend.first(), scripts.clone(), batch.to_vec(), acks).await?;
+        let replies = send_to(
+            backend.first(),
+            scripts.clone(),
+            batch.to_vec(),
+            acks,
+            lease,
+        )
+        .await?;
         return Ok(replies.iter().map(renew_reply).collect());
     }
     let holds: Vec<Arc<Hold>> = batch.to_vec();
     let per_node = backend
-        .each(|conn| send_to(conn, scripts.clone(), holds.clone(), None))
+        .each(|conn| send_to(conn, scripts.clone(), holds.clone(), None, lease))
         .await;
     let combined = (0..batch.len())
         .map(|index| {
@@ -60,9 +73,10 @@ async fn send_to(
     scripts: Arc<Scripts>,
     batch: Vec<Arc<Hold>>,
     acks: Option<(u32, Duration)>,
+    lease: Option<Duration>,
 ) -> redis::RedisResult<Vec<Value>> {
     if !conn.is_cluster() {
-        return renew_pipeline(&mut conn, &scripts, batch.iter(), acks).await;
+        return renew_pipeline(&mut conn, &scripts, batch.iter(), acks, lease).await;
     }
     let mut groups: HashMap<u16, Vec<usize>> = HashMap::new();
     for (index, hold) in batch.iter().enumerate() {
@@ -74,7 +88,7 @@ async fn send_to(
         let scripts = scripts.clone();
         let holds: Vec<Arc<Hold>> = indices.iter().map(|&i| batch[i].clone()).collect();
         tasks.spawn(async move {
-            let replies = renew_pipeline(&mut conn, &scripts, holds.iter(), acks).await;
+            let replies = renew_pipeline(&mut conn, &scripts, holds.iter(), acks, lease).await;
             (indices, replies)
         });
     }
@@ -104,6 +118,7 @@ async fn renew_pipeline<'a>(
     scripts: &Scripts,
     holds: impl Iterator<Item = &'a Arc<Hold>>,
     acks: Option<(u32, Duration)>,
+    lease: Option<Duration>,
 ) -> redis::RedisResult<Vec<Value>> {
     let holds: Vec<&Arc<Hold>> = holds.collect();
     let runs = holds.len().div_ceil(MAX_BATCH);
@@ -113,7 +128,7 @@ async fn renew_pipeline<'a>(
         for run in holds.chunks(MAX_BATCH) {
             let mut invocation = scripts.renew.prepare_invoke();
             for hold in run {
-                let lease_ms = hold.state().lease.as_millis() as u64;
+                let lease_ms = lease.unwrap_or_else(|| hold.state().lease).as_millis() as u64;
                 invocation
                     .key(&hold.keys.lock)
                     .arg(hold.owner.id())
@@ -166,4 +181,77 @@ async fn renew_pipeline<'a>(
     }
     answers.resize(holds.len(), Value::Nil);
     Ok(answers)
+}
+
+/// Extends the fixed lease of `hold` so that it lasts at least `lease` from now, if
+/// its owner still holds the lock: one run of `renew.lua` (which only ever moves an
+/// expiry later), with the replica acknowledgements the client asks for. On
+/// success the hold counts on the new end (send time + `lease` − drift, never
+/// earlier than before), and re-entries and partial releases extend to at least
+/// `lease` from then on. A lock found gone is lost ([`LostReason::NotHeld`]).
+///
+/// # Cancel safety
+///
+/// Dropping the future may leave the lease extended in Redis while the hold still
+/// counts on its old end (its guard reports the loss then, and `unlock` gives the
+/// lock back either way); nothing else changes.
+pub(crate) async fn extend(
+    backend: &Backend,
+    scripts: &Arc<Scripts>,
+    hold: &Arc<Hold>,
+    lease: Duration,
+    acks: Option<(u32, Duration)>,
+) -> Result<(), LockError> {
+    let lease = Duration::from_millis(lease_millis("extend", lease)?);
+    let (watchdog, closed) = {
+        let state = hold.state();
+        (state.watchdog, state.closed)
+    };
+    if watchdog {
+        return Err(LockError::invalid_option(
+            "extend",
+            format!(
+                "the lease of `{}` is renewed by the watchdog; `extend` is for a fixed \
+                 lease (`.lease(d)`), which nothing else renews",
+                hold.display()
+            ),
+        ));
+    }
+    if closed || hold.is_lost() {
+        return Err(hold.lost_error());
+    }
+    let sent = Instant::now();
+    let replies = renew(
+        backend,
+        scripts,
+        std::slice::from_ref(hold),
+        acks,
+        Some(lease),
+    )
+    .await?;
+    match replies.first().copied().flatten() {
+        Some(true) => {
+            {
+                let mut state = hold.state();
+                state.deadline = state.deadline.max(sent + validity(lease));
+                state.lease = state.lease.max(lease);
+            }
+            // A reply that came after the old end: the guard was told of the loss.
+            if hold.is_lost() {
+                return Err(hold.lost_error());
+            }
+            Ok(())
+        }
+        Some(false) => {
+            hold.mark_lost(
+                LostReason::NotHeld,
+                "the lock was not held by its owner when its lease was to be extended",
+            );
+            Err(hold.lost_error())
+        }
+        None => Err(LockError::Redis(unexpected_reply(
+            "renew.lua",
+            "no answer that a majority agrees on",
+        ))),
+    }
 }

@@ -374,10 +374,12 @@ impl Task {
     async fn round(&self, batch: &[Arc<Hold>], limit: Duration) -> Option<Vec<Option<bool>>> {
         let sent = Instant::now();
         let span = tracing::debug_span!("distlock.renew", locks = batch.len());
-        let result =
-            tokio::time::timeout(limit, renew(&self.backend, &self.scripts, batch, self.acks))
-                .instrument(span)
-                .await;
+        let result = tokio::time::timeout(
+            limit,
+            renew(&self.backend, &self.scripts, batch, self.acks, None),
+        )
+        .instrument(span)
+        .await;
         match result {
             Ok(Ok(replies)) => {
                 metrics::renewal_round_trip(&self.backend, sent.elapsed());
