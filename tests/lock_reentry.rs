@@ -352,3 +352,62 @@ async fn waiting_for_a_lock_the_same_client_holds_says_so() {
     assert_eq!(said("`self:b`"), 0, "{}", warnings.text());
     held.unlock().await.expect("unlock");
 }
+
+/// Issue 26 (Redisson's `isHeldByCurrentThread()`): whether the current call chain
+/// holds a name through this client, with no round trip: inside a lock's scope,
+/// not beside it, not in a spawned task without the context, not through a client
+/// of another namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn is_held_by_current_chain_follows_the_context_and_the_client() {
+    let server = support::server();
+    let locks = support::client_with_lease(&server, Duration::from_millis(600)).await;
+    let elsewhere = support::builder(&server)
+        .namespace("elsewhere")
+        .connect()
+        .await
+        .expect("connect");
+    assert!(!locks.is_held_by_current_chain("held:1"));
+    let guard = locks.lock("held:1").await.expect("lock");
+    assert!(
+        !locks.is_held_by_current_chain("held:1"),
+        "a guard alone sets no context"
+    );
+    guard
+        .scope(async {
+            assert!(locks.is_held_by_current_chain("held:1"));
+            assert!(!locks.is_held_by_current_chain("held:2"));
+            assert!(
+                !elsewhere.is_held_by_current_chain("held:1"),
+                "another client, another namespace"
+            );
+            assert!(!locks.is_held_by_current_chain(""), "an invalid name");
+            let spawned = tokio::spawn({
+                let locks = locks.clone();
+                async move { locks.is_held_by_current_chain("held:1") }
+            });
+            assert!(!spawned.await.expect("task"), "a task without the context");
+            let handed = tokio::spawn(distlock::LockContext::current().scope({
+                let locks = locks.clone();
+                async move { locks.is_held_by_current_chain("held:1") }
+            }));
+            assert!(handed.await.expect("task"), "a task given the context");
+        })
+        .await;
+    let read = locks.read_lock("held:rw").await.expect("read");
+    read.scope(async { assert!(locks.is_held_by_current_chain("held:rw")) })
+        .await;
+    read.unlock().await.expect("unlock");
+    assert!(locks.force_unlock("held:1").await.expect("force"));
+    guard
+        .scope(async {
+            tokio::time::timeout(Duration::from_secs(5), guard.lost())
+                .await
+                .expect("the watchdog finds it gone");
+            assert!(
+                !locks.is_held_by_current_chain("held:1"),
+                "a hold known lost is not held"
+            );
+        })
+        .await;
+    let _ = guard.unlock().await;
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::backend::redlock::{self, ForceVote};
+use crate::context::LockContext;
 use crate::error::LockError;
 use crate::health::{self, HealthReport};
 use crate::hold::HeldLock;
@@ -833,6 +834,48 @@ impl LockClient {
     /// ```
     pub async fn shutdown(&self) -> ShutdownReport {
         release::shutdown(&self.inner).await
+    }
+
+    /// Whether the current call chain holds the lock `name` (of any kind) through
+    /// this client, and does not know it lost: what Redisson calls
+    /// `isHeldByCurrentThread()`, for the async call chain instead of the thread.
+    /// Answered from the chain's [`LockContext`], with no round trip; the lock is
+    /// held there exactly when `lock(name)` here would re-enter it: inside the body
+    /// of [`with_lock`](Self::with_lock), of [`LockGuard::scope`](crate::LockGuard::scope),
+    /// of an annotated function, or of a task given the context with
+    /// [`LockContext::scope`]. A guard alone does not set the context, so right after
+    /// `let guard = locks.lock(name).await?` it is `false` until `guard.scope(..)`.
+    ///
+    /// The name is looked up in this client's namespace: a chain that holds `name`
+    /// through another client (another namespace, or another server) does not hold
+    /// it here. An invalid name is held by nobody: `false`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// assert!(!locks.is_held_by_current_chain("order:42"));
+    /// locks
+    ///     .with_lock("order:42", |_| {
+    ///         let locks = locks.clone();
+    ///         async move {
+    ///             // Deep in the body, without the guard passed down.
+    ///             assert!(locks.is_held_by_current_chain("order:42"));
+    ///             assert!(!locks.is_held_by_current_chain("order:43"));
+    ///             Ok(())
+    ///         }
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
+    pub fn is_held_by_current_chain(&self, name: impl AsRef<[u8]>) -> bool {
+        let Ok(keys) = self.inner.keys(name.as_ref()) else {
+            return false;
+        };
+        LockContext::current()
+            .find_any(self.inner.id, &keys.lock)
+            .is_some_and(|held| !held.is_lost())
     }
 
     /// Reads the state of the lock `name` without changing it. One round trip.

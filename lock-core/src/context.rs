@@ -199,6 +199,13 @@ impl LockContext {
         })
     }
 
+    /// A hold, of any kind, of the lock at the Redis key `lock` taken through the
+    /// client numbered `client_id`, if this chain has one.
+    pub(crate) fn find_any(&self, client_id: u64, lock: &[u8]) -> Option<&HeldLock> {
+        self.locks()
+            .find(|held| held.hold.client_id == client_id && held.hold.keys.lock == lock)
+    }
+
     /// A child context that also holds `held`.
     pub(crate) fn with(&self, held: HeldLock) -> LockContext {
         LockContext {
