@@ -300,3 +300,98 @@ async fn bad_input_is_refused_and_changes_nothing() {
     assert_eq!(info.kind, Some(LockKind::Semaphore { permits: 5 }));
     five.unlock().await.expect("unlock");
 }
+
+/// Issue 26 (what Redisson users look for, `RSemaphore.availablePermits()`): the
+/// free permits, one read: each live holder takes one (a re-entry counts once), a
+/// mismatched permit count and another kind at the name are the errors `acquire`
+/// gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn available_permits_counts_each_live_holder_once() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let other = support::client(&server).await;
+    let exports = locks.semaphore("sem:free", 3);
+    assert_eq!(exports.available_permits().await.expect("free"), 3);
+
+    let outer = exports.acquire().await.expect("permit");
+    let inner = outer
+        .scope(async { exports.acquire().await })
+        .await
+        .expect("re-entry");
+    assert_eq!(exports.available_permits().await.expect("one held"), 2);
+    let theirs = other
+        .semaphore("sem:free", 3)
+        .acquire()
+        .await
+        .expect("another permit");
+    assert_eq!(
+        other
+            .semaphore("sem:free", 3)
+            .available_permits()
+            .await
+            .expect("two held"),
+        1
+    );
+
+    let err = locks
+        .semaphore("sem:free", 5)
+        .available_permits()
+        .await
+        .expect_err("5 is not its count");
+    assert!(
+        matches!(
+            err,
+            LockError::PermitsMismatch {
+                permits: 3,
+                asked: 5,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let plain = locks.lock("sem:plain").await.expect("a plain lock");
+    let err = locks
+        .semaphore("sem:plain", 2)
+        .available_permits()
+        .await
+        .expect_err("a plain lock is there");
+    assert!(matches!(err, LockError::KindConflict { .. }), "{err}");
+    let err = locks
+        .semaphore("sem:free", 0)
+        .available_permits()
+        .await
+        .expect_err("no permits");
+    assert!(err.is_invalid_input(), "{err}");
+
+    theirs.unlock().await.expect("theirs");
+    inner.unlock().await.expect("inner");
+    assert_eq!(exports.available_permits().await.expect("one held"), 2);
+    outer.unlock().await.expect("outer");
+    assert_eq!(exports.available_permits().await.expect("free again"), 3);
+    plain.unlock().await.expect("plain");
+}
+
+/// A permit taken with a fixed lease is extended like a lock (its own lease, on
+/// the server's clock), and counts as held while it lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_permit_is_extended() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let exports = locks.semaphore("sem:extend", 2);
+    let permit = exports
+        .acquire()
+        .lease(Duration::from_millis(300))
+        .await
+        .expect("permit");
+    permit
+        .extend(Duration::from_secs(5))
+        .await
+        .expect("extended");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!permit.is_lost());
+    assert_eq!(exports.available_permits().await.expect("held"), 1);
+    let info = locks.inspect("sem:extend").await.expect("inspect");
+    let left = info.holders[0].lease_remaining.expect("a lease");
+    assert!(left > Duration::from_secs(4), "{left:?}");
+    permit.unlock().await.expect("unlock");
+}

@@ -356,31 +356,35 @@ fn check_kind(
         }
         mode.fencing = false;
     }
-    if inner.backend.is_redlock() {
-        match keys.kind {
-            Kind::Permit { .. } => {
-                return Err(LockError::UnsupportedKind {
-                    kind: "semaphores",
-                    backend: "Redlock",
-                    reason: "each node counts the permits it granted, and owners that each hold \
-                             a majority of nodes can together hold more permits than the \
-                             semaphore has; use a single server, Sentinel or a cluster for \
-                             semaphores",
-                })
-            }
-            Kind::Fair => {
-                return Err(LockError::UnsupportedKind {
-                    kind: "fair locks",
-                    backend: "Redlock",
-                    reason: "each node keeps its own queue, in the order requests reached it, \
-                             so the nodes can disagree on who is next and no waiter wins a \
-                             majority; use a single server, Sentinel or a cluster for fair locks",
-                })
-            }
-            _ => {}
-        }
+    match unsupported(inner, keys.kind) {
+        Some(err) => Err(err),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// The refusal of a kind of lock the client's backend cannot keep safe: semaphores
+/// and fair locks on Redlock.
+pub(crate) fn unsupported(inner: &Inner, kind: Kind) -> Option<LockError> {
+    if !inner.backend.is_redlock() {
+        return None;
+    }
+    match kind {
+        Kind::Permit { .. } => Some(LockError::UnsupportedKind {
+            kind: "semaphores",
+            backend: "Redlock",
+            reason: "each node counts the permits it granted, and owners that each hold a \
+                     majority of nodes can together hold more permits than the semaphore has; \
+                     use a single server, Sentinel or a cluster for semaphores",
+        }),
+        Kind::Fair => Some(LockError::UnsupportedKind {
+            kind: "fair locks",
+            backend: "Redlock",
+            reason: "each node keeps its own queue, in the order requests reached it, so the \
+                     nodes can disagree on who is next and no waiter wins a majority; use a \
+                     single server, Sentinel or a cluster for fair locks",
+        }),
+        _ => None,
+    }
 }
 
 /// The request's options with the client's defaults filled in and checked.

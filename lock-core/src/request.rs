@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::acquire::{acquire, Options};
+use crate::acquire::{acquire, kind_conflict, unsupported, Options};
 use crate::detach::BoxFuture;
 use crate::error::LockError;
 use crate::guard::{LockGuard, MultiLockGuard};
@@ -16,6 +16,7 @@ use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
 use crate::multi::acquire_all;
 use crate::origin::Origin;
+use crate::scripts::{StoredKind, ViewKind};
 
 /// A request for a lock, made by [`LockClient::lock`](crate::LockClient::lock). Await it to get the guard.
 ///
@@ -850,6 +851,63 @@ impl Semaphore {
     #[track_caller]
     pub fn try_acquire(&self) -> TryLockRequest {
         TryLockRequest::new(self.acquire())
+    }
+
+    /// How many permits are free now: the semaphore's permits less its holders with
+    /// a lease still running (a holder that re-entered its permit holds one). One
+    /// read of the semaphore's hash, by the read-only `inspect.lua`; the answer may
+    /// be stale by the time it arrives, so use [`try_acquire`](Self::try_acquire) to
+    /// take a permit, not this and then `acquire`.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::PermitsMismatch`] when the semaphore's holders count another
+    /// number of permits (as `acquire` would say); [`LockError::KindConflict`] when
+    /// the name is held as another kind of lock; [`LockError::UnsupportedKind`] on
+    /// Redlock; [`LockError::InvalidName`], [`LockError::InvalidOption`] (a permit
+    /// count out of range), with nothing sent; [`LockError::KeyConflict`];
+    /// [`LockError::PermissionDenied`]; [`LockError::Redis`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only: dropping the future changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let exports = locks.semaphore("exports", 4);
+    /// println!("{} of {} exports may start now", exports.available_permits().await?, exports.permits());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn available_permits(&self) -> Result<u32, LockError> {
+        let permits = self.permits;
+        check_permits(permits)?;
+        let keys = self.inner.keys_of(&self.name, Kind::Permit { permits })?;
+        if let Some(err) = unsupported(&self.inner, keys.kind) {
+            return Err(err);
+        }
+        let view = self.inner.view(&keys).await?;
+        let held_as = match view.kind {
+            None => return Ok(permits),
+            Some(ViewKind::Semaphore { permits: stored }) if stored == permits => {
+                let held = u32::try_from(view.holders.len()).unwrap_or(u32::MAX);
+                return Ok(permits.saturating_sub(held));
+            }
+            Some(ViewKind::Semaphore { permits: stored }) => {
+                return Err(LockError::PermitsMismatch {
+                    name: keys.display(),
+                    permits: stored,
+                    asked: permits,
+                })
+            }
+            Some(ViewKind::Exclusive) => StoredKind::Plain,
+            Some(ViewKind::ReadWrite) => StoredKind::ReadWrite,
+            Some(ViewKind::Fair) => StoredKind::Fair,
+        };
+        Err(kind_conflict(&keys, held_as))
     }
 
     /// The number of permits.
