@@ -46,7 +46,7 @@
 //! | 3 | `subscriber.rs` | waiting: the queues of local waiters, woken by release messages |
 //! | 3 | `batch.rs` | group commit: the new acquisitions (or the releases) ready at the same moment, as one run of `acquire.lua` (`release.lua`) |
 //! | 4 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |
-//! | 4 | `renew.rs` | one renewal round trip for a batch of holds: one run of `renew.lua` per 64 holds |
+//! | 4 | `renew.rs` | one renewal round trip for a batch of holds: one run of `renew.lua` per 64 holds; `extend`, the same for one fixed lease ([`LockGuard::extend`]) |
 //! | 5 | `watchdog.rs` | when to renew, and telling guards of a loss |
 //! | 6 | `inner.rs` | `Inner`: one client's state, what every internal function takes |
 //! | 7 | `health.rs` | [`HealthReport`], [`NodeHealth`]: the checks of [`LockClient::ping`] |
@@ -57,7 +57,7 @@
 //! | 9 | `acquire.rs` | the wait loop of a new acquisition, and re-entry |
 //! | 9 | `multi.rs` | many names at once (`lock_all`): canonical order, all or nothing |
 //! | 10 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`], [`LockAllRequest`] |
-//! | 11 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`] and [`InstallGlobalError`], `inspect`, `force_unlock` |
+//! | 11 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`] and [`InstallGlobalError`], `inspect`, `force_unlock`, `is_held_by_current_chain` |
 //! | 12 | `builder.rs` | [`LockClientBuilder`]: settings, their validation, connecting |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
