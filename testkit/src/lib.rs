@@ -22,6 +22,9 @@
 //! - [`FaultProxy`] sits between a client and a server on loopback and delays,
 //!   drops ([blackholes](FaultProxy::blackhole)) or resets the traffic of each
 //!   [`Direction`], or stops accepting connections, while the test runs.
+//! - [`StepProxy`] cuts the traffic into RESP commands and holds the ones the test
+//!   chose until it [delivers](StepProxy::deliver) each: in order, with its reply
+//!   late or lost, or dropped ([`Delivery`]). A schedule of such choices replays.
 //! - [`History`] collects the critical sections of every participant of a test
 //!   (tasks and child processes, timed on the machine-wide [`monotonic_ns`] clock)
 //!   and [checks](History::check) that no two owners believed they held a lock at
@@ -89,6 +92,7 @@ mod proxy;
 mod resp;
 mod sentinel;
 mod server;
+mod step;
 
 pub use binary::{redis_server_binary, REDIS_SERVER_ENV};
 pub use cluster::RedisCluster;
@@ -100,3 +104,4 @@ pub use process::ChildProcess;
 pub use proxy::{Direction, FaultProxy};
 pub use sentinel::SentinelGroup;
 pub use server::{start_many, RedisServer, RedisServerBuilder};
+pub use step::{Delivery, HeldRequest, StepProxy};

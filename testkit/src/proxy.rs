@@ -577,7 +577,7 @@ impl Drop for FaultProxy {
 }
 
 /// Sets `SO_LINGER` to zero and shuts the socket down, so that the peer gets a RST.
-fn abort(stream: &TcpStream) {
+pub(crate) fn abort(stream: &TcpStream) {
     let linger = libc::linger {
         l_onoff: 1,
         l_linger: 0,
