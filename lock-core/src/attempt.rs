@@ -10,6 +10,7 @@ use crate::backend::{redlock, Conn};
 use crate::batch::{answer_of, Acquisition, Request};
 use crate::detach::{replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, LockError};
+use crate::faults::{self, Fault};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::library::is_missing;
@@ -312,7 +313,14 @@ impl Invoke {
     /// then undoes what it did.
     async fn resolve(self) {
         let name = self.keys.display();
-        let reply = replay_until_known(&name, "acquire", || self.clone().send()).await;
+        let reply = replay_until_known(&name, "acquire", || {
+            let mut replay = self.clone();
+            if replay.reentry && faults::active(Fault::ReentryReplayForgotten) {
+                replay.op = replay.owner.op();
+            }
+            replay.send()
+        })
+        .await;
         if let Some((outcome, _)) = reply {
             self.undo(outcome).await;
         }

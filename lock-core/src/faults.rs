@@ -16,6 +16,14 @@ pub enum Fault {
     LeaseNotValidated,
     /// An acquire reply that arrives after the lease could have ended is trusted.
     NoPostReplyLeaseCheck,
+    /// A release retried after a lost reply goes under a new operation number, so
+    /// the script cannot tell it applied already.
+    ReleaseReplayForgotten,
+    /// A re-entry replayed after a lost reply goes under a new operation number.
+    ReentryReplayForgotten,
+    /// Every owner's final release is recorded under one key per lock, so one
+    /// owner's record overwrites another's.
+    SharedFinalReleaseRecord,
 }
 
 #[cfg(feature = "fault-injection")]

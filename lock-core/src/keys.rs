@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::LockError;
+use crate::faults::{self, Fault};
 use crate::layout::{CHANNEL_SUFFIX, FENCE_SUFFIX, FREED_SUFFIX};
 
 /// The longest lock name accepted, in bytes.
@@ -195,7 +196,9 @@ impl LockKeys {
     /// `:freed:<owner>`, the same for every kind.
     pub(crate) fn freed_for(&self, owner: &str) -> Vec<u8> {
         let mut key = suffixed(&self.lock, FREED_SUFFIX.as_bytes());
-        key.extend_from_slice(owner.as_bytes());
+        if !faults::active(Fault::SharedFinalReleaseRecord) {
+            key.extend_from_slice(owner.as_bytes());
+        }
         key
     }
 

@@ -457,11 +457,14 @@ impl Release {
     /// Retries go on, 25 ms apart and doubling up to 250 ms, for three quarters of
     /// the time a final release is remembered, so that the last retry still finds
     /// the record of a first try that applied; at least one retry is made.
-    async fn on_node(self, conn: Conn) -> redis::RedisResult<ReleaseReply> {
+    async fn on_node(mut self, conn: Conn) -> redis::RedisResult<ReleaseReply> {
         let give_up = Instant::now() + self.patience;
         let mut pause = Duration::from_millis(25);
         let mut retried = false;
         loop {
+            if retried && faults::active(Fault::ReleaseReplayForgotten) {
+                self.item.seq += 1 << 40;
+            }
             match self.batcher.submit(conn.clone(), self.item.clone()).await {
                 Ok(reply) => {
                     return ReleaseReply::decode(&reply)
