@@ -37,6 +37,15 @@ COMMANDS:
                       or `cargo xtask test -- --nocapture`. Then the seeded-fault
                       tests: `cargo test --features fault-injection --test reliability_faults`,
                       and the metrics: `cargo test --features metrics --test ops_metrics`.
+    explore [ARGS...] Run the explorer of interleavings (tests/explore): every schedule
+                      of a few small worlds (2-3 owners, up to 3 operations each) on
+                      the real client and scripts, each script request delivered in
+                      order, late, lost or dropped, every property checked after every
+                      step. No ARGS: the slice CI runs. `--full`: the whole bound.
+                      `--world NAME`: one world. `--seeded`: each seeded fault in turn,
+                      which it must find. `--replay WORLD/STEP.STEP...`: one schedule
+                      with a step-by-step log (`EXPLORE_FAULT=NAME` seeds a fault).
+                      `cargo xtask test` runs the slice and `--seeded`.
     reliability       Run the reliability suite (tests/reliability_*.rs,
                       lock_max_hold.rs and lock_deadlock.rs, with the
                       seeded faults) and write RELIABILITY.md: each test's result, each
@@ -100,6 +109,7 @@ fn main() -> ExitCode {
         Some("cluster") => cluster(&rest),
         Some("sentinel") => sentinel(&rest),
         Some("reliability") => reliability_suite(),
+        Some("explore") => explore(&rest),
         Some("bench") => bench(&rest),
         Some("package") => package(),
         Some("doc-examples") => doc_examples::check(workspace_root()),
@@ -252,11 +262,32 @@ fn test(extra: &[OsString]) -> Result<()> {
         reliability::FAULTS_SUITE,
     ]);
     run(faults)?;
+    // The explorer: the slice of every world, then each seeded fault found.
+    explore(&[])?;
+    explore(&[OsString::from("--seeded")])?;
     // The metrics recorder is process-global too, and the metrics are compiled in
     // only with the feature.
     let mut metrics = cargo(&redis);
     metrics.args(["test", "--features", "metrics", "--test", "ops_metrics"]);
     run(metrics)
+}
+
+/// `cargo xtask explore [ARGS...]`: the explorer of interleavings, with its seeded
+/// faults compiled in (they stay off unless asked for).
+fn explore(args: &[OsString]) -> Result<()> {
+    let redis = ensure_redis()?;
+    let mut explore = cargo(&redis);
+    explore
+        .args([
+            "test",
+            "--features",
+            "fault-injection",
+            "--test",
+            "explore",
+            "--",
+        ])
+        .args(args);
+    run(explore)
 }
 
 /// `cargo xtask reliability`: the reliability suite, then `RELIABILITY.md`.
@@ -291,6 +322,21 @@ fn reliability_suite() -> Result<()> {
     ]);
     println!("xtask: running `{}`", display(&faults));
     ok &= reliability::run_collecting(faults, reliability::FAULTS_SUITE, &mut collected)?;
+    for args in [&[][..], &["--seeded"][..]] {
+        let mut explore = cargo(&redis);
+        explore
+            .args([
+                "test",
+                "--features",
+                "fault-injection",
+                "--test",
+                "explore",
+                "--",
+            ])
+            .args(args);
+        println!("xtask: running `{}`", display(&explore));
+        ok &= reliability::run_collecting(explore, "explore", &mut collected)?;
+    }
 
     let version = Command::new(&redis)
         .arg("--version")

@@ -1,0 +1,391 @@
+//! `cargo xtask explore`: every schedule of a few small worlds, run on the real
+//! client and the real scripts against a real `redis-server`, with each request
+//! delivered in order, late, or lost, and every property checked after every step.
+//!
+//! How a schedule is made deterministic:
+//! - Time: each schedule runs on a current-thread Tokio runtime whose clock is
+//!   paused and never moves on its own (a blocking task inhibits auto-advance);
+//!   virtual time passes only when the explorer advances it.
+//! - Delivery: each client talks to the server through a `StepProxy`, which holds
+//!   every script request (acquire, re-enter, release, renew, withdraw) until the
+//!   explorer delivers it: in order, with its reply late (after the client's
+//!   response timeout), with its reply lost and the connection reset, dropped with
+//!   the connection reset, or held itself past the timeout and delivered later.
+//! - Between two choices the explorer waits until the proxies and the runtime are
+//!   quiet, so a schedule is the list of its choices, printed as a replay string.
+//!
+//! Reductions (each keeps every behaviour reachable):
+//! - An actor's next operation on a client where nothing else is in progress is
+//!   started at once, not at every later point: until its first request is
+//!   delivered (a choice of its own) it touches nothing another step sees.
+//! - Virtual time passes only when nothing else can happen, except where a choice
+//!   says so (a late reply, a held request, renewal): the network is taken to be
+//!   faster than the client's timers unless a fault says otherwise.
+//! - A schedule holds at most the world's number of faults.
+//!
+//! Usage (through `cargo xtask explore`, or `cargo test --features fault-injection
+//! --test explore -- ARGS`):
+//!   (no args)          the slice CI runs
+//!   --full             the whole bound
+//!   --world NAME       only that world
+//!   --faults N         at most N faults per schedule in every world
+//!   --max-secs S       stop each world after S seconds (reported incomplete)
+//!   --fault NAME       seed a fault and show the explorer finds it
+//!   --seeded           every seeded fault in turn; fails unless each is found
+//!   --replay STRING    one schedule, step by step
+
+mod harness;
+mod schedule;
+mod world;
+
+use std::collections::HashSet;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use distlock::__private::faults::{self, Fault};
+use distlock_testkit::RedisServer;
+
+use schedule::{Env, Run};
+use world::World;
+
+/// The seeded faults that bring back interleaving bugs found before.
+const SEEDED: [(&str, Fault, &str); 3] = [
+    (
+        "release-replay-forgotten",
+        Fault::ReleaseReplayForgotten,
+        "chains",
+    ),
+    (
+        "reentry-replay-forgotten",
+        Fault::ReentryReplayForgotten,
+        "chains",
+    ),
+    (
+        "shared-final-release-record",
+        Fault::SharedFinalReleaseRecord,
+        "chains",
+    ),
+];
+
+struct Report {
+    world: String,
+    bound: String,
+    schedules: usize,
+    states: usize,
+    diverged: usize,
+    deepest: usize,
+    violations: Vec<(String, String)>,
+    secs: f64,
+    /// Every schedule of the bound was run (not stopped by `--max-secs`).
+    complete: bool,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let server = match RedisServer::start() {
+        Ok(server) => server,
+        Err(err) => {
+            eprintln!("explore: could not start redis-server: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(replay) = value("--replay") {
+        return replay_one(&server, &replay);
+    }
+    let full = flag("--full");
+    let only = value("--world");
+    let budget: Option<usize> = value("--faults").and_then(|n| n.parse().ok());
+    let max_secs: Option<f64> = value("--max-secs").and_then(|n| n.parse().ok());
+    let mut worlds: Vec<World> = world::worlds(full)
+        .into_iter()
+        .filter(|w| only.as_deref().is_none_or(|o| o == w.name))
+        .map(|mut w| {
+            if let Some(budget) = budget {
+                w.faults = budget;
+            }
+            w
+        })
+        .collect();
+    if flag("--seeded") || value("--fault").is_some() {
+        let wanted = value("--fault");
+        let mut missed = 0;
+        for (name, fault, world_name) in SEEDED {
+            if wanted.as_deref().is_some_and(|w| w != name) {
+                continue;
+            }
+            let Some(world) = world::worlds(true)
+                .into_iter()
+                .find(|w| w.name == world_name)
+            else {
+                continue;
+            };
+            faults::clear();
+            faults::inject(fault);
+            let report = sample(&server, &world, 600);
+            faults::clear();
+            println!(
+                "RELIABILITY scenario=explore_seeded_{} seeded_faults=1 caught={} schedules={} shortest_steps={}",
+                name.replace('-', "_"),
+                u8::from(!report.violations.is_empty()),
+                report.schedules,
+                report
+                    .violations
+                    .first()
+                    .map_or(0, |(replay, _)| replay.split('.').count())
+            );
+            match report.violations.first() {
+                Some((replay, violation)) => println!(
+                    "explore seeded fault={name} found=yes schedules={} shortest_steps={} violation=\"{violation}\"\n  replay: {replay}",
+                    report.schedules,
+                    replay.split('.').count()
+                ),
+                None => {
+                    missed += 1;
+                    println!(
+                        "explore seeded fault={name} found=NO schedules={}",
+                        report.schedules
+                    );
+                }
+            }
+        }
+        return if missed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    worlds.sort_by_key(|w| w.name);
+    let started = Instant::now();
+    let mut failed = false;
+    let mut total = (0, 0);
+    for world in &worlds {
+        let report = explore(&server, world, false, max_secs);
+        total.0 += report.schedules;
+        total.1 += report.states;
+        println!(
+            "explore world={} schedules={} states={} deepest={} diverged={} violations={} secs={:.1} complete={} bound=\"{}\"",
+            report.world,
+            report.schedules,
+            report.states,
+            report.deepest,
+            report.diverged,
+            report.violations.len(),
+            report.secs,
+            report.complete,
+            report.bound
+        );
+        println!(
+            "RELIABILITY scenario=explore_{} schedules={} states={} deepest={} faults={} violations={} diverged={} complete={} ms={}",
+            report.world,
+            report.schedules,
+            report.states,
+            report.deepest,
+            world.faults,
+            report.violations.len(),
+            report.diverged,
+            u8::from(report.complete),
+            (report.secs * 1000.0) as u64
+        );
+        for (replay, violation) in &report.violations {
+            failed = true;
+            println!("  VIOLATION: {violation}\n  replay: cargo xtask explore --replay '{replay}'");
+        }
+    }
+    println!(
+        "explore total worlds={} schedules={} states={} secs={:.1} bound={}",
+        worlds.len(),
+        total.0,
+        total.1,
+        started.elapsed().as_secs_f64(),
+        if full { "full" } else { "slice" }
+    );
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Every schedule of `world`, depth first; with `stop_early`, the search ends soon
+/// after the first violation, keeping the shortest one found.
+fn explore(server: &RedisServer, world: &World, stop_early: bool, max_secs: Option<f64>) -> Report {
+    let started = Instant::now();
+    let mut report = Report {
+        world: world.name.to_owned(),
+        bound: world.bound(),
+        schedules: 0,
+        states: 0,
+        diverged: 0,
+        deepest: 0,
+        violations: Vec::new(),
+        secs: 0.0,
+        complete: true,
+    };
+    let mut env = match Env::new(server, world.clients) {
+        Ok(env) => env,
+        Err(err) => {
+            report.violations.push((String::new(), err));
+            return report;
+        }
+    };
+    let mut states = HashSet::new();
+    let mut prefix: Vec<String> = Vec::new();
+    let mut after_first = None;
+    loop {
+        let run = schedule::run(world, &mut env, &prefix, false);
+        report.schedules += 1;
+        if report.schedules.is_multiple_of(25) || std::env::var_os("EXPLORE_TRACE").is_some() {
+            eprintln!(
+                "explore: {} schedules of {} in {:.0} s, {} states; last: {}",
+                report.schedules,
+                world.name,
+                started.elapsed().as_secs_f64(),
+                states.len(),
+                run.labels().join(".")
+            );
+        }
+        report.deepest = report.deepest.max(run.decisions.len());
+        states.extend(run.states.iter().copied());
+        if run.diverged {
+            report.diverged += 1;
+        }
+        if let Some(violation) = &run.violation {
+            let replay = format!("{}/{}", world.name, run.labels().join("."));
+            report.violations.push((replay, violation.clone()));
+            after_first.get_or_insert(report.schedules);
+        }
+        if stop_early && after_first.is_some_and(|at| report.schedules >= at + 50) {
+            break;
+        }
+        if max_secs.is_some_and(|max| started.elapsed().as_secs_f64() > max) {
+            report.complete = false;
+            break;
+        }
+        match next_prefix(&run) {
+            Some(next) => prefix = next,
+            None => break,
+        }
+    }
+    // The shortest first.
+    report
+        .violations
+        .sort_by_key(|(replay, _)| replay.split('.').count());
+    report.states = states.len();
+    report.secs = started.elapsed().as_secs_f64();
+    report
+}
+
+/// `count` schedules of `world` with choices drawn at random (a fixed seed, so the
+/// run repeats), stopping 100 schedules after the first violation; the shortest
+/// violation first.
+fn sample(server: &RedisServer, world: &World, count: usize) -> Report {
+    let started = Instant::now();
+    let mut report = Report {
+        world: world.name.to_owned(),
+        bound: world.bound(),
+        schedules: 0,
+        states: 0,
+        diverged: 0,
+        deepest: 0,
+        violations: Vec::new(),
+        secs: 0.0,
+        complete: true,
+    };
+    let mut env = match Env::new(server, world.clients) {
+        Ok(env) => env,
+        Err(err) => {
+            report.violations.push((String::new(), err));
+            return report;
+        }
+    };
+    let mut first = None;
+    for i in 0..count {
+        let seed = 0x9E37_79B9_7F4A_7C15_u64.wrapping_mul(i as u64 + 1) | 1;
+        let run = schedule::run_with(world, &mut env, &[], false, Some(seed));
+        report.schedules += 1;
+        report.deepest = report.deepest.max(run.decisions.len());
+        if let Some(violation) = &run.violation {
+            let replay = format!("{}/{}", world.name, run.labels().join("."));
+            report.violations.push((replay, violation.clone()));
+            first.get_or_insert(i);
+        }
+        if first.is_some_and(|at| i >= at + 100) {
+            break;
+        }
+    }
+    report
+        .violations
+        .sort_by_key(|(replay, _)| replay.split('.').count());
+    report.secs = started.elapsed().as_secs_f64();
+    report
+}
+
+/// The next schedule depth first: the deepest choice with an option left.
+fn next_prefix(run: &Run) -> Option<Vec<String>> {
+    let mut decisions = run.decisions.clone();
+    while let Some(last) = decisions.pop() {
+        if last.chosen + 1 < last.options.len() {
+            let mut prefix: Vec<String> = decisions
+                .iter()
+                .map(|d| d.options[d.chosen].clone())
+                .collect();
+            prefix.push(last.options[last.chosen + 1].clone());
+            return Some(prefix);
+        }
+    }
+    None
+}
+
+fn replay_one(server: &RedisServer, replay: &str) -> ExitCode {
+    let Some((world_name, steps)) = replay.split_once('/') else {
+        eprintln!("explore: a replay string is WORLD/STEP.STEP..., not `{replay}`");
+        return ExitCode::FAILURE;
+    };
+    let Some(world) = world::worlds(true)
+        .into_iter()
+        .find(|w| w.name == world_name)
+    else {
+        eprintln!("explore: no world `{world_name}`");
+        return ExitCode::FAILURE;
+    };
+    if let Ok(fault) = std::env::var("EXPLORE_FAULT") {
+        if let Some((_, f, _)) = SEEDED.iter().find(|(n, _, _)| *n == fault) {
+            faults::inject(*f);
+        }
+    }
+    let prefix: Vec<String> = steps
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let mut env = match Env::new(server, world.clients) {
+        Ok(env) => env,
+        Err(err) => {
+            eprintln!("explore: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("replaying {replay} in world {}: {}", world.name, world.what);
+    let run = schedule::run(&world, &mut env, &prefix, true);
+    match run.violation {
+        Some(violation) => {
+            println!("VIOLATION: {violation}");
+            ExitCode::FAILURE
+        }
+        None if run.diverged => {
+            println!("the schedule diverged from the replay string");
+            ExitCode::FAILURE
+        }
+        None => {
+            println!("no violation ({} steps)", run.decisions.len());
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,1018 @@
+//! One schedule: the explorer's side. It waits for the clients to settle, lists what
+//! can happen next (an actor starts its next operation, a held request is delivered
+//! in one of five ways), takes one choice, and checks every property after every
+//! step.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use distlock::layout::StoredLock;
+use distlock_testkit::{Delivery, HeldRequest, StepProxy};
+
+use crate::harness::{Harness, Outcome, LEASE, RESPONSE_TIMEOUT, WAIT};
+use crate::world::{Op, World};
+
+/// How long traffic must be quiet, in real time, before the world counts as settled.
+const QUIET: Duration = Duration::from_millis(1);
+/// How much quiet virtual time ends a schedule (longer than every retry and replay).
+const SETTLE: Duration = Duration::from_millis(1500);
+/// A running operation that sees nothing happen for this long is stuck.
+const STUCK: Duration = Duration::from_secs(WAIT.as_secs() + 15);
+/// A schedule longer than this never ends.
+const MAX_STEPS: usize = 200;
+/// A schedule that runs longer than this in real time is stuck in the harness.
+const MAX_REAL: Duration = Duration::from_secs(60);
+/// The steps of virtual time that pass while nothing else can happen.
+const IDLE_STEPS_MS: [u64; 12] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000];
+
+/// The scripts whose requests the proxies hold: every one that changes a lock.
+pub(crate) fn held_script(args: &[Vec<u8>]) -> bool {
+    args.len() > 1
+        && args[0].eq_ignore_ascii_case(b"FCALL")
+        && script_of(&args[1]).is_some_and(|s| {
+            matches!(
+                s,
+                "acquire" | "reenter" | "acquire_all" | "release" | "renew" | "withdraw"
+            )
+        })
+}
+
+/// `acquire` from `distlock_<16 hex>_acquire`.
+fn script_of(function: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(function).ok()?;
+    let rest = text.strip_prefix("distlock_")?;
+    rest.get(17..)
+}
+
+fn script_letter(script: &str) -> char {
+    match script {
+        "acquire" => 'a',
+        "reenter" => 'e',
+        "acquire_all" => 'm',
+        "release" => 'r',
+        "renew" => 'n',
+        "withdraw" => 'w',
+        _ => '?',
+    }
+}
+
+/// What the server holds of one lock: owner → hold count, and owner → actor label.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    pub(crate) kind: Option<String>,
+    pub(crate) holders: BTreeMap<String, u64>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) token: Option<u64>,
+}
+
+/// One script request the server ran, with what it changed.
+#[derive(Debug, Clone)]
+struct Effect {
+    script: String,
+    /// (owner, operation number, lock key) of each request in the run.
+    entries: Vec<(String, u64, String)>,
+    before: HashMap<String, Snapshot>,
+    after: HashMap<String, Snapshot>,
+}
+
+impl Effect {
+    fn decreased(&self, owner: &str, key: &str) -> bool {
+        let count = |s: &HashMap<String, Snapshot>| {
+            s.get(key)
+                .and_then(|s| s.holders.get(owner).copied())
+                .unwrap_or(0)
+        };
+        count(&self.before) > count(&self.after)
+    }
+}
+
+/// An operation that gives a hold back, and the operation numbers of its releases.
+#[derive(Debug, Clone)]
+struct Release {
+    actor: usize,
+    index: usize,
+    seqs: Vec<(String, u64)>,
+}
+
+/// One choice: its label, and the labels it was chosen among.
+#[derive(Debug, Clone)]
+pub(crate) struct Decision {
+    pub(crate) options: Vec<String>,
+    pub(crate) chosen: usize,
+}
+
+/// How one schedule ended.
+#[derive(Debug, Default)]
+pub(crate) struct Run {
+    pub(crate) decisions: Vec<Decision>,
+    pub(crate) violation: Option<String>,
+    /// The prefix asked for a choice that was not there (timing moved under us).
+    pub(crate) diverged: bool,
+    pub(crate) states: Vec<u64>,
+    pub(crate) log: Vec<String>,
+}
+
+impl Run {
+    pub(crate) fn labels(&self) -> Vec<String> {
+        self.decisions
+            .iter()
+            .map(|d| d.options[d.chosen].clone())
+            .collect()
+    }
+}
+
+/// The servers and proxies the schedules of a world share.
+pub(crate) struct Env {
+    pub(crate) server_url: String,
+    pub(crate) proxies: Vec<StepProxy>,
+    admin: redis::Connection,
+    pub(crate) next_namespace: u64,
+}
+
+impl Env {
+    pub(crate) fn new(
+        server: &distlock_testkit::RedisServer,
+        clients: usize,
+    ) -> Result<Env, String> {
+        let proxies = (0..clients)
+            .map(|_| StepProxy::start(server.addr(), held_script).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let server_url = format!("redis://{}/", server.addr());
+        let admin = redis::Client::open(server_url.as_str())
+            .and_then(|c| c.get_connection())
+            .map_err(|e| e.to_string())?;
+        Ok(Env {
+            server_url,
+            proxies,
+            admin,
+            next_namespace: 0,
+        })
+    }
+
+    fn activity(&self) -> u64 {
+        self.proxies.iter().map(StepProxy::activity).sum()
+    }
+
+    fn in_flight(&self) -> usize {
+        self.proxies.iter().map(StepProxy::in_flight).sum()
+    }
+}
+
+struct Schedule<'a> {
+    random: Option<u64>,
+    began: Instant,
+    world: &'a World,
+    env: &'a mut Env,
+    harness: Harness,
+    namespace: String,
+    verbose: bool,
+    run: Run,
+    faults: usize,
+    /// Held requests told to wait past the client's timeout.
+    waited: HashSet<u64>,
+    effects: Vec<Effect>,
+    releases: Vec<Release>,
+    /// Per group actor, the release operations still waiting for their request.
+    pending: HashMap<usize, Vec<usize>>,
+    seen: HashSet<(String, u64)>,
+    labels: HashMap<String, String>,
+    /// Per name, the greatest fencing token handed out so far.
+    tokens: HashMap<String, u64>,
+    checked_tokens: HashSet<(usize, usize, u64)>,
+    /// A release that freed a name while one actor waited for it.
+    watch: Option<Watch>,
+}
+
+/// The wait of the one actor that waits for a name a release just freed: it must be
+/// granted within one round trip when nobody else asks and nothing fails.
+#[derive(Debug)]
+struct Watch {
+    waiter: usize,
+    client: usize,
+    /// The waiter's acquire requests delivered since the release.
+    attempts: u32,
+    /// Someone else asked, or a fault struck: the bound does not apply.
+    disturbed: bool,
+}
+
+/// Runs one schedule of `world`, following `prefix`, then the first choice at each
+/// later step.
+pub(crate) fn run(world: &World, env: &mut Env, prefix: &[String], verbose: bool) -> Run {
+    run_with(world, env, prefix, verbose, None)
+}
+
+/// As [`run`]; past the prefix, with `random` the choices are drawn from it
+/// (xorshift state) instead of the first.
+pub(crate) fn run_with(
+    world: &World,
+    env: &mut Env,
+    prefix: &[String],
+    verbose: bool,
+    random: Option<u64>,
+) -> Run {
+    let began = Instant::now();
+    env.next_namespace += 1;
+    let namespace = format!("ex{}", env.next_namespace);
+    for proxy in &env.proxies {
+        proxy.reset_all();
+    }
+    let urls: Vec<String> = env.proxies.iter().map(StepProxy::url).collect();
+    let harness = match Harness::start(world, &urls, &env.server_url, &namespace) {
+        Ok(h) => h,
+        Err(err) => {
+            return Run {
+                violation: Some(format!("setup failed: {err}")),
+                ..Run::default()
+            }
+        }
+    };
+    let mut s = Schedule {
+        random,
+        began,
+        world,
+        env,
+        harness,
+        namespace,
+        verbose,
+        run: Run::default(),
+        faults: 0,
+        waited: HashSet::new(),
+        effects: Vec::new(),
+        releases: Vec::new(),
+        pending: HashMap::new(),
+        seen: HashSet::new(),
+        labels: HashMap::new(),
+        tokens: HashMap::new(),
+        checked_tokens: HashSet::new(),
+        watch: None,
+    };
+    if let Err(violation) = s.drive(prefix) {
+        s.run.violation = Some(violation);
+    }
+    s.run
+}
+
+impl Schedule<'_> {
+    fn log(&mut self, line: String) {
+        if self.verbose {
+            println!("  [{:>6} ms] {line}", self.began.elapsed().as_millis());
+        }
+        self.run.log.push(line);
+    }
+
+    fn drive(&mut self, prefix: &[String]) -> Result<(), String> {
+        let mut idle_step = 0;
+        let mut idle = Duration::ZERO;
+        let mut cleaned = false;
+        loop {
+            if self.run.decisions.len() > MAX_STEPS {
+                return Err(format!(
+                    "no end after {MAX_STEPS} steps: the operations keep going"
+                ));
+            }
+            if self.began.elapsed() > MAX_REAL {
+                return Err(format!("no end after {MAX_REAL:?} of real time"));
+            }
+            let moved = self.quiesce();
+            for (c, proxy) in self.env.proxies.iter().enumerate() {
+                for line in proxy.take_passed() {
+                    if self.verbose {
+                        println!(
+                            "  [{:>6} ms]   client {c} sent {line}",
+                            self.began.elapsed().as_millis()
+                        );
+                    }
+                }
+            }
+            if moved {
+                idle_step = 0;
+                idle = Duration::ZERO;
+            }
+            self.attribute();
+            self.check()?;
+            self.check_watch()?;
+            let mut options = self.enabled();
+            if options.is_empty() {
+                let all_done = self.all_done();
+                if all_done && idle >= SETTLE {
+                    if cleaned {
+                        return self.check_end();
+                    }
+                    self.check_settled()?;
+                    self.log("every program ended: the guards left are dropped".into());
+                    self.harness.drop_all();
+                    cleaned = true;
+                    idle = Duration::ZERO;
+                    continue;
+                }
+                if !all_done && idle >= STUCK {
+                    return Err(format!(
+                        "stuck: an operation saw nothing happen for {idle:?} of virtual time"
+                    ));
+                }
+                // With every program ended, only retries and replays are left:
+                // time may pass in bigger steps (their timers still fire in order).
+                let step = if all_done {
+                    Duration::from_millis(IDLE_STEPS_MS[idle_step].max(250))
+                } else {
+                    Duration::from_millis(IDLE_STEPS_MS[idle_step])
+                };
+                idle_step = (idle_step + 1).min(IDLE_STEPS_MS.len() - 1);
+                idle += step;
+                self.harness.advance(step);
+                continue;
+            }
+            self.reduce(&mut options);
+            let depth = self.run.decisions.len();
+            // A step the prefix names may be late under load: look again a while.
+            if let Some(label) = prefix.get(depth) {
+                for _ in 0..5 {
+                    if options.contains(label) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                    self.quiesce();
+                    options = self.enabled();
+                    self.reduce(&mut options);
+                }
+            }
+            let chosen = match prefix.get(depth) {
+                Some(label) => match options.iter().position(|o| o == label) {
+                    Some(at) => at,
+                    None => {
+                        self.run.diverged = true;
+                        self.log(format!("diverged: `{label}` not among {options:?}"));
+                        return Ok(());
+                    }
+                },
+                None => match self.random.as_mut() {
+                    Some(state) => {
+                        *state ^= *state << 13;
+                        *state ^= *state >> 7;
+                        *state ^= *state << 17;
+                        (*state % options.len() as u64) as usize
+                    }
+                    None => 0,
+                },
+            };
+            let label = options[chosen].clone();
+            self.run.decisions.push(Decision { options, chosen });
+            self.apply(&label)?;
+            idle_step = 0;
+            idle = Duration::ZERO;
+        }
+    }
+
+    /// Waits until the proxies and the runtime are quiet; returns whether an
+    /// operation started or ended, or a held request came or went, meanwhile (a
+    /// heartbeat does not count).
+    fn quiesce(&mut self) -> bool {
+        let before = (self.events(), self.held_ids());
+        self.settle_traffic();
+        (self.events(), self.held_ids()) != before
+    }
+
+    fn held_ids(&self) -> Vec<u64> {
+        self.held().iter().map(|(_, r)| r.id).collect()
+    }
+
+    /// Waits until the proxies and the runtime are quiet.
+    fn settle_traffic(&mut self) -> bool {
+        let start = (self.env.activity(), self.events());
+        let mut last = start;
+        let mut quiet = 0;
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while quiet < 2 && Instant::now() < give_up {
+            self.harness.probe();
+            std::thread::sleep(QUIET);
+            let now = (self.env.activity(), self.events());
+            if now == last && self.env.in_flight() == 0 {
+                quiet += 1;
+            } else {
+                quiet = 0;
+                last = now;
+            }
+        }
+        last != start
+    }
+
+    fn events(&self) -> u64 {
+        self.harness
+            .shared
+            .events
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn all_done(&self) -> bool {
+        (0..self.world.actors.len()).all(|a| {
+            let state = self.harness.shared.actor(a);
+            !state.running && state.next >= self.world.actors[a].program.len()
+        })
+    }
+
+    fn held(&self) -> Vec<(usize, HeldRequest)> {
+        self.env
+            .proxies
+            .iter()
+            .enumerate()
+            .flat_map(|(c, p)| p.held().into_iter().map(move |h| (c, h)))
+            .collect()
+    }
+
+    /// The choices of this step, each as a label.
+    fn enabled(&self) -> Vec<String> {
+        let mut options = Vec::new();
+        for (a, actor) in self.world.actors.iter().enumerate() {
+            let state = self.harness.shared.actor(a);
+            if state.running || state.next >= actor.program.len() {
+                continue;
+            }
+            let next = actor.program[state.next];
+            drop(state);
+            // A hand-over needs the other chain's guard (or that chain's end).
+            if let (Op::Handover, Some(of)) = (next, actor.shares) {
+                let other = self.harness.shared.actor(of);
+                let finished = !other.running && other.next >= self.world.actors[of].program.len();
+                if other.guards.is_empty() && !finished {
+                    continue;
+                }
+            }
+            options.push(actor.label.to_owned());
+        }
+        let budget = self.faults < self.world.faults;
+        let held = self.held();
+        for (c, request) in &held {
+            let script = request
+                .args
+                .get(1)
+                .and_then(|f| script_of(f))
+                .unwrap_or("?");
+            let base = format!("{c}{}", script_letter(script));
+            let same = held
+                .iter()
+                .filter(|(c2, r)| c2 == c && r.args.get(1) == request.args.get(1))
+                .count();
+            let base = if same > 1 {
+                format!("{base}{}", request.conn)
+            } else {
+                base
+            };
+            options.push(format!("{base}i"));
+            if budget && !self.waited.contains(&request.id) {
+                for code in ['l', 'x', 'd', 'w'] {
+                    options.push(format!("{base}{code}"));
+                }
+            }
+        }
+        options
+    }
+
+    /// Partial-order reduction: an actor's next operation on a client where nothing
+    /// else is in progress commutes with every other enabled step (they touch other
+    /// clients, or the server, which it does not touch until its request is
+    /// delivered, which is a step of its own). Starting it first loses no behaviour.
+    fn reduce(&self, options: &mut Vec<String>) {
+        let held = self.held();
+        for (a, actor) in self.world.actors.iter().enumerate() {
+            let Some(client) = actor.client else { continue };
+            if !options.contains(&actor.label.to_owned()) {
+                continue;
+            }
+            let others_busy = self.world.actors.iter().enumerate().any(|(b, other)| {
+                b != a && other.client == Some(client) && {
+                    let state = self.harness.shared.actor(b);
+                    state.running || options.contains(&other.label.to_owned())
+                }
+            });
+            let frames = held.iter().any(|(c, _)| *c == client);
+            if !others_busy && !frames {
+                *options = vec![actor.label.to_owned()];
+                return;
+            }
+        }
+    }
+
+    fn apply(&mut self, label: &str) -> Result<(), String> {
+        if let Some(a) = self.world.actors.iter().position(|x| x.label == label) {
+            return self.start(a);
+        }
+        let code = label.chars().last().unwrap_or('i');
+        let base = &label[..label.len() - 1];
+        let held = self.held();
+        let Some((client, request)) = held.into_iter().find(|(c, r)| {
+            let script = r.args.get(1).and_then(|f| script_of(f)).unwrap_or("?");
+            let short = format!("{c}{}", script_letter(script));
+            short == base || format!("{short}{}", r.conn) == base
+        }) else {
+            return Err(format!("internal: no held request for `{label}`"));
+        };
+        if code != 'i' {
+            self.faults += 1;
+            if let Some(watch) = &mut self.watch {
+                watch.disturbed = true;
+            }
+        }
+        let delivery = match code {
+            'l' => Some(Delivery::LateReply),
+            'x' => Some(Delivery::LostReply),
+            'd' => Some(Delivery::Dropped),
+            'w' => None,
+            _ => Some(Delivery::InOrder),
+        };
+        let Some(delivery) = delivery else {
+            self.log(format!("{label}: request held past the client's timeout"));
+            self.waited.insert(request.id);
+            self.harness
+                .advance(RESPONSE_TIMEOUT + Duration::from_millis(1));
+            return Ok(());
+        };
+        let keys = self.world_keys();
+        let before = self.snapshots(&keys);
+        let proxy = &self.env.proxies[client];
+        proxy
+            .deliver(request.id, delivery)
+            .map_err(|e| format!("internal: {e}"))?;
+        let give_up = Instant::now() + Duration::from_secs(5);
+        while self.env.proxies[client].in_flight() > 0 && Instant::now() < give_up {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let after = self.snapshots(&keys);
+        let (script, entries) = parse_request(&request.args);
+        self.watch_step(client, &script, &before, &after);
+        if delivery != Delivery::Dropped {
+            self.effects.push(Effect {
+                script: script.clone(),
+                entries: entries.clone(),
+                before,
+                after: after.clone(),
+            });
+        }
+        let shown: Vec<String> = after
+            .iter()
+            .map(|(k, s)| format!("{k}={:?}", self.named(&s.holders)))
+            .collect();
+        self.log(format!(
+            "{label}: {script} {:?} -> {}",
+            entries
+                .iter()
+                .map(|(o, q, _)| format!("{}#{q}", self.owner_label(o)))
+                .collect::<Vec<_>>(),
+            shown.join(" ")
+        ));
+        if delivery == Delivery::LateReply {
+            self.quiesce();
+            self.harness
+                .advance(RESPONSE_TIMEOUT + Duration::from_millis(1));
+            self.quiesce();
+            self.env.proxies[client].release_late(request.id);
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, a: usize) -> Result<(), String> {
+        let actor = &self.world.actors[a];
+        let index = self.harness.shared.actor(a).next;
+        let op = actor.program[index];
+        self.log(format!("{}: starts {op:?}", actor.label));
+        if op.is_world() {
+            match op {
+                Op::Renew => self.harness.advance(LEASE / 3 + Duration::from_millis(10)),
+                Op::Force => {
+                    self.revoke();
+                    let forced = self.harness.force("x")?;
+                    self.log(format!("W: force_unlock(x) -> {forced}"));
+                }
+                _ => {
+                    self.revoke();
+                    let key = self.key("x");
+                    let _: () = redis::cmd("PEXPIRE")
+                        .arg(&key)
+                        .arg(1)
+                        .query(&mut self.env.admin)
+                        .map_err(|e| e.to_string())?;
+                    std::thread::sleep(Duration::from_millis(3));
+                }
+            }
+            let mut state = self.harness.shared.actor(a);
+            state.done.push((index, Outcome::Ok));
+            state.next += 1;
+            return Ok(());
+        }
+        if let Some(watch) = &mut self.watch {
+            if watch.waiter != a && (op.acquires() || op.is_world()) {
+                watch.disturbed = true;
+            }
+        }
+        if op.releases() {
+            let group = self.world.group(a);
+            self.releases.push(Release {
+                actor: a,
+                index,
+                seqs: Vec::new(),
+            });
+            let at = self.releases.len() - 1;
+            self.pending.entry(group).or_default().push(at);
+        }
+        self.harness.start_op(a, op);
+        Ok(())
+    }
+
+    /// Marks every guard on `x` as ended by the world.
+    fn revoke(&self) {
+        for a in 0..self.world.actors.len() {
+            for held in &mut self.harness.shared.actor(a).guards {
+                held.revoked = true;
+            }
+        }
+    }
+
+    /// Gives each release request it sees for the first time to the oldest release
+    /// operation of its owner that has none yet.
+    fn attribute(&mut self) {
+        let keys = self.world_keys();
+        for snap in self.snapshots(&keys).into_values() {
+            self.labels.extend(snap.labels);
+        }
+        let mut found = Vec::new();
+        for args in self.held().into_iter().map(|(_, r)| r.args) {
+            let (script, entries) = parse_request(&args);
+            if script == "release" {
+                found.extend(entries.into_iter().map(|(o, q, _)| (o, q)));
+            }
+        }
+        for effect in &self.effects {
+            if effect.script == "release" {
+                found.extend(effect.entries.iter().map(|(o, q, _)| (o.clone(), *q)));
+            }
+        }
+        for (owner, seq) in found {
+            if !self.seen.insert((owner.clone(), seq)) {
+                continue;
+            }
+            let Some(label) = self.labels.get(&owner) else {
+                continue;
+            };
+            let Some(group) = self.world.actors.iter().position(|a| a.label == label) else {
+                continue;
+            };
+            if let Some(queue) = self.pending.get_mut(&group) {
+                if !queue.is_empty() {
+                    let at = queue.remove(0);
+                    self.releases[at].seqs.push((owner, seq));
+                }
+            }
+        }
+        // A release operation that ended without sending anything gets nothing.
+        for queue in self.pending.values_mut() {
+            queue.retain(|&at| {
+                let r = &self.releases[at];
+                let state = self.harness.shared.actor(r.actor);
+                state.running || state.next <= r.index
+            });
+        }
+    }
+
+    fn world_keys(&self) -> Vec<String> {
+        self.world.names().iter().map(|n| self.key(n)).collect()
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}:{{{name}}}", self.namespace)
+    }
+
+    fn snapshots(&mut self, keys: &[String]) -> HashMap<String, Snapshot> {
+        keys.iter()
+            .map(|k| (k.clone(), snapshot(&mut self.env.admin, k)))
+            .collect()
+    }
+
+    fn owner_label(&self, owner: &str) -> String {
+        self.labels
+            .get(owner)
+            .cloned()
+            .unwrap_or_else(|| owner.to_owned())
+    }
+
+    fn named(&self, holders: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+        holders
+            .iter()
+            .map(|(o, c)| (self.owner_label(o), *c))
+            .collect()
+    }
+
+    /// Follows the one waiter of a freed name: counts its acquire requests, and
+    /// starts a watch when a release frees a name that exactly one actor waits for.
+    fn watch_step(
+        &mut self,
+        client: usize,
+        script: &str,
+        before: &HashMap<String, Snapshot>,
+        after: &HashMap<String, Snapshot>,
+    ) {
+        let acquire = matches!(script, "acquire" | "acquire_all");
+        if let Some(watch) = &mut self.watch {
+            if acquire && client == watch.client {
+                watch.attempts += 1;
+            } else if acquire {
+                watch.disturbed = true;
+            }
+        }
+        let freed = script == "release"
+            && before.iter().any(|(key, snap)| {
+                !snap.holders.is_empty() && after.get(key).is_some_and(|now| now.holders.is_empty())
+            });
+        if !freed || self.faults > 0 {
+            return;
+        }
+        let waiting: Vec<usize> = (0..self.world.actors.len())
+            .filter(|&a| {
+                let state = self.harness.shared.actor(a);
+                state.running
+                    && self.world.actors[a]
+                        .program
+                        .get(state.next)
+                        .is_some_and(|op| op.acquires())
+            })
+            .collect();
+        if let [waiter] = waiting[..] {
+            if let Some(client) = self.world.actors[waiter].client {
+                self.watch = Some(Watch {
+                    waiter,
+                    client,
+                    attempts: 0,
+                    disturbed: false,
+                });
+            }
+        }
+    }
+
+    /// Once the watched waiter's wait ended: granted within one round trip.
+    fn check_watch(&mut self) -> Result<(), String> {
+        let Some(watch) = &self.watch else {
+            return Ok(());
+        };
+        let state = self.harness.shared.actor(watch.waiter);
+        if state.running {
+            return Ok(());
+        }
+        let granted = matches!(state.done.last(), Some((_, Outcome::Ok)));
+        drop(state);
+        let watch = self.watch.take();
+        if let Some(watch) = watch {
+            if granted && !watch.disturbed && watch.attempts > 1 {
+                return Err(format!(
+                    "{} waited for a release that freed the lock, and needed {} round trips to take it, with nobody else asking",
+                    self.world.actors[watch.waiter].label, watch.attempts
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The properties that hold after every step.
+    fn check(&mut self) -> Result<(), String> {
+        let keys = self.world_keys();
+        let snaps = self.snapshots(&keys);
+        let mut state_hash = std::collections::hash_map::DefaultHasher::new();
+        for name in self.world.names() {
+            let key = self.key(name);
+            let snap = snaps.get(&key).cloned().unwrap_or_default();
+            let named = self.named(&snap.holders);
+            named.hash(&mut state_hash);
+            let mut exclusive = BTreeMap::new();
+            let mut readers = BTreeMap::new();
+            for (a, actor) in self.world.actors.iter().enumerate() {
+                let group = self.world.group(a);
+                let state = self.harness.shared.actor(a);
+                (state.next, state.running, state.guards.len()).hash(&mut state_hash);
+                for (g, held) in state.guards.iter().enumerate() {
+                    let lost = held.guard.is_lost();
+                    (lost, held.revoked).hash(&mut state_hash);
+                    if !held.guard.names().iter().any(|n| n == name) || lost || held.revoked {
+                        continue;
+                    }
+                    let group_label = self.world.actors[group].label;
+                    if !named.contains_key(group_label) {
+                        return Err(format!(
+                            "{} believes it holds `{name}`, but the server has no hold of its owner ({named:?})",
+                            actor.label
+                        ));
+                    }
+                    if held.op == Op::Read {
+                        readers.insert(group_label, actor.label);
+                    } else {
+                        exclusive.insert(group_label, actor.label);
+                    }
+                    if let Some(token) = held.guard.token() {
+                        if held.op.acquires() && self.checked_tokens.insert((a, g, token)) {
+                            let last = self.tokens.get(name).copied().unwrap_or(0);
+                            if token <= last {
+                                return Err(format!(
+                                    "{} was given fencing token {token} for `{name}` after {last} was handed out",
+                                    actor.label
+                                ));
+                            }
+                            self.tokens.insert(name.to_owned(), token);
+                        }
+                    }
+                }
+            }
+            if exclusive.len() > 1
+                || (!exclusive.is_empty() && readers.keys().any(|r| !exclusive.contains_key(r)))
+            {
+                return Err(format!(
+                    "two owners believe they hold `{name}`: exclusive {:?}, readers {:?}",
+                    exclusive.values().collect::<Vec<_>>(),
+                    readers.values().collect::<Vec<_>>()
+                ));
+            }
+        }
+        self.held()
+            .iter()
+            .map(|(c, r)| (c, r.args.get(1).cloned()))
+            .collect::<Vec<_>>()
+            .hash(&mut state_hash);
+        self.run.states.push(state_hash.finish());
+        Ok(())
+    }
+
+    /// Once every program ended and nothing moved for a while: the server's hold
+    /// count of each owner equals its live guards.
+    fn check_settled(&mut self) -> Result<(), String> {
+        for name in self.world.names() {
+            let key = self.key(name);
+            let snap = snapshot(&mut self.env.admin, &key);
+            let named = self.named(&snap.holders);
+            let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+            for a in 0..self.world.actors.len() {
+                let group = self.world.actors[self.world.group(a)].label.to_owned();
+                let state = self.harness.shared.actor(a);
+                let live = state
+                    .guards
+                    .iter()
+                    .filter(|h| {
+                        !h.guard.is_lost()
+                            && !h.revoked
+                            && h.guard.names().iter().any(|n| n == name)
+                    })
+                    .count() as u64;
+                if live > 0 {
+                    *expected.entry(group).or_default() += live;
+                }
+            }
+            let mut actual = named.clone();
+            // A hold the world revoked may still be seen by its owner as held.
+            actual.retain(|_, c| *c > 0);
+            if actual != expected {
+                return Err(format!(
+                    "settled, `{name}` holds {actual:?} but the live guards are {expected:?}"
+                ));
+            }
+        }
+        self.check_releases()
+    }
+
+    /// `unlock()` said `Ok` exactly when its release was applied, `Lost` exactly
+    /// when not.
+    fn check_releases(&mut self) -> Result<(), String> {
+        for release in &self.releases {
+            let actor = &self.world.actors[release.actor];
+            if actor.program[release.index] != Op::Unlock {
+                continue;
+            }
+            let state = self.harness.shared.actor(release.actor);
+            let Some((_, outcome)) = state.done.iter().find(|(i, _)| *i == release.index) else {
+                continue;
+            };
+            let applied = self.effects.iter().any(|e| {
+                e.entries.iter().any(|(o, q, key)| {
+                    release.seqs.contains(&(o.clone(), *q)) && e.decreased(o, key)
+                })
+            });
+            match (outcome, applied) {
+                (Outcome::Ok, false) if release.seqs.is_empty() => {}
+                (Outcome::Ok, false) => {
+                    return Err(format!(
+                        "{}'s unlock returned Ok, but its release was never applied",
+                        actor.label
+                    ))
+                }
+                (Outcome::Lost, true) => {
+                    return Err(format!(
+                        "{}'s unlock returned Lost, but its release was applied",
+                        actor.label
+                    ))
+                }
+                (Outcome::Failed(err), true) => {
+                    return Err(format!(
+                        "{}'s unlock failed ({err}), but its release was applied",
+                        actor.label
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// After every guard was dropped and nothing moved: nothing is held, and only
+    /// the keys with a documented lifetime are left.
+    fn check_end(&mut self) -> Result<(), String> {
+        self.check_releases()?;
+        let pattern = format!("{}:*", self.namespace);
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(&pattern)
+            .query(&mut self.env.admin)
+            .map_err(|e| e.to_string())?;
+        for key in keys {
+            if key.ends_with(":fence") {
+                continue; // fencing counters last for ever, by design
+            }
+            if key.contains(":freed:") {
+                let ttl: i64 = redis::cmd("PTTL")
+                    .arg(&key)
+                    .query(&mut self.env.admin)
+                    .map_err(|e| e.to_string())?;
+                if (0..=60_000).contains(&ttl) {
+                    continue; // a final release's record, for its retry
+                }
+            }
+            let snap = snapshot(&mut self.env.admin, &key);
+            return Err(format!(
+                "after every program ended, `{key}` is left: {:?}",
+                self.named(&snap.holders)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The lock hash at `key`, read straight from the server.
+pub(crate) fn snapshot(admin: &mut redis::Connection, key: &str) -> Snapshot {
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(key)
+        .query(admin)
+        .unwrap_or_default();
+    let Ok(lock) = StoredLock::from_fields(fields) else {
+        return Snapshot::default();
+    };
+    let labels = lock
+        .holders()
+        .keys()
+        .filter_map(|owner| {
+            let site = lock.who(owner)?.rsplit(' ').next()?.to_owned();
+            Some((owner.clone(), site))
+        })
+        .collect();
+    Snapshot {
+        kind: lock.kind().map(str::to_owned),
+        holders: lock.holders().clone(),
+        labels,
+        token: lock.fencing_token(),
+    }
+}
+
+/// The script of a held `FCALL` and each request in it: (owner, number, lock key).
+fn parse_request(args: &[Vec<u8>]) -> (String, Vec<(String, u64, String)>) {
+    let text = |i: usize| -> String {
+        args.get(i)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .unwrap_or_default()
+    };
+    let script = args
+        .get(1)
+        .and_then(|f| script_of(f))
+        .unwrap_or("?")
+        .to_owned();
+    let numkeys: usize = text(2).parse().unwrap_or(0);
+    let keys: Vec<String> = (0..numkeys).map(|i| text(3 + i)).collect();
+    let argv: Vec<String> = (3 + numkeys..args.len()).map(text).collect();
+    let mut entries = Vec::new();
+    match script.as_str() {
+        "acquire" | "reenter" => {
+            for (i, chunk) in argv.chunks(10).enumerate() {
+                if chunk.len() == 10 {
+                    let key = keys.get(3 * i).cloned().unwrap_or_default();
+                    entries.push((chunk[0].clone(), chunk[3].parse().unwrap_or(0), key));
+                }
+            }
+        }
+        "release" => {
+            let mut k = 0;
+            for chunk in argv.get(2..).unwrap_or_default().chunks(5) {
+                if chunk.len() < 5 {
+                    break;
+                }
+                let key = keys.get(k).cloned().unwrap_or_default();
+                k += 3;
+                if keys.get(k).is_some_and(|next| next.ends_with(":fence")) {
+                    k += 1;
+                }
+                entries.push((chunk[0].clone(), chunk[2].parse().unwrap_or(0), key));
+            }
+        }
+        _ => {}
+    }
+    (script, entries)
+}
