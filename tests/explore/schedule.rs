@@ -295,10 +295,13 @@ impl Schedule<'_> {
             let mut options = self.enabled();
             if options.is_empty() {
                 let all_done = self.all_done();
-                if all_done && idle >= SETTLE {
-                    if cleaned {
-                        return self.check_end();
-                    }
+                // Every program ended, or waits for a lock a program that ended
+                // still holds: the end of their scopes drops the guards left.
+                let ended = self.only_waiting();
+                if cleaned && all_done && idle >= SETTLE {
+                    return self.check_end();
+                }
+                if !cleaned && ended && idle >= SETTLE {
                     self.check_settled()?;
                     self.log("every program ended: the guards left are dropped".into());
                     self.harness.drop_all();
@@ -313,7 +316,7 @@ impl Schedule<'_> {
                 }
                 // With every program ended, only retries and replays are left:
                 // time may pass in bigger steps (their timers still fire in order).
-                let step = if all_done {
+                let step = if ended {
                     Duration::from_millis(IDLE_STEPS_MS[idle_step].max(250))
                 } else {
                     Duration::from_millis(IDLE_STEPS_MS[idle_step])
@@ -402,6 +405,18 @@ impl Schedule<'_> {
             .shared
             .events
             .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether every actor ended its program or waits in an acquisition.
+    fn only_waiting(&self) -> bool {
+        (0..self.world.actors.len()).all(|a| {
+            let state = self.harness.shared.actor(a);
+            let program = &self.world.actors[a].program;
+            match program.get(state.next) {
+                None => true,
+                Some(op) => state.running && op.acquires(),
+            }
+        })
     }
 
     fn all_done(&self) -> bool {

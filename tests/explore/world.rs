@@ -153,10 +153,11 @@ fn world_actor(program: &[Op]) -> Actor {
 
 /// Every world, with the bound of the slice (`full == false`) or the whole bound.
 ///
-/// The slice CI runs: every interleaving of every world without faults, and every
-/// interleaving with one fault for the two-actor worlds `all` and `semaphore`. The
-/// whole bound: one fault per schedule in every world, plus `deep` (two owners with
-/// three operations each) and `chains2` (two faults).
+/// The slice CI runs: every interleaving without faults of `chains`, `all`,
+/// `operator` and `expiry`, and every interleaving with one fault of `reentry` and
+/// `semaphore`. The whole bound: one fault per schedule in every
+/// world, plus `deep` (two owners with three operations each) and `chains2` (two
+/// faults).
 pub(crate) fn worlds(full: bool) -> Vec<World> {
     use Op::*;
     let mut worlds = vec![
@@ -244,8 +245,10 @@ pub(crate) fn worlds(full: bool) -> Vec<World> {
         },
     ];
     if !full {
+        // About four minutes on 2 cores.
+        worlds.retain(|w| !matches!(w.name, "handoff" | "rw"));
         for world in &mut worlds {
-            if !matches!(world.name, "all" | "semaphore") {
+            if !matches!(world.name, "reentry" | "semaphore") {
                 world.faults = 0;
             }
         }
