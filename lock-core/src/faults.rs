@@ -24,6 +24,9 @@ pub enum Fault {
     /// Every owner's final release is recorded under one key per lock, so one
     /// owner's record overwrites another's.
     SharedFinalReleaseRecord,
+    /// Release messages wake nobody: waiters find a free lock only when they look
+    /// again on their own.
+    ReleaseMessageIgnored,
 }
 
 #[cfg(feature = "fault-injection")]

@@ -52,6 +52,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::SubConn;
 use crate::error::LockError;
+use crate::faults::{self, Fault};
 use crate::handoff::{Delivery, Offer};
 
 /// How often the idle subscriber pings Redis, so that a dead connection is noticed
@@ -148,6 +149,9 @@ impl Queue {
 impl Channel {
     /// Whether `message` tells of a release not heard before (on another node).
     fn first_hearing(&self, message: &[u8]) -> bool {
+        if faults::active(Fault::ReleaseMessageIgnored) {
+            return false;
+        }
         if message == ANONYMOUS_RELEASE {
             return true;
         }

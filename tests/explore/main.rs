@@ -49,7 +49,7 @@ use schedule::{Env, Run};
 use world::World;
 
 /// The seeded faults that bring back interleaving bugs found before.
-const SEEDED: [(&str, Fault, &str); 3] = [
+const SEEDED: [(&str, Fault, &str); 4] = [
     (
         "release-replay-forgotten",
         Fault::ReleaseReplayForgotten,
@@ -63,6 +63,11 @@ const SEEDED: [(&str, Fault, &str); 3] = [
     (
         "shared-final-release-record",
         Fault::SharedFinalReleaseRecord,
+        "chains",
+    ),
+    (
+        "release-message-ignored",
+        Fault::ReleaseMessageIgnored,
         "chains",
     ),
 ];

@@ -194,6 +194,8 @@ struct Watch {
     attempts: u32,
     /// Someone else asked, or a fault struck: the bound does not apply.
     disturbed: bool,
+    /// Virtual time that had to pass since the release.
+    waited: Duration,
 }
 
 /// Runs one schedule of `world`, following `prefix`, then the first choice at each
@@ -323,6 +325,9 @@ impl Schedule<'_> {
                 };
                 idle_step = (idle_step + 1).min(IDLE_STEPS_MS.len() - 1);
                 idle += step;
+                if let Some(watch) = &mut self.watch {
+                    watch.waited += step;
+                }
                 self.harness.advance(step);
                 continue;
             }
@@ -350,12 +355,7 @@ impl Schedule<'_> {
                     }
                 },
                 None => match self.random.as_mut() {
-                    Some(state) => {
-                        *state ^= *state << 13;
-                        *state ^= *state >> 7;
-                        *state ^= *state << 17;
-                        (*state % options.len() as u64) as usize
-                    }
+                    Some(state) => pick(state, &options),
                     None => 0,
                 },
             };
@@ -757,6 +757,7 @@ impl Schedule<'_> {
                     client,
                     attempts: 0,
                     disturbed: false,
+                    waited: Duration::ZERO,
                 });
             }
         }
@@ -775,6 +776,12 @@ impl Schedule<'_> {
         drop(state);
         let watch = self.watch.take();
         if let Some(watch) = watch {
+            if granted && !watch.disturbed && !watch.waited.is_zero() {
+                return Err(format!(
+                    "{} waited for a release that freed the lock, and took it only after {:?} of virtual time, with nobody else asking",
+                    self.world.actors[watch.waiter].label, watch.waited
+                ));
+            }
             if granted && !watch.disturbed && watch.attempts > 1 {
                 return Err(format!(
                     "{} waited for a release that freed the lock, and needed {} round trips to take it, with nobody else asking",
@@ -960,6 +967,36 @@ impl Schedule<'_> {
             ));
         }
         Ok(())
+    }
+}
+
+/// A random choice: an event uniformly (an actor's start, or a held request), then
+/// for a request in order three times in four, else one of its faults.
+fn pick(state: &mut u64, options: &[String]) -> usize {
+    let mut next = || {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    };
+    // A delivery's label starts with its client's digit and ends with its code.
+    let delivery = |label: &str| label.chars().next().is_some_and(|c| c.is_ascii_digit());
+    let events: Vec<usize> = (0..options.len())
+        .filter(|&i| !delivery(&options[i]) || options[i].ends_with('i'))
+        .collect();
+    let event = events[(next() % events.len() as u64) as usize];
+    let label = &options[event];
+    if !delivery(label) {
+        return event;
+    }
+    let base = &label[..label.len() - 1];
+    let faults: Vec<usize> = (event + 1..options.len())
+        .filter(|&i| options[i].starts_with(base) && options[i].len() == label.len())
+        .collect();
+    if faults.is_empty() || next() % 4 != 0 {
+        event
+    } else {
+        faults[(next() % faults.len() as u64) as usize]
     }
 }
 
