@@ -316,6 +316,11 @@ impl Schedule<'_> {
                         "stuck: an operation saw nothing happen for {idle:?} of virtual time"
                     ));
                 }
+                // Before time passes, make sure nothing is on its way (a loaded
+                // machine can be slow to send what a step set off).
+                if self.quiet_long() {
+                    continue;
+                }
                 // With every program ended, only retries and replays are left:
                 // time may pass in bigger steps (their timers still fire in order).
                 let step = if ended {
@@ -374,6 +379,19 @@ impl Schedule<'_> {
         let before = (self.events(), self.held_ids());
         self.settle_traffic();
         (self.events(), self.held_ids()) != before
+    }
+
+    /// Waits longer for quiet; returns whether anything moved meanwhile.
+    fn quiet_long(&mut self) -> bool {
+        let before = (self.events(), self.held_ids(), self.env.activity());
+        for _ in 0..2 {
+            std::thread::sleep(QUIET * 2);
+            self.harness.probe();
+        }
+        self.settle_traffic();
+        let now = (self.events(), self.held_ids(), self.env.activity());
+        // A heartbeat alone moves only the traffic counter: not a step.
+        now.0 != before.0 || now.1 != before.1
     }
 
     fn held_ids(&self) -> Vec<u64> {
