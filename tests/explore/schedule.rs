@@ -300,16 +300,21 @@ impl Schedule<'_> {
                 // Every program ended, or waits for a lock a program that ended
                 // still holds: the end of their scopes drops the guards left.
                 let ended = self.only_waiting();
-                if cleaned && all_done && idle >= SETTLE {
-                    return self.check_end();
-                }
-                if !cleaned && ended && idle >= SETTLE {
-                    self.check_settled()?;
-                    self.log("every program ended: the guards left are dropped".into());
-                    self.harness.drop_all();
-                    cleaned = true;
-                    idle = Duration::ZERO;
-                    continue;
+                if ended && idle >= SETTLE {
+                    if self.any_guards() {
+                        // The first time, before anything is dropped: the counts.
+                        if !cleaned {
+                            self.check_settled()?;
+                        }
+                        self.log("every program ended: the guards left are dropped".into());
+                        self.harness.drop_all();
+                        cleaned = true;
+                        idle = Duration::ZERO;
+                        continue;
+                    }
+                    if all_done {
+                        return self.check_end();
+                    }
                 }
                 if !all_done && idle >= STUCK {
                     return Err(format!(
@@ -423,6 +428,10 @@ impl Schedule<'_> {
             .shared
             .events
             .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn any_guards(&self) -> bool {
+        (0..self.world.actors.len()).any(|a| !self.harness.shared.actor(a).guards.is_empty())
     }
 
     /// Whether every actor ended its program or waits in an acquisition.

@@ -423,9 +423,9 @@ scripts on a real `redis-server`:
 | `ReleaseMessageIgnored` | release messages wake nobody | a waiter that takes a freed lock only after virtual time passed |
 
 The slice `cargo xtask test` runs (about 5 minutes on 2 cores with `--seeded`):
-every interleaving without faults of `chains`, `all`, `operator` and `expiry`, and
-every interleaving with one fault of `reentry` and `semaphore`; its figures are
-below (`explore_*`). The whole bound
+every interleaving without faults of `chains`, `reentry`, `all` and `expiry`, and
+every interleaving with one fault of `semaphore`; its figures are below
+(`explore_*`). The seeded faults are where the slice meets faults of every kind. The whole bound
 (`--full`) gives every world one fault per schedule, and adds `deep` (two owners
 with three operations each) and `chains2` (two faults per schedule):
 
