@@ -48,6 +48,9 @@ use distlock_testkit::RedisServer;
 use schedule::{Env, Run};
 use world::World;
 
+/// How many schedules with one fault the slice draws from each world.
+const SAMPLED: usize = 100;
+
 /// The seeded faults that bring back interleaving bugs found before.
 const SEEDED: [(&str, Fault, &str); 4] = [
     (
@@ -201,6 +204,37 @@ fn main() -> ExitCode {
         for (replay, violation) in &report.violations {
             failed = true;
             println!("  VIOLATION: {violation}\n  replay: cargo xtask explore --replay '{replay}'");
+        }
+    }
+    // The slice also draws schedules with one fault from each world: not every
+    // one (that is `--full`), 100 at random with a fixed seed.
+    if !full && budget.is_none() {
+        for world in &worlds {
+            let mut faulty = world.clone();
+            faulty.faults = 1;
+            let report = sample(&server, &faulty, SAMPLED);
+            total.0 += report.schedules;
+            println!(
+                "explore sampled world={} schedules={} violations={} secs={:.1} bound=\"{}\"",
+                report.world,
+                report.schedules,
+                report.violations.len(),
+                report.secs,
+                report.bound
+            );
+            println!(
+                "RELIABILITY scenario=explore_sampled_{} schedules={} faults=1 violations={} ms={}",
+                report.world,
+                report.schedules,
+                report.violations.len(),
+                (report.secs * 1000.0) as u64
+            );
+            for (replay, violation) in &report.violations {
+                failed = true;
+                println!(
+                    "  VIOLATION: {violation}\n  replay: cargo xtask explore --replay '{replay}'"
+                );
+            }
         }
     }
     println!(
