@@ -30,6 +30,7 @@
 //!   --world NAME       only that world
 //!   --faults N         at most N faults per schedule in every world
 //!   --max-secs S       stop each world after S seconds (reported incomplete)
+//!   --sample N         then N schedules of each world with a fault, at random
 //!   --fault NAME       seed a fault and show the explorer finds it
 //!   --seeded           every seeded fault in turn; fails unless each is found
 //!   --replay STRING    one schedule, step by step
@@ -47,9 +48,6 @@ use distlock_testkit::RedisServer;
 
 use schedule::{Env, Run};
 use world::World;
-
-/// How many schedules with one fault the slice draws from each world.
-const SAMPLED: usize = 100;
 
 /// The seeded faults that bring back interleaving bugs found before.
 const SEEDED: [(&str, Fault, &str); 4] = [
@@ -206,13 +204,14 @@ fn main() -> ExitCode {
             println!("  VIOLATION: {violation}\n  replay: cargo xtask explore --replay '{replay}'");
         }
     }
-    // The slice also draws schedules with one fault from each world: not every
-    // one (that is `--full`), 100 at random with a fixed seed.
-    if !full && budget.is_none() {
+    // `--sample N`: then N schedules with (at least) one fault from each world,
+    // drawn at random with a fixed seed.
+    let sampled: usize = value("--sample").and_then(|n| n.parse().ok()).unwrap_or(0);
+    if sampled > 0 {
         for world in &worlds {
             let mut faulty = world.clone();
-            faulty.faults = 1;
-            let report = sample(&server, &faulty, SAMPLED);
+            faulty.faults = faulty.faults.max(1);
+            let report = sample(&server, &faulty, sampled);
             total.0 += report.schedules;
             println!(
                 "explore sampled world={} schedules={} violations={} secs={:.1} bound=\"{}\"",

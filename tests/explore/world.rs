@@ -154,8 +154,7 @@ fn world_actor(program: &[Op]) -> Actor {
 /// Every world, with the bound of the slice (`full == false`) or the whole bound.
 ///
 /// The slice CI runs: every interleaving without faults of `chains`, `reentry`,
-/// `semaphore`, `all` and `expiry` (and then, in `main.rs`, 100 schedules of each
-/// with one fault, drawn at random with a fixed seed). The whole bound: one fault per schedule in every
+/// `semaphore`, `all` and `expiry`; faults in CI come from `--seeded`. The whole bound: one fault per schedule in every
 /// world, plus `deep` (two owners with three operations each) and `chains2` (two
 /// faults).
 pub(crate) fn worlds(full: bool) -> Vec<World> {
