@@ -966,12 +966,16 @@ impl Schedule<'_> {
     fn failed_unlocks(&self) -> HashSet<String> {
         (0..self.world.actors.len())
             .filter(|&a| {
+                let program = &self.world.actors[a].program;
                 self.harness
                     .shared
                     .actor(a)
                     .done
                     .iter()
-                    .any(|(_, outcome)| matches!(outcome, Outcome::Failed(_)))
+                    .any(|(i, outcome)| {
+                        program.get(*i) == Some(&Op::Unlock)
+                            && matches!(outcome, Outcome::Failed(_))
+                    })
             })
             .map(|a| self.world.actors[self.world.group(a)].label.to_owned())
             .collect()
