@@ -86,6 +86,22 @@ struct Report {
     complete: bool,
 }
 
+impl Report {
+    fn new(world: &World) -> Report {
+        Report {
+            world: world.name.to_owned(),
+            bound: world.bound(),
+            schedules: 0,
+            states: 0,
+            diverged: 0,
+            deepest: 0,
+            violations: Vec::new(),
+            secs: 0.0,
+            complete: true,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str| args.iter().any(|a| a == name);
@@ -255,17 +271,7 @@ fn main() -> ExitCode {
 /// after the first violation, keeping the shortest one found.
 fn explore(server: &RedisServer, world: &World, stop_early: bool, max_secs: Option<f64>) -> Report {
     let started = Instant::now();
-    let mut report = Report {
-        world: world.name.to_owned(),
-        bound: world.bound(),
-        schedules: 0,
-        states: 0,
-        diverged: 0,
-        deepest: 0,
-        violations: Vec::new(),
-        secs: 0.0,
-        complete: true,
-    };
+    let mut report = Report::new(world);
     let mut env = match Env::new(server, world.clients) {
         Ok(env) => env,
         Err(err) => {
@@ -325,17 +331,7 @@ fn explore(server: &RedisServer, world: &World, stop_early: bool, max_secs: Opti
 /// violation first.
 fn sample(server: &RedisServer, world: &World, count: usize) -> Report {
     let started = Instant::now();
-    let mut report = Report {
-        world: world.name.to_owned(),
-        bound: world.bound(),
-        schedules: 0,
-        states: 0,
-        diverged: 0,
-        deepest: 0,
-        violations: Vec::new(),
-        secs: 0.0,
-        complete: true,
-    };
+    let mut report = Report::new(world);
     let mut env = match Env::new(server, world.clients) {
         Ok(env) => env,
         Err(err) => {

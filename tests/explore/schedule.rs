@@ -291,8 +291,11 @@ impl Schedule<'_> {
                 idle_step = 0;
                 idle = Duration::ZERO;
             }
-            self.attribute();
-            self.check()?;
+            // One read of the locks serves both.
+            let keys = self.world_keys();
+            let snaps = self.snapshots(&keys);
+            self.attribute(&snaps);
+            self.check(&snaps)?;
             self.check_watch()?;
             let mut options = self.enabled();
             if options.is_empty() {
@@ -671,10 +674,10 @@ impl Schedule<'_> {
 
     /// Gives each release request it sees for the first time to the oldest release
     /// operation of its owner that has none yet.
-    fn attribute(&mut self) {
-        let keys = self.world_keys();
-        for snap in self.snapshots(&keys).into_values() {
-            self.labels.extend(snap.labels);
+    fn attribute(&mut self, snaps: &HashMap<String, Snapshot>) {
+        for snap in snaps.values() {
+            self.labels
+                .extend(snap.labels.iter().map(|(o, l)| (o.clone(), l.clone())));
         }
         let mut found = Vec::new();
         for args in self.held().into_iter().map(|(_, r)| r.args) {
@@ -820,9 +823,7 @@ impl Schedule<'_> {
     }
 
     /// The properties that hold after every step.
-    fn check(&mut self) -> Result<(), String> {
-        let keys = self.world_keys();
-        let snaps = self.snapshots(&keys);
+    fn check(&mut self, snaps: &HashMap<String, Snapshot>) -> Result<(), String> {
         let mut state_hash = std::collections::hash_map::DefaultHasher::new();
         for name in self.world.names() {
             let key = self.key(name);

@@ -276,7 +276,12 @@ fn test(extra: &[OsString]) -> Result<()> {
 /// faults compiled in (they stay off unless asked for).
 fn explore(args: &[OsString]) -> Result<()> {
     let redis = ensure_redis()?;
-    let mut explore = cargo(&redis);
+    run(explore_command(&redis, args))
+}
+
+/// `cargo test --features fault-injection --test explore -- ARGS`.
+fn explore_command(redis: &Path, args: &[OsString]) -> Command {
+    let mut explore = cargo(redis);
     explore
         .args([
             "test",
@@ -287,7 +292,7 @@ fn explore(args: &[OsString]) -> Result<()> {
             "--",
         ])
         .args(args);
-    run(explore)
+    explore
 }
 
 /// `cargo xtask reliability`: the reliability suite, then `RELIABILITY.md`.
@@ -322,18 +327,8 @@ fn reliability_suite() -> Result<()> {
     ]);
     println!("xtask: running `{}`", display(&faults));
     ok &= reliability::run_collecting(faults, reliability::FAULTS_SUITE, &mut collected)?;
-    for args in [&[][..], &["--seeded"][..]] {
-        let mut explore = cargo(&redis);
-        explore
-            .args([
-                "test",
-                "--features",
-                "fault-injection",
-                "--test",
-                "explore",
-                "--",
-            ])
-            .args(args);
+    for args in [Vec::new(), vec![OsString::from("--seeded")]] {
+        let explore = explore_command(&redis, &args);
         println!("xtask: running `{}`", display(&explore));
         ok &= reliability::run_collecting(explore, "explore", &mut collected)?;
     }
