@@ -60,10 +60,8 @@ fn script_letter(script: &str) -> char {
 /// What the server holds of one lock: owner → hold count, and owner → actor label.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Snapshot {
-    pub(crate) kind: Option<String>,
     pub(crate) holders: BTreeMap<String, u64>,
     pub(crate) labels: BTreeMap<String, String>,
-    pub(crate) token: Option<u64>,
 }
 
 /// One script request the server ran, with what it changed.
@@ -1076,10 +1074,8 @@ pub(crate) fn snapshot(admin: &mut redis::Connection, key: &str) -> Snapshot {
         })
         .collect();
     Snapshot {
-        kind: lock.kind().map(str::to_owned),
         holders: lock.holders().clone(),
         labels,
-        token: lock.fencing_token(),
     }
 }
 
