@@ -428,3 +428,61 @@ async fn two_resets_in_a_row_lose_no_lease() {
     let lost = guards.iter().filter(|guard| guard.is_lost()).count();
     assert_eq!(lost, 0, "{lost} of 300 leases lost after two resets");
 }
+
+/// Observed (the explorer): a release whose request and retry went unanswered ended
+/// in "Redis error: timed out; check that the server is reachable", which says
+/// nothing of the lock. Now the error says the release may have been applied, and
+/// bounds how long the lock can stay held: it is no longer renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_release_says_it_may_have_applied_and_when_the_lease_ends() {
+    let lease = Duration::from_secs(2);
+    let server = support::server();
+    let proxy = support::proxy(&server);
+    let holder = through(&proxy, lease).await;
+    let other = support::fenced(&server.url()).await;
+
+    // The request never reaches Redis: the lock stays held until its lease ends.
+    let guard = holder.lock("unanswered").await.expect("lock");
+    proxy.blackhole(Direction::ToServer, true);
+    let sent = tokio::time::Instant::now();
+    let err = guard.unlock().await.expect_err("no answer");
+    let LockError::ReleaseUnconfirmed { ends_within, .. } = &err else {
+        panic!("not ReleaseUnconfirmed: {err:?}");
+    };
+    let ends_within = *ends_within;
+    assert!(err.is_unconfirmed() && err.is_redis(), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("lock `unanswered`") && text.contains("may have been applied"),
+        "{text}"
+    );
+    assert!(ends_within <= lease, "{ends_within:?} is past the lease");
+    assert!(
+        support::held(&server, "distlock:{unanswered}"),
+        "the release was applied through a blackhole"
+    );
+    proxy.heal();
+    let taken = other
+        .lock("unanswered")
+        .wait(lease * 2)
+        .await
+        .expect("free once the lease ended");
+    let waited = sent.elapsed();
+    assert!(
+        waited <= lease + Duration::from_millis(300),
+        "held {waited:?} after the unanswered release, past the lease of {lease:?}"
+    );
+    taken.unlock().await.expect("unlock");
+
+    // The request reaches Redis and only its replies are lost: the same error, and
+    // the lock is free at once.
+    let guard = holder.lock("unanswered").await.expect("lock again");
+    proxy.blackhole(Direction::ToClient, true);
+    let err = guard.unlock().await.expect_err("no answer");
+    assert!(err.is_unconfirmed(), "{err:?}");
+    assert!(
+        !support::held(&server, "distlock:{unanswered}"),
+        "the release did not reach Redis"
+    );
+    proxy.heal();
+}

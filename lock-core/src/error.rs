@@ -354,6 +354,31 @@ pub enum LockError {
         /// What Redis said.
         detail: String,
     },
+    /// [`LockGuard::unlock`](crate::LockGuard::unlock) sent the release, and Redis
+    /// did not answer it, nor its retry: the release may have been applied or not.
+    /// Either way the hold is no longer renewed, so the lock is free at the latest
+    /// when its lease ends.
+    ///
+    /// Its message: ``the release of lock `order:42` is unconfirmed: Redis did not
+    /// answer (timed out); it may have been applied, and if it was not, the lock stays
+    /// held until its lease ends, within 29.9s, since it is no longer renewed; don't
+    /// count on holding it, and check that the server is reachable``.
+    #[error(
+        "the release of lock `{name}` is unconfirmed: Redis did not answer ({source}); it \
+         may have been applied, and if it was not, the lock stays held until its lease \
+         ends, within {ends_within:.1?}, since it is no longer renewed; don't count on \
+         holding it, and check that the server is reachable"
+    )]
+    #[non_exhaustive]
+    ReleaseUnconfirmed {
+        /// The lock name.
+        name: String,
+        /// The longest the lock can stay held if the release was not applied: what is
+        /// left of the lease the last renewal gave it.
+        ends_within: Duration,
+        /// What redis-rs said of the release's last try.
+        source: redis::RedisError,
+    },
     /// Redis answered with an error, or could not be reached in time.
     ///
     /// Its message: `Redis error: ` and what redis-rs said, then a hint of what to
@@ -797,7 +822,31 @@ impl LockError {
     /// # Ok(()) }
     /// ```
     pub fn is_redis(&self) -> bool {
-        matches!(self, Self::Redis(_) | Self::Connect { .. })
+        matches!(
+            self,
+            Self::Redis(_) | Self::Connect { .. } | Self::ReleaseUnconfirmed { .. }
+        )
+    }
+
+    /// Whether a release went unanswered ([`ReleaseUnconfirmed`](Self::ReleaseUnconfirmed)):
+    /// it may have been applied; if not, the lock is free when its lease ends.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// let guard = locks.lock("order:42").await?;
+    /// match guard.unlock().await {
+    ///     Ok(()) => {}
+    ///     // Nothing to undo: the lock is free by the end of its lease at the latest.
+    ///     Err(err) if err.is_unconfirmed() => eprintln!("{err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_unconfirmed(&self) -> bool {
+        matches!(self, Self::ReleaseUnconfirmed { .. })
     }
 
     /// Whether connecting to a server failed ([`Connect`](Self::Connect)).

@@ -341,8 +341,10 @@ impl LockGuard {
     /// it may have overlapped another holder. [`LockError::KeyConflict`] when the lock's
     /// key was replaced by a value of another type. [`LockError::PermissionDenied`] when
     /// the Redis user may not run the release script or publish (nothing changed).
-    /// [`LockError::Redis`] when Redis could not be reached; the lease then runs out by
-    /// itself.
+    /// [`LockError::ReleaseUnconfirmed`] when Redis answered neither the release nor
+    /// its retry: it may have been applied, and if not, the lease (no longer renewed)
+    /// ends it within the time the error names. [`LockError::Redis`] when Redis
+    /// refused the release for another reason.
     ///
     /// # Cancel safety
     ///

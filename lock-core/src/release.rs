@@ -17,12 +17,13 @@ use tokio::time::Instant;
 use crate::backend::{redlock, Conn};
 use crate::batch::{Batcher, Item, Successor};
 use crate::detach::{log_failure, replay_until_known, spawn, Detached};
-use crate::error::{transient, LockError, LostReason};
+use crate::error::{outcome_unknown, transient, LockError, LostReason};
 use crate::faults::{self, Fault};
 use crate::handoff::{Delivery, Grant};
 use crate::hold::Hold;
 use crate::inner::Inner;
 use crate::keys::LockKeys;
+use crate::lease::validity;
 use crate::owner::{Op, Owner};
 use crate::scripts::{unexpected_reply, ReleaseReply};
 use crate::subscriber::Claim;
@@ -42,6 +43,7 @@ pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), Lo
         // A loss already known says more than the transport error: the work done
         // under the lock may have overlapped another holder.
         Err(_) if hold.is_lost() => return Err(hold.lost_error()),
+        Err(LockError::Redis(err)) if outcome_unknown(&err) => return Err(unconfirmed(&hold, err)),
         Err(err) => return Err(err),
     };
     match reply {
@@ -60,6 +62,24 @@ pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), Lo
         ReleaseReply::Conflict => Err(LockError::KeyConflict {
             name: hold.display().to_owned(),
         }),
+    }
+}
+
+/// The error of a release whose outcome is unknown: the lock is free by the end of
+/// the lease its last renewal (or acquisition) gave it at the latest, since the
+/// hold is no longer renewed.
+fn unconfirmed(hold: &Hold, source: redis::RedisError) -> LockError {
+    let (deadline, lease) = {
+        let state = hold.state();
+        (state.deadline, state.lease)
+    };
+    // The deadline is the client's cautious end of the lease (less the allowance for
+    // clock drift); Redis ends it that allowance later at most.
+    let ends = deadline + (lease - validity(lease));
+    LockError::ReleaseUnconfirmed {
+        name: hold.display().to_owned(),
+        ends_within: ends.saturating_duration_since(Instant::now()),
+        source,
     }
 }
 
