@@ -104,4 +104,4 @@ pub use process::ChildProcess;
 pub use proxy::{Direction, FaultProxy};
 pub use sentinel::SentinelGroup;
 pub use server::{start_many, RedisServer, RedisServerBuilder};
-pub use step::{Delivery, HeldRequest, StepProxy};
+pub use step::{Delivery, HeldRequest, StepProxy, Traffic};

@@ -13,10 +13,11 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::proxy::abort;
 use crate::TestkitError;
@@ -106,6 +107,13 @@ struct Conn {
     /// keeps its order), each with the id of the late request or `None`.
     backlog: VecDeque<(Option<u64>, Vec<u8>)>,
     closed: bool,
+    /// When the proxy last began a write to the client (or reset the connection
+    /// under it).
+    sent_to_client: Option<Instant>,
+    /// Whether the reader of the client's requests waits in a read.
+    reading_client: bool,
+    /// Whether the reader of the server's replies and pushes waits in a read.
+    reading_server: bool,
 }
 
 impl Conn {
@@ -114,6 +122,7 @@ impl Conn {
             return;
         }
         self.closed = true;
+        self.sent_to_client = Some(Instant::now());
         self.queue.clear();
         self.awaiting.clear();
         self.backlog.clear();
@@ -134,12 +143,23 @@ impl Conn {
     fn flush(&mut self) {
         while let Some((None, _)) = self.backlog.front() {
             if let Some((_, bytes)) = self.backlog.pop_front() {
+                // Noted before the write: the client may take it in at once.
+                self.sent_to_client = Some(Instant::now());
                 if (&self.client).write_all(&bytes).is_err() {
                     self.reset();
                     return;
                 }
             }
         }
+    }
+
+    /// Whether the client or the server sent bytes that the proxy has not taken in
+    /// yet: a reader is not waiting in a read, or its socket has bytes to read.
+    fn unread(&self) -> bool {
+        !self.reading_client
+            || !self.reading_server
+            || pending_bytes(&self.client) > 0
+            || pending_bytes(&self.server) > 0
     }
 
     fn send(&mut self, bytes: &[u8], fate: Fate) {
@@ -160,6 +180,37 @@ struct State {
     activity: u64,
     /// What passed without waiting, for [`StepProxy::take_passed`].
     passed: Vec<String>,
+}
+
+/// Where the traffic through a [`StepProxy`] stands ([`StepProxy::traffic`]). The
+/// proxy's side of quiet is: no request in flight, nothing unread, and activity
+/// unchanged; the client's side is that it has run since `sent_to_client` (what the
+/// proxy wrote reached it) and is idle.
+///
+/// # Examples
+///
+/// ```no_run
+/// use distlock_testkit::{RedisServer, StepProxy};
+///
+/// let server = RedisServer::start()?;
+/// let proxy = StepProxy::start(server.addr(), |_| false)?;
+/// let traffic = proxy.traffic();
+/// println!("{} frames so far, {} requests in flight", traffic.activity, traffic.in_flight);
+/// # Ok::<(), distlock_testkit::TestkitError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Traffic {
+    /// As [`StepProxy::activity`]: frames passed or arrived, connections accepted.
+    pub activity: u64,
+    /// As [`StepProxy::in_flight`]: requests at the server whose replies have not
+    /// come back.
+    pub in_flight: usize,
+    /// Whether a client or the server sent bytes the proxy has not taken in yet.
+    pub unread: bool,
+    /// When the proxy last began a write to a client, or reset a connection under
+    /// it: a client idle since a moment after this has taken in what it sent.
+    pub sent_to_client: Option<Instant>,
 }
 
 /// Which requests wait for the test.
@@ -487,6 +538,36 @@ impl StepProxy {
             .sum()
     }
 
+    /// Where the traffic through the proxy stands, for a test that waits until it is
+    /// quiet: see [`Traffic`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{RedisServer, StepProxy};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = StepProxy::start(server.addr(), |_| false)?;
+    /// let traffic = proxy.traffic();
+    /// let quiet = traffic.in_flight == 0 && !traffic.unread;
+    /// # let _ = quiet;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
+    pub fn traffic(&self) -> Traffic {
+        let state = self.shared.state();
+        let open = || state.conns.iter().filter(|conn| !conn.closed);
+        Traffic {
+            activity: state.activity,
+            in_flight: open().map(|conn| conn.awaiting.len()).sum(),
+            unread: open().any(Conn::unread),
+            sent_to_client: state
+                .conns
+                .iter()
+                .filter_map(|conn| conn.sent_to_client)
+                .max(),
+        }
+    }
+
     /// Resets every open connection (a TCP RST to both sides) and forgets held
     /// requests and late replies.
     ///
@@ -550,16 +631,19 @@ fn serve(client: TcpStream, shared: &Arc<Shared>) -> io::Result<()> {
             awaiting: VecDeque::new(),
             backlog: VecDeque::new(),
             closed: false,
+            sent_to_client: None,
+            reading_client: false,
+            reading_server: false,
         });
         id
     };
     let requests = {
         let shared = shared.clone();
-        move || read_frames(client, id, &shared, on_request)
+        move || read_frames(client, id, &shared, Side::Client)
     };
     let replies = {
         let shared = shared.clone();
-        move || read_frames(server, id, &shared, on_reply)
+        move || read_frames(server, id, &shared, Side::Server)
     };
     thread::Builder::new()
         .name("distlock-testkit-step-requests".into())
@@ -570,17 +654,37 @@ fn serve(client: TcpStream, shared: &Arc<Shared>) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads `stream` until it closes, cutting it into frames and handing each to `on`.
-fn read_frames(
-    mut stream: TcpStream,
-    conn: u64,
-    shared: &Shared,
-    on: fn(&mut State, &Shared, u64, Vec<u8>),
-) {
+/// Which end of a connection a reader reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// The client's requests.
+    Client,
+    /// The server's replies.
+    Server,
+}
+
+/// Reads `stream` until it closes, cutting it into frames and handing each to
+/// `on_request` or `on_reply`.
+fn read_frames(mut stream: TcpStream, conn: u64, shared: &Shared, side: Side) {
+    let on = match side {
+        Side::Client => on_request,
+        Side::Server => on_reply,
+    };
+    let reading = |on: bool| {
+        if let Some(conn) = shared.state().conns.iter_mut().find(|c| c.id == conn) {
+            match side {
+                Side::Client => conn.reading_client = on,
+                Side::Server => conn.reading_server = on,
+            }
+        }
+    };
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {
-        let n = match stream.read(&mut chunk) {
+        reading(true);
+        let read = stream.read(&mut chunk);
+        reading(false);
+        let n = match read {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
@@ -773,6 +877,25 @@ fn parse_args(frame: &[u8]) -> Option<Vec<Vec<u8>>> {
         at += len + 2;
     }
     Some(args)
+}
+
+/// How many bytes wait to be read on `stream` (0 when the kernel will not say).
+fn pending_bytes(stream: &TcpStream) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: the fd is open (owned by `stream`), and FIONREAD writes one `c_int`
+    // through the pointer, which points at `n`.
+    let ok = unsafe {
+        libc::ioctl(
+            stream.as_raw_fd(),
+            libc::FIONREAD,
+            &mut n as *mut libc::c_int,
+        )
+    };
+    if ok == 0 {
+        usize::try_from(n).unwrap_or(0)
+    } else {
+        0
+    }
 }
 
 #[cfg(test)]

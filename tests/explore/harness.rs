@@ -88,9 +88,24 @@ pub(crate) struct Shared {
     pub(crate) actors: Vec<Mutex<ActorState>>,
     /// Moves whenever an operation starts or ends.
     pub(crate) events: AtomicU64,
+    /// Whether the runtime's thread is idle (parked), and since when.
+    pub(crate) runtime: Mutex<Idle>,
+}
+
+/// Whether the runtime's thread is idle (parked), and since when: a park looks at
+/// the sockets first, so an idle runtime has taken in everything written to them
+/// before it parked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Idle {
+    pub(crate) parked: bool,
+    pub(crate) since: std::time::Instant,
 }
 
 impl Shared {
+    pub(crate) fn idle(&self) -> MutexGuard<'_, Idle> {
+        self.runtime.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub(crate) fn actor(&self, index: usize) -> MutexGuard<'_, ActorState> {
         self.actors[index]
             .lock()
@@ -127,6 +142,10 @@ impl Harness {
         let shared = Arc::new(Shared {
             actors: world.actors.iter().map(|_| Mutex::default()).collect(),
             events: AtomicU64::new(0),
+            runtime: Mutex::new(Idle {
+                parked: false,
+                since: std::time::Instant::now(),
+            }),
         });
         let (cmds, rx) = tokio::sync::mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -201,9 +220,18 @@ fn run(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Cmd>,
     ready: mpsc::Sender<Result<(), String>>,
 ) {
+    let park = shared.clone();
+    let unpark = shared.clone();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
+        .on_thread_park(move || {
+            *park.idle() = Idle {
+                parked: true,
+                since: std::time::Instant::now(),
+            }
+        })
+        .on_thread_unpark(move || unpark.idle().parked = false)
         .build()
     {
         Ok(rt) => rt,

@@ -151,10 +151,6 @@ impl Env {
     fn activity(&self) -> u64 {
         self.proxies.iter().map(StepProxy::activity).sum()
     }
-
-    fn in_flight(&self) -> usize {
-        self.proxies.iter().map(StepProxy::in_flight).sum()
-    }
 }
 
 struct Schedule<'a> {
@@ -404,17 +400,19 @@ impl Schedule<'_> {
         self.held().iter().map(|(_, r)| r.id).collect()
     }
 
-    /// Waits until the proxies and the runtime are quiet.
+    /// Waits until the proxies and the runtime are quiet: twice in a row, nothing
+    /// moved, no request is at the server or unread by a proxy, and the runtime
+    /// went idle after a proxy last wrote to it (so a loaded machine that is slow to
+    /// run the client is waited for, not taken for quiet).
     fn settle_traffic(&mut self) -> bool {
         let start = (self.env.activity(), self.events());
         let mut last = start;
         let mut quiet = 0;
         let give_up = Instant::now() + Duration::from_secs(10);
         while quiet < 2 && Instant::now() < give_up {
-            self.harness.probe();
             std::thread::sleep(QUIET);
             let now = (self.env.activity(), self.events());
-            if now == last && self.env.in_flight() == 0 {
+            if now == last && self.idle() {
                 quiet += 1;
             } else {
                 quiet = 0;
@@ -422,6 +420,19 @@ impl Schedule<'_> {
             }
         }
         last != start
+    }
+
+    /// Whether nothing is on its way: no request at the server or unread by a
+    /// proxy, and the runtime idle since after the proxies last wrote to it.
+    fn idle(&self) -> bool {
+        let idle = *self.harness.shared.idle();
+        idle.parked
+            && self.env.proxies.iter().all(|proxy| {
+                let traffic = proxy.traffic();
+                traffic.in_flight == 0
+                    && !traffic.unread
+                    && traffic.sent_to_client.is_none_or(|sent| sent < idle.since)
+            })
     }
 
     fn events(&self) -> u64 {
