@@ -34,8 +34,12 @@
 //!   --fault NAME       seed a fault and show the explorer finds it
 //!   --seeded           every seeded fault in turn; fails unless each is found
 //!   --replay STRING    one schedule, step by step
+//!   --jobs N           split each world's search over N processes (each runs its
+//!                      own server): the schedules whose first branching choices
+//!                      hash to K go to process K
 
 mod harness;
+mod jobs;
 mod schedule;
 mod world;
 
@@ -77,13 +81,15 @@ struct Report {
     world: String,
     bound: String,
     schedules: usize,
-    states: usize,
+    states: HashSet<u64>,
     diverged: usize,
     deepest: usize,
     violations: Vec<(String, String)>,
     secs: f64,
     /// Every schedule of the bound was run (not stopped by `--max-secs`).
     complete: bool,
+    /// Whether the replay of the shortest violation found it again (sampling only).
+    reproduced: Option<bool>,
 }
 
 impl Report {
@@ -92,14 +98,72 @@ impl Report {
             world: world.name.to_owned(),
             bound: world.bound(),
             schedules: 0,
-            states: 0,
+            states: HashSet::new(),
             diverged: 0,
             deepest: 0,
             violations: Vec::new(),
             secs: 0.0,
             complete: true,
+            reproduced: None,
         }
     }
+}
+
+impl Report {
+    /// Prints the report of one world: a line for people, a `RELIABILITY` line for
+    /// `cargo xtask reliability`, each violation with its replay, and with
+    /// `states`, the hashes of the distinct states (for a `--jobs` parent to join).
+    fn print(&self, faults: usize, states: bool) {
+        println!(
+            "explore world={} schedules={} states={} deepest={} diverged={} violations={} secs={:.1} complete={} bound=\"{}\"",
+            self.world,
+            self.schedules,
+            self.states.len(),
+            self.deepest,
+            self.diverged,
+            self.violations.len(),
+            self.secs,
+            self.complete,
+            self.bound
+        );
+        println!(
+            "RELIABILITY scenario=explore_{} schedules={} states={} deepest={} faults={faults} violations={} diverged={} complete={} ms={}",
+            self.world,
+            self.schedules,
+            self.states.len(),
+            self.deepest,
+            self.violations.len(),
+            self.diverged,
+            u8::from(self.complete),
+            (self.secs * 1000.0) as u64
+        );
+        if states {
+            let hashes: Vec<String> = self.states.iter().map(|h| format!("{h:x}")).collect();
+            println!(
+                "explore states world={} hashes={}",
+                self.world,
+                hashes.join(",")
+            );
+        }
+        for (replay, violation) in &self.violations {
+            println!("  VIOLATION: {violation}\n  replay: cargo xtask explore --replay '{replay}'");
+        }
+    }
+}
+
+/// The worlds to explore: the slice's or the whole bound's, `only` one of them,
+/// each with `budget` faults when given.
+fn chosen_worlds(full: bool, only: Option<&str>, budget: Option<usize>) -> Vec<World> {
+    world::worlds(full)
+        .into_iter()
+        .filter(|w| only.is_none_or(|o| o == w.name))
+        .map(|mut w| {
+            if let Some(budget) = budget {
+                w.faults = budget;
+            }
+            w
+        })
+        .collect()
 }
 
 fn main() -> ExitCode {
@@ -110,6 +174,17 @@ fn main() -> ExitCode {
             .position(|a| a == name)
             .and_then(|i| args.get(i + 1))
             .cloned()
+    };
+    if let Some(jobs) = value("--jobs") {
+        return jobs::run(&args, &jobs);
+    }
+    let part = match value("--part").map(|p| Part::parse(&p)) {
+        None => Part::WHOLE,
+        Some(Some(part)) => part,
+        Some(None) => {
+            eprintln!("explore: --part is K/N with K < N");
+            return ExitCode::FAILURE;
+        }
     };
     let server = match RedisServer::start() {
         Ok(server) => server,
@@ -125,16 +200,7 @@ fn main() -> ExitCode {
     let only = value("--world");
     let budget: Option<usize> = value("--faults").and_then(|n| n.parse().ok());
     let max_secs: Option<f64> = value("--max-secs").and_then(|n| n.parse().ok());
-    let mut worlds: Vec<World> = world::worlds(full)
-        .into_iter()
-        .filter(|w| only.as_deref().is_none_or(|o| o == w.name))
-        .map(|mut w| {
-            if let Some(budget) = budget {
-                w.faults = budget;
-            }
-            w
-        })
-        .collect();
+    let mut worlds = chosen_worlds(full, only.as_deref(), budget);
     if flag("--seeded") || value("--fault").is_some() {
         let wanted = value("--fault");
         let mut missed = 0;
@@ -152,22 +218,30 @@ fn main() -> ExitCode {
             faults::inject(fault);
             let report = sample(&server, &world, 600);
             faults::clear();
+            let reproduced = report.reproduced == Some(true);
             println!(
-                "RELIABILITY scenario=explore_seeded_{} seeded_faults=1 caught={} schedules={} shortest_steps={}",
+                "RELIABILITY scenario=explore_seeded_{} seeded_faults=1 caught={} schedules={} shortest_steps={} replay_reproduces={}",
                 name.replace('-', "_"),
                 u8::from(!report.violations.is_empty()),
                 report.schedules,
                 report
                     .violations
                     .first()
-                    .map_or(0, |(replay, _)| replay.split('.').count())
+                    .map_or(0, |(replay, _)| replay.split('.').count()),
+                u8::from(reproduced)
             );
             match report.violations.first() {
-                Some((replay, violation)) => println!(
-                    "explore seeded fault={name} found=yes schedules={} shortest_steps={} violation=\"{violation}\"\n  replay: {replay}",
-                    report.schedules,
-                    replay.split('.').count()
-                ),
+                Some((replay, violation)) => {
+                    println!(
+                        "explore seeded fault={name} found=yes schedules={} shortest_steps={} replay_reproduces={} violation=\"{violation}\"\n  replay: {replay}",
+                        report.schedules,
+                        replay.split('.').count(),
+                        if reproduced { "yes" } else { "NO" }
+                    );
+                    if !reproduced {
+                        missed += 1;
+                    }
+                }
                 None => {
                     missed += 1;
                     println!(
@@ -188,37 +262,11 @@ fn main() -> ExitCode {
     let mut failed = false;
     let mut total = (0, 0);
     for world in &worlds {
-        let report = explore(&server, world, false, max_secs);
+        let report = explore(&server, world, part, max_secs);
         total.0 += report.schedules;
-        total.1 += report.states;
-        println!(
-            "explore world={} schedules={} states={} deepest={} diverged={} violations={} secs={:.1} complete={} bound=\"{}\"",
-            report.world,
-            report.schedules,
-            report.states,
-            report.deepest,
-            report.diverged,
-            report.violations.len(),
-            report.secs,
-            report.complete,
-            report.bound
-        );
-        println!(
-            "RELIABILITY scenario=explore_{} schedules={} states={} deepest={} faults={} violations={} diverged={} complete={} ms={}",
-            report.world,
-            report.schedules,
-            report.states,
-            report.deepest,
-            world.faults,
-            report.violations.len(),
-            report.diverged,
-            u8::from(report.complete),
-            (report.secs * 1000.0) as u64
-        );
-        for (replay, violation) in &report.violations {
-            failed = true;
-            println!("  VIOLATION: {violation}\n  replay: cargo xtask explore --replay '{replay}'");
-        }
+        total.1 += report.states.len();
+        failed |= !report.violations.is_empty();
+        report.print(world.faults, part != Part::WHOLE);
     }
     // `--sample N`: then N schedules with (at least) one fault from each world,
     // drawn at random with a fixed seed.
@@ -230,10 +278,15 @@ fn main() -> ExitCode {
             let report = sample(&server, &faulty, sampled);
             total.0 += report.schedules;
             println!(
-                "explore sampled world={} schedules={} violations={} secs={:.1} bound=\"{}\"",
+                "explore sampled world={} schedules={} violations={} shortest_replay_reproduces={} secs={:.1} bound=\"{}\"",
                 report.world,
                 report.schedules,
                 report.violations.len(),
+                match report.reproduced {
+                    Some(true) => "yes",
+                    Some(false) => "NO",
+                    None => "-",
+                },
                 report.secs,
                 report.bound
             );
@@ -267,9 +320,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Every schedule of `world`, depth first; with `stop_early`, the search ends soon
-/// after the first violation, keeping the shortest one found.
-fn explore(server: &RedisServer, world: &World, stop_early: bool, max_secs: Option<f64>) -> Report {
+/// Every schedule of `world` that `part` owns, depth first.
+fn explore(server: &RedisServer, world: &World, part: Part, max_secs: Option<f64>) -> Report {
     let started = Instant::now();
     let mut report = Report::new(world);
     let mut env = match Env::new(server, world.clients) {
@@ -279,40 +331,40 @@ fn explore(server: &RedisServer, world: &World, stop_early: bool, max_secs: Opti
             return report;
         }
     };
-    let mut states = HashSet::new();
     let mut prefix: Vec<String> = Vec::new();
-    let mut after_first = None;
+    let mut ran = 0;
     loop {
         let run = schedule::run(world, &mut env, &prefix, false);
-        report.schedules += 1;
-        if report.schedules.is_multiple_of(25) || std::env::var_os("EXPLORE_TRACE").is_some() {
+        ran += 1;
+        // A schedule belongs to one part; the others may run it too, to find the
+        // choices under it, but do not count it.
+        let owned = part.owns(&run.decisions, true);
+        if owned {
+            report.schedules += 1;
+            report.deepest = report.deepest.max(run.decisions.len());
+            report.states.extend(run.states.iter().copied());
+            report.diverged += usize::from(run.diverged);
+            if let Some(violation) = &run.violation {
+                let replay = format!("{}/{}", world.name, run.labels().join("."));
+                report.violations.push((replay, violation.clone()));
+            }
+        }
+        if ran % 25 == 0 || std::env::var_os("EXPLORE_TRACE").is_some() {
             eprintln!(
-                "explore: {} schedules of {} in {:.0} s, {} states; last: {}",
+                "explore{}: {} schedules of {} in {:.0} s, {} states; last: {}",
+                part.suffix(),
                 report.schedules,
                 world.name,
                 started.elapsed().as_secs_f64(),
-                states.len(),
+                report.states.len(),
                 run.labels().join(".")
             );
-        }
-        report.deepest = report.deepest.max(run.decisions.len());
-        states.extend(run.states.iter().copied());
-        if run.diverged {
-            report.diverged += 1;
-        }
-        if let Some(violation) = &run.violation {
-            let replay = format!("{}/{}", world.name, run.labels().join("."));
-            report.violations.push((replay, violation.clone()));
-            after_first.get_or_insert(report.schedules);
-        }
-        if stop_early && after_first.is_some_and(|at| report.schedules >= at + 50) {
-            break;
         }
         if max_secs.is_some_and(|max| started.elapsed().as_secs_f64() > max) {
             report.complete = false;
             break;
         }
-        match next_prefix(&run) {
+        match next_prefix(&run, part) {
             Some(next) => prefix = next,
             None => break,
         }
@@ -321,9 +373,72 @@ fn explore(server: &RedisServer, world: &World, stop_early: bool, max_secs: Opti
     report
         .violations
         .sort_by_key(|(replay, _)| replay.split('.').count());
-    report.states = states.len();
     report.secs = started.elapsed().as_secs_f64();
     report
+}
+
+/// Whether running the schedule of `replay` (`WORLD/STEP.STEP...`) alone finds a
+/// violation again, in one of three tries (a try whose timing moved, so that a
+/// step of the string is not there, is tried again).
+fn reproduces(world: &World, env: &mut Env, replay: &str) -> bool {
+    let steps: Vec<String> = replay
+        .split_once('/')
+        .map_or("", |(_, steps)| steps)
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    (0..3).any(|_| schedule::run(world, env, &steps, false).violation.is_some())
+}
+
+/// How many first choices decide which part a schedule belongs to.
+const SPLIT_DEPTH: usize = 6;
+
+/// The part `k` of `n` of each world's schedules that this process runs: the
+/// schedules whose first [`SPLIT_DEPTH`] choices hash to `k` modulo `n` (a shorter
+/// schedule by all of its choices). Only the labels chosen count, not how many
+/// options there were, which can differ from run to run on a loaded machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Part {
+    k: u64,
+    n: u64,
+}
+
+impl Part {
+    const WHOLE: Part = Part { k: 0, n: 1 };
+
+    /// `K/N`.
+    fn parse(text: &str) -> Option<Part> {
+        let (k, n) = text.split_once('/')?;
+        let (k, n) = (k.parse().ok()?, n.parse().ok()?);
+        (k < n).then_some(Part { k, n })
+    }
+
+    /// Whether this part owns the schedules under `decisions`. With `whole`, the
+    /// decisions are a whole schedule (decided however short it is); else a
+    /// prefix, decided only once it is [`SPLIT_DEPTH`] long (before that, every
+    /// part explores under it).
+    fn owns(&self, decisions: &[schedule::Decision], whole: bool) -> bool {
+        if self.n == 1 || (!whole && decisions.len() < SPLIT_DEPTH) {
+            return true;
+        }
+        let chosen: Vec<&str> = decisions
+            .iter()
+            .take(SPLIT_DEPTH)
+            .map(|d| d.options[d.chosen].as_str())
+            .collect();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&chosen, &mut hasher);
+        std::hash::Hasher::finish(&hasher) % self.n == self.k
+    }
+
+    fn suffix(&self) -> String {
+        if self.n == 1 {
+            String::new()
+        } else {
+            format!(" {}/{}", self.k, self.n)
+        }
+    }
 }
 
 /// `count` schedules of `world` with choices drawn at random (a fixed seed, so the
@@ -357,24 +472,33 @@ fn sample(server: &RedisServer, world: &World, count: usize) -> Report {
     report
         .violations
         .sort_by_key(|(replay, _)| replay.split('.').count());
+    if let Some((replay, _)) = report.violations.first() {
+        report.reproduced = Some(reproduces(world, &mut env, replay));
+    }
     report.secs = started.elapsed().as_secs_f64();
     report
 }
 
-/// The next schedule depth first: the deepest choice with an option left.
-fn next_prefix(run: &Run) -> Option<Vec<String>> {
+/// The next schedule depth first that `part` may own: the deepest choice with an
+/// option left, passing over the options whose schedules belong to other parts.
+fn next_prefix(run: &Run, part: Part) -> Option<Vec<String>> {
     let mut decisions = run.decisions.clone();
-    while let Some(last) = decisions.pop() {
-        if last.chosen + 1 < last.options.len() {
-            let mut prefix: Vec<String> = decisions
-                .iter()
-                .map(|d| d.options[d.chosen].clone())
-                .collect();
-            prefix.push(last.options[last.chosen + 1].clone());
-            return Some(prefix);
+    loop {
+        let last = decisions.last_mut()?;
+        if last.chosen + 1 >= last.options.len() {
+            decisions.pop();
+            continue;
+        }
+        last.chosen += 1;
+        if part.owns(&decisions, false) {
+            return Some(
+                decisions
+                    .iter()
+                    .map(|d| d.options[d.chosen].clone())
+                    .collect(),
+            );
         }
     }
-    None
 }
 
 fn replay_one(server: &RedisServer, replay: &str) -> ExitCode {
