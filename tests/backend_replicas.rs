@@ -15,18 +15,13 @@ fn master_and_replica() -> (RedisServer, RedisServer) {
         .arg(master.port().to_string())
         .start()
         .expect("start the replica");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !replica
-        .cmd(&["INFO", "replication"])
-        .expect("INFO")
-        .contains("master_link_status:up")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the replica never synced"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let synced = support::eventually_blocking(Duration::from_secs(20), || {
+        replica
+            .cmd(&["INFO", "replication"])
+            .expect("INFO")
+            .contains("master_link_status:up")
+    });
+    assert!(synced, "the replica never synced");
     (master, replica)
 }
 

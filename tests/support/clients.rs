@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use distlock::{LockClient, LockClientBuilder};
-use distlock_testkit::RedisServer;
+use distlock_testkit::{RedisCluster, RedisServer};
 
 /// A builder pointed at `server`.
 pub fn builder(server: &RedisServer) -> LockClientBuilder {
@@ -28,6 +28,16 @@ pub async fn client_with_lease(server: &RedisServer, lease: Duration) -> LockCli
         .connect()
         .await
         .expect("connect")
+}
+
+/// A connected client of `cluster` whose watchdog lease is `lease`.
+pub async fn cluster_client(cluster: &RedisCluster, lease: Duration) -> LockClient {
+    LockClient::builder()
+        .cluster(cluster.urls())
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect to the cluster")
 }
 
 /// A client of `url` (a fault proxy, often) whose requests time out after

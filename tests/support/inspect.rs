@@ -1,6 +1,8 @@
 //! What Redis stores and counts: lock keys and their hold counts, release-channel
 //! subscribers, command calls and round trips, client connections, leftovers.
 
+use std::collections::HashMap;
+
 use distlock::layout::{self, StoredLock};
 use distlock_testkit::RedisServer;
 
@@ -137,6 +139,26 @@ pub fn client_requests(server: &RedisServer) -> u64 {
             !from_script && !LOOKS.contains(&command.as_str())
         })
         .count() as u64
+}
+
+/// `DUMP` of every key on the server, by name (binary-safe): equal dumps, nothing
+/// written.
+pub async fn dumps(conn: &mut redis::aio::MultiplexedConnection) -> HashMap<Vec<u8>, Vec<u8>> {
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(conn)
+        .await
+        .expect("KEYS");
+    let mut dumps = HashMap::new();
+    for key in keys {
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .expect("DUMP");
+        dumps.insert(key, dump);
+    }
+    dumps
 }
 
 /// The value of `key` in a `key=value` line, such as one of `CLIENT LIST`.

@@ -16,6 +16,21 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
     }
 }
 
+/// As [`eventually`], on a thread without a runtime: sleeps the thread between
+/// checks.
+pub fn eventually_blocking(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Runs each of `futures` on a task of its own, all let go at one moment (a
 /// barrier), and returns their outputs in order: requests ready together, as
 /// group commit sees them.
