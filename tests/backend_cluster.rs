@@ -151,15 +151,7 @@ async fn a_killed_master_fails_over_and_waiters_still_acquire() {
     cluster.nodes()[master]
         .cmd(&["WAIT", "1", "1000"])
         .expect("WAIT");
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let guard = waiter.lock("killed").wait(Duration::from_secs(30)).await?;
-            let at = Instant::now();
-            guard.unlock().await?;
-            Ok::<_, distlock::LockError>(at)
-        }
-    });
+    let waiting = support::acquired_at(&waiter, "killed", Duration::from_secs(30));
     cluster.node_mut(master).stop().expect("SIGKILL the master");
     let promoted = support::eventually(Duration::from_secs(20), || {
         cluster.node_for_slot(slot) == Some(replica)

@@ -108,23 +108,11 @@ async fn a_waiter_wakes_on_the_release_message_not_the_lease() {
     // A 30 s watchdog lease: only the release message can wake the waiter in time.
     let guard = holder.lock("wake").await.expect("lock");
 
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let guard = waiter
-                .lock("wake")
-                .wait(Duration::from_secs(10))
-                .await
-                .expect("lock");
-            let acquired = Instant::now();
-            guard.unlock().await.expect("unlock");
-            acquired
-        }
-    });
+    let waiting = support::acquired_at(&waiter, "wake", Duration::from_secs(10));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released = Instant::now();
     guard.unlock().await.expect("unlock");
-    let acquired = waiting.await.expect("waiter");
+    let acquired = waiting.await.expect("waiter").expect("lock");
     let gap = acquired.saturating_duration_since(released);
     assert!(
         gap < Duration::from_millis(100),
@@ -169,19 +157,7 @@ async fn waiters_resubscribe_after_the_subscriber_connection_drops() {
     let holder = support::client(&server).await;
     let waiter = support::client(&server).await;
     let guard = holder.lock("reconnect").await.expect("lock");
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let guard = waiter
-                .lock("reconnect")
-                .wait(Duration::from_secs(20))
-                .await
-                .expect("lock");
-            let acquired = Instant::now();
-            guard.unlock().await.expect("unlock");
-            acquired
-        }
-    });
+    let waiting = support::acquired_at(&waiter, "reconnect", Duration::from_secs(20));
     let subscribers = || support::channel_subscribers(&server, "reconnect");
     assert!(
         support::eventually(Duration::from_secs(2), || subscribers() == 1).await,
@@ -196,7 +172,7 @@ async fn waiters_resubscribe_after_the_subscriber_connection_drops() {
     );
     let released = Instant::now();
     guard.unlock().await.expect("unlock");
-    let acquired = waiting.await.expect("waiter");
+    let acquired = waiting.await.expect("waiter").expect("lock");
     let gap = acquired.saturating_duration_since(released);
     assert!(
         gap < Duration::from_millis(200),
