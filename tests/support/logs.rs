@@ -60,6 +60,16 @@ pub fn capture(level: tracing::Level, span_closes: bool) -> Captured {
         .clone()
 }
 
+/// A subscriber that writes everything at `level` and above into a buffer, for
+/// this thread only until the guard drops: with a runtime of one thread, every
+/// event of the test, and none of another test's.
+pub fn capture_here(level: tracing::Level) -> (Captured, tracing::subscriber::DefaultGuard) {
+    let captured = Captured::default();
+    let subscriber = captured.fmt(FmtSpan::NONE).with_max_level(level).finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    (captured, guard)
+}
+
 impl Captured {
     /// A `tracing_subscriber::fmt()` that writes into this buffer without colours,
     /// `spans` saying which span events it prints; the caller adds its filter.
@@ -76,6 +86,11 @@ impl Captured {
     /// Everything captured so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+    }
+
+    /// The lines captured so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines_with(&[])
     }
 
     /// The lines captured so far that contain every one of `parts`.
