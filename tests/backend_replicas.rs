@@ -140,11 +140,7 @@ async fn a_refused_lock_is_given_back_even_when_the_wait_ends_during_the_give_ba
         .await
         .expect("connect through the proxy");
     server.cmd(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
-    proxy.delay(
-        distlock_testkit::Direction::ToClient,
-        Duration::from_millis(300),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(300));
     // Replies at about: 350 ms NOSCRIPT, 650 ms loaded, 1000 ms granted with 0
     // acknowledgements; the give-back: 1300 ms NOSCRIPT, 1600 ms loaded, then the
     // release. The wait ends in between, at 1450 ms.

@@ -251,11 +251,7 @@ async fn replies_later_than_the_lease_are_not_retried_in_a_tight_loop() {
         .expect("connect through the proxy");
     let before = support::script_calls(&server);
     // Each reply takes 20 ms; a 10 ms lease can be counted on for 7.9 ms.
-    proxy.delay(
-        distlock_testkit::Direction::ToClient,
-        Duration::from_millis(20),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(20));
     let result = locks
         .lock("slow")
         .lease(Duration::from_millis(10))

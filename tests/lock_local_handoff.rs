@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::LockError;
-use distlock_testkit::{Direction, RedisServer};
+use distlock_testkit::RedisServer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::{eventually, lock_key as key, redis_count as hold_count};
@@ -193,11 +193,7 @@ async fn a_grant_nobody_takes_is_given_back(leaves: Leaves) {
         async move { locks.lock(name.as_str()).wait(wait).await }
     });
     until_waiting(&server, &name).await;
-    proxy.delay(
-        Direction::ToClient,
-        Duration::from_millis(600),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(600));
     let unlocking = tokio::spawn(guard.unlock());
     let handed = eventually(Duration::from_millis(400), || {
         holder(&server, &name).is_some_and(|now| now != owner)
@@ -218,7 +214,7 @@ async fn a_grant_nobody_takes_is_given_back(leaves: Leaves) {
             );
         }
     }
-    proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+    support::replies_late(&proxy, Duration::ZERO);
     unlocking
         .await
         .expect("join")
@@ -263,14 +259,10 @@ async fn a_hand_off_whose_reply_is_late_is_known_to_both_sides() {
     });
     until_waiting(&server, NAME).await;
     let before = support::script_calls(&server);
-    proxy.delay(
-        Direction::ToClient,
-        Duration::from_millis(450),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(450));
     let unlocking = tokio::spawn(guard.unlock());
     tokio::time::sleep(Duration::from_millis(50)).await;
-    proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+    support::replies_late(&proxy, Duration::ZERO);
     let released = unlocking.await.expect("join");
     assert!(released.is_ok(), "{released:?}");
     let taken = tokio::time::timeout(Duration::from_secs(3), waiter)

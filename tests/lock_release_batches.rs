@@ -122,19 +122,11 @@ async fn a_late_batch_is_retried_and_each_release_applied_once() {
         );
     }
     let before = support::script_calls(&server);
-    proxy.delay(
-        distlock_testkit::Direction::ToClient,
-        Duration::from_millis(450),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(450));
     let sent = tokio::time::Instant::now();
     let releases = tokio::spawn(unlock_together(inner));
     tokio::time::sleep(Duration::from_millis(50)).await;
-    proxy.delay(
-        distlock_testkit::Direction::ToClient,
-        Duration::ZERO,
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::ZERO);
     let results = releases.await.expect("join");
     assert!(
         sent.elapsed() >= Duration::from_millis(300),
