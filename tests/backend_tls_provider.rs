@@ -62,15 +62,7 @@ async fn provider_child() {
     if let Ok(ca) = std::env::var("DISTLOCK_ROOT_CA") {
         builder = builder.tls_root_ca(std::fs::read(ca).expect("the CA file"));
     }
-    let result = async {
-        let locks = builder
-            .connect_timeout(Duration::from_secs(3))
-            .connect()
-            .await?;
-        let guard = locks.lock("tls-provider").await?;
-        guard.unlock().await
-    }
-    .await;
+    let result = support::lock_once(builder, "tls-provider").await;
     match result {
         Ok(()) => println!("TLS_OK provider={}", process_provider()),
         Err(err) => println!("TLS_ERR {}", err.to_string().replace('\n', " ")),
@@ -170,34 +162,26 @@ fn rediss_uses_the_provider_the_application_installed() {
     );
 }
 
-/// Connects with `builder`, takes and releases a lock.
-async fn lock_once(builder: distlock::LockClientBuilder) -> Result<(), distlock::LockError> {
-    let locks = builder
-        .connect_timeout(Duration::from_secs(3))
-        .connect()
-        .await?;
-    let guard = locks.lock("tls-settings").await?;
-    guard.unlock().await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_root_ca_given_to_the_builder_is_the_one_trusted() {
     let certs = pki("root-ca");
     let (_server, port) = tls_server(&certs, &certs.path("good-ca.pem"), false);
     let url = format!("rediss://127.0.0.1:{port}/");
 
-    let trusted = lock_once(
+    let trusted = support::lock_once(
         LockClient::builder()
             .url(&url)
             .tls_root_ca(certs.read("good-ca.pem")),
+        "tls-settings",
     )
     .await;
     assert!(trusted.is_ok(), "with the server's CA: {trusted:?}");
 
-    let other = lock_once(
+    let other = support::lock_once(
         LockClient::builder()
             .url(&url)
             .tls_root_ca(certs.read("other-ca.pem")),
+        "tls-settings",
     )
     .await
     .expect_err("a CA that did not sign the server's certificate");
@@ -216,16 +200,18 @@ async fn a_client_certificate_is_presented_to_a_server_that_requires_one() {
             .tls_root_ca(certs.read("good-ca.pem"))
     };
 
-    let without = lock_once(builder())
+    let without = support::lock_once(builder(), "tls-settings")
         .await
         .expect_err("a server that requires a client certificate refuses a client without one");
     assert!(
         without.is_connect() && without.to_string().contains("tls_client_cert"),
         "the hint names the setting: {without}"
     );
-    let with =
-        lock_once(builder().tls_client_cert(certs.read("client.pem"), certs.read("client.key")))
-            .await;
+    let with = support::lock_once(
+        builder().tls_client_cert(certs.read("client.pem"), certs.read("client.key")),
+        "tls-settings",
+    )
+    .await;
     assert!(with.is_ok(), "with the client certificate: {with:?}");
     assert_eq!(
         held_keys(&server),
@@ -253,9 +239,9 @@ async fn the_data_nodes_behind_sentinel_are_verified_with_the_builders_root_ca()
             .tls_root_ca(certs.read(ca))
     };
 
-    let trusted = lock_once(builder("good-ca.pem")).await;
+    let trusted = support::lock_once(builder("good-ca.pem"), "tls-settings").await;
     assert!(trusted.is_ok(), "with the data nodes' CA: {trusted:?}");
-    let other = lock_once(builder("other-ca.pem"))
+    let other = support::lock_once(builder("other-ca.pem"), "tls-settings")
         .await
         .expect_err("a CA that did not sign the data nodes' certificates");
     assert!(other.to_string().contains("certificate"), "{other}");
@@ -333,10 +319,10 @@ async fn a_tls_cluster_is_verified_with_the_builders_root_ca() {
             .tls_root_ca(certs.read(ca))
     };
 
-    let trusted = lock_once(builder("good-ca.pem")).await;
+    let trusted = support::lock_once(builder("good-ca.pem"), "tls-settings").await;
     assert!(trusted.is_ok(), "with the node's CA: {trusted:?}");
     assert_eq!(held_keys(&node), Vec::<String>::new(), "nothing left held");
-    let other = lock_once(builder("other-ca.pem"))
+    let other = support::lock_once(builder("other-ca.pem"), "tls-settings")
         .await
         .expect_err("a CA that did not sign the node's certificate");
     let text = other.to_string();

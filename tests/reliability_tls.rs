@@ -23,16 +23,7 @@ async fn tls_child() {
         return;
     }
     let url = std::env::var("DISTLOCK_URL").expect("DISTLOCK_URL");
-    let result = async {
-        let locks = LockClient::builder()
-            .url(url)
-            .connect_timeout(Duration::from_secs(3))
-            .connect()
-            .await?;
-        let guard = locks.lock("tls").await?;
-        guard.unlock().await
-    }
-    .await;
+    let result = support::lock_once(LockClient::builder().url(url), "tls").await;
     match result {
         Ok(()) => println!("TLS_OK"),
         Err(err) => println!(

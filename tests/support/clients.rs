@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use distlock::{LockClient, LockClientBuilder};
+use distlock::{LockClient, LockClientBuilder, LockError};
 use distlock_testkit::{RedisCluster, RedisServer};
 
 /// A builder pointed at `server`.
@@ -70,6 +70,17 @@ pub async fn fenced_with_lease(url: &str, lease: Duration) -> LockClient {
         .connect()
         .await
         .expect("connect")
+}
+
+/// Connects with `builder` (within 3 s), takes lock `name` and gives it back: can
+/// a client so built lock at all.
+pub async fn lock_once(builder: LockClientBuilder, name: &str) -> Result<(), LockError> {
+    let locks = builder
+        .connect_timeout(Duration::from_secs(3))
+        .connect()
+        .await?;
+    let guard = locks.lock(name).await?;
+    guard.unlock().await
 }
 
 /// A plain redis-rs connection to `url`, to look at or tamper with the keys.
