@@ -24,19 +24,13 @@ async fn a_forged_release_message_is_a_spurious_wake_up_never_a_second_holder() 
     let guard = holder.lock("forged").await.expect("lock");
     let acquired = monotonic_ns();
     let token = guard.fencing_token();
-    let waiting = tokio::spawn({
-        let history = history.clone();
-        async move {
-            support::wait_then_release(
-                &waiter,
-                "forged",
-                Duration::from_secs(10),
-                &history,
-                "the waiter gets the lock once it is released",
-            )
-            .await
-        }
-    });
+    let waiting = support::wait_then_release(
+        waiter,
+        "forged",
+        Duration::from_secs(10),
+        &history,
+        "the waiter gets the lock once it is released",
+    );
     assert!(
         support::eventually(Duration::from_secs(3), || {
             server

@@ -26,19 +26,13 @@ async fn a_frozen_server_loses_the_holder_its_lock_and_a_waiter_gets_it_after() 
     let guard = holder.lock("frozen-server").await.expect("lock");
     let acquired = monotonic_ns();
     let token = guard.fencing_token();
-    let waiting = tokio::spawn({
-        let history = history.clone();
-        async move {
-            support::wait_then_release(
-                &waiter,
-                "frozen-server",
-                Duration::from_secs(15),
-                &history,
-                "the waiter gets the lock after the freeze",
-            )
-            .await
-        }
-    });
+    let waiting = support::wait_then_release(
+        waiter,
+        "frozen-server",
+        Duration::from_secs(15),
+        &history,
+        "the waiter gets the lock after the freeze",
+    );
     tokio::time::sleep(lease / 2).await;
     server.pause().expect("SIGSTOP redis");
     let paused = monotonic_ns();
