@@ -45,8 +45,7 @@ async fn callers_listing_the_same_names_in_opposite_orders_never_deadlock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_with_one_name_held_elsewhere_is_not_taken_and_leaves_the_others_free() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let busy = other.lock("set:b").await.expect("lock");
     let result = locks
         .lock_all(["set:c", "set:a", "set:b"])
@@ -78,8 +77,7 @@ async fn a_set_with_one_name_held_elsewhere_is_not_taken_and_leaves_the_others_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_one_server_a_waiting_set_holds_nothing_and_is_taken_in_one_run() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
 
     let before = support::client_requests(&server);
     let all = locks
@@ -261,8 +259,7 @@ async fn a_set_is_released_together() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sets_dropped_at_random_points_leave_no_name_held() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let names: Vec<String> = (0..5).map(|i| format!("drop:{i}")).collect();
     let mut rng = rand::rng();
     let mut taken = 0;

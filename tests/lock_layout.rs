@@ -211,8 +211,7 @@ async fn a_held_plain_lock_is_a_small_listpack() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_is_one_kind_at_a_time_and_free_for_any_once_released() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let name = "layout:kinds";
     for held in KINDS {
         let guard = held.take(&locks, name).await.expect("held");

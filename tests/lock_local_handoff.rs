@@ -123,8 +123,7 @@ async fn a_release_hands_the_lock_to_the_next_task_of_its_client_in_one_request(
 async fn a_waiter_of_another_client_is_not_shut_out_by_hand_offs() {
     const NAME: &str = "handoff:others";
     let server = support::server();
-    let busy = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [busy, other] = support::clients(&server).await;
     let stop = Instant::now() + Duration::from_secs(4);
     let taken = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();

@@ -53,8 +53,7 @@ async fn releases_ready_together_share_script_runs() {
 async fn a_batch_answers_each_release_as_if_it_ran_alone() {
     const LOCKS: usize = 24;
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let guards = hold(&locks, "mixed", LOCKS).await;
     // Every third lock is force-unlocked and taken by another client.
     let mut taken = Vec::new();

@@ -164,8 +164,7 @@ async fn wait_a_little(locks: &LockClient, ran: &AtomicBool) -> Result<(), LockE
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_lock_returns_the_error_and_skips_the_body() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let held = other.lock("busy").await.expect("lock");
 
     let ran = AtomicBool::new(false);

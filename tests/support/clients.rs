@@ -16,6 +16,19 @@ pub async fn client(server: &RedisServer) -> LockClient {
     builder(server).connect().await.expect("connect")
 }
 
+/// `N` connected clients of `server` with default settings, connected one after
+/// another: `let [holder, waiter] = support::clients(&server).await;`.
+pub async fn clients<const N: usize>(server: &RedisServer) -> [LockClient; N] {
+    let mut clients = Vec::with_capacity(N);
+    for _ in 0..N {
+        clients.push(client(server).await);
+    }
+    let Ok(clients) = clients.try_into() else {
+        unreachable!("{N} clients were connected")
+    };
+    clients
+}
+
 /// A connected client that gives every lock a fencing token.
 pub async fn fenced_client(server: &RedisServer) -> LockClient {
     fenced(&server.url()).await
