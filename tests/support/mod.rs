@@ -3,7 +3,7 @@
 //! - `servers`: a throwaway server for one test, a fault proxy in front of one, a
 //!   free port, a server over its memory limit;
 //! - `clients`: lock clients and plain redis-rs connections on a server;
-//! - `acl`: the ACL a lock user needs;
+//! - `acl`: the ACL a lock user needs, a user made with an ACL;
 //! - `inspect`: what Redis stores and counts (hold counts, calls, connections);
 //! - `wait`: waiting for a condition in bounded time;
 //! - `logs`: warnings logged through `tracing`, captured;
