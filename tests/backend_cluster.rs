@@ -15,12 +15,7 @@ fn cluster() -> RedisCluster {
 
 /// The hold count stored for `name`, read from the node that serves its slot.
 fn cluster_count(cluster: &RedisCluster, name: &str) -> u64 {
-    let key = support::lock_key(name);
-    let slot: u16 = cluster.nodes()[0]
-        .cmd(&["CLUSTER", "KEYSLOT", &key])
-        .expect("KEYSLOT")
-        .parse()
-        .expect("a slot");
+    let slot = support::slot_of(cluster, name);
     let node = cluster.node_for_slot(slot).expect("a node serves the slot");
     support::redis_count(&cluster.nodes()[node], name)
 }
@@ -112,12 +107,7 @@ async fn a_manual_failover_keeps_the_holder_valid() {
 
 /// The slot of lock `name`, its master and that master's replica (node indexes).
 fn placement(cluster: &RedisCluster, name: &str) -> (u16, usize, usize) {
-    let key = support::lock_key(name);
-    let slot: u16 = cluster.nodes()[0]
-        .cmd(&["CLUSTER", "KEYSLOT", &key])
-        .expect("KEYSLOT")
-        .parse()
-        .expect("a slot");
+    let slot = support::slot_of(cluster, name);
     let master = cluster.node_for_slot(slot).expect("master");
     let master_id = cluster.nodes()[master]
         .cmd(&["CLUSTER", "MYID"])

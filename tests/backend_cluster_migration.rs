@@ -16,20 +16,11 @@ use distlock::LockClient;
 use distlock_testkit::{RedisCluster, RedisServer};
 use tokio::time::Instant;
 
-use support::{eventually, lock_key, redis_count as count};
+use support::{eventually, lock_key, redis_count as count, slot_of};
 
 /// The release channel of lock `name` (default namespace).
 fn channel(name: &str) -> String {
     format!("{}:released", lock_key(name))
-}
-
-/// The hash slot of lock `name`.
-fn slot_of(cluster: &RedisCluster, name: &str) -> u16 {
-    cluster.nodes()[0]
-        .cmd(&["CLUSTER", "KEYSLOT", &lock_key(name)])
-        .expect("CLUSTER KEYSLOT")
-        .parse()
-        .expect("a slot")
 }
 
 fn node_id(node: &RedisServer) -> String {

@@ -4,11 +4,20 @@
 use std::collections::HashMap;
 
 use distlock::layout::{self, StoredLock};
-use distlock_testkit::RedisServer;
+use distlock_testkit::{RedisCluster, RedisServer};
 
 /// The Redis key of lock `name` in the default namespace.
 pub fn lock_key(name: &str) -> String {
     format!("distlock:{{{name}}}")
+}
+
+/// The hash slot of lock `name` (default namespace), as `cluster` computes it.
+pub fn slot_of(cluster: &RedisCluster, name: &str) -> u16 {
+    cluster.nodes()[0]
+        .cmd(&["CLUSTER", "KEYSLOT", &lock_key(name)])
+        .expect("CLUSTER KEYSLOT")
+        .parse()
+        .expect("a slot")
 }
 
 /// The lock `name` (default namespace) as Redis stores it, read with `HGETALL`
