@@ -44,11 +44,7 @@ async fn works_again(locks: &LockClient, tries: usize, pause: Duration) -> bool 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_connection_is_named_after_the_service_and_again_after_a_reconnect() {
     let server = support::server();
-    let locks = support::builder(&server)
-        .service("orders-api")
-        .connect()
-        .await
-        .expect("connected");
+    let locks = support::service_client(&server, "orders-api").await;
     assert_eq!(locks.service(), "orders-api");
     // The command connection and the subscriber's.
     let before = ids(&named(&server, "distlock:orders-api"));

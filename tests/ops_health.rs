@@ -22,11 +22,7 @@ fn info_field(server: &RedisServer, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healthy_server_reports_its_version_and_no_warning() {
     let server = support::server();
-    let locks = support::builder(&server)
-        .service("orders-api")
-        .connect()
-        .await
-        .expect("connected");
+    let locks = support::service_client(&server, "orders-api").await;
     let report = locks.ping().await.expect("a report");
     assert_eq!(report.nodes.len(), 1);
     let node = &report.nodes[0];

@@ -16,6 +16,15 @@ pub async fn client(server: &RedisServer) -> LockClient {
     builder(server).connect().await.expect("connect")
 }
 
+/// A connected client of `server` whose connections are named after `service`.
+pub async fn service_client(server: &RedisServer, service: &str) -> LockClient {
+    builder(server)
+        .service(service)
+        .connect()
+        .await
+        .expect("connected")
+}
+
 /// `N` connected clients of `server` with default settings, connected one after
 /// another: `let [holder, waiter] = support::clients(&server).await;`.
 pub async fn clients<const N: usize>(server: &RedisServer) -> [LockClient; N] {
