@@ -13,23 +13,9 @@ fn cluster() -> RedisCluster {
     RedisCluster::start(3, 1).expect("start a 3-master cluster")
 }
 
-async fn client(cluster: &RedisCluster, lease: Duration) -> LockClient {
-    LockClient::builder()
-        .cluster(cluster.urls())
-        .default_lease(lease)
-        .connect()
-        .await
-        .expect("connect to the cluster")
-}
-
 /// The hold count stored for `name`, read from the node that serves its slot.
 fn cluster_count(cluster: &RedisCluster, name: &str) -> u64 {
-    let key = support::lock_key(name);
-    let slot: u16 = cluster.nodes()[0]
-        .cmd(&["CLUSTER", "KEYSLOT", &key])
-        .expect("KEYSLOT")
-        .parse()
-        .expect("a slot");
+    let slot = support::slot_of(cluster, name);
     let node = cluster.node_for_slot(slot).expect("a node serves the slot");
     support::redis_count(&cluster.nodes()[node], name)
 }
@@ -37,7 +23,7 @@ fn cluster_count(cluster: &RedisCluster, name: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_re_enter_and_spread_over_every_master() {
     let cluster = cluster();
-    let locks = client(&cluster, Duration::from_secs(30)).await;
+    let locks = support::cluster_client(&cluster, Duration::from_secs(30)).await;
 
     let guard = locks.lock("order:1").await.expect("lock");
     guard
@@ -69,7 +55,7 @@ async fn locks_re_enter_and_spread_over_every_master() {
 async fn the_watchdog_renews_leases_on_every_shard() {
     let lease = Duration::from_millis(900);
     let cluster = cluster();
-    let locks = client(&cluster, lease).await;
+    let locks = support::cluster_client(&cluster, lease).await;
     let mut guards = Vec::new();
     for n in 0..50 {
         guards.push(locks.lock(format!("renew:{n}")).await.expect("lock"));
@@ -92,7 +78,7 @@ async fn the_watchdog_renews_leases_on_every_shard() {
 async fn a_manual_failover_keeps_the_holder_valid() {
     let lease = Duration::from_millis(1500);
     let cluster = cluster();
-    let locks = client(&cluster, lease).await;
+    let locks = support::cluster_client(&cluster, lease).await;
     let guard = locks.lock("failover").await.expect("lock");
 
     let (slot, _, replica) = placement(&cluster, "failover");
@@ -121,12 +107,7 @@ async fn a_manual_failover_keeps_the_holder_valid() {
 
 /// The slot of lock `name`, its master and that master's replica (node indexes).
 fn placement(cluster: &RedisCluster, name: &str) -> (u16, usize, usize) {
-    let key = support::lock_key(name);
-    let slot: u16 = cluster.nodes()[0]
-        .cmd(&["CLUSTER", "KEYSLOT", &key])
-        .expect("KEYSLOT")
-        .parse()
-        .expect("a slot");
+    let slot = support::slot_of(cluster, name);
     let master = cluster.node_for_slot(slot).expect("master");
     let master_id = cluster.nodes()[master]
         .cmd(&["CLUSTER", "MYID"])
@@ -152,23 +133,15 @@ async fn a_killed_master_fails_over_and_waiters_still_acquire() {
     let mut cluster = cluster();
     // Longer than a failover takes, so the holder keeps its lock through it.
     let lease = Duration::from_secs(8);
-    let holder = client(&cluster, lease).await;
-    let waiter = client(&cluster, lease).await;
+    let holder = support::cluster_client(&cluster, lease).await;
+    let waiter = support::cluster_client(&cluster, lease).await;
     let (slot, master, replica) = placement(&cluster, "killed");
     let guard = holder.lock("killed").await.expect("lock");
     // Let the lock reach the replica before the crash.
     cluster.nodes()[master]
         .cmd(&["WAIT", "1", "1000"])
         .expect("WAIT");
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let guard = waiter.lock("killed").wait(Duration::from_secs(30)).await?;
-            let at = Instant::now();
-            guard.unlock().await?;
-            Ok::<_, distlock::LockError>(at)
-        }
-    });
+    let waiting = support::acquired_at(&waiter, "killed", Duration::from_secs(30));
     cluster.node_mut(master).stop().expect("SIGKILL the master");
     let promoted = support::eventually(Duration::from_secs(20), || {
         cluster.node_for_slot(slot) == Some(replica)
@@ -209,7 +182,7 @@ async fn replication_loss(with_replicas: bool) -> Result<bool, distlock::LockErr
         builder = builder.replicas(1, Duration::from_millis(200));
     }
     let first = builder.connect().await.expect("connect");
-    let second = client(&cluster, lease).await;
+    let second = support::cluster_client(&cluster, lease).await;
     let (slot, master, replica) = placement(&cluster, "replicated");
 
     // The replica stops hearing from its master (frozen, and its replication link

@@ -16,30 +16,11 @@ use distlock::LockClient;
 use distlock_testkit::{RedisCluster, RedisServer};
 use tokio::time::Instant;
 
-/// A client of `cluster` whose watchdog lease is `lease`.
-async fn client(cluster: &RedisCluster, lease: Duration) -> LockClient {
-    LockClient::builder()
-        .cluster(cluster.urls())
-        .default_lease(lease)
-        .connect()
-        .await
-        .expect("connect to the cluster")
-}
-
-use support::{eventually, lock_key, redis_count as count};
+use support::{eventually, lock_key, redis_count as count, slot_of};
 
 /// The release channel of lock `name` (default namespace).
 fn channel(name: &str) -> String {
     format!("{}:released", lock_key(name))
-}
-
-/// The hash slot of lock `name`.
-fn slot_of(cluster: &RedisCluster, name: &str) -> u16 {
-    cluster.nodes()[0]
-        .cmd(&["CLUSTER", "KEYSLOT", &lock_key(name)])
-        .expect("CLUSTER KEYSLOT")
-        .parse()
-        .expect("a slot")
 }
 
 fn node_id(node: &RedisServer) -> String {
@@ -237,8 +218,8 @@ async fn waiters_acquire_promptly_after_the_slot_of_a_held_lock_migrates() {
     let name = "migrating";
     let lease = Duration::from_secs(30);
     let cluster = RedisCluster::start(3, 1).expect("start a 3-master cluster");
-    let holder = client(&cluster, lease).await;
-    let locks = client(&cluster, lease).await;
+    let holder = support::cluster_client(&cluster, lease).await;
+    let locks = support::cluster_client(&cluster, lease).await;
     let (from, to) = source_and_target(&cluster, name);
 
     let guard = holder.lock(name).await.expect("lock");
@@ -299,8 +280,8 @@ async fn a_release_on_the_new_owner_before_the_hand_over_is_not_missed() {
     let name = "released-mid-migration";
     let lease = Duration::from_secs(30);
     let cluster = RedisCluster::start(3, 1).expect("start a 3-master cluster");
-    let holder = client(&cluster, lease).await;
-    let locks = client(&cluster, lease).await;
+    let holder = support::cluster_client(&cluster, lease).await;
+    let locks = support::cluster_client(&cluster, lease).await;
     let (from, to) = source_and_target(&cluster, name);
 
     let guard = holder.lock(name).await.expect("lock");
@@ -331,7 +312,7 @@ async fn a_release_and_a_fenced_acquisition_complete_across_a_migration() {
     let (released, fenced) = ("released-across-migration", "fenced-across-migration");
     let lease = Duration::from_secs(30);
     let cluster = RedisCluster::start(3, 0).expect("start a 3-master cluster");
-    let locks = client(&cluster, lease).await;
+    let locks = support::cluster_client(&cluster, lease).await;
     // The counter exists: the fenced acquisition's keys are then only partly on
     // the importing node.
     let first = locks

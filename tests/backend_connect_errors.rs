@@ -5,13 +5,13 @@
 //! certificate from a CA the client does not trust, a refused password (which is
 //! not retried, so it fails fast). Certificates are made at test time (rcgen).
 
-use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
+mod support;
+
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockClientBuilder, LockError};
 use distlock_testkit::RedisServer;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+use support::{free_port, tls_server, Pki};
 
 /// How long the failing connects may take at most; a refused password must fail
 /// well before the 2.5 s that retrying it would take.
@@ -29,94 +29,6 @@ async fn connect_error(builder: LockClientBuilder) -> (LockError, Duration) {
         Ok(_) => panic!("connect succeeded, and should not have"),
         Err(err) => (err, took),
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// A CA and a server certificate for 127.0.0.1 signed by it, and a second CA that
-/// signed nothing, as PEM files in a directory removed on drop.
-struct Certs {
-    dir: PathBuf,
-}
-
-impl Certs {
-    fn new() -> Certs {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "distlock-connect-errors-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let certs = Certs { dir };
-        let ca = |name: &str| {
-            let key = KeyPair::generate().expect("CA key");
-            let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            // Distinct names: the other CA is unknown, not a namesake with another key.
-            params
-                .distinguished_name
-                .push(DnType::CommonName, format!("distlock test {name}"));
-            let cert = params.self_signed(&key).expect("CA");
-            std::fs::write(certs.path(name), cert.pem()).expect("write CA");
-            (cert, key)
-        };
-        let (ca_cert, ca_key) = ca("ca.pem");
-        ca("other-ca.pem");
-        let key = KeyPair::generate().expect("server key");
-        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
-            .expect("server params")
-            .signed_by(&key, &ca_cert, &ca_key)
-            .expect("server certificate");
-        std::fs::write(certs.path("server.pem"), cert.pem()).expect("write cert");
-        std::fs::write(certs.path("server.key"), key.serialize_pem()).expect("write key");
-        certs
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-}
-
-impl Drop for Certs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A redis-server that also listens with TLS on the returned port.
-fn tls_server(certs: &Certs) -> (RedisServer, u16) {
-    let file = |name: &str| certs.path(name);
-    for _ in 0..5 {
-        let port = free_port();
-        let started = RedisServer::builder()
-            .arg("--tls-port")
-            .arg(port.to_string())
-            .arg("--tls-cert-file")
-            .arg(file("server.pem"))
-            .arg("--tls-key-file")
-            .arg(file("server.key"))
-            .arg("--tls-ca-cert-file")
-            .arg(file("ca.pem"))
-            .args(["--tls-auth-clients", "no"])
-            .start();
-        match started {
-            Ok(server) => return (server, port),
-            Err(err) if err.to_string().contains("Address already in use") => continue,
-            Err(err) => panic!("a TLS redis-server: {err}"),
-        }
-    }
-    panic!("no free port for TLS");
-}
-
-fn read(path: &Path) -> Vec<u8> {
-    std::fs::read(path).expect("read a PEM file")
 }
 
 #[tokio::test]
@@ -162,11 +74,14 @@ async fn rediss_to_a_plain_text_port_says_the_port_does_not_speak_tls() {
 
 #[tokio::test]
 async fn a_certificate_from_an_unknown_ca_points_at_the_trusted_roots() {
-    let certs = Certs::new();
-    let (_server, port) = tls_server(&certs);
+    // A CA and a server certificate signed by it, and a second CA that signed nothing.
+    let certs = Pki::new("connect-errors");
+    let ca = certs.make_ca("good", true);
+    certs.make_ca("other", false);
+    let (_server, port) = tls_server(&certs, &ca, false);
     let builder = LockClient::builder()
         .url(format!("rediss://127.0.0.1:{port}"))
-        .tls_root_ca(read(&certs.path("other-ca.pem")));
+        .tls_root_ca(certs.read("other-ca.pem"));
     let (err, took) = connect_error(builder).await;
     let text = err.to_string();
     assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");

@@ -109,19 +109,7 @@ async fn behaviour(builder: impl Fn() -> LockClientBuilder, redlock: bool) {
     assert!(start.elapsed() >= Duration::from_millis(300));
 
     // The watchdog keeps it past several leases; the waiter wakes on the release.
-    let waiting = tokio::spawn({
-        let other = other.clone();
-        async move {
-            let guard = other
-                .lock("b:busy")
-                .wait(Duration::from_secs(20))
-                .await
-                .expect("lock");
-            let at = Instant::now();
-            guard.unlock().await.expect("unlock");
-            at
-        }
-    });
+    let waiting = support::acquired_at(&other, "b:busy", Duration::from_secs(20));
     tokio::time::sleep(LEASE * 2).await;
     assert!(!guard.is_lost());
     let released = Instant::now();
@@ -129,6 +117,7 @@ async fn behaviour(builder: impl Fn() -> LockClientBuilder, redlock: bool) {
     let woke = waiting
         .await
         .expect("waiter")
+        .expect("lock")
         .saturating_duration_since(released);
     assert!(
         woke < LEASE / 2,

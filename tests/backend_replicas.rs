@@ -15,18 +15,13 @@ fn master_and_replica() -> (RedisServer, RedisServer) {
         .arg(master.port().to_string())
         .start()
         .expect("start the replica");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !replica
-        .cmd(&["INFO", "replication"])
-        .expect("INFO")
-        .contains("master_link_status:up")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the replica never synced"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let synced = support::eventually_blocking(Duration::from_secs(20), || {
+        replica
+            .cmd(&["INFO", "replication"])
+            .expect("INFO")
+            .contains("master_link_status:up")
+    });
+    assert!(synced, "the replica never synced");
     (master, replica)
 }
 
@@ -145,11 +140,7 @@ async fn a_refused_lock_is_given_back_even_when_the_wait_ends_during_the_give_ba
         .await
         .expect("connect through the proxy");
     server.cmd(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
-    proxy.delay(
-        distlock_testkit::Direction::ToClient,
-        Duration::from_millis(300),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(300));
     // Replies at about: 350 ms NOSCRIPT, 650 ms loaded, 1000 ms granted with 0
     // acknowledgements; the give-back: 1300 ms NOSCRIPT, 1600 ms loaded, then the
     // release. The wait ends in between, at 1450 ms.

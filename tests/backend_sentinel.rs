@@ -124,15 +124,7 @@ async fn a_failover_keeps_held_locks_wakes_waiters_and_leaves_the_demoted_master
                 .map(|()| Instant::now())
         }
     });
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let guard = waiter.lock("order:1").wait(Duration::from_secs(30)).await?;
-            let at = Instant::now();
-            guard.unlock().await?;
-            Ok::<_, distlock::LockError>(at)
-        }
-    });
+    let waiting = support::acquired_at(&waiter, "order:1", Duration::from_secs(30));
 
     let new = fail_over(&group, group.data_nodes()[old].port());
 
@@ -308,12 +300,7 @@ async fn data_nodes_that_require_a_password_are_dialed_with_it_before_and_after_
         .await
         .expect("lock on the new master");
     assert_eq!(support::redis_count(&group.data_nodes()[new], "after"), 1);
-    let waiting = tokio::spawn(async move {
-        let guard = other.lock("after").wait(Duration::from_secs(6)).await?;
-        let at = Instant::now();
-        guard.unlock().await?;
-        Ok::<_, LockError>(at)
-    });
+    let waiting = support::acquired_at(&other, "after", Duration::from_secs(6));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     guard.unlock().await.expect("unlock");

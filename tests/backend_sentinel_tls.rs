@@ -172,20 +172,6 @@ fn has_the_client_over_tls(node: &RedisServer, tls_port: u16) -> bool {
             .all(|line| support::field(line, "laddr") == Some(tls_addr.as_str()))
 }
 
-/// Polls `check` every 20 ms for up to `limit`; whether it held.
-fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if check() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_a_failover() {
     let pki = Pki::new("sentinel-tls");
@@ -259,7 +245,7 @@ fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_
     assert_eq!(read_until(&mut child, &["CONNECTED"]), "CONNECTED");
     let master = &group.data_nodes()[old];
     assert!(
-        eventually(Duration::from_secs(2), || has_the_client_over_tls(
+        support::eventually_blocking(Duration::from_secs(2), || has_the_client_over_tls(
             master,
             tls_port(old)
         )),
@@ -281,7 +267,7 @@ fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_
     );
     let master = &group.data_nodes()[new];
     assert!(
-        eventually(Duration::from_secs(5), || has_the_client_over_tls(
+        support::eventually_blocking(Duration::from_secs(5), || has_the_client_over_tls(
             master,
             tls_port(new)
         )),
@@ -297,7 +283,7 @@ fn tls_data_nodes_behind_sentinel_are_dialed_over_verified_tls_before_and_after_
     // what this test is about). So wait until none of its connections is left there.
     let previous = &group.data_nodes()[old];
     assert!(
-        eventually(Duration::from_secs(5), || support::client_connections(
+        support::eventually_blocking(Duration::from_secs(5), || support::client_connections(
             previous
         )
         .is_empty()),

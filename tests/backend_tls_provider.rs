@@ -10,15 +10,16 @@
 //! certificate settings run in this process and trust nothing from the environment.
 //! Every certificate is made at test time (rcgen).
 
-use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use distlock::{layout, LockClient};
 use distlock_testkit::RedisServer;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
 use rustls::crypto::CryptoProvider;
+use support::{free_port, tls_server, Pki};
 
 /// Set in a child process started by [`run_child`].
 const CHILD: &str = "DISTLOCK_TLS_PROVIDER_CHILD";
@@ -61,15 +62,7 @@ async fn provider_child() {
     if let Ok(ca) = std::env::var("DISTLOCK_ROOT_CA") {
         builder = builder.tls_root_ca(std::fs::read(ca).expect("the CA file"));
     }
-    let result = async {
-        let locks = builder
-            .connect_timeout(Duration::from_secs(3))
-            .connect()
-            .await?;
-        let guard = locks.lock("tls-provider").await?;
-        guard.unlock().await
-    }
-    .await;
+    let result = support::lock_once(builder, "tls-provider").await;
     match result {
         Ok(()) => println!("TLS_OK provider={}", process_provider()),
         Err(err) => println!("TLS_ERR {}", err.to_string().replace('\n', " ")),
@@ -125,118 +118,14 @@ fn run_child_with(
     lines
 }
 
-/// A CA and certificates signed by it, as PEM files in a directory removed on drop.
-struct Certs {
-    dir: PathBuf,
-}
-
-impl Certs {
-    fn new(tag: &str) -> Certs {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "distlock-provider-{tag}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        Certs { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// Writes `ca.pem`, `server.pem` and `server.key` (for 127.0.0.1), `client.pem`
-    /// and `client.key` signed by the same CA, and `other-ca.pem`, a CA that signed
-    /// none of them.
-    fn make(&self) {
-        let ca_key = KeyPair::generate().expect("CA key");
-        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(DnType::CommonName, "distlock provider test CA");
-        ca.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca.self_signed(&ca_key).expect("self-signed CA");
-        std::fs::write(self.path("ca.pem"), ca_cert.pem()).expect("write CA");
-        let key = KeyPair::generate().expect("server key");
-        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
-            .expect("server params")
-            .signed_by(&key, &ca_cert, &ca_key)
-            .expect("server certificate");
-        std::fs::write(self.path("server.pem"), cert.pem()).expect("write cert");
-        std::fs::write(self.path("server.key"), key.serialize_pem()).expect("write key");
-        let client_key = KeyPair::generate().expect("client key");
-        let mut client = CertificateParams::new(Vec::<String>::new()).expect("client params");
-        client
-            .distinguished_name
-            .push(DnType::CommonName, "distlock client");
-        let client = client
-            .signed_by(&client_key, &ca_cert, &ca_key)
-            .expect("client certificate");
-        std::fs::write(self.path("client.pem"), client.pem()).expect("write client cert");
-        std::fs::write(self.path("client.key"), client_key.serialize_pem())
-            .expect("write client key");
-        let other_key = KeyPair::generate().expect("other CA key");
-        let mut other = CertificateParams::new(Vec::<String>::new()).expect("other CA params");
-        other.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let other = other.self_signed(&other_key).expect("other CA");
-        std::fs::write(self.path("other-ca.pem"), other.pem()).expect("write other CA");
-    }
-
-    /// The contents of one of the files.
-    fn read(&self, name: &str) -> Vec<u8> {
-        std::fs::read(self.path(name)).expect("read a PEM file")
-    }
-}
-
-impl Drop for Certs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// A redis-server that also listens with TLS (no client certificates) on the
-/// returned port.
-fn tls_server(certs: &Certs) -> (RedisServer, u16) {
-    tls_server_asking(certs, false)
-}
-
-/// A redis-server that also listens with TLS on the returned port, and with
-/// `client_certs` requires a client certificate signed by the CA.
-fn tls_server_asking(certs: &Certs, client_certs: bool) -> (RedisServer, u16) {
-    let auth_clients = if client_certs { "yes" } else { "no" };
-    for _ in 0..5 {
-        let port = free_port();
-        let started = RedisServer::builder()
-            .arg("--tls-port")
-            .arg(port.to_string())
-            .arg("--tls-cert-file")
-            .arg(certs.path("server.pem"))
-            .arg("--tls-key-file")
-            .arg(certs.path("server.key"))
-            .arg("--tls-ca-cert-file")
-            .arg(certs.path("ca.pem"))
-            .args(["--tls-auth-clients", auth_clients])
-            .start();
-        match started {
-            Ok(server) => return (server, port),
-            Err(err) if err.to_string().contains("Address already in use") => continue,
-            Err(err) => panic!("a TLS redis-server: {err}"),
-        }
-    }
-    panic!("no free port for TLS");
+/// `good-ca.pem`, `server.pem` and `server.key` (for 127.0.0.1), `client.pem` and
+/// `client.key` signed by the same CA, and `other-ca.pem`, a CA that signed none
+/// of them, in a directory removed on drop.
+fn pki(tag: &str) -> Pki {
+    let pki = Pki::new(&format!("provider-{tag}"));
+    pki.make("good", true, true);
+    pki.make_ca("other", false);
+    pki
 }
 
 #[test]
@@ -249,11 +138,10 @@ fn this_binary_links_both_providers_and_installs_none() {
 
 #[test]
 fn rediss_connects_when_the_application_installed_no_provider() {
-    let certs = Certs::new("none");
-    certs.make();
-    let (_server, port) = tls_server(&certs);
+    let certs = pki("none");
+    let (_server, port) = tls_server(&certs, &certs.path("good-ca.pem"), false);
     let url = format!("rediss://127.0.0.1:{port}/");
-    let lines = run_child(&url, &certs.path("ca.pem"), None);
+    let lines = run_child(&url, &certs.path("good-ca.pem"), None);
     assert_eq!(
         lines,
         ["TLS_START provider=none", "TLS_OK provider=ring"],
@@ -263,11 +151,10 @@ fn rediss_connects_when_the_application_installed_no_provider() {
 
 #[test]
 fn rediss_uses_the_provider_the_application_installed() {
-    let certs = Certs::new("app");
-    certs.make();
-    let (_server, port) = tls_server(&certs);
+    let certs = pki("app");
+    let (_server, port) = tls_server(&certs, &certs.path("good-ca.pem"), false);
     let url = format!("rediss://127.0.0.1:{port}/");
-    let lines = run_child(&url, &certs.path("ca.pem"), Some("aws-lc-rs"));
+    let lines = run_child(&url, &certs.path("good-ca.pem"), Some("aws-lc-rs"));
     assert_eq!(
         lines,
         ["TLS_START provider=none", "TLS_OK provider=aws-lc-rs"],
@@ -275,35 +162,26 @@ fn rediss_uses_the_provider_the_application_installed() {
     );
 }
 
-/// Connects with `builder`, takes and releases a lock.
-async fn lock_once(builder: distlock::LockClientBuilder) -> Result<(), distlock::LockError> {
-    let locks = builder
-        .connect_timeout(Duration::from_secs(3))
-        .connect()
-        .await?;
-    let guard = locks.lock("tls-settings").await?;
-    guard.unlock().await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_root_ca_given_to_the_builder_is_the_one_trusted() {
-    let certs = Certs::new("root-ca");
-    certs.make();
-    let (_server, port) = tls_server(&certs);
+    let certs = pki("root-ca");
+    let (_server, port) = tls_server(&certs, &certs.path("good-ca.pem"), false);
     let url = format!("rediss://127.0.0.1:{port}/");
 
-    let trusted = lock_once(
+    let trusted = support::lock_once(
         LockClient::builder()
             .url(&url)
-            .tls_root_ca(certs.read("ca.pem")),
+            .tls_root_ca(certs.read("good-ca.pem")),
+        "tls-settings",
     )
     .await;
     assert!(trusted.is_ok(), "with the server's CA: {trusted:?}");
 
-    let other = lock_once(
+    let other = support::lock_once(
         LockClient::builder()
             .url(&url)
             .tls_root_ca(certs.read("other-ca.pem")),
+        "tls-settings",
     )
     .await
     .expect_err("a CA that did not sign the server's certificate");
@@ -313,26 +191,27 @@ async fn the_root_ca_given_to_the_builder_is_the_one_trusted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_certificate_is_presented_to_a_server_that_requires_one() {
-    let certs = Certs::new("client-cert");
-    certs.make();
-    let (server, port) = tls_server_asking(&certs, true);
+    let certs = pki("client-cert");
+    let (server, port) = tls_server(&certs, &certs.path("good-ca.pem"), true);
     let url = format!("rediss://127.0.0.1:{port}/");
     let builder = || {
         LockClient::builder()
             .url(&url)
-            .tls_root_ca(certs.read("ca.pem"))
+            .tls_root_ca(certs.read("good-ca.pem"))
     };
 
-    let without = lock_once(builder())
+    let without = support::lock_once(builder(), "tls-settings")
         .await
         .expect_err("a server that requires a client certificate refuses a client without one");
     assert!(
         without.is_connect() && without.to_string().contains("tls_client_cert"),
         "the hint names the setting: {without}"
     );
-    let with =
-        lock_once(builder().tls_client_cert(certs.read("client.pem"), certs.read("client.key")))
-            .await;
+    let with = support::lock_once(
+        builder().tls_client_cert(certs.read("client.pem"), certs.read("client.key")),
+        "tls-settings",
+    )
+    .await;
     assert!(with.is_ok(), "with the client certificate: {with:?}");
     assert_eq!(
         held_keys(&server),
@@ -343,15 +222,14 @@ async fn a_client_certificate_is_presented_to_a_server_that_requires_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_data_nodes_behind_sentinel_are_verified_with_the_builders_root_ca() {
-    let certs = Certs::new("sentinel");
-    certs.make();
+    let certs = pki("sentinel");
     let group = distlock_testkit::SentinelGroup::start_tls(
         "locks",
         0,
         1,
         &certs.path("server.pem"),
         &certs.path("server.key"),
-        &certs.path("ca.pem"),
+        &certs.path("good-ca.pem"),
     )
     .expect("a Sentinel group whose data nodes serve TLS");
     let builder = |ca: &str| {
@@ -361,9 +239,9 @@ async fn the_data_nodes_behind_sentinel_are_verified_with_the_builders_root_ca()
             .tls_root_ca(certs.read(ca))
     };
 
-    let trusted = lock_once(builder("ca.pem")).await;
+    let trusted = support::lock_once(builder("good-ca.pem"), "tls-settings").await;
     assert!(trusted.is_ok(), "with the data nodes' CA: {trusted:?}");
-    let other = lock_once(builder("other-ca.pem"))
+    let other = support::lock_once(builder("other-ca.pem"), "tls-settings")
         .await
         .expect_err("a CA that did not sign the data nodes' certificates");
     assert!(other.to_string().contains("certificate"), "{other}");
@@ -373,12 +251,11 @@ async fn the_data_nodes_behind_sentinel_are_verified_with_the_builders_root_ca()
 fn an_unreadable_ssl_cert_file_is_named_even_with_a_root_ca() {
     // redis-rs reads the platform's roots (which honour `SSL_CERT_FILE`) before it
     // uses the builder's CA, so a variable naming a missing file fails the connect.
-    let certs = Certs::new("ssl-cert-file");
-    certs.make();
-    let (_server, port) = tls_server(&certs);
+    let certs = pki("ssl-cert-file");
+    let (_server, port) = tls_server(&certs, &certs.path("good-ca.pem"), false);
     let url = format!("rediss://127.0.0.1:{port}/");
     let missing = certs.path("no-such-bundle.pem");
-    let lines = run_child_with(&url, &missing, None, Some(&certs.path("ca.pem")));
+    let lines = run_child_with(&url, &missing, None, Some(&certs.path("good-ca.pem")));
     let verdict = lines.last().map_or("", String::as_str);
     assert!(
         verdict.starts_with("TLS_ERR")
@@ -390,7 +267,7 @@ fn an_unreadable_ssl_cert_file_is_named_even_with_a_root_ca() {
 
 /// A one-node Redis Cluster (every slot on it) that serves clients and its bus over
 /// TLS (`tls-cluster yes`); returns its TLS port.
-fn tls_cluster_node(certs: &Certs) -> (RedisServer, u16) {
+fn tls_cluster_node(certs: &Pki) -> (RedisServer, u16) {
     for _ in 0..5 {
         let (port, bus) = (free_port(), free_port());
         let started = RedisServer::builder()
@@ -406,7 +283,7 @@ fn tls_cluster_node(certs: &Certs) -> (RedisServer, u16) {
             .arg("--tls-key-file")
             .arg(certs.path("server.key"))
             .arg("--tls-ca-cert-file")
-            .arg(certs.path("ca.pem"))
+            .arg(certs.path("good-ca.pem"))
             .args(["--tls-auth-clients", "no"])
             .start();
         let node = match started {
@@ -434,8 +311,7 @@ fn tls_cluster_node(certs: &Certs) -> (RedisServer, u16) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_cluster_is_verified_with_the_builders_root_ca() {
-    let certs = Certs::new("cluster");
-    certs.make();
+    let certs = pki("cluster");
     let (node, port) = tls_cluster_node(&certs);
     let builder = |ca: &str| {
         LockClient::builder()
@@ -443,10 +319,10 @@ async fn a_tls_cluster_is_verified_with_the_builders_root_ca() {
             .tls_root_ca(certs.read(ca))
     };
 
-    let trusted = lock_once(builder("ca.pem")).await;
+    let trusted = support::lock_once(builder("good-ca.pem"), "tls-settings").await;
     assert!(trusted.is_ok(), "with the node's CA: {trusted:?}");
     assert_eq!(held_keys(&node), Vec::<String>::new(), "nothing left held");
-    let other = lock_once(builder("other-ca.pem"))
+    let other = support::lock_once(builder("other-ca.pem"), "tls-settings")
         .await
         .expect_err("a CA that did not sign the node's certificate");
     let text = other.to_string();

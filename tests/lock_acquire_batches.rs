@@ -86,8 +86,7 @@ async fn without_group_commit_each_request_is_a_run_of_its_own() {
 async fn a_batch_answers_each_acquisition_as_if_it_ran_alone() {
     const LOCKS: usize = 30;
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let names: Vec<String> = (0..LOCKS).map(|i| format!("mixed:{i}")).collect();
     let mut held = Vec::new();
     for (i, name) in names.iter().enumerate() {

@@ -45,8 +45,7 @@ async fn callers_listing_the_same_names_in_opposite_orders_never_deadlock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_with_one_name_held_elsewhere_is_not_taken_and_leaves_the_others_free() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let busy = other.lock("set:b").await.expect("lock");
     let result = locks
         .lock_all(["set:c", "set:a", "set:b"])
@@ -78,8 +77,7 @@ async fn a_set_with_one_name_held_elsewhere_is_not_taken_and_leaves_the_others_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_one_server_a_waiting_set_holds_nothing_and_is_taken_in_one_run() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
 
     let before = support::client_requests(&server);
     let all = locks
@@ -132,22 +130,17 @@ async fn on_one_server_a_waiting_set_holds_nothing_and_is_taken_in_one_run() {
 /// after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_whose_reply_was_late_is_held_once() {
-    use distlock_testkit::Direction;
     let server = support::server();
     let proxy = support::proxy(&server);
     let locks = support::client_with_timeout(&proxy.url(), Duration::from_millis(300)).await;
     let names = ["late:a", "late:b", "late:c"];
-    proxy.delay(
-        Direction::ToClient,
-        Duration::from_millis(450),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(450));
     let request = tokio::spawn({
         let locks = locks.clone();
         async move { locks.lock_all(names).wait(Duration::from_secs(10)).await }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+    support::replies_late(&proxy, Duration::ZERO);
     let all = request.await.expect("join").expect("the set, in the end");
     for name in names {
         assert_eq!(hold_count(&server, name), 1, "{name} held once");
@@ -246,11 +239,7 @@ async fn a_set_is_released_together() {
     let locks = support::client_with_timeout(&proxy.url(), Duration::from_secs(2)).await;
     let names: Vec<String> = (0..8).map(|i| format!("together:{i}")).collect();
     let all = locks.lock_all(&names).await.expect("lock_all");
-    proxy.delay(
-        distlock_testkit::Direction::ToClient,
-        Duration::from_millis(30),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(30));
     let before = support::script_calls(&server);
     all.unlock().await.expect("unlock");
     let runs = support::script_calls(&server) - before;
@@ -270,8 +259,7 @@ async fn a_set_is_released_together() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sets_dropped_at_random_points_leave_no_name_held() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let names: Vec<String> = (0..5).map(|i| format!("drop:{i}")).collect();
     let mut rng = rand::rng();
     let mut taken = 0;

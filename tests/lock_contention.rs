@@ -70,8 +70,7 @@ async fn sixteen_tasks_keep_a_read_modify_write_counter_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_lock_on_a_busy_name_is_none_and_wait_times_out_after_the_wait() {
     let server = support::server();
-    let holder = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [holder, other] = support::clients(&server).await;
     let guard = holder.lock("busy").await.expect("lock");
 
     assert!(other.try_lock("busy").await.expect("try_lock").is_none());
@@ -103,28 +102,15 @@ async fn try_lock_on_a_busy_name_is_none_and_wait_times_out_after_the_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_wakes_on_the_release_message_not_the_lease() {
     let server = support::server();
-    let holder = support::client(&server).await;
-    let waiter = support::client(&server).await;
+    let [holder, waiter] = support::clients(&server).await;
     // A 30 s watchdog lease: only the release message can wake the waiter in time.
     let guard = holder.lock("wake").await.expect("lock");
 
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let guard = waiter
-                .lock("wake")
-                .wait(Duration::from_secs(10))
-                .await
-                .expect("lock");
-            let acquired = Instant::now();
-            guard.unlock().await.expect("unlock");
-            acquired
-        }
-    });
+    let waiting = support::acquired_at(&waiter, "wake", Duration::from_secs(10));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released = Instant::now();
     guard.unlock().await.expect("unlock");
-    let acquired = waiting.await.expect("waiter");
+    let acquired = waiting.await.expect("waiter").expect("lock");
     let gap = acquired.saturating_duration_since(released);
     assert!(
         gap < Duration::from_millis(100),
@@ -135,8 +121,7 @@ async fn a_waiter_wakes_on_the_release_message_not_the_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_end_when_nobody_waits() {
     let server = support::server();
-    let holder = support::client(&server).await;
-    let waiter = support::client(&server).await;
+    let [holder, waiter] = support::clients(&server).await;
     for round in 0..20 {
         let guard = holder.lock("sub").await.expect("lock");
         let waiting = tokio::spawn({
@@ -166,22 +151,9 @@ async fn subscriptions_end_when_nobody_waits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_resubscribe_after_the_subscriber_connection_drops() {
     let server = support::server();
-    let holder = support::client(&server).await;
-    let waiter = support::client(&server).await;
+    let [holder, waiter] = support::clients(&server).await;
     let guard = holder.lock("reconnect").await.expect("lock");
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let guard = waiter
-                .lock("reconnect")
-                .wait(Duration::from_secs(20))
-                .await
-                .expect("lock");
-            let acquired = Instant::now();
-            guard.unlock().await.expect("unlock");
-            acquired
-        }
-    });
+    let waiting = support::acquired_at(&waiter, "reconnect", Duration::from_secs(20));
     let subscribers = || support::channel_subscribers(&server, "reconnect");
     assert!(
         support::eventually(Duration::from_secs(2), || subscribers() == 1).await,
@@ -196,7 +168,7 @@ async fn waiters_resubscribe_after_the_subscriber_connection_drops() {
     );
     let released = Instant::now();
     guard.unlock().await.expect("unlock");
-    let acquired = waiting.await.expect("waiter");
+    let acquired = waiting.await.expect("waiter").expect("lock");
     let gap = acquired.saturating_duration_since(released);
     assert!(
         gap < Duration::from_millis(200),
@@ -207,8 +179,7 @@ async fn waiters_resubscribe_after_the_subscriber_connection_drops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_waiter_asks_nothing_and_waits_its_turn_behind_the_earlier_one() {
     let server = support::server();
-    let holder = support::client(&server).await;
-    let waiters = support::client(&server).await;
+    let [holder, waiters] = support::clients(&server).await;
     let guard = holder.lock("queue").await.expect("lock");
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let wait_for = |who: &'static str| {
@@ -251,8 +222,7 @@ async fn a_late_waiter_asks_nothing_and_waits_its_turn_behind_the_earlier_one() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_while_the_subscriber_reconnects_still_wakes_the_waiter() {
     let server = support::server();
-    let holder = support::client(&server).await;
-    let waiter = support::client(&server).await;
+    let [holder, waiter] = support::clients(&server).await;
     for round in 0..20 {
         let name = format!("gap:{round}");
         // A long lease: only a wake-up can hand the lock over within the test's bound.

@@ -166,8 +166,7 @@ async fn waiters_of_three_processes_are_served_in_the_order_they_arrived() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_waiter_holds_the_next_one_back_at_most_the_bound() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let name = "fair:killed";
     let mut child = start_child(&server, name);
     let holder = locks.fair_lock(name).await.expect("lock");
@@ -367,8 +366,7 @@ async fn a_release_wakes_the_next_waiter_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_does_not_pass_the_queue_and_kinds_do_not_mix() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let name = "fair:try";
     let first = locks.fair_lock(name).fencing(true).await.expect("lock");
     let first_token = first.fencing_token().expect("a token");
@@ -397,10 +395,7 @@ async fn a_try_does_not_pass_the_queue_and_kinds_do_not_mix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellation_at_random_points_leaves_no_holder_and_no_place() {
     let server = support::server();
-    let clients = [
-        support::client(&server).await,
-        support::client(&server).await,
-    ];
+    let clients = support::clients::<2>(&server).await;
     let inside = Arc::new(AtomicUsize::new(0));
     let overlaps = Arc::new(AtomicUsize::new(0));
     let name = "fair:chaos";

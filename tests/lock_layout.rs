@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use distlock::layout::{self, StoredLock};
 use distlock::{LockClient, LockError, LockGuard};
-use distlock_testkit::{Direction, RedisServer};
+use distlock_testkit::RedisServer;
 
 /// The kinds of lock a name can be taken as.
 #[derive(Debug, Clone, Copy)]
@@ -211,8 +211,7 @@ async fn a_held_plain_lock_is_a_small_listpack() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_is_one_kind_at_a_time_and_free_for_any_once_released() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let name = "layout:kinds";
     for held in KINDS {
         let guard = held.take(&locks, name).await.expect("held");
@@ -273,11 +272,7 @@ async fn a_final_release_retried_after_other_owners_took_the_lock_is_ok() {
         let other = support::client(&server).await;
         let guard = holder.lock(name.as_str()).await.expect("lock");
         let before = support::script_calls(&server);
-        proxy.delay(
-            Direction::ToClient,
-            Duration::from_millis(450),
-            Duration::ZERO,
-        );
+        support::replies_late(&proxy, Duration::from_millis(450));
         let unlock = tokio::spawn(guard.unlock());
         let freed = support::eventually(Duration::from_millis(250), || {
             support::redis_count(&server, &name) == 0
@@ -297,7 +292,7 @@ async fn a_final_release_retried_after_other_owners_took_the_lock_is_ok() {
                 last = Some(taken);
             }
         }
-        proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+        support::replies_late(&proxy, Duration::ZERO);
         let result = unlock.await.expect("join");
         let calls = support::script_calls(&server) - before;
         // The release, its retry, and each other owner's acquire and release but

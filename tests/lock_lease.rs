@@ -43,8 +43,7 @@ async fn the_watchdog_keeps_a_lock_for_three_leases_and_reports_a_force_unlock()
 async fn a_fixed_lease_is_not_renewed_and_reports_its_end() {
     let warnings = support::capture_warnings();
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let guard = locks
         .lock("fixed")
         .lease(Duration::from_millis(300))
@@ -73,8 +72,7 @@ async fn a_fixed_lease_is_not_renewed_and_reports_its_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_guard_frees_the_lock_long_before_the_lease() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let guard = locks.lock("dropped").await.expect("lock");
     let waiting = tokio::spawn({
         let other = other.clone();
@@ -251,11 +249,7 @@ async fn replies_later_than_the_lease_are_not_retried_in_a_tight_loop() {
         .expect("connect through the proxy");
     let before = support::script_calls(&server);
     // Each reply takes 20 ms; a 10 ms lease can be counted on for 7.9 ms.
-    proxy.delay(
-        distlock_testkit::Direction::ToClient,
-        Duration::from_millis(20),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(20));
     let result = locks
         .lock("slow")
         .lease(Duration::from_millis(10))
@@ -328,8 +322,7 @@ async fn remaining_lease_counts_down_and_is_zero_once_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_lengthens_a_fixed_lease_while_the_owner_holds_it() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let guard = locks
         .lock("extend:me")
         .lease(Duration::from_millis(300))

@@ -276,8 +276,7 @@ async fn queue_and_drop(
 async fn waiters_dropped_anywhere_in_the_queue_leave_the_others_in_order() {
     use rand::Rng;
     let server = support::server();
-    let holder = support::client(&server).await;
-    let locks = support::client(&server).await;
+    let [holder, locks] = support::clients(&server).await;
     let ms = |ms: u64| DropAt::After(Duration::from_micros(ms * 1000));
     let mut points = vec![
         (DropAt::Before, DropAt::Before),

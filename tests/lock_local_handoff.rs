@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::LockError;
-use distlock_testkit::{Direction, RedisServer};
+use distlock_testkit::RedisServer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::{eventually, lock_key as key, redis_count as hold_count};
@@ -123,8 +123,7 @@ async fn a_release_hands_the_lock_to_the_next_task_of_its_client_in_one_request(
 async fn a_waiter_of_another_client_is_not_shut_out_by_hand_offs() {
     const NAME: &str = "handoff:others";
     let server = support::server();
-    let busy = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [busy, other] = support::clients(&server).await;
     let stop = Instant::now() + Duration::from_secs(4);
     let taken = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -193,11 +192,7 @@ async fn a_grant_nobody_takes_is_given_back(leaves: Leaves) {
         async move { locks.lock(name.as_str()).wait(wait).await }
     });
     until_waiting(&server, &name).await;
-    proxy.delay(
-        Direction::ToClient,
-        Duration::from_millis(600),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(600));
     let unlocking = tokio::spawn(guard.unlock());
     let handed = eventually(Duration::from_millis(400), || {
         holder(&server, &name).is_some_and(|now| now != owner)
@@ -218,7 +213,7 @@ async fn a_grant_nobody_takes_is_given_back(leaves: Leaves) {
             );
         }
     }
-    proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+    support::replies_late(&proxy, Duration::ZERO);
     unlocking
         .await
         .expect("join")
@@ -263,14 +258,10 @@ async fn a_hand_off_whose_reply_is_late_is_known_to_both_sides() {
     });
     until_waiting(&server, NAME).await;
     let before = support::script_calls(&server);
-    proxy.delay(
-        Direction::ToClient,
-        Duration::from_millis(450),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(450));
     let unlocking = tokio::spawn(guard.unlock());
     tokio::time::sleep(Duration::from_millis(50)).await;
-    proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+    support::replies_late(&proxy, Duration::ZERO);
     let released = unlocking.await.expect("join");
     assert!(released.is_ok(), "{released:?}");
     let taken = tokio::time::timeout(Duration::from_secs(3), waiter)

@@ -51,15 +51,7 @@ async fn renewal_stops_at_max_hold_and_the_next_holder_gets_the_lock_within_a_le
         .await
         .expect("lock");
     let taken = Instant::now();
-    let next = tokio::spawn({
-        let other = other.clone();
-        async move {
-            let guard = other.lock("bounded").wait(Duration::from_secs(5)).await?;
-            let got = Instant::now();
-            guard.unlock().await?;
-            Ok::<_, LockError>(got)
-        }
-    });
+    let next = support::acquired_at(&other, "bounded", Duration::from_secs(5));
 
     // Sample the key's expiry until the hold is gone: it moves later while the watchdog
     // renews, and no more once `max_hold` has passed.
@@ -451,18 +443,7 @@ async fn re_entries_do_not_keep_the_lock_past_max_hold_and_a_lease() {
         .expect("lock");
     let taken = Instant::now();
     let bound = taken + MAX_HOLD + LEASE;
-    let next = tokio::spawn({
-        let other = other.clone();
-        async move {
-            let guard = other
-                .lock("capped:reentered")
-                .wait(Duration::from_secs(5))
-                .await?;
-            let got = Instant::now();
-            guard.unlock().await?;
-            Ok::<_, LockError>(got)
-        }
-    });
+    let next = support::acquired_at(&other, "capped:reentered", Duration::from_secs(5));
     // Re-enter (and give back, a partial release) every 60 ms until the hold is lost.
     let mut rounds = 0;
     while !outer.is_lost() && taken.elapsed() < Duration::from_secs(4) {

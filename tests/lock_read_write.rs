@@ -89,10 +89,7 @@ impl Inside {
 async fn readers_share_the_lock_and_a_writer_excludes_everyone() {
     const ROUNDS: u64 = 25;
     let server = support::server();
-    let clients = [
-        support::client(&server).await,
-        support::client(&server).await,
-    ];
+    let clients = support::clients::<2>(&server).await;
     let inside = Arc::new(Inside::default());
     let mut tasks = tokio::task::JoinSet::new();
     for locks in &clients {
@@ -144,10 +141,7 @@ async fn readers_share_the_lock_and_a_writer_excludes_everyone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_in_a_loop_do_not_starve_a_waiting_writer() {
     let server = support::server();
-    let readers = [
-        support::client(&server).await,
-        support::client(&server).await,
-    ];
+    let readers = support::clients::<2>(&server).await;
     let writer = support::client(&server).await;
     let stop = Arc::new(AtomicUsize::new(0));
     let reads = Arc::new(AtomicU64::new(0));
@@ -233,8 +227,7 @@ async fn a_read_hold_asking_for_the_write_lock_is_refused_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_hold_takes_a_read_hold_and_keeps_reading_after_it_goes() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let writing = locks.write_lock("rw:down").await.expect("write");
     let start = Instant::now();
     let reading = writing
@@ -446,8 +439,7 @@ async fn a_reader_that_goes_away_frees_the_lock_when_its_lease_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_gives_up_takes_its_place_back() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let writer = support::client(&server).await;
+    let [locks, writer] = support::clients(&server).await;
     let reading = locks.read_lock("rw:gave-up").await.expect("read");
     let waited = writer
         .write_lock("rw:gave-up")
@@ -492,10 +484,7 @@ async fn a_writer_that_gives_up_takes_its_place_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_requests_and_guards_at_random_leaves_nothing_behind() {
     let server = support::server();
-    let clients = [
-        support::client(&server).await,
-        support::client(&server).await,
-    ];
+    let clients = support::clients::<2>(&server).await;
     let inside = Arc::new(Inside::default());
     let mut tasks = tokio::task::JoinSet::new();
     for task in 0..4 {

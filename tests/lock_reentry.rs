@@ -10,8 +10,7 @@ use distlock::{current_lock, LockContext, LockError};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentry_three_deep_counts_in_redis_and_blocks_others() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
 
     let outer = locks.lock("order:1").await.expect("outer");
     assert_eq!(outer.hold_count(), 1);

@@ -53,8 +53,7 @@ async fn releases_ready_together_share_script_runs() {
 async fn a_batch_answers_each_release_as_if_it_ran_alone() {
     const LOCKS: usize = 24;
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let guards = hold(&locks, "mixed", LOCKS).await;
     // Every third lock is force-unlocked and taken by another client.
     let mut taken = Vec::new();
@@ -122,19 +121,11 @@ async fn a_late_batch_is_retried_and_each_release_applied_once() {
         );
     }
     let before = support::script_calls(&server);
-    proxy.delay(
-        distlock_testkit::Direction::ToClient,
-        Duration::from_millis(450),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(450));
     let sent = tokio::time::Instant::now();
     let releases = tokio::spawn(unlock_together(inner));
     tokio::time::sleep(Duration::from_millis(50)).await;
-    proxy.delay(
-        distlock_testkit::Direction::ToClient,
-        Duration::ZERO,
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::ZERO);
     let results = releases.await.expect("join");
     assert!(
         sent.elapsed() >= Duration::from_millis(300),

@@ -2,8 +2,9 @@
 //! floor or a fencing token that is not an integer, a replay record that is not a
 //! list of numbers), and a server out of memory.
 //!
-//! Its helpers live in this file, but for reading and writing a lock's hash
-//! (`support::stored`, `support::write_hash`: the layout of `lua/lock.lua`).
+//! Its helpers live in this file, but for the servers, clients and connections,
+//! the keys' dumps, and reading and writing a lock's hash (`support::stored`,
+//! `support::write_hash`: the layout of `lua/lock.lua`).
 
 mod support;
 
@@ -11,51 +12,17 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use distlock::layout;
-use distlock::{LockClient, LockError};
+use distlock::LockError;
 use distlock_testkit::RedisServer;
+use support::{freed_key, lock_key};
 
 type Conn = redis::aio::MultiplexedConnection;
-
-/// A throwaway server on loopback.
-fn server() -> RedisServer {
-    RedisServer::start().expect("start redis-server")
-}
-
-/// A fenced client of `server` with a watchdog lease of `lease`.
-async fn client(server: &RedisServer, lease: Duration) -> LockClient {
-    LockClient::builder()
-        .url(server.url())
-        .fencing(true)
-        .default_lease(lease)
-        .connect()
-        .await
-        .expect("connect")
-}
-
-/// A plain connection to `server`.
-async fn conn(server: &RedisServer) -> Conn {
-    redis::Client::open(server.url())
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect")
-}
 
 /// `DUMP` of every key on the server, by name, and whether it has an expiry: equal
 /// dumps, nothing written.
 async fn dump_all(conn: &mut Conn) -> HashMap<Vec<u8>, (Vec<u8>, bool)> {
-    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(conn)
-        .await
-        .expect("KEYS");
     let mut dumps = HashMap::new();
-    for key in keys {
-        let dump: Vec<u8> = redis::cmd("DUMP")
-            .arg(&key)
-            .query_async(conn)
-            .await
-            .expect("DUMP");
+    for (key, dump) in support::dumps(conn).await {
         let pttl: i64 = redis::cmd("PTTL")
             .arg(&key)
             .query_async(conn)
@@ -64,11 +31,6 @@ async fn dump_all(conn: &mut Conn) -> HashMap<Vec<u8>, (Vec<u8>, bool)> {
         dumps.insert(key, (dump, pttl >= 0));
     }
     dumps
-}
-
-/// The Redis key of lock `name` in the default namespace.
-fn lock_key(name: &str) -> String {
-    format!("distlock:{{{name}}}")
 }
 
 /// The hold count of the one owner of lock `name`, as Redis stores it.
@@ -85,11 +47,6 @@ fn spoil_count(server: &RedisServer, name: &str) {
     server
         .cmd(&["HSET", &lock_key(name), owner, "abc"])
         .expect("HSET");
-}
-
-/// The key of the record of `owner`'s final release of lock `name`.
-fn freed_key(name: &str, owner: &str) -> String {
-    support::freed_key(name, owner)
 }
 
 /// One of the scripts of `lua/`, as the client sends it (`acquire.lua` under the
@@ -219,8 +176,8 @@ async fn listener(server: &RedisServer, name: &str) -> redis::aio::PubSub {
 /// hands nothing over; a successor that cannot be parsed is none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_listens() {
-    let server = server();
-    let mut conn = conn(&server).await;
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
     let name = "edge:successor";
     let lock = lock_key(name);
     // The lock held once by `owner`, with `record`, and fencing token `fence`.
@@ -391,9 +348,9 @@ fn is_conflict(err: &LockError) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reentry_on_a_non_integer_count_is_a_key_conflict_and_writes_nothing() {
-    let server = server();
-    let locks = client(&server, Duration::from_secs(30)).await;
-    let mut conn = conn(&server).await;
+    let server = support::server();
+    let locks = support::fenced_with_lease(&server.url(), Duration::from_secs(30)).await;
+    let mut conn = support::conn(&server.url()).await;
     let guard = locks.lock("count").await.expect("lock");
     spoil_count(&server, "count");
     let before = dump_all(&mut conn).await;
@@ -405,8 +362,8 @@ async fn a_reentry_on_a_non_integer_count_is_a_key_conflict_and_writes_nothing()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_answers_a_conflict_for_every_non_integer_field_and_writes_nothing() {
-    let server = server();
-    let mut conn = conn(&server).await;
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
     for value in NOT_INTEGERS {
         for (field, lock) in spoiled(value, "1") {
             write_fields(&server, "edge", &lock);
@@ -433,9 +390,9 @@ async fn acquire_answers_a_conflict_for_every_non_integer_field_and_writes_nothi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_owner_of_a_lock_with_a_non_integer_count_gets_a_key_conflict() {
-    let server = server();
-    let locks = client(&server, Duration::from_secs(30)).await;
-    let mut conn = conn(&server).await;
+    let server = support::server();
+    let locks = support::fenced_with_lease(&server.url(), Duration::from_secs(30)).await;
+    let mut conn = support::conn(&server.url()).await;
     // Without a TTL, as a foreign writer would leave it.
     let fields = support::plain_lock_fields("someone", "abc", "0");
     support::write_hash(&server, &lock_key("foreign"), fields, None);
@@ -448,8 +405,8 @@ async fn a_new_owner_of_a_lock_with_a_non_integer_count_gets_a_key_conflict() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_answers_a_conflict_for_every_non_integer_field_and_writes_nothing() {
-    let server = server();
-    let mut conn = conn(&server).await;
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
     for value in NOT_INTEGERS {
         // A count of 2 would be decremented, a count of 1 would free the lock: each
         // field spoiled in turn, with both counts.
@@ -473,9 +430,9 @@ async fn release_answers_a_conflict_for_every_non_integer_field_and_writes_nothi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unlocking_a_non_integer_count_is_a_key_conflict_and_writes_nothing() {
-    let server = server();
-    let locks = client(&server, Duration::from_secs(30)).await;
-    let mut conn = conn(&server).await;
+    let server = support::server();
+    let locks = support::fenced_with_lease(&server.url(), Duration::from_secs(30)).await;
+    let mut conn = support::conn(&server.url()).await;
     let guard = locks.lock("count").await.expect("lock");
     spoil_count(&server, "count");
     let before = dump_all(&mut conn).await;
@@ -486,8 +443,8 @@ async fn unlocking_a_non_integer_count_is_a_key_conflict_and_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renew_does_not_renew_a_non_integer_field() {
-    let server = server();
-    let mut conn = conn(&server).await;
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
     for value in NOT_INTEGERS {
         for (field, lock) in spoiled(value, "1") {
             write_fields(&server, "edge", &lock);
@@ -509,8 +466,8 @@ async fn renew_does_not_renew_a_non_integer_field() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_reports_a_non_integer_count_as_lost_and_stops_renewing() {
     let lease = Duration::from_millis(300);
-    let server = server();
-    let locks = client(&server, lease).await;
+    let server = support::server();
+    let locks = support::fenced_with_lease(&server.url(), lease).await;
     let guard = locks.lock("count").await.expect("lock");
     spoil_count(&server, "count");
     let lost = tokio::time::timeout(lease * 2, guard.lost()).await;
@@ -524,8 +481,8 @@ async fn the_watchdog_reports_a_non_integer_count_as_lost_and_stops_renewing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_reads_a_non_integer_field_as_a_conflict() {
-    let server = server();
-    let mut conn = conn(&server).await;
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
     for value in NOT_INTEGERS {
         for (field, lock) in spoiled(value, "1") {
             write_fields(&server, "edge", &lock);
@@ -545,8 +502,8 @@ async fn inspect_reads_a_non_integer_field_as_a_conflict() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fence_counter_that_is_not_a_counter_is_a_conflict_and_stays_untouched() {
-    let server = server();
-    let mut conn = conn(&server).await;
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
     let fence = format!("{}:fence", lock_key("edge"));
     for value in NOT_INTEGERS.into_iter().chain(["-3"]) {
         server.cmd(&["SET", &fence, value]).expect("SET");
@@ -577,32 +534,17 @@ async fn a_fence_counter_that_is_not_a_counter_is_a_conflict_and_stays_untouched
 /// A server under `noeviction` that is over its `maxmemory`: 3 MiB of keys without
 /// a TTL, then `maxmemory` lowered to 1 MiB.
 fn out_of_memory(server: &RedisServer) {
-    let value = "x".repeat(64 * 1024);
-    for n in 0..48 {
-        server
-            .cmd(&["SET", &format!("filler:{n}"), &value])
-            .expect("SET filler");
-    }
-    server
-        .cmd(&["CONFIG", "SET", "maxmemory", "1mb"])
-        .expect("CONFIG SET maxmemory");
+    support::fill_past_maxmemory(server);
     let refused = server
         .cmd(&["SET", "probe", "1"])
         .expect_err("the server is out of memory");
     assert!(refused.to_string().contains("OOM"), "{refused}");
 }
 
-fn noeviction_server() -> RedisServer {
-    RedisServer::builder()
-        .args(["--maxmemory-policy", "noeviction"])
-        .start()
-        .expect("start redis-server")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_oom_a_held_lock_reenters() {
-    let server = noeviction_server();
-    let locks = client(&server, Duration::from_secs(30)).await;
+    let server = support::with_maxmemory_policy("noeviction");
+    let locks = support::fenced_with_lease(&server.url(), Duration::from_secs(30)).await;
     let guard = locks.lock("held").await.expect("lock before OOM");
     out_of_memory(&server);
     guard
@@ -622,9 +564,9 @@ async fn under_oom_a_held_lock_reenters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_oom_a_new_lock_is_refused_with_the_oom_error_and_creates_nothing() {
-    let server = noeviction_server();
-    let locks = client(&server, Duration::from_secs(30)).await;
-    let mut conn = conn(&server).await;
+    let server = support::with_maxmemory_policy("noeviction");
+    let locks = support::fenced_with_lease(&server.url(), Duration::from_secs(30)).await;
+    let mut conn = support::conn(&server.url()).await;
     let guard = locks.lock("held").await.expect("lock before OOM");
     out_of_memory(&server);
     let before = dump_all(&mut conn).await;
@@ -664,8 +606,8 @@ async fn under_oom_a_new_lock_is_refused_with_the_oom_error_and_creates_nothing(
 /// under `allow-oom` and goes through, writing only the count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_oom_the_acquire_script_writes_only_on_a_reentry() {
-    let server = noeviction_server();
-    let mut conn = conn(&server).await;
+    let server = support::with_maxmemory_policy("noeviction");
+    let mut conn = support::conn(&server.url()).await;
     write_lock(&server, "held", "o", "1", "7");
     out_of_memory(&server);
     let before = dump_all(&mut conn).await;
@@ -699,8 +641,8 @@ fn pttl(server: &RedisServer, name: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_acquire_answers_that_create_nothing_leave_every_expiry_alone() {
-    let server = server();
-    let mut conn = conn(&server).await;
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
     // A lock with a lease, and one without (as a foreign writer would leave it).
     write_lock(&server, "leased", "o", "1", "7");
     let fields = support::plain_lock_fields("o", "1", "7");
@@ -735,7 +677,7 @@ async fn the_acquire_answers_that_create_nothing_leave_every_expiry_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_refuses_every_acquire_with_readonly() {
-    let master = server();
+    let master = support::server();
     let port = master.port().to_string();
     let replica = RedisServer::builder()
         .args(["--replicaof", "127.0.0.1", port.as_str()])
@@ -751,7 +693,7 @@ async fn a_replica_refuses_every_acquire_with_readonly() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(synced, "the replica did not get the lock");
-    let mut conn = conn(&replica).await;
+    let mut conn = support::conn(&replica.url()).await;
     for (what, name, owner, attempt, reentry) in [
         ("busy", "held", "p", 8, false),
         ("a replay", "held", "o", 7, true),
@@ -773,8 +715,8 @@ async fn a_replica_refuses_every_acquire_with_readonly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripts_replay_a_first_acquisition_and_its_final_release() {
-    let server = server();
-    let mut conn = conn(&server).await;
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
     // Owner o's operation 3 (floor 0), as the client sends it.
     let first = run_acquire(&mut conn, "plain", "o", 3, false).await;
     assert_eq!(first.as_deref().ok(), Some(&[1, 1, 0][..]), "{first:?}");

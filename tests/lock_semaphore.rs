@@ -33,10 +33,7 @@ fn permits_held(server: &RedisServer, name: &str) -> Vec<u64> {
 async fn never_more_holders_than_permits() {
     const PERMITS: u32 = 3;
     let server = support::server();
-    let clients = [
-        support::client(&server).await,
-        support::client(&server).await,
-    ];
+    let clients = support::clients::<2>(&server).await;
     let inside = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
@@ -178,10 +175,7 @@ async fn a_chain_re_enters_its_permit() {
 async fn cancellation_at_random_points_leaves_no_permit_taken() {
     const PERMITS: u32 = 2;
     let server = support::server();
-    let clients = [
-        support::client(&server).await,
-        support::client(&server).await,
-    ];
+    let clients = support::clients::<2>(&server).await;
     let inside = Arc::new(AtomicUsize::new(0));
     let over = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
@@ -308,8 +302,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn available_permits_counts_each_live_holder_once() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let exports = locks.semaphore("sem:free", 3);
     assert_eq!(exports.available_permits().await.expect("free"), 3);
 

@@ -136,8 +136,7 @@ fn a_runtime_dropped_while_holding_locks_warns_naming_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_under_way_end_at_the_shutdown() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let held = other.lock("stop:busy").await.expect("held elsewhere");
     let waiters: Vec<_> = (0..3)
         .map(|_| {

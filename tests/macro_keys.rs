@@ -113,8 +113,7 @@ async fn never_runs(locks: &LockClient, ran: &AtomicUsize) -> Result<(), LockErr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_key_keeps_the_body_from_running_and_leaves_nothing_held() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let busy = other.lock("busy:b").await.expect("lock");
     let ran = AtomicUsize::new(0);
     let err = never_runs(&locks, &ran).await.expect_err("busy");

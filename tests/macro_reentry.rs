@@ -46,8 +46,7 @@ async fn inner(locks: &LockClient, server: &RedisServer, id: u32) -> Result<u64,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_annotated_functions_reenter() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
 
     let total = outer(&locks, &server, 7).await.expect("outer");
     assert_eq!(total, 1 + 2 + 3, "hold counts 1, 2, 3 seen in Redis");

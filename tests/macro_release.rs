@@ -164,8 +164,7 @@ async fn wait_a_little(locks: &LockClient, ran: &AtomicBool) -> Result<(), LockE
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_lock_returns_the_error_and_skips_the_body() {
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
     let held = other.lock("busy").await.expect("lock");
 
     let ran = AtomicBool::new(false);
@@ -278,50 +277,10 @@ async fn finish_when_lost(
     Ok(42)
 }
 
-/// Collects the fields of `WARN` events.
-#[derive(Clone, Default)]
-struct Warnings(Arc<std::sync::Mutex<Vec<String>>>);
-
-impl Warnings {
-    fn all(&self) -> Vec<String> {
-        self.0.lock().expect("not poisoned").clone()
-    }
-}
-
-struct Fields(String);
-
-impl tracing::field::Visit for Fields {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write as _;
-        let _ = write!(self.0, "{}={:?} ", field.name(), value);
-    }
-}
-
-impl tracing::Subscriber for Warnings {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        if *event.metadata().level() == tracing::Level::WARN {
-            let mut fields = Fields(String::new());
-            event.record(&mut fields);
-            self.0.lock().expect("not poisoned").push(fields.0);
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 // One thread, so that the scoped subscriber sees every event, the watchdog's too.
 #[tokio::test(flavor = "current_thread")]
 async fn on_lost_finish_returns_the_body_result() {
-    let warnings = Warnings::default();
-    let _subscriber = tracing::subscriber::set_default(warnings.clone());
+    let (warnings, _subscriber) = support::capture_here(tracing::Level::WARN);
     let server = support::server();
     let locks = support::client_with_lease(&server, Duration::from_millis(600)).await;
     let other = support::client(&server).await;
@@ -339,7 +298,7 @@ async fn on_lost_finish_returns_the_body_result() {
         saw_loss.load(Ordering::SeqCst),
         "the body saw the loss signal"
     );
-    let warnings = warnings.all();
+    let warnings = warnings.lines();
     assert!(
         warnings.iter().any(|warning| warning
             .contains("function=\"macro_release::finish_when_lost\"")

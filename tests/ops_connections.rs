@@ -28,14 +28,23 @@ fn ids(lines: &[String]) -> std::collections::HashSet<String> {
         .collect()
 }
 
+/// Tries to take and give back `report` up to `tries` times, `pause` apart: whether
+/// the client works again.
+async fn works_again(locks: &LockClient, tries: usize, pause: Duration) -> bool {
+    for _ in 0..tries {
+        if let Ok(Some(guard)) = locks.try_lock("report").await {
+            guard.unlock().await.expect("released");
+            return true;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    false
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_connection_is_named_after_the_service_and_again_after_a_reconnect() {
     let server = support::server();
-    let locks = support::builder(&server)
-        .service("orders-api")
-        .connect()
-        .await
-        .expect("connected");
+    let locks = support::service_client(&server, "orders-api").await;
     assert_eq!(locks.service(), "orders-api");
     // The command connection and the subscriber's.
     let before = ids(&named(&server, "distlock:orders-api"));
@@ -48,15 +57,7 @@ async fn every_connection_is_named_after_the_service_and_again_after_a_reconnect
     assert!(killed.parse::<u32>().is_ok_and(|n| n >= 2), "{killed}");
 
     // The first call may meet the broken connection; the next ones go on a new one.
-    let mut taken = false;
-    for _ in 0..20 {
-        if let Ok(Some(guard)) = locks.try_lock("report").await {
-            guard.unlock().await.expect("released");
-            taken = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let taken = works_again(&locks, 20, Duration::from_millis(50)).await;
     assert!(taken, "the client works again after the kill");
     // Two new connections (other ids), named again.
     let renamed = support::eventually(Duration::from_secs(5), || {
@@ -207,15 +208,7 @@ async fn a_server_that_restarts_is_logged_lost_once_and_restored_once() {
     assert!(logs.lines_with(&[&restored]).is_empty());
 
     server.restart().expect("back");
-    let mut back = false;
-    for _ in 0..100 {
-        if let Ok(Some(guard)) = locks.try_lock("report").await {
-            guard.unlock().await.expect("released");
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let back = works_again(&locks, 100, Duration::from_millis(100)).await;
     assert!(back, "the client works again");
     // The subscriber's connection answers its next heartbeat (every second).
     let logged = support::eventually(Duration::from_secs(10), || {

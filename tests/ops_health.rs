@@ -8,16 +8,7 @@ use std::time::Duration;
 
 use distlock::{LockClient, LockError};
 use distlock_testkit::{RedisCluster, RedisServer};
-use support::LOCK_USER_ACL;
-
-/// Creates the ACL user `user`, password `pw`, with `rules`; returns a URL that logs
-/// in as it.
-fn set_user(server: &RedisServer, user: &str, rules: &[&str]) -> String {
-    let mut args = vec!["ACL", "SETUSER", user, "reset", "on", ">pw"];
-    args.extend_from_slice(rules);
-    server.cmd(&args).expect("ACL SETUSER");
-    format!("redis://{user}:pw@127.0.0.1:{}/", server.port())
-}
+use support::{set_user, LOCK_USER_ACL};
 
 /// A field of `INFO server`, as the server tells it.
 fn info_field(server: &RedisServer, name: &str) -> String {
@@ -31,11 +22,7 @@ fn info_field(server: &RedisServer, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healthy_server_reports_its_version_and_no_warning() {
     let server = support::server();
-    let locks = support::builder(&server)
-        .service("orders-api")
-        .connect()
-        .await
-        .expect("connected");
+    let locks = support::service_client(&server, "orders-api").await;
     let report = locks.ping().await.expect("a report");
     assert_eq!(report.nodes.len(), 1);
     let node = &report.nodes[0];

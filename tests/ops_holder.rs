@@ -155,8 +155,7 @@ async fn a_fenced_lock_is_written_by_the_script_with_the_servers_time() {
 #[tokio::test]
 async fn a_timeout_names_the_holder() {
     let server = support::server();
-    let holder_client = support::client(&server).await;
-    let waiter_client = support::client(&server).await;
+    let [holder_client, waiter_client] = support::clients(&server).await;
     let line = line!() + 1;
     let guard = holder_client.lock("holder:busy").await.expect("lock");
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -305,8 +304,7 @@ async fn the_macro_names_the_annotated_function() {
 async fn spans_record_each_outcome_and_the_locked_body() {
     let spans = support::capture(tracing::Level::INFO, true);
     let server = support::server();
-    let locks = support::client(&server).await;
-    let other = support::client(&server).await;
+    let [locks, other] = support::clients(&server).await;
 
     let guard = locks.lock("spans:a").await.expect("lock");
     let inner = guard

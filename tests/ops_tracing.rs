@@ -17,14 +17,9 @@ fn subscriber(
     spans: FmtSpan,
 ) -> (support::Captured, tracing::subscriber::DefaultGuard) {
     let captured = support::Captured::default();
-    let subscriber = tracing_subscriber::fmt()
+    let subscriber = captured
+        .fmt(spans)
         .with_env_filter(EnvFilter::new(filter))
-        .with_span_events(spans)
-        .with_ansi(false)
-        .with_writer({
-            let captured = captured.clone();
-            move || captured.clone()
-        })
         .finish();
     let guard = tracing::subscriber::set_default(subscriber);
     (captured, guard)

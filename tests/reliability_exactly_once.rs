@@ -108,11 +108,7 @@ async fn a_late_release_retried_after_a_dropped_guard_is_not_applied_twice() {
             let second = locks.lock(NAME).await.expect("second re-entry");
             assert_eq!(hold_count(&server, NAME), 3, "outer + two re-entries");
             // From now on replies come 600 ms late: past the 400 ms response timeout.
-            proxy.delay(
-                Direction::ToClient,
-                Duration::from_millis(600),
-                Duration::ZERO,
-            );
+            support::replies_late(&proxy, Duration::from_millis(600));
             let release = tokio::spawn(first.unlock());
             // The release is applied at once (requests are not delayed); its reply is
             // on its way. Drop the second re-entry: its background release lands
@@ -121,7 +117,7 @@ async fn a_late_release_retried_after_a_dropped_guard_is_not_applied_twice() {
             drop(second);
             tokio::time::sleep(Duration::from_millis(50)).await;
             // The retries' replies queue behind the late ones, no later.
-            proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+            support::replies_late(&proxy, Duration::ZERO);
             release.await.expect("join")
         })
         .await;
@@ -166,15 +162,11 @@ async fn a_late_release_retried_after_a_re_entry_is_not_applied_twice() {
         .scope(async {
             let first = locks.lock(NAME).await.expect("first re-entry");
             assert_eq!(hold_count(&server, NAME), 2, "outer + re-entry");
-            proxy.delay(
-                Direction::ToClient,
-                Duration::from_millis(650),
-                Duration::ZERO,
-            );
+            support::replies_late(&proxy, Duration::from_millis(650));
             let release = tokio::spawn(first.unlock());
             tokio::time::sleep(Duration::from_millis(50)).await;
             // Only that release's reply is late; what follows queues behind it.
-            proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+            support::replies_late(&proxy, Duration::ZERO);
             tokio::time::sleep(Duration::from_millis(270)).await;
             // Applied before the retry (500 ms); its reply comes at 650 ms, in time.
             let second = locks.lock(NAME).await;
@@ -225,13 +217,9 @@ async fn a_re_entry_retried_after_a_lost_reply_leaves_no_hold_behind() {
     let outer = locks.lock(NAME).await.expect("outer");
     let (first, unlocked) = outer
         .scope(async {
-            proxy.delay(
-                Direction::ToClient,
-                Duration::from_millis(600),
-                Duration::ZERO,
-            );
+            support::replies_late(&proxy, Duration::from_millis(600));
             let first = locks.lock(NAME).await;
-            proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+            support::replies_late(&proxy, Duration::ZERO);
             // The natural reaction to the error: try again, now (within 50 ms).
             let retry = locks.lock(NAME).await.expect("the caller's retry");
             (first.map(|guard| guard.hold_count()), retry.unlock().await)
@@ -273,14 +261,10 @@ async fn unlock_with_a_late_first_reply(
         "not yet known lost (the watchdog renews at 10 s)"
     );
     let before = support::script_calls(server);
-    proxy.delay(
-        Direction::ToClient,
-        Duration::from_millis(450),
-        Duration::ZERO,
-    );
+    support::replies_late(proxy, Duration::from_millis(450));
     let unlock = tokio::spawn(guard.unlock());
     tokio::time::sleep(Duration::from_millis(50)).await;
-    proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+    support::replies_late(proxy, Duration::ZERO);
     let result = unlock.await.expect("join");
     assert_eq!(
         support::script_calls(server) - before,
@@ -325,17 +309,13 @@ async fn a_final_release_retried_after_a_waiter_took_the_lock_is_ok() {
     .await;
     assert!(waiting, "the waiter never subscribed");
     let before = support::script_calls(&server);
-    proxy.delay(
-        Direction::ToClient,
-        Duration::from_millis(450),
-        Duration::ZERO,
-    );
+    support::replies_late(&proxy, Duration::from_millis(450));
     let unlock = tokio::spawn(guard.unlock());
     let taken = waiter
         .await
         .expect("join")
         .expect("the waiter takes the lock");
-    proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+    support::replies_late(&proxy, Duration::ZERO);
     let result = unlock.await.expect("join");
     assert!(
         support::script_calls(&server) - before >= 3,
@@ -849,7 +829,7 @@ async fn random_interleavings_keep_the_count_equal_to_the_live_guards() {
             delay.as_millis(),
             heal_at.map_or(String::new(), |at| format!(" until @{}ms", at.as_millis()))
         ));
-        proxy.delay(Direction::ToClient, delay, Duration::ZERO);
+        support::replies_late(&proxy, delay);
         let slot = |op: Option<(Duration, Op)>| {
             let locks = locks.clone();
             async move {
@@ -862,7 +842,7 @@ async fn random_interleavings_keep_the_count_equal_to_the_live_guards() {
         let heal = async {
             if let Some(at) = heal_at {
                 tokio::time::sleep(at).await;
-                proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+                support::replies_late(&proxy, Duration::ZERO);
             }
         };
         let step =

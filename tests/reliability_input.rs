@@ -51,25 +51,6 @@ async fn client(server: &RedisServer) -> LockClient {
     support::fenced(&server.url()).await
 }
 
-/// `DUMP` of every key on the server, by name (binary-safe).
-async fn dump_all(conn: &mut redis::aio::MultiplexedConnection) -> HashMap<Vec<u8>, Vec<u8>> {
-    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(conn)
-        .await
-        .expect("KEYS");
-    let mut dumps = HashMap::new();
-    for key in keys {
-        let dump: Vec<u8> = redis::cmd("DUMP")
-            .arg(&key)
-            .query_async(conn)
-            .await
-            .expect("DUMP");
-        dumps.insert(key, dump);
-    }
-    dumps
-}
-
 /// A plain connection to `server`.
 async fn conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     support::conn(&server.url()).await
@@ -83,7 +64,7 @@ async fn refused<T: std::fmt::Debug>(
     attempt: impl std::future::IntoFuture<Output = Result<T, LockError>>,
     expected: impl Fn(&LockError) -> bool,
 ) {
-    let before = dump_all(conn).await;
+    let before = support::dumps(conn).await;
     let start = Instant::now();
     let result = tokio::time::timeout(Duration::from_secs(2), attempt.into_future())
         .await
@@ -92,7 +73,7 @@ async fn refused<T: std::fmt::Debug>(
     let err = result.expect_err(what);
     assert!(expected(&err), "{what}: unexpected error {err:?}");
     assert!(took < Duration::from_secs(2), "{what}: took {took:?}");
-    assert_eq!(dump_all(conn).await, before, "{what}: keys changed");
+    assert_eq!(support::dumps(conn).await, before, "{what}: keys changed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,16 +14,6 @@ async fn client(server: &RedisServer) -> LockClient {
     support::fenced(&server.url()).await
 }
 
-/// `calls` of `command` in `INFO commandstats`.
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let info = server.cmd(&["INFO", "commandstats"]).expect("INFO");
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_release_message_is_a_spurious_wake_up_never_a_second_holder() {
     let server = support::server();
@@ -34,19 +24,13 @@ async fn a_forged_release_message_is_a_spurious_wake_up_never_a_second_holder() 
     let guard = holder.lock("forged").await.expect("lock");
     let acquired = monotonic_ns();
     let token = guard.fencing_token();
-    let waiting = tokio::spawn({
-        let history = history.clone();
-        async move {
-            support::wait_then_release(
-                &waiter,
-                "forged",
-                Duration::from_secs(10),
-                &history,
-                "the waiter gets the lock once it is released",
-            )
-            .await
-        }
-    });
+    let waiting = support::wait_then_release(
+        waiter,
+        "forged",
+        Duration::from_secs(10),
+        &history,
+        "the waiter gets the lock once it is released",
+    );
     assert!(
         support::eventually(Duration::from_secs(3), || {
             server
@@ -126,7 +110,7 @@ async fn five_thousand_contended_operations_leave_no_subscription() {
     for task in tasks {
         task.await.expect("task");
     }
-    let subscribes = calls(&server, "subscribe");
+    let subscribes = support::command_calls(&server, "subscribe");
     let clean = support::eventually(Duration::from_secs(3), || {
         let (keys, channels) = support::leaks(&server);
         keys.is_empty() && channels.is_empty()

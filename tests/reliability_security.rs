@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use distlock::{LockClient, LockError, LockGuard};
 use distlock_testkit::RedisServer;
-use support::LOCK_USER_ACL;
+use support::{set_user, LOCK_USER_ACL};
 
 /// A script as the client sends it: its first line, the layout and how every
 /// script reads a lock (`lock.lua`), its text.
@@ -268,15 +268,6 @@ async fn a_password_protected_server_needs_the_password() {
         !format!("{wrong} {wrong:?}").contains("wrong@"),
         "the password leaked into the error: {wrong:?}"
     );
-}
-
-/// Creates the ACL user `user`, password `pw`, with `rules`; returns a URL that logs
-/// in as it.
-fn set_user(server: &RedisServer, user: &str, rules: &[&str]) -> String {
-    let mut args = vec!["ACL", "SETUSER", user, "reset", "on", ">pw"];
-    args.extend_from_slice(rules);
-    server.cmd(&args).expect("ACL SETUSER");
-    format!("redis://{user}:pw@127.0.0.1:{}/", server.port())
 }
 
 /// [`LOCK_USER_ACL`] less the rules `left_out` picks.

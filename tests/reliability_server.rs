@@ -15,14 +15,6 @@ async fn client(server: &RedisServer, lease: Duration) -> LockClient {
     support::fenced_with_lease(&server.url(), lease).await
 }
 
-/// A server started with `--maxmemory-policy policy`.
-fn with_maxmemory_policy(policy: &str) -> RedisServer {
-    RedisServer::builder()
-        .args(["--maxmemory-policy", policy])
-        .start()
-        .expect("start redis-server")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_server_loses_the_holder_its_lock_and_a_waiter_gets_it_after() {
     let lease = Duration::from_millis(600);
@@ -34,19 +26,13 @@ async fn a_frozen_server_loses_the_holder_its_lock_and_a_waiter_gets_it_after() 
     let guard = holder.lock("frozen-server").await.expect("lock");
     let acquired = monotonic_ns();
     let token = guard.fencing_token();
-    let waiting = tokio::spawn({
-        let history = history.clone();
-        async move {
-            support::wait_then_release(
-                &waiter,
-                "frozen-server",
-                Duration::from_secs(15),
-                &history,
-                "the waiter gets the lock after the freeze",
-            )
-            .await
-        }
-    });
+    let waiting = support::wait_then_release(
+        waiter,
+        "frozen-server",
+        Duration::from_secs(15),
+        &history,
+        "the waiter gets the lock after the freeze",
+    );
     tokio::time::sleep(lease / 2).await;
     server.pause().expect("SIGSTOP redis");
     let paused = monotonic_ns();
@@ -241,28 +227,13 @@ async fn writes_paused_longer_than_the_wait_end_the_wait_as_an_outage() {
     );
 }
 
-/// Writes 48 × 64 KiB (3 MiB) of keys without a TTL, then lowers `maxmemory` to
-/// 1 MiB: from then on the server is over its limit (out of memory under
-/// `noeviction`, evicting on the next write otherwise).
-fn fill_past_maxmemory(server: &RedisServer) {
-    let value = "x".repeat(64 * 1024);
-    for n in 0..48 {
-        server
-            .cmd(&["SET", &format!("filler:{n}"), &value])
-            .expect("SET filler");
-    }
-    server
-        .cmd(&["CONFIG", "SET", "maxmemory", "1mb"])
-        .expect("CONFIG SET maxmemory");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_memory_refuses_acquires_but_renews_and_releases() {
     let lease = Duration::from_millis(600);
-    let server = with_maxmemory_policy("noeviction");
+    let server = support::with_maxmemory_policy("noeviction");
     let locks = client(&server, lease).await;
     let held = locks.lock("held").await.expect("lock before OOM");
-    fill_past_maxmemory(&server);
+    support::fill_past_maxmemory(&server);
     let oom = server
         .cmd(&["SET", "probe", "1"])
         .expect_err("the server is out of memory");
@@ -297,7 +268,7 @@ async fn out_of_memory_refuses_acquires_but_renews_and_releases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_server_is_warned_about_and_an_evicted_lock_is_reported_lost() {
     let lease = Duration::from_millis(600);
-    let server = with_maxmemory_policy("volatile-lru");
+    let server = support::with_maxmemory_policy("volatile-lru");
     let captured = support::capture_warnings();
     let locks = client(&server, lease).await;
     let warned = captured.text();
@@ -307,7 +278,7 @@ async fn an_evicting_server_is_warned_about_and_an_evicted_lock_is_reported_lost
     );
     let guard = locks.lock("evicted").await.expect("lock");
     // Keys without a TTL are never evicted under volatile-lru: the lock is the one to go.
-    fill_past_maxmemory(&server);
+    support::fill_past_maxmemory(&server);
     let _ = server.cmd(&["SET", "trigger", "1"]);
     let evicted = Instant::now();
     let lost = tokio::time::timeout(lease + Duration::from_millis(500), guard.lost()).await;

@@ -7,13 +7,12 @@
 
 mod support;
 
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::Path;
 use std::time::Duration;
 
 use distlock::LockClient;
-use distlock_testkit::{History, RedisServer};
-use support::Pki;
+use distlock_testkit::History;
+use support::{tls_server, Pki};
 
 /// Run in a child process: connects to `DISTLOCK_URL`, takes and releases a lock,
 /// and prints `TLS_OK` or `TLS_ERR redis=<0|1> <message>`.
@@ -24,16 +23,7 @@ async fn tls_child() {
         return;
     }
     let url = std::env::var("DISTLOCK_URL").expect("DISTLOCK_URL");
-    let result = async {
-        let locks = LockClient::builder()
-            .url(url)
-            .connect_timeout(Duration::from_secs(3))
-            .connect()
-            .await?;
-        let guard = locks.lock("tls").await?;
-        guard.unlock().await
-    }
-    .await;
+    let result = support::lock_once(LockClient::builder().url(url), "tls").await;
     match result {
         Ok(()) => println!("TLS_OK"),
         Err(err) => println!(
@@ -42,37 +32,6 @@ async fn tls_child() {
             err.to_string().replace('\n', " ")
         ),
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// A redis-server that also listens with TLS on the returned port.
-fn tls_server(pki: &Pki) -> (RedisServer, u16) {
-    for _ in 0..5 {
-        let port = free_port();
-        let started = RedisServer::builder()
-            .arg("--tls-port")
-            .arg(port.to_string())
-            .arg("--tls-cert-file")
-            .arg(pki.path("server.pem"))
-            .arg("--tls-key-file")
-            .arg(pki.path("server.key"))
-            .arg("--tls-ca-cert-file")
-            .arg(pki.path("good-ca.pem"))
-            .args(["--tls-auth-clients", "no"])
-            .start();
-        match started {
-            Ok(server) => return (server, port),
-            Err(err) if err.to_string().contains("Address already in use") => continue,
-            Err(err) => panic!("a TLS redis-server: {err}"),
-        }
-    }
-    panic!("no free port for TLS");
 }
 
 /// Runs [`tls_child`] with `SSL_CERT_FILE=ca` against `url`; returns its verdict line.
@@ -93,7 +52,7 @@ fn rediss_with_the_right_ca_locks_and_a_wrong_ca_is_a_typed_error() {
     let pki = Pki::new("tls");
     let good = pki.make_ca("good", true);
     let wrong = pki.make_ca("wrong", false);
-    let (server, port) = tls_server(&pki);
+    let (server, port) = tls_server(&pki, &good, false);
     let url = format!("rediss://127.0.0.1:{port}/");
 
     let trusted = client_verdict(&url, &good);

@@ -11,7 +11,7 @@ use distlock_testkit::RedisServer;
 use tokio::time::Instant;
 
 use crate::error::BoxError;
-use crate::kinds::{self, Kind};
+use crate::kind::{self, Kind};
 use crate::server::{
     command_stats, distlock_place_kept, distlock_release_channel, info_field, script_runs_between,
 };
@@ -160,7 +160,7 @@ async fn hand_off(
     kind: Kind,
     name: &str,
 ) -> Result<Duration, BoxError> {
-    let guard = kinds::request(client, kind, name)
+    let guard = kind::request(client, kind, name)
         .ok_or("a hand-off is of one lock")?
         .await?;
     child.send(&format!("{} {name}", kind.word()))?;
@@ -195,7 +195,7 @@ pub(crate) async fn child_waiter(url: &str) -> Result<(), BoxError> {
     // Warm the connections and the scripts.
     for kind in [Kind::Plain, Kind::Write, Kind::Fair] {
         let warm = format!("s5:warm:{}", kind.word());
-        let guard = kinds::request(&client, kind, &warm)
+        let guard = kind::request(&client, kind, &warm)
             .ok_or("no request")?
             .await?;
         guard.unlock().await?;
@@ -211,7 +211,7 @@ pub(crate) async fn child_waiter(url: &str) -> Result<(), BoxError> {
             .ok_or_else(|| format!("child-waiter: {line:?} is not `<kind> <name>`"))?;
         writeln!(out, "waiting")?;
         out.flush()?;
-        let guard = kinds::request(&client, kind, name)
+        let guard = kind::request(&client, kind, name)
             .ok_or("no request")?
             .wait(Duration::from_secs(10))
             .await?;

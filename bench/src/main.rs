@@ -21,6 +21,7 @@
 //! | `contention.rs` | one contention run and what its log shows |
 //! | `scenarios.rs` | lock+unlock pairs, plain redis-rs baselines, re-entry, macro, the lock-order checker (11), costs |
 //! | `children.rs` | the scenarios in another process (5: wake-up, 6: many leases, 9: hand-offs) |
+//! | `kind.rs` | a lock kind, and the request for one lock of it |
 //! | `kinds.rs` | the lock kinds: 8 (uncontended), 9 (hand-off), 10 (readers) |
 //! | `peer.rs`, `contender.rs` | rslock and distlock as clients the scenarios drive |
 //! | `reference.rs` | `redis-benchmark` runs |
@@ -37,6 +38,7 @@ mod contention;
 mod contention_matrix;
 mod cpu;
 mod error;
+mod kind;
 mod kinds;
 #[cfg(feature = "rslock")]
 mod peer;

@@ -17,7 +17,7 @@ use distlock::layout;
 use distlock_testkit::RedisServer;
 
 use crate::error::BoxError;
-use crate::kinds::Kind;
+use crate::kind::Kind;
 
 /// `INFO commandstats`: command name to calls; while [`log_every_command`] is on, also
 /// the clients' own requests as the slow log tells them ([`CLIENT_REQUESTS`],

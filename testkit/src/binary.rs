@@ -4,7 +4,7 @@ use std::env;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use crate::TestkitError;
+use crate::error::TestkitError;
 
 /// The environment variable that names the `redis-server` binary to use.
 ///

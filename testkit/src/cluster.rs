@@ -4,7 +4,8 @@ use std::net::TcpListener;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::{RedisServer, TestkitError};
+use crate::error::TestkitError;
+use crate::server::RedisServer;
 
 /// Slots in a Redis Cluster.
 const SLOTS: u16 = 16384;

@@ -10,7 +10,7 @@ use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::TestkitError;
+use crate::error::TestkitError;
 
 /// A request to the spawner thread: the command to spawn and where to send the result.
 struct SpawnRequest {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::TestkitError;
+use crate::error::TestkitError;
 
 /// How often blocked threads look at the proxy's settings.
 const TICK: Duration = Duration::from_millis(5);

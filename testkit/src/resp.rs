@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use crate::TestkitError;
+use crate::error::TestkitError;
 
 /// The longest line or bulk string the client accepts (a guard against garbage).
 const MAX_LEN: usize = 512 * 1024 * 1024;

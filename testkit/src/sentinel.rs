@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::error::TestkitError;
 use crate::resp::Reply;
-use crate::server::TempDir;
-use crate::{RedisServer, RedisServerBuilder, TestkitError};
+use crate::server::{RedisServer, RedisServerBuilder, TempDir};
 
 /// How long [`SentinelGroup::start`] waits for the group to come together.
 const START_TIMEOUT: Duration = Duration::from_secs(30);

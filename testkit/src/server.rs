@@ -12,9 +12,10 @@ use std::sync::Once;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::binary::redis_server_binary;
+use crate::error::TestkitError;
 use crate::process::{kill_and_reap, send_signal, spawn_tied};
 use crate::resp::{self, Reply};
-use crate::{redis_server_binary, TestkitError};
 
 /// How many ports [`RedisServer::start`] tries when each is taken before the server binds it.
 const PORT_ATTEMPTS: u32 = 5;

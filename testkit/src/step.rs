@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::error::TestkitError;
 use crate::proxy::abort;
-use crate::TestkitError;
 
 /// How long connecting to the upstream server may take.
 const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -1,4 +1,6 @@
-//! The ACL a lock user needs.
+//! The ACL a lock user needs, and a user made with an ACL.
+
+use distlock_testkit::RedisServer;
 
 /// The minimal ACL of a lock user (README.md's "ACL" section, RELIABILITY.md): the
 /// commands the client sends, the commands the scripts call, its keys and channels.
@@ -53,3 +55,12 @@ pub const LOCK_USER_ACL: &[&str] = &[
     "+hdel",
     "+time",
 ];
+
+/// Creates the ACL user `user`, password `pw`, with `rules`; returns a URL that logs
+/// in as it.
+pub fn set_user(server: &RedisServer, user: &str, rules: &[&str]) -> String {
+    let mut args = vec!["ACL", "SETUSER", user, "reset", "on", ">pw"];
+    args.extend_from_slice(rules);
+    server.cmd(&args).expect("ACL SETUSER");
+    format!("redis://{user}:pw@127.0.0.1:{}/", server.port())
+}

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use distlock::{LockClient, LockClientBuilder};
-use distlock_testkit::RedisServer;
+use distlock::{LockClient, LockClientBuilder, LockError};
+use distlock_testkit::{RedisCluster, RedisServer};
 
 /// A builder pointed at `server`.
 pub fn builder(server: &RedisServer) -> LockClientBuilder {
@@ -14,6 +14,28 @@ pub fn builder(server: &RedisServer) -> LockClientBuilder {
 /// A connected client with default settings.
 pub async fn client(server: &RedisServer) -> LockClient {
     builder(server).connect().await.expect("connect")
+}
+
+/// A connected client of `server` whose connections are named after `service`.
+pub async fn service_client(server: &RedisServer, service: &str) -> LockClient {
+    builder(server)
+        .service(service)
+        .connect()
+        .await
+        .expect("connected")
+}
+
+/// `N` connected clients of `server` with default settings, connected one after
+/// another: `let [holder, waiter] = support::clients(&server).await;`.
+pub async fn clients<const N: usize>(server: &RedisServer) -> [LockClient; N] {
+    let mut clients = Vec::with_capacity(N);
+    for _ in 0..N {
+        clients.push(client(server).await);
+    }
+    let Ok(clients) = clients.try_into() else {
+        unreachable!("{N} clients were connected")
+    };
+    clients
 }
 
 /// A connected client that gives every lock a fencing token.
@@ -28,6 +50,16 @@ pub async fn client_with_lease(server: &RedisServer, lease: Duration) -> LockCli
         .connect()
         .await
         .expect("connect")
+}
+
+/// A connected client of `cluster` whose watchdog lease is `lease`.
+pub async fn cluster_client(cluster: &RedisCluster, lease: Duration) -> LockClient {
+    LockClient::builder()
+        .cluster(cluster.urls())
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect to the cluster")
 }
 
 /// A client of `url` (a fault proxy, often) whose requests time out after
@@ -60,6 +92,17 @@ pub async fn fenced_with_lease(url: &str, lease: Duration) -> LockClient {
         .connect()
         .await
         .expect("connect")
+}
+
+/// Connects with `builder` (within 3 s), takes lock `name` and gives it back: can
+/// a client so built lock at all.
+pub async fn lock_once(builder: LockClientBuilder, name: &str) -> Result<(), LockError> {
+    let locks = builder
+        .connect_timeout(Duration::from_secs(3))
+        .connect()
+        .await?;
+    let guard = locks.lock(name).await?;
+    guard.unlock().await
 }
 
 /// A plain redis-rs connection to `url`, to look at or tamper with the keys.

@@ -1,12 +1,23 @@
 //! What Redis stores and counts: lock keys and their hold counts, release-channel
 //! subscribers, command calls and round trips, client connections, leftovers.
 
+use std::collections::HashMap;
+
 use distlock::layout::{self, StoredLock};
-use distlock_testkit::RedisServer;
+use distlock_testkit::{RedisCluster, RedisServer};
 
 /// The Redis key of lock `name` in the default namespace.
 pub fn lock_key(name: &str) -> String {
     format!("distlock:{{{name}}}")
+}
+
+/// The hash slot of lock `name` (default namespace), as `cluster` computes it.
+pub fn slot_of(cluster: &RedisCluster, name: &str) -> u16 {
+    cluster.nodes()[0]
+        .cmd(&["CLUSTER", "KEYSLOT", &lock_key(name)])
+        .expect("CLUSTER KEYSLOT")
+        .parse()
+        .expect("a slot")
 }
 
 /// The lock `name` (default namespace) as Redis stores it, read with `HGETALL`
@@ -137,6 +148,26 @@ pub fn client_requests(server: &RedisServer) -> u64 {
             !from_script && !LOOKS.contains(&command.as_str())
         })
         .count() as u64
+}
+
+/// `DUMP` of every key on the server, by name (binary-safe): equal dumps, nothing
+/// written.
+pub async fn dumps(conn: &mut redis::aio::MultiplexedConnection) -> HashMap<Vec<u8>, Vec<u8>> {
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(conn)
+        .await
+        .expect("KEYS");
+    let mut dumps = HashMap::new();
+    for key in keys {
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .expect("DUMP");
+        dumps.insert(key, dump);
+    }
+    dumps
 }
 
 /// The value of `key` in a `key=value` line, such as one of `CLIENT LIST`.

@@ -3,6 +3,10 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::fmt::format::{DefaultFields, FmtSpan, Format};
+use tracing_subscriber::fmt::{MakeWriter, SubscriberBuilder};
+
 /// A `tracing` writer into a shared buffer.
 #[derive(Clone, Default)]
 pub struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -18,6 +22,14 @@ impl Write for Captured {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Captured {
+    type Writer = Captured;
+
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
     }
 }
 
@@ -37,29 +49,48 @@ pub fn capture(level: tracing::Level, span_closes: bool) -> Captured {
         .get_or_init(|| {
             let captured = Captured::default();
             let spans = if span_closes {
-                tracing_subscriber::fmt::format::FmtSpan::CLOSE
+                FmtSpan::CLOSE
             } else {
-                tracing_subscriber::fmt::format::FmtSpan::NONE
+                FmtSpan::NONE
             };
-            let subscriber = tracing_subscriber::fmt()
-                .with_max_level(level)
-                .with_span_events(spans)
-                .with_ansi(false)
-                .with_writer({
-                    let captured = captured.clone();
-                    move || captured.clone()
-                })
-                .finish();
+            let subscriber = captured.fmt(spans).with_max_level(level).finish();
             tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
             captured
         })
         .clone()
 }
 
+/// A subscriber that writes everything at `level` and above into a buffer, for
+/// this thread only until the guard drops: with a runtime of one thread, every
+/// event of the test, and none of another test's.
+pub fn capture_here(level: tracing::Level) -> (Captured, tracing::subscriber::DefaultGuard) {
+    let captured = Captured::default();
+    let subscriber = captured.fmt(FmtSpan::NONE).with_max_level(level).finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    (captured, guard)
+}
+
 impl Captured {
+    /// A `tracing_subscriber::fmt()` that writes into this buffer without colours,
+    /// `spans` saying which span events it prints; the caller adds its filter.
+    pub fn fmt(
+        &self,
+        spans: FmtSpan,
+    ) -> SubscriberBuilder<DefaultFields, Format, LevelFilter, Captured> {
+        tracing_subscriber::fmt()
+            .with_span_events(spans)
+            .with_ansi(false)
+            .with_writer(self.clone())
+    }
+
     /// Everything captured so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+    }
+
+    /// The lines captured so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines_with(&[])
     }
 
     /// The lines captured so far that contain every one of `parts`.

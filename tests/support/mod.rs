@@ -1,15 +1,17 @@
 //! Support code shared by every integration test binary, one concern per file:
 //!
-//! - `servers`: a throwaway server for one test, a fault proxy in front of one;
+//! - `servers`: a throwaway server for one test, a fault proxy in front of one, a
+//!   free port, a server over its memory limit;
 //! - `clients`: lock clients and plain redis-rs connections on a server;
-//! - `acl`: the ACL a lock user needs;
+//! - `acl`: the ACL a lock user needs, a user made with an ACL;
 //! - `inspect`: what Redis stores and counts (hold counts, calls, connections);
 //! - `wait`: waiting for a condition in bounded time;
 //! - `logs`: warnings logged through `tracing`, captured;
 //! - `workload`, `sections`, `children`, `summary`, `network`: the reliability
 //!   suite's critical sections, participants, child processes, summary lines and
 //!   network faults; `sets`, callers of `lock_all` in opposite orders;
-//! - `tls`: certificates made at test time for the TLS tests.
+//! - `tls`: certificates made at test time for the TLS tests, a server that
+//!   listens with TLS.
 //!
 //! Everything is re-exported here: tests name it `support::server()`,
 //! `support::Workload` and so on. Each test binary says `mod support;` and uses

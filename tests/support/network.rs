@@ -47,6 +47,12 @@ pub const LATE_REPLY: Duration = Duration::from_millis(300);
 /// grant reaches the client after its lease ended.
 pub const LATE_LEASE: Duration = Duration::from_millis(100);
 
+/// Every reply through `proxy` reaches the client `by` late (no jitter);
+/// `Duration::ZERO`: on time again.
+pub fn replies_late(proxy: &FaultProxy, by: Duration) {
+    proxy.delay(Direction::ToClient, by, Duration::ZERO);
+}
+
 /// The late-reply scenario: `proxy` delays every reply to the client by
 /// [`LATE_REPLY`] (plus up to `jitter`), then `locks`, connected through it, asks for
 /// `late` with a fixed lease of [`LATE_LEASE`] and a wait of 1 s, given up after 3 s
@@ -88,9 +94,9 @@ pub fn late_replies(
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         while tokio::time::Instant::now() < stop {
             let delay = Duration::from_millis(rng.random_range(260..=400));
-            proxy.delay(Direction::ToClient, delay, Duration::ZERO);
+            replies_late(&proxy, delay);
             tokio::time::sleep(Duration::from_millis(rng.random_range(10..=120))).await;
-            proxy.delay(Direction::ToClient, Duration::ZERO, Duration::ZERO);
+            replies_late(&proxy, Duration::ZERO);
             tokio::time::sleep(Duration::from_millis(rng.random_range(400..=900))).await;
         }
     })

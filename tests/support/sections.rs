@@ -1,6 +1,7 @@
 //! Participants of the reliability suite: they take the lock, run their critical
 //! sections and record each in a [`History`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockClient, LockError, LockGuard};
@@ -67,29 +68,33 @@ pub async fn participate(
     outcome
 }
 
-/// A waiter: takes `name` with `locks`, waiting up to `wait` (panics with `what` if it
-/// cannot), gives it back at once and records that section as `waiter` in `history`.
-/// Returns the monotonic time it acquired.
-pub async fn wait_then_release(
-    locks: &LockClient,
+/// A waiter, on a task of its own: takes `name` with `locks`, waiting up to `wait`
+/// (panics with `what` if it cannot), gives it back at once and records that
+/// section as `waiter` in `history`. The task's output is the monotonic time it
+/// acquired.
+pub fn wait_then_release(
+    locks: LockClient,
     name: &str,
     wait: Duration,
-    history: &History,
+    history: &Arc<History>,
     what: &str,
-) -> u64 {
-    let guard = locks.lock(name).wait(wait).await.expect(what);
-    let acquired = monotonic_ns();
-    let token = guard.fencing_token();
-    let released = monotonic_ns();
-    guard.unlock().await.expect("unlock");
-    history.record(Section {
-        owner: "waiter".into(),
-        token,
-        acquired_ns: acquired,
-        released_ns: released,
-        deadline_ns: None,
-    });
-    acquired
+) -> tokio::task::JoinHandle<u64> {
+    let (name, history, what) = (name.to_owned(), history.clone(), what.to_owned());
+    tokio::spawn(async move {
+        let guard = locks.lock(name.as_str()).wait(wait).await.expect(&what);
+        let acquired = monotonic_ns();
+        let token = guard.fencing_token();
+        let released = monotonic_ns();
+        guard.unlock().await.expect("unlock");
+        history.record(Section {
+            owner: "waiter".into(),
+            token,
+            acquired_ns: acquired,
+            released_ns: released,
+            deadline_ns: None,
+        });
+        acquired
+    })
 }
 
 /// The critical section itself; returns the section, whether the lock was reported

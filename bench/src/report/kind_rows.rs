@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::{fmt_us, load_label, median, percentile, rate, ratio, runs_list, Results, Row};
-use crate::kinds::{Kind, KindResults, KindRun, KindSample, KindSettings};
+use crate::kind::Kind;
+use crate::kinds::{KindResults, KindRun, KindSample, KindSettings};
 use crate::reference::Load;
 use crate::settings::Settings;
 use crate::stats::{max, us};
