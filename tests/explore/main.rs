@@ -34,6 +34,8 @@
 //!   --fault NAME       seed a fault and show the explorer finds it
 //!   --seeded           every seeded fault in turn; fails unless each is found
 //!   --replay STRING    one schedule, step by step
+//!   --estimate N       the number of schedules of each world and the time they
+//!                      take, estimated from N schedules drawn uniformly
 //!   --jobs N           split each world's search over N processes (each runs its
 //!                      own server): the schedules whose first branching choices
 //!                      hash to K go to process K
@@ -258,6 +260,12 @@ fn main() -> ExitCode {
         };
     }
     worlds.sort_by_key(|w| w.name);
+    if let Some(count) = value("--estimate").and_then(|n| n.parse().ok()) {
+        for world in &worlds {
+            estimate(&server, world, count);
+        }
+        return ExitCode::SUCCESS;
+    }
     let started = Instant::now();
     let mut failed = false;
     let mut total = (0, 0);
@@ -439,6 +447,42 @@ impl Part {
             format!(" {}/{}", self.k, self.n)
         }
     }
+}
+
+/// Estimates how many schedules `world` has, and how long one takes, from `count`
+/// schedules whose choices are drawn uniformly (Knuth's estimator: the mean of the
+/// product of the numbers of options along each); prints both, with the spread.
+fn estimate(server: &RedisServer, world: &World, count: usize) {
+    let mut env = match Env::new(server, world.clients) {
+        Ok(env) => env,
+        Err(err) => {
+            eprintln!("explore: {err}");
+            return;
+        }
+    };
+    let started = Instant::now();
+    let mut products = Vec::with_capacity(count);
+    for i in 0..count {
+        let seed = 0xD1B5_4A32_D192_ED03_u64.wrapping_mul(i as u64 + 1) | 1;
+        let run = schedule::run_uniform(world, &mut env, seed);
+        let product = run
+            .decisions
+            .iter()
+            .fold(1.0_f64, |p, d| p * d.options.len() as f64);
+        products.push(product);
+    }
+    let secs = started.elapsed().as_secs_f64() / count.max(1) as f64;
+    let mean = products.iter().sum::<f64>() / count.max(1) as f64;
+    let spread = (products.iter().map(|p| (p - mean).powi(2)).sum::<f64>()
+        / count.max(2).saturating_sub(1) as f64)
+        .sqrt()
+        / (count.max(1) as f64).sqrt();
+    println!(
+        "explore estimate world={} schedules~{mean:.0} (standard error {spread:.0}, from {count}) secs_per_schedule={secs:.3} hours_for_one_process~{:.1} bound=\"{}\"",
+        world.name,
+        mean * secs / 3600.0,
+        world.bound()
+    );
 }
 
 /// `count` schedules of `world` with choices drawn at random (a fixed seed, so the

@@ -155,6 +155,9 @@ impl Env {
 
 struct Schedule<'a> {
     random: Option<u64>,
+    /// Whether random choices are uniform among the options (to estimate the size
+    /// of the tree), not weighted towards deliveries in order.
+    uniform: bool,
     began: Instant,
     world: &'a World,
     env: &'a mut Env,
@@ -199,13 +202,31 @@ pub(crate) fn run(world: &World, env: &mut Env, prefix: &[String], verbose: bool
 }
 
 /// As [`run`]; past the prefix, with `random` the choices are drawn from it
-/// (xorshift state) instead of the first.
+/// (xorshift state) instead of the first, weighted towards deliveries in order.
 pub(crate) fn run_with(
     world: &World,
     env: &mut Env,
     prefix: &[String],
     verbose: bool,
     random: Option<u64>,
+) -> Run {
+    run_choosing(world, env, prefix, verbose, random, false)
+}
+
+/// One schedule whose every choice is drawn uniformly among the options, from the
+/// xorshift state `seed`: the product of the numbers of options along it is an
+/// unbiased estimate of how many schedules the world has (Knuth's estimator).
+pub(crate) fn run_uniform(world: &World, env: &mut Env, seed: u64) -> Run {
+    run_choosing(world, env, &[], false, Some(seed), true)
+}
+
+fn run_choosing(
+    world: &World,
+    env: &mut Env,
+    prefix: &[String],
+    verbose: bool,
+    random: Option<u64>,
+    uniform: bool,
 ) -> Run {
     let began = Instant::now();
     env.next_namespace += 1;
@@ -225,6 +246,7 @@ pub(crate) fn run_with(
     };
     let mut s = Schedule {
         random,
+        uniform,
         began,
         world,
         env,
@@ -362,6 +384,7 @@ impl Schedule<'_> {
                     }
                 },
                 None => match self.random.as_mut() {
+                    Some(state) if self.uniform => uniform(state, options.len()),
                     Some(state) => pick(state, &options),
                     None => 0,
                 },
@@ -1035,6 +1058,14 @@ impl Schedule<'_> {
         }
         Ok(())
     }
+}
+
+/// One of `count` options, uniformly.
+fn uniform(state: &mut u64, count: usize) -> usize {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    (*state % count as u64) as usize
 }
 
 /// A random choice: an event uniformly (an actor's start, or a held request), then

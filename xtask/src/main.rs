@@ -262,8 +262,9 @@ fn test(extra: &[OsString]) -> Result<()> {
         reliability::FAULTS_SUITE,
     ]);
     run(faults)?;
-    // The explorer: the slice of every world, then each seeded fault found.
-    explore(&[])?;
+    // The explorer: the slice of every world (split over three processes: it
+    // mostly waits for quiet), then each seeded fault found.
+    explore(&slice_args())?;
     explore(&[OsString::from("--seeded")])?;
     // The metrics recorder is process-global too, and the metrics are compiled in
     // only with the feature.
@@ -277,6 +278,11 @@ fn test(extra: &[OsString]) -> Result<()> {
 fn explore(args: &[OsString]) -> Result<()> {
     let redis = ensure_redis()?;
     run(explore_command(&redis, args))
+}
+
+/// The explorer's arguments for the slice that CI runs.
+fn slice_args() -> Vec<OsString> {
+    vec![OsString::from("--jobs"), OsString::from("3")]
 }
 
 /// `cargo test --features fault-injection --test explore -- ARGS`.
@@ -327,7 +333,7 @@ fn reliability_suite() -> Result<()> {
     ]);
     println!("xtask: running `{}`", display(&faults));
     ok &= reliability::run_collecting(faults, reliability::FAULTS_SUITE, &mut collected)?;
-    for args in [Vec::new(), vec![OsString::from("--seeded")]] {
+    for args in [slice_args(), vec![OsString::from("--seeded")]] {
         let explore = explore_command(&redis, &args);
         println!("xtask: running `{}`", display(&explore));
         ok &= reliability::run_collecting(explore, "explore", &mut collected)?;
