@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
+use crate::world::Bound;
 use crate::{chosen_worlds, Report};
 
 /// Runs this program `jobs` times with the same arguments and `--part K/N`, and
@@ -91,7 +92,7 @@ pub(crate) fn run(args: &[String], jobs: &str) -> ExitCode {
             .cloned()
     };
     let mut worlds = chosen_worlds(
-        args.iter().any(|a| a == "--full"),
+        Bound::of(args),
         value("--world").as_deref(),
         value("--faults").and_then(|b| b.parse().ok()),
     );

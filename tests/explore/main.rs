@@ -26,7 +26,8 @@
 //! Usage (through `cargo xtask explore`, or `cargo test --features fault-injection
 //! --test explore -- ARGS`):
 //!   (no args)          the slice CI runs
-//!   --full             the whole bound
+//!   --full             the whole bound (see `world::Bound`)
+//!   --beyond           past it: hours to days
 //!   --world NAME       only that world
 //!   --faults N         at most N faults per schedule in every world
 //!   --max-secs S       stop each world after S seconds (reported incomplete)
@@ -53,7 +54,7 @@ use distlock::__private::faults::{self, Fault};
 use distlock_testkit::RedisServer;
 
 use schedule::{Env, Run};
-use world::World;
+use world::{Bound, World};
 
 /// The seeded faults that bring back interleaving bugs found before.
 const SEEDED: [(&str, Fault, &str); 4] = [
@@ -155,8 +156,8 @@ impl Report {
 
 /// The worlds to explore: the slice's or the whole bound's, `only` one of them,
 /// each with `budget` faults when given.
-fn chosen_worlds(full: bool, only: Option<&str>, budget: Option<usize>) -> Vec<World> {
-    world::worlds(full)
+fn chosen_worlds(bound: Bound, only: Option<&str>, budget: Option<usize>) -> Vec<World> {
+    world::worlds(bound)
         .into_iter()
         .filter(|w| only.is_none_or(|o| o == w.name))
         .map(|mut w| {
@@ -198,11 +199,10 @@ fn main() -> ExitCode {
     if let Some(replay) = value("--replay") {
         return replay_one(&server, &replay);
     }
-    let full = flag("--full");
     let only = value("--world");
     let budget: Option<usize> = value("--faults").and_then(|n| n.parse().ok());
     let max_secs: Option<f64> = value("--max-secs").and_then(|n| n.parse().ok());
-    let mut worlds = chosen_worlds(full, only.as_deref(), budget);
+    let mut worlds = chosen_worlds(Bound::of(&args), only.as_deref(), budget);
     if flag("--seeded") || value("--fault").is_some() {
         let wanted = value("--fault");
         let mut missed = 0;
@@ -210,7 +210,7 @@ fn main() -> ExitCode {
             if wanted.as_deref().is_some_and(|w| w != name) {
                 continue;
             }
-            let Some(world) = world::worlds(true)
+            let Some(world) = world::worlds(Bound::Beyond)
                 .into_iter()
                 .find(|w| w.name == world_name)
             else {
@@ -319,7 +319,11 @@ fn main() -> ExitCode {
         total.0,
         total.1,
         started.elapsed().as_secs_f64(),
-        if full { "full" } else { "slice" }
+        match Bound::of(&args) {
+            Bound::Slice => "slice",
+            Bound::Full => "full",
+            Bound::Beyond => "beyond",
+        }
     );
     if failed {
         ExitCode::FAILURE
@@ -550,7 +554,7 @@ fn replay_one(server: &RedisServer, replay: &str) -> ExitCode {
         eprintln!("explore: a replay string is WORLD/STEP.STEP..., not `{replay}`");
         return ExitCode::FAILURE;
     };
-    let Some(world) = world::worlds(true)
+    let Some(world) = world::worlds(Bound::Beyond)
         .into_iter()
         .find(|w| w.name == world_name)
     else {

@@ -41,11 +41,15 @@ COMMANDS:
                       of a few small worlds (2-3 owners, up to 3 operations each) on
                       the real client and scripts, each script request delivered in
                       order, late, lost or dropped, every property checked after every
-                      step. No ARGS: the slice CI runs. `--full`: the whole bound.
-                      `--world NAME`: one world. `--seeded`: each seeded fault in turn,
-                      which it must find. `--replay WORLD/STEP.STEP...`: one schedule
-                      with a step-by-step log (`EXPLORE_FAULT=NAME` seeds a fault).
-                      `cargo xtask test` runs the slice and `--seeded`.
+                      step. No ARGS: the slice CI runs. `--full`: the whole bound
+                      (about 1.5 hours with `--jobs 4`); `--beyond`: past it (days).
+                      `--jobs N`: N processes. `--world NAME`: one world. `--faults N`:
+                      that many per schedule. `--estimate N`: each world's size from N
+                      uniform draws. `--sample N`: N random schedules with a fault.
+                      `--seeded`: each seeded fault in turn, which it must find and
+                      replay. `--replay WORLD/STEP.STEP...`: one schedule with a
+                      step-by-step log (`EXPLORE_FAULT=NAME` seeds a fault).
+                      `cargo xtask test` runs the slice (`--jobs 3`) and `--seeded`.
     reliability       Run the reliability suite (tests/reliability_*.rs,
                       lock_max_hold.rs and lock_deadlock.rs, with the
                       seeded faults) and write RELIABILITY.md: each test's result, each
