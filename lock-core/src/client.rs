@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tracing::Instrument;
 
+use crate::acquire::canonical;
 use crate::backend::redlock::{self, ForceVote};
 use crate::context::LockContext;
 use crate::error::LockError;
@@ -14,7 +15,6 @@ use crate::health::{self, HealthReport};
 use crate::hold::HeldLock;
 use crate::inner::Inner;
 use crate::keys::Kind;
-use crate::multi::canonical;
 use crate::release::{self, ShutdownReport};
 use crate::request::{LockAllRequest, LockRequest, Semaphore, TryLockRequest};
 use crate::scripts::{unexpected_reply, ForceReleaseReply, LockView, ViewKind};

@@ -54,8 +54,7 @@
 //! | 7 | `release.rs` | every give-back of a hold, one function per case |
 //! | 8 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
 //! | 8 | `attempt.rs` | one attempt: `acquire.lua` (new acquisitions in batches, `batch.rs`); `WAIT`, replay after a lost reply, Redlock fan-out |
-//! | 9 | `acquire.rs` | the wait loop of a new acquisition, and re-entry |
-//! | 9 | `multi.rs` | many names at once (`lock_all`): canonical order, all or nothing |
+//! | 9 | `acquire/` | taking a lock: one wait loop for a name or a set (`lock_all`, [`MAX_LOCK_ALL`]), one place where a grant becomes a hold, re-entry; its own table in `acquire/mod.rs` |
 //! | 10 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`], [`LockAllRequest`] |
 //! | 11 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`] and [`InstallGlobalError`], `inspect`, `force_unlock`, `is_held_by_current_chain` |
 //! | 12 | `builder.rs` | [`LockClientBuilder`]: settings, their validation, connecting |
@@ -89,7 +88,6 @@ pub mod layout;
 mod lease;
 mod library;
 mod metrics;
-mod multi;
 mod order;
 mod order_shared;
 mod origin;
@@ -115,6 +113,7 @@ mod who;
 /// ```
 pub use redis;
 
+pub use acquire::MAX_LOCK_ALL;
 pub use backend::masters_in_slots;
 pub use builder::LockClientBuilder;
 pub use client::{global, HoldMode, Holder, InstallGlobalError, LockClient, LockInfo, LockKind};
@@ -125,7 +124,6 @@ pub use health::{fields_of_nodes, HealthReport, NodeHealth};
 pub use hold::HeldLock;
 pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
 pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
-pub use multi::MAX_LOCK_ALL;
 pub use order::LockOrderCheck;
 pub use release::ShutdownReport;
 pub use request::{

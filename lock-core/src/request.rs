@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::acquire::acquire_all;
 use crate::acquire::{acquire, kind_conflict, unsupported, Options};
 use crate::detach::BoxFuture;
 use crate::error::LockError;
 use crate::guard::{LockGuard, MultiLockGuard};
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
-use crate::multi::acquire_all;
 use crate::origin::Origin;
 use crate::scripts::{StoredKind, ViewKind};
 
