@@ -90,9 +90,9 @@ pub(super) async fn reenter(
     };
     check_reentry_lease(&hold, policy, sent)?;
     let attempt = Attempt {
-        inner,
-        keys: &hold.keys,
-        owner: &hold.owner,
+        inner: inner.clone(),
+        keys: hold.keys.clone(),
+        owner: hold.owner.clone(),
         lease_ms: lease.as_millis() as u64,
         fencing: false,
         reentry: true,

@@ -293,9 +293,9 @@ impl<'a> Wait<'a> {
         match &self.ask {
             Ask::One { writer } => {
                 let attempt = Attempt {
-                    inner: self.inner,
-                    keys: &self.keys,
-                    owner,
+                    inner: self.inner.clone(),
+                    keys: self.keys.clone(),
+                    owner: owner.clone(),
                     lease_ms: self.policy.lease.as_millis() as u64,
                     fencing: self.policy.fencing,
                     reentry: false,
