@@ -761,7 +761,7 @@ impl HealthReport {
 /// ```no_run
 /// # use distlock_core as distlock;
 /// # async fn demo(node: distlock::NodeHealth) {
-/// for (field, value) in distlock::fields_of_nodes(std::slice::from_ref(&node)) {
+/// for (field, value) in distlock::admin::fields_of_nodes(std::slice::from_ref(&node)) {
 ///     println!("{field}: {value}");
 /// }
 /// # }

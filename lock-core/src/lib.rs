@@ -67,6 +67,8 @@
 )]
 
 mod acquire;
+#[doc(hidden)]
+pub mod admin;
 mod attempt;
 mod backend;
 mod batch;
@@ -84,6 +86,7 @@ mod health;
 mod hold;
 mod inner;
 mod keys;
+mod kinds;
 pub mod layout;
 mod lease;
 mod library;
@@ -114,15 +117,15 @@ mod who;
 pub use redis;
 
 pub use acquire::MAX_LOCK_ALL;
-pub use backend::masters_in_slots;
 pub use builder::LockClientBuilder;
-pub use client::{global, HoldMode, Holder, InstallGlobalError, LockClient, LockInfo, LockKind};
+pub use client::{global, Holder, InstallGlobalError, LockClient, LockInfo};
 pub use context::{current_lock, LockContext};
 pub use error::{LockError, LostReason};
 pub use guard::{LockGuard, MultiLockGuard};
-pub use health::{fields_of_nodes, HealthReport, NodeHealth};
+pub use health::{HealthReport, NodeHealth};
 pub use hold::HeldLock;
 pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
+pub use kinds::{HoldMode, LockKind};
 pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 pub use order::LockOrderCheck;
 pub use release::ShutdownReport;

@@ -8,6 +8,7 @@ use crate::context::LockContext;
 use crate::error::LockError;
 use crate::inner::Inner;
 use crate::keys::LockKeys;
+use crate::kinds::HoldMode;
 use crate::order_shared;
 use crate::origin::Origin;
 
@@ -43,7 +44,7 @@ pub(crate) async fn name_the_holder(
             .holders
             .into_iter()
             .filter(|holder| holder.info.is_some())
-            .max_by_key(|holder| matches!(holder.mode, 0 | 2 | 4))
+            .max_by_key(|holder| matches!(holder.mode, HoldMode::Exclusive | HoldMode::Write))
             .and_then(|holder| holder.info)
             .map(Box::new);
     }
