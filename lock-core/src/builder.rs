@@ -24,11 +24,12 @@ use crate::error::LockError;
 use crate::inner::{Config, Inner};
 use crate::keys::validate_namespace;
 use crate::lease::{MAX_LEASE, MIN_WATCHDOG_LEASE};
-use crate::order::LockOrderCheck;
+use crate::ops::order::LockOrderCheck;
+use crate::ops::{Operators, Settings};
 use crate::scripts::Scripts;
 use crate::subscriber::Subscriber;
 use crate::watchdog::Watchdog;
-use crate::who::MAX_SERVICE_LEN;
+use crate::who::{Describer, MAX_SERVICE_LEN};
 
 /// How long a final release is remembered for its retry, at least and at most (four
 /// response timeouts in between).
@@ -1151,6 +1152,19 @@ impl LockClientBuilder {
             shutdown.clone(),
         );
         links.on_replaced(watchdog.replaced_hook());
+        let settings = Settings {
+            lock_order: self.lock_order,
+            share_lock_order: self.share_lock_order,
+            deadlock_check_after: self.deadlock_check_after,
+        };
+        let client = Describer::new(&service);
+        let ops = Operators::new(
+            settings,
+            &backend,
+            &scripts,
+            &self.namespace,
+            client.client(),
+        );
         let config = Config {
             replicas: self.replicas,
             namespace: self.namespace,
@@ -1158,10 +1172,7 @@ impl LockClientBuilder {
             default_lease: self.default_lease,
             fencing: self.fencing,
             remember_release: (self.response_timeout * 4).clamp(MIN_REMEMBER, MAX_REMEMBER),
-            lock_order: self.lock_order,
-            deadlock_check_after: self.deadlock_check_after,
             service,
-            share_lock_order: self.share_lock_order,
             max_hold: self.max_hold,
             group_commit: self.group_commit,
             persists_nothing,
@@ -1173,6 +1184,7 @@ impl LockClientBuilder {
             config,
             subscriber,
             watchdog,
+            Box::new(ops),
             shutdown.drop_guard(),
         )))
     }

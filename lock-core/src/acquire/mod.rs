@@ -11,24 +11,22 @@
 //! | `grant.rs` | the one place where a grant becomes a hold (and a guard) |
 //! | `chain.rs` | what the call chain holds of a name; re-entry |
 //! | `set_run.rs` | one run of `acquire_all.lua` for a set |
-//! | `watch.rs` | a waiter's deadlock detection |
 //! | `waiter.rs` | one acquisition's wait: what it asks for, its place, its errors |
 //! | `wait.rs` | the one wait loop, and the wait for a turn between attempts |
-//! | `operator.rs` | the lock-order check, the holder named in a timeout |
+//! | `holder.rs` | the holder named in a timeout |
 //! | `one.rs` | one name: re-entry or the wait, in its span |
 //! | `set.rs` | [`MAX_LOCK_ALL`], canonical order, a set at once or name by name |
 
 mod answer;
 mod chain;
 mod grant;
+mod holder;
 mod one;
-mod operator;
 mod options;
 mod set;
 mod set_run;
 mod wait;
 mod waiter;
-mod watch;
 
 pub(crate) use one::acquire;
 pub(crate) use options::{

@@ -10,14 +10,14 @@ use tracing::Instrument;
 use super::answer::Granted;
 use super::chain::{reenter, Chain};
 use super::grant::Grant;
-use super::operator::{check_order, name_the_holder};
+use super::holder::name_the_holder;
 use super::options::{check_kind, settle_options, Options};
 use super::wait::wait_for;
 use super::waiter::{Wait, Won};
-use super::watch::Watch;
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::hooks::NewAcquisition;
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::origin::Origin;
@@ -60,11 +60,12 @@ pub(crate) async fn acquire(
                 let wait = Wait::one(&inner, keys.clone(), policy, times, Some(writer), origin);
                 acquire_new(wait, &context).await
             }
-            Chain::Free => match check_order(&inner, &context, &keys, &origin).await {
+            Chain::Free => match before_new(&inner, &context, &keys, &origin).await {
                 Ok(()) => {
                     let times = (start, deadline);
                     let mut wait = Wait::one(&inner, keys.clone(), policy, times, None, origin);
-                    wait.deadlock = Watch::new(&inner, &context, options, start);
+                    let after = options.deadlock_after;
+                    wait.deadlock = inner.ops.watch(inner.id, &context, after, start);
                     acquire_new(wait, &context).await
                 }
                 Err(err) => Err(err),
@@ -120,4 +121,29 @@ async fn acquire_new(mut wait: Wait<'_>, context: &LockContext) -> Result<LockGu
     };
     let held = grant.new_hold(&wait.keys, (count, fence), Some(wait.start.elapsed()));
     Ok(LockGuard::new(wait.inner, held, context))
+}
+
+/// The operator features' look at a new acquisition of `keys` by the chain of
+/// `context`, before it asks Redis (`hooks.rs`): a chain that holds nothing is
+/// not shown.
+///
+/// # Cancel safety
+///
+/// As [`Operator::before_new`](crate::hooks::Operator::before_new).
+pub(super) async fn before_new(
+    inner: &Inner,
+    context: &LockContext,
+    keys: &LockKeys,
+    origin: &Origin,
+) -> Result<(), LockError> {
+    if context.is_empty() {
+        return Ok(());
+    }
+    let new = NewAcquisition {
+        client: inner.id,
+        context,
+        keys,
+        origin,
+    };
+    inner.ops.before_new(new).await
 }

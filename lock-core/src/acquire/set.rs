@@ -27,8 +27,8 @@ use tokio::time::Instant;
 
 use super::answer::Granted;
 use super::grant::Grant;
-use super::one::acquire;
-use super::operator::{check_order, name_the_holder};
+use super::holder::name_the_holder;
+use super::one::{acquire, before_new};
 use super::options::{settle_options, Options};
 use super::set_run::NameSet;
 use super::wait;
@@ -111,7 +111,7 @@ pub(crate) async fn acquire_all(
     // canonical order makes no edge.
     for keys in &keys {
         if outer.find(inner.id, keys).is_none() {
-            check_order(&inner, &outer, keys, &origin).await?;
+            before_new(&inner, &outer, keys, &origin).await?;
         }
     }
     let origin = Origin {

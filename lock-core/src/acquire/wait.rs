@@ -85,7 +85,7 @@ impl Wait<'_> {
                 break Turn::OutOfTime;
             };
             let turn = place.turn(look_at, self.deadline, QUEUE_LOOK);
-            let Some(check_at) = self.deadlock.as_ref().map(|watch| watch.next) else {
+            let Some(check_at) = self.deadlock.as_ref().map(|watch| watch.next()) else {
                 break turn.instrument(span).await;
             };
             // The turn is safe to drop: a wake-up it had stays in the place.
@@ -119,7 +119,9 @@ impl Wait<'_> {
         let Some(watch) = self.deadlock.as_mut() else {
             return Ok(());
         };
-        if !watch.look(self.inner, &self.keys, &self.origin).await? {
+        let inner = self.inner;
+        let new_id = move || inner.next_owner().shared_id();
+        if !watch.look(&self.keys, &self.origin, &new_id).await? {
             self.deadlock = None;
         }
         Ok(())

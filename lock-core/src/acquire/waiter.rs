@@ -10,10 +10,10 @@ use tokio::time::Instant;
 use super::answer::{answer_of, Answer, Granted};
 use super::options::LeasePolicy;
 use super::set_run::NameSet;
-use super::watch::Watch;
 use crate::attempt::{withdraw, Attempt};
 use crate::error::LockError;
 use crate::handoff::Delivery;
+use crate::hooks::Watch;
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
 use crate::metrics::{self, Tag};
@@ -70,7 +70,7 @@ pub(super) struct Wait<'a> {
     /// Where the request was made: the hold keeps it.
     pub(super) origin: Origin,
     /// Deadlock detection, for a chain that holds other locks.
-    pub(super) deadlock: Option<Watch>,
+    pub(super) deadlock: Option<Box<dyn Watch>>,
     /// What the client writes of this waiter once it holds the lock (`who.rs`).
     pub(super) who: Arc<str>,
     /// One name: its metrics' labels, once it had to wait.

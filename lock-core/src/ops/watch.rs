@@ -6,45 +6,52 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::options::Options;
+use super::deadlock::{Beating, Waiting};
+use crate::backend::Backend;
 use crate::context::LockContext;
-use crate::deadlock::{Beating, Waiting};
 use crate::error::LockError;
-use crate::inner::Inner;
+use crate::hooks::{HookFuture, Watch};
 use crate::keys::LockKeys;
 use crate::metrics::{self, Tag};
 use crate::origin::Origin;
 
-/// A waiter's deadlock detection (see `deadlock.rs`): when its chain holds locks,
-/// on one endpoint, with a threshold. What it publishes is worked out at its first
-/// look, so that an acquisition that never waits that long pays nothing for it.
-pub(super) struct Watch {
+/// A waiter's deadlock detection: when its chain holds locks, on one endpoint,
+/// with a threshold. What it publishes is worked out at its first look, so that
+/// an acquisition that never waits that long pays nothing for it.
+pub(super) struct DeadlockWatch {
+    backend: Backend,
+    namespace: Arc<str>,
+    /// The client whose holds of the chain the records name.
+    client: u64,
     /// The chain whose locks the records name.
     context: LockContext,
     /// Made at the first look; `None` before.
     waiting: Option<Waiting>,
     period: Duration,
     /// When to look next.
-    pub(super) next: Instant,
+    next: Instant,
     /// The chain's records, beating from the first look until the wait ends
     /// (dropping it deletes them).
     beating: Option<Beating>,
 }
 
-impl Watch {
+impl DeadlockWatch {
+    /// The watch of a wait begun at `start`, looking every `period`: `None` on
+    /// Redlock, or for a chain that holds nothing.
     pub(super) fn new(
-        inner: &Inner,
-        context: &LockContext,
-        options: Options,
+        backend: &Backend,
+        namespace: &Arc<str>,
+        (client, context): (u64, &LockContext),
+        period: Duration,
         start: Instant,
     ) -> Option<Self> {
-        let period = options
-            .deadlock_after
-            .or(inner.config.deadlock_check_after)?;
-        if inner.backend.is_redlock() || context.is_empty() {
+        if backend.is_redlock() || context.is_empty() {
             return None;
         }
         Some(Self {
+            backend: backend.clone(),
+            namespace: namespace.clone(),
+            client,
             context: context.clone(),
             waiting: None,
             period,
@@ -55,12 +62,16 @@ impl Watch {
 
     /// What this waiter publishes and walks from: `None` when its chain holds no
     /// lock of this client (then nothing is ever looked for).
-    fn waiting(&mut self, inner: &Inner, keys: &LockKeys) -> Option<&Waiting> {
+    fn waiting(
+        &mut self,
+        keys: &LockKeys,
+        new_id: &(dyn Fn() -> Arc<str> + Send + Sync),
+    ) -> Option<&Waiting> {
         if self.waiting.is_none() {
             let mut owners: Vec<Arc<str>> = self
                 .context
                 .locks()
-                .filter(|held| held.hold.client_id == inner.id)
+                .filter(|held| held.hold.client_id == self.client)
                 .map(|held| held.hold.owner.shared_id())
                 .collect();
             owners.sort_unstable();
@@ -69,10 +80,10 @@ impl Watch {
                 return None;
             }
             self.waiting = Some(Waiting {
-                wait_id: inner.next_owner().shared_id(),
+                wait_id: new_id(),
                 owners,
                 lock: keys.lock.clone(),
-                namespace: inner.config.namespace.as_str().into(),
+                namespace: self.namespace.clone(),
             });
         }
         self.waiting.as_ref()
@@ -80,32 +91,31 @@ impl Watch {
 
     /// Publishes what this waiter's chain waits for at the lock of `keys` and
     /// walks the wait-for graph: `Err(Deadlock)` when it is the victim of a cycle;
-    /// `Ok(false)` when its chain holds no lock of this client (it cannot be in a
-    /// cycle: never look again). A failure to read is logged, and the walk tried
-    /// again at the next check.
+    /// `Ok(false)` when its chain holds no lock of this client. A failure to read
+    /// is logged, and the walk tried again at the next check.
     ///
     /// # Cancel safety
     ///
     /// Safe to drop: records written stay until the wait's end deletes them (or
     /// they expire).
-    pub(super) async fn look(
+    async fn look_now(
         &mut self,
-        inner: &Inner,
         keys: &LockKeys,
         origin: &Origin,
+        new_id: &(dyn Fn() -> Arc<str> + Send + Sync),
     ) -> Result<bool, LockError> {
         self.next = Instant::now() + self.period;
-        let Some(waiting) = self.waiting(inner, keys).cloned() else {
+        let Some(waiting) = self.waiting(keys, new_id).cloned() else {
             return Ok(false);
         };
-        let mut conn = inner.backend.first();
+        let mut conn = self.backend.first();
         if self.beating.is_none() {
             self.beating = Some(waiting.clone().beat(conn.clone()));
         }
         match waiting.walk(&mut conn).await {
             Ok(Some(cycle)) => {
                 tracing::warn!(lock.name = %keys.display(), cycle = ?cycle, "distlock: deadlock; this request gives up to break it");
-                metrics::deadlock(&Tag::new(&inner.backend, keys, origin));
+                metrics::deadlock(&Tag::new(&self.backend, keys, origin));
                 Err(LockError::Deadlock { cycle })
             }
             Ok(None) => Ok(true),
@@ -114,5 +124,20 @@ impl Watch {
                 Ok(true)
             }
         }
+    }
+}
+
+impl Watch for DeadlockWatch {
+    fn next(&self) -> Instant {
+        self.next
+    }
+
+    fn look<'a>(
+        &'a mut self,
+        keys: &'a LockKeys,
+        origin: &'a Origin,
+        new_id: &'a (dyn Fn() -> Arc<str> + Send + Sync),
+    ) -> HookFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.look_now(keys, origin, new_id))
     }
 }
