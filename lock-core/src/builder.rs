@@ -21,6 +21,7 @@ use crate::backend::url::{parse_url, parse_urls, redact, resp3};
 use crate::backend::{Backend, Conn, SubConn};
 use crate::client::LockClient;
 use crate::error::LockError;
+use crate::hooks::Operator;
 use crate::inner::{Config, Inner};
 use crate::keys::validate_namespace;
 use crate::lease::{MAX_LEASE, MIN_WATCHDOG_LEASE};
@@ -1144,27 +1145,28 @@ impl LockClientBuilder {
             persists_nothing |= preload(&mut conn.clone(), &scripts, self.fencing).await?;
         }
         let subscriber = Subscriber::start(sub_conn, pushes, shutdown.clone());
-        let watchdog = Watchdog::spawn(
-            backend.clone(),
-            scripts.clone(),
-            self.default_lease,
-            self.replicas,
-            shutdown.clone(),
-        );
-        links.on_replaced(watchdog.replaced_hook());
         let settings = Settings {
             lock_order: self.lock_order,
             share_lock_order: self.share_lock_order,
             deadlock_check_after: self.deadlock_check_after,
         };
         let client = Describer::new(&service);
-        let ops = Operators::new(
+        let ops: Arc<dyn Operator> = Arc::new(Operators::new(
             settings,
             &backend,
             &scripts,
             &self.namespace,
             client.client(),
+        ));
+        let watchdog = Watchdog::spawn(
+            backend.clone(),
+            scripts.clone(),
+            self.default_lease,
+            self.replicas,
+            ops.clone(),
+            shutdown.clone(),
         );
+        links.on_replaced(watchdog.replaced_hook());
         let config = Config {
             replicas: self.replicas,
             namespace: self.namespace,
@@ -1184,7 +1186,7 @@ impl LockClientBuilder {
             config,
             subscriber,
             watchdog,
-            Box::new(ops),
+            ops,
             shutdown.drop_guard(),
         )))
     }

@@ -904,7 +904,7 @@ impl LockClient {
         match redlock::force_release(replies)? {
             ForceVote::Done { deleted } => {
                 if deleted {
-                    crate::metrics::force_unlocked(&self.inner.backend, &keys.name);
+                    self.inner.ops.force_unlocked(&keys.name);
                 }
                 Ok(deleted)
             }

@@ -1,8 +1,8 @@
 //! The fixed points where operator features see an acquisition: before a new one
-//! (the lock-order checker may refuse it), and while it waits (deadlock detection
-//! may end the wait). The core calls these through [`Operator`], which
-//! `ops/` implements and the builder installs in the client; the core never
-//! names `ops/` itself.
+//! (the lock-order checker may refuse it), while it waits (deadlock detection may
+//! end the wait), and the [`Tag`] its hold's events are counted in (`series.rs`).
+//! The core calls these through [`Operator`], which `ops/` implements and the
+//! builder installs in the client; the core never names `ops/` itself.
 
 use std::fmt;
 use std::future::Future;
@@ -16,6 +16,7 @@ use crate::context::LockContext;
 use crate::error::LockError;
 use crate::keys::LockKeys;
 use crate::origin::Origin;
+use crate::series::Tag;
 
 /// A future of the hooks, boxed: [`Operator`] is used as a trait object.
 pub(crate) type HookFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -52,6 +53,15 @@ pub(crate) trait Operator: Send + Sync + fmt::Debug {
         after: Option<Duration>,
         start: Instant,
     ) -> Option<Box<dyn Watch>>;
+
+    /// The series of the lock of `keys`, asked for at `origin`.
+    fn series(&self, keys: &LockKeys, origin: &Origin) -> Tag;
+
+    /// One renewal batch took `took`, round trip.
+    fn renewal_round_trip(&self, took: Duration);
+
+    /// An operator's `force_unlock` deleted the lock `name`.
+    fn force_unlocked(&self, name: &[u8]);
 }
 
 /// A watch over one wait (deadlock detection), looked at from time to time while

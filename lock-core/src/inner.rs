@@ -71,7 +71,7 @@ pub(crate) struct Inner {
     /// Sends new acquisitions, as `batcher` sends releases.
     pub(crate) acquisitions: Arc<Batcher<Acquisition>>,
     /// The operator features, called at the fixed points of `hooks.rs`.
-    pub(crate) ops: Box<dyn Operator>,
+    pub(crate) ops: Arc<dyn Operator>,
     /// What this client writes of its holders (see `who.rs`).
     pub(crate) who: Describer,
     /// Releases of dropped guards on their way: a shutdown waits for them.
@@ -97,7 +97,7 @@ impl Inner {
         config: Config,
         subscriber: Subscriber,
         watchdog: Watchdog,
-        ops: Box<dyn Operator>,
+        ops: Arc<dyn Operator>,
         shutdown: DropGuard,
     ) -> Self {
         let one_endpoint = !backend.is_redlock() && !backend.first().is_cluster();

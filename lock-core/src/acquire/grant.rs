@@ -15,7 +15,6 @@ use crate::hold::{HeldLock, Hold, HoldState};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::lease::validity;
-use crate::metrics::{self, Tag};
 use crate::origin::Origin;
 use crate::owner::Owner;
 
@@ -56,7 +55,7 @@ impl Grant<'_> {
             (fence > 0).then_some(fence),
             self.origin.clone(),
             policy.max_hold,
-            Tag::new(&inner.backend, keys, self.origin),
+            inner.ops.series(keys, self.origin),
             HoldState {
                 guards: 1,
                 deadline: sent + validity(policy.lease),
@@ -67,10 +66,7 @@ impl Grant<'_> {
                 closed: false,
             },
         ));
-        match waited {
-            Some(waited) => metrics::acquired(&hold.tag, waited),
-            None => metrics::acquired_in_set(&hold.tag),
-        }
+        hold.tag.acquired(waited);
         inner.watchdog.register(hold.clone());
         HeldLock { hold, count }
     }
@@ -122,7 +118,7 @@ pub(crate) fn reentered(
     sent: Instant,
     count: u64,
 ) -> HeldLock {
-    metrics::reentered(&hold.tag);
+    hold.tag.reentered();
     inner.watchdog.guard_added(hold, sent + validity(lease));
     HeldLock {
         hold: hold.clone(),

@@ -21,7 +21,6 @@ use super::grant;
 use super::waiter::{Ask, Wait, Won};
 use crate::error::LockError;
 use crate::handoff::{Delivery, Offer};
-use crate::metrics;
 use crate::owner::Owner;
 use crate::subscriber::Turn;
 
@@ -54,7 +53,7 @@ impl Wait<'_> {
         pttl_ms: Option<i64>,
     ) -> Result<(), LockError> {
         let _waiter = match self.ask {
-            Ask::One { .. } => Some(metrics::Waiter::new(self.contended())),
+            Ask::One { .. } => Some(self.contended().waiter()),
             Ask::Set(_) => None,
         };
         self.take_place();

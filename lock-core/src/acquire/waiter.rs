@@ -16,10 +16,10 @@ use crate::handoff::Delivery;
 use crate::hooks::Watch;
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
-use crate::metrics::{self, Tag};
 use crate::origin::Origin;
 use crate::owner::Owner;
 use crate::release;
+use crate::series::Tag;
 use crate::subscriber::Place;
 
 /// What a wait asks Redis for each time it asks.
@@ -169,8 +169,8 @@ impl<'a> Wait<'a> {
             }
         }
         self.tag.get_or_insert_with(|| {
-            let tag = Tag::new(&self.inner.backend, &self.keys, &self.origin);
-            metrics::contended(&tag);
+            let tag = self.inner.ops.series(&self.keys, &self.origin);
+            tag.contended();
             tag
         })
     }
@@ -181,7 +181,7 @@ impl<'a> Wait<'a> {
         if let Ask::Set(_) = self.ask {
             return LockError::timeout(self.keys.display(), waited);
         }
-        metrics::timed_out(&Tag::new(&self.inner.backend, &self.keys, &self.origin));
+        self.inner.ops.series(&self.keys, &self.origin).timed_out();
         LockError::Timeout {
             name: self.keys.display(),
             waited,

@@ -1,12 +1,14 @@
 //! Operator features, beside the protocol: the lock-order checker (`order.rs`, and
 //! the graph a namespace shares, `order_shared.rs`), distributed deadlock
-//! detection (`deadlock.rs`, a waiter's `watch.rs`), and the checks of
+//! detection (`deadlock.rs`, a waiter's `watch.rs`), metrics (`metrics.rs`), and
+//! the checks of
 //! [`LockClient::ping`](crate::LockClient::ping) (`health.rs`). Each owns its
 //! state; the core reaches them only through [`Operators`], at the fixed points
 //! of `hooks.rs`, installed by the builder.
 
 mod deadlock;
 pub(crate) mod health;
+mod metrics;
 pub(crate) mod order;
 mod order_shared;
 mod watch;
@@ -20,7 +22,10 @@ use crate::backend::Backend;
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::hooks::{HookFuture, NewAcquisition, Operator, Watch};
+use crate::keys::LockKeys;
+use crate::origin::Origin;
 use crate::scripts::Scripts;
+use crate::series::Tag;
 use order::{LockOrder, LockOrderCheck};
 use order_shared::SharedGraph;
 use watch::DeadlockWatch;
@@ -139,5 +144,17 @@ impl Operator for Operators {
             start,
         )?;
         Some(Box::new(watch))
+    }
+
+    fn series(&self, keys: &LockKeys, origin: &Origin) -> Tag {
+        metrics::series(&self.backend, keys, origin)
+    }
+
+    fn renewal_round_trip(&self, took: Duration) {
+        metrics::renewal_round_trip(&self.backend, took);
+    }
+
+    fn force_unlocked(&self, name: &[u8]) {
+        metrics::force_unlocked(&self.backend, name);
     }
 }

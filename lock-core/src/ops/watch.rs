@@ -7,12 +7,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::deadlock::{Beating, Waiting};
+use super::metrics;
 use crate::backend::Backend;
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::hooks::{HookFuture, Watch};
 use crate::keys::LockKeys;
-use crate::metrics::{self, Tag};
 use crate::origin::Origin;
 
 /// A waiter's deadlock detection: when its chain holds locks, on one endpoint,
@@ -115,7 +115,7 @@ impl DeadlockWatch {
         match waiting.walk(&mut conn).await {
             Ok(Some(cycle)) => {
                 tracing::warn!(lock.name = %keys.display(), cycle = ?cycle, "distlock: deadlock; this request gives up to break it");
-                metrics::deadlock(&Tag::new(&self.backend, keys, origin));
+                metrics::series(&self.backend, keys, origin).deadlock();
                 Err(LockError::Deadlock { cycle })
             }
             Ok(None) => Ok(true),
