@@ -1608,17 +1608,6 @@ impl Endpoints {
 ///
 /// Safe to drop: what was loaded stays loaded; `connect` as a whole starts again.
 async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<bool, LockError> {
-    let refused = |err: redis::RedisError| {
-        if err.code() == Some("NOPERM") {
-            return LockError::from(err);
-        }
-        LockError::UnsupportedServer {
-            reason: format!(
-                "the server refused distlock's scripts ({err}); distlock needs Redis 7.0 or \
-                 newer (or Valkey 7.2 or newer)"
-            ),
-        }
-    };
     let functions = match scripts.library().load(conn).await {
         Ok(loaded) => loaded,
         Err(err) => {
@@ -1634,19 +1623,7 @@ async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<bo
         scripts.all().iter().map(|script| script.code()).collect()
     };
     if conn.is_cluster() {
-        for source in sources {
-            let loaded: redis::RedisResult<redis::Value> = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(source)
-                .query_async(conn)
-                .await;
-            match loaded {
-                Err(err) if err.code().is_some() => return Err(refused(err)),
-                other => {
-                    other?;
-                }
-            }
-        }
+        load_on_cluster(conn, &sources).await?;
         return Ok(false);
     }
     let mut pipe = redis::pipe();
@@ -1654,19 +1631,63 @@ async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<bo
     for source in &sources {
         pipe.cmd("SCRIPT").arg("LOAD").arg(*source);
     }
-    pipe.cmd("CONFIG").arg("GET").arg("maxmemory-policy");
-    pipe.cmd("CONFIG").arg("GET").arg("appendonly");
-    pipe.cmd("CONFIG").arg("GET").arg("save");
+    for setting in SETTINGS {
+        pipe.cmd("CONFIG").arg("GET").arg(setting);
+    }
     let replies: Vec<redis::Value> = pipe.query_async(conn).await?;
-    for reply in replies.iter().take(sources.len()) {
-        if let redis::Value::ServerError(err) = reply {
-            return Err(refused(redis::RedisError::from(err.clone())));
+    let (loads, settings) = replies.split_at(sources.len().min(replies.len()));
+    if let Some(redis::Value::ServerError(err)) = loads
+        .iter()
+        .find(|reply| matches!(reply, redis::Value::ServerError(_)))
+    {
+        return Err(scripts_refused(redis::RedisError::from(err.clone())));
+    }
+    Ok(check_settings(settings, fencing))
+}
+
+/// The settings `preload` reads, in this order: eviction, persistence (AOF, RDB).
+const SETTINGS: [&str; 3] = ["maxmemory-policy", "appendonly", "save"];
+
+/// A cluster: each script loaded on its own (`SCRIPT LOAD` goes to every node).
+async fn load_on_cluster(conn: &mut Conn, sources: &[&str]) -> Result<(), LockError> {
+    for source in sources {
+        let loaded: redis::RedisResult<redis::Value> = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(*source)
+            .query_async(conn)
+            .await;
+        match loaded {
+            Err(err) if err.code().is_some() => return Err(scripts_refused(err)),
+            other => {
+                other?;
+            }
         }
     }
+    Ok(())
+}
+
+/// The error of a server that refused distlock's scripts: a missing permission
+/// as such, else a server too old.
+fn scripts_refused(err: redis::RedisError) -> LockError {
+    if err.code() == Some("NOPERM") {
+        return LockError::from(err);
+    }
+    LockError::UnsupportedServer {
+        reason: format!(
+            "the server refused distlock's scripts ({err}); distlock needs Redis 7.0 or newer \
+             (or Valkey 7.2 or newer)"
+        ),
+    }
+}
+
+/// Reads the answers to `CONFIG GET` of [`SETTINGS`]: warns of an evicting
+/// `maxmemory-policy`, and of fencing on a server that persists nothing; whether
+/// it persists nothing.
+fn check_settings(replies: &[redis::Value], fencing: bool) -> bool {
     // Each CONFIG GET answers [name, value] (RESP2) or {name: value} (RESP3); a
     // user without `config|get` gets an error, and no warning.
     let value = |index: usize| {
-        match replies.get(sources.len() + index) {
+        match replies.get(index) {
             Some(redis::Value::Array(pair)) => pair.get(1).cloned(),
             Some(redis::Value::Map(pairs)) => pairs.first().map(|(_, value)| value.clone()),
             _ => None,
@@ -1682,19 +1703,14 @@ async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<bo
     if fencing && persists_nothing {
         crate::inner::warn_of_no_persistence();
     }
-    {
-        let policy = value(0);
-        if let Some(policy) = policy {
-            if policy != "noeviction" {
-                tracing::warn!(
-                    maxmemory_policy = %policy,
-                    "distlock: this Redis evicts keys under memory pressure (maxmemory-policy \
-                     {policy}), which can delete a held lock; use `noeviction` on servers that hold locks"
-                );
-            }
-        }
+    if let Some(policy) = value(0).filter(|policy| policy != "noeviction") {
+        tracing::warn!(
+            maxmemory_policy = %policy,
+            "distlock: this Redis evicts keys under memory pressure (maxmemory-policy \
+             {policy}), which can delete a held lock; use `noeviction` on servers that hold locks"
+        );
     }
-    Ok(persists_nothing)
+    persists_nothing
 }
 
 #[cfg(test)]
