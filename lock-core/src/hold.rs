@@ -160,7 +160,7 @@ impl Hold {
         }
     }
 
-    /// The lock's class for the lock-order checker (see `order.rs`), folded once.
+    /// The lock's class for the lock-order checker (see `ops/order.rs`), folded once.
     pub(crate) fn class(&self) -> Arc<str> {
         self.class
             .get_or_init(|| self.origin.class(&self.keys.name))

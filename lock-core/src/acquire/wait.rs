@@ -107,7 +107,7 @@ impl Wait<'_> {
         }
     }
 
-    /// Looks for a deadlock (see `watch.rs`); a chain that holds no lock of this
+    /// Looks for a deadlock (`hooks.rs`, `ops/watch.rs`); a chain that holds no lock of this
     /// client never looks again.
     ///
     /// # Cancel safety
