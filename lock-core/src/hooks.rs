@@ -1,6 +1,7 @@
 //! The fixed points where operator features see an acquisition: before a new one
 //! (the lock-order checker may refuse it), while it waits (deadlock detection may
-//! end the wait), and the [`Tag`] its hold's events are counted in (`series.rs`).
+//! end the wait), how it ended (who holds a timed-out lock), and the [`Tag`] its
+//! hold's events are counted in (`series.rs`).
 //! The core calls these through [`Operator`], which `ops/` implements and the
 //! builder installs in the client; the core never names `ops/` itself.
 
@@ -16,10 +17,15 @@ use crate::context::LockContext;
 use crate::error::LockError;
 use crate::keys::LockKeys;
 use crate::origin::Origin;
+use crate::scripts::LockView;
 use crate::series::Tag;
 
 /// A future of the hooks, boxed: [`Operator`] is used as a trait object.
 pub(crate) type HookFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Reads what is stored at a lock (`inspect.lua`), for a hook that shows it.
+pub(crate) type Read<'a> =
+    &'a (dyn Fn(&'a Arc<LockKeys>) -> HookFuture<'a, Result<LockView, LockError>> + Send + Sync);
 
 /// What a new acquisition shows the operator features before it asks Redis.
 #[derive(Clone, Copy)]
@@ -53,6 +59,20 @@ pub(crate) trait Operator: Send + Sync + fmt::Debug {
         after: Option<Duration>,
         start: Instant,
     ) -> Option<Box<dyn Watch>>;
+
+    /// A new acquisition of (one of) `keys` ended in `err`: the error its caller
+    /// gets, with what the operator features add (who holds a timed-out lock, read
+    /// with `read`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only: dropping the future changes nothing.
+    fn ended<'a>(
+        &'a self,
+        err: LockError,
+        keys: &'a [Arc<LockKeys>],
+        read: Read<'a>,
+    ) -> HookFuture<'a, LockError>;
 
     /// The series of the lock of `keys`, asked for at `origin`.
     fn series(&self, keys: &LockKeys, origin: &Origin) -> Tag;

@@ -46,11 +46,11 @@
 //! | 5 | `batch.rs` | group commit: the new acquisitions (or the releases) ready at the same moment, as one run of `acquire.lua` (`release.lua`) |
 //! | 6 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |
 //! | 6 | `renew.rs` | one renewal round trip for a batch of holds: one run of `renew.lua` per 64 holds; `extend`, the same for one fixed lease ([`LockGuard::extend`]) |
-//! | 7 | `hooks.rs` | the fixed points where operator features see an acquisition: `Operator` (before a new one, a watch over a wait, the series of a lock), installed by the builder |
+//! | 7 | `hooks.rs` | the fixed points where operator features see an acquisition: `Operator` (before a new one, a watch over a wait, how it ended, the series of a lock), installed by the builder |
 //! | 8 | `watchdog.rs` | when to renew, and telling guards of a loss |
 //! | 9 | `inner.rs` | `Inner`: one client's state, what every internal function takes (its operator features as a `dyn Operator`) |
 //! | 10 | `release.rs` | every give-back of a hold, one function per case |
-//! | 10 | `ops/` | operator features, reached only through `hooks.rs`: `order.rs` the lock-order checker ([`LockOrderCheck`]), `order_shared.rs` the graph a namespace shares, `deadlock.rs` and `watch.rs` distributed deadlock detection, `metrics.rs` (feature `metrics`), `health.rs` the checks of [`LockClient::ping`] ([`HealthReport`], [`NodeHealth`]); `Operators`, their state |
+//! | 10 | `ops/` | operator features, reached only through `hooks.rs`: `order.rs` the lock-order checker ([`LockOrderCheck`]), `order_shared.rs` the graph a namespace shares, `deadlock.rs` and `watch.rs` distributed deadlock detection, `metrics.rs` (feature `metrics`), `holder.rs` the holder named in a timeout, `health.rs` the checks of [`LockClient::ping`] ([`HealthReport`], [`NodeHealth`]); `Operators`, their state |
 //! | 11 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
 //! | 11 | `attempt.rs` | one attempt: `acquire.lua` (new acquisitions in batches, `batch.rs`); `WAIT`, replay after a lost reply, Redlock fan-out |
 //! | 11 | `admin.rs` | hidden: helpers of the CLI (`masters_in_slots`, `fields_of_nodes`) |

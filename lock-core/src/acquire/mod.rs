@@ -13,14 +13,12 @@
 //! | `set_run.rs` | one run of `acquire_all.lua` for a set |
 //! | `waiter.rs` | one acquisition's wait: what it asks for, its place, its errors |
 //! | `wait.rs` | the one wait loop, and the wait for a turn between attempts |
-//! | `holder.rs` | the holder named in a timeout |
 //! | `one.rs` | one name: re-entry or the wait, in its span |
 //! | `set.rs` | [`MAX_LOCK_ALL`], canonical order, a set at once or name by name |
 
 mod answer;
 mod chain;
 mod grant;
-mod holder;
 mod one;
 mod options;
 mod set;

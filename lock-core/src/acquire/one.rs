@@ -10,14 +10,13 @@ use tracing::Instrument;
 use super::answer::Granted;
 use super::chain::{reenter, Chain};
 use super::grant::Grant;
-use super::holder::name_the_holder;
 use super::options::{check_kind, settle_options, Options};
 use super::wait::wait_for;
 use super::waiter::{Wait, Won};
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::hooks::NewAcquisition;
+use crate::hooks::{HookFuture, NewAcquisition};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::origin::Origin;
@@ -72,7 +71,7 @@ pub(crate) async fn acquire(
             },
         };
         let result = match result {
-            Err(err) => Err(name_the_holder(&inner, std::slice::from_ref(&keys), err).await),
+            Err(err) => Err(ended(&inner, err, std::slice::from_ref(&keys)).await),
             ok => ok,
         };
         let span = tracing::Span::current();
@@ -146,4 +145,15 @@ pub(super) async fn before_new(
         origin,
     };
     inner.ops.before_new(new).await
+}
+
+/// The error a new acquisition of (one of) `keys` ended in, with what the
+/// operator features add to it (`hooks.rs`: who holds a timed-out lock).
+///
+/// # Cancel safety
+///
+/// Read-only: dropping the future changes nothing.
+pub(super) async fn ended(inner: &Inner, err: LockError, keys: &[Arc<LockKeys>]) -> LockError {
+    let read = |keys| -> HookFuture<'_, _> { Box::pin(inner.view(keys)) };
+    inner.ops.ended(err, keys, &read).await
 }

@@ -27,8 +27,7 @@ use tokio::time::Instant;
 
 use super::answer::Granted;
 use super::grant::Grant;
-use super::holder::name_the_holder;
-use super::one::{acquire, before_new};
+use super::one::{acquire, before_new, ended};
 use super::options::{settle_options, Options};
 use super::set_run::NameSet;
 use super::wait;
@@ -120,7 +119,7 @@ pub(crate) async fn acquire_all(
     };
     if keys.len() > 1 && in_one_run(&inner, &keys) {
         return match acquire_at_once(inner.clone(), &keys, options, origin).await {
-            Err(err) => Err(name_the_holder(&inner, &keys, err).await),
+            Err(err) => Err(ended(&inner, err, &keys).await),
             ok => ok,
         };
     }

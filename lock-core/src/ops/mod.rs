@@ -1,13 +1,14 @@
 //! Operator features, beside the protocol: the lock-order checker (`order.rs`, and
 //! the graph a namespace shares, `order_shared.rs`), distributed deadlock
-//! detection (`deadlock.rs`, a waiter's `watch.rs`), metrics (`metrics.rs`), and
-//! the checks of
+//! detection (`deadlock.rs`, a waiter's `watch.rs`), metrics (`metrics.rs`),
+//! holder info in errors (`holder.rs`), and the checks of
 //! [`LockClient::ping`](crate::LockClient::ping) (`health.rs`). Each owns its
 //! state; the core reaches them only through [`Operators`], at the fixed points
 //! of `hooks.rs`, installed by the builder.
 
 mod deadlock;
 pub(crate) mod health;
+mod holder;
 mod metrics;
 pub(crate) mod order;
 mod order_shared;
@@ -21,7 +22,7 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::context::LockContext;
 use crate::error::LockError;
-use crate::hooks::{HookFuture, NewAcquisition, Operator, Watch};
+use crate::hooks::{HookFuture, NewAcquisition, Operator, Read, Watch};
 use crate::keys::LockKeys;
 use crate::origin::Origin;
 use crate::scripts::Scripts;
@@ -144,6 +145,15 @@ impl Operator for Operators {
             start,
         )?;
         Some(Box::new(watch))
+    }
+
+    fn ended<'a>(
+        &'a self,
+        err: LockError,
+        keys: &'a [Arc<LockKeys>],
+        read: Read<'a>,
+    ) -> HookFuture<'a, LockError> {
+        Box::pin(holder::name_the_holder(err, keys, read))
     }
 
     fn series(&self, keys: &LockKeys, origin: &Origin) -> Tag {

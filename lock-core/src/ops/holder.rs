@@ -1,10 +1,11 @@
-//! The holder named in a timeout: who holds the lock, as its client wrote it.
+//! Holder info in errors: the holder named in a timeout, who holds the lock as its
+//! client wrote it (`who.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::LockError;
-use crate::inner::Inner;
+use crate::hooks::Read;
 use crate::keys::LockKeys;
 use crate::kinds::HoldMode;
 
@@ -13,16 +14,16 @@ const HOLDER_LOOK: Duration = Duration::from_millis(250);
 
 /// `err`, and when it is a [`LockError::Timeout`] on one of the locks of `keys`,
 /// with the holder that its client wrote (one read; left out when it does not come
-/// within [`HOLDER_LOOK`], or the holder wrote nothing): the writer or exclusive
+/// with `read` within [`HOLDER_LOOK`], or the holder wrote nothing): the writer or exclusive
 /// holder first.
 ///
 /// # Cancel safety
 ///
 /// Read-only: dropping the future changes nothing.
-pub(crate) async fn name_the_holder(
-    inner: &Arc<Inner>,
-    keys: &[Arc<LockKeys>],
+pub(super) async fn name_the_holder<'a>(
     mut err: LockError,
+    keys: &'a [Arc<LockKeys>],
+    read: Read<'a>,
 ) -> LockError {
     let LockError::Timeout {
         name,
@@ -35,7 +36,7 @@ pub(crate) async fn name_the_holder(
     let Some(keys) = keys.iter().find(|keys| keys.display() == *name) else {
         return err;
     };
-    if let Ok(Ok(view)) = tokio::time::timeout(HOLDER_LOOK, inner.view(keys)).await {
+    if let Ok(Ok(view)) = tokio::time::timeout(HOLDER_LOOK, read(keys)).await {
         *slot = view
             .holders
             .into_iter()
