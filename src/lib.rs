@@ -218,18 +218,21 @@
 struct ReadmeDoctests;
 
 pub use distlock_core::{
-    current_lock, fields_of_nodes, global, masters_in_slots, HealthReport, HeldLock, HoldMode,
-    Holder, HolderInfo, InstallGlobalError, LockAllRequest, LockClient, LockClientBuilder,
-    LockContext, LockError, LockFuture, LockGuard, LockInfo, LockKind, LockOrderCheck, LockRequest,
-    LostReason, MultiLockGuard, NodeHealth, Semaphore, ShutdownReport, TryLockRequest, MAX_LEASE,
-    MAX_LOCK_ALL, MAX_NAMESPACE_LEN, MAX_NAME_LEN, MAX_PERMITS, MAX_SERVICE_LEN, MIN_LEASE,
-    MIN_WATCHDOG_LEASE,
+    current_lock, global, HealthReport, HeldLock, HoldMode, Holder, HolderInfo, InstallGlobalError,
+    LockAllRequest, LockClient, LockClientBuilder, LockContext, LockError, LockFuture, LockGuard,
+    LockInfo, LockKind, LockOrderCheck, LockRequest, LostReason, MultiLockGuard, NodeHealth,
+    Semaphore, ShutdownReport, TryLockRequest, MAX_LEASE, MAX_LOCK_ALL, MAX_NAMESPACE_LEN,
+    MAX_NAME_LEN, MAX_PERMITS, MAX_SERVICE_LEN, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 
 /// The `redis` crate (1.x) that distlock is built on: [`LockError::Redis`] and
 /// [`LockError::Connect`] carry its `RedisError`. Match on it through this path, with
 /// no separate dependency on `redis` (nor a version that must agree).
 pub use distlock_core::redis;
+
+/// Helpers of the `distlock` CLI, not part of the lock API.
+#[doc(hidden)]
+pub use distlock_core::admin;
 
 /// What distlock stores in Redis: the fields of a lock's hash (each holder's owner
 /// id with its hold count, and `#`-prefixed facts), the keys beside it, and

@@ -438,7 +438,7 @@ impl Raw {
                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
             )
             .await?;
-        let masters = distlock::masters_in_slots(&slots)
+        let masters = distlock::admin::masters_in_slots(&slots)
             .into_iter()
             .map(|(host, port)| Node { host, port })
             .collect();

@@ -13,7 +13,6 @@ use crate::error::{outcome_unknown, LockError};
 use crate::faults::{self, Fault};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
-use crate::library::is_missing;
 use crate::owner::{Op, Owner};
 use crate::release;
 use crate::scripts::{unexpected_reply, AcquireReply, StoredKind};
@@ -59,11 +58,13 @@ impl From<AcquireReply> for Outcome {
     }
 }
 
-/// One run of `acquire.lua` for `owner`, of the kind of `keys`.
-pub(crate) struct Attempt<'a> {
-    pub(crate) inner: &'a Arc<Inner>,
-    pub(crate) keys: &'a Arc<LockKeys>,
-    pub(crate) owner: &'a Arc<Owner>,
+/// One run of `acquire.lua` for `owner`, of the kind of `keys` (cheap to clone:
+/// the client, keys and ids are shared).
+#[derive(Clone)]
+pub(crate) struct Attempt {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) owner: Arc<Owner>,
     pub(crate) lease_ms: u64,
     pub(crate) fencing: bool,
     pub(crate) reentry: bool,
@@ -78,23 +79,16 @@ pub(crate) struct Attempt<'a> {
     pub(crate) who: Option<Arc<str>>,
 }
 
-impl Attempt<'_> {
+impl Attempt {
     /// Sends the script; if the caller drops the future mid-flight, the request runs
     /// to completion in the background and a hold it took is given back. If the
     /// reply is lost, the same attempt is replayed in the background until its outcome
     /// is known, and a hold it took is given back.
     pub(crate) async fn run(self) -> Result<Outcome, LockError> {
+        let inner = self.inner.clone();
         let invoke = Invoke {
-            inner: self.inner.clone(),
-            keys: self.keys.clone(),
-            owner: self.owner.clone(),
-            lease_ms: self.lease_ms,
-            fencing: self.fencing,
-            reentry: self.reentry,
-            writer: self.writer,
-            stays: self.stays,
-            who: self.who,
             op: self.owner.op(),
+            attempt: self,
         };
         let abandoned = invoke.clone();
         let call = Detached::new(Box::pin(invoke.clone().send()), move |result| {
@@ -103,7 +97,7 @@ impl Attempt<'_> {
         match call.await {
             Ok((outcome, acked)) => {
                 if let (Outcome::Acquired { .. }, Some(acked)) = (outcome, acked) {
-                    let needed = self.inner.config.replicas.map_or(0, |(n, _)| n);
+                    let needed = inner.config.replicas.map_or(0, |(n, _)| n);
                     if acked < i64::from(needed) {
                         // Too few replicas have the lock: a failover could lose it.
                         // Give it back, to the end even if the caller goes away
@@ -128,24 +122,21 @@ impl Attempt<'_> {
     }
 }
 
-/// Everything needed to send (or replay) one acquire attempt.
+/// One attempt as it is sent, and replayed: the attempt, and its number among its
+/// owner's operations (pending while any clone of this lives: the attempt, its
+/// background completion, its replays).
 #[derive(Clone)]
 struct Invoke {
-    inner: Arc<Inner>,
-    keys: Arc<LockKeys>,
-    owner: Arc<Owner>,
-    lease_ms: u64,
-    fencing: bool,
-    reentry: bool,
-    /// See [`Attempt::writer`].
-    writer: Option<Arc<str>>,
-    /// See [`Attempt::stays`].
-    stays: bool,
-    /// See [`Attempt::who`].
-    who: Option<Arc<str>>,
-    /// The attempt's number among its owner's operations: pending while any clone
-    /// of this lives (the attempt, its background completion, its replays).
+    attempt: Attempt,
     op: Arc<Op>,
+}
+
+impl std::ops::Deref for Invoke {
+    type Target = Attempt;
+
+    fn deref(&self) -> &Attempt {
+        &self.attempt
+    }
 }
 
 impl Invoke {
@@ -192,21 +183,12 @@ impl Invoke {
             pipe.cmd("WAIT").arg(needed).arg(timeout.as_millis() as u64);
             pipe
         };
-        let way = self.inner.scripts.acquire.way();
-        let result: redis::RedisResult<(Vec<redis::Value>, i64)> =
-            pipe(way).query_async(&mut conn).await;
-        let (mut replies, acked) = match result {
-            Err(err) if is_missing(&err) => {
-                let way = self
-                    .inner
-                    .scripts
-                    .acquire
-                    .load_async(&mut conn, way)
-                    .await?;
-                pipe(way).query_async(&mut conn).await?
-            }
-            other => other?,
-        };
+        let (mut replies, acked): (Vec<redis::Value>, i64) = self
+            .inner
+            .scripts
+            .acquire
+            .query_pipe(&mut conn, pipe, |_| false)
+            .await?;
         let reply = answer_of(
             Acquisition::SCRIPT,
             replies.pop().unwrap_or(redis::Value::Nil),

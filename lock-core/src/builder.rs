@@ -21,14 +21,16 @@ use crate::backend::url::{parse_url, parse_urls, redact, resp3};
 use crate::backend::{Backend, Conn, SubConn};
 use crate::client::LockClient;
 use crate::error::LockError;
+use crate::hooks::Operator;
 use crate::inner::{Config, Inner};
 use crate::keys::validate_namespace;
 use crate::lease::{MAX_LEASE, MIN_WATCHDOG_LEASE};
-use crate::order::LockOrderCheck;
+use crate::ops::order::LockOrderCheck;
+use crate::ops::{Operators, Settings};
 use crate::scripts::Scripts;
 use crate::subscriber::Subscriber;
 use crate::watchdog::Watchdog;
-use crate::who::MAX_SERVICE_LEN;
+use crate::who::{Describer, MAX_SERVICE_LEN};
 
 /// How long a final release is remembered for its retry, at least and at most (four
 /// response timeouts in between).
@@ -1143,11 +1145,25 @@ impl LockClientBuilder {
             persists_nothing |= preload(&mut conn.clone(), &scripts, self.fencing).await?;
         }
         let subscriber = Subscriber::start(sub_conn, pushes, shutdown.clone());
+        let settings = Settings {
+            lock_order: self.lock_order,
+            share_lock_order: self.share_lock_order,
+            deadlock_check_after: self.deadlock_check_after,
+        };
+        let client = Describer::new(&service);
+        let ops: Arc<dyn Operator> = Arc::new(Operators::new(
+            settings,
+            &backend,
+            &scripts,
+            &self.namespace,
+            client.client(),
+        ));
         let watchdog = Watchdog::spawn(
             backend.clone(),
             scripts.clone(),
             self.default_lease,
             self.replicas,
+            ops.clone(),
             shutdown.clone(),
         );
         links.on_replaced(watchdog.replaced_hook());
@@ -1158,10 +1174,7 @@ impl LockClientBuilder {
             default_lease: self.default_lease,
             fencing: self.fencing,
             remember_release: (self.response_timeout * 4).clamp(MIN_REMEMBER, MAX_REMEMBER),
-            lock_order: self.lock_order,
-            deadlock_check_after: self.deadlock_check_after,
             service,
-            share_lock_order: self.share_lock_order,
             max_hold: self.max_hold,
             group_commit: self.group_commit,
             persists_nothing,
@@ -1173,6 +1186,7 @@ impl LockClientBuilder {
             config,
             subscriber,
             watchdog,
+            ops,
             shutdown.drop_guard(),
         )))
     }
@@ -1594,17 +1608,6 @@ impl Endpoints {
 ///
 /// Safe to drop: what was loaded stays loaded; `connect` as a whole starts again.
 async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<bool, LockError> {
-    let refused = |err: redis::RedisError| {
-        if err.code() == Some("NOPERM") {
-            return LockError::from(err);
-        }
-        LockError::UnsupportedServer {
-            reason: format!(
-                "the server refused distlock's scripts ({err}); distlock needs Redis 7.0 or \
-                 newer (or Valkey 7.2 or newer)"
-            ),
-        }
-    };
     let functions = match scripts.library().load(conn).await {
         Ok(loaded) => loaded,
         Err(err) => {
@@ -1620,19 +1623,7 @@ async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<bo
         scripts.all().iter().map(|script| script.code()).collect()
     };
     if conn.is_cluster() {
-        for source in sources {
-            let loaded: redis::RedisResult<redis::Value> = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(source)
-                .query_async(conn)
-                .await;
-            match loaded {
-                Err(err) if err.code().is_some() => return Err(refused(err)),
-                other => {
-                    other?;
-                }
-            }
-        }
+        load_on_cluster(conn, &sources).await?;
         return Ok(false);
     }
     let mut pipe = redis::pipe();
@@ -1640,19 +1631,63 @@ async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<bo
     for source in &sources {
         pipe.cmd("SCRIPT").arg("LOAD").arg(*source);
     }
-    pipe.cmd("CONFIG").arg("GET").arg("maxmemory-policy");
-    pipe.cmd("CONFIG").arg("GET").arg("appendonly");
-    pipe.cmd("CONFIG").arg("GET").arg("save");
+    for setting in SETTINGS {
+        pipe.cmd("CONFIG").arg("GET").arg(setting);
+    }
     let replies: Vec<redis::Value> = pipe.query_async(conn).await?;
-    for reply in replies.iter().take(sources.len()) {
-        if let redis::Value::ServerError(err) = reply {
-            return Err(refused(redis::RedisError::from(err.clone())));
+    let (loads, settings) = replies.split_at(sources.len().min(replies.len()));
+    if let Some(redis::Value::ServerError(err)) = loads
+        .iter()
+        .find(|reply| matches!(reply, redis::Value::ServerError(_)))
+    {
+        return Err(scripts_refused(redis::RedisError::from(err.clone())));
+    }
+    Ok(check_settings(settings, fencing))
+}
+
+/// The settings `preload` reads, in this order: eviction, persistence (AOF, RDB).
+const SETTINGS: [&str; 3] = ["maxmemory-policy", "appendonly", "save"];
+
+/// A cluster: each script loaded on its own (`SCRIPT LOAD` goes to every node).
+async fn load_on_cluster(conn: &mut Conn, sources: &[&str]) -> Result<(), LockError> {
+    for source in sources {
+        let loaded: redis::RedisResult<redis::Value> = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(*source)
+            .query_async(conn)
+            .await;
+        match loaded {
+            Err(err) if err.code().is_some() => return Err(scripts_refused(err)),
+            other => {
+                other?;
+            }
         }
     }
+    Ok(())
+}
+
+/// The error of a server that refused distlock's scripts: a missing permission
+/// as such, else a server too old.
+fn scripts_refused(err: redis::RedisError) -> LockError {
+    if err.code() == Some("NOPERM") {
+        return LockError::from(err);
+    }
+    LockError::UnsupportedServer {
+        reason: format!(
+            "the server refused distlock's scripts ({err}); distlock needs Redis 7.0 or newer \
+             (or Valkey 7.2 or newer)"
+        ),
+    }
+}
+
+/// Reads the answers to `CONFIG GET` of [`SETTINGS`]: warns of an evicting
+/// `maxmemory-policy`, and of fencing on a server that persists nothing; whether
+/// it persists nothing.
+fn check_settings(replies: &[redis::Value], fencing: bool) -> bool {
     // Each CONFIG GET answers [name, value] (RESP2) or {name: value} (RESP3); a
     // user without `config|get` gets an error, and no warning.
     let value = |index: usize| {
-        match replies.get(sources.len() + index) {
+        match replies.get(index) {
             Some(redis::Value::Array(pair)) => pair.get(1).cloned(),
             Some(redis::Value::Map(pairs)) => pairs.first().map(|(_, value)| value.clone()),
             _ => None,
@@ -1668,19 +1703,14 @@ async fn preload(conn: &mut Conn, scripts: &Scripts, fencing: bool) -> Result<bo
     if fencing && persists_nothing {
         crate::inner::warn_of_no_persistence();
     }
-    {
-        let policy = value(0);
-        if let Some(policy) = policy {
-            if policy != "noeviction" {
-                tracing::warn!(
-                    maxmemory_policy = %policy,
-                    "distlock: this Redis evicts keys under memory pressure (maxmemory-policy \
-                     {policy}), which can delete a held lock; use `noeviction` on servers that hold locks"
-                );
-            }
-        }
+    if let Some(policy) = value(0).filter(|policy| policy != "noeviction") {
+        tracing::warn!(
+            maxmemory_policy = %policy,
+            "distlock: this Redis evicts keys under memory pressure (maxmemory-policy \
+             {policy}), which can delete a held lock; use `noeviction` on servers that hold locks"
+        );
     }
-    Ok(persists_nothing)
+    persists_nothing
 }
 
 #[cfg(test)]

@@ -7,17 +7,18 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tracing::Instrument;
 
+use crate::acquire::canonical;
 use crate::backend::redlock::{self, ForceVote};
 use crate::context::LockContext;
 use crate::error::LockError;
-use crate::health::{self, HealthReport};
 use crate::hold::HeldLock;
 use crate::inner::Inner;
 use crate::keys::Kind;
-use crate::multi::canonical;
+use crate::kinds::{HoldMode, LockKind};
+use crate::ops::health::{self, HealthReport};
 use crate::release::{self, ShutdownReport};
 use crate::request::{LockAllRequest, LockRequest, Semaphore, TryLockRequest};
-use crate::scripts::{unexpected_reply, ForceReleaseReply, LockView, ViewKind};
+use crate::scripts::{unexpected_reply, ForceReleaseReply, LockView};
 use crate::who::HolderInfo;
 
 /// The client that [`global`] returns: set once, by [`LockClient::install_global`].
@@ -126,67 +127,6 @@ pub struct LockInfo {
     /// processes (or clients) with one or more waiters each. `None` when the
     /// server refused `PUBSUB NUMSUB` to this user (see the README's ACL section).
     pub listening: Option<u64>,
-}
-
-/// The kind of lock at a name, as [`LockClient::inspect`] finds it.
-///
-/// # Examples
-///
-/// ```no_run
-/// # use distlock_core as distlock;
-/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-/// use distlock::LockKind;
-///
-/// match locks.inspect("exports").await?.kind {
-///     Some(LockKind::Semaphore { permits }) => println!("a semaphore of {permits} permits"),
-///     Some(kind) => println!("a {kind:?}"),
-///     None => println!("nothing holds `exports`"),
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LockKind {
-    /// A plain lock ([`LockClient::lock`]), held.
-    Exclusive,
-    /// A read-write lock ([`LockClient::read_lock`], [`LockClient::write_lock`]).
-    ReadWrite,
-    /// A semaphore ([`LockClient::semaphore`]) of `permits` permits.
-    Semaphore {
-        /// Its permit count.
-        permits: u32,
-    },
-    /// A fair lock ([`LockClient::fair_lock`]).
-    Fair,
-}
-
-/// How a [`Holder`] holds its lock.
-///
-/// # Examples
-///
-/// ```no_run
-/// # use distlock_core as distlock;
-/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-/// use distlock::HoldMode;
-///
-/// let info = locks.inspect("catalogue").await?;
-/// let writing = info.holders.iter().any(|h| h.mode == HoldMode::Write);
-/// # let _ = writing;
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum HoldMode {
-    /// The holder of a plain lock or a fair lock.
-    Exclusive,
-    /// The writer of a read-write lock.
-    Write,
-    /// A reader of a read-write lock.
-    Read,
-    /// A permit of a semaphore.
-    Permit,
 }
 
 /// One holder of a lock, as [`LockClient::inspect`] shows it (never its owner id).
@@ -964,7 +904,7 @@ impl LockClient {
         match redlock::force_release(replies)? {
             ForceVote::Done { deleted } => {
                 if deleted {
-                    crate::metrics::force_unlocked(&self.inner.backend, &keys.name);
+                    self.inner.ops.force_unlocked(&keys.name);
                 }
                 Ok(deleted)
             }
@@ -981,13 +921,7 @@ impl From<LockView> for LockInfo {
             .holders
             .iter()
             .map(|holder| Holder {
-                mode: match holder.mode {
-                    1 => HoldMode::Read,
-                    2 => HoldMode::Write,
-                    3 => HoldMode::Permit,
-                    // 0 a plain lock's holder, 4 a fair lock's.
-                    _ => HoldMode::Exclusive,
-                },
+                mode: holder.mode,
                 hold_count: holder.hold_count,
                 lease_remaining: holder.lease_remaining,
                 fencing_token: holder.fencing_token,
@@ -1002,12 +936,7 @@ impl From<LockView> for LockInfo {
             lease_remaining: view.lease_remaining,
             fencing_token: view.fencing_token,
             last_fencing_token: view.last_fencing_token,
-            kind: view.kind.map(|kind| match kind {
-                ViewKind::Exclusive => LockKind::Exclusive,
-                ViewKind::ReadWrite => LockKind::ReadWrite,
-                ViewKind::Semaphore { permits } => LockKind::Semaphore { permits },
-                ViewKind::Fair => LockKind::Fair,
-            }),
+            kind: view.kind,
             holders,
             waiting: view.waiting,
             listening: view.listening,

@@ -32,7 +32,7 @@ pub(crate) struct Hold {
     pub(crate) max_hold: Option<Duration>,
     /// Its metrics' labels.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) tag: crate::metrics::Tag,
+    pub(crate) tag: crate::series::Tag,
     /// Where the first acquisition was asked for, and its class (lock-order checks).
     pub(crate) origin: Origin,
     /// The task that took it: a wait of that same task for this lock, from another
@@ -136,7 +136,7 @@ impl Hold {
         fence: Option<u64>,
         origin: Origin,
         max_hold: Option<Duration>,
-        tag: crate::metrics::Tag,
+        tag: crate::series::Tag,
         state: HoldState,
     ) -> Self {
         Self {
@@ -160,7 +160,7 @@ impl Hold {
         }
     }
 
-    /// The lock's class for the lock-order checker (see `order.rs`), folded once.
+    /// The lock's class for the lock-order checker (see `ops/order.rs`), folded once.
     pub(crate) fn class(&self) -> Arc<str> {
         self.class
             .get_or_init(|| self.origin.class(&self.keys.name))
@@ -219,7 +219,7 @@ impl Hold {
             tracing::debug!(lock.name = %self.display(), reason = why, "distlock: released hold ended");
             return true;
         }
-        crate::metrics::lost(&self.tag, reason.as_str());
+        self.tag.lost(reason.as_str());
         match (reason, self.max_hold) {
             (LostReason::ShutDown, _) => tracing::info!(
                 lock.name = %self.display(),

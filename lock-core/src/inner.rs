@@ -14,8 +14,8 @@ use crate::backend::Backend;
 use crate::batch::{self, Acquisition, Batcher, Item};
 use crate::detach::Background;
 use crate::error::LockError;
+use crate::hooks::Operator;
 use crate::keys::{Kind, LockKeys};
-use crate::order::{LockOrder, LockOrderCheck};
 use crate::owner::Owner;
 use crate::scripts::{unexpected_reply, InspectReply, LockView, Scripts};
 use crate::subscriber::Subscriber;
@@ -37,16 +37,9 @@ pub(crate) struct Config {
     /// How long a final release is remembered for its retry (`release.lua`'s
     /// ARGV[6]): well past the response timeout, after which a retry is sent.
     pub(crate) remember_release: Duration,
-    /// What the lock-order checker does.
-    pub(crate) lock_order: LockOrderCheck,
-    /// How long a waiter whose chain holds locks waits before it looks for a
-    /// deadlock, and then how often; `None`: never.
-    pub(crate) deadlock_check_after: Option<Duration>,
     /// The service the client works for (`LockClientBuilder::service`); every
     /// connection is named `distlock:<service>`.
     pub(crate) service: String,
-    /// Whether lock-order edges are also kept in Redis, shared by the namespace.
-    pub(crate) share_lock_order: bool,
     /// How long the watchdog renews a hold at most (`None`: no bound).
     pub(crate) max_hold: Option<Duration>,
     /// Whether new acquisitions and releases ready at the same moment go as one
@@ -77,8 +70,8 @@ pub(crate) struct Inner {
     pub(crate) batcher: Arc<Batcher<Item>>,
     /// Sends new acquisitions, as `batcher` sends releases.
     pub(crate) acquisitions: Arc<Batcher<Acquisition>>,
-    /// The orders in which this client's call chains took locks of different classes.
-    pub(crate) order: LockOrder,
+    /// The operator features, called at the fixed points of `hooks.rs`.
+    pub(crate) ops: Arc<dyn Operator>,
     /// What this client writes of its holders (see `who.rs`).
     pub(crate) who: Describer,
     /// Releases of dropped guards on their way: a shutdown waits for them.
@@ -96,6 +89,7 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         backend: Backend,
         links: Arc<Links>,
@@ -103,6 +97,7 @@ impl Inner {
         config: Config,
         subscriber: Subscriber,
         watchdog: Watchdog,
+        ops: Arc<dyn Operator>,
         shutdown: DropGuard,
     ) -> Self {
         let one_endpoint = !backend.is_redlock() && !backend.first().is_cluster();
@@ -114,7 +109,6 @@ impl Inner {
             batches,
         ));
         let acquisitions = Arc::new(batch::acquisitions(&scripts, batches));
-        let order = LockOrder::new(config.lock_order);
         let who = Describer::new(&config.service);
         Self {
             id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
@@ -129,7 +123,7 @@ impl Inner {
             watchdog,
             batcher,
             acquisitions,
-            order,
+            ops,
             who,
             background: Arc::default(),
             closing: AtomicBool::new(false),

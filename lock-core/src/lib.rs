@@ -27,38 +27,37 @@
 //! | row | file | owns |
 //! | --- | --- | --- |
 //! | 1 | `who.rs` | who holds a lock: what a client writes of each holder, and [`HolderInfo`] |
-//! | 1 | `error.rs` | [`LockError`]; the one classification of Redis errors (outcome unknown, transient, failover) |
+//! | 1 | `owner.rs` | owner ids and the numbering of their operations (exactly-once replay detection) |
 //! | 1 | `faults.rs` | seeded faults for testing the tests (feature `fault-injection`) |
 //! | 1 | `library.rs` | running a script: `FCALL` of distlock's function library, `EVALSHA` where a server refuses functions |
-//! | 1 | `scripts.rs` | the Lua scripts, and their replies decoded into types, once |
-//! | 1 | `layout.rs` | what distlock stores in Redis: the fields of a lock's hash, the keys beside it, the function library, [`layout::StoredLock`] |
-//! | 1 | `detach.rs` | `Detached` (a request finished in the background when its caller goes away), `spawn` |
-//! | 2 | `keys.rs` | a lock name's Redis keys and channel; [`MAX_NAME_LEN`], [`MAX_NAMESPACE_LEN`] |
-//! | 2 | `owner.rs` | owner ids and the numbering of their operations (exactly-once replay detection) |
+//! | 1 | `origin.rs` | where a request was made: call site, class (label, or the name with digits folded), function |
+//! | 1 | `kinds.rs` | [`LockKind`], [`HoldMode`]: the kinds a lock and a hold are, as read back from Redis |
+//! | 1 | `series.rs` | what happens to a hold as operator features count it (metrics): `Series`, the hold's `Tag` |
+//! | 2 | `error.rs` | [`LockError`]; the one classification of Redis errors (outcome unknown, transient, failover) |
+//! | 2 | `scripts.rs` | the Lua scripts, and their replies decoded into types, once |
 //! | 2 | `handoff.rs` | local hand-off: a waiter's offer, and what a release delivers to it (a grant gives its hold back unless a guard takes it) |
-//! | 2 | `origin.rs` | where a request was made: call site, class (label, or the name with digits folded), function |
-//! | 2 | `lease.rs` | [`MIN_LEASE`], [`MAX_LEASE`], [`MIN_WATCHDOG_LEASE`], clock drift and validity |
-//! | 2 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `link.rs` named connections and their lost/restored logs; `url.rs` URLs; `tls.rs` TLS (crypto provider, certificates); `dial.rs` the first connection (fail fast on a refusal); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
-//! | 2 | `metrics.rs` | feature `metrics`: the labels of a lock's series, one function per outcome (empty without the feature) |
-//! | 2 | `order.rs` | the lock-order checker: edges between lock classes, inversions warned or refused; [`LockOrderCheck`] |
-//! | 3 | `deadlock.rs` | distributed deadlock detection: wait-for records, the walk, the victim |
-//! | 3 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
-//! | 3 | `subscriber.rs` | waiting: the queues of local waiters, woken by release messages |
-//! | 3 | `batch.rs` | group commit: the new acquisitions (or the releases) ready at the same moment, as one run of `acquire.lua` (`release.lua`) |
-//! | 4 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |
-//! | 4 | `renew.rs` | one renewal round trip for a batch of holds: one run of `renew.lua` per 64 holds; `extend`, the same for one fixed lease ([`LockGuard::extend`]) |
-//! | 5 | `watchdog.rs` | when to renew, and telling guards of a loss |
-//! | 6 | `inner.rs` | `Inner`: one client's state, what every internal function takes |
-//! | 7 | `health.rs` | [`HealthReport`], [`NodeHealth`]: the checks of [`LockClient::ping`] |
-//! | 7 | `order_shared.rs` | the lock-order graph a namespace shares in Redis: edges recorded, inversions across services found |
-//! | 7 | `release.rs` | every give-back of a hold, one function per case |
-//! | 8 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
-//! | 8 | `attempt.rs` | one attempt: `acquire.lua` (new acquisitions in batches, `batch.rs`); `WAIT`, replay after a lost reply, Redlock fan-out |
-//! | 9 | `acquire.rs` | the wait loop of a new acquisition, and re-entry |
-//! | 9 | `multi.rs` | many names at once (`lock_all`): canonical order, all or nothing |
-//! | 10 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`], [`LockAllRequest`] |
-//! | 11 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`] and [`InstallGlobalError`], `inspect`, `force_unlock`, `is_held_by_current_chain` |
-//! | 12 | `builder.rs` | [`LockClientBuilder`]: settings, their validation, connecting |
+//! | 3 | `layout.rs` | what distlock stores in Redis: the fields of a lock's hash, the keys beside it, the function library, [`layout::StoredLock`] |
+//! | 3 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `link.rs` named connections and their lost/restored logs; `url.rs` URLs; `tls.rs` TLS (crypto provider, certificates); `dial.rs` the first connection (fail fast on a refusal); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |
+//! | 3 | `detach.rs` | `Detached` (a request finished in the background when its caller goes away), `spawn` |
+//! | 3 | `lease.rs` | [`MIN_LEASE`], [`MAX_LEASE`], [`MIN_WATCHDOG_LEASE`], clock drift and validity |
+//! | 4 | `keys.rs` | a lock name's Redis keys and channel; [`MAX_NAME_LEN`], [`MAX_NAMESPACE_LEN`] |
+//! | 4 | `subscriber.rs` | waiting: the queues of local waiters, woken by release messages |
+//! | 5 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
+//! | 5 | `batch.rs` | group commit: the new acquisitions (or the releases) ready at the same moment, as one run of `acquire.lua` (`release.lua`) |
+//! | 6 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |
+//! | 6 | `renew.rs` | one renewal round trip for a batch of holds: one run of `renew.lua` per 64 holds; `extend`, the same for one fixed lease ([`LockGuard::extend`]) |
+//! | 7 | `hooks.rs` | the fixed points where operator features see an acquisition: `Operator` (before a new one, a watch over a wait, how it ended, the series of a lock), installed by the builder |
+//! | 8 | `watchdog.rs` | when to renew, and telling guards of a loss |
+//! | 9 | `inner.rs` | `Inner`: one client's state, what every internal function takes (its operator features as a `dyn Operator`) |
+//! | 10 | `release.rs` | every give-back of a hold, one function per case |
+//! | 10 | `ops/` | operator features, reached only through `hooks.rs`: `order.rs` the lock-order checker ([`LockOrderCheck`]), `order_shared.rs` the graph a namespace shares, `deadlock.rs` and `watch.rs` distributed deadlock detection, `metrics.rs` (feature `metrics`), `holder.rs` the holder named in a timeout, `health.rs` the checks of [`LockClient::ping`] ([`HealthReport`], [`NodeHealth`]); `Operators`, their state |
+//! | 11 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
+//! | 11 | `attempt.rs` | one attempt: `acquire.lua` (new acquisitions in batches, `batch.rs`); `WAIT`, replay after a lost reply, Redlock fan-out |
+//! | 11 | `admin.rs` | hidden: helpers of the CLI (`masters_in_slots`, `fields_of_nodes`) |
+//! | 12 | `acquire/` | taking a lock: one wait loop for a name or a set (`lock_all`, [`MAX_LOCK_ALL`]), one place where a grant becomes a hold, re-entry; its own table in `acquire/mod.rs` |
+//! | 13 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`], [`LockAllRequest`] |
+//! | 14 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`] and [`InstallGlobalError`], `inspect`, `force_unlock`, `is_held_by_current_chain` |
+//! | 15 | `builder.rs` | [`LockClientBuilder`]: settings, their validation, connecting |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
@@ -68,36 +67,36 @@
 )]
 
 mod acquire;
+#[doc(hidden)]
+pub mod admin;
 mod attempt;
 mod backend;
 mod batch;
 mod builder;
 mod client;
 mod context;
-mod deadlock;
 mod detach;
 mod error;
 #[doc(hidden)]
 pub mod faults;
 mod guard;
 mod handoff;
-mod health;
 mod hold;
+mod hooks;
 mod inner;
 mod keys;
+mod kinds;
 pub mod layout;
 mod lease;
 mod library;
-mod metrics;
-mod multi;
-mod order;
-mod order_shared;
+mod ops;
 mod origin;
 mod owner;
 mod release;
 mod renew;
 mod request;
 mod scripts;
+mod series;
 mod subscriber;
 mod watchdog;
 mod who;
@@ -115,18 +114,18 @@ mod who;
 /// ```
 pub use redis;
 
-pub use backend::masters_in_slots;
+pub use acquire::MAX_LOCK_ALL;
 pub use builder::LockClientBuilder;
-pub use client::{global, HoldMode, Holder, InstallGlobalError, LockClient, LockInfo, LockKind};
+pub use client::{global, Holder, InstallGlobalError, LockClient, LockInfo};
 pub use context::{current_lock, LockContext};
 pub use error::{LockError, LostReason};
 pub use guard::{LockGuard, MultiLockGuard};
-pub use health::{fields_of_nodes, HealthReport, NodeHealth};
 pub use hold::HeldLock;
 pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
+pub use kinds::{HoldMode, LockKind};
 pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
-pub use multi::MAX_LOCK_ALL;
-pub use order::LockOrderCheck;
+pub use ops::health::{HealthReport, NodeHealth};
+pub use ops::order::LockOrderCheck;
 pub use release::ShutdownReport;
 pub use request::{
     LockAllRequest, LockFuture, LockRequest, Semaphore, TryLockRequest, MAX_PERMITS,

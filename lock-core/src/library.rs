@@ -230,6 +230,33 @@ impl Script {
         self.library.way()
     }
 
+    /// Sends the pipeline that `pipe` builds around a call of this script (for the
+    /// way calls go now); when the server lacks the script (the call failed so, or
+    /// `missing` finds so in the replies of a pipeline that keeps errors), puts it
+    /// there and sends the pipeline again, once.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Script::load_async`]: a dropped call may have run once.
+    pub(crate) async fn query_pipe<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        pipe: impl Fn(Way) -> Pipeline,
+        missing: impl Fn(&T) -> bool,
+    ) -> RedisResult<T> {
+        let way = self.way();
+        let first: RedisResult<T> = pipe(way).query_async(conn).await;
+        let lacks = match &first {
+            Err(err) => is_missing(err),
+            Ok(replies) => missing(replies),
+        };
+        if !lacks {
+            return first;
+        }
+        let way = self.load_async(conn, way).await?;
+        pipe(way).query_async(conn).await
+    }
+
     /// Puts the script on the server of `conn` after a call found it missing (see
     /// [`is_missing`]), for a call that went `way`: the way the call should go again.
     /// The library, for a function call, and when that cannot be loaded, the script

@@ -1,6 +1,6 @@
 //! Where a lock request was made: the caller's source location (`#[track_caller]`),
 //! the class it was given, and the function that asked. The lock-order checker
-//! (`order.rs`) keeps edges between classes, the metrics (`metrics.rs`) label their
+//! (`ops/order.rs`) keeps edges between classes, the metrics (`ops/metrics.rs`) label their
 //! series with them, and a holder is shown with its site (`who.rs`).
 
 use std::panic::Location;

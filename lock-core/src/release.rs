@@ -55,7 +55,7 @@ pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), Lo
                 LostReason::NotHeld,
                 "the lock was not held by its owner at release",
             ) {
-                crate::metrics::lost(&hold.tag, LostReason::NotHeld.as_str());
+                hold.tag.lost(LostReason::NotHeld.as_str());
             }
             Err(hold.lost_error())
         }

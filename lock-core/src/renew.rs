@@ -142,12 +142,8 @@ async fn renew_pipeline<'a>(
         }
         pipe
     };
-    let way = scripts.renew.way();
-    let mut replies: Vec<Value> = pipe(way).query_async(conn).await?;
-    if replies.iter().any(is_missing_reply) {
-        let way = scripts.renew.load_async(conn, way).await?;
-        replies = pipe(way).query_async(conn).await?;
-    }
+    let missing = |replies: &Vec<Value>| replies.iter().any(is_missing_reply);
+    let replies: Vec<Value> = scripts.renew.query_pipe(conn, pipe, missing).await?;
     // A demoted master answers READONLY: find the new one, and renew there.
     let moved = replies.iter().find_map(|reply| match reply {
         Value::ServerError(err) if is_failover_code(err.code()) => {

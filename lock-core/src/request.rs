@@ -8,15 +8,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::acquire::acquire_all;
 use crate::acquire::{acquire, kind_conflict, unsupported, Options};
 use crate::detach::BoxFuture;
 use crate::error::LockError;
 use crate::guard::{LockGuard, MultiLockGuard};
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
-use crate::multi::acquire_all;
+use crate::kinds::LockKind;
 use crate::origin::Origin;
-use crate::scripts::{StoredKind, ViewKind};
+use crate::scripts::StoredKind;
 
 /// A request for a lock, made by [`LockClient::lock`](crate::LockClient::lock). Await it to get the guard.
 ///
@@ -892,20 +893,20 @@ impl Semaphore {
         let view = self.inner.view(&keys).await?;
         let held_as = match view.kind {
             None => return Ok(permits),
-            Some(ViewKind::Semaphore { permits: stored }) if stored == permits => {
+            Some(LockKind::Semaphore { permits: stored }) if stored == permits => {
                 let held = u32::try_from(view.holders.len()).unwrap_or(u32::MAX);
                 return Ok(permits.saturating_sub(held));
             }
-            Some(ViewKind::Semaphore { permits: stored }) => {
+            Some(LockKind::Semaphore { permits: stored }) => {
                 return Err(LockError::PermitsMismatch {
                     name: keys.display(),
                     permits: stored,
                     asked: permits,
                 })
             }
-            Some(ViewKind::Exclusive) => StoredKind::Plain,
-            Some(ViewKind::ReadWrite) => StoredKind::ReadWrite,
-            Some(ViewKind::Fair) => StoredKind::Fair,
+            Some(LockKind::Exclusive) => StoredKind::Plain,
+            Some(LockKind::ReadWrite) => StoredKind::ReadWrite,
+            Some(LockKind::Fair) => StoredKind::Fair,
         };
         Err(kind_conflict(&keys, held_as))
     }

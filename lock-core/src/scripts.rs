@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::kinds::{HoldMode, LockKind};
 use crate::library::{Library, Script, Source};
 
 use crate::who::HolderInfo;
@@ -300,7 +301,7 @@ pub(crate) struct LockView {
     pub(crate) fencing_token: Option<u64>,
     pub(crate) last_fencing_token: Option<u64>,
     /// What is at the name; `None` when nothing holds a plain lock there.
-    pub(crate) kind: Option<ViewKind>,
+    pub(crate) kind: Option<LockKind>,
     /// Every holder (one for a held plain lock).
     pub(crate) holders: Vec<HolderView>,
     /// Waiters that keep a place in Redis: writers of a read-write lock, a fair
@@ -311,26 +312,29 @@ pub(crate) struct LockView {
     pub(crate) listening: Option<u64>,
 }
 
-/// The kind of lock at a name, as `inspect.lua` tells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ViewKind {
-    Exclusive,
-    ReadWrite,
-    Semaphore { permits: u32 },
-    Fair,
-}
-
 /// One holder, as `inspect.lua` tells it (never its owner id).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HolderView {
-    /// 0 the plain lock's holder, 1 a reader, 2 the writer, 3 a permit, 4 a fair
-    /// lock's holder.
-    pub(crate) mode: u8,
+    /// How it holds the lock (the plain lock's holder and a fair lock's are
+    /// exclusive).
+    pub(crate) mode: HoldMode,
     pub(crate) hold_count: u64,
     pub(crate) lease_remaining: Option<Duration>,
     pub(crate) fencing_token: Option<u64>,
     /// What its client wrote of it, when it wrote anything.
     pub(crate) info: Option<HolderInfo>,
+}
+
+/// A holder's mode as `inspect.lua` numbers it: 0 the plain lock's holder, 1 a
+/// reader, 2 the writer, 3 a permit, 4 a fair lock's holder.
+fn hold_mode(code: i64) -> Option<HoldMode> {
+    Some(match code {
+        0 | 4 => HoldMode::Exclusive,
+        1 => HoldMode::Read,
+        2 => HoldMode::Write,
+        3 => HoldMode::Permit,
+        _ => return None,
+    })
 }
 
 impl InspectReply {
@@ -380,19 +384,19 @@ impl InspectReply {
                 if usize::try_from(n).ok()?.checked_mul(4)? == rest.len() =>
             {
                 let kind = match kind {
-                    0 => ViewKind::Exclusive,
-                    1 => ViewKind::ReadWrite,
-                    2 => ViewKind::Semaphore {
+                    0 => LockKind::Exclusive,
+                    1 => LockKind::ReadWrite,
+                    2 => LockKind::Semaphore {
                         permits: u32::try_from(permits).ok()?,
                     },
-                    3 => ViewKind::Fair,
+                    3 => LockKind::Fair,
                     _ => return None,
                 };
                 let holders = rest
                     .chunks_exact(4)
                     .map(|h| {
                         Some(HolderView {
-                            mode: u8::try_from(h[0]).ok().filter(|m| *m <= 4)?,
+                            mode: hold_mode(h[0])?,
                             hold_count: u64::try_from(h[1]).ok()?,
                             lease_remaining: positive(h[2]).map(Duration::from_millis),
                             fencing_token: positive(h[3]),
@@ -571,9 +575,9 @@ mod tests {
                 lease_remaining: Some(Duration::from_millis(500)),
                 fencing_token: None,
                 last_fencing_token: Some(7),
-                kind: Some(ViewKind::Exclusive),
+                kind: Some(LockKind::Exclusive),
                 holders: vec![HolderView {
-                    mode: 0,
+                    mode: HoldMode::Exclusive,
                     hold_count: 2,
                     lease_remaining: Some(Duration::from_millis(500)),
                     fencing_token: None,
@@ -594,7 +598,7 @@ mod tests {
         );
         assert_eq!(readers.listening, None, "PUBSUB refused");
         assert_eq!(readers.lease_remaining, Some(Duration::from_millis(900)));
-        assert_eq!(readers.kind, Some(ViewKind::ReadWrite));
+        assert_eq!(readers.kind, Some(LockKind::ReadWrite));
         assert_eq!(
             InspectReply::decode(&[3, 2, 4, 0, 0, 0, 1, 3, 1, 900]),
             None,

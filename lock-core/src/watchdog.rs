@@ -15,8 +15,8 @@ use crate::backend::link::Replaced;
 use crate::backend::Backend;
 use crate::error::LostReason;
 use crate::hold::{Hold, HoldState};
+use crate::hooks::Operator;
 use crate::lease::validity;
-use crate::metrics;
 use crate::renew::renew;
 use crate::scripts::Scripts;
 
@@ -71,11 +71,13 @@ impl Watchdog {
         scripts: Arc<Scripts>,
         lease: Duration,
         acks: Option<(u32, Duration)>,
+        ops: Arc<dyn Operator>,
         shutdown: CancellationToken,
     ) -> Self {
         let registry = Arc::new(Registry::default());
         let task = Task {
             acks,
+            ops,
             registry: registry.clone(),
             backend,
             scripts,
@@ -110,9 +112,9 @@ impl Watchdog {
     /// Starts watching a new hold (one guard).
     pub(crate) fn register(&self, hold: Arc<Hold>) {
         let wake = wake_time(&hold.state());
-        metrics::held(&hold.tag);
+        hold.tag.held();
         if let Some(earlier) = self.registry.holds().insert(hold.id, hold) {
-            metrics::released(&earlier.tag);
+            earlier.tag.released();
         }
         self.registry.wake_by(wake);
     }
@@ -134,7 +136,7 @@ impl Watchdog {
         };
         if let Some(wake) = wake {
             if holds.insert(hold.id, hold.clone()).is_none() {
-                metrics::held(&hold.tag);
+                hold.tag.held();
             }
             drop(holds);
             self.registry.wake_by(wake);
@@ -154,7 +156,7 @@ impl Watchdog {
         #[cfg(test)]
         tests::between_count_and_registry();
         if state.guards == 0 && holds.remove(&hold.id).is_some() {
-            metrics::released(&hold.tag);
+            hold.tag.released();
         }
         true
     }
@@ -175,7 +177,7 @@ impl Watchdog {
                     state.closed = true;
                     state.guards
                 };
-                metrics::released(&hold.tag);
+                hold.tag.released();
                 (hold, guards)
             })
             .collect();
@@ -209,6 +211,8 @@ fn wake_time(state: &HoldState) -> Instant {
 struct Task {
     /// Replica acknowledgements a renewal needs (`LockClientBuilder::replicas`).
     acks: Option<(u32, Duration)>,
+    /// The operator features: a renewal batch's round trip is counted.
+    ops: Arc<dyn Operator>,
     registry: Arc<Registry>,
     backend: Backend,
     scripts: Arc<Scripts>,
@@ -259,7 +263,7 @@ impl Task {
             let (due, expired, next) = self.survey(now);
             for hold in expired {
                 if self.registry.holds().remove(&hold.id).is_some() {
-                    metrics::released(&hold.tag);
+                    hold.tag.released();
                 }
                 let (reason, why) = {
                     let state = hold.state();
@@ -382,7 +386,7 @@ impl Task {
         .await;
         match result {
             Ok(Ok(replies)) => {
-                metrics::renewal_round_trip(&self.backend, sent.elapsed());
+                self.ops.renewal_round_trip(sent.elapsed());
                 Some(replies)
             }
             Ok(Err(err)) => {
@@ -411,14 +415,14 @@ impl Task {
         for (hold, reply) in batch.iter().zip(replies) {
             match reply {
                 Some(true) => {
-                    metrics::renewed(&hold.tag);
+                    hold.tag.renewed();
                     let mut state = hold.state();
                     state.deadline = sent + validity(state.lease);
                     state.next_renew = sent + self.period;
                 }
                 Some(false) => {
                     if self.registry.holds().remove(&hold.id).is_some() {
-                        metrics::released(&hold.tag);
+                        hold.tag.released();
                     }
                     let why = match gone {
                         LostReason::ServerReplaced => {
@@ -430,7 +434,7 @@ impl Task {
                 }
                 None => {
                     tracing::debug!("distlock: unexpected renewal reply; retrying");
-                    metrics::renewal_failed(&hold.tag);
+                    hold.tag.renewal_failed();
                     let mut state = hold.state();
                     state.next_renew = sent + self.retry_delay();
                 }
@@ -446,7 +450,7 @@ impl Task {
 
     fn retry_later(&self, batch: &[Arc<Hold>], sent: Instant) {
         for hold in batch {
-            metrics::renewal_failed(&hold.tag);
+            hold.tag.renewal_failed();
             hold.state().next_renew = Instant::now().max(sent + self.retry_delay());
         }
     }
@@ -468,7 +472,7 @@ mod tests {
             None,
             crate::origin::Origin::here(),
             None,
-            crate::metrics::Tag::unlabelled(),
+            crate::series::uncounted(),
             HoldState {
                 guards: 1,
                 deadline: now + Duration::from_secs(60),

@@ -6,9 +6,10 @@
 //! one `Serialize` struct, one entry per node (the server, the master behind
 //! Sentinel, each master of a cluster).
 
+use distlock::admin::fields_of_nodes;
 use distlock::redis::aio::ConnectionLike;
 use distlock::redis::{self, Cmd, Pipeline, RedisFuture, Value};
-use distlock::{fields_of_nodes, NodeHealth};
+use distlock::NodeHealth;
 use serde::Serialize;
 
 use crate::commands::{print, print_json, Context};

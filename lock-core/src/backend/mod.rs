@@ -381,7 +381,7 @@ async fn unsubscribe(link: &mut Link<ConnectionManager>, channel: &[u8]) -> Redi
 ///     Value::Array(vec![Value::Int(8192), Value::Int(16383), node(7002)]),
 /// ]);
 /// assert_eq!(
-///     distlock::masters_in_slots(&slots),
+///     distlock::admin::masters_in_slots(&slots),
 ///     [("127.0.0.1".to_owned(), 7001), ("127.0.0.1".to_owned(), 7002)]
 /// );
 /// ```

@@ -588,12 +588,45 @@ async fn check_permissions<C: ConnectionLike + Send>(
     checks: &Checks,
 ) {
     let key = format!("{}:{{distlock-ping}}", checks.namespace);
-    let unknown_sha = "0".repeat(40);
     let user = match ask(conn, redis::cmd("ACL").arg("WHOAMI")).await {
         Ok(user) => text(&user),
         Err(_) => None,
     };
     node.user = user.clone();
+    let (mut missing, mut optional_missing) = match &user {
+        Some(user) => dry_run(conn, node, checks, user, &key).await,
+        None => {
+            node.permissions_unchecked = Some("ACL WHOAMI refused".to_owned());
+            (Vec::new(), Vec::new())
+        }
+    };
+    if node.permissions_unchecked.is_some() {
+        missing.clear();
+        optional_missing.clear();
+        if evalsha_refused(conn, &key).await {
+            missing.push("evalsha".to_owned());
+        }
+    }
+    warn_of_missing(node, user.as_deref(), &missing, optional_missing);
+    node.missing_permissions = missing;
+}
+
+/// A script hash no server has: the probes name it, so nothing runs.
+fn unknown_sha() -> String {
+    "0".repeat(40)
+}
+
+/// Asks `ACL DRYRUN` for each command distlock needs of `user` (on `key`): the
+/// rules missing, and the optional ones missing with what goes without them. A
+/// refused `ACL DRYRUN` is noted in `node` (the permissions are then unchecked).
+async fn dry_run<C: ConnectionLike + Send>(
+    conn: &mut C,
+    node: &mut NodeHealth,
+    checks: &Checks,
+    user: &str,
+    key: &str,
+) -> (Vec<String>, Vec<(&'static str, &'static str)>) {
+    let unknown_sha = unknown_sha();
     let pubsub = if checks.sharded {
         SHARDED_PUBSUB
     } else {
@@ -610,56 +643,60 @@ async fn check_permissions<C: ConnectionLike + Send>(
         );
     let mut missing = Vec::new();
     let mut optional_missing = Vec::new();
-    if let Some(user) = &user {
-        for (rule, args, without) in needs {
-            let mut dryrun = redis::cmd("ACL");
-            dryrun.arg("DRYRUN").arg(user);
-            for arg in args {
-                match *arg {
-                    "KEY" | "CHANNEL" => dryrun.arg(&key),
-                    "SHA" => dryrun.arg(&unknown_sha),
-                    arg => dryrun.arg(arg),
-                };
-            }
-            match ask(conn, &dryrun).await {
-                Ok(Value::Okay) => {}
-                Ok(Value::SimpleString(ok)) if ok == "OK" => {}
-                Ok(_) => match without {
-                    None => missing.push(rule.to_owned()),
-                    Some(without) => optional_missing.push((rule, without)),
-                },
-                Err(err) => {
-                    node.permissions_unchecked = Some(format!("ACL DRYRUN refused: {err}"));
-                    break;
-                }
+    for (rule, args, without) in needs {
+        let mut dryrun = redis::cmd("ACL");
+        dryrun.arg("DRYRUN").arg(user);
+        for arg in args {
+            match *arg {
+                "KEY" | "CHANNEL" => dryrun.arg(key),
+                "SHA" => dryrun.arg(&unknown_sha),
+                arg => dryrun.arg(arg),
+            };
+        }
+        match ask(conn, &dryrun).await {
+            Ok(Value::Okay) => {}
+            Ok(Value::SimpleString(ok)) if ok == "OK" => {}
+            Ok(_) => match without {
+                None => missing.push(rule.to_owned()),
+                Some(without) => optional_missing.push((rule, without)),
+            },
+            Err(err) => {
+                node.permissions_unchecked = Some(format!("ACL DRYRUN refused: {err}"));
+                break;
             }
         }
-    } else {
-        node.permissions_unchecked = Some("ACL WHOAMI refused".to_owned());
     }
-    if node.permissions_unchecked.is_some() {
-        missing.clear();
-        optional_missing.clear();
-        // The one probe that changes nothing: a script that does not exist.
-        let probe = redis::cmd("EVALSHA")
-            .arg(&unknown_sha)
-            .arg(1)
-            .arg(&key)
-            .clone();
-        let refused = match conn.req_packed_command(&probe).await {
-            Ok(Value::ServerError(err)) => redis::RedisError::from(err).code() == Some("NOPERM"),
-            Err(err) => err.code() == Some("NOPERM"),
-            Ok(_) => false,
-        };
-        if refused {
-            missing.push("evalsha".to_owned());
-        }
+    (missing, optional_missing)
+}
+
+/// The one probe that changes nothing, where `ACL` cannot say: a script that does
+/// not exist, on `key`. Whether the server refused it for want of permission.
+async fn evalsha_refused<C: ConnectionLike + Send>(conn: &mut C, key: &str) -> bool {
+    let probe = redis::cmd("EVALSHA")
+        .arg(unknown_sha())
+        .arg(1)
+        .arg(key)
+        .clone();
+    match conn.req_packed_command(&probe).await {
+        Ok(Value::ServerError(err)) => redis::RedisError::from(err).code() == Some("NOPERM"),
+        Err(err) => err.code() == Some("NOPERM"),
+        Ok(_) => false,
     }
+}
+
+/// The warnings of the permissions `user` lacks: those distlock needs, then each
+/// optional one, unless a warning says already what goes without it.
+fn warn_of_missing(
+    node: &mut NodeHealth,
+    user: Option<&str>,
+    missing: &[String],
+    optional_missing: Vec<(&'static str, &'static str)>,
+) {
     if !missing.is_empty() {
         node.warnings.push(format!(
             "the Redis user `{}` may not run {}, which distlock needs; add `+{}` to its ACL \
              (see the README's ACL section)",
-            user.as_deref().unwrap_or("default"),
+            user.unwrap_or("default"),
             missing.join(", "),
             missing.join(" +"),
         ));
@@ -676,7 +713,6 @@ async fn check_permissions<C: ConnectionLike + Send>(
             "the Redis user may not run {rule}: {without}; add `+{rule}` to its ACL"
         ));
     }
-    node.missing_permissions = missing;
 }
 
 /// The warnings of what the node's settings mean for locks.
@@ -761,7 +797,7 @@ impl HealthReport {
 /// ```no_run
 /// # use distlock_core as distlock;
 /// # async fn demo(node: distlock::NodeHealth) {
-/// for (field, value) in distlock::fields_of_nodes(std::slice::from_ref(&node)) {
+/// for (field, value) in distlock::admin::fields_of_nodes(std::slice::from_ref(&node)) {
 ///     println!("{field}: {value}");
 /// }
 /// # }

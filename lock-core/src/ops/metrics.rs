@@ -1,7 +1,7 @@
 //! Metrics through the [`metrics`](https://docs.rs/metrics) facade (feature
-//! `metrics`): small functions called where an outcome is known. Without the
-//! feature they are empty and inline to nothing, and the crate does not depend on
-//! `metrics` at all.
+//! `metrics`): each hold's [`Series`] (see `hooks.rs`), counted where an outcome is
+//! known. Without the feature every hold shares the series that counts nothing,
+//! and the crate does not depend on `metrics` at all.
 //!
 //! Install any `metrics` recorder (such as `metrics-exporter-prometheus`) and these
 //! appear:
@@ -37,84 +37,39 @@
 //! addresses). `backend` is `single`, `sentinel`, `cluster` or `redlock`; `kind`
 //! is `exclusive`, `read`, `write`, `permit` or `fair`.
 
+use std::time::Duration;
+
 use crate::backend::Backend;
 use crate::keys::LockKeys;
 use crate::origin::Origin;
+use crate::series::Tag;
 
 #[cfg(feature = "metrics")]
-pub(crate) use on::*;
+pub(super) use on::*;
 
 #[cfg(not(feature = "metrics"))]
-pub(crate) use off::*;
+pub(super) use off::*;
 
 #[cfg(not(feature = "metrics"))]
 mod off {
-    use std::time::Duration;
-
     use super::*;
 
-    /// The labels of one lock's series: nothing without the feature.
-    #[derive(Debug, Clone)]
-    pub(crate) struct Tag;
-
-    impl Tag {
-        #[inline(always)]
-        pub(crate) fn new(_: &Backend, _: &LockKeys, _: &Origin) -> Self {
-            Self
-        }
-
-        /// A tag for a hold made by a unit test, without a client.
-        #[cfg(test)]
-        pub(crate) fn unlabelled() -> Self {
-            Self
-        }
+    /// The series of the lock of `keys`: the one that counts nothing.
+    pub(in crate::ops) fn series(_: &Backend, _: &LockKeys, _: &Origin) -> Tag {
+        crate::series::uncounted()
     }
 
     #[inline(always)]
-    pub(crate) fn acquired(_: &Tag, _: Duration) {}
+    pub(in crate::ops) fn renewal_round_trip(_: &Backend, _: Duration) {}
     #[inline(always)]
-    pub(crate) fn acquired_in_set(_: &Tag) {}
+    pub(in crate::ops) fn force_unlocked(_: &Backend, _: &[u8]) {}
     #[inline(always)]
-    pub(crate) fn reentered(_: &Tag) {}
-    #[inline(always)]
-    pub(crate) fn contended(_: &Tag) {}
-    #[inline(always)]
-    pub(crate) fn timed_out(_: &Tag) {}
-    #[inline(always)]
-    pub(crate) fn deadlock(_: &Tag) {}
-    #[inline(always)]
-    pub(crate) fn lost(_: &Tag, _: &'static str) {}
-    #[inline(always)]
-    pub(crate) fn held(_: &Tag) {}
-    #[inline(always)]
-    pub(crate) fn released(_: &Tag) {}
-    #[inline(always)]
-    pub(crate) fn renewed(_: &Tag) {}
-    #[inline(always)]
-    pub(crate) fn renewal_failed(_: &Tag) {}
-    #[inline(always)]
-    pub(crate) fn renewal_round_trip(_: &Backend, _: Duration) {}
-    #[inline(always)]
-    pub(crate) fn force_unlocked(_: &Backend, _: &[u8]) {}
-    #[inline(always)]
-    pub(crate) fn inversion(_: &str, _: &str) {}
-
-    /// Counts a waiter while it lives: nothing without the feature.
-    #[derive(Debug)]
-    pub(crate) struct Waiter;
-
-    impl Waiter {
-        #[inline(always)]
-        pub(crate) fn new(_: &Tag) -> Self {
-            Self
-        }
-    }
+    pub(in crate::ops) fn inversion(_: &str, _: &str) {}
 }
 
 #[cfg(feature = "metrics")]
 mod on {
     use std::sync::Arc;
-    use std::time::Duration;
 
     use metrics::{counter, gauge, histogram, Label};
     use tokio::time::Instant;
@@ -122,37 +77,30 @@ mod on {
     use super::*;
     use crate::backend::Conn;
     use crate::keys::Kind;
+    use crate::series::Series;
 
     /// The labels of one lock's series, worked out once per hold (or wait), and
     /// when the hold began.
     #[derive(Debug, Clone)]
-    pub(crate) struct Tag {
+    struct LockSeries {
         labels: Arc<[Label]>,
         since: Instant,
     }
 
-    impl Tag {
-        pub(crate) fn new(backend_: &Backend, keys: &LockKeys, origin: &Origin) -> Self {
-            let labels = [
-                Label::new("lock", origin.class(&keys.name).to_string()),
-                Label::new("backend", backend(backend_)),
-                Label::new("kind", kind(keys.kind)),
-            ];
-            Self {
-                labels: Arc::new(labels),
-                since: Instant::now(),
-            }
-        }
+    /// The series of the lock of `keys`, asked for at `origin`, on `backend_`.
+    pub(in crate::ops) fn series(backend_: &Backend, keys: &LockKeys, origin: &Origin) -> Tag {
+        let labels = [
+            Label::new("lock", origin.class(&keys.name).to_string()),
+            Label::new("backend", backend(backend_)),
+            Label::new("kind", kind(keys.kind)),
+        ];
+        Arc::new(LockSeries {
+            labels: Arc::new(labels),
+            since: Instant::now(),
+        })
+    }
 
-        /// A tag for a hold made by a unit test, without a client.
-        #[cfg(test)]
-        pub(crate) fn unlabelled() -> Self {
-            Self {
-                labels: Arc::new([]),
-                since: Instant::now(),
-            }
-        }
-
+    impl LockSeries {
         fn labels(&self) -> Vec<Label> {
             self.labels.to_vec()
         }
@@ -179,68 +127,68 @@ mod on {
         }
     }
 
-    /// A new hold began, `waited` after the request.
-    pub(crate) fn acquired(tag: &Tag, waited: Duration) {
-        let labels = tag.labels();
-        counter!("distlock_acquired_total", labels.clone()).increment(1);
-        histogram!("distlock_wait_seconds", labels).record(waited.as_secs_f64());
+    impl Series for LockSeries {
+        fn acquired(&self, waited: Option<Duration>) {
+            let labels = self.labels();
+            counter!("distlock_acquired_total", labels.clone()).increment(1);
+            // A name of a set: its wait is the set's, not recorded.
+            if let Some(waited) = waited {
+                histogram!("distlock_wait_seconds", labels).record(waited.as_secs_f64());
+            }
+        }
+
+        fn reentered(&self) {
+            counter!("distlock_reentered_total", self.labels()).increment(1);
+        }
+
+        fn contended(&self) {
+            counter!("distlock_contended_total", self.labels()).increment(1);
+        }
+
+        fn timed_out(&self) {
+            counter!("distlock_timed_out_total", self.labels()).increment(1);
+        }
+
+        fn deadlock(&self) {
+            counter!("distlock_deadlocks_total", self.labels()).increment(1);
+        }
+
+        fn lost(&self, reason: &'static str) {
+            let mut labels = self.labels();
+            labels.push(Label::new("reason", reason));
+            counter!("distlock_lost_total", labels).increment(1);
+        }
+
+        fn held(&self) {
+            gauge!("distlock_held", self.labels()).increment(1.0);
+        }
+
+        /// The hold lasted from its acquisition until now.
+        fn released(&self) {
+            let labels = self.labels();
+            gauge!("distlock_held", labels.clone()).decrement(1.0);
+            histogram!("distlock_hold_seconds", labels).record(self.since.elapsed().as_secs_f64());
+        }
+
+        fn renewed(&self) {
+            counter!("distlock_renewals_total", self.labels()).increment(1);
+        }
+
+        fn renewal_failed(&self) {
+            counter!("distlock_renewal_failures_total", self.labels()).increment(1);
+        }
+
+        fn waiter(&self) -> Box<dyn Send> {
+            Box::new(Waiter::new(self))
+        }
     }
 
-    /// A new hold of a set (`lock_all`) began: its wait is the set's, not recorded.
-    pub(crate) fn acquired_in_set(tag: &Tag) {
-        counter!("distlock_acquired_total", tag.labels()).increment(1);
-    }
-
-    pub(crate) fn reentered(tag: &Tag) {
-        counter!("distlock_reentered_total", tag.labels()).increment(1);
-    }
-
-    /// An acquisition had to wait (called once per acquisition).
-    pub(crate) fn contended(tag: &Tag) {
-        counter!("distlock_contended_total", tag.labels()).increment(1);
-    }
-
-    pub(crate) fn timed_out(tag: &Tag) {
-        counter!("distlock_timed_out_total", tag.labels()).increment(1);
-    }
-
-    pub(crate) fn deadlock(tag: &Tag) {
-        counter!("distlock_deadlocks_total", tag.labels()).increment(1);
-    }
-
-    pub(crate) fn lost(tag: &Tag, reason: &'static str) {
-        let mut labels = tag.labels();
-        labels.push(Label::new("reason", reason));
-        counter!("distlock_lost_total", labels).increment(1);
-    }
-
-    /// The watchdog started watching the hold: one more lock held.
-    pub(crate) fn held(tag: &Tag) {
-        gauge!("distlock_held", tag.labels()).increment(1.0);
-    }
-
-    /// The watchdog stopped watching the hold (released or lost): it lasted from
-    /// its acquisition until now.
-    pub(crate) fn released(tag: &Tag) {
-        let labels = tag.labels();
-        gauge!("distlock_held", labels.clone()).decrement(1.0);
-        histogram!("distlock_hold_seconds", labels).record(tag.since.elapsed().as_secs_f64());
-    }
-
-    pub(crate) fn renewed(tag: &Tag) {
-        counter!("distlock_renewals_total", tag.labels()).increment(1);
-    }
-
-    pub(crate) fn renewal_failed(tag: &Tag) {
-        counter!("distlock_renewal_failures_total", tag.labels()).increment(1);
-    }
-
-    pub(crate) fn renewal_round_trip(backend_: &Backend, took: Duration) {
+    pub(in crate::ops) fn renewal_round_trip(backend_: &Backend, took: Duration) {
         histogram!("distlock_renewal_round_trip_seconds", "backend" => backend(backend_))
             .record(took.as_secs_f64());
     }
 
-    pub(crate) fn force_unlocked(backend_: &Backend, name: &[u8]) {
+    pub(in crate::ops) fn force_unlocked(backend_: &Backend, name: &[u8]) {
         let class = crate::origin::fold(name);
         counter!(
             "distlock_force_unlocks_total",
@@ -250,7 +198,7 @@ mod on {
         .increment(1);
     }
 
-    pub(crate) fn inversion(holding: &str, taking: &str) {
+    pub(in crate::ops) fn inversion(holding: &str, taking: &str) {
         counter!(
             "distlock_lock_order_inversions_total",
             "lock" => taking.to_owned(),
@@ -261,15 +209,15 @@ mod on {
 
     /// Counts a waiter in `distlock_waiters` while it lives.
     #[derive(Debug)]
-    pub(crate) struct Waiter {
+    struct Waiter {
         labels: Arc<[Label]>,
     }
 
     impl Waiter {
-        pub(crate) fn new(tag: &Tag) -> Self {
-            gauge!("distlock_waiters", tag.labels()).increment(1.0);
+        fn new(series: &LockSeries) -> Self {
+            gauge!("distlock_waiters", series.labels()).increment(1.0);
             Self {
-                labels: tag.labels.clone(),
+                labels: series.labels.clone(),
             }
         }
     }

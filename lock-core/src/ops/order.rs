@@ -153,7 +153,7 @@ impl LockOrder {
             here,
             before,
         };
-        crate::metrics::inversion(held, taking);
+        super::metrics::inversion(held, taking);
         if !self.is_strict() && seen.warned.insert((held.clone(), taking.clone())) {
             tracing::warn!(
                 lock.holding = %held,

@@ -1,0 +1,152 @@
+//! What the call chain holds of the lock a request asks for, and re-entry: one
+//! more hold on the chain's hold, one round trip, no waiting.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::grant;
+use super::options::{kind_conflict, permits_mismatch, LeasePolicy};
+use crate::attempt::{Attempt, Outcome};
+use crate::context::LockContext;
+use crate::error::{LockError, LostReason};
+use crate::guard::LockGuard;
+use crate::hold::{HeldLock, Hold};
+use crate::inner::Inner;
+use crate::keys::{Kind, LockKeys};
+
+/// What the call chain holds of the lock a request asks for.
+pub(super) enum Chain {
+    /// A hold of the same kind: the request re-enters it.
+    Holds(HeldLock),
+    /// A read hold, and the request asks for the write lock: an upgrade, refused.
+    HoldsRead,
+    /// The write hold (its owner id), and the request asks for a read hold: a
+    /// downgrade, a new hold that enters beside the chain's writer.
+    HoldsWrite(Arc<str>),
+    /// Nothing of it (through this client).
+    Free,
+}
+
+impl Chain {
+    pub(super) fn find(context: &LockContext, inner: &Inner, keys: &LockKeys) -> Self {
+        let holds = context
+            .locks()
+            .filter(|held| held.hold.client_id == inner.id && held.hold.keys.lock == keys.lock);
+        let wanted = keys.kind;
+        let mut reads = false;
+        // Innermost first: a downgraded chain holds a read hold inside its write hold.
+        for held in holds {
+            let kind = held.hold.keys.kind;
+            match (kind, wanted) {
+                (Kind::Read, Kind::Read) | (Kind::Write, Kind::Write) => {
+                    return Self::Holds(held.clone())
+                }
+                (Kind::Write, Kind::Read) => return Self::HoldsWrite(held.hold.owner.shared_id()),
+                (Kind::Read, Kind::Write) => reads = true,
+                // A plain lock, or a permit (whose count the script checks).
+                _ if kind.same_lock(wanted) => return Self::Holds(held.clone()),
+                _ => {}
+            }
+        }
+        if reads {
+            Self::HoldsRead
+        } else {
+            Self::Free
+        }
+    }
+}
+
+/// A re-entry: one more hold on the chain's hold, one round trip, no waiting. It
+/// shows the outermost acquisition's fencing token; asking for fencing on a
+/// re-entry of a lock taken without it is refused before anything is sent.
+pub(super) async fn reenter(
+    inner: &Arc<Inner>,
+    held: HeldLock,
+    context: &LockContext,
+    policy: LeasePolicy,
+    fencing_asked: bool,
+) -> Result<LockGuard, LockError> {
+    let hold = held.hold;
+    if fencing_asked && hold.fence.is_none() {
+        return Err(LockError::invalid_option(
+            "fencing",
+            format!(
+                "fencing was asked for on a re-entry of lock `{}`, whose outermost \
+                 acquisition took no fencing token; ask for fencing on the outermost \
+                 acquisition (`.fencing(true)`, or `fencing` on the outer annotated function)",
+                hold.display()
+            ),
+        ));
+    }
+    if hold.is_lost() {
+        return Err(hold.lost_error());
+    }
+    let sent = Instant::now();
+    let lease = if policy.watchdog {
+        hold.state().extension(sent)
+    } else {
+        policy.lease
+    };
+    check_reentry_lease(&hold, policy, sent)?;
+    let attempt = Attempt {
+        inner: inner.clone(),
+        keys: hold.keys.clone(),
+        owner: hold.owner.clone(),
+        lease_ms: lease.as_millis() as u64,
+        fencing: false,
+        reentry: true,
+        writer: None,
+        stays: false,
+        who: None,
+    };
+    match attempt.run().await? {
+        Outcome::Acquired { count, .. } => {
+            let held = grant::reentered(inner, &hold, lease, sent, count);
+            Ok(LockGuard::new(inner, held, context))
+        }
+        Outcome::NotHeld | Outcome::Busy { .. } | Outcome::NoQuorum { .. } => {
+            hold.mark_lost(
+                LostReason::NotHeld,
+                "a re-entry found the lock no longer held by its owner",
+            );
+            Err(hold.lost_error())
+        }
+        Outcome::Conflict => Err(LockError::KeyConflict {
+            name: hold.display().to_owned(),
+        }),
+        Outcome::OtherMode => Err(LockError::UpgradeNotAllowed {
+            name: hold.display().to_owned(),
+        }),
+        Outcome::Permits { permits } => Err(permits_mismatch(&hold.keys, permits)),
+        Outcome::OtherKind { held_as } => Err(kind_conflict(&hold.keys, held_as)),
+    }
+}
+
+/// A fixed lease on a re-entry of a hold bounded by `max_hold` may not keep the
+/// lock past the bound: it must end within one of the hold's leases after it, as a
+/// hold that is no longer renewed does.
+fn check_reentry_lease(hold: &Hold, policy: LeasePolicy, sent: Instant) -> Result<(), LockError> {
+    let (until, hold_lease) = {
+        let state = hold.state();
+        (state.renew_until, state.lease)
+    };
+    let Some(until) = until.filter(|_| !policy.watchdog) else {
+        return Ok(());
+    };
+    let latest = until + hold_lease;
+    if sent + policy.lease > latest {
+        return Err(LockError::invalid_option(
+            "max_hold",
+            format!(
+                "a fixed lease of {:?} on this re-entry of lock `{}` would keep it past the \
+                 outermost acquisition's max_hold; give the re-entry a lease of at most {:?}, \
+                 or none (the watchdog's, which stops at max_hold)",
+                policy.lease,
+                hold.display(),
+                latest.saturating_duration_since(sent)
+            ),
+        ));
+    }
+    Ok(())
+}

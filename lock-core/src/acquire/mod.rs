@@ -1,0 +1,34 @@
+//! Taking a lock: a new acquisition waits (attempt, then sleep until a release
+//! message or the holder's lease, then attempt again) within its wait; a re-entry
+//! adds one hold to the chain's hold, without waiting. One name or a set
+//! ([`LockClient::lock_all`](crate::LockClient::lock_all)) goes through the same
+//! wait loop.
+//!
+//! | file | owns |
+//! | --- | --- |
+//! | `options.rs` | [`Options`], [`LeasePolicy`], their settling and checks; refusals of a kind |
+//! | `answer.rs` | what one attempt came to, for a name or a set |
+//! | `grant.rs` | the one place where a grant becomes a hold (and a guard) |
+//! | `chain.rs` | what the call chain holds of a name; re-entry |
+//! | `set_run.rs` | one run of `acquire_all.lua` for a set |
+//! | `waiter.rs` | one acquisition's wait: what it asks for, its place, its errors |
+//! | `wait.rs` | the one wait loop, and the wait for a turn between attempts |
+//! | `one.rs` | one name: re-entry or the wait, in its span |
+//! | `set.rs` | [`MAX_LOCK_ALL`], canonical order, a set at once or name by name |
+
+mod answer;
+mod chain;
+mod grant;
+mod one;
+mod options;
+mod set;
+mod set_run;
+mod wait;
+mod waiter;
+
+pub(crate) use one::acquire;
+pub(crate) use options::{
+    check_deadlock_after, check_max_hold, kind_conflict, unsupported, Options,
+};
+pub use set::MAX_LOCK_ALL;
+pub(crate) use set::{acquire_all, canonical};

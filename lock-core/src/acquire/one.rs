@@ -1,0 +1,159 @@
+//! Taking one name for the current call chain: a re-entry when the chain holds it
+//! (`chain.rs`), else a new acquisition through the one wait loop (`wait.rs`),
+//! inside the span `distlock.acquire`.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::answer::Granted;
+use super::chain::{reenter, Chain};
+use super::grant::Grant;
+use super::options::{check_kind, settle_options, Options};
+use super::wait::wait_for;
+use super::waiter::{Wait, Won};
+use crate::context::LockContext;
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::hooks::{HookFuture, NewAcquisition};
+use crate::inner::Inner;
+use crate::keys::LockKeys;
+use crate::origin::Origin;
+use crate::scripts::unexpected_reply;
+
+/// Takes the lock of `keys` for the current call chain: re-enters it when the chain
+/// holds it through this client, else acquires it, waiting as `options` say.
+pub(crate) async fn acquire(
+    inner: Arc<Inner>,
+    keys: Result<Arc<LockKeys>, LockError>,
+    options: Options,
+    origin: Origin,
+) -> Result<LockGuard, LockError> {
+    let keys = keys?;
+    inner.check_open(|| keys.display())?;
+    let start = Instant::now();
+    let (mut policy, deadline) = settle_options(&inner, options, start)?;
+    check_kind(&inner, &keys, options, &mut policy)?;
+    let context = LockContext::current();
+    let span = tracing::info_span!(
+        "distlock.acquire",
+        lock.name = %keys.display(),
+        lock.outcome = tracing::field::Empty,
+        lock.waited_ms = tracing::field::Empty,
+        lock.hold_count = tracing::field::Empty,
+    );
+    async move {
+        let chain = Chain::find(&context, &inner, &keys);
+        let reentry = matches!(chain, Chain::Holds(_));
+        let result = match chain {
+            Chain::Holds(held) => {
+                let fencing_asked = options.fencing == Some(true);
+                reenter(&inner, held, &context, policy, fencing_asked).await
+            }
+            Chain::HoldsRead => Err(LockError::UpgradeNotAllowed {
+                name: keys.display(),
+            }),
+            Chain::HoldsWrite(writer) => {
+                let times = (start, deadline);
+                let wait = Wait::one(&inner, keys.clone(), policy, times, Some(writer), origin);
+                acquire_new(wait, &context).await
+            }
+            Chain::Free => match before_new(&inner, &context, &keys, &origin).await {
+                Ok(()) => {
+                    let times = (start, deadline);
+                    let mut wait = Wait::one(&inner, keys.clone(), policy, times, None, origin);
+                    let after = options.deadlock_after;
+                    wait.deadlock = inner.ops.watch(inner.id, &context, after, start);
+                    acquire_new(wait, &context).await
+                }
+                Err(err) => Err(err),
+            },
+        };
+        let result = match result {
+            Err(err) => Err(ended(&inner, err, std::slice::from_ref(&keys)).await),
+            ok => ok,
+        };
+        let span = tracing::Span::current();
+        span.record("lock.waited_ms", start.elapsed().as_millis() as u64);
+        span.record("lock.outcome", outcome(&result, reentry));
+        if let Ok(guard) = &result {
+            span.record("lock.hold_count", guard.hold_count());
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+/// What an acquisition came to, as its span records it: `acquired`, `re-entered`,
+/// `timed out`, `lost` (a re-entry of a lock lost meanwhile), `deadlock`, or
+/// `error`.
+fn outcome(result: &Result<LockGuard, LockError>, reentry: bool) -> &'static str {
+    match result {
+        Ok(_) if reentry => "re-entered",
+        Ok(_) => "acquired",
+        Err(err) if err.is_timeout() => "timed out",
+        Err(err) if err.is_lost() => "lost",
+        Err(LockError::Deadlock { .. }) => "deadlock",
+        Err(_) => "error",
+    }
+}
+
+/// A new acquisition of one name: the one wait loop, then the guard of the new
+/// hold.
+async fn acquire_new(mut wait: Wait<'_>, context: &LockContext) -> Result<LockGuard, LockError> {
+    let Won {
+        owner,
+        sent,
+        granted,
+    } = wait_for(&mut wait).await?;
+    let Granted::One(count, fence) = granted else {
+        return Err(unexpected_reply("acquire.lua", &[] as &[i64]).into());
+    };
+    let grant = Grant {
+        inner: wait.inner,
+        owner: &owner,
+        origin: &wait.origin,
+        policy: wait.policy,
+        sent,
+    };
+    let held = grant.new_hold(&wait.keys, (count, fence), Some(wait.start.elapsed()));
+    Ok(LockGuard::new(wait.inner, held, context))
+}
+
+/// The operator features' look at a new acquisition of `keys` by the chain of
+/// `context`, before it asks Redis (`hooks.rs`): a chain that holds nothing is
+/// not shown.
+///
+/// # Cancel safety
+///
+/// As [`Operator::before_new`](crate::hooks::Operator::before_new).
+pub(super) async fn before_new(
+    inner: &Inner,
+    context: &LockContext,
+    keys: &LockKeys,
+    origin: &Origin,
+) -> Result<(), LockError> {
+    if context.is_empty() {
+        return Ok(());
+    }
+    let new = NewAcquisition {
+        client: inner.id,
+        context,
+        keys,
+        origin,
+    };
+    inner.ops.before_new(new).await
+}
+
+/// The error a new acquisition of (one of) `keys` ended in, with what the
+/// operator features add to it (`hooks.rs`: who holds a timed-out lock).
+///
+/// # Cancel safety
+///
+/// Read-only: dropping the future changes nothing.
+pub(super) async fn ended(inner: &Inner, err: LockError, keys: &[Arc<LockKeys>]) -> LockError {
+    let read = |keys| -> HookFuture<'_, _> { Box::pin(inner.view(keys)) };
+    inner.ops.ended(err, keys, &read).await
+}

@@ -1,0 +1,64 @@
+//! The kinds a lock and a hold are, as distlock reads them back from Redis:
+//! [`LockKind`] (what is at a name) and [`HoldMode`] (how one holder holds it).
+//! What a request asks for is `keys::Kind`.
+
+/// The kind of lock at a name, as [`LockClient::inspect`](crate::LockClient::inspect) finds it.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// use distlock::LockKind;
+///
+/// match locks.inspect("exports").await?.kind {
+///     Some(LockKind::Semaphore { permits }) => println!("a semaphore of {permits} permits"),
+///     Some(kind) => println!("a {kind:?}"),
+///     None => println!("nothing holds `exports`"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// A plain lock ([`LockClient::lock`](crate::LockClient::lock)), held.
+    Exclusive,
+    /// A read-write lock ([`LockClient::read_lock`](crate::LockClient::read_lock), [`LockClient::write_lock`](crate::LockClient::write_lock)).
+    ReadWrite,
+    /// A semaphore ([`LockClient::semaphore`](crate::LockClient::semaphore)) of `permits` permits.
+    Semaphore {
+        /// Its permit count.
+        permits: u32,
+    },
+    /// A fair lock ([`LockClient::fair_lock`](crate::LockClient::fair_lock)).
+    Fair,
+}
+
+/// How a [`Holder`](crate::Holder) holds its lock.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use distlock_core as distlock;
+/// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+/// use distlock::HoldMode;
+///
+/// let info = locks.inspect("catalogue").await?;
+/// let writing = info.holders.iter().any(|h| h.mode == HoldMode::Write);
+/// # let _ = writing;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum HoldMode {
+    /// The holder of a plain lock or a fair lock.
+    Exclusive,
+    /// The writer of a read-write lock.
+    Write,
+    /// A reader of a read-write lock.
+    Read,
+    /// A permit of a semaphore.
+    Permit,
+}

@@ -1,0 +1,143 @@
+//! A waiter's deadlock detection (see `deadlock.rs`): when to look, what its chain
+//! publishes while it waits, and the walk that may end the wait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::deadlock::{Beating, Waiting};
+use super::metrics;
+use crate::backend::Backend;
+use crate::context::LockContext;
+use crate::error::LockError;
+use crate::hooks::{HookFuture, Watch};
+use crate::keys::LockKeys;
+use crate::origin::Origin;
+
+/// A waiter's deadlock detection: when its chain holds locks, on one endpoint,
+/// with a threshold. What it publishes is worked out at its first look, so that
+/// an acquisition that never waits that long pays nothing for it.
+pub(super) struct DeadlockWatch {
+    backend: Backend,
+    namespace: Arc<str>,
+    /// The client whose holds of the chain the records name.
+    client: u64,
+    /// The chain whose locks the records name.
+    context: LockContext,
+    /// Made at the first look; `None` before.
+    waiting: Option<Waiting>,
+    period: Duration,
+    /// When to look next.
+    next: Instant,
+    /// The chain's records, beating from the first look until the wait ends
+    /// (dropping it deletes them).
+    beating: Option<Beating>,
+}
+
+impl DeadlockWatch {
+    /// The watch of a wait begun at `start`, looking every `period`: `None` on
+    /// Redlock, or for a chain that holds nothing.
+    pub(super) fn new(
+        backend: &Backend,
+        namespace: &Arc<str>,
+        (client, context): (u64, &LockContext),
+        period: Duration,
+        start: Instant,
+    ) -> Option<Self> {
+        if backend.is_redlock() || context.is_empty() {
+            return None;
+        }
+        Some(Self {
+            backend: backend.clone(),
+            namespace: namespace.clone(),
+            client,
+            context: context.clone(),
+            waiting: None,
+            period,
+            next: start + period,
+            beating: None,
+        })
+    }
+
+    /// What this waiter publishes and walks from: `None` when its chain holds no
+    /// lock of this client (then nothing is ever looked for).
+    fn waiting(
+        &mut self,
+        keys: &LockKeys,
+        new_id: &(dyn Fn() -> Arc<str> + Send + Sync),
+    ) -> Option<&Waiting> {
+        if self.waiting.is_none() {
+            let mut owners: Vec<Arc<str>> = self
+                .context
+                .locks()
+                .filter(|held| held.hold.client_id == self.client)
+                .map(|held| held.hold.owner.shared_id())
+                .collect();
+            owners.sort_unstable();
+            owners.dedup();
+            if owners.is_empty() {
+                return None;
+            }
+            self.waiting = Some(Waiting {
+                wait_id: new_id(),
+                owners,
+                lock: keys.lock.clone(),
+                namespace: self.namespace.clone(),
+            });
+        }
+        self.waiting.as_ref()
+    }
+
+    /// Publishes what this waiter's chain waits for at the lock of `keys` and
+    /// walks the wait-for graph: `Err(Deadlock)` when it is the victim of a cycle;
+    /// `Ok(false)` when its chain holds no lock of this client. A failure to read
+    /// is logged, and the walk tried again at the next check.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: records written stay until the wait's end deletes them (or
+    /// they expire).
+    async fn look_now(
+        &mut self,
+        keys: &LockKeys,
+        origin: &Origin,
+        new_id: &(dyn Fn() -> Arc<str> + Send + Sync),
+    ) -> Result<bool, LockError> {
+        self.next = Instant::now() + self.period;
+        let Some(waiting) = self.waiting(keys, new_id).cloned() else {
+            return Ok(false);
+        };
+        let mut conn = self.backend.first();
+        if self.beating.is_none() {
+            self.beating = Some(waiting.clone().beat(conn.clone()));
+        }
+        match waiting.walk(&mut conn).await {
+            Ok(Some(cycle)) => {
+                tracing::warn!(lock.name = %keys.display(), cycle = ?cycle, "distlock: deadlock; this request gives up to break it");
+                metrics::series(&self.backend, keys, origin).deadlock();
+                Err(LockError::Deadlock { cycle })
+            }
+            Ok(None) => Ok(true),
+            Err(err) => {
+                tracing::debug!(error = %err, "distlock: could not look for a deadlock; looking again later");
+                Ok(true)
+            }
+        }
+    }
+}
+
+impl Watch for DeadlockWatch {
+    fn next(&self) -> Instant {
+        self.next
+    }
+
+    fn look<'a>(
+        &'a mut self,
+        keys: &'a LockKeys,
+        origin: &'a Origin,
+        new_id: &'a (dyn Fn() -> Arc<str> + Send + Sync),
+    ) -> HookFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.look_now(keys, origin, new_id))
+    }
+}
