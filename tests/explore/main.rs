@@ -358,6 +358,11 @@ fn explore(server: &RedisServer, world: &World, part: Part, max_secs: Option<f64
             report.diverged += usize::from(run.diverged);
             if let Some(violation) = &run.violation {
                 let replay = format!("{}/{}", world.name, run.labels().join("."));
+                // Said at once too: a long run stopped before its end still tells.
+                eprintln!(
+                    "explore{}: VIOLATION {violation}; replay: {replay}",
+                    part.suffix()
+                );
                 report.violations.push((replay, violation.clone()));
             }
         }
