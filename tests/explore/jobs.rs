@@ -9,7 +9,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use crate::world::Bound;
-use crate::{chosen_worlds, Report};
+use crate::{chosen_worlds, value_of, Report};
 
 /// Runs this program `jobs` times with the same arguments and `--part K/N`, and
 /// prints one report per world from theirs.
@@ -85,12 +85,7 @@ pub(crate) fn run(args: &[String], jobs: &str) -> ExitCode {
             parts_failed += 1;
         }
     }
-    let value = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let value = |name: &str| value_of(args, name);
     let mut worlds = chosen_worlds(
         Bound::of(args),
         value("--world").as_deref(),

@@ -169,15 +169,18 @@ fn chosen_worlds(bound: Bound, only: Option<&str>, budget: Option<usize>) -> Vec
         .collect()
 }
 
+/// The argument after `name` in `args`, if `name` is there.
+fn value_of(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str| args.iter().any(|a| a == name);
-    let value = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let value = |name: &str| value_of(&args, name);
     if let Some(jobs) = value("--jobs") {
         return jobs::run(&args, &jobs);
     }
