@@ -55,8 +55,9 @@
 --                           asked for the write hold (an upgrade, refused)
 --   {-4, permits}           a semaphore with holders counts `permits` permits, not
 --                           the number asked; untouched
---   {-5, kind}              the name is held (or waited for) as another kind of
---                           lock: kind 0 plain, 1 read-write, 2 semaphore, 3 fair
+--   {-5, kind, permits}     the name is held (or waited for) as another kind of
+--                           lock: kind 0 plain, 1 read-write, 2 semaphore (of
+--                           `permits` permits; 0 for the other kinds), 3 fair
 --   {-6, error}             a command it called was refused (see lock.lua,
 --                           `answer`); the others of the run are not affected
 --
@@ -115,7 +116,7 @@ local function acquire_plain(lock, fence_key, freed, r)
       return {-2}
     end
     if occupied(other) then
-      return {-5, KINDS[other.kind]}
+      return {-5, KINDS[other.kind], other.permits or 0}
     end
     state = { exists = false, stale = true, token = 0 }
   end
@@ -263,7 +264,7 @@ local function acquire_shared(lock, fence_key, freed, r)
   end
   if state.kind and state.kind ~= r.kind then
     if occupied(state) then
-      return {-5, KINDS[state.kind]}
+      return {-5, KINDS[state.kind], state.permits or 0}
     end
     -- Left by another kind, its holders and waiters gone: start afresh.
     redis.call('DEL', lock)

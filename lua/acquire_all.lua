@@ -39,7 +39,8 @@
 --                  nothing was written
 --   {-2, i}        a key of name i holds what distlock did not write (see
 --                  lock.lua); nothing was written
---   {-5, i, kind}  name i is held as another kind of lock (see acquire.lua);
+--   {-5, i, kind, permits}
+--                  name i is held as another kind of lock (see acquire.lua);
 --                  nothing was written
 --
 -- Every check, for every name, comes before the first write: a Lua error does not
@@ -71,7 +72,7 @@ local function main()
         return {-2, i}
       end
       if occupied(other) then
-        return {-5, i, KINDS[other.kind]}
+        return {-5, i, KINDS[other.kind], other.permits or 0}
       end
       state = { exists = false, stale = true, token = 0 }
     end

@@ -335,3 +335,46 @@ async fn a_foreign_value_at_one_name_is_a_conflict_and_writes_nothing() {
         server.cmd(&["DEL", &key]).expect("DEL");
     }
 }
+
+/// One name of the set is held as another kind of lock (a semaphore, a read lock):
+/// the set is a `KindConflict` that names that lock and what it is held as, and
+/// nothing is written at the other names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_held_as_another_kind_is_a_kind_conflict_and_writes_nothing() {
+    let server = support::server();
+    let [locks, other] = support::clients(&server).await;
+    let permit = other
+        .semaphore("kinds:b", 4)
+        .acquire()
+        .await
+        .expect("permit");
+    let err = locks
+        .lock_all(["kinds:a", "kinds:b", "kinds:c"])
+        .await
+        .expect_err("a kind conflict");
+    match &err {
+        LockError::KindConflict { name, held_as, .. } => {
+            assert_eq!(name, "kinds:b");
+            assert_eq!(*held_as, "a semaphore");
+        }
+        other => panic!("expected a kind conflict at kinds:b, got {other:?}"),
+    }
+    assert!(!held(&server, "kinds:a"), "kinds:a written");
+    assert!(!held(&server, "kinds:c"), "kinds:c written");
+    permit.unlock().await.expect("permit back");
+
+    let read = other.read_lock("kinds:c").await.expect("read");
+    let err = locks
+        .lock_all(["kinds:a", "kinds:c"])
+        .await
+        .expect_err("a kind conflict");
+    match &err {
+        LockError::KindConflict { name, held_as, .. } => {
+            assert_eq!(name, "kinds:c");
+            assert_eq!(*held_as, "a read-write lock");
+        }
+        other => panic!("expected a kind conflict at kinds:c, got {other:?}"),
+    }
+    assert!(!held(&server, "kinds:a"), "kinds:a written");
+    read.unlock().await.expect("read back");
+}

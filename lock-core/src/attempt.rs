@@ -13,9 +13,10 @@ use crate::error::{outcome_unknown, LockError};
 use crate::faults::{self, Fault};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
+use crate::kinds::LockKind;
 use crate::owner::{Op, Owner};
 use crate::release;
-use crate::scripts::{unexpected_reply, AcquireReply, StoredKind};
+use crate::scripts::{unexpected_reply, AcquireReply};
 
 /// What one attempt came to, on the whole backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +34,7 @@ pub(crate) enum Outcome {
     /// The semaphore has holders and counts `permits` permits, not the number asked.
     Permits { permits: u32 },
     /// The name is held as another kind of lock.
-    OtherKind { held_as: StoredKind },
+    OtherKind { held_as: LockKind },
     /// Redlock: too few nodes granted it (their grants were given back): `granted`
     /// granted it, `held` answered that another owner holds it. Ask again after
     /// `retry_ms` at most (negative: unknown).

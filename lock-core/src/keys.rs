@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::error::LockError;
 use crate::faults::{self, Fault};
+use crate::kinds::LockKind;
 use crate::layout::{CHANNEL_SUFFIX, FENCE_SUFFIX, FREED_SUFFIX};
 
 /// The longest lock name accepted, in bytes.
@@ -92,16 +93,21 @@ impl Kind {
         matches!(self, Self::Write | Self::Fair)
     }
 
+    /// The kind of lock this request takes a hold of, as `inspect` reports it.
+    pub(crate) fn lock_kind(self) -> LockKind {
+        match self {
+            Self::Exclusive => LockKind::Exclusive,
+            Self::Read | Self::Write => LockKind::ReadWrite,
+            Self::Permit { permits } => LockKind::Semaphore { permits },
+            Self::Fair => LockKind::Fair,
+        }
+    }
+
     /// Whether a hold of this kind and one of `other` are holds of the same lock
-    /// kind (a re-entry, or a mismatch within the kind such as an upgrade).
+    /// kind (a re-entry, or a mismatch within the kind such as an upgrade), whatever
+    /// their permits.
     pub(crate) fn same_lock(self, other: Kind) -> bool {
-        matches!(
-            (self, other),
-            (Self::Exclusive, Self::Exclusive)
-                | (Self::Read | Self::Write, Self::Read | Self::Write)
-                | (Self::Permit { .. }, Self::Permit { .. })
-                | (Self::Fair, Self::Fair)
-        )
+        std::mem::discriminant(&self.lock_kind()) == std::mem::discriminant(&other.lock_kind())
     }
 
     /// The kind as `acquire.lua` takes it (ARGV[7]).

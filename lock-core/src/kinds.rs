@@ -1,6 +1,7 @@
 //! The kinds a lock and a hold are, as distlock reads them back from Redis:
 //! [`LockKind`] (what is at a name) and [`HoldMode`] (how one holder holds it).
-//! What a request asks for is `keys::Kind`.
+//! What a request asks for is `keys::Kind`: a hold of one of these kinds
+//! (`Kind::lock_kind`), in one of these modes (`Kind::hold_mode`).
 
 /// The kind of lock at a name, as [`LockClient::inspect`](crate::LockClient::inspect) finds it.
 ///
@@ -33,6 +34,32 @@ pub enum LockKind {
     },
     /// A fair lock ([`LockClient::fair_lock`](crate::LockClient::fair_lock)).
     Fair,
+}
+
+impl LockKind {
+    /// The kind numbered `code` in a script's reply (`KINDS` in `lua/lock.lua`),
+    /// a semaphore counting `permits` permits.
+    pub(crate) fn from_code(code: i64, permits: i64) -> Option<Self> {
+        Some(match code {
+            0 => Self::Exclusive,
+            1 => Self::ReadWrite,
+            2 => Self::Semaphore {
+                permits: u32::try_from(permits).ok()?,
+            },
+            3 => Self::Fair,
+            _ => return None,
+        })
+    }
+
+    /// What the kind is called in messages.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Self::Exclusive => "a lock",
+            Self::ReadWrite => "a read-write lock",
+            Self::Semaphore { .. } => "a semaphore",
+            Self::Fair => "a fair lock",
+        }
+    }
 }
 
 /// How a [`Holder`](crate::Holder) holds its lock.

@@ -17,7 +17,6 @@ use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
 use crate::kinds::LockKind;
 use crate::origin::Origin;
-use crate::scripts::StoredKind;
 
 /// A request for a lock, made by [`LockClient::lock`](crate::LockClient::lock). Await it to get the guard.
 ///
@@ -891,24 +890,19 @@ impl Semaphore {
             return Err(err);
         }
         let view = self.inner.view(&keys).await?;
-        let held_as = match view.kind {
-            None => return Ok(permits),
+        match view.kind {
+            None => Ok(permits),
             Some(LockKind::Semaphore { permits: stored }) if stored == permits => {
                 let held = u32::try_from(view.holders.len()).unwrap_or(u32::MAX);
-                return Ok(permits.saturating_sub(held));
+                Ok(permits.saturating_sub(held))
             }
-            Some(LockKind::Semaphore { permits: stored }) => {
-                return Err(LockError::PermitsMismatch {
-                    name: keys.display(),
-                    permits: stored,
-                    asked: permits,
-                })
-            }
-            Some(LockKind::Exclusive) => StoredKind::Plain,
-            Some(LockKind::ReadWrite) => StoredKind::ReadWrite,
-            Some(LockKind::Fair) => StoredKind::Fair,
-        };
-        Err(kind_conflict(&keys, held_as))
+            Some(LockKind::Semaphore { permits: stored }) => Err(LockError::PermitsMismatch {
+                name: keys.display(),
+                permits: stored,
+                asked: permits,
+            }),
+            Some(held_as) => Err(kind_conflict(&keys, held_as)),
+        }
     }
 
     /// The number of permits.

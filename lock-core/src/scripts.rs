@@ -141,44 +141,7 @@ pub(crate) enum AcquireReply {
     /// The semaphore has holders and counts `permits` permits, not the number asked.
     Permits { permits: u32 },
     /// The name is held (or waited for) as another kind of lock.
-    OtherKind { held_as: StoredKind },
-}
-
-/// The kind of lock stored at a name (`#kind`, see `lua/lock.lua`), as the scripts
-/// number it in their replies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum StoredKind {
-    /// A plain lock (`lock`).
-    Plain,
-    /// A read-write lock (`rw`).
-    ReadWrite,
-    /// A semaphore (`semaphore`).
-    Semaphore,
-    /// A fair lock (`fair`).
-    Fair,
-}
-
-impl StoredKind {
-    /// The kind numbered `code` in a script's reply.
-    pub(crate) fn from_code(code: i64) -> Option<Self> {
-        Some(match code {
-            0 => Self::Plain,
-            1 => Self::ReadWrite,
-            2 => Self::Semaphore,
-            3 => Self::Fair,
-            _ => return None,
-        })
-    }
-
-    /// What the kind is called in messages.
-    pub(crate) fn describe(self) -> &'static str {
-        match self {
-            Self::Plain => "a lock",
-            Self::ReadWrite => "a read-write lock",
-            Self::Semaphore => "a semaphore",
-            Self::Fair => "a fair lock",
-        }
-    }
+    OtherKind { held_as: LockKind },
 }
 
 impl AcquireReply {
@@ -195,8 +158,8 @@ impl AcquireReply {
             [-4, permits] => Some(Self::Permits {
                 permits: u32::try_from(permits).ok()?,
             }),
-            [-5, kind] => Some(Self::OtherKind {
-                held_as: StoredKind::from_code(kind)?,
+            [-5, kind, permits] => Some(Self::OtherKind {
+                held_as: LockKind::from_code(kind, permits)?,
             }),
             _ => None,
         }
@@ -217,7 +180,7 @@ pub(crate) enum AcquireAllReply {
     /// A key of the name at this index holds a value of another type.
     Conflict { index: usize },
     /// The name at this index is held as another kind of lock.
-    OtherKind { index: usize, held_as: StoredKind },
+    OtherKind { index: usize, held_as: LockKind },
 }
 
 impl AcquireAllReply {
@@ -241,9 +204,9 @@ impl AcquireAllReply {
             }),
             [-1, i] => Some(Self::NotHeld { index: index(*i)? }),
             [-2, i] => Some(Self::Conflict { index: index(*i)? }),
-            [-5, i, kind] => Some(Self::OtherKind {
+            [-5, i, kind, permits] => Some(Self::OtherKind {
                 index: index(*i)?,
-                held_as: StoredKind::from_code(*kind)?,
+                held_as: LockKind::from_code(*kind, *permits)?,
             }),
             _ => None,
         }
@@ -383,15 +346,7 @@ impl InspectReply {
             [3, kind, permits, counter, waiting, listening, n, ref rest @ ..]
                 if usize::try_from(n).ok()?.checked_mul(4)? == rest.len() =>
             {
-                let kind = match kind {
-                    0 => LockKind::Exclusive,
-                    1 => LockKind::ReadWrite,
-                    2 => LockKind::Semaphore {
-                        permits: u32::try_from(permits).ok()?,
-                    },
-                    3 => LockKind::Fair,
-                    _ => return None,
-                };
+                let kind = LockKind::from_code(kind, permits)?;
                 let holders = rest
                     .chunks_exact(4)
                     .map(|h| {
@@ -630,12 +585,19 @@ mod tests {
             }))
         );
         assert_eq!(
-            AcquireReply::decode(&[-5, 1]),
+            AcquireReply::decode(&[-5, 1, 0]),
             Some(AcquireReply::OtherKind {
-                held_as: StoredKind::ReadWrite
+                held_as: LockKind::ReadWrite
             })
         );
-        assert_eq!(AcquireReply::decode(&[-5, 9]), None);
+        assert_eq!(
+            AcquireReply::decode(&[-5, 2, 4]),
+            Some(AcquireReply::OtherKind {
+                held_as: LockKind::Semaphore { permits: 4 }
+            })
+        );
+        assert_eq!(AcquireReply::decode(&[-5, 9, 0]), None);
+        assert_eq!(AcquireReply::decode(&[-5, 2, -1]), None);
         assert_eq!(
             ForceReleaseReply::decode(-2),
             Some(ForceReleaseReply::Conflict)

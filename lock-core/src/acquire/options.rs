@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use crate::error::LockError;
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
+use crate::kinds::LockKind;
 use crate::lease::lease_millis;
-use crate::scripts::StoredKind;
 
 /// What a lock request asked for; `None` takes the client's default.
 #[derive(Debug, Clone, Copy, Default)]
@@ -192,7 +192,7 @@ pub(crate) fn check_max_hold(
 }
 
 /// The error for a name held as `held_as`, asked for as the kind of `keys`.
-pub(crate) fn kind_conflict(keys: &LockKeys, held_as: StoredKind) -> LockError {
+pub(crate) fn kind_conflict(keys: &LockKeys, held_as: LockKind) -> LockError {
     LockError::KindConflict {
         name: keys.display(),
         held_as: held_as.describe(),
