@@ -28,7 +28,7 @@
 //!   (no args)          the slice CI runs
 //!   --full             the whole bound (see `world::Bound`)
 //!   --beyond           past it: hours to days
-//!   --world NAME       only that world
+//!   --world NAMES      only those worlds (comma-separated)
 //!   --faults N         at most N faults per schedule in every world
 //!   --max-secs S       stop each world after S seconds (reported incomplete)
 //!   --sample N         then N schedules of each world with a fault, at random
@@ -159,7 +159,7 @@ impl Report {
 fn chosen_worlds(bound: Bound, only: Option<&str>, budget: Option<usize>) -> Vec<World> {
     world::worlds(bound)
         .into_iter()
-        .filter(|w| only.is_none_or(|o| o == w.name))
+        .filter(|w| only.is_none_or(|o| o.split(',').any(|name| name == w.name)))
         .map(|mut w| {
             if let Some(budget) = budget {
                 w.faults = budget;

@@ -42,8 +42,8 @@ COMMANDS:
                       the real client and scripts, each script request delivered in
                       order, late, lost or dropped, every property checked after every
                       step. No ARGS: the slice CI runs. `--full`: the whole bound
-                      (about 1.5 hours with `--jobs 4`); `--beyond`: past it (days).
-                      `--jobs N`: N processes. `--world NAME`: one world. `--faults N`:
+                      (under an hour with `--jobs 5`); `--beyond`: past it (days).
+                      `--jobs N`: N processes. `--world A,B`: those worlds. `--faults N`:
                       that many per schedule. `--estimate N`: each world's size from N
                       uniform draws. `--sample N`: N random schedules with a fault.
                       `--seeded`: each seeded fault in turn, which it must find and
