@@ -336,6 +336,18 @@ async fn a_foreign_value_at_one_name_is_a_conflict_and_writes_nothing() {
     }
 }
 
+/// `err` is a `KindConflict` at `name`, held as `held_as`.
+fn assert_kind_conflict(err: &LockError, name: &str, held_as: &str) {
+    match err {
+        LockError::KindConflict {
+            name: at,
+            held_as: found,
+            ..
+        } => assert_eq!((at.as_str(), *found), (name, held_as)),
+        other => panic!("expected a kind conflict at {name}, got {other:?}"),
+    }
+}
+
 /// One name of the set is held as another kind of lock (a semaphore, a read lock):
 /// the set is a `KindConflict` that names that lock and what it is held as, and
 /// nothing is written at the other names.
@@ -352,13 +364,7 @@ async fn a_name_held_as_another_kind_is_a_kind_conflict_and_writes_nothing() {
         .lock_all(["kinds:a", "kinds:b", "kinds:c"])
         .await
         .expect_err("a kind conflict");
-    match &err {
-        LockError::KindConflict { name, held_as, .. } => {
-            assert_eq!(name, "kinds:b");
-            assert_eq!(*held_as, "a semaphore");
-        }
-        other => panic!("expected a kind conflict at kinds:b, got {other:?}"),
-    }
+    assert_kind_conflict(&err, "kinds:b", "a semaphore");
     assert!(!held(&server, "kinds:a"), "kinds:a written");
     assert!(!held(&server, "kinds:c"), "kinds:c written");
     permit.unlock().await.expect("permit back");
@@ -368,13 +374,7 @@ async fn a_name_held_as_another_kind_is_a_kind_conflict_and_writes_nothing() {
         .lock_all(["kinds:a", "kinds:c"])
         .await
         .expect_err("a kind conflict");
-    match &err {
-        LockError::KindConflict { name, held_as, .. } => {
-            assert_eq!(name, "kinds:c");
-            assert_eq!(*held_as, "a read-write lock");
-        }
-        other => panic!("expected a kind conflict at kinds:c, got {other:?}"),
-    }
+    assert_kind_conflict(&err, "kinds:c", "a read-write lock");
     assert!(!held(&server, "kinds:a"), "kinds:a written");
     read.unlock().await.expect("read back");
 }

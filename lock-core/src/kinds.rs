@@ -1,7 +1,7 @@
 //! The kinds a lock and a hold are, as distlock reads them back from Redis:
 //! [`LockKind`] (what is at a name) and [`HoldMode`] (how one holder holds it).
 //! What a request asks for is `keys::Kind`: a hold of one of these kinds
-//! (`Kind::lock_kind`), in one of these modes (`Kind::hold_mode`).
+//! (`Kind::lock_kind`), in one of these modes.
 
 /// The kind of lock at a name, as [`LockClient::inspect`](crate::LockClient::inspect) finds it.
 ///
