@@ -135,11 +135,9 @@ impl Kind {
     /// The kind in a sentence: "a lock", "a read lock", ...
     pub(crate) fn with_article(self) -> &'static str {
         match self {
-            Self::Exclusive => "a lock",
             Self::Read => "a read lock",
             Self::Write => "a write lock",
-            Self::Permit { .. } => "a semaphore",
-            Self::Fair => "a fair lock",
+            _ => self.lock_kind().describe(),
         }
     }
 }
