@@ -470,6 +470,28 @@ async fn a_waiter_killed_while_it_waits_is_in_no_cycle() {
 /// is the victim, `A`, the one every cycle passes through; the readers proceed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_cycles_through_read_locks_have_one_victim() {
+    overlapping_read_cycles([THRESHOLD; 3], "deadlock_overlapping_read_cycles").await;
+}
+
+/// The same knot, with each chain looking after its own threshold: `C` publishes
+/// what it waits for 400 ms after `B` has found the cycle `A`, `B` (seen failing in
+/// CI under load, where one reader's look came late). `B`, the cycle's member with
+/// fewer locks, was its victim; then `C`, in the cycle left: two victims. A member
+/// acts only on a knot it found the same at its look before, so `C` is counted:
+/// one victim, `A`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_looks_later_still_leaves_one_victim() {
+    let ms = Duration::from_millis;
+    overlapping_read_cycles(
+        [ms(400), ms(600), ms(1_000)],
+        "deadlock_overlapping_read_cycles_staggered",
+    )
+    .await;
+}
+
+/// The writer `A` and the readers `B` and `C` of the overlapping cycles, each
+/// looking for a deadlock after its own threshold: exactly one victim, `A`.
+async fn overlapping_read_cycles(after: [Duration; 3], scenario: &str) {
     let server = support::server();
     let locks = client(&server.url()).await;
     let barrier = Arc::new(Barrier::new(3));
@@ -485,6 +507,7 @@ async fn overlapping_cycles_through_read_locks_have_one_victim() {
                         locks
                             .write_lock("fan:x")
                             .wait(Duration::from_secs(10))
+                            .deadlock_check_after(after[0])
                             .into_future(),
                     ),
                 )
@@ -498,7 +521,7 @@ async fn overlapping_cycles_through_read_locks_have_one_victim() {
             outcome
         })
     };
-    let reader = |locks: LockClient, barrier: Arc<Barrier>| {
+    let reader = |locks: LockClient, barrier: Arc<Barrier>, after: Duration| {
         tokio::spawn(async move {
             let x = locks.read_lock("fan:x").await.expect("a read hold");
             barrier.wait().await;
@@ -508,6 +531,7 @@ async fn overlapping_cycles_through_read_locks_have_one_victim() {
                     locks
                         .lock("fan:y")
                         .wait(Duration::from_secs(10))
+                        .deadlock_check_after(after)
                         .into_future(),
                 )
                 .await;
@@ -519,8 +543,8 @@ async fn overlapping_cycles_through_read_locks_have_one_victim() {
             outcome
         })
     };
-    let b = reader(locks.clone(), barrier.clone());
-    let c = reader(locks.clone(), barrier);
+    let b = reader(locks.clone(), barrier.clone(), after[1]);
+    let c = reader(locks.clone(), barrier, after[2]);
     let outcomes = [
         writer.await.expect("A"),
         b.await.expect("B"),
@@ -532,10 +556,7 @@ async fn overlapping_cycles_through_read_locks_have_one_victim() {
         .filter(|(_, outcome)| matches!(outcome, Err(LockError::Deadlock { .. })))
         .map(|(index, _)| index)
         .collect();
-    support::summary(
-        "deadlock_overlapping_read_cycles",
-        &[("victims", victims.len() as u64)],
-    );
+    support::summary(scenario, &[("victims", victims.len() as u64)]);
     assert_eq!(victims, [0], "exactly one victim, the writer: {outcomes:?}");
     assert!(
         outcomes[1..].iter().all(Result::is_ok),

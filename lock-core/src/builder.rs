@@ -888,7 +888,8 @@ impl LockClientBuilder {
     /// a deadlock (a cycle of chains, each waiting for a lock the next holds, across
     /// processes and clients), and then how often it looks again while it waits.
     /// One member of a cycle (the one holding the fewest locks) gets
-    /// [`LockError::Deadlock`], and the others proceed. Default: `Some(1 s)`;
+    /// [`LockError::Deadlock`] at the second check that finds the same cycle, and
+    /// the others proceed. Default: `Some(1 s)`;
     /// `None` turns detection off. A request may set its own with
     /// [`LockRequest::deadlock_check_after`](crate::LockRequest::deadlock_check_after).
     ///

@@ -345,6 +345,7 @@ each scenario prints. `cargo xtask test` runs the same tests (the seeded faults 
 | holder | re-enters every 60 ms under `max_hold` 300 ms, lease 900 ms | the key never outlives `max_hold` + a lease; the next holder gets it by then |
 | deadlock | a waiter killed (SIGKILL) after it published its wait, 3 rounds | no `Deadlock` through the dead process (`false_deadlocks=0`) |
 | deadlock | a writer waits for two readers that each wait for it (two cycles through read locks) | exactly one victim, the writer; the readers proceed |
+| deadlock | the same, one reader publishing its wait 400 ms after the other found a cycle without it | exactly one victim, the writer; the readers proceed |
 | server | `CLIENT PAUSE … WRITE` longer than the wait | a typed error; nothing held afterwards |
 | server | out of memory under `noeviction` | acquire fails with a typed error (OOM); renew and release still work |
 | server | `volatile-lru` eviction | a warning at connect; the evicted lock is reported lost |

@@ -26,14 +26,22 @@
 //! and semaphores, several cycles can share members). Each member agrees on one
 //! victim per knot without talking to the others: the first member, in the order
 //! of fewest locks held and then greatest wait id, without which no cycle is left,
-//! or when none is, the first member (the next check finds the cycles left). The
-//! victim's request fails with
-//! [`LockError::Deadlock`](crate::LockError::Deadlock); its locks are released on
-//! the way out (by its guards), and the others proceed.
+//! or when none is, the first member (the next check finds the cycles left).
+//!
+//! A member sees only the chains that have published, and a chain publishes once
+//! its own threshold has passed: a member that decided at its first look could
+//! pick the victim of a part of the knot, and a later member the victim of the
+//! rest (two victims where one frees everyone). So a member acts on a knot only
+//! when its look before (one threshold earlier) found the same members: every
+//! chain that began to wait within a threshold of it is counted. The victim's
+//! request fails with [`LockError::Deadlock`](crate::LockError::Deadlock); its
+//! locks are released on the way out (by its guards), and the others proceed.
 //!
 //! The walk costs nothing on the uncontended path, nothing for a chain that holds
 //! no lock, and nothing until the threshold has passed; then one round trip per
-//! lock and record read, and as many again to re-check a cycle.
+//! lock and record read, and as many again to re-check a cycle, at every check: a
+//! deadlock is broken at the second check that finds it, two thresholds and a
+//! little more after the later of its waits began.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -100,6 +108,16 @@ impl Record {
     fn same_wait(&self, later: &Record) -> bool {
         self.wait_id == later.wait_id && self.held == later.held && self.lock == later.lock
     }
+}
+
+/// A knot a walk found: the chains in a cycle with the walking one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Knot {
+    /// The wait ids of its members, the walking chain's own included, in order.
+    pub(crate) members: Vec<String>,
+    /// When the walking chain is the knot's victim: the names of the locks of a
+    /// cycle through it, from the one it waits for.
+    pub(crate) cycle: Option<Vec<String>>,
 }
 
 /// A chain's records beating while it waits: dropping it stops the beat and
@@ -184,26 +202,29 @@ impl Waiting {
         Ok(())
     }
 
-    /// Walks the wait-for graph from the lock this chain waits for. `Some(cycle)`
-    /// (the names of the locks of a cycle through this chain, from the one it
-    /// waits for) when this chain is in a knot of chains waiting for each other
-    /// (the chains that wait, directly or not, for this one and for which it
-    /// waits), every edge of the knot re-checked, every member alive, and this
-    /// chain is the knot's victim ([`victim`]).
+    /// Walks the wait-for graph from the lock this chain waits for. `Some(knot)`
+    /// when this chain is in a knot of chains waiting for each other (the chains
+    /// that wait, directly or not, for this one and for which it waits), every edge
+    /// of the knot re-checked and every member alive; with the locks of a cycle
+    /// through this chain when it is the knot's victim ([`victim`]).
     ///
     /// # Cancel safety
     ///
     /// Read-only: dropping it changes nothing.
-    pub(crate) async fn walk(&self, conn: &mut Conn) -> redis::RedisResult<Option<Vec<String>>> {
+    pub(crate) async fn walk(&self, conn: &mut Conn) -> redis::RedisResult<Option<Knot>> {
         let graph = self.explore(conn).await?;
         let knot = graph.knot(&self.wait_id);
         if knot.len() < 2 || !self.confirm(conn, &graph, &knot).await? {
             return Ok(None);
         }
-        if victim(&graph, &knot) != Some(&*self.wait_id) {
-            return Ok(None);
-        }
-        Ok(graph.cycle(&self.wait_id, &knot))
+        let cycle = if victim(&graph, &knot) == Some(&*self.wait_id) {
+            graph.cycle(&self.wait_id, &knot)
+        } else {
+            None
+        };
+        let mut members: Vec<String> = knot.iter().map(|member| (*member).to_owned()).collect();
+        members.sort_unstable();
+        Ok(Some(Knot { members, cycle }))
     }
 
     /// Reads the wait-for graph reachable from this chain: the lock it waits for,

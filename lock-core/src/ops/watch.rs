@@ -33,6 +33,8 @@ pub(super) struct DeadlockWatch {
     /// The chain's records, beating from the first look until the wait ends
     /// (dropping it deletes them).
     beating: Option<Beating>,
+    /// The members of the knot the last look found, if it found one.
+    last_knot: Option<Vec<String>>,
 }
 
 impl DeadlockWatch {
@@ -57,6 +59,7 @@ impl DeadlockWatch {
             period,
             next: start + period,
             beating: None,
+            last_knot: None,
         })
     }
 
@@ -90,9 +93,11 @@ impl DeadlockWatch {
     }
 
     /// Publishes what this waiter's chain waits for at the lock of `keys` and
-    /// walks the wait-for graph: `Err(Deadlock)` when it is the victim of a cycle;
-    /// `Ok(false)` when its chain holds no lock of this client. A failure to read
-    /// is logged, and the walk tried again at the next check.
+    /// walks the wait-for graph: `Err(Deadlock)` when it is the victim of a knot
+    /// that its look before found the same (so that every chain that began to
+    /// wait within one period of it is counted, and every member picks the same
+    /// victim); `Ok(false)` when its chain holds no lock of this client. A failure
+    /// to read is logged, and the walk tried again at the next check.
     ///
     /// # Cancel safety
     ///
@@ -112,17 +117,26 @@ impl DeadlockWatch {
         if self.beating.is_none() {
             self.beating = Some(waiting.clone().beat(conn.clone()));
         }
-        match waiting.walk(&mut conn).await {
-            Ok(Some(cycle)) => {
+        let knot = match waiting.walk(&mut conn).await {
+            Ok(knot) => knot,
+            Err(err) => {
+                tracing::debug!(error = %err, "distlock: could not look for a deadlock; looking again later");
+                return Ok(true);
+            }
+        };
+        let last = self.last_knot.take();
+        let Some(knot) = knot else {
+            return Ok(true);
+        };
+        let settled = last.as_ref() == Some(&knot.members);
+        self.last_knot = Some(knot.members);
+        match knot.cycle {
+            Some(cycle) if settled => {
                 tracing::warn!(lock.name = %keys.display(), cycle = ?cycle, "distlock: deadlock; this request gives up to break it");
                 metrics::series(&self.backend, keys, origin).deadlock();
                 Err(LockError::Deadlock { cycle })
             }
-            Ok(None) => Ok(true),
-            Err(err) => {
-                tracing::debug!(error = %err, "distlock: could not look for a deadlock; looking again later");
-                Ok(true)
-            }
+            _ => Ok(true),
         }
     }
 }
