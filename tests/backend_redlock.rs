@@ -315,6 +315,78 @@ async fn one_release_wakes_one_local_waiter_though_every_node_announces_it() {
     }
 }
 
+/// Seen under load: the first node's release message woke the waiter, whose attempt
+/// reached nodes that had not run the release yet: a minority of grants, given
+/// back, and a retry (4 script calls on a node where 2 do). A release is now heard
+/// once a quorum of nodes announced it; fewer wake the waiter only after a grace
+/// (a node that never held the lock, or is down, announces nothing). The messages
+/// here are published by hand while the lock is still held, so every attempt
+/// shows as a script call that changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_once_a_quorum_of_nodes_announced_it() {
+    let nodes = five();
+    let holder = redlock(&nodes, Duration::from_secs(30)).await;
+    let waiters = redlock(&nodes, Duration::from_secs(30)).await;
+    let guard = holder.lock("announce").await.expect("lock");
+    let waiter = tokio::spawn(async move {
+        let guard = waiters
+            .lock("announce")
+            .wait(Duration::from_secs(20))
+            .await
+            .expect("lock");
+        guard.unlock().await.expect("unlock");
+    });
+    let subscribed = support::eventually(Duration::from_secs(2), || {
+        nodes
+            .iter()
+            .all(|node| support::channel_subscribers(node, "announce") == 1)
+    })
+    .await;
+    assert!(subscribed, "the waiter's client subscribed on every node");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let channel = format!("{}:released", support::lock_key("announce"));
+    let announce = |node: &RedisServer, message: &str| {
+        node.cmd(&["PUBLISH", &channel, message]).expect("PUBLISH");
+    };
+    let attempts = || support::script_calls(&nodes[0]);
+
+    let before = attempts();
+    announce(&nodes[0], "elsewhere:1");
+    announce(&nodes[1], "elsewhere:1");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        attempts(),
+        before,
+        "two nodes of five announced: no attempt yet"
+    );
+    announce(&nodes[2], "elsewhere:1");
+    let woken = support::eventually(Duration::from_millis(500), || attempts() > before).await;
+    assert!(woken, "the third announcement (a quorum) woke the waiter");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    announce(&nodes[3], "elsewhere:1");
+    announce(&nodes[4], "elsewhere:1");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let after_quorum = attempts();
+    assert_eq!(after_quorum, before + 1, "one release, one attempt");
+
+    // Two nodes alone (the others never held it, say): heard after the grace.
+    announce(&nodes[0], "elsewhere:2");
+    announce(&nodes[1], "elsewhere:2");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(attempts(), after_quorum, "not at once");
+    let woken = support::eventually(Duration::from_secs(2), || attempts() > after_quorum).await;
+    assert!(
+        woken,
+        "a release that too few nodes announced still wakes the waiter"
+    );
+
+    guard.unlock().await.expect("unlock");
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter got the lock after the real release")
+        .expect("waiter");
+}
+
 /// Observed: a waiter that lost a split vote gave its minority grants back, which
 /// published its owner id; when it later won and released, it published the same
 /// id, which the client's channel already kept among the releases it had heard,

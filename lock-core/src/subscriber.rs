@@ -16,6 +16,10 @@
 //!   waiter alone. A wake-up it still has when it asks is used up by that attempt,
 //!   whose reply reflects every release before it; one that finds the lock taken
 //!   again keeps its place at the head.
+//! - On Redlock every node announces a release with the same message: it is heard
+//!   once, when a quorum of the nodes has announced it (a waiter woken by the first
+//!   node's word would reach nodes that have not run the release yet), or
+//!   [`LATE_ANNOUNCEMENTS`] after the first when fewer nodes do.
 //! - A waiter that leaves (it got the lock, gave up, ran out of time, or its future
 //!   was dropped) leaves the others in their order. A first waiter that gives up
 //!   with a wake-up unused hands it to the next; one that got the lock keeps it (it
@@ -66,6 +70,11 @@ fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// How many recent release messages a channel remembers, to hear each release once.
 const RECENT_RELEASES: usize = 8;
 
+/// How long a release that fewer nodes than a quorum announced waits for the other
+/// announcements before it wakes a waiter anyway (Redlock: a node that never held
+/// the lock, or is down, announces nothing).
+const LATE_ANNOUNCEMENTS: Duration = Duration::from_millis(200);
+
 /// The message of a release that carries no owner id (`force_release.lua`, or an
 /// older client): never taken for a repeat.
 const ANONYMOUS_RELEASE: &[u8] = b"released";
@@ -82,8 +91,31 @@ pub(crate) struct Channel {
     requested: AtomicBool,
     queue: Mutex<Queue>,
     /// The last release messages (owner ids): on Redlock every node publishes the
-    /// same release, and one release wakes one waiter.
-    recent: Mutex<VecDeque<Vec<u8>>>,
+    /// same release, and one release wakes one waiter, once a quorum of nodes
+    /// announced it.
+    recent: Mutex<VecDeque<Heard>>,
+}
+
+/// A release message as a channel heard it.
+#[derive(Debug)]
+struct Heard {
+    message: Vec<u8>,
+    /// How many times (nodes) it was heard.
+    times: usize,
+    /// Whether it woke a waiter.
+    woke: bool,
+}
+
+/// What one hearing of a release message calls for.
+#[derive(Debug, PartialEq, Eq)]
+enum Hearing {
+    /// Wake its waiter: as many nodes as needed announced the release.
+    Wake,
+    /// The first of several announcements needed: wake after [`LATE_ANNOUNCEMENTS`]
+    /// unless the others come first.
+    Await,
+    /// Nothing: it was heard enough before, and woke its waiter.
+    Nothing,
 }
 
 #[derive(Debug, Default)]
@@ -147,23 +179,54 @@ impl Queue {
 }
 
 impl Channel {
-    /// Whether `message` tells of a release not heard before (on another node).
-    fn first_hearing(&self, message: &[u8]) -> bool {
+    /// What hearing `message` once more calls for, when `needed` nodes must
+    /// announce one release before it wakes a waiter (a quorum on Redlock, else
+    /// one): a waiter woken at the first node's word would ask nodes that have not
+    /// run the release yet, get a minority, give it back and ask again.
+    fn hear(&self, message: &[u8], needed: usize) -> Hearing {
         if faults::active(Fault::ReleaseMessageIgnored) {
-            return false;
+            return Hearing::Nothing;
         }
         if message == ANONYMOUS_RELEASE {
-            return true;
+            return Hearing::Wake;
         }
         let mut recent = locked(&self.recent);
-        if recent.iter().any(|seen| seen.as_slice() == message) {
-            return false;
+        if let Some(heard) = recent.iter_mut().find(|heard| heard.message == message) {
+            heard.times += 1;
+            if heard.woke || heard.times < needed {
+                return Hearing::Nothing;
+            }
+            heard.woke = true;
+            return Hearing::Wake;
         }
         if recent.len() == RECENT_RELEASES {
             recent.pop_front();
         }
-        recent.push_back(message.to_vec());
-        true
+        let woke = needed <= 1;
+        recent.push_back(Heard {
+            message: message.to_vec(),
+            times: 1,
+            woke,
+        });
+        if woke {
+            Hearing::Wake
+        } else {
+            Hearing::Await
+        }
+    }
+
+    /// Whether `message`, heard from too few nodes [`LATE_ANNOUNCEMENTS`] ago,
+    /// still has to wake its waiter (the others did not announce it meanwhile).
+    fn heard_late(&self, message: &[u8]) -> bool {
+        let mut recent = locked(&self.recent);
+        match recent.iter_mut().find(|heard| heard.message == message) {
+            Some(heard) if !heard.woke => {
+                heard.woke = true;
+                true
+            }
+            // Woken, or forgotten behind later releases (which woke waiters).
+            _ => false,
+        }
     }
 
     fn enqueue(&self) -> u64 {
@@ -212,6 +275,9 @@ type Channels = HashMap<Vec<u8>, (usize, Arc<Channel>)>;
 #[derive(Debug, Default)]
 struct Shared {
     channels: Mutex<Channels>,
+    /// How many nodes announce a release before it wakes a waiter: a quorum on
+    /// Redlock, else one.
+    announcers: usize,
 }
 
 impl Shared {
@@ -276,7 +342,10 @@ impl Subscriber {
         pushes: mpsc::UnboundedReceiver<PushInfo>,
         shutdown: CancellationToken,
     ) -> Self {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            announcers: conn.announcers(),
+            ..Shared::default()
+        });
         let (commands, command_rx) = mpsc::unbounded_channel();
         tokio::spawn(run_commands(
             conn,
@@ -779,6 +848,24 @@ async fn resubscribe_if_moved(conn: &mut SubConn, active: &HashSet<Vec<u8>>) {
     }
 }
 
+/// Wakes whoever a release message heard on `channel` is for, once `needed` nodes
+/// announced it, or [`LATE_ANNOUNCEMENTS`] after the first when fewer do.
+fn hear(channel: Arc<Channel>, message: &[u8], needed: usize) {
+    match channel.hear(message, needed) {
+        Hearing::Wake => channel.wake_for(message),
+        Hearing::Await => {
+            let message = message.to_vec();
+            tokio::spawn(async move {
+                tokio::time::sleep(LATE_ANNOUNCEMENTS).await;
+                if channel.heard_late(&message) {
+                    channel.wake_for(&message);
+                }
+            });
+        }
+        Hearing::Nothing => {}
+    }
+}
+
 async fn run_pushes(
     shared: Arc<Shared>,
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
@@ -799,8 +886,8 @@ async fn run_pushes(
                         Value::BulkString(message) => message.as_slice(),
                         _ => ANONYMOUS_RELEASE,
                     };
-                    if let Some(channel) = channel.filter(|c| c.first_hearing(message)) {
-                        channel.wake_for(message);
+                    if let Some(channel) = channel {
+                        hear(channel, message, shared.announcers);
                     }
                 }
             }
@@ -1080,18 +1167,37 @@ mod tests {
     #[test]
     fn a_release_heard_from_several_nodes_counts_once() {
         let channel = Channel::default();
-        assert!(channel.first_hearing(b"owner-1"));
-        assert!(!channel.first_hearing(b"owner-1"), "the same release again");
-        assert!(channel.first_hearing(b"owner-2"));
-        assert!(channel.first_hearing(ANONYMOUS_RELEASE));
+        let heard = |message: &[u8]| channel.hear(message, 1) == Hearing::Wake;
+        assert!(heard(b"owner-1"));
+        assert!(!heard(b"owner-1"), "the same release again");
+        assert!(heard(b"owner-2"));
+        assert!(heard(ANONYMOUS_RELEASE));
         assert!(
-            channel.first_hearing(ANONYMOUS_RELEASE),
+            heard(ANONYMOUS_RELEASE),
             "a release without an owner is never a repeat"
         );
         for i in 0..RECENT_RELEASES {
-            assert!(channel.first_hearing(format!("later-{i}").as_bytes()));
+            assert!(heard(format!("later-{i}").as_bytes()));
         }
-        assert!(channel.first_hearing(b"owner-1"), "forgotten after a while");
+        assert!(heard(b"owner-1"), "forgotten after a while");
+    }
+
+    /// Five nodes: a release wakes at the third node's word, once; one that two
+    /// nodes alone announced wakes when the grace has passed, once.
+    #[test]
+    fn a_release_wakes_once_a_quorum_of_nodes_announced_it() {
+        let channel = Channel::default();
+        assert_eq!(channel.hear(b"a:1", 3), Hearing::Await);
+        assert_eq!(channel.hear(b"a:1", 3), Hearing::Nothing);
+        assert_eq!(channel.hear(b"a:1", 3), Hearing::Wake);
+        assert_eq!(channel.hear(b"a:1", 3), Hearing::Nothing);
+        assert_eq!(channel.hear(b"a:1", 3), Hearing::Nothing);
+        assert!(!channel.heard_late(b"a:1"), "woken by the quorum already");
+        assert_eq!(channel.hear(b"b:1", 3), Hearing::Await);
+        assert_eq!(channel.hear(b"b:1", 3), Hearing::Nothing);
+        assert!(channel.heard_late(b"b:1"), "too few nodes: woken late");
+        assert!(!channel.heard_late(b"b:1"), "once");
+        assert_eq!(channel.hear(b"b:1", 3), Hearing::Nothing, "a late third");
     }
 
     #[tokio::test(start_paused = true)]

@@ -250,6 +250,15 @@ impl SubConn {
         }
     }
 
+    /// How many nodes announce one release before it wakes a waiter: a quorum of
+    /// the Redlock nodes (each publishes its own message), else one.
+    pub(crate) fn announcers(&self) -> usize {
+        match self {
+            Self::Many(links) => links.len() / 2 + 1,
+            _ => 1,
+        }
+    }
+
     /// The connections were replaced (Redis told the subscriber it was
     /// disconnected): names the new ones after the service, in the background.
     pub(crate) fn rename(&self) {
