@@ -42,6 +42,16 @@ impl Origin {
         }
     }
 
+    /// What tells this call site from others, for the `who` a client keeps of it
+    /// (`who.rs`): the address of its location, and the address and length of its
+    /// function's name.
+    pub(crate) fn site_key(&self) -> (usize, usize, usize) {
+        let (function, len) = self.function.map_or((0, 0), |function| {
+            (function.as_ptr() as usize, function.len())
+        });
+        (std::ptr::from_ref(self.site) as usize, function, len)
+    }
+
     /// The class of a lock named `name` asked for from here.
     pub(crate) fn class(&self, name: &[u8]) -> Arc<str> {
         match &self.label {

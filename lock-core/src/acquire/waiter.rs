@@ -145,7 +145,9 @@ impl<'a> Wait<'a> {
             seen_held: false,
             hands_off: false,
             kept_place: None,
-            who: inner.who.who(&origin.site_text()).into(),
+            who: inner
+                .who
+                .who_at(origin.site_key(), || origin.site_text().into_owned()),
             origin,
             deadlock: None,
             tag: None,
