@@ -8,9 +8,10 @@
 //! - The lock-order checker warns of the inversion (once) as soon as both orders
 //!   have been seen, naming both lock classes and where each was taken.
 //! - Deadlock detection finds the cycle after `deadlock_check_after` (300 ms here),
-//!   and breaks it when the next check finds it again: one of the two calls gets `LockError::Deadlock`, lets go of its lock on the
-//!   way out, and retries; the other proceeds. Without detection both would wait
-//!   until their 10 s waits ran out.
+//!   and breaks it when the next check finds it again: one of the two calls gets
+//!   `LockError::Deadlock`, lets go of its lock on the way out, and retries; the
+//!   other proceeds. Without detection both would wait until their 10 s waits ran
+//!   out.
 //!
 //! The check at the end: the stock is back where it started (one unit reserved, one
 //! refunded), and no lock is left held.

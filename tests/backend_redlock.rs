@@ -3,10 +3,11 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockClient, LockError};
-use distlock_testkit::RedisServer;
+use distlock_testkit::{History, RedisServer};
 use tokio::time::Instant;
 
 fn five() -> Vec<RedisServer> {
@@ -328,14 +329,13 @@ async fn a_release_wakes_a_waiter_once_a_quorum_of_nodes_announced_it() {
     let holder = redlock(&nodes, Duration::from_secs(30)).await;
     let waiters = redlock(&nodes, Duration::from_secs(30)).await;
     let guard = holder.lock("announce").await.expect("lock");
-    let waiter = tokio::spawn(async move {
-        let guard = waiters
-            .lock("announce")
-            .wait(Duration::from_secs(20))
-            .await
-            .expect("lock");
-        guard.unlock().await.expect("unlock");
-    });
+    let waiter = support::wait_then_release(
+        waiters,
+        "announce",
+        Duration::from_secs(20),
+        &Arc::new(History::new()),
+        "the waiter gets the lock after the real release",
+    );
     let subscribed = support::eventually(Duration::from_secs(2), || {
         nodes
             .iter()

@@ -114,7 +114,8 @@ enum Hearing {
     /// The first of several announcements needed: wake after [`LATE_ANNOUNCEMENTS`]
     /// unless the others come first.
     Await,
-    /// Nothing: it was heard enough before, and woke its waiter.
+    /// Nothing now: it woke its waiter already, or is still short of the nodes
+    /// needed (the quorum, or the grace of the first hearing, wakes it).
     Nothing,
 }
 

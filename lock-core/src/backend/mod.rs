@@ -56,7 +56,7 @@ impl Backend {
 
     /// How many nodes must agree: a majority (1 with a single endpoint).
     pub(crate) fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
+        majority(self.nodes.len())
     }
 
     /// How many nodes there are.
@@ -223,6 +223,11 @@ impl ConnectionLike for Conn {
     }
 }
 
+/// A majority of `nodes` nodes: how many must agree on Redlock.
+fn majority(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
 /// The subscriber's connection: plain pub/sub on one server, sharded pub/sub on a
 /// cluster (the channel lives on the shard of its lock).
 pub(crate) enum SubConn {
@@ -254,7 +259,7 @@ impl SubConn {
     /// the Redlock nodes (each publishes its own message), else one.
     pub(crate) fn announcers(&self) -> usize {
         match self {
-            Self::Many(links) => links.len() / 2 + 1,
+            Self::Many(links) => majority(links.len()),
             _ => 1,
         }
     }
