@@ -183,3 +183,127 @@ async fn waits_under_way_end_at_the_shutdown() {
     );
     held.unlock().await.expect("unlock");
 }
+
+/// A client whose every reply comes `delay` late (a proxy in front of `server`),
+/// so that a request can be on its way when the shutdown is called.
+async fn slow_client(
+    server: &distlock_testkit::RedisServer,
+    delay: Duration,
+) -> (distlock_testkit::FaultProxy, distlock::LockClient) {
+    let proxy = support::proxy(server);
+    let locks = support::client_with_timeout(&proxy.url(), Duration::from_secs(3)).await;
+    proxy.delay(distlock_testkit::Direction::ToClient, delay, Duration::ZERO);
+    (proxy, locks)
+}
+
+/// Issue 34 (1): an acquisition whose request is on its way when `shutdown()` is
+/// called never yields a guard: the shutdown waits for it, gives its grant back and
+/// counts it, and once it returned the lock is free in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_in_flight_at_the_shutdown_yields_no_guard() {
+    let server = support::server();
+    let (_proxy, locks) = slow_client(&server, Duration::from_millis(800)).await;
+    let asking = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock("stop:flight").await }
+    });
+    // The request reached the server: its reply is on its way back.
+    let applied = support::eventually(Duration::from_secs(3), || {
+        support::redis_count(&server, "stop:flight") == 1
+    })
+    .await;
+    assert!(applied, "the acquisition never reached the server");
+    let report = locks.shutdown().await;
+    // Checked at once: nothing may be held once the shutdown says it is done.
+    let count = support::redis_count(&server, "stop:flight");
+    let result = asking.await.expect("join");
+    println!("report {report:?}, count after it {count}, acquisition {result:?}");
+    assert!(
+        matches!(&result, Err(err) if err.is_client_shut_down()),
+        "an acquisition in flight at the shutdown yielded {result:?}"
+    );
+    assert_eq!(count, 0, "the lock stayed held after the shutdown returned");
+    assert!(report.is_complete(), "{report:?}");
+    assert_eq!(
+        report.given_back(),
+        1,
+        "the grant given back is counted: {report:?}"
+    );
+}
+
+/// Issue 34 (1), a re-entry: a re-entry on its way at the shutdown adds no hold
+/// that outlives it, and yields no guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_entry_in_flight_at_the_shutdown_leaves_no_hold() {
+    let server = support::server();
+    let (proxy, locks) = slow_client(&server, Duration::ZERO).await;
+    let guard = locks.lock("stop:again").await.expect("lock");
+    proxy.delay(
+        distlock_testkit::Direction::ToClient,
+        Duration::from_millis(800),
+        Duration::ZERO,
+    );
+    let reentry = tokio::spawn(guard.scope({
+        let locks = locks.clone();
+        async move { locks.lock("stop:again").await }
+    }));
+    let applied = support::eventually(Duration::from_secs(3), || {
+        support::redis_count(&server, "stop:again") == 2
+    })
+    .await;
+    assert!(applied, "the re-entry never reached the server");
+    let report = locks.shutdown().await;
+    let count = support::redis_count(&server, "stop:again");
+    let result = reentry.await.expect("join");
+    println!("report {report:?}, count after it {count}, re-entry {result:?}");
+    assert!(
+        matches!(&result, Err(err) if err.is_client_shut_down()),
+        "a re-entry in flight at the shutdown yielded {result:?}"
+    );
+    assert_eq!(
+        count, 0,
+        "a hold stayed in Redis after the shutdown returned"
+    );
+    assert!(report.is_complete(), "{report:?}");
+    assert_eq!(
+        report.given_back(),
+        2,
+        "both holds given back and counted: {report:?}"
+    );
+    assert_eq!(guard.lost_reason(), Some(LostReason::ShutDown));
+}
+
+/// Issue 34 (1), a set: `lock_all` on its way at the shutdown yields no guard and
+/// leaves none of its names held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_in_flight_at_the_shutdown_leaves_no_name_held() {
+    let server = support::server();
+    let (_proxy, locks) = slow_client(&server, Duration::from_millis(800)).await;
+    let asking = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock_all(["stop:s1", "stop:s2"]).await }
+    });
+    let applied = support::eventually(Duration::from_secs(3), || {
+        support::redis_count(&server, "stop:s1") == 1
+    })
+    .await;
+    assert!(applied, "the set never reached the server");
+    let report = locks.shutdown().await;
+    let counts = [
+        support::redis_count(&server, "stop:s1"),
+        support::redis_count(&server, "stop:s2"),
+    ];
+    let result = asking.await.expect("join");
+    println!("report {report:?}, counts after it {counts:?}, set {result:?}");
+    assert!(
+        matches!(&result, Err(err) if err.is_client_shut_down()),
+        "a set in flight at the shutdown yielded {result:?}"
+    );
+    assert_eq!(
+        counts,
+        [0, 0],
+        "a name stayed held after the shutdown returned"
+    );
+    assert_eq!(report.given_back(), 2, "{report:?}");
+    assert!(report.is_complete(), "{report:?}");
+}

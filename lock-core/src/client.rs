@@ -739,7 +739,10 @@ impl LockClient {
 
     /// Shuts the client down, for a process that stops (a redeploy, Ctrl-C): from
     /// now on every acquisition of this client (and of its clones) fails with
-    /// [`LockError::ClientShutDown`]; every hold its guards still have is given back
+    /// [`LockError::ClientShutDown`], and so does every acquisition or re-entry
+    /// already under way (the shutdown waits for their answers, and gives back at
+    /// once what they were granted: no guard is handed out after it returned);
+    /// every hold its guards still have is given back
     /// (re-entries included, sent at one moment so that they share script runs);
     /// those guards are told ([`LockGuard::lost`](crate::LockGuard::lost) fires,
     /// [`lost_reason`](crate::LockGuard::lost_reason) is
@@ -750,8 +753,10 @@ impl LockClient {
     /// with locks held leaves them held for their whole lease (30 s by default) and
     /// only logs a warning naming them.
     ///
-    /// It takes a few round trips, at most about four response timeouts when Redis
-    /// does not answer.
+    /// It takes a few round trips; when Redis does not answer, at most about four
+    /// response timeouts for the acquisitions under way, and as much again for the
+    /// releases ([`ShutdownReport::still_in_flight`] counts the acquisitions it
+    /// stopped waiting for).
     ///
     /// # Cancel safety
     ///

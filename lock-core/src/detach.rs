@@ -32,25 +32,27 @@ impl Background {
         self: &std::sync::Arc<Self>,
         fut: impl Future<Output = ()> + Send + 'static,
     ) {
-        use std::sync::atomic::Ordering;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        /// Counts the task down however it ends (done, or dropped with its runtime).
-        struct Running(std::sync::Arc<Background>);
-        impl Drop for Running {
-            fn drop(&mut self) {
-                if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    self.0.idle.notify_waiters();
-                }
-            }
-        }
-        self.running.fetch_add(1, Ordering::AcqRel);
-        let running = Running(self.clone());
+        let running = self.count();
         runtime.spawn(async move {
             let _running = running;
             fut.await;
         });
+    }
+
+    /// Counts one operation until the returned token is dropped (the operation
+    /// ended, or its future was dropped).
+    pub(crate) fn count(self: &std::sync::Arc<Self>) -> Counted {
+        self.running
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Counted(self.clone())
+    }
+
+    /// How many counted operations run now.
+    pub(crate) fn running(&self) -> usize {
+        self.running.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Waits until no counted operation runs.
@@ -66,6 +68,19 @@ impl Background {
                 return;
             }
             idle.await;
+        }
+    }
+}
+
+/// One operation that a [`Background`] counts, until it is dropped.
+#[derive(Debug)]
+pub(crate) struct Counted(std::sync::Arc<Background>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering;
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
         }
     }
 }

@@ -27,6 +27,9 @@ pub enum Fault {
     /// Release messages wake nobody: waiters find a free lock only when they look
     /// again on their own.
     ReleaseMessageIgnored,
+    /// The shutdown does not wait for the acquisitions under way, and a grant that
+    /// comes after it began still yields a guard.
+    GrantAfterShutdown,
 }
 
 #[cfg(feature = "fault-injection")]

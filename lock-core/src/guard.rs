@@ -431,6 +431,11 @@ impl MultiLockGuard {
         Self { guards }
     }
 
+    /// The guard of each name of the set.
+    pub(crate) fn into_guards(self) -> Vec<LockGuard> {
+        self.guards
+    }
+
     /// The names of the set, in the order they were taken (sorted by their key in
     /// Redis, each once).
     ///

@@ -2,7 +2,7 @@
 //! as `Arc<Inner>` by the client's clones, its guards and its requests. Internal
 //! code takes `&Arc<Inner>`, never the public `LockClient`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use crate::backend::link::Links;
 use crate::backend::redlock::{self, InspectVote};
 use crate::backend::Backend;
 use crate::batch::{self, Acquisition, Batcher, Item};
-use crate::detach::Background;
+use crate::detach::{Background, Counted};
 use crate::error::LockError;
 use crate::hooks::Operator;
 use crate::keys::{Kind, LockKeys};
@@ -76,6 +76,13 @@ pub(crate) struct Inner {
     pub(crate) who: Describer,
     /// Releases of dropped guards on their way: a shutdown waits for them.
     pub(crate) background: Arc<Background>,
+    /// Acquisitions and re-entries under way, from their first check that the client
+    /// is open until they return: a shutdown waits for them, so that none yields a
+    /// guard after it (see [`Inner::admit`]).
+    pub(crate) attempts: Arc<Background>,
+    /// Holds granted to acquisitions after the shutdown began, and given back at
+    /// once instead of becoming guards: the shutdown's report counts them.
+    given_back_late: AtomicUsize,
     /// Set by the client's shutdown: no new acquisition from then on.
     closing: AtomicBool,
     /// Whether a request's own fencing against a server that persists nothing was
@@ -126,6 +133,8 @@ impl Inner {
             ops,
             who,
             background: Arc::default(),
+            attempts: Arc::default(),
+            given_back_late: AtomicUsize::new(0),
             closing: AtomicBool::new(false),
             fencing_warned: AtomicBool::new(false),
             self_wait_warned: AtomicBool::new(false),
@@ -145,6 +154,36 @@ impl Inner {
             return Err(LockError::ClientShutDown { name: name() });
         }
         Ok(())
+    }
+
+    /// Starts an acquisition (or a re-entry) of `name`: `Err(ClientShutDown)` once the
+    /// client was shut down; else a token that the shutdown waits for, held until
+    /// the acquisition returns.
+    pub(crate) fn start_attempt(
+        &self,
+        name: impl FnOnce() -> String,
+    ) -> Result<Counted, LockError> {
+        // Counted before the check: a shutdown that closes the client after the
+        // check sees this attempt and waits for it.
+        let counted = self.attempts.count();
+        self.check_open(name)?;
+        Ok(counted)
+    }
+
+    /// Whether the client's shutdown has begun.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    /// `holds` holds that a grant made after the shutdown began gave back at once.
+    pub(crate) fn gave_back_late(&self, holds: usize) {
+        self.given_back_late.fetch_add(holds, Ordering::AcqRel);
+    }
+
+    /// The holds given back by grants made after the shutdown began, since the last
+    /// call (the shutdown's report counts them once).
+    pub(crate) fn take_given_back_late(&self) -> usize {
+        self.given_back_late.swap(0, Ordering::AcqRel)
     }
 
     /// The service the client works for, as `LockClientBuilder::service` set it

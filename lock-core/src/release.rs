@@ -107,8 +107,10 @@ pub(crate) fn on_drop(inner: &Arc<Inner>, hold: Arc<Hold>) {
 }
 
 /// What [`LockClient::shutdown`](crate::LockClient::shutdown) did: how many holds it
-/// gave back, and the locks it could not give back (they stay held until their
-/// leases end), each with the error.
+/// gave back (those granted to acquisitions under way at the shutdown included),
+/// the locks it could not give back (they stay held until their leases end), each
+/// with the error, and the acquisitions still without an answer when it stopped
+/// waiting for them.
 ///
 /// # Examples
 ///
@@ -126,6 +128,7 @@ pub(crate) fn on_drop(inner: &Arc<Inner>, hold: Arc<Hold>) {
 pub struct ShutdownReport {
     given_back: usize,
     failed: Vec<(String, LockError)>,
+    in_flight: usize,
 }
 
 impl ShutdownReport {
@@ -159,7 +162,30 @@ impl ShutdownReport {
         &self.failed
     }
 
-    /// Whether every hold was given back.
+    /// How many acquisitions were still waiting for Redis's answer when the
+    /// shutdown stopped waiting for them (a server that did not answer within a
+    /// final release's memory, four response timeouts): none of them yields a guard
+    /// (each fails with [`LockError::ClientShutDown`](crate::LockError::ClientShutDown)),
+    /// and each gives back what it is granted when its answer comes, or leaves it to
+    /// the lease.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) {
+    /// let report = locks.shutdown().await;
+    /// if report.still_in_flight() > 0 {
+    ///     eprintln!("{} acquisitions had no answer yet", report.still_in_flight());
+    /// }
+    /// # }
+    /// ```
+    pub fn still_in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Whether every hold was given back, and no acquisition was still waiting for
+    /// its answer.
     ///
     /// # Examples
     ///
@@ -172,17 +198,17 @@ impl ShutdownReport {
     /// # }
     /// ```
     pub fn is_complete(&self) -> bool {
-        self.failed.is_empty()
+        self.failed.is_empty() && self.in_flight == 0
     }
 }
 
 /// The client's shutdown: refuses new acquisitions (and ends the waits under way),
-/// gives back every hold that its
-/// guards still have (each guard's hold, sent at one moment so that they share
-/// script runs), marks those holds lost (`LostReason::ShutDown`: a guard still in
-/// use learns it, and sends nothing more), and waits, at most a final release's
-/// memory, for the releases of dropped guards still on their way. A hold taken by a
-/// wait that was granted during the shutdown is given back by a second round.
+/// waits for the acquisitions still under way (each either fails, or gives back at
+/// once what it was granted: `acquire/grant.rs`, `admit`), gives back every hold
+/// that its guards still have (each guard's hold, sent at one moment so that they
+/// share script runs), marks those holds lost (`LostReason::ShutDown`: a guard still
+/// in use learns it, and sends nothing more), and waits for the releases of dropped
+/// guards still on their way. Each wait lasts at most a final release's memory.
 ///
 /// # Cancel safety
 ///
@@ -192,46 +218,47 @@ pub(crate) async fn shutdown(inner: &Arc<Inner>) -> ShutdownReport {
     inner.close();
     // Waiters end now, each with `ClientShutDown`, rather than at their next look.
     inner.subscriber.wake_first_waiters();
+    let patience = inner.config.remember_release;
+    if !faults::active(Fault::GrantAfterShutdown) {
+        let _ = tokio::time::timeout(patience, inner.attempts.idle()).await;
+    }
     let mut report = ShutdownReport::default();
-    for _round in 0..3 {
-        let closed = inner.watchdog.close_all();
-        if closed.is_empty() {
-            break;
-        }
-        let releases = closed.iter().flat_map(|(hold, guards)| {
-            (0..*guards).map(move |_| {
-                let (inner, hold) = (inner.clone(), hold.clone());
-                async move {
-                    let result = release_hold(inner, hold.clone()).await;
-                    (hold, result)
-                }
-            })
-        });
-        let handles: Vec<_> = releases.map(tokio::spawn).collect();
-        for handle in handles {
-            match handle.await {
-                Ok((_, Ok(ReleaseReply::Released { .. } | ReleaseReply::Handed { .. }))) => {
-                    report.given_back += 1;
-                }
-                // Lost before: nothing to give back.
-                Ok((_, Ok(ReleaseReply::NotHeld))) => {}
-                Ok((hold, Ok(ReleaseReply::Conflict))) => report.failed.push((
-                    hold.display().to_owned(),
-                    LockError::KeyConflict {
-                        name: hold.display().to_owned(),
-                    },
-                )),
-                Ok((hold, Err(err))) => report.failed.push((hold.display().to_owned(), err)),
-                Err(err) => {
-                    tracing::debug!(error = %err, "distlock: a shutdown release did not finish")
-                }
+    let closed = inner.watchdog.close_all();
+    let releases = closed.iter().flat_map(|(hold, guards)| {
+        (0..*guards).map(move |_| {
+            let (inner, hold) = (inner.clone(), hold.clone());
+            async move {
+                let result = release_hold(inner, hold.clone()).await;
+                (hold, result)
+            }
+        })
+    });
+    let handles: Vec<_> = releases.map(tokio::spawn).collect();
+    for handle in handles {
+        match handle.await {
+            Ok((_, Ok(ReleaseReply::Released { .. } | ReleaseReply::Handed { .. }))) => {
+                report.given_back += 1;
+            }
+            // Lost before: nothing to give back.
+            Ok((_, Ok(ReleaseReply::NotHeld))) => {}
+            Ok((hold, Ok(ReleaseReply::Conflict))) => report.failed.push((
+                hold.display().to_owned(),
+                LockError::KeyConflict {
+                    name: hold.display().to_owned(),
+                },
+            )),
+            Ok((hold, Err(err))) => report.failed.push((hold.display().to_owned(), err)),
+            Err(err) => {
+                tracing::debug!(error = %err, "distlock: a shutdown release did not finish")
             }
         }
-        for (hold, _) in &closed {
-            hold.mark_lost(LostReason::ShutDown, "the client was shut down");
-        }
     }
-    let _ = tokio::time::timeout(inner.config.remember_release, inner.background.idle()).await;
+    for (hold, _) in &closed {
+        hold.mark_lost(LostReason::ShutDown, "the client was shut down");
+    }
+    let _ = tokio::time::timeout(patience, inner.background.idle()).await;
+    report.given_back += inner.take_given_back_late();
+    report.in_flight = inner.attempts.running();
     report
 }
 

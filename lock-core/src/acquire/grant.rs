@@ -1,6 +1,7 @@
 //! The one place where a grant becomes a hold: whether it came in time to count on,
 //! the new [`Hold`] (registered with the watchdog, counted), or one more guard on
-//! a hold the chain re-entered.
+//! a hold the chain re-entered; and whether the caller may have the guards at all
+//! (not once the client's shutdown began: [`admit`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +10,8 @@ use tokio::time::Instant;
 
 use super::options::LeasePolicy;
 use crate::context::LockContext;
+use crate::detach::join_all;
+use crate::error::LockError;
 use crate::faults::{self, Fault};
 use crate::guard::{LockGuard, MultiLockGuard};
 use crate::hold::{HeldLock, Hold, HoldState};
@@ -96,6 +99,48 @@ impl Grant<'_> {
             guards.push(LockGuard::new(self.inner, held, &scope));
         }
         MultiLockGuard::new(guards)
+    }
+}
+
+/// The guards an acquisition (or a re-entry) of `name` was granted, if the client
+/// is still open: once its shutdown began, they are given back at once (counted
+/// in the shutdown's report) and the acquisition fails with `ClientShutDown`. The
+/// shutdown waits for every acquisition under way (`Inner::start_attempt`), so no
+/// guard is handed out after it returned, whenever the grant's reply came.
+///
+/// # Cancel safety
+///
+/// Dropped while giving back, the guards not yet given back are dropped (their
+/// holds released in the background, which the shutdown also waits for).
+pub(crate) async fn admit(
+    inner: &Arc<Inner>,
+    guards: Vec<LockGuard>,
+    name: &str,
+) -> Result<Vec<LockGuard>, LockError> {
+    if !inner.is_closed() || faults::active(Fault::GrantAfterShutdown) {
+        return Ok(guards);
+    }
+    give_back(inner, guards, name).await;
+    Err(LockError::ClientShutDown {
+        name: name.to_owned(),
+    })
+}
+
+/// Gives back every hold of `guards` (of the lock, or set, `name`) at once: the
+/// part of a set taken before a name could not be had, or guards that [`admit`]
+/// refused. Once the shutdown began, those given back are counted in its report.
+///
+/// # Cancel safety
+///
+/// Dropped midway, the guards not yet given back are dropped (their holds released
+/// in the background).
+pub(crate) async fn give_back(inner: &Arc<Inner>, guards: Vec<LockGuard>, name: &str) {
+    let results = join_all(guards.into_iter().map(LockGuard::unlock)).await;
+    if inner.is_closed() {
+        inner.gave_back_late(results.iter().filter(|result| result.is_ok()).count());
+    }
+    for err in results.into_iter().filter_map(Result::err) {
+        tracing::debug!(error = %err, lock.name = %name, "distlock: giving back a hold failed; its lease will end it");
     }
 }
 

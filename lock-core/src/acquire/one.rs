@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use super::answer::Granted;
 use super::chain::{reenter, Chain};
-use super::grant::Grant;
+use super::grant::{admit, Grant};
 use super::options::{check_kind, settle_options, Options};
 use super::wait::wait_for;
 use super::waiter::{Wait, Won};
@@ -31,7 +31,7 @@ pub(crate) async fn acquire(
     origin: Origin,
 ) -> Result<LockGuard, LockError> {
     let keys = keys?;
-    inner.check_open(|| keys.display())?;
+    let _attempt = inner.start_attempt(|| keys.display())?;
     let start = Instant::now();
     let (mut policy, deadline) = settle_options(&inner, options, start)?;
     check_kind(&inner, &keys, options, &mut policy)?;
@@ -71,8 +71,10 @@ pub(crate) async fn acquire(
             },
         };
         let result = match result {
+            Ok(guard) => admit(&inner, vec![guard], &keys.display())
+                .await
+                .map(|mut guards| guards.remove(0)),
             Err(err) => Err(ended(&inner, err, std::slice::from_ref(&keys)).await),
-            ok => ok,
         };
         let span = tracing::Span::current();
         span.record("lock.waited_ms", start.elapsed().as_millis() as u64);

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::answer::Granted;
-use super::grant::Grant;
+use super::grant::{admit, give_back, Grant};
 use super::one::{acquire, before_new, ended};
 use super::options::{settle_options, Options};
 use super::set_run::NameSet;
@@ -34,7 +34,6 @@ use super::wait;
 use super::waiter::{Wait, Won};
 use crate::backend::slot;
 use crate::context::LockContext;
-use crate::detach::join_all;
 use crate::error::LockError;
 use crate::guard::{LockGuard, MultiLockGuard};
 use crate::inner::Inner;
@@ -102,29 +101,50 @@ pub(crate) async fn acquire_all(
     origin: Origin,
 ) -> Result<MultiLockGuard, LockError> {
     let keys = keys?;
-    if let Some(first) = keys.first() {
-        inner.check_open(|| first.display())?;
-    }
+    let name = keys.first().map(|keys| keys.display()).unwrap_or_default();
+    let _attempt = match keys.is_empty() {
+        false => Some(inner.start_attempt(|| name.clone())?),
+        true => None,
+    };
+    let all = take_all(&inner, keys, options, origin, &name).await?;
+    admit(&inner, all.into_guards(), &name)
+        .await
+        .map(MultiLockGuard::new)
+}
+
+/// Takes every lock of `keys` (the set named by its first, `name`), at once when
+/// one run can, else name by name within one wait.
+///
+/// # Cancel safety
+///
+/// As [`acquire_all`].
+async fn take_all(
+    inner: &Arc<Inner>,
+    keys: Vec<Arc<LockKeys>>,
+    options: Options,
+    origin: Origin,
+    name: &str,
+) -> Result<MultiLockGuard, LockError> {
     let outer = LockContext::current();
     // The set against the locks the chain holds, once: within the set, the
     // canonical order makes no edge.
     for keys in &keys {
         if outer.find(inner.id, keys).is_none() {
-            before_new(&inner, &outer, keys, &origin).await?;
+            before_new(inner, &outer, keys, &origin).await?;
         }
     }
     let origin = Origin {
         in_set: true,
         ..origin
     };
-    if keys.len() > 1 && in_one_run(&inner, &keys) {
+    if keys.len() > 1 && in_one_run(inner, &keys) {
         return match acquire_at_once(inner.clone(), &keys, options, origin).await {
-            Err(err) => Err(ended(&inner, err, &keys).await),
+            Err(err) => Err(ended(inner, err, &keys).await),
             ok => ok,
         };
     }
     // Every option checked before the first name is asked for.
-    let (_, deadline) = settle_options(&inner, options, Instant::now())?;
+    let (_, deadline) = settle_options(inner, options, Instant::now())?;
     // Dropped with the future: each guard taken so far is released in the
     // background.
     let mut guards: Vec<LockGuard> = Vec::with_capacity(keys.len());
@@ -145,22 +165,12 @@ pub(crate) async fn acquire_all(
         match taken {
             Ok(guard) => guards.push(guard),
             Err(err) => {
-                give_back(guards).await;
+                give_back(inner, guards, name).await;
                 return Err(err);
             }
         }
     }
     Ok(MultiLockGuard::new(guards))
-}
-
-/// Gives back the guards of a set that could not be completed, all at once.
-async fn give_back(guards: Vec<LockGuard>) {
-    let releases = guards.into_iter().map(LockGuard::unlock);
-    for result in join_all(releases).await {
-        if let Err(err) = result {
-            tracing::debug!(error = %err, "distlock: giving back part of a set failed");
-        }
-    }
 }
 
 /// Whether one script run can take every lock of `keys`: one endpoint, or one
