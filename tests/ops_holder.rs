@@ -373,3 +373,24 @@ async fn spans_record_each_outcome_and_the_locked_body() {
         "the macro's body span:\n{text}"
     );
 }
+
+/// Issue 37 (1): `with_lock` takes the lock on its caller's behalf, so the holder's
+/// site is the caller's line, as with `lock()`, not distlock's own file.
+#[tokio::test]
+async fn with_lock_shows_its_callers_line_as_the_site() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let line = line!() + 2;
+    let holder = locks
+        .with_lock("holder:with", |_| {
+            let locks = locks.clone();
+            async move { Ok::<_, LockError>(holder_of(&locks, "holder:with").await) }
+        })
+        .await
+        .expect("with_lock");
+    assert_eq!(
+        holder.site,
+        format!("tests/ops_holder.rs:{line}"),
+        "{holder:?}"
+    );
+}

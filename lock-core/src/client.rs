@@ -715,26 +715,20 @@ impl LockClient {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn with_lock<F, Fut, T, E>(&self, name: impl AsRef<[u8]>, body: F) -> Result<T, E>
+    #[track_caller]
+    pub fn with_lock<F, Fut, T, E>(
+        &self,
+        name: impl AsRef<[u8]>,
+        body: F,
+    ) -> impl Future<Output = Result<T, E>>
     where
         F: FnOnce(HeldLock) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: From<LockError>,
     {
-        let guard = self.lock(name).await?;
-        let span = tracing::info_span!(
-            "distlock.locked",
-            lock.name = %guard.name(),
-            lock.held_ms = tracing::field::Empty,
-        );
-        let start = std::time::Instant::now();
-        let output = guard
-            .scope(body(guard.held()))
-            .instrument(span.clone())
-            .await;
-        span.record("lock.held_ms", start.elapsed().as_millis() as u64);
-        guard.unlock().await?;
-        output
+        // Made here, not in the future: the holder's site is the caller's line.
+        let request = self.lock(name);
+        with_guard(request, body)
     }
 
     /// Shuts the client down, for a process that stops (a redeploy, Ctrl-C): from
@@ -918,6 +912,34 @@ impl LockClient {
             }),
         }
     }
+}
+
+/// [`LockClient::with_lock`] once its request is made: takes the lock, runs `body`
+/// inside its scope, and releases it.
+///
+/// # Cancel safety
+///
+/// As [`LockClient::with_lock`].
+async fn with_guard<F, Fut, T, E>(request: LockRequest, body: F) -> Result<T, E>
+where
+    F: FnOnce(HeldLock) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
+    let guard = request.await?;
+    let span = tracing::info_span!(
+        "distlock.locked",
+        lock.name = %guard.name(),
+        lock.held_ms = tracing::field::Empty,
+    );
+    let start = std::time::Instant::now();
+    let output = guard
+        .scope(body(guard.held()))
+        .instrument(span.clone())
+        .await;
+    span.record("lock.held_ms", start.elapsed().as_millis() as u64);
+    guard.unlock().await?;
+    output
 }
 
 impl From<LockView> for LockInfo {
