@@ -584,6 +584,10 @@ fn redis_hint(err: &redis::RedisError) -> &'static str {
             "the platform's roots could not be read: fix or unset `SSL_CERT_FILE` and \
              `SSL_CERT_DIR` (they are read even when `tls_root_ca` is set)"
         }
+        None if err.is_connection_refusal() => {
+            "connection refused: nothing listens at that address; check the host and port \
+             (in the URL), and that redis-server runs there"
+        }
         None => "check that the server is reachable and healthy",
     }
 }

@@ -23,7 +23,7 @@ const PLAIN_TEXT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Connects to `client`'s server once. Returns the error when the server refused
 /// the connection for good (see [`refusal`]; a plain-text port behind `rediss://`
-/// is one), and `Ok` when it connected or failed in a way that may pass, which the
+/// is one) or nothing listens at its address (a refused TCP connection), and `Ok` when it connected or failed in a way that may pass, which the
 /// connection managers' retries then meet again.
 ///
 /// # Cancel safety
@@ -61,7 +61,8 @@ async fn dial(
     let ConnectionAddr::TcpTls { host, port, .. } = client.get_connection_info().addr() else {
         return match attempt.await {
             Ok(conn) => ping(conn).await,
-            Err(err) if refusal(&err).is_some() => Err(err),
+            // Nothing listens there: waiting out the connect timeout tells no more.
+            Err(err) if refusal(&err).is_some() || err.is_connection_refusal() => Err(err),
             Err(_) => Ok(()),
         };
     };
@@ -80,7 +81,7 @@ async fn dial(
     };
     match result {
         Ok(conn) => ping(conn).await,
-        Err(err) if refusal(&err).is_some() => Err(err),
+        Err(err) if refusal(&err).is_some() || err.is_connection_refusal() => Err(err),
         // A handshake that failed at once (the port closed the connection, or
         // answered something that is not TLS) may also be a plain-text port.
         Err(_) if speaks_plain_text(host, *port).await => Err(not_tls()),
