@@ -65,9 +65,25 @@ async fn the_scripts_are_reported_as_they_go_and_come_back() {
     assert_eq!(node.scripts_loaded, Some(true), "connect loads the library");
     assert_eq!(node.scripts_cached, Some(0), "no script by EVALSHA");
 
+    // Issue 37 (5): the report says the scripts run by the library, and says
+    // nothing of a script cache that is not used.
+    let text = locks.ping().await.expect("a report").to_string();
+    assert!(
+        text.contains("scripts run by    FCALL: distlock's function library is loaded"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("cached"),
+        "the unused script cache is named: {text}"
+    );
+
     server.cmd(&["FUNCTION", "FLUSH"]).expect("flushed");
-    let node = locks.ping().await.expect("a report").nodes.remove(0);
+    let report = locks.ping().await.expect("a report");
+    let text = report.to_string();
+    let node = report.nodes[0].clone();
     assert_eq!(node.scripts_loaded, Some(false));
+    assert_eq!(node.library_loaded, Some(false));
+    assert!(text.contains("the next call loads it"), "{text}");
 
     // A lock taken and released loads the library again.
     let guard = locks.lock("report").await.expect("held");

@@ -80,6 +80,8 @@ struct NodeReport {
     scripts_cached: Option<usize>,
     /// How many scripts distlock has.
     scripts_total: usize,
+    /// Whether distlock's function library is loaded (the scripts run by `FCALL`).
+    library_loaded: Option<bool>,
     /// The Redis user (`ACL WHOAMI`).
     user: Option<String>,
     /// The ACL rules distlock needs that the user lacks.
@@ -107,6 +109,7 @@ impl From<NodeHealth> for NodeReport {
             rdb_saves: node.rdb_saves,
             scripts_cached: node.scripts_cached,
             scripts_total: node.scripts_total,
+            library_loaded: node.library_loaded,
             user: node.user,
             missing_permissions: node.missing_permissions,
             permissions_unchecked: node.permissions_unchecked,

@@ -157,6 +157,10 @@ pub struct NodeHealth {
     pub scripts_cached: Option<usize>,
     /// How many scripts distlock has.
     pub scripts_total: usize,
+    /// Whether distlock's function library is on the server (`FUNCTION LIST`): the
+    /// scripts then run by `FCALL`, and the script cache is not used; `None` when
+    /// the server would not say (functions refused: the scripts run by `EVALSHA`).
+    pub library_loaded: Option<bool>,
     /// The Redis user the client runs as (`ACL WHOAMI`), when the server said.
     pub user: Option<String>,
     /// The commands distlock needs that the user may not run, as ACL rules
@@ -473,6 +477,7 @@ async fn check_node<C: ConnectionLike + Send>(
         scripts_loaded: None,
         scripts_cached: None,
         scripts_total: checks.hashes.len(),
+        library_loaded: None,
         user: None,
         missing_permissions: Vec::new(),
         permissions_unchecked: None,
@@ -501,6 +506,7 @@ async fn check_node<C: ConnectionLike + Send>(
     list.arg("LIST").arg("LIBRARYNAME").arg(&checks.library);
     if let Ok(Value::Array(libraries)) = ask(conn, &list).await {
         // The name has no pattern characters: only that library matches.
+        node.library_loaded = Some(!libraries.is_empty());
         if !libraries.is_empty() {
             node.scripts_loaded = Some(true);
         }
@@ -848,6 +854,30 @@ impl fmt::Display for HealthReport {
 }
 
 impl NodeHealth {
+    /// How the node runs distlock's scripts: by its function library when that is
+    /// loaded (the script cache is then not used, and not mentioned), else by
+    /// `EVALSHA` from the script cache.
+    fn scripts_run_by(&self) -> String {
+        let cache = match self.scripts_cached {
+            Some(cached) if cached == self.scripts_total => {
+                format!("all {cached} cached (SCRIPT EXISTS)")
+            }
+            Some(cached) => format!(
+                "{cached} of {} cached: the next call that needs one loads it",
+                self.scripts_total
+            ),
+            None => "unknown".to_owned(),
+        };
+        match self.library_loaded {
+            Some(true) => "FCALL: distlock's function library is loaded".to_owned(),
+            Some(false) => format!(
+                "FCALL once the library is loaded again (the next call loads it); \
+                 EVALSHA meanwhile: {cache}"
+            ),
+            None => format!("EVALSHA (FUNCTION LIST gave no answer): script cache {cache}"),
+        }
+    }
+
     /// The node's `field  value` lines, each field after `indent`.
     fn lines(&self, indent: &str, lines: &mut Vec<(String, String)>) {
         let mut line = |field: &str, value: String| lines.push((format!("{indent}{field}"), value));
@@ -887,17 +917,7 @@ impl NodeHealth {
             _ => "unknown".to_owned(),
         };
         line("role", role);
-        let scripts = match self.scripts_cached {
-            Some(cached) if cached == self.scripts_total => {
-                format!("all {cached} cached (SCRIPT EXISTS)")
-            }
-            Some(cached) => format!(
-                "{cached} of {} cached: the next call that needs one loads it",
-                self.scripts_total
-            ),
-            None => "unknown".to_owned(),
-        };
-        line("script cache", scripts);
+        line("scripts run by", self.scripts_run_by());
         let permissions = match (
             &self.permissions_unchecked,
             self.missing_permissions.is_empty(),
