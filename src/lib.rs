@@ -1,8 +1,8 @@
 //! A reentrant distributed lock for async Rust on Redis, with an attribute macro for
 //! business functions.
 //!
-//! A lock is one Redis string (its owner, hold count, fencing token and replay record)
-//! with a lease, driven by Lua scripts.
+//! A lock is one Redis hash: each holder is a field, its owner id, whose value is
+//! its hold count; the key's expiry is the lease. Lua scripts make every change.
 //! Several processes (or tasks) that take the same lock name exclude each other;
 //! code that already holds a lock takes it again without waiting. distlock gives you:
 //!

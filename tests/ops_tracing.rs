@@ -79,6 +79,30 @@ async fn the_readme_line_shows_each_acquisition_at_info() {
         ": close",
     ]);
     assert_eq!(locked.len(), 1, "{text}");
+    // Issue 37 (7): the targets the README's example lines show are the real ones.
+    for (span, real) in [
+        ("distlock.acquire{", &acquired[0]),
+        ("distlock.locked{", &locked[0]),
+    ] {
+        let shown = readme
+            .lines()
+            .find(|line| line.starts_with("... INFO ") && line.contains(span))
+            .unwrap_or_else(|| panic!("the README shows no `{span}` line"));
+        assert_eq!(
+            target_of(shown),
+            target_of(real),
+            "the README's `{span}` line names another target than distlock logs:\n{shown}\n{real}"
+        );
+    }
+}
+
+/// The target of a line that `fmt` printed at a span's close: what stands between
+/// the span's fields and `: close`.
+fn target_of(line: &str) -> &str {
+    line.split("}: ")
+        .nth(1)
+        .and_then(|rest| rest.split(": close").next())
+        .unwrap_or_else(|| panic!("no target in `{line}`"))
 }
 
 /// `RUST_LOG=distlock=info` is enough for both crates: a directive's target is a

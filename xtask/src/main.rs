@@ -494,6 +494,80 @@ mod tests {
         );
     }
 
+    /// Issue 37 (7): a dependency line (`distlock = ...`, `distlock-testkit = ...`) in
+    /// a README or a crate's docs names the repository or a path, as the install
+    /// commands do, never a version that crates.io does not have.
+    #[test]
+    fn every_dependency_line_depends_on_the_repository_or_a_path() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let files = [
+            "README.md",
+            "cli/README.md",
+            "lock-core/README.md",
+            "lock-macros/README.md",
+            "testkit/README.md",
+            "src/lib.rs",
+            "lock-core/src/lib.rs",
+            "lock-macros/src/lib.rs",
+            "testkit/src/lib.rs",
+        ];
+        let mut seen = 0;
+        for file in files {
+            let text = std::fs::read_to_string(root.join(file)).expect("a file");
+            for line in text.lines() {
+                let code = line.trim_start_matches(['/', '!', ' ', '`', '(']);
+                let dependency = [
+                    "distlock ",
+                    "distlock-core ",
+                    "distlock-macros ",
+                    "distlock-testkit ",
+                ]
+                .iter()
+                .any(|name| code.starts_with(&format!("{name}= ")));
+                if !dependency {
+                    continue;
+                }
+                seen += 1;
+                assert!(
+                    line.contains("git = ") || line.contains("path = "),
+                    "{file}: `{line}` depends on a version that is not published"
+                );
+            }
+        }
+        assert!(
+            seen > 0,
+            "no dependency line found: the check reads nothing"
+        );
+    }
+
+    /// Issue 37 (7): every setter of `LockClientBuilder` has its row in README's
+    /// configuration table.
+    #[test]
+    fn every_builder_setter_is_in_the_configuration_table() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let builder =
+            std::fs::read_to_string(root.join("lock-core/src/builder.rs")).expect("builder.rs");
+        let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+        let table = readme
+            .split("## Configuration")
+            .nth(1)
+            .and_then(|rest| rest.split("\n\n").nth(1))
+            .expect("README's configuration table");
+        let setters: Vec<&str> = builder
+            .lines()
+            .filter_map(|line| line.strip_prefix("    pub fn "))
+            .filter_map(|rest| rest.split(['(', '<']).next())
+            .filter(|name| !["builder", "new", "connect"].contains(name))
+            .collect();
+        assert!(setters.len() > 20, "{setters:?}");
+        for setter in setters {
+            assert!(
+                table.contains(&format!("| `{setter}(")),
+                "`LockClientBuilder::{setter}` is not in README's configuration table"
+            );
+        }
+    }
+
     #[test]
     fn help_lists_every_command() {
         let commands = [
