@@ -354,6 +354,87 @@ async fn a_scrape_after_a_known_run_counts_exactly_what_happened() {
             "the three names of the set under `{template}`: {acquired:?}"
         );
     }
+    bounded_labels(&server, addr).await;
+}
+
+/// Issue 37 (2): names without a label make a bounded number of series: 10,000
+/// UUID names fold into one class, and names that do not fold (e-mail addresses)
+/// stop at the client's cap, past which they share `{other}`, warned of once.
+async fn bounded_labels(server: &distlock_testkit::RedisServer, addr: SocketAddr) {
+    const CAP: usize = 20;
+    let warnings = support::capture_warnings();
+    let locks = support::builder(server)
+        .max_metric_labels(CAP)
+        .connect()
+        .await
+        .expect("connect");
+    let take = |names: Vec<String>| {
+        let locks = locks.clone();
+        async move {
+            for name in names {
+                locks
+                    .try_lock(name)
+                    .await
+                    .expect("no error")
+                    .expect("free")
+                    .unlock()
+                    .await
+                    .expect("unlock");
+            }
+        }
+    };
+    let uuids: Vec<String> = (0..10_000)
+        .map(|_| format!("job:{}", uuid::Uuid::new_v4()))
+        .collect();
+    let mut tasks = Vec::new();
+    for chunk in uuids.chunks(10_000 / 16) {
+        tasks.push(tokio::spawn(take(chunk.to_vec())));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    // Letters past `f`, so that no word is hex and nothing folds.
+    let letters = |mut n: usize| -> String {
+        (0..4)
+            .map(|_| {
+                let letter = char::from(b'g' + (n % 20) as u8);
+                n /= 20;
+                letter
+            })
+            .collect()
+    };
+    let mails: Vec<String> = (0..CAP * 3)
+        .map(|n| format!("mail:{}@example.org", letters(n)))
+        .collect();
+    take(mails).await;
+
+    let samples = scrape(addr);
+    let acquired = &samples["distlock_acquired_total"];
+    let jobs = value(&samples, "distlock_acquired_total", &[("lock", "job:{#}")]);
+    assert!(
+        jobs >= 10_000.0,
+        "10,000 UUID names under `job:{{#}}`: {jobs}"
+    );
+    let mail_labels: std::collections::BTreeSet<&str> = acquired
+        .iter()
+        .filter_map(|(labels, _)| labels.get("lock").map(String::as_str))
+        .filter(|lock| lock.starts_with("mail:"))
+        .collect();
+    // `job:{#}` took one place of the cap.
+    assert_eq!(mail_labels.len(), CAP - 1, "{mail_labels:?}");
+    let other = value(&samples, "distlock_acquired_total", &[("lock", "{other}")]);
+    assert_eq!(
+        other,
+        (CAP * 3 - (CAP - 1)) as f64,
+        "the names past the cap"
+    );
+    let text = warnings.text();
+    assert_eq!(
+        text.matches("are counted under `{other}`").count(),
+        1,
+        "one warning: {text}"
+    );
+    assert!(text.contains("LockClientBuilder::max_metric_labels"), "{text}");
 }
 
 /// Takes the inventory of every SKU at once, as a shop's restock would.

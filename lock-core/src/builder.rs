@@ -26,7 +26,7 @@ use crate::inner::{Config, Inner};
 use crate::keys::validate_namespace;
 use crate::lease::{MAX_LEASE, MIN_WATCHDOG_LEASE};
 use crate::ops::order::LockOrderCheck;
-use crate::ops::{Operators, Settings};
+use crate::ops::{Operators, Settings, DEFAULT_METRIC_LABELS, MAX_METRIC_LABELS};
 use crate::scripts::Scripts;
 use crate::subscriber::Subscriber;
 use crate::watchdog::Watchdog;
@@ -188,6 +188,7 @@ pub struct LockClientBuilder {
     lock_order: LockOrderCheck,
     share_lock_order: bool,
     deadlock_check_after: Option<Duration>,
+    max_metric_labels: usize,
     service: Option<String>,
     max_hold: Option<Duration>,
 }
@@ -229,6 +230,7 @@ impl LockClientBuilder {
             lock_order: LockOrderCheck::default(),
             share_lock_order: false,
             deadlock_check_after: Some(Duration::from_secs(1)),
+            max_metric_labels: DEFAULT_METRIC_LABELS,
             service: None,
             max_hold: None,
         }
@@ -816,9 +818,10 @@ impl LockClientBuilder {
     /// [`LockOrderCheck::Off`] records nothing.
     ///
     /// A lock's class is the label of its request ([`LockRequest::label`]; the
-    /// macro gives its key template), or else its name with every run of digits
-    /// folded (`order:42` is `order:{#}`). Only new acquisitions made while the chain
-    /// holds other locks of this client are checked: it costs nothing otherwise.
+    /// macro gives its key template), or else its name with every part that varies
+    /// folded: digits, hex, UUIDs (`order:42` is `order:{#}`). Only new acquisitions
+    /// made while the chain holds other locks of this client are checked: it costs
+    /// nothing otherwise.
     /// Re-entries and the names of one `lock_all` are never inversions.
     ///
     /// [`LockRequest::label`]: crate::LockRequest::label
@@ -956,6 +959,38 @@ impl LockClientBuilder {
         self
     }
 
+    /// How many distinct values of the `lock` label this client's metrics (feature
+    /// `metrics`) use at most. Default: 256. A lock's label is its request's
+    /// [`label`](crate::LockRequest::label) (the macro's key template), else its
+    /// name with every part that varies folded (`order:42` and
+    /// `job:123e4567-e89b-12d3-a456-426614174000` are `order:{#}` and `job:{#}`);
+    /// once this many are in use, every new one is counted under `{other}`, and a
+    /// warning says once which setting raises the cap and how to label the names.
+    /// 1 to 100,000 (else [`LockError::InvalidOption`]). Without the feature it
+    /// changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::LockError> {
+    /// use distlock::LockClient;
+    ///
+    /// // A service with many lock templates, scraped by a Prometheus that can take it.
+    /// let locks = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .max_metric_labels(1_000)
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = locks;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn max_metric_labels(mut self, labels: usize) -> Self {
+        self.max_metric_labels = labels;
+        self
+    }
+
     /// Checks every setting, before anything is dialed: the endpoints to connect to,
     /// or the first setting out of range.
     fn validate(&self) -> Result<Endpoints, LockError> {
@@ -968,6 +1003,16 @@ impl LockClientBuilder {
         check_timeouts(self.connect_timeout, self.response_timeout)?;
         if let Some(after) = self.deadlock_check_after {
             check_deadlock_after(after)?;
+        }
+        if !(1..=MAX_METRIC_LABELS).contains(&self.max_metric_labels) {
+            return Err(LockError::invalid_option(
+                "max_metric_labels",
+                format!(
+                    "max_metric_labels is {}; it must be 1 to {MAX_METRIC_LABELS} (default \
+                     {DEFAULT_METRIC_LABELS})",
+                    self.max_metric_labels
+                ),
+            ));
         }
         if let Some(max_hold) = self.max_hold {
             check_max_hold(max_hold, self.default_lease, true)?;
@@ -1150,6 +1195,7 @@ impl LockClientBuilder {
             lock_order: self.lock_order,
             share_lock_order: self.share_lock_order,
             deadlock_check_after: self.deadlock_check_after,
+            max_metric_labels: self.max_metric_labels,
         };
         let client = Describer::new(&service);
         let ops: Arc<dyn Operator> = Arc::new(Operators::new(
@@ -1494,6 +1540,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("lock_order", &self.lock_order)
             .field("share_lock_order", &self.share_lock_order)
             .field("deadlock_check_after", &self.deadlock_check_after)
+            .field("max_metric_labels", &self.max_metric_labels)
             .field("service", &self.service)
             .field("max_hold", &self.max_hold)
             .finish()

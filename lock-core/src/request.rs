@@ -122,7 +122,8 @@ impl LockRequest {
     /// The class of this lock for the lock-order checker (see
     /// [`LockClientBuilder::lock_order`](crate::LockClientBuilder::lock_order)):
     /// what the name stands for, such as `order:{id}` for `order:42`. Without a
-    /// label, the class is the name with every run of digits folded (`order:{#}`);
+    /// label, the class is the name with every part that varies (digits, hex,
+    /// UUIDs) folded (`order:{#}`);
     /// give one where names differ otherwise (`inventory:{sku}` for
     /// `inventory:bread`). `#[distributed_lock]` labels its locks with its key
     /// template.

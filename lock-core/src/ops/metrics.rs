@@ -30,11 +30,14 @@
 //! `lock` is the lock's *template*, never its name: the request's
 //! [`label`](crate::LockRequest::label) (or a set's,
 //! [`LockAllRequest::label`](crate::LockAllRequest::label); `#[distributed_lock]`
-//! gives its key template, `order:{order.id}`, or its `keys` templates), else the name with every run of digits folded
-//! into `{#}` (`order:42` → `order:{#}`), the class the lock-order checker uses.
-//! So the number of series stays bounded by the number of templates, not of
-//! orders; label requests whose names carry other unbounded parts (uuids, e-mail
-//! addresses). `backend` is `single`, `sentinel`, `cluster` or `redlock`; `kind`
+//! gives its key template, `order:{order.id}`, or its `keys` templates), else the
+//! name with every part that varies folded into `{#}` (digits, hex, UUIDs:
+//! `order:42` → `order:{#}`), the class the lock-order checker uses. So the number
+//! of series stays bounded by the number of templates, not of orders. Names with
+//! other unbounded parts (e-mail addresses) are capped: a client uses at most
+//! [`max_metric_labels`](crate::LockClientBuilder::max_metric_labels) values of
+//! `lock` (256 by default), and counts every later one under `{other}`, with a
+//! warning, once, that says how to raise the cap or label the requests. `backend` is `single`, `sentinel`, `cluster` or `redlock`; `kind`
 //! is `exclusive`, `read`, `write`, `permit` or `fair`.
 
 use std::time::Duration;
@@ -54,15 +57,25 @@ pub(super) use off::*;
 mod off {
     use super::*;
 
+    /// Without the feature, no label is kept.
+    #[derive(Debug)]
+    pub(in crate::ops) struct Labels;
+
+    impl Labels {
+        pub(in crate::ops) fn new(_: usize) -> Self {
+            Self
+        }
+    }
+
     /// The series of the lock of `keys`: the one that counts nothing.
-    pub(in crate::ops) fn series(_: &Backend, _: &LockKeys, _: &Origin) -> Tag {
+    pub(in crate::ops) fn series(_: &Backend, _: &Labels, _: &LockKeys, _: &Origin) -> Tag {
         crate::series::uncounted()
     }
 
     #[inline(always)]
     pub(in crate::ops) fn renewal_round_trip(_: &Backend, _: Duration) {}
     #[inline(always)]
-    pub(in crate::ops) fn force_unlocked(_: &Backend, _: &[u8]) {}
+    pub(in crate::ops) fn force_unlocked(_: &Backend, _: &Labels, _: &[u8]) {}
     #[inline(always)]
     pub(in crate::ops) fn inversion(_: &str, _: &str) {}
 }
@@ -87,10 +100,65 @@ mod on {
         since: Instant,
     }
 
+    /// The label value every class past the cap shares.
+    const OTHER: &str = "{other}";
+
+    /// The values of the `lock` label a client's series use: at most `max`; every
+    /// later class is counted under [`OTHER`], and a warning says so once.
+    #[derive(Debug)]
+    pub(in crate::ops) struct Labels {
+        max: usize,
+        seen: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
+        warned: std::sync::atomic::AtomicBool,
+    }
+
+    impl Labels {
+        pub(in crate::ops) fn new(max: usize) -> Self {
+            Self {
+                max,
+                seen: std::sync::Mutex::default(),
+                warned: std::sync::atomic::AtomicBool::new(false),
+            }
+        }
+
+        /// The `lock` label of a lock of class `class`.
+        fn of(&self, class: Arc<str>) -> String {
+            let mut seen = self
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if seen.contains(&class) {
+                return class.to_string();
+            }
+            if seen.len() < self.max {
+                let label = class.to_string();
+                seen.insert(class);
+                return label;
+            }
+            drop(seen);
+            if !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    lock.class = %class,
+                    "distlock: this client's metrics already use {} values of the `lock` label \
+                     (`max_metric_labels`); `{class}` and every later one are counted under \
+                     `{OTHER}`. Give such requests a label (`.label(\"job:{{id}}\")`, or the \
+                     macro's key template), or raise `LockClientBuilder::max_metric_labels`",
+                    self.max
+                );
+            }
+            OTHER.to_owned()
+        }
+    }
+
     /// The series of the lock of `keys`, asked for at `origin`, on `backend_`.
-    pub(in crate::ops) fn series(backend_: &Backend, keys: &LockKeys, origin: &Origin) -> Tag {
+    pub(in crate::ops) fn series(
+        backend_: &Backend,
+        locks: &Labels,
+        keys: &LockKeys,
+        origin: &Origin,
+    ) -> Tag {
         let labels = [
-            Label::new("lock", origin.class(&keys.name).to_string()),
+            Label::new("lock", locks.of(origin.class(&keys.name))),
             Label::new("backend", backend(backend_)),
             Label::new("kind", kind(keys.kind)),
         ];
@@ -188,8 +256,8 @@ mod on {
             .record(took.as_secs_f64());
     }
 
-    pub(in crate::ops) fn force_unlocked(backend_: &Backend, name: &[u8]) {
-        let class = crate::origin::fold(name);
+    pub(in crate::ops) fn force_unlocked(backend_: &Backend, locks: &Labels, name: &[u8]) {
+        let class = locks.of(crate::origin::fold(name).into());
         counter!(
             "distlock_force_unlocks_total",
             "lock" => class,

@@ -40,7 +40,15 @@ pub(crate) struct Settings {
     /// How long a waiter whose chain holds locks waits before it looks for a
     /// deadlock, and then how often; `None`: never.
     pub(crate) deadlock_check_after: Option<Duration>,
+    /// How many values of the metrics' `lock` label the client uses at most.
+    pub(crate) max_metric_labels: usize,
 }
+
+/// How many values of the metrics' `lock` label a client uses, by default
+/// (`LockClientBuilder::max_metric_labels`).
+pub(crate) const DEFAULT_METRIC_LABELS: usize = 256;
+/// The most a client may be allowed.
+pub(crate) const MAX_METRIC_LABELS: usize = 100_000;
 
 /// One client's operator features and their state.
 pub(crate) struct Operators {
@@ -51,6 +59,8 @@ pub(crate) struct Operators {
     deadlock_check_after: Option<Duration>,
     backend: Backend,
     namespace: Arc<str>,
+    /// The values of the metrics' `lock` label in use.
+    labels: Arc<metrics::Labels>,
 }
 
 impl std::fmt::Debug for Operators {
@@ -86,6 +96,7 @@ impl Operators {
             deadlock_check_after: settings.deadlock_check_after,
             backend: backend.clone(),
             namespace: namespace.into(),
+            labels: Arc::new(metrics::Labels::new(settings.max_metric_labels)),
         }
     }
 
@@ -138,7 +149,7 @@ impl Operator for Operators {
     ) -> Option<Box<dyn Watch>> {
         let period = after.or(self.deadlock_check_after)?;
         let watch = DeadlockWatch::new(
-            &self.backend,
+            (&self.backend, &self.labels),
             &self.namespace,
             (client, context),
             period,
@@ -157,7 +168,7 @@ impl Operator for Operators {
     }
 
     fn series(&self, keys: &LockKeys, origin: &Origin) -> Tag {
-        metrics::series(&self.backend, keys, origin)
+        metrics::series(&self.backend, &self.labels, keys, origin)
     }
 
     fn renewal_round_trip(&self, took: Duration) {
@@ -165,6 +176,6 @@ impl Operator for Operators {
     }
 
     fn force_unlocked(&self, name: &[u8]) {
-        metrics::force_unlocked(&self.backend, name);
+        metrics::force_unlocked(&self.backend, &self.labels, name);
     }
 }

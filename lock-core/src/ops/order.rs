@@ -11,8 +11,8 @@
 //!
 //! A lock's *class* is what its name stands for, not the name itself: the label the
 //! request was given (the macro gives its key template, `order:{order.id}`), or else
-//! the name with every run of digits folded into `{#}` (`order:42` and `order:7`
-//! are both `order:{#}`). Re-entries, locks of one class, and the names of one
+//! the name with every part that varies (digits, hex, UUIDs) folded into `{#}`
+//! (`order:42` and `order:7` are both `order:{#}`). Re-entries, locks of one class, and the names of one
 //! `lock_all` (taken in one canonical order) make no edge.
 //!
 //! The edges are kept in the client, in memory, at most [`MAX_EDGES`] of them; a

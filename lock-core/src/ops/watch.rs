@@ -21,6 +21,8 @@ use crate::origin::Origin;
 pub(super) struct DeadlockWatch {
     backend: Backend,
     namespace: Arc<str>,
+    /// The metrics' `lock` label values of the client.
+    labels: Arc<metrics::Labels>,
     /// The client whose holds of the chain the records name.
     client: u64,
     /// The chain whose locks the records name.
@@ -41,7 +43,7 @@ impl DeadlockWatch {
     /// The watch of a wait begun at `start`, looking every `period`: `None` on
     /// Redlock, or for a chain that holds nothing.
     pub(super) fn new(
-        backend: &Backend,
+        (backend, labels): (&Backend, &Arc<metrics::Labels>),
         namespace: &Arc<str>,
         (client, context): (u64, &LockContext),
         period: Duration,
@@ -53,6 +55,7 @@ impl DeadlockWatch {
         Some(Self {
             backend: backend.clone(),
             namespace: namespace.clone(),
+            labels: labels.clone(),
             client,
             context: context.clone(),
             waiting: None,
@@ -133,7 +136,7 @@ impl DeadlockWatch {
         match knot.cycle {
             Some(cycle) if settled => {
                 tracing::warn!(lock.name = %keys.display(), cycle = ?cycle, "distlock: deadlock; this request gives up to break it");
-                metrics::series(&self.backend, keys, origin).deadlock();
+                metrics::series(&self.backend, &self.labels, keys, origin).deadlock();
                 Err(LockError::Deadlock { cycle })
             }
             _ => Ok(true),
