@@ -434,7 +434,10 @@ async fn bounded_labels(server: &distlock_testkit::RedisServer, addr: SocketAddr
         1,
         "one warning: {text}"
     );
-    assert!(text.contains("LockClientBuilder::max_metric_labels"), "{text}");
+    assert!(
+        text.contains("LockClientBuilder::max_metric_labels"),
+        "{text}"
+    );
 }
 
 /// Takes the inventory of every SKU at once, as a shop's restock would.

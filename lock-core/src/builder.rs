@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
-use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisResult, TlsCertificates};
+use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisResult};
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
@@ -16,7 +16,7 @@ use crate::acquire::{check_deadlock_after, check_max_hold};
 use crate::backend::dial::dial_once;
 use crate::backend::link::{Link, Links};
 use crate::backend::sentinel::{NodeAuth, NodeOptions, SentinelConn};
-use crate::backend::tls::{self, TlsSettings};
+use crate::backend::tls::{self, TlsCertificates, TlsSettings};
 use crate::backend::url::{parse_url, parse_urls, redact, resp3};
 use crate::backend::{Backend, Conn, SubConn};
 use crate::client::LockClient;
@@ -1076,6 +1076,12 @@ impl LockClientBuilder {
     /// and credentials may not be empty.
     fn validate_sentinel_node(&self) -> Result<(), LockError> {
         let node = &self.sentinel_node;
+        if node.tls && !cfg!(feature = "tls") {
+            return Err(LockError::invalid_option(
+                "sentinel_node_tls",
+                tls::needs_feature("TLS to the data nodes (`sentinel_node_tls`)"),
+            ));
+        }
         let is_sentinel = matches!(self.target, Some(Target::Sentinel { .. }));
         if let (Some(option), Some(_), false) = (node.first_set_option(), &self.target, is_sentinel)
         {
@@ -1167,6 +1173,7 @@ impl LockClientBuilder {
         let links = Links::new(&service);
         let shutdown = CancellationToken::new();
         let (push_tx, pushes) = mpsc::unbounded_channel();
+        #[cfg(feature = "tls")]
         if endpoints.use_tls(&self.sentinel_node) {
             tls::ensure_provider();
         }
@@ -1359,7 +1366,10 @@ impl LockClientBuilder {
                 .connection_timeout(self.connect_timeout)
                 .response_timeout(self.response_timeout);
             match &certs {
+                #[cfg(feature = "tls")]
                 Some(certs) => builder.certs(certs.clone()),
+                #[cfg(not(feature = "tls"))]
+                Some(certs) => match *certs {},
                 None => builder,
             }
         };
@@ -1880,6 +1890,7 @@ mod tests {
     }
 
     /// A CA certificate, and a client certificate and key signed by it, as PEM.
+    #[cfg(feature = "tls")]
     fn test_pki() -> (String, String, String) {
         let ca_key = rcgen::KeyPair::generate().expect("CA key");
         let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
@@ -1894,6 +1905,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "tls")]
     fn tls_settings_are_checked_before_dialing() {
         let (ca, cert, key) = test_pki();
         let tls = || LockClientBuilder::new().url("rediss://127.0.0.1:6380");
@@ -1955,7 +1967,43 @@ mod tests {
         assert!(cluster.tls_root_ca(ca).validate().is_ok());
     }
 
+    /// Issue 37 (6): without the `tls` feature, every TLS setting is refused before
+    /// anything is dialed, with an error that names the feature.
     #[test]
+    #[cfg(not(feature = "tls"))]
+    fn without_the_tls_feature_every_tls_setting_names_the_feature() {
+        let cases = [
+            (
+                "url",
+                LockClientBuilder::new().url("rediss://127.0.0.1:6380"),
+            ),
+            (
+                "cluster",
+                LockClientBuilder::new().cluster(["rediss://127.0.0.1:7000"]),
+            ),
+            (
+                "tls_root_ca",
+                LockClientBuilder::new()
+                    .url("redis://127.0.0.1:6380")
+                    .tls_root_ca("-----BEGIN CERTIFICATE-----"),
+            ),
+            (
+                "sentinel_node_tls",
+                LockClientBuilder::new()
+                    .sentinel(["redis://127.0.0.1:26379"], "locks")
+                    .sentinel_node_tls(true),
+            ),
+        ];
+        for (option, builder) in cases {
+            let err = builder.validate().err().map(|err| err.to_string());
+            let text = err.unwrap_or_else(|| panic!("`{option}` was accepted"));
+            assert!(text.contains(option), "{text}");
+            assert!(text.contains("`tls` feature"), "{text}");
+        }
+    }
+
+    #[test]
+    #[cfg(feature = "tls")]
     fn a_refused_tls_setting_does_not_show_the_key() {
         let (_, cert, key) = test_pki();
         let err = LockClientBuilder::new()

@@ -1168,7 +1168,11 @@ mod tests {
         let gone = LockError::from(redis::RedisError::from(std::io::Error::from(
             std::io::ErrorKind::ConnectionRefused,
         )));
-        assert!(gone.to_string().contains("reachable"), "{gone}");
+        assert!(gone.to_string().contains("nothing listens"), "{gone}");
+        let slow = LockError::from(redis::RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::TimedOut,
+        )));
+        assert!(slow.to_string().contains("reachable"), "{slow}");
     }
 
     #[test]
@@ -1294,9 +1298,11 @@ mod tests {
         assert_eq!(refusal(&refused), None);
         let text = at_connect(refused);
         assert!(
-            text.contains("10.1.2.3:6390") && text.contains("reachable"),
+            text.contains("10.1.2.3:6390") && text.contains("nothing listens at that address"),
             "{text}"
         );
+        let timed_out = at_connect(io(std::io::ErrorKind::TimedOut));
+        assert!(timed_out.contains("reachable"), "{timed_out}");
     }
 
     #[test]

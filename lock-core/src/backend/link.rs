@@ -274,7 +274,7 @@ impl Links {
         self: &Arc<Self>,
         mut conn: redis::cluster_async::ClusterConnection,
         template: redis::ConnectionInfo,
-        certs: Option<redis::TlsCertificates>,
+        certs: Option<super::tls::TlsCertificates>,
         timeout: Duration,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
@@ -313,10 +313,7 @@ impl Links {
                     let answer = tokio::time::timeout(timeout, async {
                         if !open.contains_key(node) {
                             let info = template.clone().set_addr(node_addr(&template, node));
-                            let client = match &certs {
-                                Some(certs) => redis::Client::build_with_tls(info, certs.clone())?,
-                                None => redis::Client::open(info)?,
-                            };
+                            let client = super::tls::client_with(info, certs.as_ref())?;
                             let fresh = client
                                 .get_multiplexed_async_connection_with_config(&config)
                                 .await?;

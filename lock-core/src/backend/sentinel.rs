@@ -39,7 +39,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, PushInfo, PushKind,
-    RedisConnectionInfo, RedisError, RedisResult, TlsCertificates, Value,
+    RedisConnectionInfo, RedisError, RedisResult, Value,
 };
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::sync::{watch, Mutex};
@@ -48,7 +48,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::dial::dial_once;
 use super::link::{Link, Links};
-use super::tls::with_certificates;
+use super::tls::{with_certificates, TlsCertificates};
 use super::url::resp3;
 use crate::error::refused_credentials;
 

@@ -16,20 +16,51 @@
 //! Nothing is installed for plain-text (`redis://`) deployments. The certificates
 //! are checked when the builder is validated, with an explicit `ring` provider (so
 //! the check installs nothing), and handed to redis-rs as its `TlsCertificates`.
+//!
+//! All of it needs the `tls` feature (on by default in the facade crate). Without
+//! it neither rustls nor ring is compiled, redis-rs is built without TLS, and every
+//! TLS setting (`rediss://`, `tls_root_ca`, `tls_client_cert`, `sentinel_node_tls`)
+//! is refused when the builder is validated, with an error naming the feature.
 
 use std::fmt;
+#[cfg(feature = "tls")]
 use std::sync::Arc;
 
-use redis::{ClientTlsConfig, ConnectionAddr, ConnectionInfo, RedisResult, TlsCertificates};
+#[cfg(feature = "tls")]
+use redis::{ClientTlsConfig, ConnectionAddr};
+use redis::{ConnectionInfo, RedisResult};
+#[cfg(feature = "tls")]
 use rustls::crypto::CryptoProvider;
+#[cfg(feature = "tls")]
 use rustls::pki_types::pem::PemObject;
+#[cfg(feature = "tls")]
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+#[cfg(feature = "tls")]
 use rustls::{ClientConfig, RootCertStore};
 
 use crate::error::LockError;
 
+/// The certificates of TLS connections, as redis-rs takes them.
+#[cfg(feature = "tls")]
+pub(crate) use redis::TlsCertificates;
+
+/// Without the `tls` feature there are no TLS connections, and so no certificates.
+#[cfg(not(feature = "tls"))]
+#[derive(Clone, Debug)]
+pub(crate) enum TlsCertificates {}
+
+/// What a TLS setting made without the `tls` feature is told.
+pub(crate) fn needs_feature(what: &str) -> String {
+    format!(
+        "{what} needs distlock's `tls` feature, which this build leaves out; enable it \
+         (`distlock = {{ .., features = [\"tls\"] }}`, on by default), or use a plain-text \
+         `redis://` URL"
+    )
+}
+
 /// Makes sure rustls has a process-level crypto provider (see the module
 /// documentation): the application's, or else `ring`.
+#[cfg(feature = "tls")]
 pub(crate) fn ensure_provider() {
     if CryptoProvider::get_default().is_some() {
         return;
@@ -70,6 +101,20 @@ impl TlsSettings {
     /// Checks the PEM (every certificate parses, there is at least one, the key fits
     /// the certificate) and returns the certificates for redis-rs; `None` when
     /// neither setting is set.
+    /// Without the `tls` feature: `None`, or the error naming the feature when a
+    /// TLS setting was made.
+    #[cfg(not(feature = "tls"))]
+    pub(crate) fn certificates(&self) -> Result<Option<TlsCertificates>, LockError> {
+        match self.first_set_option() {
+            None => Ok(None),
+            Some(option) => Err(LockError::invalid_option(
+                option,
+                needs_feature(&format!("`{option}`")),
+            )),
+        }
+    }
+
+    #[cfg(feature = "tls")]
     pub(crate) fn certificates(&self) -> Result<Option<TlsCertificates>, LockError> {
         if self.first_set_option().is_none() {
             return Ok(None);
@@ -123,6 +168,7 @@ impl TlsSettings {
 }
 
 /// The CA certificates of `tls_root_ca`, at least one, each a trust anchor.
+#[cfg(feature = "tls")]
 fn root_store(pem: &[u8]) -> Result<RootCertStore, LockError> {
     let refused = |why: String| {
         LockError::invalid_option(
@@ -148,6 +194,7 @@ fn root_store(pem: &[u8]) -> Result<RootCertStore, LockError> {
 }
 
 /// The client certificate chain of `tls_client_cert`, at least one certificate.
+#[cfg(feature = "tls")]
 fn cert_chain(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, LockError> {
     let refused = |why: String| {
         LockError::invalid_option(
@@ -167,7 +214,34 @@ fn cert_chain(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, LockError> {
     Ok(chain)
 }
 
+/// A client of `info`, with the certificates when there are any.
+pub(crate) fn client_with(
+    info: ConnectionInfo,
+    certs: Option<&TlsCertificates>,
+) -> RedisResult<redis::Client> {
+    match certs {
+        #[cfg(feature = "tls")]
+        Some(certs) => redis::Client::build_with_tls(info, certs.clone()),
+        #[cfg(not(feature = "tls"))]
+        Some(certs) => match *certs {},
+        None => redis::Client::open(info),
+    }
+}
+
 /// `info` with the certificates, when it is a TLS connection and there are any.
+#[cfg(not(feature = "tls"))]
+pub(crate) fn with_certificates(
+    info: ConnectionInfo,
+    certs: Option<&TlsCertificates>,
+) -> RedisResult<ConnectionInfo> {
+    match certs {
+        Some(certs) => match *certs {},
+        None => Ok(info),
+    }
+}
+
+/// `info` with the certificates, when it is a TLS connection and there are any.
+#[cfg(feature = "tls")]
 pub(crate) fn with_certificates(
     info: ConnectionInfo,
     certs: Option<&TlsCertificates>,
@@ -192,7 +266,7 @@ impl fmt::Debug for TlsSettings {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tls"))]
 mod tests {
     use super::*;
 

@@ -7,6 +7,13 @@ use crate::error::LockError;
 
 /// Parses the URL given to the builder option `option`.
 pub(crate) fn parse_url(option: &'static str, url: &str) -> Result<ConnectionInfo, LockError> {
+    let scheme = url.split("://").next().unwrap_or_default();
+    if !cfg!(feature = "tls") && ["rediss", "valkeys"].contains(&scheme) {
+        return Err(LockError::invalid_option(
+            option,
+            super::tls::needs_feature(&format!("`{}` (a `{scheme}://` URL)", redact(url))),
+        ));
+    }
     url.into_connection_info().map_err(|err| {
         LockError::invalid_option(
             option,
