@@ -18,9 +18,9 @@
 //! each of them by address once a second, so that a master that goes away is logged
 //! once, by its address, and once when it is back.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -45,11 +45,24 @@ pub(crate) struct Links {
     /// Told when the server at an address was replaced (or a failover moved to a
     /// new master): the client checks every hold there.
     on_replaced: OnceLock<Box<dyn Fn(Replaced) + Send + Sync>>,
-    /// The checks of holds after a replaced server, started and done: new
-    /// acquisitions wait until every one is done ([`Links::settled`]).
-    checks_started: AtomicU64,
-    checks_done: Arc<AtomicU64>,
-    checked: Arc<Notify>,
+    /// The checks of holds after a replaced server under way: a grant counts only
+    /// once every check begun before it came back is done ([`Links::settled`]).
+    checks: Arc<Checks>,
+}
+
+/// The checks of holds after a replaced server that are under way, by number.
+#[derive(Debug, Default)]
+struct Checks {
+    /// The number of the next check, and the numbers of those not done yet.
+    pending: Mutex<(u64, BTreeSet<u64>)>,
+    /// Told whenever a check is done.
+    done: Notify,
+}
+
+impl Checks {
+    fn pending(&self) -> MutexGuard<'_, (u64, BTreeSet<u64>)> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A server was replaced: the check of every hold that it starts is done when this
@@ -58,14 +71,15 @@ pub(crate) struct Links {
 pub(crate) struct Replaced {
     /// The address of the new server.
     pub(crate) addr: Arc<str>,
-    done: Arc<AtomicU64>,
-    checked: Arc<Notify>,
+    /// Its number among the checks.
+    number: u64,
+    checks: Arc<Checks>,
 }
 
 impl Drop for Replaced {
     fn drop(&mut self) {
-        self.done.fetch_add(1, Ordering::AcqRel);
-        self.checked.notify_waiters();
+        self.checks.pending().1.remove(&self.number);
+        self.checks.done.notify_waiters();
     }
 }
 
@@ -76,10 +90,6 @@ impl std::fmt::Debug for Links {
             .finish_non_exhaustive()
     }
 }
-
-/// How long a new acquisition waits for the check of the holds of a replaced server
-/// at most ([`Links::settled`]).
-const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 struct Outage {
@@ -97,9 +107,7 @@ impl Links {
             next_id: AtomicU64::new(0),
             servers: Mutex::new(HashMap::new()),
             on_replaced: OnceLock::new(),
-            checks_started: AtomicU64::new(0),
-            checks_done: Arc::new(AtomicU64::new(0)),
-            checked: Arc::new(Notify::new()),
+            checks: Arc::new(Checks::default()),
         })
     }
 
@@ -130,40 +138,67 @@ impl Links {
     }
 
     /// The server at `addr` was replaced (a restart, or a failover moved to a new
-    /// master): every hold is checked, and new acquisitions wait until that is
-    /// done.
+    /// master): every hold is checked, and no grant counts until that is done
+    /// ([`settled`](Self::settled)).
     pub(crate) fn replaced(&self, addr: Arc<str>) {
-        self.checks_started.fetch_add(1, Ordering::AcqRel);
-        let replaced = Replaced {
+        let replaced = self.begin_check(addr);
+        self.check(replaced);
+    }
+
+    /// The first half of [`replaced`](Self::replaced): the check of the holds after
+    /// the server at `addr` was replaced counts as under way from now on (a grant
+    /// that comes back after this waits for it), although it starts only with
+    /// [`check`](Self::check). A failover takes this before it moves the client's
+    /// connections, so that no grant on the new master can come back before it.
+    pub(crate) fn begin_check(&self, addr: Arc<str>) -> Replaced {
+        let mut pending = self.checks.pending();
+        let number = pending.0;
+        pending.0 += 1;
+        pending.1.insert(number);
+        Replaced {
             addr,
-            done: self.checks_done.clone(),
-            checked: self.checked.clone(),
-        };
+            number,
+            checks: self.checks.clone(),
+        }
+    }
+
+    /// Starts the check that `replaced` stands for: the client's hook (the
+    /// watchdog) checks every hold and drops it when done; without a hook, it is
+    /// done at once.
+    pub(crate) fn check(&self, replaced: Replaced) {
         if let Some(hook) = self.on_replaced.get() {
             hook(replaced);
         }
     }
 
-    /// Waits until every check of holds after a replaced server is done (at most
-    /// [`SETTLE_LIMIT`]), so that a new acquisition is granted only after the holds
-    /// lost there were told so.
+    /// Whether a check of holds after a replaced server is under way.
+    pub(crate) fn checking(&self) -> bool {
+        !self.checks.pending().1.is_empty()
+    }
+
+    /// Waits until every check of holds after a replaced server that was under way
+    /// when it was first polled is done: the gate every grant passes before it
+    /// counts (`acquire/wait.rs`), so that this client grants nothing new on a
+    /// replaced server before the holds lost there were told so. A check ends on
+    /// its own within about one renewal period (`watchdog.rs`), and at once when
+    /// the watchdog stops; checks that begin meanwhile are not waited for (each
+    /// later grant waits for them itself).
     ///
     /// # Cancel safety
     ///
     /// Safe to drop: it only waits.
     pub(crate) async fn settled(&self) {
-        let settled = async {
-            loop {
-                let notified = self.checked.notified();
-                if self.checks_done.load(Ordering::Acquire)
-                    >= self.checks_started.load(Ordering::Acquire)
-                {
-                    return;
-                }
-                notified.await;
+        let before = self.checks.pending().0;
+        loop {
+            let notified = self.checks.done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let first = self.checks.pending().1.first().copied();
+            if first.is_none_or(|first| first >= before) {
+                return;
             }
-        };
-        let _ = tokio::time::timeout(SETTLE_LIMIT, settled).await;
+            notified.await;
+        }
     }
 
     /// The name every connection gets: `distlock:<service>`.
@@ -182,6 +217,7 @@ impl Links {
             named: Arc::new(AtomicBool::new(false)),
             cluster: false,
             naming: Arc::new(AtomicBool::new(false)),
+            losses: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -408,6 +444,10 @@ pub(crate) struct Link<C> {
     cluster: bool,
     /// Whether a background naming is under way (cluster links).
     naming: Arc<AtomicBool>,
+    /// How many times the link saw its connection lost, shared by its clones: a
+    /// request that got an answer while another saw the connection lost may have
+    /// travelled on the new connection, before the server there was identified.
+    losses: Arc<AtomicU64>,
 }
 
 impl<C: Clone> Clone for Link<C> {
@@ -420,6 +460,7 @@ impl<C: Clone> Clone for Link<C> {
             named: self.named.clone(),
             cluster: self.cluster,
             naming: self.naming.clone(),
+            losses: self.losses.clone(),
         }
     }
 }
@@ -443,6 +484,7 @@ impl<C> Link<C> {
         match result {
             Err(err) if is_lost_connection(err) => {
                 self.named.store(false, Ordering::Release);
+                self.losses.fetch_add(1, Ordering::AcqRel);
                 if !self.cluster {
                     self.links.lost(&self.addr, self.id, err);
                 }
@@ -580,12 +622,31 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
     }
 }
 
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
+    /// After a request that was answered while another request of the link saw
+    /// the connection lost (`losses` is the count before it was sent): the answer
+    /// may have come from the new connection, so the server there is identified
+    /// before the answer is used (one server; a replaced one is then checked, and
+    /// the grant this answer may carry waits for that, `Links::settled`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop, as [`ensure_named`](Self::ensure_named).
+    async fn identify_if_reconnected<T>(&mut self, losses: u64, result: &RedisResult<T>) {
+        if result.is_ok() && !self.cluster && self.losses.load(Ordering::Acquire) != losses {
+            self.ensure_named().await;
+        }
+    }
+}
+
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> ConnectionLike for Link<C> {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            let losses = self.losses.load(Ordering::Acquire);
             self.name_before_request().await;
             let result = self.conn.req_packed_command(cmd).await;
             self.observe(&result);
+            self.identify_if_reconnected(losses, &result).await;
             result
         })
     }
@@ -597,9 +658,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> ConnectionLike for Link<
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
+            let losses = self.losses.load(Ordering::Acquire);
             self.name_before_request().await;
             let result = self.conn.req_packed_commands(pipeline, offset, count).await;
             self.observe(&result);
+            self.identify_if_reconnected(losses, &result).await;
             result
         })
     }
