@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{LockClient, LockGuard, LostReason};
-use distlock_testkit::{monotonic_ns, RedisServer};
+use distlock_testkit::{monotonic_ns, RedisCluster, RedisServer};
 
 /// How many other locks the holder keeps through each restart: a check of many
 /// holds takes longer, which widens the window a grant must not slip into.
@@ -130,5 +130,92 @@ async fn a_grant_after_a_restart_comes_after_the_holders_there_were_told() {
         early, 0,
         "chain 2 of the holder's client was granted before chain 1 was told, in {early} of 5 \
          restarts"
+    );
+}
+
+/// Issue 40 (1): on a Redis Cluster, a master restarted empty on its port (the same
+/// node, back before any failover) is known to be another server by its `run_id`:
+/// the holder's client checks every hold, tells the holder `ServerReplaced`, and
+/// grants another call chain of its own the lock only after that. Observed before
+/// the fix: that chain was granted about 250 ms before the holder was told, at its
+/// next renewal, with `NotHeld` (the issue saw 318–535 ms). Another client may be
+/// granted before (printed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_restarted_empty_is_checked_before_a_grant_there() {
+    let mut cluster = RedisCluster::start(3, 0).expect("start a 3-master cluster");
+    let lease = Duration::from_secs(8);
+    let holder = support::cluster_client(&cluster, lease).await;
+    let other = support::cluster_client(&cluster, lease).await;
+    let name = "cluster-replaced";
+    let master = cluster
+        .node_for_slot(support::slot_of(&cluster, name))
+        .expect("a master serves the slot");
+    let guard = Arc::new(holder.lock(name).await.expect("lock"));
+    let lost = guard.lost();
+    let told = tokio::spawn(async move {
+        lost.await;
+        monotonic_ns()
+    });
+    cluster.node_mut(master).stop().expect("kill the master");
+    let killed = monotonic_ns();
+    let again = {
+        let (holder, guard) = (holder.clone(), guard.clone());
+        tokio::spawn(async move {
+            let again = holder.lock(name).wait(Duration::from_secs(20)).await;
+            let (granted, lost_first) = (monotonic_ns(), guard.is_lost());
+            let again = again.expect("the name is free on the restarted master");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let _ = again.unlock().await;
+            (granted, lost_first)
+        })
+    };
+    let asking = support::acquired_at(&other, name, Duration::from_secs(20));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Blocks this worker thread for the start; the other one runs the clients.
+    cluster
+        .node_mut(master)
+        .restart_keeping(&["nodes.conf"])
+        .expect("start the master again, empty");
+    let (back, back_at) = (monotonic_ns(), tokio::time::Instant::now());
+    let (granted, lost_first) = again.await.expect("the second chain's task");
+    let told = tokio::time::timeout(Duration::from_secs(20), told)
+        .await
+        .expect("the holder is told within 20 s")
+        .expect("the watching task");
+    let other_at = asking.await.expect("the other client's task");
+    let other_ms = other_at
+        .ok()
+        .map(|at| match at.checked_duration_since(back_at) {
+            Some(after) => after.as_secs_f64() * 1e3,
+            None => -(back_at.duration_since(at).as_secs_f64() * 1e3),
+        });
+    println!(
+        "killed {:.1} ms before the master was back; holder told {:.1} ms after it was back \
+         ({:?}); another chain of its client granted {:.1} ms after (told first: {lost_first}); \
+         another client granted {other_ms:?} ms after",
+        ms(killed, back),
+        ms(back, told),
+        guard.lost_reason(),
+        ms(back, granted),
+    );
+    support::summary(
+        "cluster_master_restart_grant_order",
+        &[
+            (
+                "told_after_back_ms",
+                (told.saturating_sub(back)) / 1_000_000,
+            ),
+            ("same_client_grant_before_told", u64::from(!lost_first)),
+        ],
+    );
+    assert!(
+        lost_first,
+        "another chain of the holder's client was granted before the holder was told"
+    );
+    assert_eq!(guard.lost_reason(), Some(LostReason::ServerReplaced));
+    assert!(
+        told.saturating_sub(back) < 3_000_000_000,
+        "told {:.1} ms after the master was back",
+        ms(back, told)
     );
 }

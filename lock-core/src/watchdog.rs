@@ -337,16 +337,18 @@ impl Task {
         (due, expired, next)
     }
 
-    /// After a server was replaced: renews every watchdog hold now, trying again
-    /// every [`MIN_RETRY`] while the connection comes back (within one period), so
-    /// that a hold the new server does not have is lost at once.
+    /// After a server was replaced: renews every watchdog hold now, and again
+    /// every [`MIN_RETRY`] those whose renewal got no answer (the connection
+    /// coming back; on a cluster, one shard's), within one period, so that a hold
+    /// the new server does not have is lost at once. Holds still unanswered then
+    /// are left to their next renewal.
     ///
     /// # Cancel safety
     ///
     /// Only the watchdog's task awaits it; dropped with the task, holds not checked
     /// yet are checked by their next renewal, as before a replacement.
     async fn check_all(&mut self) {
-        let holds: Vec<Arc<Hold>> = self
+        let mut left: Vec<Arc<Hold>> = self
             .registry
             .holds()
             .values()
@@ -354,20 +356,29 @@ impl Task {
             .cloned()
             .collect();
         let until = Instant::now() + self.period;
-        for batch in holds.chunks(BATCH) {
-            loop {
+        while !left.is_empty() {
+            let mut unanswered = Vec::new();
+            for batch in left.chunks(BATCH) {
                 let sent = Instant::now();
                 let limit = until.saturating_duration_since(sent).max(MIN_RETRY);
-                if let Some(replies) = self.round(batch, limit).await {
-                    self.apply_as(batch, &replies, sent, LostReason::ServerReplaced);
-                    break;
+                match self.round(batch, limit).await {
+                    Some(replies) => {
+                        self.apply_as(batch, &replies, sent, LostReason::ServerReplaced);
+                        let open = batch.iter().zip(&replies).filter(|(_, r)| r.is_none());
+                        unanswered.extend(open.map(|(hold, _)| hold.clone()));
+                    }
+                    None => unanswered.extend(batch.iter().cloned()),
                 }
-                if Instant::now() + MIN_RETRY >= until {
-                    self.retry_later(batch, sent);
-                    break;
-                }
-                tokio::time::sleep(MIN_RETRY).await;
             }
+            if unanswered.is_empty() {
+                return;
+            }
+            if Instant::now() + MIN_RETRY >= until {
+                self.retry_later(&unanswered, Instant::now());
+                return;
+            }
+            tokio::time::sleep(MIN_RETRY).await;
+            left = unanswered;
         }
     }
 
