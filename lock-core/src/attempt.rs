@@ -144,8 +144,6 @@ impl Invoke {
     /// Sends the attempt to the backend: one endpoint, or every Redlock node. With
     /// replica acknowledgements, their count comes back too.
     async fn send(self) -> redis::RedisResult<(Outcome, Option<i64>)> {
-        // After a replaced server, every hold there is checked first (`link.rs`).
-        self.inner.links.settled().await;
         if self.inner.backend.is_redlock() {
             return self.send_redlock().await.map(|outcome| (outcome, None));
         }

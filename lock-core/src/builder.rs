@@ -1382,22 +1382,33 @@ impl LockClientBuilder {
             .get_async_connection()
             .await
             .map_err(failed)?;
+        // A lost connection to a node may come back to another server: grants wait
+        // until every master was identified again (`link.rs`).
+        let watching = links.clone();
+        let pushes = move |push: redis::PushInfo| {
+            if push.kind == redis::PushKind::Disconnection {
+                watching.cluster_disconnected();
+            }
+            push_tx.send(push)
+        };
         let sub = builder(nodes)
             .use_protocol(ProtocolVersion::RESP3)
-            .push_sender(push_tx)
+            .push_sender(pushes)
             .build()
             .map_err(failed)?
             .get_async_connection()
             .await
             .map_err(failed)?;
         if let Some(template) = first_node {
-            links.watch_cluster(
-                conn.clone(),
-                template,
-                certs.clone(),
-                self.response_timeout,
-                shutdown.clone(),
-            );
+            links
+                .watch_cluster(
+                    conn.clone(),
+                    template,
+                    certs.clone(),
+                    self.response_timeout,
+                    shutdown.clone(),
+                )
+                .await;
         }
         let mut conn = links.cluster_link(conn, servers.clone());
         let mut sub = links.cluster_link(sub, servers.clone());

@@ -27,7 +27,7 @@ const RETRY: Duration = Duration::from_millis(500);
 /// The shortest.
 const MIN_RETRY: Duration = Duration::from_millis(10);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Registry {
     holds: Mutex<HashMap<u64, Arc<Hold>>>,
     /// Wakes the task when a hold needs attention before its planned wake-up.
@@ -35,11 +35,35 @@ struct Registry {
     /// When the task plans to wake next.
     next_wake: Mutex<Option<Instant>>,
     /// Servers found replaced, whose holds the task checks at once: each check is
-    /// done when its token is dropped.
-    replaced: Mutex<Vec<Replaced>>,
+    /// done when its token is dropped. `None` once the task has stopped: a check
+    /// is then done at once (grants wait for none).
+    replaced: Mutex<Option<Vec<Replaced>>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self {
+            holds: Mutex::default(),
+            changed: Notify::new(),
+            next_wake: Mutex::default(),
+            replaced: Mutex::new(Some(Vec::new())),
+        }
+    }
 }
 
 impl Registry {
+    fn replaced(&self) -> MutexGuard<'_, Option<Vec<Replaced>>> {
+        self.replaced.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The servers found replaced since the last call.
+    fn take_replaced(&self) -> Vec<Replaced> {
+        self.replaced()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
     fn holds(&self) -> MutexGuard<'_, HashMap<u64, Arc<Hold>>> {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -188,11 +212,9 @@ impl Watchdog {
 /// Queues the check of every hold after a replaced server, and wakes the task.
 fn server_replaced(registry: &Registry, replaced: Replaced) {
     tracing::debug!(address = %replaced.addr, "distlock: checking every hold after a replaced server");
-    registry
-        .replaced
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(replaced);
+    if let Some(queued) = registry.replaced().as_mut() {
+        queued.push(replaced);
+    }
     registry.changed.notify_one();
 }
 
@@ -221,6 +243,8 @@ struct Task {
 
 impl Drop for Task {
     fn drop(&mut self) {
+        // No check runs any more: grants wait for none.
+        self.registry.replaced().take();
         let now = Instant::now();
         let held: Vec<String> = self
             .registry
@@ -247,13 +271,7 @@ impl Drop for Task {
 impl Task {
     async fn run(mut self, shutdown: CancellationToken) {
         loop {
-            let replaced = std::mem::take(
-                &mut *self
-                    .registry
-                    .replaced
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner),
-            );
+            let replaced = self.registry.take_replaced();
             if !replaced.is_empty() {
                 self.check_all().await;
                 // The checks are done: new acquisitions may go.
@@ -319,16 +337,18 @@ impl Task {
         (due, expired, next)
     }
 
-    /// After a server was replaced: renews every watchdog hold now, trying again
-    /// every [`MIN_RETRY`] while the connection comes back (within one period), so
-    /// that a hold the new server does not have is lost at once.
+    /// After a server was replaced: renews every watchdog hold now, and again
+    /// every [`MIN_RETRY`] those whose renewal got no answer (the connection
+    /// coming back; on a cluster, one shard's), within one period, so that a hold
+    /// the new server does not have is lost at once. Holds still unanswered then
+    /// are left to their next renewal.
     ///
     /// # Cancel safety
     ///
     /// Only the watchdog's task awaits it; dropped with the task, holds not checked
     /// yet are checked by their next renewal, as before a replacement.
     async fn check_all(&mut self) {
-        let holds: Vec<Arc<Hold>> = self
+        let mut left: Vec<Arc<Hold>> = self
             .registry
             .holds()
             .values()
@@ -336,20 +356,29 @@ impl Task {
             .cloned()
             .collect();
         let until = Instant::now() + self.period;
-        for batch in holds.chunks(BATCH) {
-            loop {
+        while !left.is_empty() {
+            let mut unanswered = Vec::new();
+            for batch in left.chunks(BATCH) {
                 let sent = Instant::now();
                 let limit = until.saturating_duration_since(sent).max(MIN_RETRY);
-                if let Some(replies) = self.round(batch, limit).await {
-                    self.apply_as(batch, &replies, sent, LostReason::ServerReplaced);
-                    break;
+                match self.round(batch, limit).await {
+                    Some(replies) => {
+                        self.apply_as(batch, &replies, sent, LostReason::ServerReplaced);
+                        let open = batch.iter().zip(&replies).filter(|(_, r)| r.is_none());
+                        unanswered.extend(open.map(|(hold, _)| hold.clone()));
+                    }
+                    None => unanswered.extend(batch.iter().cloned()),
                 }
-                if Instant::now() + MIN_RETRY >= until {
-                    self.retry_later(batch, sent);
-                    break;
-                }
-                tokio::time::sleep(MIN_RETRY).await;
             }
+            if unanswered.is_empty() {
+                return;
+            }
+            if Instant::now() + MIN_RETRY >= until {
+                self.retry_later(&unanswered, Instant::now());
+                return;
+            }
+            tokio::time::sleep(MIN_RETRY).await;
+            left = unanswered;
         }
     }
 

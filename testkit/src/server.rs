@@ -260,6 +260,7 @@ impl RedisServerBuilder {
                 self.password.as_ref(),
                 port,
                 self.startup_timeout,
+                &[],
             ) {
                 Ok(running) => {
                     return Ok(RedisServer {
@@ -525,7 +526,40 @@ impl RedisServer {
     /// # Ok::<(), distlock_testkit::TestkitError>(())
     /// ```
     pub fn restart(&mut self) -> Result<(), TestkitError> {
+        self.restart_keeping(&[])
+    }
+
+    /// As [`RedisServer::restart`], but the new server starts with copies of
+    /// `files` from the old one's directory (those that exist): with
+    /// `["nodes.conf"]`, a cluster node comes back as the same node, serving the
+    /// same slots, without its data — a master that crashed and was started again
+    /// before the cluster failed it over.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServer::restart`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::RedisCluster;
+    ///
+    /// let mut cluster = RedisCluster::start(3, 0)?;
+    /// cluster.node_mut(0).restart_keeping(&["nodes.conf"])?;
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
+    pub fn restart_keeping(&mut self, files: &[&str]) -> Result<(), TestkitError> {
         self.stop()?;
+        let seed: Vec<(String, Vec<u8>)> = match &self.dir {
+            Some(dir) => files
+                .iter()
+                .filter_map(|name| {
+                    let contents = std::fs::read(dir.path().join(name)).ok()?;
+                    Some(((*name).to_owned(), contents))
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         self.dir = None;
         let mut last_tail = String::new();
         for attempt in 0..PORT_ATTEMPTS {
@@ -539,6 +573,7 @@ impl RedisServer {
                 self.password.as_ref(),
                 self.port,
                 self.startup_timeout,
+                &seed,
             ) {
                 Ok(running) => {
                     self.pid = running.pid;
@@ -752,8 +787,15 @@ fn launch(
     password: Option<&Password>,
     port: u16,
     timeout: Duration,
+    seed: &[(String, Vec<u8>)],
 ) -> Result<Running, Failure> {
     let dir = TempDir::new()?;
+    for (name, contents) in seed {
+        let path = dir.path().join(name);
+        std::fs::write(&path, contents).map_err(|source| {
+            TestkitError::io(format!("could not write {}", path.display()), source)
+        })?;
+    }
     let out_path = dir.path().join("stdout.log");
     let err_path = dir.path().join("stderr.log");
     let create = |path: &Path| {

@@ -206,8 +206,6 @@ impl SetInvoke {
     }
 
     async fn send(self) -> redis::RedisResult<AcquireAllReply> {
-        // After a replaced server, every hold there is checked first (`link.rs`).
-        self.inner.links.settled().await;
         let mut conn = self.inner.backend.first();
         let mut invocation = self.inner.scripts.acquire_all.prepare_invoke();
         for name in self.names.iter() {

@@ -144,6 +144,10 @@ pub(super) async fn wait_for(wait: &mut Wait<'_>) -> Result<Won, LockError> {
         };
         match answer {
             Answer::Granted(granted) => {
+                // A grant counts only once the holds on a server found replaced
+                // were checked (`Links::settled`), and then only if it is still
+                // in time.
+                wait.after_checks(&owner).await;
                 if grant::in_time(wait.policy, sent) {
                     wait.won(&owner);
                     return Ok(Won {

@@ -329,6 +329,32 @@ impl<'a> Wait<'a> {
         }
     }
 
+    /// The gate every grant of this wait passes before it counts (an attempt's,
+    /// or a lock handed over by a release of this client): when a connection of
+    /// the client found a server replaced (a restart, a failover), waits until
+    /// every hold there was checked and the lost ones told (`Links::settled`), so
+    /// that no chain of this client is given a lock that another chain of it still
+    /// believes it holds. Nothing to wait for is the usual case, and costs a look
+    /// at a lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped while it waits, the grant of `owner` is given back in the
+    /// background (as one too late to count on).
+    pub(super) async fn after_checks(&mut self, owner: &Arc<Owner>) {
+        let inner = self.inner;
+        if !inner.links.checking() {
+            return;
+        }
+        let mut unclaimed = Unclaimed {
+            wait: self,
+            owner,
+            armed: true,
+        };
+        inner.links.settled().await;
+        unclaimed.armed = false;
+    }
+
     /// The wait of `owner` was granted: the place its writer kept is gone with
     /// the script, and the next local waiter asks now if another reader or permit
     /// may be had at once.
@@ -386,5 +412,21 @@ async fn within<T>(
     match tokio::time::timeout_at(deadline, run).await {
         Ok(result) => result.map_err(Some),
         Err(_) => Err(None),
+    }
+}
+
+/// A grant waiting at [`Wait::after_checks`]: given back if the wait is dropped
+/// before the gate opens.
+struct Unclaimed<'w, 'a> {
+    wait: &'w mut Wait<'a>,
+    owner: &'w Arc<Owner>,
+    armed: bool,
+}
+
+impl Drop for Unclaimed<'_, '_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.wait.give_back_late(self.owner);
+        }
     }
 }

@@ -14,13 +14,15 @@
 //!
 //! A link over a whole Redis Cluster ([`Links::cluster_link`]) is named in the
 //! background and not watched: its errors do not say which node failed. A
-//! cluster's masters are watched instead by [`Links::watch_cluster`], which pings
-//! each of them by address once a second, so that a master that goes away is logged
-//! once, by its address, and once when it is back.
+//! cluster's masters are watched instead by [`Links::watch_cluster`], which asks
+//! each of them by address once a second which server it is, so that a master that
+//! goes away is logged once, by its address, and once when it is back, and a master
+//! that comes back as another server (or a master that took another's slots) has
+//! every hold checked before the client grants anything new.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -45,11 +47,30 @@ pub(crate) struct Links {
     /// Told when the server at an address was replaced (or a failover moved to a
     /// new master): the client checks every hold there.
     on_replaced: OnceLock<Box<dyn Fn(Replaced) + Send + Sync>>,
-    /// The checks of holds after a replaced server, started and done: new
-    /// acquisitions wait until every one is done ([`Links::settled`]).
-    checks_started: AtomicU64,
-    checks_done: Arc<AtomicU64>,
-    checked: Arc<Notify>,
+    /// The checks of holds after a replaced server under way: a grant counts only
+    /// once every check begun before it came back is done ([`Links::settled`]).
+    checks: Arc<Checks>,
+    /// A cluster: the lost connections to its nodes that hold grants back until
+    /// every master was identified again, each since when; `None` once the
+    /// cluster's watch has stopped ([`Links::cluster_disconnected`]).
+    unsettled: Mutex<Option<Vec<(Instant, Replaced)>>>,
+    /// Wakes the cluster's watch for a look at once.
+    look_now: Notify,
+}
+
+/// The checks of holds after a replaced server that are under way, by number.
+#[derive(Debug, Default)]
+struct Checks {
+    /// The number of the next check, and the numbers of those not done yet.
+    pending: Mutex<(u64, BTreeSet<u64>)>,
+    /// Told whenever a check is done.
+    done: Notify,
+}
+
+impl Checks {
+    fn pending(&self) -> MutexGuard<'_, (u64, BTreeSet<u64>)> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A server was replaced: the check of every hold that it starts is done when this
@@ -58,14 +79,15 @@ pub(crate) struct Links {
 pub(crate) struct Replaced {
     /// The address of the new server.
     pub(crate) addr: Arc<str>,
-    done: Arc<AtomicU64>,
-    checked: Arc<Notify>,
+    /// Its number among the checks.
+    number: u64,
+    checks: Arc<Checks>,
 }
 
 impl Drop for Replaced {
     fn drop(&mut self) {
-        self.done.fetch_add(1, Ordering::AcqRel);
-        self.checked.notify_waiters();
+        self.checks.pending().1.remove(&self.number);
+        self.checks.done.notify_waiters();
     }
 }
 
@@ -76,10 +98,6 @@ impl std::fmt::Debug for Links {
             .finish_non_exhaustive()
     }
 }
-
-/// How long a new acquisition waits for the check of the holds of a replaced server
-/// at most ([`Links::settled`]).
-const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 struct Outage {
@@ -97,9 +115,9 @@ impl Links {
             next_id: AtomicU64::new(0),
             servers: Mutex::new(HashMap::new()),
             on_replaced: OnceLock::new(),
-            checks_started: AtomicU64::new(0),
-            checks_done: Arc::new(AtomicU64::new(0)),
-            checked: Arc::new(Notify::new()),
+            checks: Arc::new(Checks::default()),
+            unsettled: Mutex::new(Some(Vec::new())),
+            look_now: Notify::new(),
         })
     }
 
@@ -130,40 +148,67 @@ impl Links {
     }
 
     /// The server at `addr` was replaced (a restart, or a failover moved to a new
-    /// master): every hold is checked, and new acquisitions wait until that is
-    /// done.
+    /// master): every hold is checked, and no grant counts until that is done
+    /// ([`settled`](Self::settled)).
     pub(crate) fn replaced(&self, addr: Arc<str>) {
-        self.checks_started.fetch_add(1, Ordering::AcqRel);
-        let replaced = Replaced {
+        let replaced = self.begin_check(addr);
+        self.check(replaced);
+    }
+
+    /// The first half of [`replaced`](Self::replaced): the check of the holds after
+    /// the server at `addr` was replaced counts as under way from now on (a grant
+    /// that comes back after this waits for it), although it starts only with
+    /// [`check`](Self::check). A failover takes this before it moves the client's
+    /// connections, so that no grant on the new master can come back before it.
+    pub(crate) fn begin_check(&self, addr: Arc<str>) -> Replaced {
+        let mut pending = self.checks.pending();
+        let number = pending.0;
+        pending.0 += 1;
+        pending.1.insert(number);
+        Replaced {
             addr,
-            done: self.checks_done.clone(),
-            checked: self.checked.clone(),
-        };
+            number,
+            checks: self.checks.clone(),
+        }
+    }
+
+    /// Starts the check that `replaced` stands for: the client's hook (the
+    /// watchdog) checks every hold and drops it when done; without a hook, it is
+    /// done at once.
+    pub(crate) fn check(&self, replaced: Replaced) {
         if let Some(hook) = self.on_replaced.get() {
             hook(replaced);
         }
     }
 
-    /// Waits until every check of holds after a replaced server is done (at most
-    /// [`SETTLE_LIMIT`]), so that a new acquisition is granted only after the holds
-    /// lost there were told so.
+    /// Whether a check of holds after a replaced server is under way.
+    pub(crate) fn checking(&self) -> bool {
+        !self.checks.pending().1.is_empty()
+    }
+
+    /// Waits until every check of holds after a replaced server that was under way
+    /// when it was first polled is done: the gate every grant passes before it
+    /// counts (`acquire/wait.rs`), so that this client grants nothing new on a
+    /// replaced server before the holds lost there were told so. A check ends on
+    /// its own within about one renewal period (`watchdog.rs`), and at once when
+    /// the watchdog stops; checks that begin meanwhile are not waited for (each
+    /// later grant waits for them itself).
     ///
     /// # Cancel safety
     ///
     /// Safe to drop: it only waits.
     pub(crate) async fn settled(&self) {
-        let settled = async {
-            loop {
-                let notified = self.checked.notified();
-                if self.checks_done.load(Ordering::Acquire)
-                    >= self.checks_started.load(Ordering::Acquire)
-                {
-                    return;
-                }
-                notified.await;
+        let before = self.checks.pending().0;
+        loop {
+            let notified = self.checks.done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let first = self.checks.pending().1.first().copied();
+            if first.is_none_or(|first| first >= before) {
+                return;
             }
-        };
-        let _ = tokio::time::timeout(SETTLE_LIMIT, settled).await;
+            notified.await;
+        }
     }
 
     /// The name every connection gets: `distlock:<service>`.
@@ -182,6 +227,7 @@ impl Links {
             named: Arc::new(AtomicBool::new(false)),
             cluster: false,
             naming: Arc::new(AtomicBool::new(false)),
+            losses: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -256,90 +302,110 @@ impl Links {
     }
 }
 
-/// How often a cluster's masters are pinged ([`Links::watch_cluster`]).
+/// How often a cluster's masters are looked at ([`Links::watch_cluster`]).
 const CLUSTER_WATCH: Duration = Duration::from_secs(1);
+/// How soon they are looked at again while a lost connection to a master holds
+/// grants back ([`Links::cluster_disconnected`]) and not every master answered.
+const CLUSTER_RETRY: Duration = Duration::from_millis(50);
+/// How long a lost connection to a master holds grants back at most, while some
+/// master does not answer: a master that stays away longer is identified at the
+/// first look after it is back (within [`CLUSTER_WATCH`]).
+const CLUSTER_SETTLE: Duration = Duration::from_secs(3);
 
 impl Links {
+    /// A connection of the client to a node of its cluster was lost (a RESP3
+    /// disconnection push of the cluster's subscriber connection, which has one to
+    /// every master, `builder.rs`): the node may come back as another server (a
+    /// restart without persistence) before the cluster connection's own
+    /// reconnection, which no error shows, reaches it. So a check counts as under
+    /// way (grants wait, [`settled`](Self::settled)) until every master answered
+    /// [`watch_cluster`](Self::watch_cluster)'s next look and was identified by its
+    /// `run_id` (a replaced one is checked in turn), or [`CLUSTER_SETTLE`] passed.
+    pub(crate) fn cluster_disconnected(&self) {
+        let check = self.begin_check(self.name.as_str().into());
+        if let Some(unsettled) = self.unsettled().as_mut() {
+            unsettled.push((Instant::now(), check));
+        }
+        self.look_now.notify_one();
+    }
+
+    fn unsettled(&self) -> MutexGuard<'_, Option<Vec<(Instant, Replaced)>>> {
+        self.unsettled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// After a look at the masters that began with the lost connections
+    /// `taken`: they are settled when every master answered; else those younger
+    /// than [`CLUSTER_SETTLE`] wait for the next look. Whether any still waits.
+    fn settle(&self, taken: Vec<(Instant, Replaced)>, all_answered: bool) -> bool {
+        let mut unsettled = self.unsettled();
+        let Some(unsettled) = unsettled.as_mut() else {
+            return false;
+        };
+        if !all_answered {
+            let now = Instant::now();
+            let (young, old): (Vec<_>, Vec<_>) = taken
+                .into_iter()
+                .partition(|(since, _)| now.duration_since(*since) < CLUSTER_SETTLE);
+            if !old.is_empty() {
+                tracing::debug!("distlock: a cluster master still does not answer; grants no longer wait for it");
+            }
+            unsettled.extend(young);
+        }
+        !unsettled.is_empty()
+    }
+
     /// Watches the masters of the cluster behind `conn` until `shutdown`: once a
-    /// [`CLUSTER_WATCH`], reads the masters (`CLUSTER SLOTS`) and pings each over a
-    /// connection of its own (made from `template`, a node's settings, with
-    /// `certs`), within `timeout`. A ping that fails for a lost connection marks
-    /// its address down (logged once), an answer marks it up (logged once when it
-    /// was down). A ping that times out changes nothing: a slow node is not a lost
-    /// one. Addresses that were seen down stay watched until they answer, also
-    /// after the cluster moved their slots elsewhere. (The cluster connection's
-    /// own routing by address is not used: it answers from another node when it
-    /// has no connection to the address.)
-    pub(crate) fn watch_cluster(
+    /// [`CLUSTER_WATCH`] (at once after a lost connection, and every
+    /// [`CLUSTER_RETRY`] while one holds grants back), reads which master serves
+    /// each slot (`CLUSTER SLOTS`) and asks each master over a connection of its
+    /// own (made from `template`, a node's settings, with `certs`), within
+    /// `timeout`, which server it is (`INFO server replication`). A master known
+    /// by another `run_id` before (restarted empty on its port), or a master that
+    /// took slots another one served (a failover, `MOVED`), has every hold checked
+    /// ([`replaced`](Self::replaced)) before this client grants anything new
+    /// there. A question that fails for a lost connection marks the address down
+    /// (logged once), an answer marks it up (logged once when it was down); one
+    /// that times out changes nothing: a slow node is not a lost one. Addresses
+    /// that were seen down stay watched until they answer, also after the cluster
+    /// moved their slots elsewhere. (The cluster connection's own routing by
+    /// address is not used: it answers from another node when it has no
+    /// connection to the address.)
+    ///
+    /// The first look is made before this returns, so that every master is known
+    /// from the start.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: the watch then does not start.
+    pub(crate) async fn watch_cluster(
         self: &Arc<Self>,
-        mut conn: redis::cluster_async::ClusterConnection,
+        conn: redis::cluster_async::ClusterConnection,
         template: redis::ConnectionInfo,
         certs: Option<super::tls::TlsCertificates>,
         timeout: Duration,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-        let links = self.clone();
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
-        tokio::spawn(async move {
-            let mut watched: Vec<(String, u16)> = Vec::new();
-            let mut open: HashMap<(String, u16), redis::aio::MultiplexedConnection> =
-                HashMap::new();
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(CLUSTER_WATCH) => {}
-                }
-                let slots = conn.route_command(
-                    redis::cmd("CLUSTER").arg("SLOTS").clone(),
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-                );
-                if let Ok(Ok(slots)) = tokio::time::timeout(timeout, slots).await {
-                    let masters = super::masters_in_slots(&slots);
-                    watched
-                        .retain(|node| masters.contains(node) || links.is_down_now(&address(node)));
-                    for master in masters {
-                        if !watched.contains(&master) {
-                            watched.push(master);
-                        }
-                    }
-                    open.retain(|node, _| watched.contains(node));
-                }
-                for node in &watched {
-                    let addr: Arc<str> = address(node).into();
-                    let answer = tokio::time::timeout(timeout, async {
-                        if !open.contains_key(node) {
-                            let info = template.clone().set_addr(node_addr(&template, node));
-                            let client = super::tls::client_with(info, certs.as_ref())?;
-                            let fresh = client
-                                .get_multiplexed_async_connection_with_config(&config)
-                                .await?;
-                            open.insert(node.clone(), fresh);
-                        }
-                        match open.get_mut(node) {
-                            Some(ping) => redis::cmd("PING").query_async::<Value>(ping).await,
-                            None => Ok(Value::Nil),
-                        }
-                    })
-                    .await;
-                    match answer {
-                        Ok(Ok(_)) => links.answered(&addr, id),
-                        Ok(Err(err)) => {
-                            open.remove(node);
-                            if is_lost_connection(&err) {
-                                links.lost(&addr, id, &err);
-                            }
-                        }
-                        Err(_) => {
-                            open.remove(node);
-                        }
-                    }
-                }
-            }
-        });
+        let watch = ClusterWatch {
+            links: self.clone(),
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            conn,
+            template,
+            certs,
+            config,
+            timeout,
+            watched: Vec::new(),
+            masters: Vec::new(),
+            open: HashMap::new(),
+            ranges: None,
+        };
+        let mut watch = watch;
+        watch.look(Vec::new()).await;
+        tokio::spawn(watch.run(shutdown));
     }
 
     /// Whether `addr` is down now.
@@ -350,6 +416,157 @@ impl Links {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .contains_key(addr)
+    }
+}
+
+/// The task of [`Links::watch_cluster`], and what it knows of the cluster.
+struct ClusterWatch {
+    links: Arc<Links>,
+    /// Its id among the links, for the up/down state of the addresses.
+    id: u64,
+    conn: redis::cluster_async::ClusterConnection,
+    template: redis::ConnectionInfo,
+    certs: Option<super::tls::TlsCertificates>,
+    config: redis::AsyncConnectionConfig,
+    timeout: Duration,
+    /// The addresses asked at each look: the masters, and those seen down.
+    watched: Vec<(String, u16)>,
+    /// The masters as last read.
+    masters: Vec<(String, u16)>,
+    /// A connection to each watched address, once made.
+    open: HashMap<(String, u16), redis::aio::MultiplexedConnection>,
+    /// Which master served each range of slots at the last look.
+    ranges: Option<Vec<super::SlotRange>>,
+}
+
+impl Drop for ClusterWatch {
+    fn drop(&mut self) {
+        // No look comes any more: grants wait for none.
+        self.links.unsettled().take();
+    }
+}
+
+impl ClusterWatch {
+    /// Looks at the masters until `shutdown` (see [`Links::watch_cluster`]).
+    async fn run(mut self, shutdown: tokio_util::sync::CancellationToken) {
+        let mut pause = CLUSTER_WATCH;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(pause) => {}
+                () = self.links.look_now.notified() => {}
+            }
+            let taken = self
+                .links
+                .unsettled()
+                .as_mut()
+                .map(std::mem::take)
+                .unwrap_or_default();
+            pause = if self.look(taken).await {
+                CLUSTER_RETRY
+            } else {
+                CLUSTER_WATCH
+            };
+        }
+    }
+
+    /// One look at the masters, which settles the lost connections `taken` if
+    /// every master answered: whether lost connections still hold grants back.
+    async fn look(&mut self, taken: Vec<(Instant, Replaced)>) -> bool {
+        self.read_slots().await;
+        let all_answered = self.ask_masters().await;
+        self.links.settle(taken, all_answered)
+    }
+
+    /// Reads which master serves each slot; a master that took slots another one
+    /// served has every hold checked.
+    async fn read_slots(&mut self) {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        let slots = self.conn.route_command(
+            redis::cmd("CLUSTER").arg("SLOTS").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        );
+        let Ok(Ok(slots)) = tokio::time::timeout(self.timeout, slots).await else {
+            return;
+        };
+        let ranges = super::slot_ranges(&slots);
+        if let Some(before) = &self.ranges {
+            for master in super::masters_gaining_slots(before, &ranges) {
+                tracing::warn!(
+                    address = %address(&master),
+                    "distlock: a cluster master took slots another master served; checking \
+                     every lock held there"
+                );
+                self.links.replaced(address(&master).into());
+            }
+        }
+        self.masters = super::masters_of(&ranges);
+        self.ranges = Some(ranges);
+        let (links, masters) = (&self.links, &self.masters);
+        self.watched
+            .retain(|node| masters.contains(node) || links.is_down_now(&address(node)));
+        for master in masters {
+            if !self.watched.contains(master) {
+                self.watched.push(master.clone());
+            }
+        }
+        let watched = &self.watched;
+        self.open.retain(|node, _| watched.contains(node));
+    }
+
+    /// Asks every watched address which server it is: whether every master
+    /// answered.
+    async fn ask_masters(&mut self) -> bool {
+        let mut all_answered = true;
+        for node in self.watched.clone() {
+            let addr: Arc<str> = address(&node).into();
+            match tokio::time::timeout(self.timeout, self.identify(&node)).await {
+                Ok(Ok(info)) => {
+                    self.links.answered(&addr, self.id);
+                    if let Some(server) = server_identity(&info) {
+                        self.links.identified(&addr, server);
+                    }
+                    continue;
+                }
+                Ok(Err(err)) => {
+                    self.open.remove(&node);
+                    if is_lost_connection(&err) {
+                        self.links.lost(&addr, self.id, &err);
+                    }
+                }
+                Err(_) => {
+                    self.open.remove(&node);
+                }
+            }
+            all_answered &= !self.masters.contains(&node);
+        }
+        all_answered
+    }
+
+    /// `INFO server replication` of `node`, over its own connection (made first
+    /// when there is none).
+    async fn identify(&mut self, node: &(String, u16)) -> RedisResult<Value> {
+        if !self.open.contains_key(node) {
+            let info = self
+                .template
+                .clone()
+                .set_addr(node_addr(&self.template, node));
+            let client = super::tls::client_with(info, self.certs.as_ref())?;
+            let fresh = client
+                .get_multiplexed_async_connection_with_config(&self.config)
+                .await?;
+            self.open.insert(node.clone(), fresh);
+        }
+        match self.open.get_mut(node) {
+            Some(conn) => {
+                redis::cmd("INFO")
+                    .arg("server")
+                    .arg("replication")
+                    .query_async::<Value>(conn)
+                    .await
+            }
+            None => Ok(Value::Nil),
+        }
     }
 }
 
@@ -405,6 +622,10 @@ pub(crate) struct Link<C> {
     cluster: bool,
     /// Whether a background naming is under way (cluster links).
     naming: Arc<AtomicBool>,
+    /// How many times the link saw its connection lost, shared by its clones: a
+    /// request that got an answer while another saw the connection lost may have
+    /// travelled on the new connection, before the server there was identified.
+    losses: Arc<AtomicU64>,
 }
 
 impl<C: Clone> Clone for Link<C> {
@@ -417,6 +638,7 @@ impl<C: Clone> Clone for Link<C> {
             named: self.named.clone(),
             cluster: self.cluster,
             naming: self.naming.clone(),
+            losses: self.losses.clone(),
         }
     }
 }
@@ -440,6 +662,7 @@ impl<C> Link<C> {
         match result {
             Err(err) if is_lost_connection(err) => {
                 self.named.store(false, Ordering::Release);
+                self.losses.fetch_add(1, Ordering::AcqRel);
                 if !self.cluster {
                     self.links.lost(&self.addr, self.id, err);
                 }
@@ -577,12 +800,31 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
     }
 }
 
+impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
+    /// After a request that was answered while another request of the link saw
+    /// the connection lost (`losses` is the count before it was sent): the answer
+    /// may have come from the new connection, so the server there is identified
+    /// before the answer is used (one server; a replaced one is then checked, and
+    /// the grant this answer may carry waits for that, `Links::settled`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop, as [`ensure_named`](Self::ensure_named).
+    async fn identify_if_reconnected<T>(&mut self, losses: u64, result: &RedisResult<T>) {
+        if result.is_ok() && !self.cluster && self.losses.load(Ordering::Acquire) != losses {
+            self.ensure_named().await;
+        }
+    }
+}
+
 impl<C: ConnectionLike + Clone + Send + Sync + 'static> ConnectionLike for Link<C> {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            let losses = self.losses.load(Ordering::Acquire);
             self.name_before_request().await;
             let result = self.conn.req_packed_command(cmd).await;
             self.observe(&result);
+            self.identify_if_reconnected(losses, &result).await;
             result
         })
     }
@@ -594,9 +836,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> ConnectionLike for Link<
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
+            let losses = self.losses.load(Ordering::Acquire);
             self.name_before_request().await;
             let result = self.conn.req_packed_commands(pipeline, offset, count).await;
             self.observe(&result);
+            self.identify_if_reconnected(losses, &result).await;
             result
         })
     }

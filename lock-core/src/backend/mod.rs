@@ -400,29 +400,69 @@ async fn unsubscribe(link: &mut Link<ConnectionManager>, channel: &[u8]) -> Redi
 /// );
 /// ```
 pub fn masters_in_slots(slots: &Value) -> Vec<(String, u16)> {
-    let mut masters = Vec::new();
+    masters_of(&slot_ranges(slots))
+}
+
+/// A range of hash slots (first and last, inclusive) and the master that serves
+/// it, `(host, port)`.
+pub(crate) type SlotRange = (u16, u16, (String, u16));
+
+/// The ranges of slots that a `CLUSTER SLOTS` reply names, each with its master
+/// (ranges it cannot read are skipped).
+pub(crate) fn slot_ranges(slots: &Value) -> Vec<SlotRange> {
+    let mut ranges = Vec::new();
     // Each range: [start, end, [host, port, id, ...], replicas...].
-    if let Value::Array(ranges) = slots {
-        for range in ranges {
-            let Value::Array(fields) = range else {
-                continue;
-            };
-            let Some(Value::Array(master)) = fields.get(2) else {
-                continue;
-            };
-            let host = master.first().and_then(reply_text);
-            let port = match master.get(1) {
-                Some(Value::Int(port)) => u16::try_from(*port).ok(),
-                _ => None,
-            };
-            if let (Some(host), Some(port)) = (host, port) {
-                masters.push((host, port));
-            }
+    let Value::Array(replies) = slots else {
+        return ranges;
+    };
+    let slot = |value: Option<&Value>| match value {
+        Some(Value::Int(slot)) => u16::try_from(*slot).ok(),
+        _ => None,
+    };
+    for range in replies {
+        let Value::Array(fields) = range else {
+            continue;
+        };
+        let Some(Value::Array(master)) = fields.get(2) else {
+            continue;
+        };
+        let host = master.first().and_then(reply_text);
+        let port = match master.get(1) {
+            Some(Value::Int(port)) => u16::try_from(*port).ok(),
+            _ => None,
+        };
+        let (first, last) = (slot(fields.first()), slot(fields.get(1)));
+        if let (Some(host), Some(port), Some(first), Some(last)) = (host, port, first, last) {
+            ranges.push((first, last, (host, port)));
         }
     }
+    ranges
+}
+
+/// The masters of `ranges`, sorted and once each.
+pub(crate) fn masters_of(ranges: &[SlotRange]) -> Vec<(String, u16)> {
+    let mut masters: Vec<(String, u16)> = ranges.iter().map(|(_, _, m)| m.clone()).collect();
     masters.sort();
     masters.dedup();
     masters
+}
+
+/// The masters of `after` that serve a slot that another master served in
+/// `before` (a failover, a slot moved), once each.
+pub(crate) fn masters_gaining_slots(
+    before: &[SlotRange],
+    after: &[SlotRange],
+) -> Vec<(String, u16)> {
+    let mut gaining: Vec<(String, u16)> = Vec::new();
+    for (first, last, master) in after {
+        let took = before.iter().any(|(was_first, was_last, was)| {
+            was != master && was_first <= last && first <= was_last
+        });
+        if took && !gaining.contains(master) {
+            gaining.push(master.clone());
+        }
+    }
+    gaining
 }
 
 /// The value of `name` in the text of an `INFO` reply (`name:value` lines).

@@ -304,10 +304,12 @@ impl SentinelConn {
         match next {
             Ok(next) => {
                 tracing::warn!(master = %next.addr, "distlock: the Sentinels name a new master; moving to it");
-                let addr: Arc<str> = next.addr.as_str().into();
-                *self.current.write().unwrap_or_else(PoisonError::into_inner) = next;
                 // The new master may never have had some locks: check them all now.
-                self.settings.links.replaced(addr);
+                // The check counts as under way before any request can reach the
+                // new master, so that no grant there counts before it is done.
+                let check = self.settings.links.begin_check(next.addr.as_str().into());
+                *self.current.write().unwrap_or_else(PoisonError::into_inner) = next;
+                self.settings.links.check(check);
                 let _ = self.settings.pushes.send(PushInfo {
                     kind: PushKind::Disconnection,
                     data: Vec::new(),
