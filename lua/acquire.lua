@@ -53,8 +53,6 @@
 --                           (see lock.lua); both untouched
 --   {-3}                    the owner holds the read-write lock as a reader and
 --                           asked for the write hold (an upgrade, refused)
---   {-4, permits}           a semaphore with holders counts `permits` permits, not
---                           the number asked; untouched
 --   {-5, kind, permits}     the name is held (or waited for) as another kind of
 --                           lock: kind 0 plain, 1 read-write, 2 semaphore (of
 --                           `permits` permits; 0 for the other kinds), 3 fair
@@ -64,8 +62,10 @@
 -- A plain lock has one holder. A read hold enters unless a writer holds the lock,
 -- or one waits (a downgrade enters beside its own writer). The write hold is taken
 -- when nobody holds the lock; a writer that waits keeps its place, which stops new
--- readers. A permit is taken while fewer owners than `permits` hold one; a
--- semaphore with no holder takes the permit count of this acquisition. A fair lock
+-- readers. A permit is taken while fewer owners hold one than both `permits` and
+-- the count in force (the smallest any holder asked for: lock.lua's
+-- `permits_in_force`); a semaphore with no holder takes the permit count of this
+-- acquisition, and a holder that asks for another count keeps it beside its hold. A fair lock
 -- is taken when nobody holds it and no live waiter came before (the lowest ticket
 -- is next); a waiter keeps its place (its ticket) for as long as it keeps looking.
 --
@@ -116,7 +116,7 @@ local function acquire_plain(lock, fence_key, freed, r)
       return {-2}
     end
     if occupied(other) then
-      return {-5, KINDS[other.kind], other.permits or 0}
+      return {-5, KINDS[other.kind], permits_in_force(other) or other.permits or 0}
     end
     state = { exists = false, stale = true, token = 0 }
   end
@@ -182,7 +182,7 @@ local function must_wait(state, r, now)
       end
     end
   elseif r.mode == 'p' then
-    if held >= r.permits then
+    if held >= math.min(r.permits, permits_in_force(state) or r.permits) then
       return soonest, false
     end
   else
@@ -236,8 +236,14 @@ local function take_shared(lock, fence_key, state, r, new_record, now)
     fields[#fields + 1] = r.owner
     state.writer = r.owner
   end
-  if r.kind == 'semaphore' and state.permits ~= r.permits then
-    fields[#fields + 1] = '#permits'
+  if r.kind == 'semaphore' and not next(state.holders) then
+    -- The first holder sets the semaphore's count.
+    if state.permits ~= r.permits then
+      fields[#fields + 1] = '#permits'
+      fields[#fields + 1] = r.permits
+    end
+  elseif r.kind == 'semaphore' and state.permits ~= r.permits then
+    fields[#fields + 1] = PERMITS .. r.owner
     fields[#fields + 1] = r.permits
   end
   local until_ms = now + r.lease
@@ -264,15 +270,11 @@ local function acquire_shared(lock, fence_key, freed, r)
   end
   if state.kind and state.kind ~= r.kind then
     if occupied(state) then
-      return {-5, KINDS[state.kind], state.permits or 0}
+      return {-5, KINDS[state.kind], permits_in_force(state) or state.permits or 0}
     end
     -- Left by another kind, its holders and waiters gone: start afresh.
     redis.call('DEL', lock)
     state = free_state()
-  end
-  if r.kind == 'semaphore' and state.permits and state.permits ~= r.permits
-      and next(state.holders) then
-    return {-4, state.permits}
   end
   local me = state.holders[r.owner]
   if me then

@@ -72,7 +72,7 @@ local function main()
         return {-2, i}
       end
       if occupied(other) then
-        return {-5, i, KINDS[other.kind], other.permits or 0}
+        return {-5, i, KINDS[other.kind], permits_in_force(other) or other.permits or 0}
       end
       state = { exists = false, stale = true, token = 0 }
     end

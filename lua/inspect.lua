@@ -17,7 +17,8 @@
 --                            `distlock watch`), -1 when PUBSUB was refused
 --   {3, kind, permits, counter, waiting, listening, n, holders...}
 --                            held: a plain lock (kind 0), a read-write lock
---                            (kind 1), a semaphore (kind 2, of `permits` permits)
+--                            (kind 1), a semaphore (kind 2, of `permits` permits:
+--                            the count in force, lock.lua's `permits_in_force`)
 --                            or a fair lock (kind 3); `waiting` waiters keep their
 --                            place (writers, a fair lock's queue), `listening` as
 --                            above, and `n` holders follow, four numbers each:
@@ -62,7 +63,8 @@ local function main()
   for _, _ in pairs(state.waiting) do
     waiting = waiting + 1
   end
-  local reply = {3, KINDS[state.kind], state.permits or 0, counter, waiting, listening, 0}
+  local permits = permits_in_force(state) or state.permits or 0
+  local reply = {3, KINDS[state.kind], permits, counter, waiting, listening, 0}
   local pttl = redis.call('PTTL', lock)
   local texts = {}
   for owner, h in pairs(state.holders) do

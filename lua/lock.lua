@@ -16,7 +16,10 @@
 --   #fence           the fencing token of the holder of a plain  it holds, with fencing
 --                    or fair lock, or of a writer
 --   #writer          the owner id of a read-write lock's writer  a writer holds it
---   #permits         a semaphore's number of permits             the key exists
+--   #permits         a semaphore's number of permits, as the     the key exists
+--                    holders that came first asked for it
+--   #permits:<owner> the number a semaphore's holder asked for,  it holds, asking for
+--                    when not `#permits` (see `permits_in_force`) another number
 --   #next            a fair lock's next ticket                   a waiter came
 --   #op:<owner>      the holder's replay record, "<floor>        it holds the lock
 --                    <done...>" (see acquire.lua, "Exactly once")
@@ -61,6 +64,7 @@
 
 local LAYOUT = '1'
 local OP, WHO, UNTIL, WAIT, TICKET = '#op:', '#who:', '#until:', '#wait:', '#ticket:'
+local PERMITS = '#permits:'
 -- The kinds, and their number in replies.
 local KINDS = { lock = 0, rw = 1, semaphore = 2, fair = 3 }
 -- How long a waiter's place lives after its last look, and how often it looks.
@@ -138,7 +142,7 @@ end
 
 -- Reads the whole lock at `key` at time `now`: a table with `exists`, `kind`,
 -- `token`, `writer`, `permits`, `next`, `holders` (owner -> { count, floor, done,
--- until, who }, live ones only), `waiting` (owner -> { until, ticket }, live ones),
+-- until, who, permits }, live ones only; `permits` only where it differs), `waiting` (owner -> { until, ticket }, live ones),
 -- `dead` (owner -> 'holder' or 'waiter', whose lease or place ended: their fields
 -- are to be dropped), and
 -- `latest` (the latest end of what lives); nil when `key` holds what distlock did
@@ -185,6 +189,13 @@ local function read_all(key, now)
       return nil
     end
     h.who = meta[WHO .. owner]
+    local asked = meta[PERMITS .. owner]
+    if asked then
+      if not is_number(asked) or asked == '0' then
+        return nil
+      end
+      h.permits = tonumber(asked)
+    end
     if kind ~= 'lock' then
       local until_text = meta[UNTIL .. owner]
       if not is_number(until_text) then
@@ -295,6 +306,23 @@ local function release_message(state, owner, seq_text)
   return message
 end
 
+-- A semaphore's count in force (as `read_all` read it): the smallest number of
+-- permits any live holder asked for (its `#permits:<owner>`, else `#permits`), so
+-- that no holder ever shares the semaphore with more holders than it asked for;
+-- nil when nobody holds a permit. A rolling change of the count is thus served
+-- without errors: a larger count takes effect once the holders that asked for
+-- less are gone, a smaller one as soon as one of its holders holds.
+local function permits_in_force(state)
+  local least = nil
+  for _, h in pairs(state.holders) do
+    local asked = h.permits or state.permits
+    if asked and (not least or asked < least) then
+      least = asked
+    end
+  end
+  return least
+end
+
 -- Whether anybody holds or waits for the lock (as `read_all` read it).
 local function occupied(state)
   return next(state.holders) ~= nil or next(state.waiting) ~= nil
@@ -396,7 +424,10 @@ end
 
 -- The fields of holder `owner` (and of its place, when it waited), to delete.
 local function holder_fields(owner)
-  return { owner, OP .. owner, WHO .. owner, UNTIL .. owner, WAIT .. owner, TICKET .. owner }
+  return {
+    owner, OP .. owner, WHO .. owner, UNTIL .. owner, WAIT .. owner, TICKET .. owner,
+    PERMITS .. owner,
+  }
 end
 
 -- Takes the free plain lock at `lock` (as `read_mine` read it: no key) for `owner`,

@@ -233,7 +233,6 @@ async fn cancellation_at_random_points_leaves_no_permit_taken() {
 }
 
 /// 0 permits, too many permits and fencing are refused before anything is sent;
-/// another permit count while permits are held is refused and changes nothing;
 /// once none is held, the next acquisition sets the count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_and_changes_nothing() {
@@ -267,38 +266,28 @@ async fn bad_input_is_refused_and_changes_nothing() {
     assert_eq!(support::script_calls(&server), calls, "something was sent");
     assert!(!support::exists(&server, &support::lock_key("sem:bad")));
 
-    let permit = locks
+    // Once none is held, the next acquisition sets the count.
+    let two = locks
         .semaphore("sem:bad", 2)
         .acquire()
         .await
         .expect("permit");
-    let before = support::stored(&server, "sem:bad");
-    assert_eq!(before.permits(), Some(2));
-    let other = support::client(&server).await;
-    let mismatch = other.semaphore("sem:bad", 5).acquire().await;
-    match &mismatch {
-        Err(LockError::PermitsMismatch { permits, asked, .. }) => {
-            assert_eq!((*permits, *asked), (2, 5));
-        }
-        other => panic!("expected a permit mismatch, got {other:?}"),
-    }
-    let after = support::stored(&server, "sem:bad");
-    assert_eq!(after, before, "Redis changed");
-    permit.unlock().await.expect("unlock");
-    let five = other
+    assert_eq!(support::stored(&server, "sem:bad").permits(), Some(2));
+    two.unlock().await.expect("unlock");
+    let five = locks
         .semaphore("sem:bad", 5)
         .acquire()
         .await
         .expect("a new count");
-    let info = other.inspect("sem:bad").await.expect("inspect");
+    let info = locks.inspect("sem:bad").await.expect("inspect");
     assert_eq!(info.kind, Some(LockKind::Semaphore { permits: 5 }));
     five.unlock().await.expect("unlock");
 }
 
 /// Issue 26 (what Redisson users look for, `RSemaphore.availablePermits()`): the
-/// free permits, one read: each live holder takes one (a re-entry counts once), a
-/// mismatched permit count and another kind at the name are the errors `acquire`
-/// gives.
+/// free permits, one read: each live holder takes one (a re-entry counts once),
+/// under the smaller of the count asked and the count in force; another kind at the
+/// name is the error `acquire` gives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn available_permits_counts_each_live_holder_once() {
     let server = support::server();
@@ -326,21 +315,23 @@ async fn available_permits_counts_each_live_holder_once() {
         1
     );
 
-    let err = locks
-        .semaphore("sem:free", 5)
-        .available_permits()
-        .await
-        .expect_err("5 is not its count");
-    assert!(
-        matches!(
-            err,
-            LockError::PermitsMismatch {
-                permits: 3,
-                asked: 5,
-                ..
-            }
-        ),
-        "{err}"
+    // Asked with another count: the count in force (3) bounds a larger one, and a
+    // smaller one bounds itself.
+    assert_eq!(
+        locks
+            .semaphore("sem:free", 5)
+            .available_permits()
+            .await
+            .expect("another count"),
+        1
+    );
+    assert_eq!(
+        locks
+            .semaphore("sem:free", 2)
+            .available_permits()
+            .await
+            .expect("a smaller count"),
+        0
     );
     let plain = locks.lock("sem:plain").await.expect("a plain lock");
     let err = locks
@@ -387,4 +378,192 @@ async fn a_fixed_lease_permit_is_extended() {
     let left = info.holders[0].lease_remaining.expect("a lease");
     assert!(left > Duration::from_secs(4), "{left:?}");
     permit.unlock().await.expect("unlock");
+}
+
+/// The holders of a semaphore inside the test, by the permit count each asked for:
+/// checked at every acquisition against the rule that no holder shares the
+/// semaphore with more holders than it asked for.
+#[derive(Default)]
+struct Inside {
+    holders: std::sync::Mutex<Vec<u32>>,
+    most: std::sync::Mutex<Vec<(usize, u32)>>,
+}
+
+impl Inside {
+    /// A holder that asked for `asked` came in: the holders now, the smallest count
+    /// among them.
+    fn enter(&self, asked: u32) -> (usize, u32) {
+        let mut holders = self.holders.lock().expect("inside");
+        holders.push(asked);
+        let least = holders.iter().copied().min().unwrap_or(asked);
+        let now = (holders.len(), least);
+        self.most.lock().expect("most").push(now);
+        now
+    }
+
+    fn leave(&self, asked: u32) {
+        let mut holders = self.holders.lock().expect("inside");
+        if let Some(at) = holders.iter().position(|&n| n == asked) {
+            holders.swap_remove(at);
+        }
+    }
+
+    /// The most holders seen at once since the last call.
+    fn take_most(&self) -> usize {
+        let seen = std::mem::take(&mut *self.most.lock().expect("most"));
+        seen.iter().map(|&(n, _)| n).max().unwrap_or(0)
+    }
+}
+
+/// `tasks` tasks of one version of a service (its own client), each taking a permit
+/// of `asked` in a loop until `stop`, holding it a few milliseconds; every count of
+/// holders is checked on entry. The errors they met, if any.
+fn version(
+    locks: LockClient,
+    asked: u32,
+    tasks: usize,
+    inside: Arc<Inside>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinSet<Result<usize, String>> {
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..tasks {
+        let (locks, inside, stop) = (locks.clone(), inside.clone(), stop.clone());
+        set.spawn(async move {
+            let mut runs = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let permit = locks
+                    .semaphore("sem:rolling", asked)
+                    .acquire()
+                    .wait(Duration::from_secs(20))
+                    .await
+                    .map_err(|err| format!("asked for {asked}: {err}"))?;
+                let (holders, least) = inside.enter(asked);
+                if holders > least as usize {
+                    return Err(format!(
+                        "{holders} holders while one of them asked for {least} permits"
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                inside.leave(asked);
+                permit
+                    .unlock()
+                    .await
+                    .map_err(|err| format!("unlock: {err}"))?;
+                runs += 1;
+            }
+            Ok(runs)
+        });
+    }
+    set
+}
+
+/// Waits for every task of `set`; panics with the first error one met.
+async fn finish(set: &mut tokio::task::JoinSet<Result<usize, String>>) -> usize {
+    let mut runs = 0;
+    while let Some(joined) = set.join_next().await {
+        runs += joined.expect("task").unwrap_or_else(|err| panic!("{err}"));
+    }
+    runs
+}
+
+/// Issue 37 (3): a rolling deploy that changes a semaphore's size, `from` permits
+/// to `to`, with holders of both versions at once: nobody gets an error, no holder
+/// ever shares the semaphore with more holders than it asked for, and once the old
+/// version is gone the new count is what holds: reached when it is a raise, never
+/// passed when it is a cut.
+async fn rolling_change(from: u32, to: u32) {
+    let server = support::server();
+    let [old, new] = support::clients(&server).await;
+    let inside = Arc::new(Inside::default());
+    let stop_old = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_new = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut olds = version(old, from, 5, inside.clone(), stop_old.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let alone = inside.take_most();
+    assert_eq!(
+        alone, from as usize,
+        "the old version alone reaches its count"
+    );
+    // Both versions at once.
+    let mut news = version(new, to, 5, inside.clone(), stop_new.clone());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let both = inside.take_most();
+    assert!(
+        both <= from.max(to) as usize,
+        "{both} holders with both versions"
+    );
+    stop_old.store(true, Ordering::Relaxed);
+    let old_runs = finish(&mut olds).await;
+    inside.take_most();
+    // The new version alone.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let after = inside.take_most();
+    stop_new.store(true, Ordering::Relaxed);
+    let new_runs = finish(&mut news).await;
+    println!(
+        "{from} -> {to}: {alone} alone, {both} with both, {after} after; runs {old_runs} old, {new_runs} new"
+    );
+    assert!(new_runs > 0 && old_runs > 0, "both versions ran");
+    assert_eq!(
+        after, to as usize,
+        "the new count holds once the old version is gone"
+    );
+    assert_eq!(permits_held(&server, "sem:rolling"), Vec::<u64>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_raise_from_two_to_three_permits_serves_both_versions() {
+    rolling_change(2, 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_cut_from_three_to_two_permits_serves_both_versions() {
+    rolling_change(3, 2).await;
+}
+
+/// The rule in Redis, step by step: a holder that asks for another count keeps it
+/// beside its hold (`#permits:<owner>`), the count in force is the smallest, and
+/// its field goes with its hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_asks_for_another_count_keeps_it_beside_its_hold() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let three = locks.semaphore("sem:sizes", 3);
+    let two = locks.semaphore("sem:sizes", 2);
+    let a = three.acquire().await.expect("first of 3");
+    let b = two.acquire().await.expect("one of 2");
+    let stored = support::stored(&server, "sem:sizes");
+    assert_eq!(stored.permits(), Some(3), "{stored:?}");
+    let asked: Vec<Option<u64>> = stored
+        .holders()
+        .keys()
+        .map(|owner| stored.asked_permits(owner))
+        .collect();
+    assert!(
+        asked.contains(&Some(2)) && asked.contains(&None),
+        "{stored:?}"
+    );
+    let info = locks.inspect("sem:sizes").await.expect("inspect");
+    assert_eq!(
+        info.kind,
+        Some(LockKind::Semaphore { permits: 2 }),
+        "in force"
+    );
+    // Two hold, and one of them asked for 2: a third is refused whatever it asks.
+    assert!(three.try_acquire().await.expect("try").is_none());
+    b.unlock().await.expect("unlock");
+    let stored = support::stored(&server, "sem:sizes");
+    assert!(
+        stored
+            .meta()
+            .keys()
+            .all(|field| !field.starts_with("#permits:")),
+        "the field went with its hold: {stored:?}"
+    );
+    // Back to 3 in force: two more may come.
+    let c = three.try_acquire().await.expect("try").expect("3 in force");
+    let d = three.try_acquire().await.expect("try").expect("3 in force");
+    for guard in [a, c, d] {
+        guard.unlock().await.expect("unlock");
+    }
 }

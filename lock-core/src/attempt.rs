@@ -31,8 +31,6 @@ pub(crate) enum Outcome {
     Conflict,
     /// The owner holds the read-write lock in the other mode (an upgrade).
     OtherMode,
-    /// The semaphore has holders and counts `permits` permits, not the number asked.
-    Permits { permits: u32 },
     /// The name is held as another kind of lock.
     OtherKind { held_as: LockKind },
     /// Redlock: too few nodes granted it (their grants were given back): `granted`
@@ -53,7 +51,6 @@ impl From<AcquireReply> for Outcome {
             AcquireReply::NotHeld => Self::NotHeld,
             AcquireReply::Conflict => Self::Conflict,
             AcquireReply::OtherMode => Self::OtherMode,
-            AcquireReply::Permits { permits } => Self::Permits { permits },
             AcquireReply::OtherKind { held_as } => Self::OtherKind { held_as },
         }
     }

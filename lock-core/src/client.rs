@@ -649,10 +649,13 @@ impl LockClient {
     ///
     /// Each permit has a lease of its own, renewed by the watchdog, so the permit of
     /// a process that dies comes back when its lease ends. A call chain holding a
-    /// permit re-enters it (one permit, its count goes up). The permit count is the
-    /// semaphore's while anybody holds a permit: asking with another count then is
-    /// [`LockError::PermitsMismatch`]; once no permit is held, the next acquisition
-    /// sets it. `permits` is 1 to [`MAX_PERMITS`](crate::MAX_PERMITS); other values
+    /// permit re-enters it (one permit, its count goes up). The count can change
+    /// while permits are held (a rolling deploy from 2 to 3 permits, or back): the
+    /// count in force is the smallest any current holder asked for, and a permit is
+    /// taken only while fewer owners than both `permits` and the count in force hold
+    /// one; so no holder ever shares the semaphore with more holders than it asked
+    /// for, a larger count takes effect once the holders that asked for less are
+    /// gone, and a smaller one as soon as one of its holders holds. `permits` is 1 to [`MAX_PERMITS`](crate::MAX_PERMITS); other values
     /// make every request fail with [`LockError::InvalidOption`]. Not on Redlock
     /// ([`LockError::UnsupportedKind`]).
     ///

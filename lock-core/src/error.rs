@@ -173,26 +173,6 @@ pub enum LockError {
         /// The lock name.
         name: String,
     },
-    /// A semaphore was asked for with another number of permits than the one its
-    /// holders use; nothing was changed. A semaphore takes its permit count from its
-    /// first holder, and keeps it while anybody holds a permit.
-    ///
-    /// Its message: ``semaphore `exports` has holders and counts 4 permits, not the 8
-    /// asked; use the same permit count everywhere, or change it once no permit is
-    /// held``.
-    #[error(
-        "semaphore `{name}` has holders and counts {permits} permits, not the {asked} asked; use \
-         the same permit count everywhere, or change it once no permit is held"
-    )]
-    #[non_exhaustive]
-    PermitsMismatch {
-        /// The semaphore's name.
-        name: String,
-        /// The permit count its holders use.
-        permits: u32,
-        /// The permit count asked for.
-        asked: u32,
-    },
     /// A call chain holding a lock of one class asked for a lock of another class
     /// that some chain took before while holding the first: two chains taking them
     /// in opposite orders can deadlock. Returned only with
@@ -1069,15 +1049,6 @@ mod tests {
                  which would wait for itself forever; take the write lock first (a chain holding \
                  the write lock may take the read lock too), or release the read lock before \
                  asking for the write lock",
-            ),
-            (
-                LockError::PermitsMismatch {
-                    name: "exports".into(),
-                    permits: 4,
-                    asked: 8,
-                },
-                "semaphore `exports` has holders and counts 4 permits, not the 8 asked; use the \
-                 same permit count everywhere, or change it once no permit is held",
             ),
             (
                 LockError::QuorumNotReached {

@@ -76,6 +76,17 @@ pub const WRITER: &str = "#writer";
 /// assert_eq!(distlock::layout::PERMITS, "#permits");
 /// ```
 pub const PERMITS: &str = "#permits";
+/// The prefix of the field where a semaphore's holder keeps the number of permits
+/// it asked for, `#permits:<owner>`, when that is not the semaphore's
+/// [`PERMITS`]: the count in force is the smallest any holder asked for.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::PERMITS_OF, "#permits:");
+/// ```
+pub const PERMITS_OF: &str = "#permits:";
 /// The field of a fair lock's next ticket.
 ///
 /// # Examples
@@ -404,6 +415,28 @@ impl StoredLock {
     /// ```
     pub fn who(&self, owner: &str) -> Option<&str> {
         self.meta.get(&format!("{WHO}{owner}")).map(String::as_str)
+    }
+
+    /// The number of permits the semaphore's holder `owner` asked for, when it is
+    /// not the semaphore's [`permits`](Self::permits) (`#permits:<owner>`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::StoredLock;
+    ///
+    /// let lock = StoredLock::from_fields([
+    ///     ("#kind", "semaphore"), ("#layout", "1"), ("#permits", "2"),
+    ///     ("a:1", "1"), ("#op:a:1", "1 1"), ("#until:a:1", "9"),
+    ///     ("b:1", "1"), ("#op:b:1", "1 1"), ("#until:b:1", "9"), ("#permits:b:1", "3"),
+    /// ])?;
+    /// assert_eq!(lock.asked_permits("b:1"), Some(3));
+    /// assert_eq!(lock.asked_permits("a:1"), None);
+    /// # Ok::<(), distlock::layout::LayoutError>(())
+    /// ```
+    pub fn asked_permits(&self, owner: &str) -> Option<u64> {
+        self.number(&format!("{PERMITS_OF}{owner}"))
     }
 
     /// When the own lease of `owner` ends (`#until:<owner>`, ms of the server's

@@ -802,9 +802,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// As [`LockRequest`], and [`LockError::PermitsMismatch`] when the semaphore's
-    /// holders count another number of permits, [`LockError::UnsupportedKind`] on
-    /// Redlock, [`LockError::InvalidOption`] for a permit count out of range.
+    /// As [`LockRequest`], and [`LockError::UnsupportedKind`] on Redlock, [`LockError::InvalidOption`] for a permit count out of range.
     ///
     /// # Cancel safety
     ///
@@ -862,8 +860,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`LockError::PermitsMismatch`] when the semaphore's holders count another
-    /// number of permits (as `acquire` would say); [`LockError::KindConflict`] when
+    /// [`LockError::KindConflict`] when
     /// the name is held as another kind of lock; [`LockError::UnsupportedKind`] on
     /// Redlock; [`LockError::InvalidName`], [`LockError::InvalidOption`] (a permit
     /// count out of range), with nothing sent; [`LockError::KeyConflict`];
@@ -893,15 +890,12 @@ impl Semaphore {
         let view = self.inner.view(&keys).await?;
         match view.kind {
             None => Ok(permits),
-            Some(LockKind::Semaphore { permits: stored }) if stored == permits => {
+            // The count in force (the smallest any holder asked for) bounds this
+            // count too, as it bounds `acquire`.
+            Some(LockKind::Semaphore { permits: in_force }) => {
                 let held = u32::try_from(view.holders.len()).unwrap_or(u32::MAX);
-                Ok(permits.saturating_sub(held))
+                Ok(permits.min(in_force).saturating_sub(held))
             }
-            Some(LockKind::Semaphore { permits: stored }) => Err(LockError::PermitsMismatch {
-                name: keys.display(),
-                permits: stored,
-                asked: permits,
-            }),
             Some(held_as) => Err(kind_conflict(&keys, held_as)),
         }
     }

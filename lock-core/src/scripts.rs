@@ -138,8 +138,6 @@ pub(crate) enum AcquireReply {
     /// The owner holds the read-write lock in the other mode: a read hold asked for
     /// the write hold.
     OtherMode,
-    /// The semaphore has holders and counts `permits` permits, not the number asked.
-    Permits { permits: u32 },
     /// The name is held (or waited for) as another kind of lock.
     OtherKind { held_as: LockKind },
 }
@@ -155,9 +153,6 @@ impl AcquireReply {
             [-1] => Some(Self::NotHeld),
             [-2] => Some(Self::Conflict),
             [-3] => Some(Self::OtherMode),
-            [-4, permits] => Some(Self::Permits {
-                permits: u32::try_from(permits).ok()?,
-            }),
             [-5, kind, permits] => Some(Self::OtherKind {
                 held_as: LockKind::from_code(kind, permits)?,
             }),
@@ -559,10 +554,8 @@ mod tests {
             None,
             "a holder short"
         );
-        assert_eq!(
-            AcquireReply::decode(&[-4, 3]),
-            Some(AcquireReply::Permits { permits: 3 })
-        );
+        // The old "another permit count" answer is no longer one.
+        assert_eq!(AcquireReply::decode(&[-4, 3]), None);
         assert_eq!(AcquireReply::decode(&[-3]), Some(AcquireReply::OtherMode));
         assert_eq!(InspectReply::decode(&[2, 0, 0, 0, 0, 0]), None);
         assert_eq!(

@@ -222,7 +222,8 @@ use proc_macro::TokenStream;
 /// A permit of the semaphore named by the template (`LockClient::semaphore`): at most
 /// `permits` calls run the body at once, across processes. `permits` is a whole
 /// number from 1 to `distlock::MAX_PERMITS`, checked at compile time; a semaphore
-/// whose holders count another number is `LockError::PermitsMismatch` at run time.
+/// whose holders asked for another number serves both (the count in force is the
+/// smallest any holder asked for: see `LockClient::semaphore`).
 /// Instead of `key`; no `kind`, no `fencing`.
 ///
 /// ```

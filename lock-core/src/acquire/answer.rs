@@ -6,7 +6,7 @@ use crate::error::LockError;
 use crate::keys::LockKeys;
 use crate::scripts::unexpected_reply;
 
-use super::options::{kind_conflict, permits_mismatch};
+use super::options::kind_conflict;
 
 /// What one attempt of a wait came to.
 pub(crate) enum Answer {
@@ -52,7 +52,6 @@ pub(super) fn answer_of(keys: &LockKeys, outcome: Outcome) -> Answer {
         Outcome::OtherMode => Answer::Refused(LockError::UpgradeNotAllowed {
             name: keys.display(),
         }),
-        Outcome::Permits { permits } => Answer::Refused(permits_mismatch(keys, permits)),
         Outcome::OtherKind { held_as } => Answer::Refused(kind_conflict(keys, held_as)),
     }
 }

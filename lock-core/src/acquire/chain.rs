@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::grant;
-use super::options::{kind_conflict, permits_mismatch, LeasePolicy};
+use super::options::{kind_conflict, LeasePolicy};
 use crate::attempt::{Attempt, Outcome};
 use crate::context::LockContext;
 use crate::error::{LockError, LostReason};
@@ -118,7 +118,6 @@ pub(super) async fn reenter(
         Outcome::OtherMode => Err(LockError::UpgradeNotAllowed {
             name: hold.display().to_owned(),
         }),
-        Outcome::Permits { permits } => Err(permits_mismatch(&hold.keys, permits)),
         Outcome::OtherKind { held_as } => Err(kind_conflict(&hold.keys, held_as)),
     }
 }

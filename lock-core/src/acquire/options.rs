@@ -199,16 +199,3 @@ pub(crate) fn kind_conflict(keys: &LockKeys, held_as: LockKind) -> LockError {
         asked: keys.kind.with_article(),
     }
 }
-
-/// A semaphore whose holders count `permits` permits, asked for with another count.
-pub(crate) fn permits_mismatch(keys: &LockKeys, permits: u32) -> LockError {
-    let asked = match keys.kind {
-        Kind::Permit { permits } => permits,
-        _ => 0,
-    };
-    LockError::PermitsMismatch {
-        name: keys.display(),
-        permits,
-        asked,
-    }
-}

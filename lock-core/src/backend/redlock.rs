@@ -70,11 +70,9 @@ pub(crate) fn acquire(replies: &[Option<AcquireReply>], quorum: usize) -> Acquir
         granted,
         conflict: replies.contains(&Some(AcquireReply::Conflict)),
         refused: replies.iter().find_map(|reply| match reply {
-            Some(
-                refusal @ (AcquireReply::OtherMode
-                | AcquireReply::Permits { .. }
-                | AcquireReply::OtherKind { .. }),
-            ) => Some(*refusal),
+            Some(refusal @ (AcquireReply::OtherMode | AcquireReply::OtherKind { .. })) => {
+                Some(*refusal)
+            }
             _ => None,
         }),
         busy: busy.len(),
