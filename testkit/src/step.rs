@@ -107,6 +107,8 @@ struct Conn {
     /// keeps its order), each with the id of the late request or `None`.
     backlog: VecDeque<(Option<u64>, Vec<u8>)>,
     closed: bool,
+    /// Whether the connection subscribed, or asked for RESP3 (`HELLO 3`).
+    subscriber: bool,
     /// When the proxy last began a write to the client (or reset the connection
     /// under it).
     sent_to_client: Option<Instant>,
@@ -217,7 +219,8 @@ pub struct Traffic {
 type Predicate = dyn Fn(&[Vec<u8>]) -> bool + Send + Sync;
 
 struct Shared {
-    upstream: SocketAddr,
+    /// Where new connections go ([`StepProxy::switch_upstream`] changes it).
+    upstream: Mutex<SocketAddr>,
     hold: Box<Predicate>,
     state: Mutex<State>,
     shutdown: AtomicBool,
@@ -226,6 +229,10 @@ struct Shared {
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn upstream(&self) -> SocketAddr {
+        *self.upstream.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -300,7 +307,7 @@ impl StepProxy {
             .local_addr()
             .map_err(|source| TestkitError::io("could not read the proxy's address", source))?;
         let shared = Arc::new(Shared {
-            upstream,
+            upstream: Mutex::new(upstream),
             hold: Box::new(hold),
             state: Mutex::new(State::default()),
             shutdown: AtomicBool::new(false),
@@ -568,6 +575,63 @@ impl StepProxy {
         }
     }
 
+    /// Puts another server behind the proxy's address, as a restart or a failover
+    /// behind one address does: the connections accepted from now on go to
+    /// `upstream`. Every open connection is reset (as
+    /// [`reset_all`](StepProxy::reset_all): a restart), except, with
+    /// `keep_subscribers`, those that subscribed or asked for RESP3 (`HELLO 3`, whose
+    /// pushes carry pub/sub): they stay with the old server until they close, as
+    /// behind a load balancer that keeps established connections, so that a
+    /// client's commands, not its subscriber, are the first to meet the new server.
+    /// Done when it returns: no connection it reset, and none accepted after,
+    /// reaches the old server.
+    ///
+    /// # Errors
+    ///
+    /// [`TestkitError::Io`] when `upstream` is not a loopback address (nothing
+    /// changes then).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use distlock_testkit::{RedisServer, StepProxy};
+    ///
+    /// let (first, second) = (RedisServer::start()?, RedisServer::start()?);
+    /// let proxy = StepProxy::start(first.addr(), |_| false)?;
+    /// // ... a client connected to `proxy.url()` works on `first` ...
+    /// proxy.switch_upstream(second.addr(), false)?;
+    /// // ... its next connection reaches `second`, an empty server ...
+    /// # Ok::<(), distlock_testkit::TestkitError>(())
+    /// ```
+    pub fn switch_upstream(
+        &self,
+        upstream: SocketAddr,
+        keep_subscribers: bool,
+    ) -> Result<(), TestkitError> {
+        if !upstream.ip().is_loopback() {
+            return Err(TestkitError::io(
+                format!("the step proxy only forwards to loopback, not to {upstream}"),
+                io::Error::from(ErrorKind::InvalidInput),
+            ));
+        }
+        // The address first: a connection accepted while the old ones are reset
+        // goes to the new server.
+        *self
+            .shared
+            .upstream
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = upstream;
+        let mut state = self.shared.state();
+        state.activity += 1;
+        for conn in &mut state.conns {
+            if !(keep_subscribers && conn.subscriber) {
+                conn.reset();
+            }
+        }
+        state.conns.retain(|conn| !conn.closed);
+        Ok(())
+    }
+
     /// Resets every open connection (a TCP RST to both sides) and forgets held
     /// requests and late replies.
     ///
@@ -596,7 +660,7 @@ impl fmt::Debug for StepProxy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StepProxy")
             .field("addr", &self.addr)
-            .field("upstream", &self.shared.upstream)
+            .field("upstream", &self.shared.upstream())
             .finish_non_exhaustive()
     }
 }
@@ -614,12 +678,19 @@ impl Drop for StepProxy {
 }
 
 fn serve(client: TcpStream, shared: &Arc<Shared>) -> io::Result<()> {
-    let server = TcpStream::connect_timeout(&shared.upstream, UPSTREAM_CONNECT_TIMEOUT)?;
+    let upstream = shared.upstream();
+    let server = TcpStream::connect_timeout(&upstream, UPSTREAM_CONNECT_TIMEOUT)?;
     for stream in [&client, &server] {
         stream.set_nodelay(true)?;
     }
     let id = {
         let mut state = shared.state();
+        if shared.upstream() != upstream {
+            // Switched while connecting: this connection reached the old server.
+            abort(&client);
+            abort(&server);
+            return Ok(());
+        }
         let id = state.next_conn;
         state.next_conn += 1;
         state.activity += 1;
@@ -631,6 +702,7 @@ fn serve(client: TcpStream, shared: &Arc<Shared>) -> io::Result<()> {
             awaiting: VecDeque::new(),
             backlog: VecDeque::new(),
             closed: false,
+            subscriber: false,
             sent_to_client: None,
             reading_client: false,
             reading_server: false,
@@ -738,6 +810,7 @@ fn on_request(state: &mut State, shared: &Shared, conn_id: u64, bytes: Vec<u8>) 
     else {
         return;
     };
+    conn.subscriber |= subscribes(&args);
     conn.queue.push_back(Frame {
         id,
         bytes,
@@ -771,6 +844,17 @@ fn on_reply(state: &mut State, _shared: &Shared, conn_id: u64, bytes: Vec<u8>) {
         }
     }
     conn.flush();
+}
+
+/// Whether a request subscribes (`SUBSCRIBE`, `PSUBSCRIBE`, `SSUBSCRIBE`) or asks
+/// for RESP3 (`HELLO 3`), whose pushes carry pub/sub messages.
+fn subscribes(args: &[Vec<u8>]) -> bool {
+    let Some(command) = args.first() else {
+        return false;
+    };
+    let command = String::from_utf8_lossy(command).to_ascii_uppercase();
+    command.ends_with("SUBSCRIBE") && !command.contains("UNSUB")
+        || (command == "HELLO" && args.get(1).is_some_and(|v| v.as_slice() == b"3"))
 }
 
 /// Whether a pushed frame confirms a `SUBSCRIBE`-like command (RESP3 answers those

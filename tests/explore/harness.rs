@@ -61,6 +61,9 @@ pub(crate) struct Held {
     /// Its lease was ended by the world (force-unlock, expiry) after it was granted:
     /// the holder cannot know before its next renewal.
     pub(crate) revoked: bool,
+    /// Its hold vanished with a replaced server: until the guard is told (lost), it
+    /// still believes it holds, and its client must grant the lock to nobody else.
+    pub(crate) vanished: bool,
 }
 
 /// What an operation ended with.
@@ -69,6 +72,8 @@ pub(crate) enum Outcome {
     Ok,
     Lost,
     Skipped,
+    /// Refused with `ClientShutDown`.
+    ShutDown,
     Failed(String),
 }
 
@@ -81,6 +86,11 @@ pub(crate) struct ActorState {
     pub(crate) running: bool,
     /// Each finished operation: its index, and how it ended.
     pub(crate) done: Vec<(usize, Outcome)>,
+    /// When the running operation started, on the [`Shared::events`] count.
+    pub(crate) started_at: u64,
+    /// Each operation run on the runtime: its index, and when it started and ended
+    /// on the [`Shared::events`] count (which orders them across actors).
+    pub(crate) spans: Vec<(usize, u64, u64)>,
 }
 
 /// Everything of a schedule the runtime and the explorer share.
@@ -279,8 +289,11 @@ fn run(
         while let Some(cmd) = rx.recv().await {
             match cmd {
                 Cmd::Start(actor, op, done) => {
-                    shared.actor(actor).running = true;
-                    shared.events.fetch_add(1, Ordering::SeqCst);
+                    let at = shared.events.fetch_add(1, Ordering::SeqCst) + 1;
+                    let mut state = shared.actor(actor);
+                    state.running = true;
+                    state.started_at = at;
+                    drop(state);
                     let task = run_op(world.clone(), clients.clone(), shared.clone(), actor, op);
                     tokio::spawn(task);
                     let _ = done.send(());
@@ -443,7 +456,17 @@ async fn run_op(
             finish(&shared, actor, outcome);
             return;
         }
-        Op::Renew | Op::Force | Op::Expire => Ok(None),
+        Op::Shutdown => {
+            let report = client.shutdown().await;
+            let outcome = if report.is_complete() {
+                Outcome::Ok
+            } else {
+                Outcome::Failed(format!("shutdown incomplete: {report:?}"))
+            };
+            finish(&shared, actor, outcome);
+            return;
+        }
+        Op::Renew | Op::Force | Op::Expire | Op::Replace | Op::Outage => Ok(None),
     };
     let outcome = match result {
         Ok(Some(guard)) => {
@@ -451,11 +474,13 @@ async fn run_op(
                 guard,
                 op,
                 revoked: false,
+                vanished: false,
             });
             Outcome::Ok
         }
         Ok(None) => Outcome::Ok,
         Err(LockError::Lost { .. }) => Outcome::Lost,
+        Err(err) if err.is_client_shut_down() => Outcome::ShutDown,
         Err(err) => Outcome::Failed(err.to_string()),
     };
     finish(&shared, actor, outcome);
@@ -463,12 +488,13 @@ async fn run_op(
 
 fn finish(shared: &Shared, actor: usize, outcome: Outcome) {
     let mut state = shared.actor(actor);
+    let at = shared.events.fetch_add(1, Ordering::SeqCst) + 1;
     let index = state.next;
+    let started = state.started_at;
     state.done.push((index, outcome));
+    state.spans.push((index, started, at));
     state.next += 1;
     state.running = false;
-    drop(state);
-    shared.events.fetch_add(1, Ordering::SeqCst);
 }
 
 use std::future::IntoFuture;

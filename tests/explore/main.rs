@@ -13,6 +13,24 @@
 //!   the connection reset, or held itself past the timeout and delivered later.
 //! - Between two choices the explorer waits until the proxies and the runtime are
 //!   quiet, so a schedule is the list of its choices, printed as a replay string.
+//!   Nothing else decides: each schedule (and each replay) has keys of its own on
+//!   the server (a namespace numbered for the whole process), and its labels name
+//!   connections only by their order in the schedule.
+//!
+//! The world's own operations, besides time passing for renewal, an operator's
+//! force-unlock and a lease that ends on the server:
+//! - `shutdown()` of a client while its other chains' operations are in flight:
+//!   once it returned, no guard of that client is live, no acquisition of it
+//!   returns a guard, and one started after it fails with `ClientShutDown`; its
+//!   holds are given back unless the report says it could not.
+//! - A replaced server: the address answers with another, empty server (keys and
+//!   function library gone); every connection is reset but the subscriber's, which
+//!   stays with the old server, so that a request is the first to meet the new one.
+//!   A guard whose hold vanished counts as a holder for its client until it is told:
+//!   the client must grant the lock to no other chain before.
+//! - An outage longer than a final release's record lives: for 2.4 s nothing
+//!   reaches the server (held requests stay held) while the client's clock and the
+//!   server's key lifetimes move by it.
 //!
 //! Reductions (each keeps every behaviour reachable):
 //! - An actor's next operation on a client where nothing else is in progress is
@@ -31,7 +49,9 @@
 //!   --world NAMES      only those worlds (comma-separated)
 //!   --faults N         at most N faults per schedule in every world
 //!   --max-secs S       stop each world after S seconds (reported incomplete)
-//!   --sample N         then N schedules of each world with a fault, at random
+//!   --sample N         then N schedules of each world with a fault, at random,
+//!                      and 10 of them replayed from their strings, which must take
+//!                      the same steps to the same end (`--replays K`: K of them)
 //!   --fault NAME       seed a fault and show the explorer finds it
 //!   --seeded           every seeded fault in turn; fails unless each is found
 //!   --replay STRING    one schedule, step by step
@@ -57,7 +77,7 @@ use schedule::{Env, Run};
 use world::{Bound, World};
 
 /// The seeded faults that bring back interleaving bugs found before.
-const SEEDED: [(&str, Fault, &str); 4] = [
+const SEEDED: [(&str, Fault, &str); 5] = [
     (
         "release-replay-forgotten",
         Fault::ReleaseReplayForgotten,
@@ -78,7 +98,18 @@ const SEEDED: [(&str, Fault, &str); 4] = [
         Fault::ReleaseMessageIgnored,
         "chains",
     ),
+    (
+        "grant-after-shutdown",
+        Fault::GrantAfterShutdown,
+        "shutdown",
+    ),
 ];
+
+/// How many of the schedules `--sample` drew are replayed from their strings, each
+/// of which must take the same steps to the same end (`--replays K` to change).
+const SAMPLE_REPLAYS: usize = 10;
+/// As [`SAMPLE_REPLAYS`], for each seeded fault's sample.
+const SEEDED_REPLAYS: usize = 3;
 
 struct Report {
     world: String,
@@ -93,6 +124,10 @@ struct Report {
     complete: bool,
     /// Whether the replay of the shortest violation found it again (sampling only).
     reproduced: Option<bool>,
+    /// How many sampled schedules were replayed from their strings, and how many of
+    /// those replays did not take the same steps to the same end (sampling only).
+    replays: usize,
+    replay_diverged: usize,
 }
 
 impl Report {
@@ -108,6 +143,8 @@ impl Report {
             secs: 0.0,
             complete: true,
             reproduced: None,
+            replays: 0,
+            replay_diverged: 0,
         }
     }
 }
@@ -221,9 +258,16 @@ fn main() -> ExitCode {
             };
             faults::clear();
             faults::inject(fault);
-            let report = sample(&server, &world, 600);
+            let report = sample(&server, &world, 600, SEEDED_REPLAYS);
             faults::clear();
             let reproduced = report.reproduced == Some(true);
+            if report.replay_diverged > 0 {
+                missed += 1;
+                println!(
+                    "explore seeded fault={name}: {} of {} sampled schedules did not replay the same",
+                    report.replay_diverged, report.replays
+                );
+            }
             println!(
                 "RELIABILITY scenario=explore_seeded_{} seeded_faults=1 caught={} schedules={} shortest_steps={} replay_reproduces={}",
                 name.replace('-', "_"),
@@ -282,14 +326,18 @@ fn main() -> ExitCode {
     // `--sample N`: then N schedules with (at least) one fault from each world,
     // drawn at random with a fixed seed.
     let sampled: usize = value("--sample").and_then(|n| n.parse().ok()).unwrap_or(0);
+    let replays: usize = value("--replays")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(SAMPLE_REPLAYS);
     if sampled > 0 {
         for world in &worlds {
             let mut faulty = world.clone();
             faulty.faults = faulty.faults.max(1);
-            let report = sample(&server, &faulty, sampled);
+            let report = sample(&server, &faulty, sampled, replays);
             total.0 += report.schedules;
+            failed |= report.replay_diverged > 0;
             println!(
-                "explore sampled world={} schedules={} violations={} shortest_replay_reproduces={} secs={:.1} bound=\"{}\"",
+                "explore sampled world={} schedules={} violations={} shortest_replay_reproduces={} replayed={} replay_diverged={} secs={:.1} bound=\"{}\"",
                 report.world,
                 report.schedules,
                 report.violations.len(),
@@ -298,6 +346,8 @@ fn main() -> ExitCode {
                     Some(false) => "NO",
                     None => "-",
                 },
+                report.replays,
+                report.replay_diverged,
                 report.secs,
                 report.bound
             );
@@ -400,7 +450,7 @@ fn explore(server: &RedisServer, world: &World, part: Part, max_secs: Option<f64
 /// Whether running the schedule of `replay` (`WORLD/STEP.STEP...`) alone finds a
 /// violation again, in one of three tries (a try whose timing moved, so that a
 /// step of the string is not there, is tried again).
-fn reproduces(world: &World, env: &mut Env, replay: &str) -> bool {
+fn reproduces(server: &RedisServer, world: &World, replay: &str) -> bool {
     let steps: Vec<String> = replay
         .split_once('/')
         .map_or("", |(_, steps)| steps)
@@ -408,7 +458,11 @@ fn reproduces(world: &World, env: &mut Env, replay: &str) -> bool {
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
         .collect();
-    (0..3).any(|_| schedule::run(world, env, &steps, false).violation.is_some())
+    let Ok(mut env) = Env::new(server, world.clients) else {
+        return false;
+    };
+    let run = schedule::run(world, &mut env, &steps, false);
+    run.violation.is_some() && !run.diverged && run.labels() == steps
 }
 
 /// How many first choices decide which part a schedule belongs to.
@@ -500,7 +554,7 @@ fn estimate(server: &RedisServer, world: &World, count: usize) {
 /// `count` schedules of `world` with choices drawn at random (a fixed seed, so the
 /// run repeats), stopping 100 schedules after the first violation; the shortest
 /// violation first.
-fn sample(server: &RedisServer, world: &World, count: usize) -> Report {
+fn sample(server: &RedisServer, world: &World, count: usize, replays: usize) -> Report {
     let started = Instant::now();
     let mut report = Report::new(world);
     let mut env = match Env::new(server, world.clients) {
@@ -511,16 +565,19 @@ fn sample(server: &RedisServer, world: &World, count: usize) -> Report {
         }
     };
     let mut first = None;
+    let mut drawn = Vec::new();
     for i in 0..count {
         let seed = 0x9E37_79B9_7F4A_7C15_u64.wrapping_mul(i as u64 + 1) | 1;
         let run = schedule::run_with(world, &mut env, &[], false, Some(seed));
         report.schedules += 1;
         report.deepest = report.deepest.max(run.decisions.len());
+        let labels = run.labels();
         if let Some(violation) = &run.violation {
-            let replay = format!("{}/{}", world.name, run.labels().join("."));
+            let replay = format!("{}/{}", world.name, labels.join("."));
             report.violations.push((replay, violation.clone()));
             first.get_or_insert(i);
         }
+        drawn.push((labels, run.violation.is_some()));
         if first.is_some_and(|at| i >= at + 100) {
             break;
         }
@@ -529,10 +586,49 @@ fn sample(server: &RedisServer, world: &World, count: usize) -> Report {
         .violations
         .sort_by_key(|(replay, _)| replay.split('.').count());
     if let Some((replay, _)) = report.violations.first() {
-        report.reproduced = Some(reproduces(world, &mut env, replay));
+        report.reproduced = Some(reproduces(server, world, replay));
     }
+    report.replays = replays;
+    report.replay_diverged = replay_check(server, world, &drawn, replays);
     report.secs = started.elapsed().as_secs_f64();
     report
+}
+
+/// Replays `k` of the `drawn` schedules (evenly spaced; each its labels, and whether
+/// it ended in a violation) as a developer would, from its replay string on fresh
+/// proxies, and returns how many did not take exactly the same steps to the same
+/// end. Each divergence is printed with both label lists.
+fn replay_check(
+    server: &RedisServer,
+    world: &World,
+    drawn: &[(Vec<String>, bool)],
+    k: usize,
+) -> usize {
+    let k = k.min(drawn.len());
+    let mut diverged = 0;
+    for j in 0..k {
+        let (labels, violated) = &drawn[j * drawn.len() / k];
+        let again = match Env::new(server, world.clients) {
+            Ok(mut env) => schedule::run(world, &mut env, labels, false),
+            Err(err) => {
+                eprintln!("explore: {err}");
+                diverged += 1;
+                continue;
+            }
+        };
+        if again.labels() != *labels || again.violation.is_some() != *violated {
+            diverged += 1;
+            println!(
+                "explore replay DIVERGED world={} violation_then={violated} violation_now={:?}\n  sampled: {}\n  replay:  {}\n  last: {:?}",
+                world.name,
+                again.violation,
+                labels.join("."),
+                again.labels().join("."),
+                again.log.last()
+            );
+        }
+    }
+    diverged
 }
 
 /// The next schedule depth first that `part` may own: the deepest choice with an

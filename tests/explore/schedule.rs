@@ -19,6 +19,10 @@ const QUIET: Duration = Duration::from_millis(1);
 const SETTLE: Duration = Duration::from_millis(1500);
 /// A running operation that sees nothing happen for this long is stuck.
 const STUCK: Duration = Duration::from_secs(WAIT.as_secs() + 15);
+/// How long an outage ([`Op::Outage`]) lasts: longer than a final release's record
+/// lives (four response timeouts), and than a new acquisition waits for the check of
+/// a replaced server's holds (2 s), but shorter than a lease's renewal.
+pub(crate) const OUTAGE: Duration = Duration::from_millis(2400);
 /// A schedule longer than this never ends.
 const MAX_STEPS: usize = 200;
 /// A schedule that runs longer than this in real time is stuck in the harness.
@@ -124,9 +128,18 @@ impl Run {
 pub(crate) struct Env {
     pub(crate) server_url: String,
     pub(crate) proxies: Vec<StepProxy>,
-    admin: redis::Connection,
-    pub(crate) next_namespace: u64,
+    /// An admin connection to each server: the world's, then the spare one a
+    /// replacement switches the proxies to (started at the first replacement).
+    admins: Vec<redis::Connection>,
+    addrs: Vec<std::net::SocketAddr>,
+    spare: Option<distlock_testkit::RedisServer>,
+    /// The server behind the proxies now (an index into `admins`).
+    current: usize,
 }
+
+/// The number of the next schedule's namespace, for the whole process: every
+/// schedule (of every world, and every replay) starts on keys no other one touched.
+static NEXT_NAMESPACE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Env {
     pub(crate) fn new(
@@ -137,20 +150,92 @@ impl Env {
             .map(|_| StepProxy::start(server.addr(), held_script).map_err(|e| e.to_string()))
             .collect::<Result<Vec<_>, _>>()?;
         let server_url = format!("redis://{}/", server.addr());
-        let admin = redis::Client::open(server_url.as_str())
-            .and_then(|c| c.get_connection())
-            .map_err(|e| e.to_string())?;
+        let admin = connect(&server_url)?;
         Ok(Env {
             server_url,
             proxies,
-            admin,
-            next_namespace: 0,
+            admins: vec![admin],
+            addrs: vec![server.addr()],
+            spare: None,
+            current: 0,
         })
     }
 
     fn activity(&self) -> u64 {
         self.proxies.iter().map(StepProxy::activity).sum()
     }
+
+    /// The admin connection to the server behind the proxies now.
+    fn admin(&mut self) -> &mut redis::Connection {
+        &mut self.admins[self.current]
+    }
+
+    /// Puts the other server, emptied (no keys, no function library: a restart
+    /// without persistence), behind every proxy. Every connection is reset but the
+    /// subscriber's, which stays with the old server (as behind a load balancer
+    /// that keeps established connections), so that the replacement is found by
+    /// the requests themselves, not first by the subscriber's reconnection.
+    fn replace(&mut self) -> Result<(), String> {
+        if self.spare.is_none() {
+            let spare = distlock_testkit::RedisServer::start().map_err(|e| e.to_string())?;
+            self.admins
+                .push(connect(&format!("redis://{}/", spare.addr()))?);
+            self.addrs.push(spare.addr());
+            self.spare = Some(spare);
+        }
+        let next = 1 - self.current;
+        for command in [&["FLUSHALL"][..], &["FUNCTION", "FLUSH"]] {
+            let _: () = redis::cmd(command[0])
+                .arg(&command[1..])
+                .query(&mut self.admins[next])
+                .map_err(|e| e.to_string())?;
+        }
+        self.switch(next, true)
+    }
+
+    /// Every schedule starts on the world's own server.
+    fn restore(&mut self) -> Result<(), String> {
+        if self.current == 0 {
+            return Ok(());
+        }
+        self.switch(0, false)
+    }
+
+    fn switch(&mut self, to: usize, keep_subscribers: bool) -> Result<(), String> {
+        for proxy in &self.proxies {
+            proxy
+                .switch_upstream(self.addrs[to], keep_subscribers)
+                .map_err(|e| e.to_string())?;
+        }
+        self.current = to;
+        Ok(())
+    }
+
+    /// Server time passes by `by` for the keys of `namespace`: those whose
+    /// lifetime ends within it are gone (the client's clock is moved by the same).
+    /// Lifetimes kept inside a hash on the server's clock (readers, permits) do not
+    /// move: keep `by` below every lease.
+    fn expire_within(&mut self, namespace: &str, by: Duration) -> Result<u64, String> {
+        const SCRIPT: &str = "local n = 0 \
+            for _, key in ipairs(redis.call('KEYS', ARGV[1])) do \
+              local ttl = redis.call('PTTL', key) \
+              if ttl > 0 and ttl <= tonumber(ARGV[2]) then redis.call('DEL', key); n = n + 1 end \
+            end \
+            return n";
+        redis::cmd("EVAL")
+            .arg(SCRIPT)
+            .arg(0)
+            .arg(format!("{namespace}:*"))
+            .arg(by.as_millis() as u64)
+            .query(self.admin())
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn connect(url: &str) -> Result<redis::Connection, String> {
+    redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .map_err(|e| e.to_string())
 }
 
 struct Schedule<'a> {
@@ -166,6 +251,12 @@ struct Schedule<'a> {
     verbose: bool,
     run: Run,
     faults: usize,
+    /// A world operation that troubles the network (a replaced server, an outage)
+    /// ran: the bound on a waiter's hand-off no longer applies.
+    troubled: bool,
+    /// Per (client, proxy connection number), the connection's number in this
+    /// schedule ([`Schedule::name_conns`]).
+    conn_names: HashMap<(usize, u64), usize>,
     /// Held requests told to wait past the client's timeout.
     waited: HashSet<u64>,
     effects: Vec<Effect>,
@@ -229,10 +320,18 @@ fn run_choosing(
     uniform: bool,
 ) -> Run {
     let began = Instant::now();
-    env.next_namespace += 1;
-    let namespace = format!("ex{}", env.next_namespace);
+    let namespace = format!(
+        "ex{}",
+        NEXT_NAMESPACE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     for proxy in &env.proxies {
         proxy.reset_all();
+    }
+    if let Err(err) = env.restore() {
+        return Run {
+            violation: Some(format!("setup failed: {err}")),
+            ..Run::default()
+        };
     }
     let urls: Vec<String> = env.proxies.iter().map(StepProxy::url).collect();
     let harness = match Harness::start(world, &urls, &env.server_url, &namespace) {
@@ -255,6 +354,8 @@ fn run_choosing(
         verbose,
         run: Run::default(),
         faults: 0,
+        troubled: false,
+        conn_names: HashMap::new(),
         waited: HashSet::new(),
         effects: Vec::new(),
         releases: Vec::new(),
@@ -313,6 +414,7 @@ impl Schedule<'_> {
             self.attribute(&snaps);
             self.check(&snaps)?;
             self.check_watch()?;
+            self.name_conns();
             let mut options = self.enabled();
             if options.is_empty() {
                 let all_done = self.all_done();
@@ -370,6 +472,7 @@ impl Schedule<'_> {
                     }
                     std::thread::sleep(Duration::from_millis(10));
                     self.quiesce();
+                    self.name_conns();
                     options = self.enabled();
                     self.reduce(&mut options);
                 }
@@ -497,6 +600,24 @@ impl Schedule<'_> {
             .collect()
     }
 
+    /// Numbers each connection with a held request, per client, in the order this
+    /// schedule first saw one: a label names a connection by that number, never by
+    /// the proxy's own count, which depends on every schedule run before.
+    fn name_conns(&mut self) {
+        for (c, request) in self.held() {
+            let next = self.conn_names.keys().filter(|(c2, _)| *c2 == c).count();
+            self.conn_names.entry((c, request.conn)).or_insert(next);
+        }
+    }
+
+    /// The name of connection `conn` of client `client` in labels.
+    fn conn_name(&self, client: usize, conn: u64) -> String {
+        match self.conn_names.get(&(client, conn)) {
+            Some(n) => format!("c{n}"),
+            None => format!("?{conn}"),
+        }
+    }
+
     /// The choices of this step, each as a label.
     fn enabled(&self) -> Vec<String> {
         let mut options = Vec::new();
@@ -531,7 +652,7 @@ impl Schedule<'_> {
                 .filter(|(c2, r)| c2 == c && r.args.get(1) == request.args.get(1))
                 .count();
             let base = if same > 1 {
-                format!("{base}{}", request.conn)
+                format!("{base}{}", self.conn_name(*c, request.conn))
             } else {
                 base
             };
@@ -580,7 +701,7 @@ impl Schedule<'_> {
         let Some((client, request)) = held.into_iter().find(|(c, r)| {
             let script = r.args.get(1).and_then(|f| script_of(f)).unwrap_or("?");
             let short = format!("{c}{}", script_letter(script));
-            short == base || format!("{short}{}", r.conn) == base
+            short == base || format!("{short}{}", self.conn_name(*c, r.conn)) == base
         }) else {
             return Err(format!("internal: no held request for `{label}`"));
         };
@@ -660,17 +781,33 @@ impl Schedule<'_> {
                     let forced = self.harness.force("x")?;
                     self.log(format!("W: force_unlock(x) -> {forced}"));
                 }
+                Op::Replace => {
+                    self.vanish();
+                    self.env.replace()?;
+                    self.log("W: the address now answers with an empty server".into());
+                }
+                Op::Outage => {
+                    let gone = self.env.expire_within(&self.namespace, OUTAGE)?;
+                    self.harness.advance(OUTAGE);
+                    self.log(format!(
+                        "W: an outage of {OUTAGE:?}: nothing reached the server, {gone} key(s) expired"
+                    ));
+                }
                 _ => {
                     self.revoke();
                     let key = self.key("x");
                     let _: () = redis::cmd("PEXPIRE")
                         .arg(&key)
                         .arg(1)
-                        .query(&mut self.env.admin)
+                        .query(self.env.admin())
                         .map_err(|e| e.to_string())?;
                     std::thread::sleep(Duration::from_millis(3));
                 }
             }
+            if let Some(watch) = &mut self.watch {
+                watch.disturbed = true;
+            }
+            self.troubled |= matches!(op, Op::Replace | Op::Outage);
             let mut state = self.harness.shared.actor(a);
             state.done.push((index, Outcome::Ok));
             state.next += 1;
@@ -691,8 +828,41 @@ impl Schedule<'_> {
             let at = self.releases.len() - 1;
             self.pending.entry(group).or_default().push(at);
         }
+        if op == Op::Shutdown {
+            // The shutdown gives back the holds of every owner of its client: its
+            // requests are not those of their unlocks.
+            for group in self.groups_of(actor.client) {
+                self.releases.push(Release {
+                    actor: a,
+                    index,
+                    seqs: Vec::new(),
+                });
+                let at = self.releases.len() - 1;
+                self.pending.entry(group).or_default().push(at);
+            }
+        }
         self.harness.start_op(a, op);
         Ok(())
+    }
+
+    /// The owners (group actors) of the actors on `client`.
+    fn groups_of(&self, client: Option<usize>) -> Vec<usize> {
+        let mut groups: Vec<usize> = (0..self.world.actors.len())
+            .filter(|&a| self.world.actors[a].client == client && client.is_some())
+            .map(|a| self.world.group(a))
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        groups
+    }
+
+    /// Marks every guard as one whose hold vanished with the server.
+    fn vanish(&self) {
+        for a in 0..self.world.actors.len() {
+            for held in &mut self.harness.shared.actor(a).guards {
+                held.vanished = true;
+            }
+        }
     }
 
     /// Marks every guard on `x` as ended by the world.
@@ -760,7 +930,7 @@ impl Schedule<'_> {
 
     fn snapshots(&mut self, keys: &[String]) -> HashMap<String, Snapshot> {
         keys.iter()
-            .map(|k| (k.clone(), snapshot(&mut self.env.admin, k)))
+            .map(|k| (k.clone(), snapshot(self.env.admin(), k)))
             .collect()
     }
 
@@ -799,7 +969,9 @@ impl Schedule<'_> {
             && before.iter().any(|(key, snap)| {
                 !snap.holders.is_empty() && after.get(key).is_some_and(|now| now.holders.is_empty())
             });
-        if !freed || self.faults > 0 {
+        // After a replaced server (the subscriber may be left on the old one) or an
+        // outage, a waiter may rightly need time to look again.
+        if !freed || self.faults > 0 || self.troubled {
             return;
         }
         let waiting: Vec<usize> = (0..self.world.actors.len())
@@ -864,17 +1036,26 @@ impl Schedule<'_> {
             named.hash(&mut state_hash);
             let mut exclusive = BTreeMap::new();
             let mut readers = BTreeMap::new();
+            // (client, owner, actor) of each guard that believes it holds `name`:
+            // those whose hold vanished with a replaced server, and the others.
+            let mut vanished = Vec::new();
+            let mut believers = Vec::new();
             for (a, actor) in self.world.actors.iter().enumerate() {
                 let group = self.world.group(a);
                 let state = self.harness.shared.actor(a);
                 (state.next, state.running, state.guards.len()).hash(&mut state_hash);
                 for (g, held) in state.guards.iter().enumerate() {
                     let lost = held.guard.is_lost();
-                    (lost, held.revoked).hash(&mut state_hash);
+                    (lost, held.revoked, held.vanished).hash(&mut state_hash);
                     if !held.guard.names().iter().any(|n| n == name) || lost || held.revoked {
                         continue;
                     }
                     let group_label = self.world.actors[group].label;
+                    if held.vanished {
+                        vanished.push((actor.client, group_label, actor.label));
+                        continue;
+                    }
+                    believers.push((actor.client, group_label, actor.label));
                     if !named.contains_key(group_label) {
                         return Err(format!(
                             "{} believes it holds `{name}`, but the server has no hold of its owner ({named:?})",
@@ -909,7 +1090,21 @@ impl Schedule<'_> {
                     readers.values().collect::<Vec<_>>()
                 ));
             }
+            // A hold that vanished with a replaced server still counts for its
+            // client until the guard is told: the client grants nothing new there
+            // before. (Another client cannot know of it: for it the server's loss
+            // is a lease ended early, which fencing tokens are for.)
+            for (client, owner, label) in &vanished {
+                if let Some((_, _, other)) =
+                    believers.iter().find(|(c, o, _)| c == client && o != owner)
+                {
+                    return Err(format!(
+                        "{other} was granted `{name}` while {label} of the same client, whose hold vanished with the replaced server, was not yet told"
+                    ));
+                }
+            }
         }
+        self.check_shutdowns()?;
         self.held()
             .iter()
             .map(|(c, r)| (c, r.args.get(1).cloned()))
@@ -919,12 +1114,90 @@ impl Schedule<'_> {
         Ok(())
     }
 
+    /// Once an actor's `shutdown()` returned: no guard of its client is live, no
+    /// acquisition or re-entry of its client returned a guard after that, and each
+    /// one started after that failed with `ClientShutDown`.
+    fn check_shutdowns(&self) -> Result<(), String> {
+        for (s, shutter) in self.world.actors.iter().enumerate() {
+            let Some(index) = shutter.program.iter().position(|op| *op == Op::Shutdown) else {
+                continue;
+            };
+            let Some(returned) = self.ended_at(s, index) else {
+                continue;
+            };
+            for (a, actor) in self.world.actors.iter().enumerate() {
+                if actor.client != shutter.client {
+                    continue;
+                }
+                let state = self.harness.shared.actor(a);
+                if let Some(held) = state.guards.iter().find(|h| !h.guard.is_lost()) {
+                    return Err(format!(
+                        "{}'s shutdown() returned, and {} still holds a live guard of {:?}",
+                        shutter.label,
+                        actor.label,
+                        held.guard.names()
+                    ));
+                }
+                for &(i, started, ended) in &state.spans {
+                    let op = actor.program[i];
+                    if !op.grants() {
+                        continue;
+                    }
+                    let outcome = state.done.iter().find(|(j, _)| *j == i).map(|(_, o)| o);
+                    if ended > returned && outcome == Some(&Outcome::Ok) {
+                        return Err(format!(
+                            "{}'s {op:?} returned a guard after {}'s shutdown() had returned",
+                            actor.label, shutter.label
+                        ));
+                    }
+                    if started > returned
+                        && !matches!(outcome, Some(Outcome::ShutDown | Outcome::Skipped))
+                    {
+                        return Err(format!(
+                            "{}'s {op:?}, started after {}'s shutdown() returned, ended {outcome:?}, not ClientShutDown",
+                            actor.label, shutter.label
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// When operation `index` of `actor` ended, on the events count.
+    fn ended_at(&self, actor: usize, index: usize) -> Option<u64> {
+        let state = self.harness.shared.actor(actor);
+        state
+            .spans
+            .iter()
+            .find(|(i, _, _)| *i == index)
+            .map(|&(_, _, ended)| ended)
+    }
+
+    /// The owners (group labels) whose holds may be left for their lease to end: an
+    /// unlock of theirs ended in an error, or their client's shutdown said it could
+    /// not give everything back.
+    fn unknown_owners(&self) -> HashSet<String> {
+        let mut unknown = self.failed_unlocks();
+        for (s, shutter) in self.world.actors.iter().enumerate() {
+            let incomplete = self.harness.shared.actor(s).done.iter().any(|(i, o)| {
+                shutter.program.get(*i) == Some(&Op::Shutdown) && matches!(o, Outcome::Failed(_))
+            });
+            if incomplete {
+                for group in self.groups_of(shutter.client) {
+                    unknown.insert(self.world.actors[group].label.to_owned());
+                }
+            }
+        }
+        unknown
+    }
+
     /// Once every program ended and nothing moved for a while: the server's hold
     /// count of each owner equals its live guards.
     fn check_settled(&mut self) -> Result<(), String> {
         for name in self.world.names() {
             let key = self.key(name);
-            let snap = snapshot(&mut self.env.admin, &key);
+            let snap = snapshot(self.env.admin(), &key);
             let named = self.named(&snap.holders);
             let mut expected: BTreeMap<String, u64> = BTreeMap::new();
             for a in 0..self.world.actors.len() {
@@ -946,6 +1219,9 @@ impl Schedule<'_> {
             let mut actual = named.clone();
             // A hold the world revoked may still be seen by its owner as held.
             actual.retain(|_, c| *c > 0);
+            let unknown = self.unknown_owners();
+            actual.retain(|owner, _| !unknown.contains(owner));
+            expected.retain(|owner, _| !unknown.contains(owner));
             if actual != expected {
                 return Err(format!(
                     "settled, `{name}` holds {actual:?} but the live guards are {expected:?}"
@@ -1021,7 +1297,7 @@ impl Schedule<'_> {
         let pattern = format!("{}:*", self.namespace);
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg(&pattern)
-            .query(&mut self.env.admin)
+            .query(self.env.admin())
             .map_err(|e| e.to_string())?;
         for key in keys {
             if key.ends_with(":fence") {
@@ -1030,20 +1306,20 @@ impl Schedule<'_> {
             if key.contains(":freed:") {
                 let ttl: i64 = redis::cmd("PTTL")
                     .arg(&key)
-                    .query(&mut self.env.admin)
+                    .query(self.env.admin())
                     .map_err(|e| e.to_string())?;
                 if (0..=60_000).contains(&ttl) {
                     continue; // a final release's record, for its retry
                 }
             }
-            let snap = snapshot(&mut self.env.admin, &key);
+            let snap = snapshot(self.env.admin(), &key);
             let named = self.named(&snap.holders);
             // A hold whose unlock ended in an error (outcome unknown) is ended by
             // its lease, as documented.
-            let unknown = self.failed_unlocks();
+            let unknown = self.unknown_owners();
             let ttl: i64 = redis::cmd("PTTL")
                 .arg(&key)
-                .query(&mut self.env.admin)
+                .query(self.env.admin())
                 .map_err(|e| e.to_string())?;
             let lease_ms = i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX);
             if !named.is_empty()

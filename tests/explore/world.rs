@@ -29,6 +29,17 @@ pub(crate) enum Op {
     /// The lease of `x` ends on the server (`PEXPIRE`), as it does when a holder
     /// stops renewing.
     Expire,
+    /// `shutdown()` of the actor's client, while its other operations may be in
+    /// flight.
+    Shutdown,
+    /// The address answers with another, empty server (a restart without
+    /// persistence, or a replacement behind the address): every connection through
+    /// the proxies is reset, and the new ones reach the other server.
+    Replace,
+    /// An outage longer than a final release's record lives: nothing reaches the
+    /// server for [`OUTAGE`](crate::schedule::OUTAGE) (every held request stays
+    /// held) while the client's time and the server's key lifetimes move by it.
+    Outage,
 }
 
 impl Op {
@@ -46,6 +57,9 @@ impl Op {
             Op::Renew => 'n',
             Op::Force => 'f',
             Op::Expire => 'x',
+            Op::Shutdown => 'z',
+            Op::Replace => 'p',
+            Op::Outage => 'o',
         }
     }
 
@@ -61,7 +75,15 @@ impl Op {
 
     /// Whether the operation is the world's (time, operator), not a call chain's.
     pub(crate) fn is_world(self) -> bool {
-        matches!(self, Op::Renew | Op::Force | Op::Expire)
+        matches!(
+            self,
+            Op::Renew | Op::Force | Op::Expire | Op::Replace | Op::Outage
+        )
+    }
+
+    /// Whether the operation can yield a guard (an acquisition or a re-entry).
+    pub(crate) fn grants(self) -> bool {
+        self.acquires() || matches!(self, Op::Reenter | Op::Handover)
     }
 }
 
@@ -155,11 +177,13 @@ fn world_actor(program: &[Op]) -> Actor {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Bound {
     /// What CI runs: every interleaving without faults of `chains`, `reentry`,
-    /// `semaphore`, `all` and `expiry` (faults in CI come from `--seeded`).
+    /// `semaphore`, `all`, `expiry` and `shutdown` (faults in CI come from
+    /// `--seeded`).
     Slice,
     /// The whole bound (`--full`), run to the end in under an hour with four
     /// processes: one fault per schedule in every world of two owners (`deep`, two
-    /// owners with three operations each, among them) and in `chains`; the other
+    /// owners with three operations each, among them), in `chains`, and in the
+    /// worlds of a shutdown, a replaced server and an outage; the other
     /// three-actor worlds (`handoff`, `rw`, `expiry`, `operator`) without faults:
     /// with one, each is tens of thousands of schedules to hundreds of thousands.
     Full,
@@ -268,9 +292,42 @@ pub(crate) fn worlds(bound: Bound) -> Vec<World> {
             ],
             faults: 1,
         },
+        World {
+            name: "shutdown",
+            what: "shutdown() of a client while its other chain locks, and another client",
+            clients: 2,
+            actors: vec![
+                actor("A", 0, &[Lock, Unlock]),
+                actor("S", 0, &[Shutdown]),
+                actor("B", 1, &[Lock, Unlock]),
+            ],
+            faults: 1,
+        },
+        World {
+            name: "replace",
+            what: "two owners of one client, and the server replaced by an empty one",
+            clients: 1,
+            actors: vec![
+                actor("A1", 0, &[Lock, Unlock]),
+                actor("A2", 0, &[Lock, Unlock]),
+                world_actor(&[Replace]),
+            ],
+            faults: 1,
+        },
+        World {
+            name: "outage",
+            what: "a local hand-off, and an outage longer than a final release is remembered",
+            clients: 1,
+            actors: vec![
+                actor("A1", 0, &[Lock, Unlock]),
+                actor("A2", 0, &[Lock, Unlock]),
+                world_actor(&[Outage]),
+            ],
+            faults: 1,
+        },
     ];
     if bound == Bound::Slice {
-        worlds.retain(|w| !matches!(w.name, "handoff" | "rw" | "operator"));
+        worlds.retain(|w| !matches!(w.name, "handoff" | "rw" | "operator" | "replace" | "outage"));
         for world in &mut worlds {
             world.faults = 0;
         }

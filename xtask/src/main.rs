@@ -45,7 +45,9 @@ COMMANDS:
                       (under an hour with `--jobs 5`); `--beyond`: past it (days).
                       `--jobs N`: N processes. `--world A,B`: those worlds. `--faults N`:
                       that many per schedule. `--estimate N`: each world's size from N
-                      uniform draws. `--sample N`: N random schedules with a fault.
+                      uniform draws. `--sample N`: N random schedules with a fault,
+                      10 of them replayed exactly (`--replays K`). Worlds include a
+                      shutdown in flight, a replaced server and a long outage.
                       `--seeded`: each seeded fault in turn, which it must find and
                       replay. `--replay WORLD/STEP.STEP...`: one schedule with a
                       step-by-step log (`EXPLORE_FAULT=NAME` seeds a fault).

@@ -430,10 +430,11 @@ scripts on a real `redis-server`:
 | `ReentryReplayForgotten` | a replayed re-entry goes under a new number | a hold left in Redis that no guard owns |
 | `SharedFinalReleaseRecord` | one final-release record per lock, not per owner | a guard that believes it holds a lock the server does not give it |
 | `ReleaseMessageIgnored` | release messages wake nobody | a waiter that takes a freed lock only after virtual time passed |
+| `GrantAfterShutdown` | the shutdown does not wait for acquisitions under way, and a grant after it began still yields a guard | a live guard after `shutdown()` returned (world `shutdown`) |
 
-The slice `cargo xtask test` runs (about 2 minutes on 2 cores with `--seeded`):
-every interleaving without faults of `chains`, `reentry`, `semaphore`, `all` and
-`expiry`, split over three processes (`--jobs 3`: a process mostly waits for quiet,
+The slice `cargo xtask test` runs (about 3 minutes on 2 cores with `--seeded`):
+every interleaving without faults of `chains`, `reentry`, `semaphore`, `all`,
+`expiry` and `shutdown`, split over three processes (`--jobs 3`: a process mostly waits for quiet,
 so three run in about the time one did); with faults, `--seeded` (up to 600
 schedules per seeded fault, and the shortest violation must replay). Its figures
 are below (`explore_*`).
