@@ -620,14 +620,15 @@ fn acquire_shas() -> [String; 2] {
     [function("acquire"), function("acquire_all")]
 }
 
-/// The key of the hash of the lock `name` (`name` needs no escaping).
+/// The key of the hash of the lock `name` in the default namespace
+/// (`layout::lock_key`).
 fn lock_key(name: &str) -> String {
-    format!("distlock:{{{name}}}")
+    String::from_utf8_lossy(&layout::lock_key("distlock", name.as_bytes())).into_owned()
 }
 
 /// The channel a waiter for `name` subscribes to.
 pub(crate) fn distlock_release_channel(name: &str) -> String {
-    format!("{}{}", lock_key(name), layout::CHANNEL_SUFFIX)
+    String::from_utf8_lossy(&layout::channel("distlock", name.as_bytes())).into_owned()
 }
 
 /// One operation of the reference's owner on the lock at `lock`, as acquire.lua and

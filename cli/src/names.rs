@@ -12,34 +12,7 @@
 
 use distlock::layout;
 
-/// The lock's key of `name` in `namespace`.
-pub(crate) fn lock_key(namespace: &str, name: &[u8]) -> Vec<u8> {
-    let mut key = Vec::with_capacity(namespace.len() + name.len() + 3);
-    key.extend_from_slice(namespace.as_bytes());
-    key.extend_from_slice(b":{");
-    escape_into(&mut key, name);
-    key.push(b'}');
-    key
-}
-
-/// The release channel of `name` in `namespace`: `<namespace>:{<name>}:released`.
-pub(crate) fn channel(namespace: &str, name: &[u8]) -> Vec<u8> {
-    let mut channel = lock_key(namespace, name);
-    channel.extend_from_slice(layout::CHANNEL_SUFFIX.as_bytes());
-    channel
-}
-
-/// Appends `name` with `%`, `{` and `}` escaped.
-fn escape_into(out: &mut Vec<u8>, name: &[u8]) {
-    for &byte in name {
-        match byte {
-            b'%' => out.extend_from_slice(b"%25"),
-            b'{' => out.extend_from_slice(b"%7B"),
-            b'}' => out.extend_from_slice(b"%7D"),
-            other => out.push(other),
-        }
-    }
-}
+pub(crate) use layout::channel;
 
 /// The lock name of `key` when it is the main key of a lock of `namespace`; `None`
 /// for a lock's side keys (`...}:fence`, `...}:freed:<owner>`: see
@@ -50,7 +23,7 @@ pub(crate) fn name_of_key(namespace: &str, key: &[u8]) -> Option<Vec<u8>> {
     if !tail.is_empty() {
         return None;
     }
-    unescape(escaped)
+    layout::unescape_name(escaped)
 }
 
 /// The lock name of `key` when it is a side key of a lock of `namespace`
@@ -66,7 +39,7 @@ pub(crate) fn name_of_side_key(namespace: &str, key: &[u8]) -> Option<Vec<u8>> {
     if tail.contains(&b'}') {
         return None;
     }
-    unescape(escaped)
+    layout::unescape_name(escaped)
 }
 
 /// The escaped name in `key` (between `<namespace>:{` and the first `}`, not
@@ -81,29 +54,6 @@ fn split_key<'a>(namespace: &str, key: &'a [u8]) -> Option<(&'a [u8], &'a [u8])>
         return None;
     }
     Some((&rest[..close], &rest[close + 1..]))
-}
-
-/// The name that `escaped` is the escaped form of.
-fn unescape(escaped: &[u8]) -> Option<Vec<u8>> {
-    let mut name = Vec::with_capacity(escaped.len());
-    let mut bytes = escaped.iter().copied();
-    while let Some(byte) = bytes.next() {
-        if byte == b'{' {
-            return None;
-        }
-        if byte != b'%' {
-            name.push(byte);
-            continue;
-        }
-        let code = [bytes.next()?, bytes.next()?];
-        name.push(match &code {
-            b"25" => b'%',
-            b"7B" => b'{',
-            b"7D" => b'}',
-            _ => return None,
-        });
-    }
-    Some(name)
 }
 
 /// The SCAN `MATCH` pattern for the lock keys of `namespace` whose names may match
@@ -125,7 +75,7 @@ pub(crate) fn scan_pattern(namespace: &str, pattern: &[u8]) -> Vec<u8> {
         .take_while(|&byte| !is_glob_special(byte))
         .collect();
     let mut escaped = Vec::with_capacity(literal.len());
-    escape_into(&mut escaped, &literal);
+    layout::escape_name_into(&mut escaped, &literal);
     // The escaped literal holds no `{` or `}`; `%` and digits are not special.
     out.extend_from_slice(&escaped);
     out.push(b'*');
@@ -237,6 +187,7 @@ fn class_match(pattern: &[u8], open: usize, byte: u8) -> Option<(bool, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use distlock::layout::lock_key;
 
     #[test]
     fn keys_are_escaped_as_the_library_writes_them() {

@@ -161,18 +161,7 @@ impl LockKeys {
                 function: None,
             });
         }
-        let mut lock = Vec::with_capacity(namespace.len() + name.len() + 4);
-        lock.extend_from_slice(namespace.as_bytes());
-        lock.extend_from_slice(b":{");
-        for &byte in name {
-            match byte {
-                b'%' => lock.extend_from_slice(b"%25"),
-                b'{' => lock.extend_from_slice(b"%7B"),
-                b'}' => lock.extend_from_slice(b"%7D"),
-                other => lock.push(other),
-            }
-        }
-        lock.push(b'}');
+        let lock = crate::layout::lock_key(namespace, name);
         Ok(Self {
             name: Arc::from(name),
             lock,
@@ -237,27 +226,11 @@ pub(crate) fn display_key(key: &[u8]) -> String {
     if close <= open {
         return String::from_utf8_lossy(key).into_owned();
     }
-    let mut name = Vec::with_capacity(close - open);
-    let mut rest = &key[open + 1..close];
-    while let Some((&byte, tail)) = rest.split_first() {
-        let unescaped = match (byte, tail) {
-            (b'%', [b'2', b'5', ..]) => Some(b'%'),
-            (b'%', [b'7', b'B', ..]) => Some(b'{'),
-            (b'%', [b'7', b'D', ..]) => Some(b'}'),
-            _ => None,
-        };
-        match unescaped {
-            Some(unescaped) => {
-                name.push(unescaped);
-                rest = &tail[2..];
-            }
-            None => {
-                name.push(byte);
-                rest = tail;
-            }
-        }
+    let escaped = &key[open + 1..close];
+    match crate::layout::unescape_name(escaped) {
+        Some(name) => String::from_utf8_lossy(&name).into_owned(),
+        None => String::from_utf8_lossy(escaped).into_owned(),
     }
-    String::from_utf8_lossy(&name).into_owned()
 }
 
 /// `key` followed by `suffix`, in one allocation.

@@ -145,6 +145,103 @@ pub const WAIT: &str = "#wait:";
 /// ```
 pub const TICKET: &str = "#ticket:";
 
+/// The key of the lock `name` in `namespace`: `<namespace>:{<name>}`, with `%`,
+/// `{` and `}` in the name written `%25`, `%7B` and `%7D`, so that the hash tag
+/// always ends where the name does (every key of one lock shares one cluster slot).
+/// The one place that spells a lock's key: the client, the CLI, the benchmarks and
+/// the tests all call it.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout;
+///
+/// assert_eq!(layout::lock_key("distlock", b"order:42"), b"distlock:{order:42}");
+/// assert_eq!(layout::lock_key("ns", b"a{b}%"), b"ns:{a%7Bb%7D%25}");
+/// ```
+pub fn lock_key(namespace: &str, name: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(namespace.len() + name.len() + 4);
+    key.extend_from_slice(namespace.as_bytes());
+    key.extend_from_slice(b":{");
+    escape_name_into(&mut key, name);
+    key.push(b'}');
+    key
+}
+
+/// Appends `name` to `out` with `%`, `{` and `}` escaped as in [`lock_key`].
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// let mut out = b"prefix:".to_vec();
+/// distlock::layout::escape_name_into(&mut out, b"{x}");
+/// assert_eq!(out, b"prefix:%7Bx%7D");
+/// ```
+pub fn escape_name_into(out: &mut Vec<u8>, name: &[u8]) {
+    for &byte in name {
+        match byte {
+            b'%' => out.extend_from_slice(b"%25"),
+            b'{' => out.extend_from_slice(b"%7B"),
+            b'}' => out.extend_from_slice(b"%7D"),
+            other => out.push(other),
+        }
+    }
+}
+
+/// The name that `escaped` (a name as [`lock_key`] writes it between the braces) is
+/// the escaped form of; `None` when it is no escaped name of distlock's (a brace, a
+/// `%` that is no escape).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout;
+///
+/// assert_eq!(layout::unescape_name(b"a%7Bb%7D%25").as_deref(), Some(&b"a{b}%"[..]));
+/// assert_eq!(layout::unescape_name(b"50%"), None);
+/// ```
+pub fn unescape_name(escaped: &[u8]) -> Option<Vec<u8>> {
+    let mut name = Vec::with_capacity(escaped.len());
+    let mut bytes = escaped.iter().copied();
+    while let Some(byte) = bytes.next() {
+        if byte == b'{' || byte == b'}' {
+            return None;
+        }
+        if byte != b'%' {
+            name.push(byte);
+            continue;
+        }
+        let code = [bytes.next()?, bytes.next()?];
+        name.push(match &code {
+            b"25" => b'%',
+            b"7B" => b'{',
+            b"7D" => b'}',
+            _ => return None,
+        });
+    }
+    Some(name)
+}
+
+/// The release channel of the lock `name` in `namespace`:
+/// `<namespace>:{<name>}:released` ([`lock_key`] and [`CHANNEL_SUFFIX`]).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout;
+///
+/// assert_eq!(layout::channel("distlock", b"order:42"), b"distlock:{order:42}:released");
+/// ```
+pub fn channel(namespace: &str, name: &[u8]) -> Vec<u8> {
+    let mut channel = lock_key(namespace, name);
+    channel.extend_from_slice(CHANNEL_SUFFIX.as_bytes());
+    channel
+}
+
 /// The suffix of a lock's fencing counter key, `<ns>:{name}:fence`.
 ///
 /// # Examples

@@ -8,7 +8,7 @@ use distlock_testkit::{RedisCluster, RedisServer};
 
 /// The Redis key of lock `name` in the default namespace.
 pub fn lock_key(name: &str) -> String {
-    format!("distlock:{{{name}}}")
+    String::from_utf8_lossy(&layout::lock_key("distlock", name.as_bytes())).into_owned()
 }
 
 /// The hash slot of lock `name` (default namespace), as `cluster` computes it.
