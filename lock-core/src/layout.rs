@@ -242,6 +242,111 @@ pub fn channel(namespace: &str, name: &[u8]) -> Vec<u8> {
     channel
 }
 
+/// What a message on a lock's release [`channel`] says, as the scripts publish it
+/// (`lock.lua`'s `release_message`): `<owner>:<n>` for a release (operation `n` of
+/// the owner), `<owner>:-` when a waiter gives up its place, either followed by a
+/// space and the next waiter's owner id when a fair lock's queue names who is next;
+/// `released` for a force-unlock. The one place that reads one: the client's
+/// waiters and `distlock watch` call [`ReleaseMessage::parse`].
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::ReleaseMessage;
+///
+/// assert_eq!(ReleaseMessage::parse(b"abc:1:7"), ReleaseMessage::Release { next: None });
+/// assert_eq!(
+///     ReleaseMessage::parse(b"abc:1:- def:2"),
+///     ReleaseMessage::Withdraw { next: Some(&b"def:2"[..]) }
+/// );
+/// assert_eq!(ReleaseMessage::parse(b"released"), ReleaseMessage::ForceUnlock);
+/// assert_eq!(ReleaseMessage::parse(b"hello"), ReleaseMessage::Other);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseMessage<'a> {
+    /// A holder released the lock; `next` is the fair lock's next waiter, if named.
+    Release {
+        /// The owner id of the waiter that is next, when the message names one.
+        next: Option<&'a [u8]>,
+    },
+    /// A waiter gave up its place; `next` as for a release.
+    Withdraw {
+        /// The owner id of the waiter that is next, when the message names one.
+        next: Option<&'a [u8]>,
+    },
+    /// An operator force-unlocked the lock.
+    ForceUnlock,
+    /// Not a message distlock publishes.
+    Other,
+}
+
+impl<'a> ReleaseMessage<'a> {
+    /// Reads one message of a release channel.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::ReleaseMessage;
+    ///
+    /// let message = ReleaseMessage::parse(b"abc:1:3 def:4");
+    /// assert_eq!(message.next(), Some(&b"def:4"[..]));
+    /// ```
+    pub fn parse(message: &'a [u8]) -> Self {
+        if message == FORCE_UNLOCK_MESSAGE.as_bytes() {
+            return Self::ForceUnlock;
+        }
+        let (first, next) = match message.iter().position(|&byte| byte == b' ') {
+            Some(space) => (&message[..space], Some(&message[space + 1..])),
+            None => (message, None),
+        };
+        let next = next.filter(|next| !next.is_empty());
+        let Some(colon) = first.iter().rposition(|&byte| byte == b':') else {
+            return Self::Other;
+        };
+        let seq = &first[colon + 1..];
+        if colon == 0 {
+            Self::Other
+        } else if seq == b"-" {
+            Self::Withdraw { next }
+        } else if !seq.is_empty() && seq.iter().all(u8::is_ascii_digit) {
+            Self::Release { next }
+        } else {
+            Self::Other
+        }
+    }
+
+    /// The waiter the message names as next, if it names one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::ReleaseMessage;
+    ///
+    /// assert_eq!(ReleaseMessage::parse(b"abc:1:3").next(), None);
+    /// ```
+    pub fn next(&self) -> Option<&'a [u8]> {
+        match *self {
+            Self::Release { next } | Self::Withdraw { next } => next,
+            Self::ForceUnlock | Self::Other => None,
+        }
+    }
+}
+
+/// What `force_release.lua` publishes on the lock's channel when an operator
+/// force-unlocks it.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::FORCE_UNLOCK_MESSAGE, "released");
+/// ```
+pub const FORCE_UNLOCK_MESSAGE: &str = "released";
+
 /// The suffix of a lock's fencing counter key, `<ns>:{name}:fence`.
 ///
 /// # Examples

@@ -253,8 +253,8 @@ impl Channel {
     /// (`<owner>:<seq> <next>`, a fair lock's next waiter), else the first waiter.
     fn wake_for(&self, message: &[u8]) {
         let mut queue = locked(&self.queue);
-        match message.iter().rposition(|byte| *byte == b' ') {
-            Some(space) => queue.wake_named(&message[space + 1..]),
+        match crate::layout::ReleaseMessage::parse(message).next() {
+            Some(next) => queue.wake_named(next),
             None => queue.wake_first(),
         }
     }

@@ -9,6 +9,7 @@
 //! A message carries the releasing owner's id, which is never printed: only what
 //! kind of message it is.
 
+use distlock::layout::ReleaseMessage;
 use distlock::redis::{PushInfo, PushKind, Value};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -106,22 +107,11 @@ fn classify(payload: Option<&Value>) -> (&'static str, bool) {
         Some(Value::SimpleString(text)) => text.as_bytes(),
         _ => return ("message", false),
     };
-    if bytes == b"released" {
-        return ("force_unlock", false);
-    }
-    let mut words = bytes.split(|&byte| byte == b' ');
-    let first = words.next().unwrap_or_default();
-    let next_waiter = words.next().is_some_and(|word| !word.is_empty());
-    let Some(colon) = first.iter().rposition(|&byte| byte == b':') else {
-        return ("message", false);
-    };
-    let seq = &first[colon + 1..];
-    if seq == b"-" {
-        ("withdraw", false)
-    } else if !seq.is_empty() && seq.iter().all(u8::is_ascii_digit) && colon > 0 {
-        ("release", next_waiter)
-    } else {
-        ("message", false)
+    match ReleaseMessage::parse(bytes) {
+        ReleaseMessage::Release { next } => ("release", next.is_some()),
+        ReleaseMessage::Withdraw { .. } => ("withdraw", false),
+        ReleaseMessage::ForceUnlock => ("force_unlock", false),
+        _ => ("message", false),
     }
 }
 
