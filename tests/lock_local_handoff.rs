@@ -453,6 +453,7 @@ async fn a_hand_off_answered_after_its_record_expired_is_not_read_as_not_held() 
     const NAME: &str = "handoff:forgotten";
     const LEASE: Duration = Duration::from_secs(10);
     const OUTAGE: Duration = Duration::from_secs(2);
+    let warnings = support::capture_warnings();
     let server = support::server();
     let proxy = support::proxy(&server);
     let locks = LockClient::builder()
@@ -509,6 +510,11 @@ async fn a_hand_off_answered_after_its_record_expired_is_not_read_as_not_held() 
         Some(handed_to.as_str()),
         "the waiter, not knowing whether it was handed the lock, asked again under \
          the owner id it was handed to"
+    );
+    let anomalies = warnings.lines_with(&[NAME, "holding the lock already"]);
+    assert!(
+        anomalies.is_empty(),
+        "the waiter asked again under an owner id that holds the lock: {anomalies:?}"
     );
     assert_eq!(taken.hold_count(), 1, "a new acquisition holds once");
     assert_eq!(

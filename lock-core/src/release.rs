@@ -262,6 +262,36 @@ pub(crate) fn give_back_later(
     }));
 }
 
+/// Gives back, in the background, a hold that no guard owns and that its client
+/// did not know of: a new acquisition under `owner` found it holding the lock of
+/// `keys` `count` times (`acquire.lua`, "Never added to"), and must not add to it.
+/// A protocol anomaly, logged as a warning; each hold goes back as one release,
+/// until none is left (or the outcome is not known: the lease then ends it).
+pub(crate) fn give_back_orphan(
+    inner: &Arc<Inner>,
+    keys: Arc<LockKeys>,
+    owner: Arc<Owner>,
+    lease_ms: u64,
+    count: u64,
+) {
+    tracing::warn!(
+        lock.name = %keys.display(),
+        lock.hold_count = count,
+        "distlock: a new acquisition found its owner id holding the lock already, a hold \
+         no guard owns; giving it back and asking again under a fresh owner id"
+    );
+    let inner = inner.clone();
+    spawn(log_failure(async move {
+        for _ in 0..count {
+            match round_trip(&inner, &keys, &owner, lease_ms).await? {
+                ReleaseReply::Released { remaining } if remaining > 0 => {}
+                _ => break,
+            }
+        }
+        Ok(())
+    }));
+}
+
 /// Gives back the grant of one Redlock node, for an attempt that missed the
 /// majority; a failure is logged and left to the lease.
 pub(crate) async fn give_back_node(

@@ -14,6 +14,7 @@ use crate::guard::LockGuard;
 use crate::hold::{HeldLock, Hold};
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
+use crate::scripts::unexpected_reply;
 
 /// What the call chain holds of the lock a request asks for.
 pub(super) enum Chain {
@@ -120,6 +121,10 @@ pub(super) async fn reenter(
         }),
         Outcome::Permits { permits } => Err(permits_mismatch(&hold.keys, permits)),
         Outcome::OtherKind { held_as } => Err(kind_conflict(&hold.keys, held_as)),
+        // Never the answer to a re-entry (see `acquire.lua`).
+        Outcome::HeldAlready { count } => {
+            Err(unexpected_reply("acquire.lua", &[-7, count as i64]).into())
+        }
     }
 }
 
