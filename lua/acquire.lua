@@ -58,6 +58,11 @@
 --                           `permits` permits; 0 for the other kinds), 3 fair
 --   {-6, error}             a command it called was refused (see lock.lua,
 --                           `answer`); the others of the run are not affected
+--   {-7, hold_count}        a new acquisition (not a re-entry) found its own owner
+--                           id holding the lock already, `hold_count` times, and
+--                           this operation not applied before: a hold its client
+--                           does not know of (see "Never added to" below); nothing
+--                           was written
 --
 -- A plain lock has one holder. A read hold enters unless a writer holds the lock,
 -- or one waits (a downgrade enters beside its own writer). The write hold is taken
@@ -82,6 +87,15 @@
 -- doubt. A final release moves the record to `<ns>:{name}:freed:<owner>` for a
 -- short while (see release.lua), where a retry, or a late copy of an acquisition,
 -- finds it.
+--
+-- Never added to. Only a re-entry adds to a hold: its client has a guard that
+-- owns the hold, and asks for one more. A new acquisition comes under an owner id
+-- its client believes holds nothing; finding that id holding (a hold the client
+-- lost track of: a hand-off whose answer could not be read, say) it must not add
+-- to it, since no guard could own the sum: it is answered {-7, count} and
+-- changes nothing. Its client gives that hold back and asks again under a fresh
+-- owner id (lock-core/src/acquire/wait.rs). A replay of an acquisition that was
+-- applied (its number in the record) answers the count as it stands, as always.
 --
 -- Every check comes before the first write: a Lua error does not roll back.
 
@@ -121,7 +135,10 @@ local function acquire_plain(lock, fence_key, freed, r)
     state = { exists = false, stale = true, token = 0 }
   end
   if state.me then
-    -- A replay, or a settled stray copy, answers the count as it stands.
+    if not r.reentry and record(state.me, r.floor, r.seq, r.seq_text) then
+      return {-7, state.me.count}
+    end
+    -- A re-entry; a replay, or a settled stray copy, answers the count as it stands.
     return {1, add_hold(lock, state.me, r.owner, r.lease, r.floor, r.seq, r.seq_text), state.token}
   end
   if r.reentry then
@@ -278,6 +295,9 @@ local function acquire_shared(lock, fence_key, freed, r)
   end
   local me = state.holders[r.owner]
   if me then
+    if not r.reentry and record(me, r.floor, r.seq, r.seq_text) then
+      return {-7, me.count}
+    end
     if r.kind == 'rw' and r.mode == 'w' and state.writer ~= r.owner then
       return {-3}
     end

@@ -42,6 +42,10 @@
 --   {-5, i, kind, permits}
 --                  name i is held as another kind of lock (see acquire.lua);
 --                  nothing was written
+--   {-7, i, count} name i was to be newly taken, but the set's owner id holds it
+--                  already, `count` times, and this operation was not applied
+--                  before: a hold the client does not know of, never added to
+--                  (see acquire.lua, "Never added to"); nothing was written
 --
 -- Every check, for every name, comes before the first write: a Lua error does not
 -- roll back, and a set is taken whole or not at all.
@@ -80,6 +84,8 @@ local function main()
       if not state.me then
         return {-1, i}
       end
+    elseif state.me and record(state.me, tonumber(floor_text), tonumber(seq_text), seq_text) then
+      return {-7, i, state.me.count}
     elseif state.exists and not state.me then
       -- Held by another owner (`read_mine` checked every field of the hash).
       return {0, i, redis.call('PTTL', lock)}
@@ -98,7 +104,7 @@ local function main()
     local lock, fence_key, _, owner, lease, seq_text, floor_text = name(i)
     local state = states[i]
     if state.me then
-      -- A replay, or a settled stray copy, answers the count as it stands.
+      -- A re-entry; a replay, or a settled stray copy, answers the count as it stands.
       answer[#answer + 1] = add_hold(lock, state.me, owner, lease, tonumber(floor_text), tonumber(seq_text), seq_text)
       answer[#answer + 1] = state.token
     elseif not state.record then

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::LockError;
-use distlock_testkit::RedisServer;
+use distlock::{LockClient, LockError};
+use distlock_testkit::{Direction, RedisServer};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::{eventually, lock_key as key, redis_count as hold_count};
@@ -433,5 +433,105 @@ async fn hand_offs_under_late_replies_and_cancellation_keep_one_holder_and_leave
         "seed {seed}: left behind: {:?}, lock {:?}",
         support::leaks(&server),
         support::stored(&server, NAME)
+    );
+}
+
+/// Issue 34, finding 3. A release hands the lock to the next task of its client
+/// and is applied, its reply is lost, and an outage follows that outlasts the
+/// record of the applied release (response timeout 200 ms: the record lives 1 s).
+/// The retry reaches Redis only after the outage and finds no record: its "not
+/// held" can no longer say that the release was not applied. Observed before: the
+/// holder's `unlock()` said `Lost(NotHeld)` for a release that was applied, the
+/// waiter asked again under the owner id the lock had been handed to, was granted
+/// a guard of count 2 on that hold, and after the guard's one `unlock()` Redis
+/// still held that owner once, for the rest of its lease (the lock held by
+/// nobody). Now the holder hears `Ok` or that the release is unconfirmed, the
+/// waiter's guard owns exactly what Redis holds, and once it is unlocked the lock
+/// is gone, long before the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_answered_after_its_record_expired_is_not_read_as_not_held() {
+    const NAME: &str = "handoff:forgotten";
+    const LEASE: Duration = Duration::from_secs(10);
+    const OUTAGE: Duration = Duration::from_secs(2);
+    let warnings = support::capture_warnings();
+    let server = support::server();
+    let proxy = support::proxy(&server);
+    let locks = LockClient::builder()
+        .url(proxy.url())
+        .response_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_secs(5))
+        .default_lease(LEASE)
+        .connect()
+        .await
+        .expect("connect");
+    let guard = locks.lock(NAME).await.expect("lock");
+    let first = holder(&server, NAME).expect("held");
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock(NAME).wait(Duration::from_secs(20)).await }
+    });
+    until_waiting(&server, NAME).await;
+
+    // The release reaches Redis and hands the lock over; its reply is lost...
+    proxy.blackhole(Direction::ToClient, true);
+    let began = Instant::now();
+    let unlocking = tokio::spawn(guard.unlock());
+    let handed = eventually(Duration::from_secs(2), || {
+        holder(&server, NAME).is_some_and(|now| now != first)
+    })
+    .await;
+    assert!(handed, "the release did not hand the lock to the waiter");
+    let handed_to = holder(&server, NAME).expect("handed over");
+    // ...and the retry's reconnect waits out an outage longer than the record lives.
+    proxy.pause_accepting();
+    proxy.reset_all();
+    tokio::time::sleep(OUTAGE).await;
+    proxy.heal();
+
+    let released = unlocking.await.expect("join");
+    println!("unlock after {:?}: {released:?}", began.elapsed());
+    assert!(
+        released.as_ref().is_ok() || released.as_ref().is_err_and(LockError::is_unconfirmed),
+        "an applied release must not be answered with anything but Ok or unconfirmed: {released:?}"
+    );
+    let taken = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is told")
+        .expect("join")
+        .expect("the waiter has the lock");
+    println!(
+        "the waiter holds after {:?}: guard count {}, Redis {:?}",
+        began.elapsed(),
+        taken.hold_count(),
+        support::stored(&server, NAME)
+    );
+    assert_ne!(
+        holder(&server, NAME).as_deref(),
+        Some(handed_to.as_str()),
+        "the waiter, not knowing whether it was handed the lock, asked again under \
+         the owner id it was handed to"
+    );
+    let anomalies = warnings.lines_with(&[NAME, "holding the lock already"]);
+    assert!(
+        anomalies.is_empty(),
+        "the waiter asked again under an owner id that holds the lock: {anomalies:?}"
+    );
+    assert_eq!(taken.hold_count(), 1, "a new acquisition holds once");
+    assert_eq!(
+        hold_count(&server, NAME),
+        taken.hold_count(),
+        "the guard owns exactly what Redis holds"
+    );
+    taken.unlock().await.expect("the waiter's release");
+    let hash = server.cmd(&["HGETALL", &key(NAME)]).expect("HGETALL");
+    assert!(
+        hash.trim().is_empty(),
+        "every guard unlocked, yet Redis still holds: {hash:?}"
+    );
+    let elapsed = began.elapsed();
+    println!("all given back after {elapsed:?}");
+    assert!(
+        elapsed < LEASE / 2,
+        "given back only after {elapsed:?}: the lease ended it"
     );
 }

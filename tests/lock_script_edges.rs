@@ -775,3 +775,79 @@ async fn the_scripts_replay_a_first_acquisition_and_its_final_release() {
         Some("p")
     );
 }
+
+/// Runs `acquire.lua` for lock `name` as `want` says (`"x"` plain, `"r"` a read
+/// hold, `"w"` the write hold, ...), one acquisition alone, without fencing.
+async fn run_acquire_as(
+    conn: &mut Conn,
+    name: &str,
+    owner: &str,
+    attempt: u64,
+    reentry: bool,
+    want: &str,
+) -> redis::RedisResult<Vec<i64>> {
+    let replies: Vec<Vec<i64>> = script(if reentry { "reenter" } else { "acquire" })
+        .key(lock_key(name))
+        .key(format!("{}:fence", lock_key(name)))
+        .key(freed_key(name, owner))
+        .arg(owner)
+        .arg(10_000)
+        .arg(0)
+        .arg(attempt)
+        .arg(0)
+        .arg(u8::from(reentry))
+        .arg(want)
+        .arg("")
+        .arg(0)
+        .arg("")
+        .invoke_async(conn)
+        .await?;
+    let [reply] = <[Vec<i64>; 1]>::try_from(replies).expect("one answer for one acquisition");
+    Ok(reply)
+}
+
+/// Issue 34, finding 3: a new acquisition (not a re-entry) whose owner id holds
+/// the lock already (handed to it by a release whose answer could not be read)
+/// added to that hold, so that its client built a guard of count 2 on a hold it
+/// had asked for once, and one hold stayed after the guard's unlock. Now it is
+/// answered {-7, count} and writes nothing, for a plain lock and a shared kind;
+/// a replay of an acquisition that was applied still answers the count as it
+/// stands, and a re-entry still adds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_acquisition_never_adds_to_a_hold_of_its_own_owner_id() {
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
+    // `b` was handed the plain lock by its operation 1.
+    write_lock(&server, "handed", "b", "1", "0 1");
+    let before = dump_all(&mut conn).await;
+    let anew = run_acquire(&mut conn, "handed", "b", 2, false).await;
+    assert_eq!(
+        anew,
+        Ok(vec![-7, 1]),
+        "a new acquisition of an owner that holds"
+    );
+    assert_eq!(dump_all(&mut conn).await, before, "it wrote");
+    let replay = run_acquire(&mut conn, "handed", "b", 1, false).await;
+    assert_eq!(replay, Ok(vec![1, 1, 0]), "the replay of the hand-off");
+    assert_eq!(dump_all(&mut conn).await, before, "the replay wrote");
+    let reentry = run_acquire(&mut conn, "handed", "b", 3, true).await;
+    assert_eq!(reentry, Ok(vec![1, 2, 0]), "a re-entry adds");
+    assert_eq!(redis_count(&server, "handed"), 2);
+
+    // A read hold taken by `r`'s operation 1: a new one of `r` adds nothing.
+    let read = run_acquire_as(&mut conn, "shared", "r", 1, false, "r").await;
+    assert_eq!(read, Ok(vec![1, 1, 0]), "the read hold");
+    let before = dump_all(&mut conn).await;
+    for (want, attempt) in [("r", 2), ("w", 3)] {
+        let anew = run_acquire_as(&mut conn, "shared", "r", attempt, false, want).await;
+        assert_eq!(
+            anew,
+            Ok(vec![-7, 1]),
+            "{want}: a new acquisition of a holder"
+        );
+    }
+    assert_eq!(dump_all(&mut conn).await, before, "it wrote");
+    let replay = run_acquire_as(&mut conn, "shared", "r", 1, false, "r").await;
+    assert_eq!(replay, Ok(vec![1, 1, 0]), "the replay of the read hold");
+    assert_eq!(support::stored(&server, "shared").count("r"), 1);
+}

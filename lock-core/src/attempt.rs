@@ -33,6 +33,10 @@ pub(crate) enum Outcome {
     OtherMode,
     /// The name is held as another kind of lock.
     OtherKind { held_as: LockKind },
+    /// A new acquisition found its own owner id holding the lock already, `count`
+    /// times (on one node at least): a hold its client does not know of, left as
+    /// it was (see `acquire.lua`, "Never added to").
+    HeldAlready { count: u64 },
     /// Redlock: too few nodes granted it (their grants were given back): `granted`
     /// granted it, `held` answered that another owner holds it. Ask again after
     /// `retry_ms` at most (negative: unknown).
@@ -52,6 +56,7 @@ impl From<AcquireReply> for Outcome {
             AcquireReply::Conflict => Self::Conflict,
             AcquireReply::OtherMode => Self::OtherMode,
             AcquireReply::OtherKind { held_as } => Self::OtherKind { held_as },
+            AcquireReply::HeldAlready { count } => Self::HeldAlready { count },
         }
     }
 }
@@ -305,10 +310,18 @@ impl Invoke {
     }
 
     /// Undoes what the attempt did for a caller that is no longer there: gives back
-    /// the hold it took, or takes back the place its writer kept.
+    /// the hold it took, or takes back the place its writer kept; a hold of its
+    /// owner that its client did not know of is given back too.
     async fn undo(&self, outcome: Outcome) {
         match outcome {
             Outcome::Acquired { .. } => self.give_back().await,
+            Outcome::HeldAlready { count } => release::give_back_orphan(
+                &self.inner,
+                self.keys.clone(),
+                self.owner.clone(),
+                self.lease_ms,
+                count,
+            ),
             Outcome::Busy { .. } | Outcome::NoQuorum { .. } if self.keeps_place() => {
                 withdraw(&self.inner, &self.keys, &self.owner);
             }

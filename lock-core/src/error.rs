@@ -335,16 +335,18 @@ pub enum LockError {
         detail: String,
     },
     /// [`LockGuard::unlock`](crate::LockGuard::unlock) sent the release, and Redis
-    /// did not answer it, nor its retry: the release may have been applied or not.
-    /// Either way the hold is no longer renewed, so the lock is free at the latest
-    /// when its lease ends.
+    /// did not answer it, nor its retry, or answered "not held" only once the record
+    /// that would say an applied release was applied may have expired (a retry that
+    /// waited out an outage): the release may have been applied or not. Either way
+    /// the hold is no longer renewed, so the lock is free at the latest when its
+    /// lease ends.
     ///
     /// Its message: ``the release of lock `order:42` is unconfirmed: Redis did not
-    /// answer (timed out); it may have been applied, and if it was not, the lock stays
+    /// answer in time (timed out); it may have been applied, and if it was not, the lock stays
     /// held until its lease ends, within 29.9s, since it is no longer renewed; don't
     /// count on holding it, and check that the server is reachable``.
     #[error(
-        "the release of lock `{name}` is unconfirmed: Redis did not answer ({source}); it \
+        "the release of lock `{name}` is unconfirmed: Redis did not answer in time ({source}); it \
          may have been applied, and if it was not, the lock stays held until its lease \
          ends, within {ends_within:.1?}, since it is no longer renewed; don't count on \
          holding it, and check that the server is reachable"

@@ -41,9 +41,11 @@ pub(crate) enum Delivery {
     /// client waits for the lock, the releaser no longer held it): the waiter waits
     /// on, and asks Redis at once when `ask` (the lock may be free without a message).
     Declined { ask: bool },
-    /// Not known: the release's reply was lost. The waiter asks again under a fresh
-    /// owner id; the releaser finds out in the background and gives back what the
-    /// old one may have been handed.
+    /// Not known: the release's reply was lost, or its "not held" came too late to
+    /// be read (see `release.rs`, `Release::read`). The waiter asks again under a
+    /// fresh owner id, never the one it may have been handed the lock under; the
+    /// releaser finds out in the background and gives back what the old one may
+    /// have been handed (also when that stays unknown).
     Unknown,
 }
 

@@ -289,6 +289,36 @@ pub(crate) fn give_back_later(
     }));
 }
 
+/// Gives back, in the background, a hold that no guard owns and that its client
+/// did not know of: a new acquisition under `owner` found it holding the lock of
+/// `keys` `count` times (`acquire.lua`, "Never added to"), and must not add to it.
+/// A protocol anomaly, logged as a warning; each hold goes back as one release,
+/// until none is left (or the outcome is not known: the lease then ends it).
+pub(crate) fn give_back_orphan(
+    inner: &Arc<Inner>,
+    keys: Arc<LockKeys>,
+    owner: Arc<Owner>,
+    lease_ms: u64,
+    count: u64,
+) {
+    tracing::warn!(
+        lock.name = %keys.display(),
+        lock.hold_count = count,
+        "distlock: a new acquisition found its owner id holding the lock already, a hold \
+         no guard owns; giving it back and asking again under a fresh owner id"
+    );
+    let inner = inner.clone();
+    spawn(log_failure(async move {
+        for _ in 0..count {
+            match round_trip(&inner, &keys, &owner, lease_ms).await? {
+                ReleaseReply::Released { remaining } if remaining > 0 => {}
+                _ => break,
+            }
+        }
+        Ok(())
+    }));
+}
+
 /// Gives back the grant of one Redlock node, for an attempt that missed the
 /// majority; a failure is logged and left to the lease.
 pub(crate) async fn give_back_node(
@@ -440,8 +470,12 @@ impl HandOff {
 }
 
 /// Replays a release whose answer was lost, and that had a successor, until it is
-/// known whether the successor's owner was handed the lock; if it was, gives that
-/// hold back (its waiter has moved on to a fresh owner id).
+/// known whether the successor's owner was handed the lock. Its waiter has moved on
+/// to a fresh owner id, so a hold of the successor's owner is one no guard owns:
+/// given back when the lock was handed over, and also when that stays unknown (the
+/// replays ran out, or their "not held" came too late to be read, see
+/// [`Release::read`]): giving back what an owner does not hold changes nothing.
+/// Only an answer that says the lock was not handed over leaves it.
 async fn settle_hand_off(
     inner: &Arc<Inner>,
     keys: &Arc<LockKeys>,
@@ -454,8 +488,11 @@ async fn settle_hand_off(
         release.clone().on_node(inner.backend.first())
     })
     .await;
-    if let Some(ReleaseReply::Handed { .. }) = reply {
-        give_back(inner, keys, successor, lease_ms).await;
+    match reply {
+        Some(ReleaseReply::Released { .. } | ReleaseReply::NotHeld | ReleaseReply::Conflict) => {}
+        Some(ReleaseReply::Handed { .. }) | None => {
+            give_back(inner, keys, successor, lease_ms).await;
+        }
     }
 }
 
@@ -469,8 +506,14 @@ const FOREIGN_SEQ: u64 = 10_000_000_000_000;
 struct Release {
     item: Item,
     batcher: Arc<Batcher<Item>>,
-    /// How long retries go on (see [`Release::on_node`]).
-    patience: Duration,
+    /// When the release was made, before its first try was sent: no try of it can
+    /// have been applied earlier.
+    began: Instant,
+    /// How long the record of an applied final release lasts (`remember_release`):
+    /// retries start within three quarters of it after `began` (see
+    /// [`Release::on_node`]), and a "not held" is read within seven eighths (see
+    /// [`Release::read`]).
+    remember: Duration,
 }
 
 impl Release {
@@ -493,7 +536,8 @@ impl Release {
         Self {
             item,
             batcher: inner.batcher.clone(),
-            patience: inner.config.remember_release * 3 / 4,
+            began: Instant::now(),
+            remember: inner.config.remember_release,
         }
     }
 
@@ -501,11 +545,12 @@ impl Release {
     /// way that may pass (the script applies it at most once, and recognises the
     /// final one after the lock was freed): a lost reply, a demoted master that
     /// refused it, a cluster slot in migration (`TRYAGAIN` until `SETSLOT NODE`).
-    /// Retries go on, 25 ms apart and doubling up to 250 ms, for three quarters of
-    /// the time a final release is remembered, so that the last retry still finds
-    /// the record of a first try that applied; at least one retry is made.
+    /// Retries start, 25 ms apart and doubling up to 250 ms, until three quarters of
+    /// the time a final release is remembered have passed since the release was
+    /// made (replays of it included); at least one retry is made. An answer is read
+    /// by [`Release::read`]: a "not held" that came too late is an unknown outcome.
     async fn on_node(mut self, conn: Conn) -> redis::RedisResult<ReleaseReply> {
-        let give_up = Instant::now() + self.patience;
+        let give_up = self.began + self.remember * 3 / 4;
         let mut pause = Duration::from_millis(25);
         let mut retried = false;
         loop {
@@ -513,10 +558,7 @@ impl Release {
                 self.item.seq += 1 << 40;
             }
             match self.batcher.submit(conn.clone(), self.item.clone()).await {
-                Ok(reply) => {
-                    return ReleaseReply::decode(&reply)
-                        .ok_or_else(|| unexpected_reply("release.lua", &reply));
-                }
+                Ok(reply) => return self.read(&reply),
                 Err(err)
                     if transient(&err)
                         && !err.is_connection_refusal()
@@ -532,6 +574,35 @@ impl Release {
                 Err(err) => return Err(err),
             }
         }
+    }
+}
+
+impl Release {
+    /// Reads `reply`, an answer to this release. "Not held" is an absence: it says
+    /// that the release was never applied only while the record of an applied final
+    /// release (`<ns>:{name}:freed:<owner>`, kept `remember_release`, written at
+    /// the earliest when this release was made) could still be read. So it counts
+    /// only when it came back within seven eighths of that time since the release
+    /// was made (the eighth a margin for the server's clock); later, however long
+    /// one try took (a reconnect through an outage, say), it is an error of unknown
+    /// outcome: the release may have been applied, and the lease ends the lock.
+    /// Every other answer says what was applied, whenever it comes.
+    fn read(&self, reply: &[i64]) -> redis::RedisResult<ReleaseReply> {
+        let decoded =
+            ReleaseReply::decode(reply).ok_or_else(|| unexpected_reply("release.lua", reply))?;
+        let waited = self.began.elapsed();
+        if decoded != ReleaseReply::NotHeld || waited < self.remember - self.remember / 8 {
+            return Ok(decoded);
+        }
+        Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the release was answered \"not held\" {waited:.1?} after it was sent, when the \
+                 record of an applied release (kept {:.1?}) may be gone, so the answer cannot \
+                 tell whether it was applied",
+                self.remember
+            ),
+        )))
     }
 }
 

@@ -140,6 +140,10 @@ pub(crate) enum AcquireReply {
     OtherMode,
     /// The name is held (or waited for) as another kind of lock.
     OtherKind { held_as: LockKind },
+    /// A new acquisition found its own owner id holding the lock already, `count`
+    /// times: a hold its client does not know of, left as it was (see
+    /// `acquire.lua`, "Never added to").
+    HeldAlready { count: u64 },
 }
 
 impl AcquireReply {
@@ -155,6 +159,9 @@ impl AcquireReply {
             [-3] => Some(Self::OtherMode),
             [-5, kind, permits] => Some(Self::OtherKind {
                 held_as: LockKind::from_code(kind, permits)?,
+            }),
+            [-7, count] => Some(Self::HeldAlready {
+                count: u64::try_from(count).ok().filter(|count| *count > 0)?,
             }),
             _ => None,
         }
@@ -176,6 +183,9 @@ pub(crate) enum AcquireAllReply {
     Conflict { index: usize },
     /// The name at this index is held as another kind of lock.
     OtherKind { index: usize, held_as: LockKind },
+    /// The name at this index was to be newly taken, but the set's owner id holds
+    /// it already, `count` times (see [`AcquireReply::HeldAlready`]).
+    HeldAlready { index: usize, count: u64 },
 }
 
 impl AcquireAllReply {
@@ -202,6 +212,10 @@ impl AcquireAllReply {
             [-5, i, kind, permits] => Some(Self::OtherKind {
                 index: index(*i)?,
                 held_as: LockKind::from_code(*kind, *permits)?,
+            }),
+            [-7, i, count] => Some(Self::HeldAlready {
+                index: index(*i)?,
+                count: u64::try_from(*count).ok().filter(|count| *count > 0)?,
             }),
             _ => None,
         }
@@ -591,6 +605,16 @@ mod tests {
         );
         assert_eq!(AcquireReply::decode(&[-5, 9, 0]), None);
         assert_eq!(AcquireReply::decode(&[-5, 2, -1]), None);
+        assert_eq!(
+            AcquireReply::decode(&[-7, 1]),
+            Some(AcquireReply::HeldAlready { count: 1 })
+        );
+        assert_eq!(AcquireReply::decode(&[-7, 0]), None, "no hold is none held");
+        assert_eq!(
+            AcquireAllReply::decode(&[-7, 2, 1], 2),
+            Some(AcquireAllReply::HeldAlready { index: 1, count: 1 })
+        );
+        assert_eq!(AcquireAllReply::decode(&[-7, 3, 1], 2), None);
         assert_eq!(
             ForceReleaseReply::decode(-2),
             Some(ForceReleaseReply::Conflict)

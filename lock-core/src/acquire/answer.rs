@@ -23,6 +23,11 @@ pub(crate) enum Answer {
     },
     /// Refused for good: the wait ends with this error.
     Refused(LockError),
+    /// The name at `index` (0 for one name) was not taken: the attempt's owner id
+    /// holds it already, `count` times, a hold no guard owns (see `acquire.lua`,
+    /// "Never added to"). It is given back, and the wait asks again under a fresh
+    /// owner id.
+    HeldAlready { index: usize, count: u64 },
 }
 
 /// A grant: `(hold count, fencing token)` of the one name, or of each name of a set.
@@ -53,5 +58,6 @@ pub(super) fn answer_of(keys: &LockKeys, outcome: Outcome) -> Answer {
             name: keys.display(),
         }),
         Outcome::OtherKind { held_as } => Answer::Refused(kind_conflict(keys, held_as)),
+        Outcome::HeldAlready { count } => Answer::HeldAlready { index: 0, count },
     }
 }

@@ -14,6 +14,7 @@ use crate::guard::LockGuard;
 use crate::hold::{HeldLock, Hold};
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
+use crate::scripts::unexpected_reply;
 
 /// What the call chain holds of the lock a request asks for.
 pub(super) enum Chain {
@@ -119,6 +120,10 @@ pub(super) async fn reenter(
             name: hold.display().to_owned(),
         }),
         Outcome::OtherKind { held_as } => Err(kind_conflict(&hold.keys, held_as)),
+        // Never the answer to a re-entry (see `acquire.lua`).
+        Outcome::HeldAlready { count } => {
+            Err(unexpected_reply("acquire.lua", &[-7, count as i64]).into())
+        }
     }
 }
 

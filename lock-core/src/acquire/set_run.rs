@@ -111,6 +111,7 @@ impl NameSet {
             AcquireAllReply::OtherKind { index, held_as } => {
                 Answer::Refused(kind_conflict(&self.keys(index), held_as))
             }
+            AcquireAllReply::HeldAlready { index, count } => Answer::HeldAlready { index, count },
         }
     }
 
@@ -229,10 +230,22 @@ impl SetInvoke {
             .ok_or_else(|| unexpected_reply("acquire_all.lua", &reply))
     }
 
-    /// Gives back what an abandoned attempt took, if it took anything.
+    /// Gives back what an abandoned attempt took, if it took anything, and a hold
+    /// of a name that its owner had without the client knowing.
     async fn settle(self, result: redis::RedisResult<AcquireAllReply>) {
         match result {
             Ok(AcquireAllReply::Acquired(_)) => self.give_back().await,
+            Ok(AcquireAllReply::HeldAlready { index, count }) => {
+                if let Some(name) = self.names.get(index) {
+                    release::give_back_orphan(
+                        &self.inner,
+                        name.keys.clone(),
+                        name.owner.clone(),
+                        name.lease_ms,
+                        count,
+                    );
+                }
+            }
             Ok(_) => {}
             Err(err) if outcome_unknown(&err) => self.resolve().await,
             Err(_) => {}

@@ -181,6 +181,12 @@ pub(super) async fn wait_for(wait: &mut Wait<'_>) -> Result<Won, LockError> {
                 pttl = Some(retry_ms);
                 wait_or_give_up(wait, &owner, pttl).await?;
             }
+            Answer::HeldAlready { index, count } => {
+                // Never added to (see `acquire.lua`): given back, and asked again
+                // under an owner id that holds nothing.
+                wait.give_back_held(&owner, index, count);
+                owner = wait.inner.next_owner();
+            }
             Answer::Refused(err) => return Err(err),
         }
     }

@@ -355,6 +355,18 @@ impl<'a> Wait<'a> {
         unclaimed.armed = false;
     }
 
+    /// The attempt of `owner` found it holding the name at `index` already, `count`
+    /// times, a hold no guard owns: given back in the background (the wait asks
+    /// again under a fresh owner id).
+    pub(super) fn give_back_held(&self, owner: &Arc<Owner>, index: usize, count: u64) {
+        let keys = match &self.ask {
+            Ask::One { .. } => self.keys.clone(),
+            Ask::Set(set) => set.keys(index),
+        };
+        let lease_ms = self.policy.lease.as_millis() as u64;
+        release::give_back_orphan(self.inner, keys, owner.clone(), lease_ms, count);
+    }
+
     /// The wait of `owner` was granted: the place its writer kept is gone with
     /// the script, and the next local waiter asks now if another reader or permit
     /// may be had at once.

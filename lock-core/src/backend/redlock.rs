@@ -20,7 +20,8 @@ pub(crate) enum AcquireVote {
         /// Whether a node found a key of another type.
         conflict: bool,
         /// A node's refusal of what was asked (another mode of a read-write lock held
-        /// by the owner, another permit count), to report as it is.
+        /// by the owner, another permit count), to report as it is; or a node where
+        /// a new acquisition found its owner id holding already.
         refused: Option<AcquireReply>,
         /// How many nodes answered that another owner holds it.
         busy: usize,
@@ -70,9 +71,11 @@ pub(crate) fn acquire(replies: &[Option<AcquireReply>], quorum: usize) -> Acquir
         granted,
         conflict: replies.contains(&Some(AcquireReply::Conflict)),
         refused: replies.iter().find_map(|reply| match reply {
-            Some(refusal @ (AcquireReply::OtherMode | AcquireReply::OtherKind { .. })) => {
-                Some(*refusal)
-            }
+            Some(
+                refusal @ (AcquireReply::OtherMode
+                | AcquireReply::OtherKind { .. }
+                | AcquireReply::HeldAlready { .. }),
+            ) => Some(*refusal),
             _ => None,
         }),
         busy: busy.len(),
