@@ -286,6 +286,63 @@ async fn a_long_wait_behind_a_holder_that_waits_for_nothing_is_no_deadlock() {
     no_records_left(&server).await;
 }
 
+/// Issue 34 (4): what a wait that never deadlocks costs before its threshold. A
+/// chain holding a lock waits 1.5 s (its threshold 4 s) behind a holder that waits
+/// for nothing: its wait is announced once (one `SET` of its one record, beat 0,
+/// 100 ms into the wait) and written no more until its threshold; the wait's end
+/// deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_short_of_its_threshold_writes_its_record_once() {
+    let server = support::server();
+    let locks = client(&server.url()).await;
+    let other = client(&server.url()).await;
+    let slow = other.lock("once:y").await.expect("lock");
+    let outer = locks.lock("once:x").await.expect("lock");
+    server.cmd(&["CONFIG", "RESETSTAT"]).expect("RESETSTAT");
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            let inner = outer
+                .scope(
+                    locks
+                        .lock("once:y")
+                        .wait(Duration::from_secs(10))
+                        .deadlock_check_after(Duration::from_secs(4))
+                        .into_future(),
+                )
+                .await;
+            (inner, outer)
+        })
+    };
+    let announced =
+        support::eventually(Duration::from_secs(2), || records(&server).len() == 1).await;
+    assert!(announced, "records: {:?}", records(&server));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let stats = server.cmd(&["INFO", "commandstats"]).expect("INFO");
+    let sets = stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_set:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse::<u64>().expect("a count"));
+    let record = server.cmd(&["GET", &records(&server)[0]]).expect("GET");
+    println!("record: {record:?}; SET calls during the wait: {sets}");
+    support::summary("deadlock_record_cost_below_threshold", &[("sets", sets)]);
+    assert_eq!(sets, 1, "one write of the record, none more: {stats}");
+    assert!(
+        record.trim_end().ends_with(" 1 0 distlock:{once:y}"),
+        "one lock held, beat 0, waiting for once:y: {record:?}"
+    );
+    slow.unlock().await.expect("unlock");
+    let (inner, outer) = waiter.await.expect("the waiter");
+    inner
+        .expect("the lock, once its holder let go")
+        .unlock()
+        .await
+        .expect("unlock");
+    outer.unlock().await.expect("unlock");
+    no_records_left(&server).await;
+}
+
 /// Cycles whose second requests are dropped at random points (before, during and
 /// after the threshold): whatever happens, no record and no lock is left, and no
 /// request waits its whole wait.
@@ -470,28 +527,68 @@ async fn a_waiter_killed_while_it_waits_is_in_no_cycle() {
 /// is the victim, `A`, the one every cycle passes through; the readers proceed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_cycles_through_read_locks_have_one_victim() {
-    overlapping_read_cycles([THRESHOLD; 3], "deadlock_overlapping_read_cycles").await;
+    let broken = overlapping_read_cycles([THRESHOLD; 3], "deadlock_overlapping_read_cycles").await;
+    // Twice the README's bound, on a loaded machine.
+    assert!(
+        broken < readme_bound(THRESHOLD, THRESHOLD) * 2,
+        "broken after {broken:?}"
+    );
 }
 
-/// The same knot, with each chain looking after its own threshold: `C` publishes
-/// what it waits for 400 ms after `B` has found the cycle `A`, `B` (seen failing in
-/// CI under load, where one reader's look came late). `B`, the cycle's member with
-/// fewer locks, was its victim; then `C`, in the cycle left: two victims. A member
-/// acts only on a knot it found the same at its look before, so `C` is counted:
-/// one victim, `A`.
+/// The same knot, with each chain looking after its own threshold: `C` looks
+/// 400 ms after `B` has found the cycle `A`, `B` (seen failing in CI under load,
+/// where one reader's look came late, when a chain published its wait only at its
+/// threshold). `B`, the cycle's member with fewer locks, was its victim; then `C`,
+/// in the cycle left: two victims. Every member is seen from early in its wait, and
+/// nobody acts before all beat: one victim, `A`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_that_looks_later_still_leaves_one_victim() {
     let ms = Duration::from_millis;
-    overlapping_read_cycles(
+    let broken = overlapping_read_cycles(
         [ms(400), ms(600), ms(1_000)],
         "deadlock_overlapping_read_cycles_staggered",
     )
     .await;
+    assert!(
+        broken < readme_bound(ms(1_000), ms(400)) * 2,
+        "broken after {broken:?}"
+    );
+}
+
+/// Issue 34 (4): the same knot, with one reader's threshold much longer than the
+/// others' (300 ms, 300 ms, 4 s). Observed on 345396c, 5 runs of 5: `C` had not
+/// published what it waits for when `A` and `B` looked (a chain published only
+/// after its own threshold), so both saw the knot `A`, `B` twice alike, and `B`,
+/// its member with fewer locks, gave up; about 8 s later `C` was the victim of
+/// `A`, `C`. Two victims where `A` alone frees both. Now every member of the knot
+/// is seen from early in its wait, and nobody acts on a knot whose members do not
+/// all beat: one victim, `A`, within twice the bound the README states.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_with_a_much_longer_threshold_still_leaves_one_victim() {
+    let ms = Duration::from_millis;
+    let broken = overlapping_read_cycles(
+        [ms(300), ms(300), ms(4_000)],
+        "deadlock_overlapping_read_cycles_long_threshold",
+    )
+    .await;
+    assert!(
+        broken < readme_bound(ms(4_000), ms(300)) * 2,
+        "broken after {broken:?}"
+    );
+}
+
+/// The README's bound on how long after the last of its waits began a deadlock is
+/// broken, `T + 2 × max(t, 0.4 s) + 0.4 s`: `longest`, the longest threshold of its
+/// members, and `victim`, the victim's.
+fn readme_bound(longest: Duration, victim: Duration) -> Duration {
+    let look = Duration::from_millis(400);
+    longest + victim.max(look) * 2 + look
 }
 
 /// The writer `A` and the readers `B` and `C` of the overlapping cycles, each
-/// looking for a deadlock after its own threshold: exactly one victim, `A`.
-async fn overlapping_read_cycles(after: [Duration; 3], scenario: &str) {
+/// looking for a deadlock after its own threshold: exactly one victim, `A`. How long
+/// after all three began to wait `A` gave up.
+async fn overlapping_read_cycles(after: [Duration; 3], scenario: &str) -> Duration {
     let server = support::server();
     let locks = client(&server.url()).await;
     let barrier = Arc::new(Barrier::new(3));
@@ -501,24 +598,26 @@ async fn overlapping_read_cycles(after: [Duration; 3], scenario: &str) {
             let y = locks.lock("fan:y").await.expect("y");
             let w = y.scope(locks.lock("fan:w").into_future()).await.expect("w");
             barrier.wait().await;
+            let asked = Instant::now();
             let result = y
                 .scope(
                     w.scope(
                         locks
                             .write_lock("fan:x")
-                            .wait(Duration::from_secs(10))
+                            .wait(Duration::from_secs(20))
                             .deadlock_check_after(after[0])
                             .into_future(),
                     ),
                 )
                 .await;
+            let took = asked.elapsed();
             let outcome = match result {
                 Ok(x) => x.unlock().await,
                 Err(err) => Err(err),
             };
             w.unlock().await.expect("w");
             y.unlock().await.expect("y");
-            outcome
+            (outcome, took)
         })
     };
     let reader = |locks: LockClient, barrier: Arc<Barrier>, after: Duration| {
@@ -530,7 +629,7 @@ async fn overlapping_read_cycles(after: [Duration; 3], scenario: &str) {
                 .scope(
                     locks
                         .lock("fan:y")
-                        .wait(Duration::from_secs(10))
+                        .wait(Duration::from_secs(20))
                         .deadlock_check_after(after)
                         .into_future(),
                 )
@@ -545,22 +644,27 @@ async fn overlapping_read_cycles(after: [Duration; 3], scenario: &str) {
     };
     let b = reader(locks.clone(), barrier.clone(), after[1]);
     let c = reader(locks.clone(), barrier, after[2]);
-    let outcomes = [
-        writer.await.expect("A"),
-        b.await.expect("B"),
-        c.await.expect("C"),
-    ];
+    let (a, took) = writer.await.expect("A");
+    let outcomes = [a, b.await.expect("B"), c.await.expect("C")];
     let victims: Vec<usize> = outcomes
         .iter()
         .enumerate()
         .filter(|(_, outcome)| matches!(outcome, Err(LockError::Deadlock { .. })))
         .map(|(index, _)| index)
         .collect();
-    support::summary(scenario, &[("victims", victims.len() as u64)]);
+    println!("{scenario}: the writer's wait ended after {took:?}");
+    support::summary(
+        scenario,
+        &[
+            ("victims", victims.len() as u64),
+            ("writer_waited_ms", took.as_millis() as u64),
+        ],
+    );
     assert_eq!(victims, [0], "exactly one victim, the writer: {outcomes:?}");
     assert!(
         outcomes[1..].iter().all(Result::is_ok),
         "the readers proceed: {outcomes:?}"
     );
     no_records_left(&server).await;
+    took
 }

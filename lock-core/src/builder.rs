@@ -890,14 +890,18 @@ impl LockClientBuilder {
     /// How long a waiter whose call chain holds other locks waits before it looks for
     /// a deadlock (a cycle of chains, each waiting for a lock the next holds, across
     /// processes and clients), and then how often it looks again while it waits.
-    /// One member of a cycle (the one holding the fewest locks) gets
-    /// [`LockError::Deadlock`] at the second check that finds the same cycle, and
-    /// the others proceed. Default: `Some(1 s)`;
-    /// `None` turns detection off. A request may set its own with
+    /// One member of the cycles (the one without which none is left, else the one
+    /// holding the fewest locks) gets [`LockError::Deadlock`] at the second check
+    /// that finds the same cycles once every member has waited its own threshold,
+    /// and the others proceed (the README's "Deadlocks" bounds how long that takes).
+    /// Default: `Some(1 s)`; `None` turns detection off. A request may set its own
+    /// with
     /// [`LockRequest::deadlock_check_after`](crate::LockRequest::deadlock_check_after).
     ///
-    /// It costs nothing for a waiter that holds no lock, and nothing until the
-    /// threshold passes; then a few round trips per check. Not on Redlock (each
+    /// It costs nothing for a waiter that holds no lock, and nothing for a wait
+    /// shorter than 100 ms; a longer one announces what it waits for once (one
+    /// write per lock its chain holds, deleted at its end); past the threshold, a
+    /// write every 100 ms and a few round trips per check. Not on Redlock (each
     /// node has its own holders; a deadlock there ends when a wait runs out).
     ///
     /// # Examples

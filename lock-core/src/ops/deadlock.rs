@@ -1,53 +1,64 @@
 //! Distributed deadlock detection: wait-for records, and the walk that finds a
 //! cycle through them across processes and clients.
 //!
-//! A waiter whose call chain holds locks, once it has waited longer than the
-//! client's `deadlock_check_after`, publishes what it waits for: one record per
-//! owner id its chain holds a lock under,
+//! A waiter whose call chain holds locks announces what it waits for early in its
+//! wait, after 100 ms ([`ANNOUNCE`]) or its client's `deadlock_check_after` if that
+//! is shorter: one record per owner id its chain holds a lock under,
 //!
 //! ```text
-//! <ns>:{<owner>}:waits = "<wait id> <locks held> <key of the lock waited for>"
+//! <ns>:{<owner>}:waits = "<wait id> <locks held> <beat> <key of the lock waited for>"
 //! ```
 //!
-//! `<wait id> <locks held> <beat> <key of the lock waited for>`, written again every
-//! [`BEAT`] by a task of the waiting process with the next beat number (its proof
-//! of life), with an expiry of a few beats, and deleted when the wait ends in any
-//! way (granted, given up, dropped). Then it walks: the lock it waits for → the
-//! owner ids holding it (read from the lock itself) → the record of each → the lock
-//! that chain waits for → … Finding one of its own chain's owner ids again is a
+//! written once (beat 0), to last until a little after its threshold. From its
+//! threshold on, a task of the waiting process writes it again every [`BEAT`] with
+//! the next beat number (its proof of life), with an expiry of a few beats; the
+//! wait's end deletes it in any way it ends (granted, given up, dropped). Then, at
+//! its threshold and every threshold after, the chain walks: the lock it waits for →
+//! the owner ids holding it (read from the lock itself) → the record of each → the
+//! lock that chain waits for → … Finding one of its own chain's owner ids again is a
 //! cycle. Every edge of the cycle is then read again (the lock still held by that
 //! owner, the record the same wait); a holder that released meanwhile, or a waiter
 //! that left, breaks the cycle. Then, a few beats later, every record of the cycle
 //! must have beaten again: a waiter whose process died (killed while it waited)
-//! leaves a record that no longer beats, and is no member of a cycle.
+//! leaves a record that no longer beats, and is no member of a cycle; nor, yet, is
+//! one still short of its threshold (announced, not beating): a knot with such a
+//! member waits until it beats (or its record expires).
 //!
-//! Every member of a cycle walks (each waits past the threshold) the whole graph it
+//! Every member of a cycle walks (each waits past its threshold) the whole graph it
 //! can reach, and takes its knot: the chains in a cycle with it (with read locks
 //! and semaphores, several cycles can share members). Each member agrees on one
 //! victim per knot without talking to the others: the first member, in the order
 //! of fewest locks held and then greatest wait id, without which no cycle is left,
 //! or when none is, the first member (the next check finds the cycles left).
 //!
-//! A member sees only the chains that have published, and a chain publishes once
-//! its own threshold has passed: a member that decided at its first look could
-//! pick the victim of a part of the knot, and a later member the victim of the
-//! rest (two victims where one frees everyone). So a member acts on a knot only
-//! when its look before (one threshold earlier) found the same members: every
-//! chain that began to wait within a threshold of it is counted. The victim's
-//! request fails with [`LockError::Deadlock`](crate::LockError::Deadlock); its
-//! locks are released on the way out (by its guards), and the others proceed.
+//! So that every member decides on the whole knot, whatever the thresholds: a
+//! chain's record is there from early in its wait, whatever its threshold, and
+//! nobody acts on a knot until all its members beat (each past its own threshold);
+//! and a member acts only when a look at least [`SETTLE`] before found the same
+//! members, so that a chain waiting since that look has announced itself by now
+//! and is counted. The victim's request fails with
+//! [`LockError::Deadlock`](crate::LockError::Deadlock); its locks are released on
+//! the way out (by its guards), and the others proceed.
 //!
-//! The walk costs nothing on the uncontended path, nothing for a chain that holds
-//! no lock, and nothing until the threshold has passed; then one round trip per
-//! lock and record read, and as many again to re-check a cycle, at every check: a
-//! deadlock is broken at the second check that finds it, two thresholds and a
-//! little more after the later of its waits began.
+//! The bound: a knot is broken within `T + 2 × max(t, w) + w` after the last of
+//! its waits began, where `T` is its longest threshold, `t` its victim's, and `w`
+//! how long a look that finds a knot takes ([`PROOF_OF_LIFE`] and round trips):
+//! every member beats by `T`; the victim's next look finds the whole knot, one
+//! look later ([`SETTLE`] is shorter than `w`) it acts, and that look ends `w`
+//! later.
+//!
+//! The cost: nothing on the uncontended path, nothing for a chain that holds no
+//! lock, nothing for a wait shorter than [`ANNOUNCE`]; a longer wait writes one
+//! record per owner id of its chain, and deletes them at its end; past its
+//! threshold, a write per owner id every [`BEAT`], and one round trip per lock and
+//! record read, and as many again to re-check a cycle, at every check.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::AsyncCommands;
+use tokio::time::Instant;
 
 use crate::backend::Conn;
 use crate::keys::display_key;
@@ -58,6 +69,17 @@ const MAX_DEPTH: usize = 16;
 
 /// How often a waiting chain writes its records again, with the next beat number.
 pub(crate) const BEAT: Duration = Duration::from_millis(100);
+
+/// How long a wait goes before its chain announces what it waits for, when its
+/// threshold is longer: so that a member with a long threshold is seen by those
+/// with short ones (and a knot with it is not broken in part), while a short wait
+/// writes nothing.
+pub(crate) const ANNOUNCE: Duration = Duration::from_millis(100);
+
+/// How long before a look a member's earlier look must have found the same knot
+/// for it to act: [`ANNOUNCE`] and a margin for a late write, so that every chain
+/// that was waiting at the earlier look has announced itself by the later one.
+pub(crate) const SETTLE: Duration = Duration::from_millis(200);
 
 /// How long a record outlives its last beat, in beats.
 const RECORD_BEATS: u32 = 5;
@@ -139,23 +161,26 @@ impl Waiting {
         value
     }
 
-    /// Starts the chain's beat: a task writes its records now and again every
-    /// [`BEAT`], each time with the next beat number, until the returned guard is
-    /// dropped; then it deletes them. A write that fails is tried at the next beat.
-    pub(crate) fn beat(self, conn: Conn) -> Beating {
+    /// Starts the chain's records: a task writes them now (beat 0, to last until a
+    /// few beats past `beats_from`), then from `beats_from` on every [`BEAT`], each
+    /// time with the next beat number, until the returned guard is dropped; then it
+    /// deletes them. A write that fails is tried at the next beat.
+    pub(crate) fn beat(self, conn: Conn, beats_from: Instant) -> Beating {
         let stop = tokio_util::sync::CancellationToken::new();
         let stopped = stop.clone();
         crate::detach::spawn(async move {
             let mut beat = 0u64;
             loop {
+                let quiet = beats_from.saturating_duration_since(Instant::now());
                 let mut writer = conn.clone();
-                if let Err(err) = self.publish(&mut writer, beat).await {
+                if let Err(err) = self.publish(&mut writer, beat, quiet).await {
                     tracing::debug!(error = %err, "distlock: could not write wait-for records; trying again");
                 }
                 beat += 1;
+                let wake = beats_from.max(Instant::now() + BEAT);
                 tokio::select! {
                     () = stopped.cancelled() => break,
-                    () = tokio::time::sleep(BEAT) => {}
+                    () = tokio::time::sleep_until(wake) => {}
                 }
             }
             let mut writer = conn.clone();
@@ -168,15 +193,15 @@ impl Waiting {
         }
     }
 
-    /// Writes (or renews) the chain's records, beat `beat`, to last
-    /// [`RECORD_BEATS`] beats.
+    /// Writes (or renews) the chain's records, beat `beat`, to last `quiet` (until
+    /// the chain beats) and [`RECORD_BEATS`] beats more.
     ///
     /// # Cancel safety
     ///
     /// Dropping it may leave some records written: they expire, and the wait's end
     /// deletes them.
-    async fn publish(&self, conn: &mut Conn, beat: u64) -> redis::RedisResult<()> {
-        let ttl = (BEAT * RECORD_BEATS).as_millis() as u64;
+    async fn publish(&self, conn: &mut Conn, beat: u64, quiet: Duration) -> redis::RedisResult<()> {
+        let ttl = (quiet + BEAT * RECORD_BEATS).as_millis() as u64;
         let value = self.value(beat);
         for owner in &self.owners {
             let () = redis::cmd("SET")

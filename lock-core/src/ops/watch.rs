@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::deadlock::{Beating, Waiting};
+use super::deadlock::{Beating, Waiting, ANNOUNCE, SETTLE};
 use super::metrics;
 use crate::backend::Backend;
 use crate::context::LockContext;
@@ -16,8 +16,9 @@ use crate::keys::LockKeys;
 use crate::origin::Origin;
 
 /// A waiter's deadlock detection: when its chain holds locks, on one endpoint,
-/// with a threshold. What it publishes is worked out at its first look, so that
-/// an acquisition that never waits that long pays nothing for it.
+/// with a threshold. What it publishes is worked out when it announces its wait
+/// ([`ANNOUNCE`] into it, or at its threshold if that is sooner), so that an
+/// acquisition that never waits that long pays nothing for it.
 pub(super) struct DeadlockWatch {
     backend: Backend,
     namespace: Arc<str>,
@@ -30,13 +31,17 @@ pub(super) struct DeadlockWatch {
     /// Made at the first look; `None` before.
     waiting: Option<Waiting>,
     period: Duration,
-    /// When to look next.
+    /// When to announce the wait: its records are written then, and beat from the
+    /// first look on.
+    announce: Instant,
+    /// When to look next (the first time: the threshold).
     next: Instant,
-    /// The chain's records, beating from the first look until the wait ends
-    /// (dropping it deletes them).
+    /// The chain's records, from the announcement until the wait ends (dropping it
+    /// deletes them).
     beating: Option<Beating>,
-    /// The members of the knot the last look found, if it found one.
-    last_knot: Option<Vec<String>>,
+    /// The members of the knot the last look found, if it found one, and when the
+    /// first of the looks in a row that found them began.
+    last_knot: Option<(Vec<String>, Instant)>,
 }
 
 impl DeadlockWatch {
@@ -60,6 +65,7 @@ impl DeadlockWatch {
             context: context.clone(),
             waiting: None,
             period,
+            announce: start + period.min(ANNOUNCE),
             next: start + period,
             beating: None,
             last_knot: None,
@@ -95,12 +101,13 @@ impl DeadlockWatch {
         self.waiting.as_ref()
     }
 
-    /// Publishes what this waiter's chain waits for at the lock of `keys` and
-    /// walks the wait-for graph: `Err(Deadlock)` when it is the victim of a knot
-    /// that its look before found the same (so that every chain that began to
-    /// wait within one period of it is counted, and every member picks the same
-    /// victim); `Ok(false)` when its chain holds no lock of this client. A failure
-    /// to read is logged, and the walk tried again at the next check.
+    /// Announces what this waiter's chain waits for at the lock of `keys` (its
+    /// records, beating from its threshold on), and from its threshold on walks
+    /// the wait-for graph: `Err(Deadlock)` when it is the victim of a knot that a
+    /// look at least [`SETTLE`] before found the same (so that every chain waiting
+    /// then is counted, and every member picks the same victim); `Ok(false)` when
+    /// its chain holds no lock of this client. A failure to read is logged, and the
+    /// walk tried again at the next check.
     ///
     /// # Cancel safety
     ///
@@ -112,29 +119,38 @@ impl DeadlockWatch {
         origin: &Origin,
         new_id: &(dyn Fn() -> Arc<str> + Send + Sync),
     ) -> Result<bool, LockError> {
-        self.next = Instant::now() + self.period;
         let Some(waiting) = self.waiting(keys, new_id).cloned() else {
             return Ok(false);
         };
         let mut conn = self.backend.first();
         if self.beating.is_none() {
-            self.beating = Some(waiting.clone().beat(conn.clone()));
+            self.beating = Some(waiting.clone().beat(conn.clone(), self.next));
         }
+        let began = Instant::now();
+        if began < self.next {
+            // Announced; the threshold has not passed yet.
+            return Ok(true);
+        }
+        self.next = began + self.period;
         let knot = match waiting.walk(&mut conn).await {
             Ok(knot) => knot,
             Err(err) => {
                 tracing::debug!(error = %err, "distlock: could not look for a deadlock; looking again later");
+                self.last_knot = None;
                 return Ok(true);
             }
         };
-        let last = self.last_knot.take();
         let Some(knot) = knot else {
+            self.last_knot = None;
             return Ok(true);
         };
-        let settled = last.as_ref() == Some(&knot.members);
-        self.last_knot = Some(knot.members);
+        let since = match self.last_knot.take() {
+            Some((members, since)) if members == knot.members => since,
+            _ => began,
+        };
+        self.last_knot = Some((knot.members, since));
         match knot.cycle {
-            Some(cycle) if settled => {
+            Some(cycle) if began.duration_since(since) >= SETTLE => {
                 tracing::warn!(lock.name = %keys.display(), cycle = ?cycle, "distlock: deadlock; this request gives up to break it");
                 metrics::series(&self.backend, &self.labels, keys, origin).deadlock();
                 Err(LockError::Deadlock { cycle })
@@ -146,7 +162,11 @@ impl DeadlockWatch {
 
 impl Watch for DeadlockWatch {
     fn next(&self) -> Instant {
-        self.next
+        if self.beating.is_none() {
+            self.announce
+        } else {
+            self.next
+        }
     }
 
     fn look<'a>(
