@@ -597,6 +597,86 @@ fn ms(from: u64, to: u64) -> f64 {
     (to as f64 - from as f64) / 1e6
 }
 
+/// Issue 39 (2): the master freezes (a partition) while a renewal to it is in
+/// flight; the replica the Sentinels promote never had the holder's lock. The
+/// holder must be told `ServerReplaced` as soon as its client moves to the new
+/// master, not once the renewal to the frozen one gives up; and another call chain
+/// of the same client is granted the name there only after that.
+///
+/// The holder's response timeout (6 s) is longer than its renewal period (5 s), so
+/// from the first renewal after the freeze on, a renewal is always waiting on the
+/// frozen master when the client moves. Observed before the fix: the holder was
+/// told 2586, 2620 and 2614 ms after its client moved (the rest of that round), in
+/// three runs of three; after, within a few ms. (With the default 500 ms the outside
+/// review saw +4 to +474 ms, depending on where the round stood.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_s_holds_are_checked_on_the_new_master_at_once() {
+    let group = SentinelGroup::start("locks", 1, 3).expect("start a Sentinel group");
+    let lease = Duration::from_secs(15);
+    let holder = LockClient::builder()
+        .sentinel(group.sentinel_urls(), group.master_name())
+        .default_lease(lease)
+        .response_timeout(Duration::from_secs(6))
+        .connect()
+        .await
+        .expect("connect through the Sentinels");
+    let old = group.current_master_index().expect("a master");
+    let new = 1 - old;
+    cut_off(&group, old, new);
+    let taken = Instant::now();
+    let guard = Arc::new(holder.lock("frozen").await.expect("lock"));
+    let told = told_at(&guard);
+    // Just before the first renewal (at a third of the lease), which then waits on
+    // the frozen master.
+    tokio::time::sleep_until(taken + lease / 3 - Duration::from_millis(300)).await;
+    group.data_nodes()[old].pause().expect("SIGSTOP the master");
+    let frozen = monotonic_ns();
+    rejoin(&group, new);
+
+    let moved =
+        moved_to(&group.data_nodes()[new]).expect("the client moved to the new master within 30 s");
+    // The poll may see the new connections a moment before the client swaps to
+    // them: a request sent then waits on the frozen master for the response
+    // timeout (6 s), and asks again on the new one.
+    let again = granted_after(
+        &holder,
+        "frozen",
+        Duration::from_secs(20),
+        vec![guard.clone()],
+    );
+    let told = tokio::time::timeout(Duration::from_secs(20), told)
+        .await
+        .expect("the holder is told within 20 s of the move")
+        .expect("the watching task");
+    let (granted, lost_first) = again.await.expect("the second chain's task");
+    let delay = ms(moved, told);
+    println!(
+        "the client moved {:.1} ms after the freeze; the holder was told {delay:.1} ms after \
+         the move ({:?}); another chain of its client granted {:.1} ms after the move (told \
+         first: {lost_first})",
+        ms(frozen, moved),
+        guard.lost_reason(),
+        ms(moved, granted),
+    );
+    support::summary(
+        "sentinel_frozen_master_check",
+        &[
+            ("told_after_move_ms", told.saturating_sub(moved) / 1_000_000),
+            ("same_client_grant_before_told", u64::from(!lost_first)),
+        ],
+    );
+    assert_eq!(guard.lost_reason(), Some(LostReason::ServerReplaced));
+    assert!(
+        lost_first,
+        "another chain of the holder's client was granted before the holder was told"
+    );
+    assert!(
+        delay < 150.0,
+        "the holder was told {delay:.1} ms after its client moved to the new master \
+         (behind a renewal still waiting on the frozen one)"
+    );
+}
+
 /// Issue 39 (tests): the replacement check on Sentinel. The master dies; the
 /// replica promoted never had the holder's 20 locks. Every hold is lost with
 /// `ServerReplaced`, and neither a chain of the same client asking for one of the
