@@ -1,6 +1,12 @@
 //! One task per client watches every hold with a live guard: it schedules the
 //! renewal of watchdog leases in batches (each batch one round trip of
 //! `renew.rs`), and tells guards when a lease is lost.
+//!
+//! When a server is found replaced (a restart, a failover), the task checks every
+//! hold on the new server at once: a renewal round still waiting for its answer
+//! (from the old server, frozen or cut off, say) is dropped the moment the
+//! replacement is queued, not waited for. Dropping a renewal is safe: it is applied
+//! or not, and only ever moves a lease later; the check renews every hold anyway.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -38,6 +44,9 @@ struct Registry {
     /// done when its token is dropped. `None` once the task has stopped: a check
     /// is then done at once (grants wait for none).
     replaced: Mutex<Option<Vec<Replaced>>>,
+    /// Told when a replaced server is queued: the round under way gives way to the
+    /// check ([`Registry::replacement_queued`]).
+    queued: Notify,
 }
 
 impl Default for Registry {
@@ -47,6 +56,7 @@ impl Default for Registry {
             changed: Notify::new(),
             next_wake: Mutex::default(),
             replaced: Mutex::new(Some(Vec::new())),
+            queued: Notify::new(),
         }
     }
 }
@@ -62,6 +72,28 @@ impl Registry {
             .as_mut()
             .map(std::mem::take)
             .unwrap_or_default()
+    }
+
+    /// Waits until a replaced server is queued for its check (at once if one is);
+    /// never, once the task has stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: it only waits.
+    async fn replacement_queued(&self) {
+        loop {
+            let notified = self.queued.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self
+                .replaced()
+                .as_ref()
+                .is_some_and(|queued| !queued.is_empty())
+            {
+                return;
+            }
+            notified.await;
+        }
     }
 
     fn holds(&self) -> MutexGuard<'_, HashMap<u64, Arc<Hold>>> {
@@ -209,13 +241,26 @@ impl Watchdog {
     }
 }
 
-/// Queues the check of every hold after a replaced server, and wakes the task.
+/// Queues the check of every hold after a replaced server, and wakes the task: a
+/// renewal round under way gives way to it at once.
 fn server_replaced(registry: &Registry, replaced: Replaced) {
     tracing::debug!(address = %replaced.addr, "distlock: checking every hold after a replaced server");
     if let Some(queued) = registry.replaced().as_mut() {
         queued.push(replaced);
     }
+    registry.queued.notify_waiters();
     registry.changed.notify_one();
+}
+
+/// How one renewal round trip ended ([`Task::round`]).
+enum Round {
+    /// Per hold: renewed, no longer held, or unknown (see [`renew`]).
+    Answered(Vec<Option<bool>>),
+    /// It failed or timed out (logged): to be tried again.
+    Failed,
+    /// A replaced server was queued meanwhile: the round was dropped, its holds are
+    /// left to the check.
+    GaveWay,
 }
 
 /// When the watchdog must look at a hold next: its renewal (watchdog leases), or
@@ -273,9 +318,7 @@ impl Task {
         loop {
             let replaced = self.registry.take_replaced();
             if !replaced.is_empty() {
-                self.check_all().await;
-                // The checks are done: new acquisitions may go.
-                drop(replaced);
+                self.check_all(replaced).await;
             }
             let now = Instant::now();
             let (due, expired, next) = self.survey(now);
@@ -337,17 +380,36 @@ impl Task {
         (due, expired, next)
     }
 
-    /// After a server was replaced: renews every watchdog hold now, and again
-    /// every [`MIN_RETRY`] those whose renewal got no answer (the connection
-    /// coming back; on a cluster, one shard's), within one period, so that a hold
-    /// the new server does not have is lost at once. Holds still unanswered then
-    /// are left to their next renewal.
+    /// After a server was replaced (`checks`, one token per replacement): renews
+    /// every watchdog hold now, and again every [`MIN_RETRY`] those whose renewal
+    /// got no answer (the connection coming back; on a cluster, one shard's),
+    /// within one period, so that a hold the new server does not have is lost at
+    /// once. Holds still unanswered then are left to their next renewal. A server
+    /// found replaced meanwhile (a second failover) starts the check over, on every
+    /// hold, with a period of its own. The checks are done when it returns (their
+    /// tokens dropped): new grants may count.
     ///
     /// # Cancel safety
     ///
     /// Only the watchdog's task awaits it; dropped with the task, holds not checked
     /// yet are checked by their next renewal, as before a replacement.
-    async fn check_all(&mut self) {
+    async fn check_all(&mut self, mut checks: Vec<Replaced>) {
+        while !self.check_once().await {
+            tracing::debug!(
+                "distlock: another server was replaced during the check; checking again"
+            );
+            checks.extend(self.registry.take_replaced());
+        }
+        drop(checks);
+    }
+
+    /// One check of every watchdog hold (see [`check_all`](Self::check_all)):
+    /// `false` when it gave way to a server replaced meanwhile.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`check_all`](Self::check_all).
+    async fn check_once(&mut self) -> bool {
         let mut left: Vec<Arc<Hold>> = self
             .registry
             .holds()
@@ -362,27 +424,38 @@ impl Task {
                 let sent = Instant::now();
                 let limit = until.saturating_duration_since(sent).max(MIN_RETRY);
                 match self.round(batch, limit).await {
-                    Some(replies) => {
+                    Round::Answered(replies) => {
                         self.apply_as(batch, &replies, sent, LostReason::ServerReplaced);
                         let open = batch.iter().zip(&replies).filter(|(_, r)| r.is_none());
                         unanswered.extend(open.map(|(hold, _)| hold.clone()));
                     }
-                    None => unanswered.extend(batch.iter().cloned()),
+                    Round::Failed => unanswered.extend(batch.iter().cloned()),
+                    Round::GaveWay => return false,
                 }
             }
             if unanswered.is_empty() {
-                return;
+                return true;
             }
             if Instant::now() + MIN_RETRY >= until {
                 self.retry_later(&unanswered, Instant::now());
-                return;
+                return true;
             }
-            tokio::time::sleep(MIN_RETRY).await;
+            tokio::select! {
+                () = tokio::time::sleep(MIN_RETRY) => {}
+                () = self.registry.replacement_queued() => return false,
+            }
             left = unanswered;
         }
+        true
     }
 
-    /// Renews `holds` in pipelines of [`BATCH`], each bounded by the earliest deadline.
+    /// Renews `holds` in pipelines of [`BATCH`], each bounded by the earliest
+    /// deadline, until a replaced server is queued: the holds not renewed yet stay
+    /// due, and the check that comes next renews every hold on the new server.
+    ///
+    /// # Cancel safety
+    ///
+    /// Only the watchdog's task awaits it; as [`round`](Self::round).
     async fn renew(&mut self, holds: Vec<Arc<Hold>>, next_deadline: Option<Instant>) {
         for batch in holds.chunks(BATCH) {
             let sent = Instant::now();
@@ -391,40 +464,52 @@ impl Task {
                 .min(self.period)
                 .max(Duration::from_millis(1));
             match self.round(batch, limit).await {
-                Some(replies) => self.apply(batch, &replies, sent),
-                None => self.retry_later(batch, sent),
+                Round::Answered(replies) => self.apply(batch, &replies, sent),
+                Round::Failed => self.retry_later(batch, sent),
+                Round::GaveWay => return,
             }
         }
     }
 
-    /// One renewal round trip for `batch`, within `limit`: the replies, or `None`
-    /// when it failed or timed out (logged; the caller tries again).
+    /// One renewal round trip for `batch`, within `limit`, unless a replaced server
+    /// is queued first (at once if one already is): then the round is dropped where
+    /// it stands, whatever server it waits on, and gives way to the check
+    /// ([`Round::GaveWay`]). A failed or timed-out round is logged; the caller tries
+    /// again.
     ///
     /// # Cancel safety
     ///
-    /// Only the watchdog's task awaits it; a renewal cut short is applied or not,
-    /// and the next one settles it.
-    async fn round(&self, batch: &[Arc<Hold>], limit: Duration) -> Option<Vec<Option<bool>>> {
+    /// Only the watchdog's task awaits it; a renewal cut short (here, by a
+    /// replacement, or with the task) is applied or not, and only moves a lease
+    /// later: the next renewal or the check settles it.
+    async fn round(&self, batch: &[Arc<Hold>], limit: Duration) -> Round {
         let sent = Instant::now();
         let span = tracing::debug_span!("distlock.renew", locks = batch.len());
-        let result = tokio::time::timeout(
+        let round = tokio::time::timeout(
             limit,
             renew(&self.backend, &self.scripts, batch, self.acks, None),
         )
-        .instrument(span)
-        .await;
+        .instrument(span);
+        let result = tokio::select! {
+            biased;
+            () = self.registry.replacement_queued() => {
+                tracing::debug!("distlock: a renewal gave way to the check of a replaced server");
+                return Round::GaveWay;
+            }
+            result = round => result,
+        };
         match result {
             Ok(Ok(replies)) => {
                 self.ops.renewal_round_trip(sent.elapsed());
-                Some(replies)
+                Round::Answered(replies)
             }
             Ok(Err(err)) => {
                 tracing::debug!(error = %err, "distlock: renewal failed; retrying");
-                None
+                Round::Failed
             }
             Err(_) => {
                 tracing::debug!("distlock: renewal timed out; retrying");
-                None
+                Round::Failed
             }
         }
     }

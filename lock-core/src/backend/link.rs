@@ -190,9 +190,10 @@ impl Links {
     /// when it was first polled is done: the gate every grant passes before it
     /// counts (`acquire/wait.rs`), so that this client grants nothing new on a
     /// replaced server before the holds lost there were told so. A check ends on
-    /// its own within about one renewal period (`watchdog.rs`), and at once when
-    /// the watchdog stops; checks that begin meanwhile are not waited for (each
-    /// later grant waits for them itself).
+    /// its own within about one renewal period of the last server found replaced
+    /// while it ran (the watchdog starts over then, `watchdog.rs`), and at once
+    /// when the watchdog stops; checks that begin meanwhile are not waited for
+    /// (each later grant waits for them itself).
     ///
     /// # Cancel safety
     ///
