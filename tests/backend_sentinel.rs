@@ -522,3 +522,138 @@ async fn a_sentinel_that_names_another_master_is_outvoted() {
         .expect_err("the Sentinels disagree");
     assert!(err.to_string().contains("do not agree"), "{err}");
 }
+
+/// Asks for lock `name` on `client` every 20 ms (`try_lock`) until it is granted, up
+/// to `limit`; the task's output is the moment it was (the lock is given back).
+fn try_every_20ms(
+    client: &LockClient,
+    name: &'static str,
+    limit: Duration,
+) -> tokio::task::JoinHandle<Option<Instant>> {
+    let client = client.clone();
+    tokio::spawn(async move {
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            if let Ok(Some(guard)) = client.try_lock(name).await {
+                let at = Instant::now();
+                let _ = guard.unlock().await;
+                return Some(at);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    })
+}
+
+/// Observed (issue 39, row 3): the holder's client asks for one replica's
+/// acknowledgement; its lock reached replica 2 only (replica 1 was frozen); the
+/// master and replica 2 die and replica 1, without the lock, is promoted. The new
+/// master has no replica, so `WAIT 1` answered 0 to the check after the switch,
+/// and its "not held" answer was dropped with it: the holder was told only when its
+/// own lease ran out (`Expired`, 7.9 s), while another client held the lock for
+/// 4.6 s. A "not held" answer counts whatever the acknowledgements: the holder is
+/// told at the switch (`ServerReplaced`), before the other client is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_without_the_lock_is_told_at_the_switch_whatever_the_acks() {
+    let mut group = SentinelGroup::start("locks", 2, 3).expect("start a Sentinel group");
+    let lease = Duration::from_secs(8);
+    let holder = LockClient::builder()
+        .sentinel(group.sentinel_urls(), group.master_name())
+        .default_lease(lease)
+        .replicas(1, Duration::from_millis(100))
+        .connect()
+        .await
+        .expect("connect through the Sentinels");
+    let other = client(&group, lease).await;
+    let old = group.current_master_index().expect("a master");
+    let (promoted, acked) = match old {
+        0 => (1, 2),
+        _ => panic!("the first data node is the master at the start, not {old}"),
+    };
+
+    // The replica that will be promoted misses the lock; the other acknowledges it.
+    // Frozen, it would still read what the master had sent it before it died: the
+    // master drops the link first (both replicas' links; only replica 2, awake,
+    // comes back).
+    let master = &group.data_nodes()[old];
+    group.data_nodes()[promoted]
+        .pause()
+        .expect("SIGSTOP replica 1");
+    master
+        .cmd(&["CLIENT", "KILL", "TYPE", "replica"])
+        .expect("CLIENT KILL TYPE replica");
+    let relinked = support::eventually(Duration::from_secs(10), || {
+        master
+            .cmd(&["INFO", "replication"])
+            .is_ok_and(|info| info.contains("connected_slaves:1"))
+    })
+    .await;
+    assert!(relinked, "replica 2 linked to the master again");
+    let guard = holder
+        .lock("row3")
+        .await
+        .expect("acknowledged by replica 2");
+    assert_eq!(support::redis_count(&group.data_nodes()[acked], "row3"), 1);
+    let told = tokio::spawn({
+        let lost = guard.lost();
+        async move {
+            tokio::time::timeout(Duration::from_secs(40), lost)
+                .await
+                .ok()
+                .map(|()| Instant::now())
+        }
+    });
+    let granted = try_every_20ms(&other, "row3", Duration::from_secs(40));
+
+    let old_port = group.data_nodes()[old].port();
+    let killed = Instant::now();
+    group.data_node_mut(old).stop().expect("SIGKILL the master");
+    group
+        .data_node_mut(acked)
+        .stop()
+        .expect("SIGKILL replica 2");
+    group.data_nodes()[promoted]
+        .resume()
+        .expect("SIGCONT replica 1");
+    let group = std::sync::Arc::new(group);
+    let named = tokio::task::spawn_blocking({
+        let group = group.clone();
+        move || group.wait_for_master_change(old_port, Duration::from_secs(30))
+    })
+    .await
+    .expect("join")
+    .expect("a new master");
+    let named_at = Instant::now();
+    assert_eq!(named, group.data_nodes()[promoted].port());
+
+    let told = told
+        .await
+        .expect("join")
+        .expect("the holder was never told");
+    let granted = granted
+        .await
+        .expect("join")
+        .expect("the other client got the lock");
+    let since = |at: Instant| at.saturating_duration_since(killed);
+    println!(
+        "after the kill: new master named {:?}, holder told {:?} ({:?}), other client granted {:?}",
+        since(named_at),
+        since(told),
+        guard.lost_reason(),
+        since(granted)
+    );
+    assert_eq!(
+        guard.lost_reason(),
+        Some(distlock::LostReason::ServerReplaced)
+    );
+    assert!(
+        told <= granted,
+        "the other client was granted {:?} before the holder was told",
+        told - granted
+    );
+    assert!(
+        told.saturating_duration_since(named_at) < Duration::from_secs(3),
+        "told {:?} after the Sentinels named the new master",
+        told.saturating_duration_since(named_at)
+    );
+}

@@ -17,7 +17,7 @@ use crate::error::LostReason;
 use crate::hold::{Hold, HoldState};
 use crate::hooks::Operator;
 use crate::lease::validity;
-use crate::renew::renew;
+use crate::renew::{renew, Renewal};
 use crate::scripts::Scripts;
 
 /// How many renewals go in one pipeline (one round trip).
@@ -375,7 +375,7 @@ impl Task {
     ///
     /// Only the watchdog's task awaits it; a renewal cut short is applied or not,
     /// and the next one settles it.
-    async fn round(&self, batch: &[Arc<Hold>], limit: Duration) -> Option<Vec<Option<bool>>> {
+    async fn round(&self, batch: &[Arc<Hold>], limit: Duration) -> Option<Vec<Renewal>> {
         let sent = Instant::now();
         let span = tracing::debug_span!("distlock.renew", locks = batch.len());
         let result = tokio::time::timeout(
@@ -400,27 +400,23 @@ impl Task {
         }
     }
 
-    fn apply(&self, batch: &[Arc<Hold>], replies: &[Option<bool>], sent: Instant) {
+    fn apply(&self, batch: &[Arc<Hold>], replies: &[Renewal], sent: Instant) {
         self.apply_as(batch, replies, sent, LostReason::NotHeld);
     }
 
     /// [`apply`](Self::apply), a hold found gone being lost for `gone`.
-    fn apply_as(
-        &self,
-        batch: &[Arc<Hold>],
-        replies: &[Option<bool>],
-        sent: Instant,
-        gone: LostReason,
-    ) {
+    fn apply_as(&self, batch: &[Arc<Hold>], replies: &[Renewal], sent: Instant, gone: LostReason) {
         for (hold, reply) in batch.iter().zip(replies) {
             match reply {
-                Some(true) => {
+                Renewal::Held => {
                     hold.tag.renewed();
                     let mut state = hold.state();
                     state.deadline = sent + validity(state.lease);
                     state.next_renew = sent + self.period;
                 }
-                Some(false) => {
+                // Whatever the replicas acknowledged: the master that answered
+                // no longer has it.
+                Renewal::Gone => {
                     if self.registry.holds().remove(&hold.id).is_some() {
                         hold.tag.released();
                     }
@@ -432,8 +428,10 @@ impl Task {
                     };
                     hold.mark_lost(gone, why);
                 }
-                None => {
-                    tracing::debug!("distlock: unexpected renewal reply; retrying");
+                // Held on the master, but too few replicas acknowledged: the lease
+                // does not count as extended.
+                Renewal::Unconfirmed { .. } | Renewal::Unknown => {
+                    tracing::debug!("distlock: renewal not confirmed; retrying");
                     hold.tag.renewal_failed();
                     let mut state = hold.state();
                     state.next_renew = sent + self.retry_delay();
