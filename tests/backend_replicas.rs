@@ -210,3 +210,41 @@ async fn a_lock_gone_while_no_replica_acknowledges_is_told_at_the_next_renewal()
         taken.elapsed()
     );
 }
+
+/// The other side of keeping holds through a failover to a master that has no
+/// replica yet: a master that had its replica and lost it looks like a master cut
+/// off from the others while another one is promoted, which may lack the renewals
+/// it answers. Its "held" answers do not extend the lease: the holder is told
+/// `Expired` when its last acknowledged lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_lost_its_replica_does_not_keep_holds_past_their_lease() {
+    let (master, replica) = master_and_replica();
+    let lease = Duration::from_secs(3);
+    let holder = support::builder(&master)
+        .replicas(1, Duration::from_millis(100))
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect");
+    let guard = holder.lock("cut-off").await.expect("acknowledged");
+    let taken = Instant::now();
+    replica.pause().expect("SIGSTOP the replica");
+    let told = tokio::time::timeout(lease * 2, guard.lost()).await;
+    let after = taken.elapsed();
+    let in_redis = support::redis_count(&master, "cut-off");
+    replica.resume().expect("SIGCONT the replica");
+    println!(
+        "told {after:?} after the grant ({:?}); the master still had it: {in_redis}",
+        guard.lost_reason()
+    );
+    assert!(
+        told.is_ok(),
+        "the holder kept its lock on unacknowledged renewals"
+    );
+    assert_eq!(guard.lost_reason(), Some(distlock::LostReason::Expired));
+    assert!(
+        after >= lease * 9 / 10,
+        "told {after:?} after the grant, before the lease of {lease:?} ended"
+    );
+    assert_eq!(in_redis, 1, "the master renewed it all along");
+}

@@ -3,6 +3,7 @@
 //! `renew.rs`), and tells guards when a lease is lost.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -26,6 +27,12 @@ const BATCH: usize = 1000;
 const RETRY: Duration = Duration::from_millis(500);
 /// The shortest.
 const MIN_RETRY: Duration = Duration::from_millis(10);
+/// How long after the client moved to a new master its renewals there keep holds
+/// without the replica acknowledgements the client asks for, at most (see
+/// [`Task::unconfirmed`]): time for the Sentinels to turn the old master and the
+/// other replicas into replicas of the new one (they look every 10 s), and for
+/// them to copy it.
+const NEW_MASTER_GRACE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Default)]
 struct Registry {
@@ -37,11 +44,19 @@ struct Registry {
     /// Servers found replaced, whose holds the task checks at once: each check is
     /// done when its token is dropped.
     replaced: Mutex<Vec<Replaced>>,
+    /// When the client last moved to a new master (or found its server replaced),
+    /// while no renewal there has been acknowledged by the replicas the client asks
+    /// for yet: see [`Task::unconfirmed`].
+    switched: Mutex<Option<Instant>>,
 }
 
 impl Registry {
     fn holds(&self) -> MutexGuard<'_, HashMap<u64, Arc<Hold>>> {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn switched(&self) -> MutexGuard<'_, Option<Instant>> {
+        self.switched.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn next_wake(&self) -> MutexGuard<'_, Option<Instant>> {
@@ -82,6 +97,7 @@ impl Watchdog {
             backend,
             scripts,
             period: lease / 3,
+            unacknowledged: AtomicBool::new(false),
         };
         tokio::spawn(task.run(shutdown));
         Self { registry }
@@ -188,6 +204,7 @@ impl Watchdog {
 /// Queues the check of every hold after a replaced server, and wakes the task.
 fn server_replaced(registry: &Registry, replaced: Replaced) {
     tracing::debug!(address = %replaced.addr, "distlock: checking every hold after a replaced server");
+    *registry.switched() = Some(Instant::now());
     registry
         .replaced
         .lock()
@@ -217,6 +234,9 @@ struct Task {
     backend: Backend,
     scripts: Arc<Scripts>,
     period: Duration,
+    /// Whether the last renewals were acknowledged by fewer replicas than `acks`
+    /// asks for (said once at WARN, and once at INFO when they are again).
+    unacknowledged: AtomicBool,
 }
 
 impl Drop for Task {
@@ -406,6 +426,7 @@ impl Task {
 
     /// [`apply`](Self::apply), a hold found gone being lost for `gone`.
     fn apply_as(&self, batch: &[Arc<Hold>], replies: &[Renewal], sent: Instant, gone: LostReason) {
+        let new_master = self.on_new_master(sent);
         for (hold, reply) in batch.iter().zip(replies) {
             match reply {
                 Renewal::Held => {
@@ -414,29 +435,115 @@ impl Task {
                     state.deadline = sent + validity(state.lease);
                     state.next_renew = sent + self.period;
                 }
+                Renewal::Unconfirmed { .. } => self.unconfirmed(hold, sent, new_master),
                 // Whatever the replicas acknowledged: the master that answered
                 // no longer has it.
-                Renewal::Gone => {
-                    if self.registry.holds().remove(&hold.id).is_some() {
-                        hold.tag.released();
-                    }
-                    let why = match gone {
-                        LostReason::ServerReplaced => {
-                            "the Redis server was replaced (a restart or a failover) without it"
-                        }
-                        _ => "the watchdog found the lock gone (lease ended or force-unlocked)",
-                    };
-                    hold.mark_lost(gone, why);
-                }
-                // Held on the master, but too few replicas acknowledged: the lease
-                // does not count as extended.
-                Renewal::Unconfirmed { .. } | Renewal::Unknown => {
-                    tracing::debug!("distlock: renewal not confirmed; retrying");
+                Renewal::Gone => self.gone(hold, gone),
+                Renewal::Unknown => {
+                    tracing::debug!("distlock: unexpected renewal reply; retrying");
                     hold.tag.renewal_failed();
                     let mut state = hold.state();
                     state.next_renew = sent + self.retry_delay();
                 }
             }
+        }
+        self.note_acknowledgements(replies, sent, new_master);
+    }
+
+    /// Whether a renewal sent at `sent` went to a new master that has not had the
+    /// replicas the client asks for yet: sent after the client moved there (and
+    /// checked its holds there), before any renewal there was acknowledged, and
+    /// within [`NEW_MASTER_GRACE`] of the move.
+    fn on_new_master(&self, sent: Instant) -> bool {
+        self.registry
+            .switched()
+            .is_some_and(|at| sent >= at && sent < at + NEW_MASTER_GRACE)
+    }
+
+    /// A renewal sent at `sent` that the master answered "held", but that fewer
+    /// replicas acknowledged than the client asks for (`replicas(n, ..)`).
+    ///
+    /// On a master the client has just moved to (`new_master`): the hold is kept.
+    /// That master is the one the Sentinels name, the check after the move found the
+    /// holder's write there, and it moved the lock's expiry; the nodes that may
+    /// replace it next are being made its replicas, and copy it, lock included. The
+    /// lease the hold counts on is not a whole new one: it lasts two renewal periods
+    /// from `sent` (never less than before, never more than the lease), the next
+    /// renewal and its retries. So the hold lasts while the new master answers
+    /// "held", one renewal at a time, until its replicas acknowledge again.
+    ///
+    /// Elsewhere, a master that had its replicas and lost them, which is also what a
+    /// master cut off from the rest looks like while the Sentinels promote another:
+    /// the lease is not extended (that other master may lack the renewal), and the
+    /// hold ends at the end of its last acknowledged lease unless the replicas come
+    /// back first.
+    fn unconfirmed(&self, hold: &Hold, sent: Instant, new_master: bool) {
+        hold.tag.renewal_failed();
+        let mut state = hold.state();
+        if new_master {
+            let bridge = (self.period * 2).min(validity(state.lease));
+            state.deadline = state.deadline.max(sent + bridge);
+            state.next_renew = sent + self.period;
+        } else {
+            state.next_renew = sent + self.retry_delay();
+        }
+    }
+
+    /// A hold that a renewal found gone: lost for `reason`.
+    fn gone(&self, hold: &Hold, reason: LostReason) {
+        if self.registry.holds().remove(&hold.id).is_some() {
+            hold.tag.released();
+        }
+        let why = match reason {
+            LostReason::ServerReplaced => {
+                "the Redis server was replaced (a restart or a failover) without it"
+            }
+            _ => "the watchdog found the lock gone (lease ended or force-unlocked)",
+        };
+        hold.mark_lost(reason, why);
+    }
+
+    /// After a round sent at `sent` with replica acknowledgements asked for: an
+    /// acknowledged renewal ends the new master's grace (its replicas are there);
+    /// says once at WARN when renewals stop being acknowledged, and once at INFO
+    /// when they are again.
+    fn note_acknowledgements(&self, replies: &[Renewal], sent: Instant, new_master: bool) {
+        let Some((needed, _)) = self.acks else {
+            return;
+        };
+        let short = replies.iter().find_map(|reply| match reply {
+            Renewal::Unconfirmed { acked } => Some(*acked),
+            _ => None,
+        });
+        let acknowledged = replies.contains(&Renewal::Held);
+        if acknowledged {
+            let mut switched = self.registry.switched();
+            if switched.is_some_and(|at| sent >= at) {
+                *switched = None;
+            }
+        }
+        match short {
+            Some(acked) if !self.unacknowledged.swap(true, Ordering::Relaxed) => {
+                let then = if new_master {
+                    "held locks are kept while the new master answers that it has them"
+                } else {
+                    "they do not extend the leases, and held locks are lost when their \
+                     leases end unless the replicas come back first"
+                };
+                tracing::warn!(
+                    acked,
+                    needed,
+                    "distlock: renewals are acknowledged by {acked} of the {needed} replicas \
+                     required; {then}"
+                );
+            }
+            None if acknowledged && self.unacknowledged.swap(false, Ordering::Relaxed) => {
+                tracing::info!(
+                    needed,
+                    "distlock: renewals are acknowledged by the replicas again"
+                );
+            }
+            _ => {}
         }
     }
 
