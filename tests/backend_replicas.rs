@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use distlock::{LockClient, LockError};
 use distlock_testkit::RedisServer;
+use tokio::time::Instant;
 
 fn master_and_replica() -> (RedisServer, RedisServer) {
     let master = support::server();
@@ -159,4 +160,91 @@ async fn a_refused_lock_is_given_back_even_when_the_wait_ends_during_the_give_ba
         "the refused lock is still held ({} hold(s), no guard) after the wait ended with {result:?}",
         support::redis_count(&server, "refused")
     );
+}
+
+/// Observed: with `replicas(1, ..)`, a renewal that fewer replicas acknowledged was
+/// dropped whole, its "not held" answer with it: a lock force-unlocked while the
+/// replica was unreachable stayed believed held until the holder's own lease ran
+/// out (`Expired`, a whole lease later), while anybody could take it. A "not held"
+/// answer needs no acknowledgement: the holder is told at its next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_gone_while_no_replica_acknowledges_is_told_at_the_next_renewal() {
+    let (master, replica) = master_and_replica();
+    let lease = Duration::from_secs(6);
+    let period = lease / 3;
+    let holder = support::builder(&master)
+        .replicas(1, Duration::from_millis(100))
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect");
+    let operator = support::client(&master).await;
+    let guard = holder.lock("unacked-loss").await.expect("acknowledged");
+    let taken = Instant::now();
+
+    // From now on `WAIT 1` answers 0: no renewal is acknowledged.
+    replica.pause().expect("SIGSTOP the replica");
+    assert!(
+        operator
+            .force_unlock("unacked-loss")
+            .await
+            .expect("force_unlock"),
+        "the lock was held"
+    );
+    let unlocked = Instant::now();
+    let told = tokio::time::timeout(lease, guard.lost()).await;
+    let after = unlocked.elapsed();
+    replica.resume().expect("SIGCONT the replica");
+    println!(
+        "force-unlocked {:?} after the grant; the holder was told {after:?} later, reason {:?}",
+        unlocked - taken,
+        guard.lost_reason()
+    );
+    assert!(told.is_ok(), "the holder was never told");
+    assert_eq!(guard.lost_reason(), Some(distlock::LostReason::NotHeld));
+    // At its first renewal (one period after the grant), not when its own lease
+    // runs out (a whole lease after the grant).
+    assert!(
+        taken.elapsed() < period + Duration::from_millis(1500),
+        "told {:?} after the grant: not at the first renewal ({period:?})",
+        taken.elapsed()
+    );
+}
+
+/// The other side of keeping holds through a failover to a master that has no
+/// replica yet: a master that had its replica and lost it looks like a master cut
+/// off from the others while another one is promoted, which may lack the renewals
+/// it answers. Its "held" answers do not extend the lease: the holder is told
+/// `Expired` when its last acknowledged lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_lost_its_replica_does_not_keep_holds_past_their_lease() {
+    let (master, replica) = master_and_replica();
+    let lease = Duration::from_secs(3);
+    let holder = support::builder(&master)
+        .replicas(1, Duration::from_millis(100))
+        .default_lease(lease)
+        .connect()
+        .await
+        .expect("connect");
+    let guard = holder.lock("cut-off").await.expect("acknowledged");
+    let taken = Instant::now();
+    replica.pause().expect("SIGSTOP the replica");
+    let told = tokio::time::timeout(lease * 2, guard.lost()).await;
+    let after = taken.elapsed();
+    let in_redis = support::redis_count(&master, "cut-off");
+    replica.resume().expect("SIGCONT the replica");
+    println!(
+        "told {after:?} after the grant ({:?}); the master still had it: {in_redis}",
+        guard.lost_reason()
+    );
+    assert!(
+        told.is_ok(),
+        "the holder kept its lock on unacknowledged renewals"
+    );
+    assert_eq!(guard.lost_reason(), Some(distlock::LostReason::Expired));
+    assert!(
+        after >= lease * 9 / 10,
+        "told {after:?} after the grant, before the lease of {lease:?} ended"
+    );
+    assert_eq!(in_redis, 1, "the master renewed it all along");
 }

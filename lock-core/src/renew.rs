@@ -20,9 +20,52 @@ use crate::lease::{lease_millis, validity};
 use crate::library::is_missing_reply;
 use crate::scripts::{renew_reply, unexpected_reply, Scripts};
 
+/// What one renewal found for one hold.
+///
+/// Only a "held" answer depends on the replica acknowledgements the client asks
+/// for (`replicas(n, ..)`): they decide whether the lease counts as extended. A
+/// "not held" answer needs none: the lock is gone from the master that answered,
+/// and the holder is told at once, however many replicas acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// Held: the lease was renewed, with every acknowledgement asked for (or none
+    /// was asked for).
+    Held,
+    /// Held on the master that answered, whose lease was renewed, but only `acked`
+    /// replicas acknowledged it, fewer than asked.
+    Unconfirmed { acked: u32 },
+    /// No longer held by its owner: its lease ended in Redis, it was
+    /// force-unlocked, or the key now holds what distlock did not write.
+    Gone,
+    /// No answer that can be read (a failed run, a lost reply, a split Redlock
+    /// vote): tried again soon.
+    Unknown,
+}
+
+impl Renewal {
+    /// The answer of one endpoint to one hold: `reply` (`renew.lua`'s answer),
+    /// and how many replicas acknowledged its pipeline when `needed` were asked for.
+    fn of(reply: &Value, acked: Option<(u32, u32)>) -> Self {
+        match (renew_reply(reply), acked) {
+            (Some(true), Some((acked, needed))) if acked < needed => Self::Unconfirmed { acked },
+            (Some(true), _) => Self::Held,
+            (Some(false), _) => Self::Gone,
+            (None, _) => Self::Unknown,
+        }
+    }
+
+    /// As Redlock's majority rules count it (`replicas` is refused on Redlock).
+    fn vote(self) -> Option<bool> {
+        match self {
+            Self::Held => Some(true),
+            Self::Gone => Some(false),
+            Self::Unconfirmed { .. } | Self::Unknown => None,
+        }
+    }
+}
+
 /// Renews every hold of `batch` once, each to its own lease, or to `lease` when it
-/// is given: per hold, `Some(true)` renewed, `Some(false)` no longer held by its
-/// owner, `None` unknown (to be retried soon). On Redlock every node renews the
+/// is given: one [`Renewal`] per hold, in order. On Redlock every node renews the
 /// whole batch, and the majority rules decide.
 pub(crate) async fn renew(
     backend: &Backend,
@@ -30,17 +73,16 @@ pub(crate) async fn renew(
     batch: &[Arc<Hold>],
     acks: Option<(u32, Duration)>,
     lease: Option<Duration>,
-) -> redis::RedisResult<Vec<Option<bool>>> {
+) -> redis::RedisResult<Vec<Renewal>> {
     if !backend.is_redlock() {
-        let replies = send_to(
+        return send_to(
             backend.first(),
             scripts.clone(),
             batch.to_vec(),
             acks,
             lease,
         )
-        .await?;
-        return Ok(replies.iter().map(renew_reply).collect());
+        .await;
     }
     let holds: Vec<Arc<Hold>> = batch.to_vec();
     let per_node = backend
@@ -53,9 +95,13 @@ pub(crate) async fn renew(
                     .as_ref()
                     .ok()
                     .and_then(|replies| replies.get(index))
-                    .and_then(renew_reply)
+                    .and_then(|renewal| renewal.vote())
             });
-            redlock::renew(replies, backend.quorum(), backend.len())
+            match redlock::renew(replies, backend.quorum(), backend.len()) {
+                Some(true) => Renewal::Held,
+                Some(false) => Renewal::Gone,
+                None => Renewal::Unknown,
+            }
         })
         .collect();
     Ok(combined)
@@ -63,7 +109,7 @@ pub(crate) async fn renew(
 
 /// Renews `batch` on one endpoint: one pipeline on a single server; on a cluster
 /// one pipeline per hash slot (a pipeline may not cross slots), sent concurrently.
-/// A reply that could not be had is `Nil` (retried soon).
+/// A reply that could not be had is [`Renewal::Unknown`] (retried soon).
 ///
 /// # Cancel safety
 ///
@@ -74,7 +120,7 @@ async fn send_to(
     batch: Vec<Arc<Hold>>,
     acks: Option<(u32, Duration)>,
     lease: Option<Duration>,
-) -> redis::RedisResult<Vec<Value>> {
+) -> redis::RedisResult<Vec<Renewal>> {
     if !conn.is_cluster() {
         return renew_pipeline(&mut conn, &scripts, batch.iter(), acks, lease).await;
     }
@@ -92,7 +138,7 @@ async fn send_to(
             (indices, replies)
         });
     }
-    let mut replies = vec![Value::Nil; batch.len()];
+    let mut replies = vec![Renewal::Unknown; batch.len()];
     while let Some(joined) = tasks.join_next().await {
         let Ok((indices, Ok(values))) = joined else {
             continue;
@@ -106,9 +152,11 @@ async fn send_to(
 
 /// Sends one pipeline of renewals: one run of `renew.lua` per [`MAX_BATCH`] holds
 /// (group commit: the holds of one pipeline are on one server, or in one hash
-/// slot). When the server lost its scripts (a restart, `FUNCTION FLUSH`), loads
-/// them and sends it again. One reply per hold, in order: `Nil` for the holds of a
-/// run that failed (retried soon).
+/// slot), then `WAIT` when the client asks for replica acknowledgements. When the
+/// server lost its scripts (a restart, `FUNCTION FLUSH`), loads them and sends it
+/// again. One [`Renewal`] per hold, in order: [`Renewal::Unknown`] for the holds of
+/// a run that failed (retried soon). Every answer is read whatever `WAIT` counted:
+/// too few acknowledgements only keep a "held" answer from counting as renewed.
 ///
 /// # Cancel safety
 ///
@@ -119,7 +167,7 @@ async fn renew_pipeline<'a>(
     holds: impl Iterator<Item = &'a Arc<Hold>>,
     acks: Option<(u32, Duration)>,
     lease: Option<Duration>,
-) -> redis::RedisResult<Vec<Value>> {
+) -> redis::RedisResult<Vec<Renewal>> {
     let holds: Vec<&Arc<Hold>> = holds.collect();
     let runs = holds.len().div_ceil(MAX_BATCH);
     let pipe = |way| {
@@ -155,27 +203,25 @@ async fn renew_pipeline<'a>(
         conn.notice_error(&err).await;
         return Err(err);
     }
-    if let Some((needed, _)) = acks {
+    // How many replicas acknowledged, of how many asked for (an unreadable count
+    // is none).
+    let acked = acks.map(|(needed, _)| {
         let acked = match replies.get(runs) {
-            Some(Value::Int(acked)) => *acked,
+            Some(Value::Int(acked)) => u32::try_from(*acked).unwrap_or(0),
             _ => 0,
         };
-        if acked < i64::from(needed) {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "too few replicas acknowledged the renewal",
-                format!("{acked} of {needed}"),
-            )));
-        }
-    }
+        (acked, needed)
+    });
     let mut answers = Vec::with_capacity(holds.len());
     for (run, reply) in holds.chunks(MAX_BATCH).zip(replies) {
         match reply {
-            Value::Array(values) if values.len() == run.len() => answers.extend(values),
-            _ => answers.extend(std::iter::repeat_n(Value::Nil, run.len())),
+            Value::Array(values) if values.len() == run.len() => {
+                answers.extend(values.iter().map(|value| Renewal::of(value, acked)))
+            }
+            _ => answers.extend(std::iter::repeat_n(Renewal::Unknown, run.len())),
         }
     }
-    answers.resize(holds.len(), Value::Nil);
+    answers.resize(holds.len(), Renewal::Unknown);
     Ok(answers)
 }
 
@@ -184,7 +230,9 @@ async fn renew_pipeline<'a>(
 /// expiry later), with the replica acknowledgements the client asks for. On
 /// success the hold counts on the new end (send time + `lease` − drift, never
 /// earlier than before), and re-entries and partial releases extend to at least
-/// `lease` from then on. A lock found gone is lost ([`LostReason::NotHeld`]).
+/// `lease` from then on. A lock found gone is lost ([`LostReason::NotHeld`]),
+/// however many replicas acknowledged; one found held by fewer replicas than the
+/// client asks for keeps its old end (a `Redis` error says how many did).
 ///
 /// # Cancel safety
 ///
@@ -225,8 +273,8 @@ pub(crate) async fn extend(
         Some(lease),
     )
     .await?;
-    match replies.first().copied().flatten() {
-        Some(true) => {
+    match replies.first().copied().unwrap_or(Renewal::Unknown) {
+        Renewal::Held => {
             {
                 let mut state = hold.state();
                 state.deadline = state.deadline.max(sent + validity(lease));
@@ -238,14 +286,19 @@ pub(crate) async fn extend(
             }
             Ok(())
         }
-        Some(false) => {
+        Renewal::Gone => {
             hold.mark_lost(
                 LostReason::NotHeld,
                 "the lock was not held by its owner when its lease was to be extended",
             );
             Err(hold.lost_error())
         }
-        None => Err(LockError::Redis(unexpected_reply(
+        Renewal::Unconfirmed { acked } => Err(LockError::Redis(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "too few replicas acknowledged the extension",
+            format!("{acked} of {}", acks.map_or(0, |(needed, _)| needed)),
+        )))),
+        Renewal::Unknown => Err(LockError::Redis(unexpected_reply(
             "renew.lua",
             "no answer that a majority agrees on",
         ))),

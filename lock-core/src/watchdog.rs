@@ -9,6 +9,7 @@
 //! or not, and only ever moves a lease later; the check renews every hold anyway.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ use crate::error::LostReason;
 use crate::hold::{Hold, HoldState};
 use crate::hooks::Operator;
 use crate::lease::validity;
-use crate::renew::renew;
+use crate::renew::{renew, Renewal};
 use crate::scripts::Scripts;
 
 /// How many renewals go in one pipeline (one round trip).
@@ -32,6 +33,12 @@ const BATCH: usize = 1000;
 const RETRY: Duration = Duration::from_millis(500);
 /// The shortest.
 const MIN_RETRY: Duration = Duration::from_millis(10);
+/// How long after the client moved to a new master its renewals there keep holds
+/// without the replica acknowledgements the client asks for, at most (see
+/// [`Task::unconfirmed`]): time for the Sentinels to turn the old master and the
+/// other replicas into replicas of the new one (they look every 10 s), and for
+/// them to copy it.
+const NEW_MASTER_GRACE: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
 struct Registry {
@@ -47,6 +54,10 @@ struct Registry {
     /// Told when a replaced server is queued: the round under way gives way to the
     /// check ([`Registry::replacement_queued`]).
     queued: Notify,
+    /// When the client last moved to a new master (or found its server replaced),
+    /// while no renewal there has been acknowledged by the replicas the client asks
+    /// for yet: see [`Task::unconfirmed`].
+    switched: Mutex<Option<Instant>>,
 }
 
 impl Default for Registry {
@@ -57,6 +68,7 @@ impl Default for Registry {
             next_wake: Mutex::default(),
             replaced: Mutex::new(Some(Vec::new())),
             queued: Notify::new(),
+            switched: Mutex::default(),
         }
     }
 }
@@ -100,6 +112,10 @@ impl Registry {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn switched(&self) -> MutexGuard<'_, Option<Instant>> {
+        self.switched.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn next_wake(&self) -> MutexGuard<'_, Option<Instant>> {
         self.next_wake
             .lock()
@@ -138,6 +154,7 @@ impl Watchdog {
             backend,
             scripts,
             period: lease / 3,
+            unacknowledged: AtomicBool::new(false),
         };
         tokio::spawn(task.run(shutdown));
         Self { registry }
@@ -245,6 +262,7 @@ impl Watchdog {
 /// renewal round under way gives way to it at once.
 fn server_replaced(registry: &Registry, replaced: Replaced) {
     tracing::debug!(address = %replaced.addr, "distlock: checking every hold after a replaced server");
+    *registry.switched() = Some(Instant::now());
     if let Some(queued) = registry.replaced().as_mut() {
         queued.push(replaced);
     }
@@ -254,8 +272,9 @@ fn server_replaced(registry: &Registry, replaced: Replaced) {
 
 /// How one renewal round trip ended ([`Task::round`]).
 enum Round {
-    /// Per hold: renewed, no longer held, or unknown (see [`renew`]).
-    Answered(Vec<Option<bool>>),
+    /// Per hold: renewed (acknowledged or not), no longer held, or unknown (see
+    /// [`renew`]).
+    Answered(Vec<Renewal>),
     /// It failed or timed out (logged): to be tried again.
     Failed,
     /// A replaced server was queued meanwhile: the round was dropped, its holds are
@@ -284,6 +303,9 @@ struct Task {
     backend: Backend,
     scripts: Arc<Scripts>,
     period: Duration,
+    /// Whether the last renewals were acknowledged by fewer replicas than `acks`
+    /// asks for (said once at WARN, and once at INFO when they are again).
+    unacknowledged: AtomicBool,
 }
 
 impl Drop for Task {
@@ -426,7 +448,10 @@ impl Task {
                 match self.round(batch, limit).await {
                     Round::Answered(replies) => {
                         self.apply_as(batch, &replies, sent, LostReason::ServerReplaced);
-                        let open = batch.iter().zip(&replies).filter(|(_, r)| r.is_none());
+                        let open = batch
+                            .iter()
+                            .zip(&replies)
+                            .filter(|(_, reply)| **reply == Renewal::Unknown);
                         unanswered.extend(open.map(|(hold, _)| hold.clone()));
                     }
                     Round::Failed => unanswered.extend(batch.iter().cloned()),
@@ -514,45 +539,130 @@ impl Task {
         }
     }
 
-    fn apply(&self, batch: &[Arc<Hold>], replies: &[Option<bool>], sent: Instant) {
+    fn apply(&self, batch: &[Arc<Hold>], replies: &[Renewal], sent: Instant) {
         self.apply_as(batch, replies, sent, LostReason::NotHeld);
     }
 
     /// [`apply`](Self::apply), a hold found gone being lost for `gone`.
-    fn apply_as(
-        &self,
-        batch: &[Arc<Hold>],
-        replies: &[Option<bool>],
-        sent: Instant,
-        gone: LostReason,
-    ) {
+    fn apply_as(&self, batch: &[Arc<Hold>], replies: &[Renewal], sent: Instant, gone: LostReason) {
+        let new_master = self.on_new_master(sent);
         for (hold, reply) in batch.iter().zip(replies) {
             match reply {
-                Some(true) => {
+                Renewal::Held => {
                     hold.tag.renewed();
                     let mut state = hold.state();
                     state.deadline = sent + validity(state.lease);
                     state.next_renew = sent + self.period;
                 }
-                Some(false) => {
-                    if self.registry.holds().remove(&hold.id).is_some() {
-                        hold.tag.released();
-                    }
-                    let why = match gone {
-                        LostReason::ServerReplaced => {
-                            "the Redis server was replaced (a restart or a failover) without it"
-                        }
-                        _ => "the watchdog found the lock gone (lease ended or force-unlocked)",
-                    };
-                    hold.mark_lost(gone, why);
-                }
-                None => {
+                Renewal::Unconfirmed { .. } => self.unconfirmed(hold, sent, new_master),
+                // Whatever the replicas acknowledged: the master that answered
+                // no longer has it.
+                Renewal::Gone => self.gone(hold, gone),
+                Renewal::Unknown => {
                     tracing::debug!("distlock: unexpected renewal reply; retrying");
                     hold.tag.renewal_failed();
                     let mut state = hold.state();
                     state.next_renew = sent + self.retry_delay();
                 }
             }
+        }
+        self.note_acknowledgements(replies, sent, new_master);
+    }
+
+    /// Whether a renewal sent at `sent` went to a new master that has not had the
+    /// replicas the client asks for yet: sent after the client moved there (and
+    /// checked its holds there), before any renewal there was acknowledged, and
+    /// within [`NEW_MASTER_GRACE`] of the move.
+    fn on_new_master(&self, sent: Instant) -> bool {
+        self.registry
+            .switched()
+            .is_some_and(|at| sent >= at && sent < at + NEW_MASTER_GRACE)
+    }
+
+    /// A renewal sent at `sent` that the master answered "held", but that fewer
+    /// replicas acknowledged than the client asks for (`replicas(n, ..)`).
+    ///
+    /// On a master the client has just moved to (`new_master`): the hold is kept.
+    /// That master is the one the Sentinels name, the check after the move found the
+    /// holder's write there, and it moved the lock's expiry; the nodes that may
+    /// replace it next are being made its replicas, and copy it, lock included. The
+    /// lease the hold counts on is not a whole new one: it lasts two renewal periods
+    /// from `sent` (never less than before, never more than the lease), the next
+    /// renewal and its retries. So the hold lasts while the new master answers
+    /// "held", one renewal at a time, until its replicas acknowledge again.
+    ///
+    /// Elsewhere, a master that had its replicas and lost them, which is also what a
+    /// master cut off from the rest looks like while the Sentinels promote another:
+    /// the lease is not extended (that other master may lack the renewal), and the
+    /// hold ends at the end of its last acknowledged lease unless the replicas come
+    /// back first.
+    fn unconfirmed(&self, hold: &Hold, sent: Instant, new_master: bool) {
+        hold.tag.renewal_failed();
+        let mut state = hold.state();
+        if new_master {
+            let bridge = (self.period * 2).min(validity(state.lease));
+            state.deadline = state.deadline.max(sent + bridge);
+            state.next_renew = sent + self.period;
+        } else {
+            state.next_renew = sent + self.retry_delay();
+        }
+    }
+
+    /// A hold that a renewal found gone: lost for `reason`.
+    fn gone(&self, hold: &Hold, reason: LostReason) {
+        if self.registry.holds().remove(&hold.id).is_some() {
+            hold.tag.released();
+        }
+        let why = match reason {
+            LostReason::ServerReplaced => {
+                "the Redis server was replaced (a restart or a failover) without it"
+            }
+            _ => "the watchdog found the lock gone (lease ended or force-unlocked)",
+        };
+        hold.mark_lost(reason, why);
+    }
+
+    /// After a round sent at `sent` with replica acknowledgements asked for: an
+    /// acknowledged renewal ends the new master's grace (its replicas are there);
+    /// says once at WARN when renewals stop being acknowledged, and once at INFO
+    /// when they are again.
+    fn note_acknowledgements(&self, replies: &[Renewal], sent: Instant, new_master: bool) {
+        let Some((needed, _)) = self.acks else {
+            return;
+        };
+        let short = replies.iter().find_map(|reply| match reply {
+            Renewal::Unconfirmed { acked } => Some(*acked),
+            _ => None,
+        });
+        let acknowledged = replies.contains(&Renewal::Held);
+        if acknowledged {
+            let mut switched = self.registry.switched();
+            if switched.is_some_and(|at| sent >= at) {
+                *switched = None;
+            }
+        }
+        match short {
+            Some(acked) if !self.unacknowledged.swap(true, Ordering::Relaxed) => {
+                let then = if new_master {
+                    "held locks are kept while the new master answers that it has them"
+                } else {
+                    "they do not extend the leases, and held locks are lost when their \
+                     leases end unless the replicas come back first"
+                };
+                tracing::warn!(
+                    acked,
+                    needed,
+                    "distlock: renewals are acknowledged by {acked} of the {needed} replicas \
+                     required; {then}"
+                );
+            }
+            None if acknowledged && self.unacknowledged.swap(false, Ordering::Relaxed) => {
+                tracing::info!(
+                    needed,
+                    "distlock: renewals are acknowledged by the replicas again"
+                );
+            }
+            _ => {}
         }
     }
 

@@ -14,7 +14,7 @@
 //! | `distlock_timed_out_total` | counter | `lock`, `backend`, `kind` | acquisitions whose wait ran out (`LockError::Timeout`, a `try_lock` miss too; not for `lock_all`) |
 //! | `distlock_lost_total` | counter | `lock`, `backend`, `kind`, `reason` | holds lost while held; `reason` is `expired`, `not_held`, `max_hold_exceeded`, `shut_down` or `server_replaced` ([`LostReason::as_str`](crate::LostReason::as_str)) |
 //! | `distlock_renewals_total` | counter | `lock`, `backend`, `kind` | watchdog renewals that succeeded |
-//! | `distlock_renewal_failures_total` | counter | `lock`, `backend`, `kind` | renewals that failed or timed out (retried) |
+//! | `distlock_renewal_failures_total` | counter | `lock`, `backend`, `kind` | renewals that failed or timed out (retried), or that fewer replicas acknowledged than `replicas(n, ..)` asks for |
 //! | `distlock_force_unlocks_total` | counter | `lock`, `backend` | `force_unlock` calls that deleted a lock |
 //! | `distlock_deadlocks_total` | counter | `lock`, `backend`, `kind` | requests that gave up to break a deadlock |
 //! | `distlock_lock_order_inversions_total` | counter | `lock`, `holding` | acquisitions that inverted an order seen before (warned or refused) |
