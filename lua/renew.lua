@@ -1,29 +1,70 @@
 -- renew.lua: extend the leases of locks their owners still hold (the watchdog's
 -- call): one run renews every hold of a batch (on a cluster, the holds of one hash
--- slot), so that a thousand held locks cost a few runs per renewal period.
+-- slot), so that a thousand held locks cost a few runs per renewal period. On
+-- Redlock it also writes a plain lock back on a node that lost it (came back
+-- empty, say) while its owner still holds a majority of the others.
 --
 -- Sent after lock.lua (the layout), under `#!lua flags=allow-oom`: a full server
 -- must keep honouring the leases it granted.
 --
 -- KEYS[i]      the lock `<ns>:{name}` of hold i (see lock.lua)
--- ARGV[2i-1]   its owner id
--- ARGV[2i]     its lease in milliseconds; a lease only ever moves later
+-- ARGV[3i-2]   its owner id
+-- ARGV[3i-1]   its lease in milliseconds; a lease only ever moves later
+-- ARGV[3i]     "" to renew only; or "<count> <seq> <floor>" to write the hold back
+--              when the lock is free here (no key): a plain lock held `count` times
+--              by the owner, with the replay record of its operation `seq` (the
+--              write-back) and its floor (see acquire.lua, "Exactly once")
 --
--- Returns one answer per hold, in order: 1 when the owner holds the lock (its lease
--- now lasts at least ARGV[2i] ms), 0 when it does not: the lease ended, the lock was
--- force-unlocked, or KEYS[i] now holds what distlock did not write (see lock.lua),
--- which is left untouched. To the watchdog all three are the loss of the lock: it
--- stops renewing it and tells the guard. `{-6, error}` when a command it called was
--- refused (see lock.lua, `answer`): the outcome is unknown, and the watchdog tries
--- again.
+-- Returns one answer per hold, in order:
+--   1    the owner holds the lock: its lease now lasts at least ARGV[3i-1] ms
+--   2    the lock was free here, and was written back (ARGV[3i]): the owner holds
+--        it again, for ARGV[3i-1] ms
+--   0    the owner does not hold it, and the key is there: another owner holds it
+--        (or waits for it), the owner's own lease ended, or KEYS[i] holds what
+--        distlock did not write (see lock.lua), which is left untouched
+--   -1   the owner does not hold it, and there is no key: its lease ended, it was
+--        force-unlocked, or the server lost it (a restart without persistence)
+--   {-6, error}  a command it called was refused (see lock.lua, `answer`): the
+--        outcome is unknown, and the watchdog tries again
+-- To the watchdog 0 and -1 are the loss of the lock (on one server; on Redlock when
+-- a majority answers so): it stops renewing it and tells the guard.
 
--- Renews the hold of `owner` at `lock` to at least `lease` ms: 1, or 0 when it does
--- not hold it.
-local function renew(lock, owner, lease)
+-- Writes the hold of `owner` back at the free `lock`, as `spec` ("<count> <seq>
+-- <floor>") says, for `lease` ms: 2, or -1 when `spec` is not one or its operation
+-- is settled.
+local function write_back(lock, owner, lease, spec)
+  local count, seq_text, floor = string.match(spec, '^([1-9]%d*) ([1-9]%d*) (%d+)$')
+  if not count or #count > 18 or #seq_text > 18 or #floor > 18 then
+    return -1
+  end
+  local record_text = record(NO_RECORD, tonumber(floor), tonumber(seq_text), seq_text)
+  if not record_text then
+    return -1
+  end
+  take(lock, nil, owner, lease, false, record_text, nil)
+  if count ~= '1' then
+    redis.call('HSET', lock, owner, count)
+  end
+  return 2
+end
+
+-- Renews the hold of `owner` at `lock` to at least `lease` ms, or writes it back
+-- as `spec` says when the lock is free here and `spec` is not "": 1 or 2, or 0 / -1
+-- when it does not hold it (see above).
+local function renew(lock, owner, lease, spec)
   local state = read_mine(lock, owner)
-  local me = state and state.me
-  if not me then
+  if not state then
     return 0
+  end
+  local me = state.me
+  if not me then
+    if state.exists then
+      return 0
+    end
+    if spec ~= '' then
+      return write_back(lock, owner, lease, spec)
+    end
+    return -1
   end
   if not me['until'] then
     redis.call('PEXPIRE', lock, lease, 'GT')
@@ -44,7 +85,7 @@ end
 local function main()
   local answers = {}
   for i = 1, #KEYS do
-    answers[i] = answer(renew, KEYS[i], ARGV[2 * i - 1], tonumber(ARGV[2 * i]))
+    answers[i] = answer(renew, KEYS[i], ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1]), ARGV[3 * i] or '')
   end
   return answers
 end

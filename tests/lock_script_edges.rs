@@ -281,10 +281,22 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
 
 /// Runs `renew.lua` for lock `name` with a lease of 60 s: its one answer.
 async fn run_renew(conn: &mut Conn, name: &str, owner: &str) -> redis::RedisResult<i64> {
+    run_renew_or_write_back(conn, name, owner, "").await
+}
+
+/// Runs `renew.lua` for lock `name` with a lease of 60 s, and write-back `spec`
+/// ("" for none, else "<count> <seq> <floor>"): its one answer.
+async fn run_renew_or_write_back(
+    conn: &mut Conn,
+    name: &str,
+    owner: &str,
+    spec: &str,
+) -> redis::RedisResult<i64> {
     let answers: Vec<i64> = script("renew")
         .key(lock_key(name))
         .arg(owner)
         .arg(60_000)
+        .arg(spec)
         .invoke_async(conn)
         .await?;
     Ok(answers.first().copied().unwrap_or(-99))
@@ -850,4 +862,74 @@ async fn a_new_acquisition_never_adds_to_a_hold_of_its_own_owner_id() {
     let replay = run_acquire_as(&mut conn, "shared", "r", 1, false, "r").await;
     assert_eq!(replay, Ok(vec![1, 1, 0]), "the replay of the read hold");
     assert_eq!(support::stored(&server, "shared").count("r"), 1);
+}
+
+/// A Redlock renewal writes a plain lock back only where it is free (no key): never
+/// over another owner's hold, nor over what distlock did not write; without a
+/// write-back a free lock is told apart (-1) from one the key still holds (0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_writes_a_lock_back_only_where_it_is_free() {
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
+    let key = lock_key("back");
+
+    assert_eq!(run_renew(&mut conn, "back", "o").await, Ok(-1), "free");
+    assert!(!support::held(&server, &key), "nothing written");
+
+    assert_eq!(
+        run_renew_or_write_back(&mut conn, "back", "o", "2 9 7").await,
+        Ok(2),
+        "written back"
+    );
+    let lock = support::stored(&server, "back");
+    assert_eq!(lock.kind(), Some("lock"));
+    assert_eq!(
+        lock.count("o"),
+        2,
+        "held as many times as the owner holds it"
+    );
+    assert_eq!(
+        lock.record("o"),
+        Some("7 9"),
+        "the write-back's replay record"
+    );
+    let pttl: i64 = server
+        .cmd(&["PTTL", &key])
+        .expect("PTTL")
+        .parse()
+        .expect("a number");
+    assert!((50_000..=60_000).contains(&pttl), "the lease: {pttl} ms");
+    assert_eq!(
+        run_renew_or_write_back(&mut conn, "back", "o", "1 10 7").await,
+        Ok(1),
+        "held: renewed, not written again"
+    );
+    assert_eq!(support::stored(&server, "back").count("o"), 2);
+
+    write_lock(&server, "taken", "other", "1", "0 1");
+    let before = dump_all(&mut conn).await;
+    assert_eq!(
+        run_renew_or_write_back(&mut conn, "taken", "o", "1 9 7").await,
+        Ok(0),
+        "another owner holds it"
+    );
+    assert_eq!(dump_all(&mut conn).await, before, "left untouched");
+
+    server
+        .cmd(&["SET", &lock_key("foreign"), "x"])
+        .expect("SET");
+    let before = dump_all(&mut conn).await;
+    assert_eq!(
+        run_renew_or_write_back(&mut conn, "foreign", "o", "1 9 7").await,
+        Ok(0),
+        "what distlock did not write"
+    );
+    assert_eq!(dump_all(&mut conn).await, before, "left untouched");
+
+    // A write-back of a settled operation (at or below the floor) writes nothing.
+    assert_eq!(
+        run_renew_or_write_back(&mut conn, "settled", "o", "1 7 7").await,
+        Ok(-1)
+    );
+    assert!(!support::held(&server, &lock_key("settled")));
 }

@@ -45,7 +45,7 @@
 //! | 5 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
 //! | 5 | `batch.rs` | group commit: the new acquisitions (or the releases) ready at the same moment, as one run of `acquire.lua` (`release.lua`) |
 //! | 6 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |
-//! | 6 | `renew.rs` | one renewal round trip for a batch of holds: one run of `renew.lua` per 64 holds (on a cluster, per hash slot); `extend`, the same for one fixed lease ([`LockGuard::extend`]) |
+//! | 6 | `renew.rs` | one renewal round trip for a batch of holds: one run of `renew.lua` per 64 holds (on a cluster, per hash slot), what it found per hold (acknowledged or not), the Redlock write-back of a lock a node lost; `extend`, the same for one fixed lease ([`LockGuard::extend`]) |
 //! | 7 | `hooks.rs` | the fixed points where operator features see an acquisition: `Operator` (before a new one, a watch over a wait, how it ended, the series of a lock), installed by the builder |
 //! | 8 | `watchdog.rs` | when to renew, and telling guards of a loss |
 //! | 9 | `inner.rs` | `Inner`: one client's state, what every internal function takes (its operator features as a `dyn Operator`) |

@@ -1,8 +1,9 @@
 //! One renewal round trip: the leases of a batch of holds extended on the backend,
 //! in one pipeline per endpoint (per hash slot on a cluster) of one script run per
-//! 64 holds, with the replica acknowledgements the client asks for. When to renew
-//! is the watchdog's business; [`extend`] is the same round trip for one hold of a
-//! fixed lease, asked for by its guard.
+//! 64 holds, with the replica acknowledgements the client asks for. On Redlock a
+//! lock found free on some nodes while a majority still has it is written back
+//! there. When to renew is the watchdog's business; [`extend`] is the same round
+//! trip for one hold of a fixed lease, asked for by its guard.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,7 +19,8 @@ use crate::error::{is_failover_code, LockError, LostReason};
 use crate::hold::Hold;
 use crate::lease::{lease_millis, validity};
 use crate::library::is_missing_reply;
-use crate::scripts::{renew_reply, unexpected_reply, Scripts};
+use crate::owner::Op;
+use crate::scripts::{renew_reply, unexpected_reply, RenewReply, Scripts};
 
 /// What one renewal found for one hold.
 ///
@@ -43,25 +45,32 @@ pub(crate) enum Renewal {
 }
 
 impl Renewal {
-    /// The answer of one endpoint to one hold: `reply` (`renew.lua`'s answer),
-    /// and how many replicas acknowledged its pipeline when `needed` were asked for.
-    fn of(reply: &Value, acked: Option<(u32, u32)>) -> Self {
-        match (renew_reply(reply), acked) {
-            (Some(true), Some((acked, needed))) if acked < needed => Self::Unconfirmed { acked },
-            (Some(true), _) => Self::Held,
-            (Some(false), _) => Self::Gone,
+    /// A single endpoint's answer for one hold.
+    fn of(answer: Answer) -> Self {
+        match (answer.reply, answer.short) {
+            (Some(RenewReply::Held), Some(acked)) => Self::Unconfirmed { acked },
+            (Some(RenewReply::Held), None) => Self::Held,
+            (Some(RenewReply::Free | RenewReply::Taken), _) => Self::Gone,
             (None, _) => Self::Unknown,
         }
     }
+}
 
-    /// As Redlock's majority rules count it (`replicas` is refused on Redlock).
-    fn vote(self) -> Option<bool> {
-        match self {
-            Self::Held => Some(true),
-            Self::Gone => Some(false),
-            Self::Unconfirmed { .. } | Self::Unknown => None,
-        }
-    }
+/// What one endpoint answered for one hold.
+#[derive(Debug, Clone, Copy)]
+struct Answer {
+    /// `renew.lua`'s answer; `None` when it could not be had.
+    reply: Option<RenewReply>,
+    /// How many replicas acknowledged, when fewer than the client asks for.
+    short: Option<u32>,
+}
+
+impl Answer {
+    /// No answer (retried soon).
+    const NONE: Self = Self {
+        reply: None,
+        short: None,
+    };
 }
 
 /// Renews every hold of `batch` once, each to its own lease, or to `lease` when it
@@ -75,41 +84,147 @@ pub(crate) async fn renew(
     lease: Option<Duration>,
 ) -> redis::RedisResult<Vec<Renewal>> {
     if !backend.is_redlock() {
-        return send_to(
+        let answers = send_to(
             backend.first(),
             scripts.clone(),
             batch.to_vec(),
             acks,
             lease,
         )
-        .await;
+        .await?;
+        return Ok(answers.into_iter().map(Renewal::of).collect());
     }
     let holds: Vec<Arc<Hold>> = batch.to_vec();
     let per_node = backend
         .each(|conn| send_to(conn, scripts.clone(), holds.clone(), None, lease))
         .await;
+    // Per node, the holds (by index) to write back there.
+    let mut repairs: Vec<Vec<usize>> = vec![Vec::new(); backend.len()];
     let combined = (0..batch.len())
         .map(|index| {
-            let replies = per_node.iter().map(|replies| {
-                replies
-                    .as_ref()
-                    .ok()
-                    .and_then(|replies| replies.get(index))
-                    .and_then(|renewal| renewal.vote())
-            });
-            match redlock::renew(replies, backend.quorum(), backend.len()) {
+            let replies: Vec<Option<RenewReply>> = per_node
+                .iter()
+                .map(|answers| {
+                    answers
+                        .as_ref()
+                        .ok()
+                        .and_then(|answers| answers.get(index))
+                        .and_then(|answer| answer.reply)
+                })
+                .collect();
+            let vote = redlock::renew(&replies, backend.quorum(), backend.len());
+            for node in vote.repair {
+                repairs[node].push(index);
+            }
+            match vote.held {
                 Some(true) => Renewal::Held,
                 Some(false) => Renewal::Gone,
                 None => Renewal::Unknown,
             }
         })
         .collect();
+    write_back(backend, scripts, batch, repairs, lease).await;
     Ok(combined)
+}
+
+/// A hold to write back on a Redlock node that lost it: how many times its owner
+/// holds it (its guards), and the write-back's number among the owner's operations
+/// (pending until the write-back's answer is in).
+struct WriteBack {
+    hold: Arc<Hold>,
+    count: usize,
+    op: Arc<Op>,
+}
+
+impl WriteBack {
+    /// The write-back of `hold`, unless it is not a plain lock (the other kinds are
+    /// not written back), or is lost, released or given back by a shutdown.
+    fn of(hold: &Arc<Hold>) -> Option<Self> {
+        if !hold.keys.kind.is_plain() || hold.lost.is_cancelled() {
+            return None;
+        }
+        let count = {
+            let state = hold.state();
+            (!state.closed && state.guards > 0).then_some(state.guards)?
+        };
+        Some(Self {
+            hold: hold.clone(),
+            count,
+            op: hold.owner.op(),
+        })
+    }
+
+    /// `renew.lua`'s `ARGV[3i]`: "<count> <seq> <floor>".
+    fn spec(&self) -> String {
+        format!("{} {} {}", self.count, self.op.seq(), self.op.floor())
+    }
+}
+
+/// Redlock: writes the holds of `batch` back on the nodes where a renewal found
+/// them free while a majority still has them (`repairs`, per node: indices into
+/// `batch`; see [`redlock::renew`]), with the lease the renewal gave, so that nodes
+/// that lose a lock one after another (restarts without persistence spread over
+/// time) never add up to a lost majority. `renew.lua` writes a hold back only where
+/// the lock is still free (nobody else took it there meanwhile); a node where it
+/// cannot be written back counts against the majority, as before. Logged at INFO.
+///
+/// # Cancel safety
+///
+/// Safe to drop: a write-back is applied or not; one applied after its hold was
+/// released leaves that node held until the lease ends, a minority of the nodes.
+async fn write_back(
+    backend: &Backend,
+    scripts: &Arc<Scripts>,
+    batch: &[Arc<Hold>],
+    repairs: Vec<Vec<usize>>,
+    lease: Option<Duration>,
+) {
+    let work: Vec<Vec<WriteBack>> = repairs
+        .into_iter()
+        .map(|indices| {
+            indices
+                .into_iter()
+                .filter_map(|index| WriteBack::of(&batch[index]))
+                .collect()
+        })
+        .collect();
+    if work.iter().all(Vec::is_empty) {
+        return;
+    }
+    let work = Arc::new(work);
+    backend
+        .each_at(|node, mut conn| {
+            let (work, scripts) = (work.clone(), scripts.clone());
+            async move {
+                let items = &work[node];
+                if items.is_empty() {
+                    return Ok(());
+                }
+                let holds: Vec<Arc<Hold>> = items.iter().map(|item| item.hold.clone()).collect();
+                let specs: Vec<String> = items.iter().map(WriteBack::spec).collect();
+                let answers =
+                    renew_pipeline(&mut conn, &scripts, &holds, &specs, None, lease).await?;
+                let written = answers
+                    .iter()
+                    .filter(|answer| answer.reply == Some(RenewReply::Held))
+                    .count();
+                tracing::info!(
+                    address = %conn.addr(),
+                    written,
+                    asked = items.len(),
+                    "distlock: wrote {written} of {} lock(s) back on a Redlock node that had lost \
+                     them (a restart without persistence, say) while a majority still held them",
+                    items.len()
+                );
+                Ok(())
+            }
+        })
+        .await;
 }
 
 /// Renews `batch` on one endpoint: one pipeline on a single server; on a cluster
 /// one pipeline per hash slot (a pipeline may not cross slots), sent concurrently.
-/// A reply that could not be had is [`Renewal::Unknown`] (retried soon).
+/// A reply that could not be had is [`Answer::NONE`] (retried soon).
 ///
 /// # Cancel safety
 ///
@@ -120,9 +235,9 @@ async fn send_to(
     batch: Vec<Arc<Hold>>,
     acks: Option<(u32, Duration)>,
     lease: Option<Duration>,
-) -> redis::RedisResult<Vec<Renewal>> {
+) -> redis::RedisResult<Vec<Answer>> {
     if !conn.is_cluster() {
-        return renew_pipeline(&mut conn, &scripts, batch.iter(), acks, lease).await;
+        return renew_pipeline(&mut conn, &scripts, &batch, &[], acks, lease).await;
     }
     let mut groups: HashMap<u16, Vec<usize>> = HashMap::new();
     for (index, hold) in batch.iter().enumerate() {
@@ -134,11 +249,11 @@ async fn send_to(
         let scripts = scripts.clone();
         let holds: Vec<Arc<Hold>> = indices.iter().map(|&i| batch[i].clone()).collect();
         tasks.spawn(async move {
-            let replies = renew_pipeline(&mut conn, &scripts, holds.iter(), acks, lease).await;
+            let replies = renew_pipeline(&mut conn, &scripts, &holds, &[], acks, lease).await;
             (indices, replies)
         });
     }
-    let mut replies = vec![Renewal::Unknown; batch.len()];
+    let mut replies = vec![Answer::NONE; batch.len()];
     while let Some(joined) = tasks.join_next().await {
         let Ok((indices, Ok(values))) = joined else {
             continue;
@@ -152,35 +267,38 @@ async fn send_to(
 
 /// Sends one pipeline of renewals: one run of `renew.lua` per [`MAX_BATCH`] holds
 /// (group commit: the holds of one pipeline are on one server, or in one hash
-/// slot), then `WAIT` when the client asks for replica acknowledgements. When the
-/// server lost its scripts (a restart, `FUNCTION FLUSH`), loads them and sends it
-/// again. One [`Renewal`] per hold, in order: [`Renewal::Unknown`] for the holds of
-/// a run that failed (retried soon). Every answer is read whatever `WAIT` counted:
+/// slot), then `WAIT` when the client asks for replica acknowledgements. `specs`:
+/// empty to renew only, else one write-back per hold ([`WriteBack::spec`]). When
+/// the server lost its scripts (a restart, `FUNCTION FLUSH`), loads them and sends
+/// it again. One [`Answer`] per hold, in order: [`Answer::NONE`] for the holds of a
+/// run that failed (retried soon). Every answer is read whatever `WAIT` counted:
 /// too few acknowledgements only keep a "held" answer from counting as renewed.
 ///
 /// # Cancel safety
 ///
 /// Safe to drop: each renewal is applied or not, and only moves a lease later.
-async fn renew_pipeline<'a>(
+async fn renew_pipeline(
     conn: &mut Conn,
     scripts: &Scripts,
-    holds: impl Iterator<Item = &'a Arc<Hold>>,
+    holds: &[Arc<Hold>],
+    specs: &[String],
     acks: Option<(u32, Duration)>,
     lease: Option<Duration>,
-) -> redis::RedisResult<Vec<Renewal>> {
-    let holds: Vec<&Arc<Hold>> = holds.collect();
+) -> redis::RedisResult<Vec<Answer>> {
     let runs = holds.len().div_ceil(MAX_BATCH);
     let pipe = |way| {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for run in holds.chunks(MAX_BATCH) {
+        for (run, start) in holds.chunks(MAX_BATCH).zip((0..).step_by(MAX_BATCH)) {
             let mut invocation = scripts.renew.prepare_invoke();
-            for hold in run {
+            for (offset, hold) in run.iter().enumerate() {
                 let lease_ms = lease.unwrap_or_else(|| hold.state().lease).as_millis() as u64;
+                let spec = specs.get(start + offset).map_or("", String::as_str);
                 invocation
                     .key(&hold.keys.lock)
                     .arg(hold.owner.id())
-                    .arg(lease_ms);
+                    .arg(lease_ms)
+                    .arg(spec);
             }
             invocation.add_to(&mut pipe, way);
         }
@@ -203,25 +321,28 @@ async fn renew_pipeline<'a>(
         conn.notice_error(&err).await;
         return Err(err);
     }
-    // How many replicas acknowledged, of how many asked for (an unreadable count
-    // is none).
-    let acked = acks.map(|(needed, _)| {
+    // How many replicas acknowledged, when fewer than asked for (an unreadable
+    // count is none).
+    let short = acks.and_then(|(needed, _)| {
         let acked = match replies.get(runs) {
             Some(Value::Int(acked)) => u32::try_from(*acked).unwrap_or(0),
             _ => 0,
         };
-        (acked, needed)
+        (acked < needed).then_some(acked)
     });
     let mut answers = Vec::with_capacity(holds.len());
     for (run, reply) in holds.chunks(MAX_BATCH).zip(replies) {
         match reply {
             Value::Array(values) if values.len() == run.len() => {
-                answers.extend(values.iter().map(|value| Renewal::of(value, acked)))
+                answers.extend(values.iter().map(|value| Answer {
+                    reply: renew_reply(value),
+                    short,
+                }))
             }
-            _ => answers.extend(std::iter::repeat_n(Renewal::Unknown, run.len())),
+            _ => answers.extend(std::iter::repeat_n(Answer::NONE, run.len())),
         }
     }
-    answers.resize(holds.len(), Renewal::Unknown);
+    answers.resize(holds.len(), Answer::NONE);
     Ok(answers)
 }
 

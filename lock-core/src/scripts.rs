@@ -407,13 +407,26 @@ impl ForceReleaseReply {
     }
 }
 
-/// What `renew.lua` answered for one lock: `Some(true)` renewed, `Some(false)` not
-/// held by the owner, `None` no answer that can be read (an error inside a
-/// pipeline, a node that did not answer).
-pub(crate) fn renew_reply(reply: &redis::Value) -> Option<bool> {
+/// What `renew.lua` answered for one lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RenewReply {
+    /// The owner holds it: renewed, or written back where it was free.
+    Held,
+    /// The owner does not hold it, and there is no key there (its lease ended, it
+    /// was deleted, or the server came back without it).
+    Free,
+    /// The owner does not hold it, and the key is there (another owner holds it,
+    /// or it holds what distlock did not write).
+    Taken,
+}
+
+/// What `renew.lua` answered for one lock; `None` for no answer that can be read
+/// (an error inside a pipeline, a node that did not answer).
+pub(crate) fn renew_reply(reply: &redis::Value) -> Option<RenewReply> {
     match reply {
-        redis::Value::Int(1) => Some(true),
-        redis::Value::Int(0) => Some(false),
+        redis::Value::Int(1 | 2) => Some(RenewReply::Held),
+        redis::Value::Int(-1) => Some(RenewReply::Free),
+        redis::Value::Int(0) => Some(RenewReply::Taken),
         _ => None,
     }
 }

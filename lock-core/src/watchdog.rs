@@ -58,6 +58,8 @@ struct Registry {
     /// while no renewal there has been acknowledged by the replicas the client asks
     /// for yet: see [`Task::unconfirmed`].
     switched: Mutex<Option<Instant>>,
+    /// When a server was last found replaced (see [`Task::cause`]).
+    replaced_at: Mutex<Option<Instant>>,
 }
 
 impl Default for Registry {
@@ -69,6 +71,7 @@ impl Default for Registry {
             replaced: Mutex::new(Some(Vec::new())),
             queued: Notify::new(),
             switched: Mutex::default(),
+            replaced_at: Mutex::default(),
         }
     }
 }
@@ -262,7 +265,12 @@ impl Watchdog {
 /// renewal round under way gives way to it at once.
 fn server_replaced(registry: &Registry, replaced: Replaced) {
     tracing::debug!(address = %replaced.addr, "distlock: checking every hold after a replaced server");
-    *registry.switched() = Some(Instant::now());
+    let now = Instant::now();
+    *registry.switched() = Some(now);
+    *registry
+        .replaced_at
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = Some(now);
     if let Some(queued) = registry.replaced().as_mut() {
         queued.push(replaced);
     }
@@ -447,7 +455,7 @@ impl Task {
                 let limit = until.saturating_duration_since(sent).max(MIN_RETRY);
                 match self.round(batch, limit).await {
                     Round::Answered(replies) => {
-                        self.apply_as(batch, &replies, sent, LostReason::ServerReplaced);
+                        self.apply_as(batch, &replies, sent, Some(LostReason::ServerReplaced));
                         let open = batch
                             .iter()
                             .zip(&replies)
@@ -539,12 +547,21 @@ impl Task {
         }
     }
 
+    /// Applies the answers of a renewal sent at `sent`; a hold found gone is lost for
+    /// its cause ([`Task::cause`]).
     fn apply(&self, batch: &[Arc<Hold>], replies: &[Renewal], sent: Instant) {
-        self.apply_as(batch, replies, sent, LostReason::NotHeld);
+        self.apply_as(batch, replies, sent, None);
     }
 
-    /// [`apply`](Self::apply), a hold found gone being lost for `gone`.
-    fn apply_as(&self, batch: &[Arc<Hold>], replies: &[Renewal], sent: Instant, gone: LostReason) {
+    /// [`apply`](Self::apply), a hold found gone being lost for `gone` when it is
+    /// given (the check after a replaced server).
+    fn apply_as(
+        &self,
+        batch: &[Arc<Hold>],
+        replies: &[Renewal],
+        sent: Instant,
+        gone: Option<LostReason>,
+    ) {
         let new_master = self.on_new_master(sent);
         for (hold, reply) in batch.iter().zip(replies) {
             match reply {
@@ -557,7 +574,7 @@ impl Task {
                 Renewal::Unconfirmed { .. } => self.unconfirmed(hold, sent, new_master),
                 // Whatever the replicas acknowledged: the master that answered
                 // no longer has it.
-                Renewal::Gone => self.gone(hold, gone),
+                Renewal::Gone => self.gone(hold, gone.unwrap_or_else(|| self.cause(hold))),
                 Renewal::Unknown => {
                     tracing::debug!("distlock: unexpected renewal reply; retrying");
                     hold.tag.renewal_failed();
@@ -567,6 +584,30 @@ impl Task {
             }
         }
         self.note_acknowledgements(replies, sent, new_master);
+    }
+
+    /// Why `hold`, which a renewal found gone, was lost: when a server was found
+    /// replaced (a restart, a failover; on Redlock, any of its nodes) since the hold
+    /// was last known to be there (its last acknowledged renewal or acquisition),
+    /// [`LostReason::ServerReplaced`], whichever renewal found it (the check after
+    /// the replacement, or one that reached the new server before it, or after a
+    /// check that could not finish); otherwise [`LostReason::NotHeld`].
+    fn cause(&self, hold: &Hold) -> LostReason {
+        let confirmed = {
+            let state = hold.state();
+            state.deadline.checked_sub(validity(state.lease))
+        };
+        let replaced = *self
+            .registry
+            .replaced_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match (replaced, confirmed) {
+            (Some(replaced), Some(confirmed)) if replaced >= confirmed => {
+                LostReason::ServerReplaced
+            }
+            _ => LostReason::NotHeld,
+        }
     }
 
     /// Whether a renewal sent at `sent` went to a new master that has not had the

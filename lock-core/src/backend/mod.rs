@@ -86,12 +86,22 @@ impl Backend {
         Fut: Future<Output = RedisResult<T>> + Send + 'static,
         T: Send + 'static,
     {
+        self.each_at(|_, conn| op(conn)).await
+    }
+
+    /// [`each`](Self::each), `op` given each node's index with its connection.
+    pub(crate) async fn each_at<T, F, Fut>(&self, op: F) -> Vec<RedisResult<T>>
+    where
+        F: Fn(usize, Conn) -> Fut,
+        Fut: Future<Output = RedisResult<T>> + Send + 'static,
+        T: Send + 'static,
+    {
         let Some(limit) = self.node_timeout else {
-            return vec![op(self.first()).await];
+            return vec![op(0, self.first()).await];
         };
         let mut tasks = tokio::task::JoinSet::new();
         for (index, conn) in self.nodes.iter().enumerate() {
-            let call = op(conn.clone());
+            let call = op(index, conn.clone());
             tasks.spawn(async move {
                 let result = match tokio::time::timeout(limit, call).await {
                     Ok(result) => result,

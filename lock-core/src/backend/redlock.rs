@@ -6,7 +6,9 @@
 //! those answers. With a single endpoint the same rules hold with one node and a
 //! quorum of one, so every operation is written once.
 
-use crate::scripts::{AcquireReply, ForceReleaseReply, InspectReply, LockView, ReleaseReply};
+use crate::scripts::{
+    AcquireReply, ForceReleaseReply, InspectReply, LockView, ReleaseReply, RenewReply,
+};
 
 /// The verdict on one acquire attempt sent to every node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,28 +116,48 @@ pub(crate) fn release<E>(
     }
 }
 
-/// Combines the nodes' answers to one renewal (`Some(true)`: renewed there,
-/// `Some(false)`: gone there, `None`: no answer): renewed where a majority renewed
-/// it, lost once a majority can no longer have it, otherwise unknown (retried soon).
-pub(crate) fn renew(
-    replies: impl IntoIterator<Item = Option<bool>>,
-    quorum: usize,
-    nodes: usize,
-) -> Option<bool> {
-    let (mut held, mut gone) = (0, 0);
-    for reply in replies {
-        match reply {
-            Some(true) => held += 1,
-            Some(false) => gone += 1,
-            None => {}
-        }
-    }
+/// The verdict on one renewal sent to every node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RenewVote {
+    /// `Some(true)`: a majority renewed it; `Some(false)`: a majority can no longer
+    /// have it (lost); `None`: neither (retried soon).
+    pub(crate) held: Option<bool>,
+    /// The nodes (by index) to write the lock back on: where the owner still holds
+    /// a majority, the nodes where the lock is free (no key: it came back empty, or
+    /// its lease ended there). A node where another owner holds it is never among
+    /// them; it counts against the majority until the lock is free there.
+    pub(crate) repair: Vec<usize>,
+}
+
+/// Combines the nodes' answers to one renewal (`None`: no answer): renewed where a
+/// majority renewed it, lost once a majority can no longer have it, otherwise
+/// unknown (retried soon); and where it is renewed, the nodes where it is free, to
+/// write it back on, so that nodes that lose it one after another (restarts
+/// without persistence, spread over time) do not add up to a lost majority.
+pub(crate) fn renew(replies: &[Option<RenewReply>], quorum: usize, nodes: usize) -> RenewVote {
+    let count = |wanted: fn(RenewReply) -> bool| {
+        replies
+            .iter()
+            .filter(|reply| reply.is_some_and(wanted))
+            .count()
+    };
+    let held = count(|reply| reply == RenewReply::Held);
+    let gone = count(|reply| reply != RenewReply::Held);
     if held >= quorum {
-        Some(true)
-    } else if gone > nodes - quorum {
-        Some(false)
-    } else {
-        None
+        let repair = replies
+            .iter()
+            .enumerate()
+            .filter(|(_, reply)| **reply == Some(RenewReply::Free))
+            .map(|(index, _)| index)
+            .collect();
+        return RenewVote {
+            held: Some(true),
+            repair,
+        };
+    }
+    RenewVote {
+        held: (gone > nodes - quorum).then_some(false),
+        repair: Vec::new(),
     }
 }
 
@@ -346,16 +368,51 @@ mod tests {
 
     #[test]
     fn a_renewal_is_lost_only_when_no_majority_can_have_it() {
-        assert_eq!(renew([Some(true), Some(true), None], 2, 3), Some(true));
-        assert_eq!(renew([Some(false), Some(false), None], 2, 3), Some(false));
-        assert_eq!(renew([Some(true), Some(false), None], 2, 3), None);
-        assert_eq!(renew([None, None, None], 2, 3), None);
-        assert_eq!(renew([Some(false)], 1, 1), Some(false));
+        use RenewReply::{Free, Held, Taken};
+        let verdict =
+            |replies: &[Option<RenewReply>], quorum, nodes| renew(replies, quorum, nodes).held;
+        assert_eq!(verdict(&[Some(Held), Some(Held), None], 2, 3), Some(true));
+        assert_eq!(verdict(&[Some(Free), Some(Taken), None], 2, 3), Some(false));
+        assert_eq!(verdict(&[Some(Held), Some(Free), None], 2, 3), None);
+        assert_eq!(verdict(&[None, None, None], 2, 3), None);
+        assert_eq!(verdict(&[Some(Free)], 1, 1), Some(false));
         assert_eq!(
-            renew([Some(false), Some(false), None, None, Some(true)], 3, 5),
+            verdict(&[Some(Free), Some(Taken), None, None, Some(Held)], 3, 5),
             None,
             "two nodes silent may still hold it with the one that renewed"
         );
+    }
+
+    #[test]
+    fn a_held_majority_writes_the_lock_back_where_it_is_free() {
+        use RenewReply::{Free, Held, Taken};
+        let vote = renew(
+            &[Some(Free), Some(Held), Some(Taken), Some(Held), Some(Held)],
+            3,
+            5,
+        );
+        assert_eq!(
+            vote,
+            RenewVote {
+                held: Some(true),
+                repair: vec![0],
+            },
+            "never where another owner holds it"
+        );
+        let vote = renew(
+            &[Some(Free), Some(Free), Some(Held), Some(Held), None],
+            3,
+            5,
+        );
+        assert_eq!(vote.held, None, "no majority: nothing written back");
+        assert!(vote.repair.is_empty());
+        let vote = renew(
+            &[Some(Free), Some(Free), Some(Free), Some(Held), Some(Held)],
+            3,
+            5,
+        );
+        assert_eq!(vote.held, Some(false), "lost: nothing written back");
+        assert!(vote.repair.is_empty());
     }
 
     fn view(
