@@ -112,6 +112,68 @@ impl<T, E: From<LockError>> LockResult for Result<T, E> {
     }
 }
 
+/// The return type of a `skip_if_held` function: `Result<Option<T>, E>`, whose
+/// `Ok(None)` says the lock was held elsewhere and the body did not run. The macro
+/// checks the type as written; this is the same rule for the type checker.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot say that the call was skipped: a `skip_if_held` function \
+               returns `Result<Option<T>, E>`",
+    label = "a skip returns `Ok(None)` through this type",
+    note = "when another owner holds the lock the body does not run and the call returns \
+            `Ok(None)`; the body returns `Ok(Some(..))`"
+)]
+pub trait Skip {
+    /// `Ok(None)`.
+    fn skipped() -> Self;
+}
+
+impl<T, E> Skip for Result<Option<T>, E> {
+    fn skipped() -> Self {
+        Ok(None)
+    }
+}
+
+/// `Ok(None)`, as the function's return type `R`: what a `skip_if_held` call
+/// returns when the lock is held elsewhere. Named on the return type's span, as
+/// [`lock_error`] is.
+pub fn skipped<R: Skip>() -> R {
+    R::skipped()
+}
+
+/// What the attribute says about a lock held elsewhere (`skip_if_held`) and about
+/// the release (`hold_at_least`).
+#[derive(Debug)]
+pub struct Job<R> {
+    /// `skip_if_held`: the function's `Ok(None)`, returned when the lock is held
+    /// elsewhere (the request waits for nothing: `wait` is zero).
+    pub skipped: Option<fn() -> R>,
+    /// `hold_at_least = ".."`: the minimum hold time, counted from the acquisition.
+    pub hold_at_least: Option<Duration>,
+}
+
+impl<R> Job<R> {
+    /// What the call returns when the lock could not be taken: `Ok(None)` for a
+    /// lock held elsewhere under `skip_if_held`, else the error.
+    fn not_taken(
+        &self,
+        error: LockError,
+        lock_error: fn(LockError) -> R,
+        function: &'static str,
+    ) -> R {
+        match self.skipped {
+            Some(skipped) if error.is_busy() => {
+                tracing::debug!(
+                    function,
+                    %error,
+                    "distlock: skipped: the lock is held elsewhere (skip_if_held)"
+                );
+                skipped()
+            }
+            _ => lock_error(in_function(error, function)),
+        }
+    }
+}
+
 /// The key: formatted once, into one `String`.
 pub fn format_key(args: std::fmt::Arguments<'_>) -> String {
     std::fmt::format(args)
@@ -250,6 +312,8 @@ pub trait Held: Sized {
     fn on_lost(&self) -> impl Future<Output = ()>;
     /// Releases the lock(s).
     fn release(self) -> impl Future<Output = Result<(), LockError>>;
+    /// Releases the lock(s) once held for `held_at_least`.
+    fn release_after(self, held_at_least: Duration) -> impl Future<Output = Result<(), LockError>>;
     /// The name(s), for warnings.
     fn label(&self) -> String;
     /// The name of a lock that was lost (of the first, for a set).
@@ -271,6 +335,10 @@ impl Held for LockGuard {
         self.unlock()
     }
 
+    fn release_after(self, held_at_least: Duration) -> impl Future<Output = Result<(), LockError>> {
+        self.unlock_after_holding(held_at_least)
+    }
+
     fn label(&self) -> String {
         self.name().to_owned()
     }
@@ -289,6 +357,10 @@ impl Held for MultiLockGuard {
         self.unlock()
     }
 
+    fn release_after(self, held_at_least: Duration) -> impl Future<Output = Result<(), LockError>> {
+        self.unlock_after_holding(held_at_least)
+    }
+
     fn label(&self) -> String {
         self.names().collect::<Vec<_>>().join(", ")
     }
@@ -298,6 +370,14 @@ impl Held for MultiLockGuard {
             .iter()
             .find(|guard| guard.is_lost())
             .map_or_else(|| self.label(), |guard| guard.name().to_owned())
+    }
+}
+
+/// Releases `guard`: at once, or once held for the minimum `hold_at_least`.
+async fn give_back<G: Held>(guard: G, hold_at_least: Option<Duration>) -> Result<(), LockError> {
+    match hold_at_least {
+        Some(held_at_least) => guard.release_after(held_at_least).await,
+        None => guard.release().await,
     }
 }
 
@@ -345,12 +425,14 @@ fn in_function(mut error: LockError, function: &'static str) -> LockError {
     error
 }
 
-/// `on_lost = "finish"`: runs `body` in the lock scope, releases the lock, and
-/// returns the body's output, with a warning when the lock was lost meanwhile.
+/// `on_lost = "finish"`: runs `body` in the lock scope, releases the lock (as
+/// `job` says), and returns the body's output, with a warning when the lock was lost
+/// meanwhile. A lock held elsewhere under `skip_if_held` returns `Ok(None)`.
 pub async fn run_finish<Q, G, F, R>(
     request: Result<Q, LockError>,
     body: F,
     lock_error: fn(LockError) -> R,
+    job: Job<R>,
     function: &'static str,
 ) -> R
 where
@@ -360,13 +442,13 @@ where
 {
     let guard = match acquire(request, function).await {
         Ok(guard) => guard,
-        Err(error) => return lock_error(in_function(error, function)),
+        Err(error) => return job.not_taken(error, lock_error, function),
     };
     let label = guard.label();
     let (span, start) = (locked_span(function, &label), Instant::now());
     let output = guard.run_in(body).instrument(span.clone()).await;
     span.record("lock.held_ms", start.elapsed().as_millis() as u64);
-    if let Err(error) = guard.release().await {
+    if let Err(error) = give_back(guard, job.hold_at_least).await {
         warn_release(function, &label, &error);
     }
     output
@@ -378,6 +460,7 @@ pub async fn run_abort<Q, G, F, R>(
     request: Result<Q, LockError>,
     body: F,
     lock_error: fn(LockError) -> R,
+    job: Job<R>,
     function: &'static str,
 ) -> R
 where
@@ -387,7 +470,7 @@ where
 {
     let guard = match acquire(request, function).await {
         Ok(guard) => guard,
-        Err(error) => return lock_error(in_function(error, function)),
+        Err(error) => return job.not_taken(error, lock_error, function),
     };
     let (span, start) = (locked_span(function, &guard.label()), Instant::now());
     let output = {
@@ -403,7 +486,7 @@ where
     };
     span.record("lock.held_ms", start.elapsed().as_millis() as u64);
     let (label, lost_name) = (guard.label(), guard.lost_name());
-    match (output, guard.release().await) {
+    match (output, give_back(guard, job.hold_at_least).await) {
         (Some(output), Ok(())) => output,
         (_, Err(error)) if error.is_lost() => lock_error(error),
         (None, _) => lock_error(LockError::lost_lock(lost_name)),

@@ -17,13 +17,15 @@ use std::time::{Duration, Instant};
 use distlock_testkit::{RedisCluster, RedisServer, SentinelGroup};
 
 /// Every example; each has a test of its own below.
-const EXAMPLES: [&str; 6] = [
+const EXAMPLES: [&str; 8] = [
     "demo",
     "order_flow",
     "fencing",
     "guard_api",
     "deadlock",
     "metrics",
+    "scheduled_job",
+    "leader",
 ];
 
 /// How long an example may run before it counts as hung.
@@ -76,6 +78,36 @@ fn deadlock_is_warned_of_broken_and_its_check_passes() {
     let output = run_example("deadlock");
     assert!(output.contains("deadlock broken after"), "{output}");
     assert!(output.contains("consistency check passed"), "{output}");
+}
+
+/// Two instances whose timers fire 200 ms apart: the job runs twice per period
+/// without a minimum hold time, once with it, and a redeploy right after the job
+/// does not let the other instance run it again.
+#[test]
+fn scheduled_job_runs_once_per_period() {
+    let output = run_example("scheduled_job");
+    assert!(
+        output.contains("the job ran twice in one period"),
+        "{output}"
+    );
+    assert!(
+        output.contains("once per period, and B's skips were no errors"),
+        "{output}"
+    );
+    assert!(
+        output.contains("left `job:nightly-report` held"),
+        "{output}"
+    );
+}
+
+/// A killed leader (another process) is replaced within one lease, and a leader
+/// that loses the lock learns it and steps down.
+#[test]
+fn leader_is_replaced_within_one_lease() {
+    let output = run_example("leader");
+    assert!(output.contains("B took over"), "{output}");
+    assert!(output.contains("B leads again"), "{output}");
+    assert!(output.contains("leader election finished"), "{output}");
 }
 
 /// The Prometheus endpoint serves the counts of the run it made.

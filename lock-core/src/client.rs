@@ -744,7 +744,13 @@ impl LockClient {
     /// those guards are told ([`LockGuard::lost`](crate::LockGuard::lost) fires,
     /// [`lost_reason`](crate::LockGuard::lost_reason) is
     /// [`LostReason::ShutDown`](crate::LostReason::ShutDown)) and send nothing more;
-    /// and the releases of guards dropped just before are waited for. The report
+    /// and the releases of guards dropped just before are waited for. A hold whose
+    /// release waits out a minimum hold time
+    /// ([`LockGuard::unlock_after_holding`](crate::LockGuard::unlock_after_holding),
+    /// the macro's `hold_at_least`) is not given back but left to its lease, extended
+    /// once to cover the rest of the minimum, so that a redeploy right after a job
+    /// does not let another instance run it again early
+    /// ([`ShutdownReport::kept_for_minimum`]). The report
     /// says how many holds were given back and which locks could not be (they stay
     /// held until their leases end). Without it, a process that returns from `main`
     /// with locks held leaves them held for their whole lease (30 s by default) and

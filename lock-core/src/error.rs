@@ -924,7 +924,9 @@ pub enum LostReason {
     /// the lease ran out.
     MaxHoldExceeded,
     /// The client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)),
-    /// which gave the lock back.
+    /// which gave the lock back (or left it held until its lease ends, for the rest
+    /// of a minimum hold time:
+    /// [`LockGuard::unlock_after_holding`](crate::LockGuard::unlock_after_holding)).
     ShutDown,
     /// The Redis server that held it is not the one that granted it: it restarted
     /// without the lock (no persistence), or a failover moved to a master that never

@@ -7,12 +7,17 @@ use std::sync::Arc;
 
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use crate::context::LockContext;
 use crate::detach::join_all;
 use crate::error::{LockError, LostReason};
-use crate::hold::HeldLock;
+use crate::hold::{HeldLock, Hold};
 use crate::inner::Inner;
-use crate::release;
+use crate::lease::MAX_LEASE;
+use crate::{minimum, release};
 
 /// A held lock. Release it with [`unlock`](LockGuard::unlock).
 ///
@@ -375,6 +380,137 @@ impl LockGuard {
         self.released = true;
         release::unlock(&self.inner, self.held.hold.clone()).await
     }
+
+    /// Releases the lock once it has been held for `held_at_least`, counted from its
+    /// acquisition (for a re-entry, from the chain's first acquisition): a minimum
+    /// hold time, ShedLock's `lockAtLeastFor`. For a job that must run once per
+    /// period across instances: instance A runs it in 50 ms, and instance B, whose
+    /// timer fires 200 ms later, still finds the lock held and skips
+    /// ([`LockClient::try_lock`](crate::LockClient::try_lock) gives `None`).
+    ///
+    /// When the lock has been held that long already, this is [`unlock`](Self::unlock).
+    /// Otherwise it extends the lease once, so that it covers the rest of the
+    /// minimum (one round trip; a lease that lasts longer is kept), and returns: the
+    /// hold stays, renewed by the watchdog as before and watched for a loss, until
+    /// the minimum has passed, and is then released in the background (a loss
+    /// meanwhile ends the wait, and is logged). The lock is then free at the end of
+    /// the minimum, as after `unlock`.
+    ///
+    /// - [`LockClient::shutdown`](crate::LockClient::shutdown) during the wait does
+    ///   not give the lock back (a redeploy right after the job must not let another
+    ///   instance run it again early): it extends the lease once more to cover the
+    ///   rest of the minimum, leaves the lock to it, and reports it
+    ///   ([`ShutdownReport::kept_for_minimum`](crate::ShutdownReport::kept_for_minimum)).
+    /// - A process that dies during the wait (or whose runtime goes) sends nothing:
+    ///   the lock ends when its lease in Redis ends, which is no earlier than the end
+    ///   of the minimum (the extension above), and no later than the end of the
+    ///   minimum or the end of the lease of the last renewal (one watchdog lease
+    ///   after it, 30 s by default), whichever comes later.
+    /// - A process that dies before this call (during the job) leaves the lock to the
+    ///   lease of its last renewal, as any hold: the minimum is not known yet.
+    ///
+    /// # Errors
+    ///
+    /// As [`unlock`](Self::unlock) when the minimum has passed. Otherwise
+    /// [`LockError::Lost`] when the lock was lost before (the hold is given back as
+    /// `unlock` does) or when the extension finds it no longer held. When Redis does
+    /// not answer the extension, it is logged and the call returns `Ok`: the hold
+    /// stays, renewed by the watchdog, and is released at the end of the minimum as
+    /// planned; only a process that dies meanwhile may free it earlier (at the end of
+    /// the lease of its last renewal). [`LockError::InvalidOption`] when
+    /// `held_at_least` is longer than [`MAX_LEASE`](crate::MAX_LEASE) (the lock is
+    /// then released as a dropped guard is).
+    ///
+    /// # Cancel safety
+    ///
+    /// The release at the end of the minimum is planned at the first poll: dropping
+    /// the future during the extension changes nothing but the extension, which may
+    /// or may not be applied (it only ever moves the lease's end later).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// # async fn nightly_report() {}
+    /// use std::time::Duration;
+    ///
+    /// // Every instance's timer fires at about 02:00; one of them runs the report.
+    /// if let Some(guard) = locks.try_lock("job:nightly-report").await? {
+    ///     nightly_report().await;
+    ///     // Held for 30 s at least: an instance whose timer fires later skips too.
+    ///     guard.unlock_after_holding(Duration::from_secs(30)).await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn unlock_after_holding(mut self, held_at_least: Duration) -> Result<(), LockError> {
+        if held_at_least > MAX_LEASE {
+            return Err(LockError::invalid_option(
+                "unlock_after_holding",
+                format!(
+                    "{held_at_least:?} is longer than the longest lease ({MAX_LEASE:?}); the \
+                     lock was released"
+                ),
+            ));
+        }
+        let hold = self.held.hold.clone();
+        let until = hold.acquired + held_at_least;
+        let runtime = tokio::runtime::Handle::try_current();
+        if Instant::now() >= until || hold.is_lost() || runtime.is_err() {
+            return self.unlock().await;
+        }
+        // From here the release at `until` owns the guard's hold.
+        self.released = true;
+        hold.keep_until(until);
+        let task = release_at(self.inner.clone(), hold.clone(), until);
+        if let Ok(runtime) = runtime {
+            runtime.spawn(task);
+        }
+        match minimum::extend_until(&self.inner, &hold, until).await {
+            Err(err) if !err.is_lost() => {
+                tracing::warn!(
+                    lock.name = %hold.display(),
+                    error = %err,
+                    "distlock: could not extend the lease to cover the minimum hold time; the \
+                     lock is still released at its end, but a process that dies before may \
+                     free it earlier"
+                );
+                Ok(())
+            }
+            outcome => outcome,
+        }
+    }
+}
+
+/// The release of a guard's hold at the end of its minimum hold time (`until`), or
+/// as soon as the hold is lost (a loss, or the client's shutdown: it then sends
+/// nothing).
+///
+/// # Cancel safety
+///
+/// Only a spawned task awaits it. Dropped during the wait (its runtime went), the
+/// lock is left to its lease; during the release, the release finishes as
+/// [`release::unlock`]'s does.
+async fn release_at(inner: Arc<Inner>, hold: Arc<Hold>, until: Instant) {
+    tokio::select! {
+        () = tokio::time::sleep_until(until) => {}
+        () = hold.lost.cancelled() => {}
+    }
+    let name = hold.display().to_owned();
+    match release::unlock(&inner, hold).await {
+        Ok(()) => {}
+        // Told when it was found (or the shutdown left it to its lease).
+        Err(err) if err.is_lost() => {
+            tracing::debug!(lock.name = %name, error = %err, "distlock: minimum hold ended by a loss")
+        }
+        Err(err) => tracing::warn!(
+            lock.name = %name,
+            error = %err,
+            "distlock: could not release the lock after its minimum hold time; its lease will \
+             end it"
+        ),
+    }
 }
 
 impl Drop for LockGuard {
@@ -631,23 +767,59 @@ impl MultiLockGuard {
     /// # }
     /// ```
     pub async fn unlock(self) -> Result<(), LockError> {
-        let results = join_all(self.guards.into_iter().map(LockGuard::unlock)).await;
-        let mut first = None;
-        for result in results {
-            match result {
-                Ok(()) => {}
-                Err(err @ LockError::Lost { .. })
-                    if !matches!(first, Some(LockError::Lost { .. })) =>
-                {
-                    first = Some(err);
-                }
-                Err(err) => {
-                    first.get_or_insert(err);
-                }
+        first_error(join_all(self.guards.into_iter().map(LockGuard::unlock)).await)
+    }
+
+    /// Releases every lock of the set once it has been held for `held_at_least`
+    /// (a minimum hold time), each as [`LockGuard::unlock_after_holding`] does,
+    /// all at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::unlock_after_holding`], for the first lock that failed; a loss
+    /// ([`LockError::Lost`]) is reported before any other error.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockGuard::unlock_after_holding`]: the releases are planned whatever
+    /// happens to the future.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let both = locks.lock_all(["job:invoices", "job:ledger"]).await?;
+    /// // ... the job ...
+    /// both.unlock_after_holding(Duration::from_secs(30)).await
+    /// # }
+    /// ```
+    pub async fn unlock_after_holding(self, held_at_least: Duration) -> Result<(), LockError> {
+        let releases = self
+            .guards
+            .into_iter()
+            .map(|guard| guard.unlock_after_holding(held_at_least));
+        first_error(join_all(releases).await)
+    }
+}
+
+/// The error of a set's release: the first loss, else the first error.
+fn first_error(results: Vec<Result<(), LockError>>) -> Result<(), LockError> {
+    let mut first = None;
+    for result in results {
+        match result {
+            Ok(()) => {}
+            Err(err @ LockError::Lost { .. }) if !matches!(first, Some(LockError::Lost { .. })) => {
+                first = Some(err);
+            }
+            Err(err) => {
+                first.get_or_insert(err);
             }
         }
-        first.map_or(Ok(()), Err)
     }
+    first.map_or(Ok(()), Err)
 }
 
 impl fmt::Debug for MultiLockGuard {

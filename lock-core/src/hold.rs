@@ -41,6 +41,14 @@ pub(crate) struct Hold {
     /// The lock's class for the lock-order checker, worked out the first time a
     /// nested acquisition needs it.
     class: OnceLock<Arc<str>>,
+    /// When the grant that made the hold came back: a minimum hold time
+    /// ([`LockGuard::unlock_after_holding`](crate::LockGuard::unlock_after_holding))
+    /// counts from here (no earlier than Redis granted it).
+    pub(crate) acquired: Instant,
+    /// Until when a guard's release waits for its minimum hold time (the latest,
+    /// when several guards of the hold wait): a shutdown leaves the hold to its
+    /// lease until then instead of giving it back (see `minimum.rs`).
+    minimum: Mutex<Option<Instant>>,
     state: Mutex<HoldState>,
 }
 
@@ -156,8 +164,23 @@ impl Hold {
             origin,
             task: TaskId::current(),
             class: OnceLock::new(),
+            acquired: Instant::now(),
+            minimum: Mutex::new(None),
             state: Mutex::new(state),
         }
+    }
+
+    /// A guard's release waits until `until`, its minimum hold time: kept until
+    /// the latest of those asked for.
+    pub(crate) fn keep_until(&self, until: Instant) {
+        let mut minimum = self.minimum.lock().unwrap_or_else(PoisonError::into_inner);
+        *minimum = Some(minimum.map_or(until, |earlier| earlier.max(until)));
+    }
+
+    /// Until when a guard's release waits for its minimum hold time, if one does
+    /// (the time may be past).
+    pub(crate) fn kept_until(&self) -> Option<Instant> {
+        *self.minimum.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The lock's class for the lock-order checker (see `ops/order.rs`), folded once.
@@ -234,6 +257,22 @@ impl Hold {
             _ => tracing::warn!(lock.name = %self.display(), reason = why, "distlock: lock lost"),
         }
         true
+    }
+
+    /// The client's shutdown left the hold held in Redis for the rest of its
+    /// minimum hold time, rather than give it back: its guards are told
+    /// ([`LostReason::ShutDown`]; the hold is closed, they send nothing more).
+    pub(crate) fn left_to_lease(&self, left: Duration) {
+        if self.reason.set(LostReason::ShutDown).is_err() || self.lost.is_cancelled() {
+            return;
+        }
+        self.lost.cancel();
+        tracing::info!(
+            lock.name = %self.display(),
+            left = ?left,
+            "distlock: lock left held by the client's shutdown for the rest of its minimum \
+             hold time; its lease ends it"
+        );
     }
 
     pub(crate) fn lost_error(&self) -> LockError {

@@ -49,6 +49,7 @@
 //! | 7 | `hooks.rs` | the fixed points where operator features see an acquisition: `Operator` (before a new one, a watch over a wait, how it ended, the series of a lock), installed by the builder |
 //! | 8 | `watchdog.rs` | when to renew, and telling guards of a loss |
 //! | 9 | `inner.rs` | `Inner`: one client's state, what every internal function takes (its operator features as a `dyn Operator`) |
+//! | 10 | `minimum.rs` | a minimum hold time: a lease extended to cover it, and the holds a shutdown leaves held for it |
 //! | 10 | `release.rs` | every give-back of a hold, one function per case |
 //! | 10 | `ops/` | operator features, reached only through `hooks.rs`: `order.rs` the lock-order checker ([`LockOrderCheck`]), `order_shared.rs` the graph a namespace shares, `deadlock.rs` and `watch.rs` distributed deadlock detection, `metrics.rs` (feature `metrics`), `holder.rs` the holder named in a timeout, `health.rs` the checks of [`LockClient::ping`] ([`HealthReport`], [`NodeHealth`]); `Operators`, their state |
 //! | 11 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
@@ -89,6 +90,7 @@ mod kinds;
 pub mod layout;
 mod lease;
 mod library;
+mod minimum;
 mod ops;
 mod origin;
 mod owner;

@@ -109,8 +109,8 @@ pub(crate) fn on_drop(inner: &Arc<Inner>, hold: Arc<Hold>) {
 /// What [`LockClient::shutdown`](crate::LockClient::shutdown) did: how many holds it
 /// gave back (those granted to acquisitions under way at the shutdown included),
 /// the locks it could not give back (they stay held until their leases end), each
-/// with the error, and the acquisitions still without an answer when it stopped
-/// waiting for them.
+/// with the error, the locks it left held for the rest of their minimum hold time,
+/// and the acquisitions still without an answer when it stopped waiting for them.
 ///
 /// # Examples
 ///
@@ -129,6 +129,7 @@ pub struct ShutdownReport {
     given_back: usize,
     failed: Vec<(String, LockError)>,
     in_flight: usize,
+    kept: Vec<(String, Duration)>,
 }
 
 impl ShutdownReport {
@@ -184,8 +185,39 @@ impl ShutdownReport {
         self.in_flight
     }
 
-    /// Whether every hold was given back, and no acquisition was still waiting for
-    /// its answer.
+    /// The locks left held for the rest of their minimum hold time
+    /// ([`LockGuard::unlock_after_holding`](crate::LockGuard::unlock_after_holding),
+    /// the macro's `hold_at_least`), each with how much of it was left, instead of
+    /// given back: so that a redeploy right after a job does not let another
+    /// instance run it again early. Each lease was extended once to cover what was
+    /// left, so the lock ends no earlier than its minimum, and no later than the
+    /// minimum or the end of the lease its last renewal gave, whichever comes later
+    /// (up to one lease after the shutdown).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = locks.lock("job:nightly-report").await?;
+    /// // ... the job, done in a second ...
+    /// guard.unlock_after_holding(Duration::from_secs(30)).await?;
+    /// let report = locks.shutdown().await;
+    /// for (name, left) in report.kept_for_minimum() {
+    ///     println!("`{name}` stays held for {left:?} more");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn kept_for_minimum(&self) -> &[(String, Duration)] {
+        &self.kept
+    }
+
+    /// Whether every hold was given back (or, on purpose, left held for the rest of
+    /// its minimum hold time: [`kept_for_minimum`](Self::kept_for_minimum)), and no
+    /// acquisition was still waiting for its answer.
     ///
     /// # Examples
     ///
@@ -204,7 +236,8 @@ impl ShutdownReport {
 
 /// The client's shutdown: refuses new acquisitions (and ends the waits under way),
 /// waits for the acquisitions still under way (each either fails, or gives back at
-/// once what it was granted: `acquire/grant.rs`, `admit`), gives back every hold
+/// once what it was granted: `acquire/grant.rs`, `admit`), leaves held the holds
+/// waiting out a minimum hold time (`minimum.rs`, `keep`), gives back every other hold
 /// that its guards still have (each guard's hold, sent at one moment so that they
 /// share script runs), marks those holds lost (`LostReason::ShutDown`: a guard still
 /// in use learns it, and sends nothing more), and waits for the releases of dropped
@@ -223,7 +256,10 @@ pub(crate) async fn shutdown(inner: &Arc<Inner>) -> ShutdownReport {
         let _ = tokio::time::timeout(patience, inner.attempts.idle()).await;
     }
     let mut report = ShutdownReport::default();
-    let closed = inner.watchdog.close_all();
+    // Holds waiting out a minimum hold time stay held: their leases cover it.
+    let kept = crate::minimum::keep(inner, inner.watchdog.close_all()).await;
+    (report.kept, report.failed) = (kept.kept, kept.failed);
+    let closed = kept.rest;
     let releases = closed.iter().flat_map(|(hold, guards)| {
         (0..*guards).map(move |_| {
             let (inner, hold) = (inner.clone(), hold.clone());

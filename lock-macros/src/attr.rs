@@ -22,11 +22,13 @@ mod kw {
     syn::custom_keyword!(kind);
     syn::custom_keyword!(semaphore);
     syn::custom_keyword!(permits);
+    syn::custom_keyword!(skip_if_held);
+    syn::custom_keyword!(hold_at_least);
 }
 
 /// Every argument, in the order the docs list them.
-const VALID: &str = "`key`, `keys`, `kind`, `semaphore`, `permits`, `wait`, `lease`, \
-     `max_hold`, `client`, `fencing`, `on_lost`, `crate`";
+const VALID: &str = "`key`, `keys`, `kind`, `semaphore`, `permits`, `wait`, `skip_if_held`, \
+     `lease`, `max_hold`, `hold_at_least`, `client`, `fencing`, `on_lost`, `crate`";
 
 /// `distlock::MAX_PERMITS` (the facade's tests check that they agree).
 const MAX_PERMITS: u32 = 1_000_000;
@@ -62,6 +64,17 @@ const RENAMED: &[(&str, &str)] = &[
     ("sem", "semaphore"),
     ("permit", "permits"),
     ("max", "permits"),
+    ("skip", "skip_if_held"),
+    ("skip_if_locked", "skip_if_held"),
+    ("skip_if_busy", "skip_if_held"),
+    ("try_once", "skip_if_held"),
+    ("try_lock", "skip_if_held"),
+    ("lock_at_least_for", "hold_at_least"),
+    ("lock_at_least", "hold_at_least"),
+    ("min_hold", "hold_at_least"),
+    ("hold_min", "hold_at_least"),
+    ("at_least", "hold_at_least"),
+    ("lock_at_most_for", "max_hold"),
 ];
 
 /// What `key = ..` takes (`kind = ..`, or `semaphore = ..` with `permits = ..`).
@@ -105,8 +118,11 @@ pub(crate) struct Args {
     semaphore: Option<(LitStr, Span)>,
     permits: Option<(u32, Span)>,
     wait: Option<Millis>,
+    /// Where the `skip_if_held` flag is.
+    skip_if_held: Option<Span>,
     lease: Option<Millis>,
     max_hold: Option<Millis>,
+    hold_at_least: Option<Millis>,
     client: Option<Expr>,
     fencing: Option<LitBool>,
     on_lost: Option<(OnLost, Span)>,
@@ -134,9 +150,15 @@ impl Locks {
 /// The checked configuration of one annotated function.
 pub(crate) struct Config {
     pub(crate) locks: Locks,
+    /// `wait = ".."`; zero under `skip_if_held`.
     pub(crate) wait: Option<Millis>,
+    /// `skip_if_held`: where the flag is. The lock is tried once; held elsewhere, the
+    /// body does not run and the call returns `Ok(None)`.
+    pub(crate) skip_if_held: Option<Span>,
     pub(crate) lease: Option<Millis>,
     pub(crate) max_hold: Option<Millis>,
+    /// `hold_at_least = ".."`: released no earlier than this after the acquisition.
+    pub(crate) hold_at_least: Option<Millis>,
     pub(crate) client: Option<Expr>,
     pub(crate) fencing: Option<LitBool>,
     pub(crate) on_lost: OnLost,
@@ -198,6 +220,28 @@ impl Parse for Args {
                 let name = input.parse::<kw::wait>()?;
                 let value = duration_value(input, "wait", "wait = \"5s\"")?;
                 set(&mut args.wait, value, name.span, "wait")?;
+            } else if lookahead.peek(kw::skip_if_held) {
+                let name = input.parse::<kw::skip_if_held>()?;
+                if input.peek(Token![=]) {
+                    return Err(syn::Error::new(
+                        input.span(),
+                        "`skip_if_held` is a flag: write `skip_if_held` alone (leave it out to \
+                         wait for the lock)",
+                    ));
+                }
+                set(&mut args.skip_if_held, name.span, name.span, "skip_if_held")?;
+            } else if lookahead.peek(kw::hold_at_least) {
+                let name = input.parse::<kw::hold_at_least>()?;
+                let value = duration_value(input, "hold_at_least", "hold_at_least = \"30s\"")?;
+                if !(1..=MAX_LEASE_MS).contains(&value.millis) {
+                    return Err(syn::Error::new(
+                        value.span,
+                        "`hold_at_least` is out of range: from 1ms to 24h (`distlock::MAX_LEASE`, \
+                         the longest lease that can cover it); leave it out to release the lock \
+                         as soon as the body returns",
+                    ));
+                }
+                set(&mut args.hold_at_least, value, name.span, "hold_at_least")?;
             } else if lookahead.peek(kw::lease) {
                 let name = input.parse::<kw::lease>()?;
                 let value = duration_value(input, "lease", "lease = \"30s\"")?;
@@ -293,7 +337,19 @@ impl Parse for Args {
 
 impl Args {
     /// Checks the rules between the arguments.
-    pub(crate) fn build(self) -> syn::Result<Config> {
+    pub(crate) fn build(mut self) -> syn::Result<Config> {
+        if let (Some(_), Some(wait)) = (&self.skip_if_held, &self.wait) {
+            return Err(syn::Error::new(
+                wait.span,
+                "`skip_if_held` and `wait` together: `skip_if_held` tries the lock once and \
+                 never waits (held elsewhere, the body does not run and the call returns \
+                 `Ok(None)`); leave `wait` out, or leave `skip_if_held` out to wait for the lock \
+                 (with `wait = \"0s\"` a held lock is an error, `LockError::Timeout`, not a skip)",
+            ));
+        }
+        if let Some(span) = self.skip_if_held {
+            self.wait = Some(Millis { millis: 0, span });
+        }
         if let (Some(lease), Some(max_hold)) = (&self.lease, &self.max_hold) {
             if lease.millis > max_hold.millis {
                 return Err(syn::Error::new(
@@ -344,8 +400,10 @@ impl Args {
             return Ok(Config {
                 locks: Locks::One(template, Kind::Semaphore(permits)),
                 wait: self.wait,
+                skip_if_held: self.skip_if_held,
                 lease: self.lease,
                 max_hold: self.max_hold,
+                hold_at_least: self.hold_at_least,
                 client: self.client,
                 fencing: None,
                 on_lost: self.on_lost.map_or(OnLost::Finish, |(on_lost, _)| on_lost),
@@ -419,8 +477,10 @@ impl Args {
         Ok(Config {
             locks,
             wait: self.wait,
+            skip_if_held: self.skip_if_held,
             lease: self.lease,
             max_hold: self.max_hold,
+            hold_at_least: self.hold_at_least,
             client: self.client,
             fencing: self.fencing,
             on_lost: self.on_lost.map_or(OnLost::Finish, |(on_lost, _)| on_lost),
@@ -689,6 +749,23 @@ mod tests {
     }
 
     #[test]
+    fn a_job_that_runs_once() {
+        let config = parse(quote::quote!(
+            key = "job:nightly-report",
+            skip_if_held,
+            hold_at_least = "30s"
+        ))
+        .unwrap_or_else(|err| panic!("{err}"));
+        assert!(config.skip_if_held.is_some());
+        assert_eq!(config.wait.map(|w| w.millis), Some(0), "tried once");
+        assert_eq!(config.hold_at_least.map(|h| h.millis), Some(30_000));
+        let config = parse(quote::quote!(key = "a", hold_at_least = "1s", wait = "5s"))
+            .unwrap_or_else(|err| panic!("{err}"));
+        assert!(config.skip_if_held.is_none());
+        assert_eq!(config.wait.map(|w| w.millis), Some(5_000));
+    }
+
+    #[test]
     fn several_keys() {
         let config = parse(quote::quote!(
             keys = ["order:{id}", "inventory:{sku}",],
@@ -786,6 +863,39 @@ mod tests {
                 "duplicate argument `keys`",
             ),
             (quote::quote!(names = ["a"]), "did you mean `keys`"),
+            (
+                quote::quote!(key = "a", skip_if_held, wait = "0s"),
+                "`skip_if_held` and `wait` together",
+            ),
+            (
+                quote::quote!(key = "a", wait = "1s", skip_if_held),
+                "`skip_if_held` and `wait` together",
+            ),
+            (quote::quote!(key = "a", skip_if_held = true), "is a flag"),
+            (
+                quote::quote!(key = "a", skip_if_held, skip_if_held),
+                "duplicate argument `skip_if_held`",
+            ),
+            (
+                quote::quote!(key = "a", skip),
+                "did you mean `skip_if_held`",
+            ),
+            (
+                quote::quote!(key = "a", hold_at_least = "0s"),
+                "`hold_at_least` is out of range",
+            ),
+            (
+                quote::quote!(key = "a", hold_at_least = "25h"),
+                "`hold_at_least` is out of range",
+            ),
+            (
+                quote::quote!(key = "a", hold_at_least = "1.5s"),
+                "write \"1500ms\"",
+            ),
+            (
+                quote::quote!(key = "a", lock_at_least_for = "30s"),
+                "did you mean `hold_at_least`",
+            ),
         ] {
             let err = parse(tokens.clone())
                 .err()

@@ -42,6 +42,9 @@ use crate::template::Template;
 pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenStream> {
     let shape = Shape::of(&function)?;
     check_template(&config, &function, shape)?;
+    if config.skip_if_held.is_some() {
+        check_skip_output(&function, shape)?;
+    }
 
     let private = private(&config, Span::call_site());
     let request = format_ident!("__distlock_request", span = Span::mixed_site());
@@ -107,6 +110,7 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
         (ReturnType::Default, _) => function.sig.span(),
     };
     let lock_error = respan(quote!(#private::lock_error), ret_span);
+    let job = job(&config, &private, ret_span);
     let run = quote!(#private::#run);
 
     match shape {
@@ -126,6 +130,7 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
                     #request,
                     async move #body,
                     #lock_error,
+                    #job,
                     #function_name,
                 ).await
             }})?;
@@ -138,7 +143,7 @@ pub(crate) fn expand(config: Config, mut function: ItemFn) -> syn::Result<TokenS
             let block = &*inner;
             let body: Block = syn::parse2(quote! {{
                 let #request = #make_request;
-                #run(#request, async move #block, #lock_error, #function_name).await
+                #run(#request, async move #block, #lock_error, #job, #function_name).await
             }})?;
             *inner = body;
         }
@@ -361,6 +366,93 @@ fn check_template(config: &Config, function: &ItemFn, shape: Shape) -> syn::Resu
     errors.map_or(Ok(()), Err)
 }
 
+/// `skip_if_held` needs `-> Result<Option<T>, E>`, written out (an alias is not
+/// seen through): a skip returns `Ok(None)`, the body `Ok(Some(..))`. The error is
+/// on the return type.
+fn check_skip_output(function: &ItemFn, shape: Shape) -> syn::Result<()> {
+    let ReturnType::Type(_, ty) = &function.sig.output else {
+        // `Shape::of` refused it already.
+        return Ok(());
+    };
+    let ty = match shape {
+        Shape::AsyncTrait => future_output(ty).unwrap_or(ty),
+        Shape::Async => ty,
+    };
+    if first_argument_of(ty, "Result").is_some_and(|ok| first_argument_of(ok, "Option").is_some()) {
+        return Ok(());
+    }
+    Err(syn::Error::new_spanned(
+        ty,
+        format!(
+            "`skip_if_held` needs `{name}` to return `Result<Option<T>, E>`, not `{written}`: when \
+             another owner holds the lock the body does not run and the call returns `Ok(None)`, \
+             so the caller sees the skip; the body returns `Ok(Some(..))` when it ran. Write the \
+             `Option` out (an alias is not seen through), like `Result<Option<Report>, AppError>`",
+            name = function.sig.ident,
+            written = type_text(ty),
+        ),
+    ))
+}
+
+/// `ty` as a person writes it: `Result<u32, E>`, not `Result < u32 , E >`.
+fn type_text(ty: &Type) -> String {
+    ty.to_token_stream()
+        .to_string()
+        .replace(" :: ", "::")
+        .replace(" < ", "<")
+        .replace(" >", ">")
+        .replace(" ,", ",")
+        .replace("& ", "&")
+}
+
+/// The first type argument of `ty` when it is a path whose last segment is `name`
+/// (`Result<A, B>`, `std::result::Result<A, B>`, `anyhow::Result<A>`).
+fn first_argument_of<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
+    match ty {
+        Type::Path(path) if path.qself.is_none() => {
+            let last = path.path.segments.last()?;
+            if last.ident != name {
+                return None;
+            }
+            let PathArguments::AngleBracketed(args) = &last.arguments else {
+                return None;
+            };
+            args.args.iter().find_map(|arg| match arg {
+                GenericArgument::Type(ty) => Some(ty),
+                _ => None,
+            })
+        }
+        Type::Paren(paren) => first_argument_of(&paren.elem, name),
+        Type::Group(group) => first_argument_of(&group.elem, name),
+        _ => None,
+    }
+}
+
+/// `Job { skipped, hold_at_least }` for `run_finish` and `run_abort`: what a lock
+/// held elsewhere returns (`skip_if_held`: `Ok(None)`, through `skipped`, spanned on
+/// the return type as `lock_error` is), and the minimum hold time.
+fn job(config: &Config, private: &TokenStream, ret_span: Span) -> TokenStream {
+    let skipped = match config.skip_if_held {
+        Some(_) => {
+            let skipped = respan(quote!(#private::skipped), ret_span);
+            quote!(::core::option::Option::Some(#skipped))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let hold_at_least = match config.hold_at_least {
+        Some(Millis { millis, span }) => quote_spanned! {span=>
+            ::core::option::Option::Some(::core::time::Duration::from_millis(#millis))
+        },
+        None => quote!(::core::option::Option::None),
+    };
+    quote! {
+        #private::Job {
+            skipped: #skipped,
+            hold_at_least: #hold_at_least,
+        }
+    }
+}
+
 /// `Options { wait, lease, max_hold, fencing, kind, label }` for `request`.
 fn options(config: &Config, private: &TokenStream) -> TokenStream {
     let duration = |d: Option<Millis>| match d {
@@ -537,6 +629,40 @@ mod tests {
         );
         // `impl Trait` in the return type becomes `_` in the anchor.
         assert!(out.contains("None :: < Result < _ , E > >"), "{out}");
+    }
+
+    #[test]
+    fn skip_if_held_needs_an_option_in_the_result() {
+        let check = |ret: TokenStream| {
+            let function =
+                syn::parse2::<ItemFn>(quote!(async fn f() -> #ret { todo!() })).expect("fn");
+            check_skip_output(&function, Shape::Async).map_err(|err| err.to_string())
+        };
+        for ok in [
+            quote!(Result<Option<u8>, E>),
+            quote!(std::result::Result<std::option::Option<u8>, E>),
+            quote!(anyhow::Result<Option<()>>),
+            quote!((Result<Option<u8>, E>)),
+        ] {
+            assert!(check(ok.clone()).is_ok(), "{ok}");
+        }
+        for bad in [
+            quote!(Result<u8, E>),
+            quote!(Option<Result<u8, E>>),
+            quote!(JobResult),
+            quote!(Result<Vec<Option<u8>>, E>),
+        ] {
+            let err = check(bad.clone()).expect_err("refused");
+            assert!(
+                err.contains("to return `Result<Option<T>, E>`"),
+                "{bad}: {err}"
+            );
+        }
+        let err = check(quote!(std::result::Result<&'static u8, E>)).expect_err("refused");
+        assert!(
+            err.contains("not `std::result::Result<&'static u8, E>`"),
+            "{err}"
+        );
     }
 
     #[test]

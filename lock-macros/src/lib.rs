@@ -100,8 +100,10 @@ use proc_macro::TokenStream;
 /// | `keys` | templates, every lock taken at once: `["order:{id}", "inventory:{sku}"]`, or one per element of a collection: `"inventory:{sku in order.skus}"` | — |
 /// | `semaphore`, `permits` | a semaphore's key template and its permit count: `semaphore = "exports", permits = 4` | — |
 /// | `wait` | how long to wait for a busy lock: `"5s"`, `"0s"` fails at once | the client's `default_wait` |
+/// | `skip_if_held` | a flag: try once; held elsewhere, skip the body and return `Ok(None)` (the function returns `Result<Option<T>, E>`); not with `wait` | wait, then fail |
 /// | `lease` | a fixed lease, with no watchdog: `"30s"` | a watchdog lease, renewed while the body runs |
 /// | `max_hold` | the longest the lock is held (renewal stops then): `"5m"` | the client's `max_hold` (none unless set) |
+/// | `hold_at_least` | the shortest the lock is held, from its acquisition, even if the body returns sooner: `"30s"` (1 ms to 24 h) | released when the body returns |
 /// | `client` | the client, an expression: `self.locks` | the global client |
 /// | `fencing` | a flag: issue a fencing token | the client's `fencing` setting |
 /// | `on_lost` | `"finish"` or `"abort"`: what a lost lease does to the body | `"finish"` |
@@ -244,6 +246,58 @@ use proc_macro::TokenStream;
 /// `LockError::Timeout` (on Redlock, `LockError::QuorumNotReached`;
 /// `LockError::is_busy` is true for both). `"0s"` fails fast. Re-entries never wait. Default: the
 /// client's `LockClientBuilder::default_wait`.
+///
+/// ## `skip_if_held`
+///
+/// Try the lock once, without waiting: when another owner holds it (another
+/// instance, or another call chain of this process), the body does not run and the
+/// call returns `Ok(None)`; no error, and the caller sees the skip. The function
+/// must return `Result<Option<T>, E>`, written out (`anyhow::Result<Option<T>>` and
+/// `std::result::Result<Option<T>, E>` work; an alias of it is not seen through): the
+/// body returns `Ok(Some(..))` when it ran. Another return type is a compile error
+/// on it. Any other failure to take the lock (no client, Redis unreachable, a
+/// shutdown) is still the error. It never waits, so `wait` with it is a compile
+/// error; a call chain that holds the lock already re-enters it and runs the body.
+///
+/// With `hold_at_least`, it is a job that runs once per period across instances
+/// (ShedLock's `@SchedulerLock` with `lockAtLeastFor`): every instance's timer calls
+/// it, the first to fire runs the job, and the others, firing a little later, skip.
+///
+/// ```
+/// use distlock::{distributed_lock, LockError};
+/// # pub struct Report;
+/// # async fn build_report() -> Report { Report }
+///
+/// /// Called by every instance's timer at 02:00; one of them builds the report.
+/// #[distributed_lock(key = "job:nightly-report", skip_if_held, hold_at_least = "30s")]
+/// pub async fn nightly_report() -> Result<Option<Report>, LockError> {
+///     Ok(Some(build_report().await))
+/// }
+///
+/// # async fn on_timer() -> Result<(), LockError> {
+/// match nightly_report().await? {
+///     Some(_report) => println!("built the report"),
+///     None => println!("another instance builds it"),
+/// }
+/// # Ok(()) }
+/// # fn main() {}
+/// ```
+///
+/// ## `hold_at_least = "…"`
+///
+/// A minimum hold time, counted from the acquisition: when the body returns sooner
+/// (`Ok` or `Err`), the call still returns at once, but the lock stays held until
+/// then (renewed by the watchdog, its lease extended once to cover the rest) and is
+/// released in the background at its end (`LockGuard::unlock_after_holding`). So an
+/// instance whose timer fires a little later finds the lock held: with
+/// `skip_if_held` it skips, otherwise it waits (up to `wait`). A panic or a cancelled
+/// call releases the lock at once, as without it (the job did not complete). A
+/// `LockClient::shutdown` during the minimum does not give the lock back: its lease
+/// is extended to cover the rest of the minimum and the lock is left to it
+/// (`ShutdownReport::kept_for_minimum`); a process that dies leaves it to its
+/// lease too, which ends no earlier than the minimum and no later than the
+/// minimum or one lease after the last renewal, whichever comes later. From 1 ms to
+/// 24 h (`distlock::MAX_LEASE`), checked at compile time.
 ///
 /// ## `lease = "…"`
 ///
@@ -426,7 +480,8 @@ use proc_macro::TokenStream;
 /// The lock is given back on every way out of the body:
 ///
 /// - **return** (`Ok` or `Err`, including `?` and early `return`): the call awaits the
-///   release before it returns, so the lock is free when the caller sees the result;
+///   release before it returns, so the lock is free when the caller sees the result
+///   (with `hold_at_least`, at the end of the minimum, in the background);
 /// - **panic**: the lock guard is dropped while unwinding and releases the lock in
 ///   the background at once;
 /// - **cancellation** (the call's future is dropped: a timeout, `select!`, an aborted
@@ -488,14 +543,17 @@ use proc_macro::TokenStream;
 ///         request,
 ///         async move { /* the original body */ },
 ///         ::distlock::__private::lock_error, // LockError -> AppError
+///         Job { skipped: None, hold_at_least: None }, // skip_if_held, hold_at_least
 ///         "my_crate::place_order",
 ///     )
 ///     .await
 /// }
 /// ```
 ///
-/// `run_finish` takes the lock (or returns the converted error), runs the body with
-/// `guard.scope(body)` and releases with `guard.unlock()`. The generated names are
+/// `run_finish` takes the lock (or returns the converted error; under
+/// `skip_if_held`, `Ok(None)` for a lock held elsewhere), runs the body with
+/// `guard.scope(body)` and releases with `guard.unlock()` (with `hold_at_least`,
+/// `guard.unlock_after_holding(..)`). The generated names are
 /// hygienic and all paths are absolute, so the expansion is unaffected by your own
 /// items named `distlock`, `core`, `Option` and so on.
 #[proc_macro_attribute]

@@ -60,7 +60,8 @@ COMMANDS:
     demo [EXAMPLE...] Run examples against throwaway redis-servers (REDIS_URL points
                       at a fresh server for each). Default: `order_flow`, the order and
                       inventory service; also `demo`, `guard_api`, `fencing`, `deadlock`,
-                      or `all`.
+                      `scheduled_job` (a job run once per period across instances),
+                      `leader` (leader election), or `all`.
     bench [ARGS...]   Run the benchmarks of issues 6 and 13 (package `distlock-bench`,
                       built in release with the rslock peer): start a throwaway
                       redis-server and a local Redis Cluster, measure the physical
@@ -392,7 +393,15 @@ fn bench(extra: &[OsString]) -> Result<()> {
 }
 
 /// The examples `cargo xtask demo all` runs, in this order.
-const EXAMPLES: [&str; 5] = ["order_flow", "demo", "guard_api", "fencing", "deadlock"];
+const EXAMPLES: [&str; 7] = [
+    "order_flow",
+    "demo",
+    "guard_api",
+    "fencing",
+    "deadlock",
+    "scheduled_job",
+    "leader",
+];
 
 /// `cargo xtask demo [EXAMPLE...]`: each example against a throwaway server of its own.
 fn demo(names: &[OsString]) -> Result<()> {
