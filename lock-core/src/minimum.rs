@@ -23,7 +23,7 @@ use crate::error::{LockError, LostReason};
 use crate::hold::Hold;
 use crate::inner::Inner;
 use crate::lease::{drift, validity, MAX_LEASE, MIN_LEASE};
-use crate::renew::renew;
+use crate::renew::{renew, Renewal};
 use crate::scripts::unexpected_reply;
 
 /// The lease that keeps a lock in Redis for at least `left` of this client's time:
@@ -69,13 +69,16 @@ pub(crate) async fn extend_until(
         Some(lease),
     )
     .await?;
-    match replies.first().copied().flatten() {
-        Some(true) => {
+    match replies.first().copied().unwrap_or(Renewal::Unknown) {
+        Renewal::Held => {
             let mut state = hold.state();
             state.deadline = state.deadline.max(sent + validity(lease));
             Ok(())
         }
-        Some(false) => {
+        // The master moved the expiry; the client does not count on it until
+        // replicas have it (as a renewal does not).
+        Renewal::Unconfirmed { .. } => Ok(()),
+        Renewal::Gone => {
             hold.mark_lost(
                 LostReason::NotHeld,
                 "the lock was not held by its owner when its lease was to cover its minimum \
@@ -83,7 +86,7 @@ pub(crate) async fn extend_until(
             );
             Err(hold.lost_error())
         }
-        None => Err(LockError::Redis(unexpected_reply(
+        Renewal::Unknown => Err(LockError::Redis(unexpected_reply(
             "renew.lua",
             "no answer that a majority agrees on",
         ))),
