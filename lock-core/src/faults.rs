@@ -30,6 +30,10 @@ pub enum Fault {
     /// The shutdown does not wait for the acquisitions under way, and a grant that
     /// comes after it began still yields a guard.
     GrantAfterShutdown,
+    /// A grant counts at once, without waiting for the check of the holds on a
+    /// server found replaced: another chain of the client may be granted a lock
+    /// that a chain whose hold vanished with the old server still believes it holds.
+    GrantBeforeReplacementCheck,
 }
 
 #[cfg(feature = "fault-injection")]

@@ -466,7 +466,9 @@ async fn run_op(
             finish(&shared, actor, outcome);
             return;
         }
-        Op::Renew | Op::Force | Op::Expire | Op::Replace | Op::Outage => Ok(None),
+        Op::Renew | Op::Force | Op::Expire | Op::Replace | Op::ReplaceLoaded | Op::Outage => {
+            Ok(None)
+        }
     };
     let outcome = match result {
         Ok(Some(guard)) => {

@@ -27,7 +27,12 @@
 //!   function library gone); every connection is reset but the subscriber's, which
 //!   stays with the old server, so that a request is the first to meet the new one.
 //!   A guard whose hold vanished counts as a holder for its client until it is told:
-//!   the client must grant the lock to no other chain before.
+//!   the client must grant the lock to no other chain before. In world `discover`
+//!   the chain that holds keeps its guard, and another chain of its client is the
+//!   first to meet the new server (its request in flight when the server is
+//!   replaced, or sent after), so its grant races the check of the holds there;
+//!   that server has the function library already (another client reached it
+//!   first), so nothing reloads it between the discovery and the request.
 //! - An outage longer than a final release's record lives: for 2.4 s nothing
 //!   reaches the server (held requests stay held) while the client's clock and the
 //!   server's key lifetimes move by it.
@@ -35,7 +40,9 @@
 //! Reductions (each keeps every behaviour reachable):
 //! - An actor's next operation on a client where nothing else is in progress is
 //!   started at once, not at every later point: until its first request is
-//!   delivered (a choice of its own) it touches nothing another step sees.
+//!   delivered (a choice of its own) it touches nothing another step sees. Not
+//!   while the server may be replaced next: a request sent before the replacement
+//!   is cut off, one sent after it is the first to meet the new server.
 //! - Virtual time passes only when nothing else can happen, except where a choice
 //!   says so (a late reply, a held request, renewal): the network is taken to be
 //!   faster than the client's timers unless a fault says otherwise.
@@ -53,7 +60,11 @@
 //!                      and 10 of them replayed from their strings, which must take
 //!                      the same steps to the same end (`--replays K`: K of them)
 //!   --fault NAME       seed a fault and show the explorer finds it
-//!   --seeded           every seeded fault in turn; fails unless each is found
+//!   --seeded           every seeded fault in turn; fails unless each is found:
+//!                      release-replay-forgotten, reentry-replay-forgotten,
+//!                      shared-final-release-record, release-message-ignored
+//!                      (world `chains`), grant-after-shutdown (`shutdown`),
+//!                      grant-before-replacement-check (`discover`)
 //!   --replay STRING    one schedule, step by step
 //!   --estimate N       the number of schedules of each world and the time they
 //!                      take, estimated from N schedules drawn uniformly
@@ -77,7 +88,7 @@ use schedule::{Env, Run};
 use world::{Bound, World};
 
 /// The seeded faults that bring back interleaving bugs found before.
-const SEEDED: [(&str, Fault, &str); 5] = [
+const SEEDED: [(&str, Fault, &str); 6] = [
     (
         "release-replay-forgotten",
         Fault::ReleaseReplayForgotten,
@@ -102,6 +113,11 @@ const SEEDED: [(&str, Fault, &str); 5] = [
         "grant-after-shutdown",
         Fault::GrantAfterShutdown,
         "shutdown",
+    ),
+    (
+        "grant-before-replacement-check",
+        Fault::GrantBeforeReplacementCheck,
+        "discover",
     ),
 ];
 
@@ -282,8 +298,9 @@ fn main() -> ExitCode {
             match report.violations.first() {
                 Some((replay, violation)) => {
                     println!(
-                        "explore seeded fault={name} found=yes schedules={} shortest_steps={} replay_reproduces={} violation=\"{violation}\"\n  replay: {replay}",
+                        "explore seeded fault={name} found=yes schedules={} secs={:.1} shortest_steps={} replay_reproduces={} violation=\"{violation}\"\n  replay: {replay}",
                         report.schedules,
+                        report.secs,
                         replay.split('.').count(),
                         if reproduced { "yes" } else { "NO" }
                     );

@@ -175,7 +175,10 @@ impl Env {
     /// subscriber's, which stays with the old server (as behind a load balancer
     /// that keeps established connections), so that the replacement is found by
     /// the requests themselves, not first by the subscriber's reconnection.
-    fn replace(&mut self) -> Result<(), String> {
+    /// `loaded`: the other server gets the old one's function library (as one that
+    /// another client reached first), so that nothing reloads it between a
+    /// request's discovery of the new server and the request itself.
+    fn replace(&mut self, loaded: bool) -> Result<(), String> {
         if self.spare.is_none() {
             let spare = distlock_testkit::RedisServer::start().map_err(|e| e.to_string())?;
             self.admins
@@ -187,6 +190,17 @@ impl Env {
         for command in [&["FLUSHALL"][..], &["FUNCTION", "FLUSH"]] {
             let _: () = redis::cmd(command[0])
                 .arg(&command[1..])
+                .query(&mut self.admins[next])
+                .map_err(|e| e.to_string())?;
+        }
+        if loaded {
+            let library: Vec<u8> = redis::cmd("FUNCTION")
+                .arg("DUMP")
+                .query(self.admin())
+                .map_err(|e| e.to_string())?;
+            let _: () = redis::cmd("FUNCTION")
+                .arg("RESTORE")
+                .arg(library)
                 .query(&mut self.admins[next])
                 .map_err(|e| e.to_string())?;
         }
@@ -670,7 +684,14 @@ impl Schedule<'_> {
     /// else is in progress commutes with every other enabled step (they touch other
     /// clients, or the server, which it does not touch until its request is
     /// delivered, which is a step of its own). Starting it first loses no behaviour.
+    ///
+    /// A replaced server is the exception: a start before it sends a request the
+    /// replacement cuts off, a start after it is the first to meet the new server.
+    /// While a replacement is enabled, nothing is reduced.
     fn reduce(&self, options: &mut Vec<String>) {
+        if self.replacement_enabled(options) {
+            return;
+        }
         let held = self.held();
         for (a, actor) in self.world.actors.iter().enumerate() {
             let Some(client) = actor.client else { continue };
@@ -689,6 +710,18 @@ impl Schedule<'_> {
                 return;
             }
         }
+    }
+
+    /// Whether a world actor's next operation among `options` replaces the server.
+    fn replacement_enabled(&self, options: &[String]) -> bool {
+        self.world.actors.iter().enumerate().any(|(w, actor)| {
+            actor.client.is_none()
+                && options.iter().any(|o| o == actor.label)
+                && actor
+                    .program
+                    .get(self.harness.shared.actor(w).next)
+                    .is_some_and(|op| op.replaces_server())
+        })
     }
 
     fn apply(&mut self, label: &str) -> Result<(), String> {
@@ -781,10 +814,18 @@ impl Schedule<'_> {
                     let forced = self.harness.force("x")?;
                     self.log(format!("W: force_unlock(x) -> {forced}"));
                 }
-                Op::Replace => {
+                Op::Replace | Op::ReplaceLoaded => {
+                    let loaded = op == Op::ReplaceLoaded;
                     self.vanish();
-                    self.env.replace()?;
-                    self.log("W: the address now answers with an empty server".into());
+                    self.env.replace(loaded)?;
+                    self.log(format!(
+                        "W: the address now answers with an empty server{}",
+                        if loaded {
+                            " (its function library loaded)"
+                        } else {
+                            ""
+                        }
+                    ));
                 }
                 Op::Outage => {
                     let gone = self.env.expire_within(&self.namespace, OUTAGE)?;
@@ -807,7 +848,7 @@ impl Schedule<'_> {
             if let Some(watch) = &mut self.watch {
                 watch.disturbed = true;
             }
-            self.troubled |= matches!(op, Op::Replace | Op::Outage);
+            self.troubled |= matches!(op, Op::Replace | Op::ReplaceLoaded | Op::Outage);
             let mut state = self.harness.shared.actor(a);
             state.done.push((index, Outcome::Ok));
             state.next += 1;
@@ -1193,7 +1234,10 @@ impl Schedule<'_> {
     }
 
     /// Once every program ended and nothing moved for a while: the server's hold
-    /// count of each owner equals its live guards.
+    /// count of each owner equals its live guards. A guard whose lease the world
+    /// ended, or whose hold vanished with a replaced server, is not counted: its
+    /// client may rightly not know yet (it learns at the next renewal, or when a
+    /// request of it meets the new server).
     fn check_settled(&mut self) -> Result<(), String> {
         for name in self.world.names() {
             let key = self.key(name);
@@ -1209,6 +1253,7 @@ impl Schedule<'_> {
                     .filter(|h| {
                         !h.guard.is_lost()
                             && !h.revoked
+                            && !h.vanished
                             && h.guard.names().iter().any(|n| n == name)
                     })
                     .count() as u64;

@@ -36,6 +36,11 @@ pub(crate) enum Op {
     /// persistence, or a replacement behind the address): every connection through
     /// the proxies is reset, and the new ones reach the other server.
     Replace,
+    /// As [`Op::Replace`], but the other server has the function library already
+    /// (another client of the service reached it first, or it was loaded by its
+    /// operator): a request's first try there runs at once, with no reload of the
+    /// library between the discovery and the request.
+    ReplaceLoaded,
     /// An outage longer than a final release's record lives: nothing reaches the
     /// server for [`OUTAGE`](crate::schedule::OUTAGE) (every held request stays
     /// held) while the client's time and the server's key lifetimes move by it.
@@ -59,6 +64,7 @@ impl Op {
             Op::Expire => 'x',
             Op::Shutdown => 'z',
             Op::Replace => 'p',
+            Op::ReplaceLoaded => 'q',
             Op::Outage => 'o',
         }
     }
@@ -77,8 +83,15 @@ impl Op {
     pub(crate) fn is_world(self) -> bool {
         matches!(
             self,
-            Op::Renew | Op::Force | Op::Expire | Op::Replace | Op::Outage
+            Op::Renew | Op::Force | Op::Expire | Op::Replace | Op::ReplaceLoaded | Op::Outage
         )
+    }
+
+    /// Whether the operation puts another server behind the address: a request
+    /// sent before it meets the old server (and is cut off), one sent after it is
+    /// the first to meet the new one.
+    pub(crate) fn replaces_server(self) -> bool {
+        matches!(self, Op::Replace | Op::ReplaceLoaded)
     }
 
     /// Whether the operation can yield a guard (an acquisition or a re-entry).
@@ -177,8 +190,8 @@ fn world_actor(program: &[Op]) -> Actor {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Bound {
     /// What CI runs: every interleaving without faults of `chains`, `reentry`,
-    /// `semaphore`, `all`, `expiry` and `shutdown` (faults in CI come from
-    /// `--seeded`).
+    /// `semaphore`, `all`, `expiry`, `shutdown` and `discover` (faults in CI come
+    /// from `--seeded`).
     Slice,
     /// The whole bound (`--full`), run to the end in under an hour with four
     /// processes: one fault per schedule in every world of two owners (`deep`, two
@@ -311,6 +324,18 @@ pub(crate) fn worlds(bound: Bound) -> Vec<World> {
                 actor("A1", 0, &[Lock, Unlock]),
                 actor("A2", 0, &[Lock, Unlock]),
                 world_actor(&[Replace]),
+            ],
+            faults: 1,
+        },
+        World {
+            name: "discover",
+            what: "a chain that keeps its lock, the server replaced by an empty one, and \
+                   another chain of its client the first to meet the new server",
+            clients: 1,
+            actors: vec![
+                actor("A1", 0, &[Lock]),
+                actor("A2", 0, &[Lock]),
+                world_actor(&[ReplaceLoaded]),
             ],
             faults: 1,
         },

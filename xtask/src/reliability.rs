@@ -403,7 +403,9 @@ scripts on a real `redis-server`:
 - **Reductions** (sound: no behaviour is lost). An actor's next operation on a
   client where nothing else is in progress starts at once instead of at every later
   point: until its first request is delivered (a choice of its own), it touches
-  nothing another step sees. Time passes only when no other step can happen, unless
+  nothing another step sees; but not while the server may be replaced next (a
+  request sent before the replacement is cut off, one sent after it is the first
+  to meet the new server). Time passes only when no other step can happen, unless
   a choice says so: the network is taken to be faster than the client's timers
   except where a fault says otherwise. A schedule holds at most the world's number
   of faults (the bound).
@@ -431,10 +433,11 @@ scripts on a real `redis-server`:
 | `SharedFinalReleaseRecord` | one final-release record per lock, not per owner | a guard that believes it holds a lock the server does not give it |
 | `ReleaseMessageIgnored` | release messages wake nobody | a waiter that takes a freed lock only after virtual time passed |
 | `GrantAfterShutdown` | the shutdown does not wait for acquisitions under way, and a grant after it began still yields a guard | a live guard after `shutdown()` returned (world `shutdown`) |
+| `GrantBeforeReplacementCheck` | a grant counts before the holds on a server found replaced were checked | a chain granted a lock while another chain of its client, whose hold vanished with the old server, was not yet told (world `discover`) |
 
 The slice `cargo xtask test` runs (about 3 minutes on 2 cores with `--seeded`):
 every interleaving without faults of `chains`, `reentry`, `semaphore`, `all`,
-`expiry` and `shutdown`, split over three processes (`--jobs 3`: a process mostly waits for quiet,
+`expiry`, `shutdown` and `discover`, split over three processes (`--jobs 3`: a process mostly waits for quiet,
 so three run in about the time one did); with faults, `--seeded` (up to 600
 schedules per seeded fault, and the shortest violation must replay). Its figures
 are below (`explore_*`).

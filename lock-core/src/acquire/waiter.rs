@@ -12,6 +12,7 @@ use super::options::LeasePolicy;
 use super::set_run::NameSet;
 use crate::attempt::{withdraw, Attempt};
 use crate::error::LockError;
+use crate::faults::{self, Fault};
 use crate::handoff::Delivery;
 use crate::hooks::Watch;
 use crate::inner::Inner;
@@ -343,7 +344,7 @@ impl<'a> Wait<'a> {
     /// background (as one too late to count on).
     pub(super) async fn after_checks(&mut self, owner: &Arc<Owner>) {
         let inner = self.inner;
-        if !inner.links.checking() {
+        if !inner.links.checking() || faults::active(Fault::GrantBeforeReplacementCheck) {
             return;
         }
         let mut unclaimed = Unclaimed {
