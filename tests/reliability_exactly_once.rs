@@ -895,3 +895,35 @@ async fn random_interleavings_keep_the_count_equal_to_the_live_guards() {
          late_steps={late_steps} operations={operations} mismatches=0"
     );
 }
+
+/// Issue 34 (3), through a replaced server: a final release applied on the old
+/// server, whose reply was lost, is retried on a server restarted empty, which has
+/// no record of it and answers "not held". That answer cannot tell whether the
+/// release applied (the record was on the old server), so `unlock()` must not say
+/// `Lost`: the release did apply, and the work under the lock overlapped nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_retried_on_a_replaced_server_is_not_read_as_not_held() {
+    let mut server = server();
+    let proxy = proxy(&server);
+    let locks = support::client_with_timeout(&proxy.url(), Duration::from_millis(400)).await;
+    let guard = locks.lock("ex:replaced").await.expect("lock");
+    proxy.blackhole(Direction::ToClient, true);
+    let unlocking = tokio::spawn(guard.unlock());
+    let applied = eventually(Duration::from_secs(2), || {
+        hold_count(&server, "ex:replaced") == 0
+    })
+    .await;
+    assert!(applied, "the release never reached the server");
+    server.restart().expect("restart empty");
+    proxy.reset_all();
+    proxy.blackhole(Direction::ToClient, false);
+    let result = tokio::time::timeout(Duration::from_secs(10), unlocking)
+        .await
+        .expect("unlock returned")
+        .expect("join");
+    println!("unlock after a replaced server: {result:?}");
+    assert!(
+        !matches!(result, Err(LockError::Lost { .. })),
+        "an applied release retried on a replaced server was reported lost: {result:?}"
+    );
+}

@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use tokio::time::Instant;
 
+use crate::backend::link::Links;
 use crate::backend::{redlock, Conn};
 use crate::batch::{Batcher, Item, Successor};
 use crate::detach::{log_failure, replay_until_known, spawn, Detached};
@@ -545,6 +546,11 @@ struct Release {
     /// When the release was made, before its first try was sent: no try of it can
     /// have been applied earlier.
     began: Instant,
+    /// The client's links, and how many servers they had found replaced when the
+    /// release was made: a "not held" from a server found replaced since then
+    /// cannot tell whether the release applied (see [`Release::read`]).
+    links: Arc<Links>,
+    replacements: u64,
     /// How long the record of an applied final release lasts (`remember_release`):
     /// retries start within three quarters of it after `began` (see
     /// [`Release::on_node`]), and a "not held" is read within seven eighths (see
@@ -573,6 +579,8 @@ impl Release {
             item,
             batcher: inner.batcher.clone(),
             began: Instant::now(),
+            links: inner.links.clone(),
+            replacements: inner.links.replacements(),
             remember: inner.config.remember_release,
         }
     }
@@ -622,13 +630,25 @@ impl Release {
     /// was made (the eighth a margin for the server's clock); later, however long
     /// one try took (a reconnect through an outage, say), it is an error of unknown
     /// outcome: the release may have been applied, and the lease ends the lock.
+    /// So is a "not held" after the client found a server replaced since the
+    /// release was made: the record may have been on the server that went away.
     /// Every other answer says what was applied, whenever it comes.
     fn read(&self, reply: &[i64]) -> redis::RedisResult<ReleaseReply> {
         let decoded =
             ReleaseReply::decode(reply).ok_or_else(|| unexpected_reply("release.lua", reply))?;
         let waited = self.began.elapsed();
-        if decoded != ReleaseReply::NotHeld || waited < self.remember - self.remember / 8 {
+        let same_servers = self.links.replacements() == self.replacements;
+        if decoded != ReleaseReply::NotHeld
+            || (same_servers && waited < self.remember - self.remember / 8)
+        {
             return Ok(decoded);
+        }
+        if !same_servers {
+            return Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "the release was answered \"not held\" by a server found replaced after it \
+                 was sent, which cannot tell whether the server before applied it",
+            )));
         }
         Err(redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,

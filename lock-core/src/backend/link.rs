@@ -181,6 +181,13 @@ impl Links {
         }
     }
 
+    /// How many servers were found replaced so far (the checks ever begun): an
+    /// answer read from a server after this number changed may come from a server
+    /// that lacks what the one before had (`release.rs`).
+    pub(crate) fn replacements(&self) -> u64 {
+        self.checks.pending().0
+    }
+
     /// Whether a check of holds after a replaced server is under way.
     pub(crate) fn checking(&self) -> bool {
         !self.checks.pending().1.is_empty()
