@@ -315,12 +315,12 @@ impl Invoke {
     async fn undo(&self, outcome: Outcome) {
         match outcome {
             Outcome::Acquired { .. } => self.give_back().await,
-            Outcome::HeldAlready { count } => release::give_back_orphan(
+            Outcome::HeldAlready { count } => release::give_back_later(
                 &self.inner,
                 self.keys.clone(),
                 self.owner.clone(),
                 self.lease_ms,
-                count,
+                (count, true),
             ),
             Outcome::Busy { .. } | Outcome::NoQuorum { .. } if self.keeps_place() => {
                 withdraw(&self.inner, &self.keys, &self.owner);

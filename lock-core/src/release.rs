@@ -313,40 +313,30 @@ pub(crate) async fn give_back(
     }
 }
 
-/// As [`give_back`], in the background (a grant whose reply came too late).
+/// As [`give_back`], in the background, for `holds` holds of `owner`: a grant whose
+/// reply came too late (one), or, with `orphan`, a hold that its client did not
+/// know of: a new acquisition under `owner` found it holding the lock of `keys`
+/// `holds` times (`acquire.lua`, "Never added to"), and must not add to it — a
+/// protocol anomaly, logged as a warning. Each hold goes back as one release, until
+/// none is left (or the outcome is not known: the lease then ends it).
 pub(crate) fn give_back_later(
     inner: &Arc<Inner>,
     keys: Arc<LockKeys>,
     owner: Arc<Owner>,
     lease_ms: u64,
+    (holds, orphan): (u64, bool),
 ) {
+    if orphan {
+        tracing::warn!(
+            lock.name = %keys.display(),
+            lock.hold_count = holds,
+            "distlock: a new acquisition found its owner id holding the lock already, a hold \
+             no guard owns; giving it back and asking again under a fresh owner id"
+        );
+    }
     let inner = inner.clone();
     spawn(log_failure(async move {
-        round_trip(&inner, &keys, &owner, lease_ms).await
-    }));
-}
-
-/// Gives back, in the background, a hold that no guard owns and that its client
-/// did not know of: a new acquisition under `owner` found it holding the lock of
-/// `keys` `count` times (`acquire.lua`, "Never added to"), and must not add to it.
-/// A protocol anomaly, logged as a warning; each hold goes back as one release,
-/// until none is left (or the outcome is not known: the lease then ends it).
-pub(crate) fn give_back_orphan(
-    inner: &Arc<Inner>,
-    keys: Arc<LockKeys>,
-    owner: Arc<Owner>,
-    lease_ms: u64,
-    count: u64,
-) {
-    tracing::warn!(
-        lock.name = %keys.display(),
-        lock.hold_count = count,
-        "distlock: a new acquisition found its owner id holding the lock already, a hold \
-         no guard owns; giving it back and asking again under a fresh owner id"
-    );
-    let inner = inner.clone();
-    spawn(log_failure(async move {
-        for _ in 0..count {
+        for _ in 0..holds {
             match round_trip(&inner, &keys, &owner, lease_ms).await? {
                 ReleaseReply::Released { remaining } if remaining > 0 => {}
                 _ => break,
@@ -486,7 +476,8 @@ impl HandOff {
         let delivery = match verdict {
             Ok(ReleaseReply::Handed { fence }) => {
                 let (inner, keys) = (inner.clone(), keys.clone());
-                let give_back = move || give_back_later(&inner, keys, offer.owner, offer.lease_ms);
+                let give_back =
+                    move || give_back_later(&inner, keys, offer.owner, offer.lease_ms, (1, false));
                 Delivery::Granted(Grant::new(*fence, sent, Box::new(give_back)))
             }
             Ok(ReleaseReply::Released { .. }) => Delivery::Declined { ask: false },

@@ -11,8 +11,7 @@
 //! | `grant.rs` | the one place where a grant becomes a hold (and a guard) |
 //! | `chain.rs` | what the call chain holds of a name; re-entry |
 //! | `set_run.rs` | one run of `acquire_all.lua` for a set |
-//! | `waiter.rs` | one acquisition's wait: what it asks for, its place, its errors |
-//! | `wait.rs` | the one wait loop, and the wait for a turn between attempts |
+//! | `wait.rs` | one acquisition's wait (what it asks for, its place, its errors) and the one wait loop, top to bottom |
 //! | `one.rs` | one name: re-entry or the wait, in its span |
 //! | `set.rs` | [`MAX_LOCK_ALL`], canonical order, a set at once or name by name |
 
@@ -24,7 +23,6 @@ mod options;
 mod set;
 mod set_run;
 mod wait;
-mod waiter;
 
 pub(crate) use one::acquire;
 pub(crate) use options::{

@@ -12,7 +12,7 @@ use super::chain::{reenter, Chain};
 use super::grant::{admit, Grant};
 use super::options::{check_kind, settle_options, Options};
 use super::wait::wait_for;
-use super::waiter::{Wait, Won};
+use super::wait::{Wait, Won};
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::guard::LockGuard;

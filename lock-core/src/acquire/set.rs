@@ -31,7 +31,7 @@ use super::one::{acquire, before_new, ended};
 use super::options::{settle_options, Options};
 use super::set_run::NameSet;
 use super::wait;
-use super::waiter::{Wait, Won};
+use super::wait::{Wait, Won};
 use crate::backend::slot;
 use crate::context::LockContext;
 use crate::error::LockError;

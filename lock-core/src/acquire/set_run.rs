@@ -237,12 +237,12 @@ impl SetInvoke {
             Ok(AcquireAllReply::Acquired(_)) => self.give_back().await,
             Ok(AcquireAllReply::HeldAlready { index, count }) => {
                 if let Some(name) = self.names.get(index) {
-                    release::give_back_orphan(
+                    release::give_back_later(
                         &self.inner,
                         name.keys.clone(),
                         name.owner.clone(),
                         name.lease_ms,
-                        count,
+                        (count, true),
                     );
                 }
             }
