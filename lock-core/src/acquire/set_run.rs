@@ -90,8 +90,26 @@ impl NameSet {
         spawn(async move { set.give_back().await });
     }
 
+    /// One attempt of the set under `owner` (`acquire_all.lua`), as the wait reads
+    /// it.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SetInvoke::run`]: a request cut short is finished, and what it took
+    /// given back, in the background.
+    pub(super) async fn attempt(
+        &self,
+        inner: &Arc<Inner>,
+        owner: &Arc<Owner>,
+        policy: LeasePolicy,
+        who: &Arc<str>,
+    ) -> Result<Answer, LockError> {
+        let reply = self.invoke(inner, owner, policy, who).run().await?;
+        Ok(self.answer(reply))
+    }
+
     /// The set's reply as the wait reads it.
-    pub(super) fn answer(&self, reply: AcquireAllReply) -> Answer {
+    fn answer(&self, reply: AcquireAllReply) -> Answer {
         match reply {
             AcquireAllReply::Acquired(grants) => Answer::Granted(Granted::Set(grants)),
             AcquireAllReply::Busy { index, pttl_ms } => Answer::Busy { index, pttl_ms },

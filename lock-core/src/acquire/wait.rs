@@ -324,9 +324,8 @@ impl<'a> Wait<'a> {
                 Ok(answer_of(&self.keys, outcome))
             }
             Ask::Set(set) => {
-                let run = set.invoke(self.inner, owner, self.policy, &self.who).run();
-                let reply = within(self.deadline, bounded, run).await?;
-                Ok(set.answer(reply))
+                let run = set.attempt(self.inner, owner, self.policy, &self.who);
+                within(self.deadline, bounded, run).await
             }
         }
     }
