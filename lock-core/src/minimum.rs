@@ -23,7 +23,7 @@ use crate::error::{LockError, LostReason};
 use crate::hold::Hold;
 use crate::inner::Inner;
 use crate::lease::{drift, validity, MAX_LEASE, MIN_LEASE};
-use crate::renew::{renew, Renewal};
+use crate::renew::{renew_one, Renewal};
 use crate::scripts::unexpected_reply;
 
 /// The lease that keeps a lock in Redis for at least `left` of this client's time:
@@ -61,15 +61,8 @@ pub(crate) async fn extend_until(
         return Ok(());
     }
     let lease = lease_to_cover(left);
-    let replies = renew(
-        &inner.backend,
-        &inner.scripts,
-        std::slice::from_ref(hold),
-        inner.config.replicas,
-        Some(lease),
-    )
-    .await?;
-    match replies.first().copied().unwrap_or(Renewal::Unknown) {
+    let (backend, scripts, acks) = (&inner.backend, &inner.scripts, inner.config.replicas);
+    match renew_one(backend, scripts, hold, acks, lease).await? {
         Renewal::Held => {
             let mut state = hold.state();
             state.deadline = state.deadline.max(sent + validity(lease));

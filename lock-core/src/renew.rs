@@ -346,6 +346,30 @@ async fn renew_pipeline(
     Ok(answers)
 }
 
+/// Renews the one hold `hold` to a lease of `lease`, with the replica
+/// acknowledgements the client asks for: what the backend found (see [`renew`]).
+///
+/// # Cancel safety
+///
+/// Safe to drop: the renewal is applied or not, and only moves a lease later.
+pub(crate) async fn renew_one(
+    backend: &Backend,
+    scripts: &Arc<Scripts>,
+    hold: &Arc<Hold>,
+    acks: Option<(u32, Duration)>,
+    lease: Duration,
+) -> redis::RedisResult<Renewal> {
+    let replies = renew(
+        backend,
+        scripts,
+        std::slice::from_ref(hold),
+        acks,
+        Some(lease),
+    )
+    .await?;
+    Ok(replies.first().copied().unwrap_or(Renewal::Unknown))
+}
+
 /// Extends the fixed lease of `hold` so that it lasts at least `lease` from now, if
 /// its owner still holds the lock: one run of `renew.lua` (which only ever moves an
 /// expiry later), with the replica acknowledgements the client asks for. On
@@ -386,15 +410,7 @@ pub(crate) async fn extend(
         return Err(hold.lost_error());
     }
     let sent = Instant::now();
-    let replies = renew(
-        backend,
-        scripts,
-        std::slice::from_ref(hold),
-        acks,
-        Some(lease),
-    )
-    .await?;
-    match replies.first().copied().unwrap_or(Renewal::Unknown) {
+    match renew_one(backend, scripts, hold, acks, lease).await? {
         Renewal::Held => {
             {
                 let mut state = hold.state();
