@@ -456,6 +456,10 @@ impl Drop for ClusterWatch {
 
 impl ClusterWatch {
     /// Looks at the masters until `shutdown` (see [`Links::watch_cluster`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Spawned, and ends with `shutdown`: dropping it stops the watch, nothing else.
     async fn run(mut self, shutdown: tokio_util::sync::CancellationToken) {
         let mut pause = CLUSTER_WATCH;
         loop {
@@ -480,6 +484,11 @@ impl ClusterWatch {
 
     /// One look at the masters, which settles the lost connections `taken` if
     /// every master answered: whether lost connections still hold grants back.
+    ///
+    /// # Cancel safety
+    ///
+    /// Only reads and pings; dropped, the lost connections in `taken` stop holding
+    /// grants back (their tokens are dropped).
     async fn look(&mut self, taken: Vec<(Instant, Replaced)>) -> bool {
         self.read_slots().await;
         let all_answered = self.ask_masters().await;
@@ -488,6 +497,10 @@ impl ClusterWatch {
 
     /// Reads which master serves each slot; a master that took slots another one
     /// served has every hold checked.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: it only reads; a check it started goes on.
     async fn read_slots(&mut self) {
         use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
         let slots = self.conn.route_command(
@@ -524,6 +537,10 @@ impl ClusterWatch {
 
     /// Asks every watched address which server it is: whether every master
     /// answered.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: it only asks; a check it started goes on.
     async fn ask_masters(&mut self) -> bool {
         let mut all_answered = true;
         for node in self.watched.clone() {
@@ -553,6 +570,10 @@ impl ClusterWatch {
 
     /// `INFO server replication` of `node`, over its own connection (made first
     /// when there is none).
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: a connection being made is dropped with it.
     async fn identify(&mut self, node: &(String, u16)) -> RedisResult<Value> {
         if !self.open.contains_key(node) {
             let info = self

@@ -90,6 +90,10 @@ impl Backend {
     }
 
     /// [`each`](Self::each), `op` given each node's index with its connection.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`each`](Self::each): dropping it drops every node's `op`.
     pub(crate) async fn each_at<T, F, Fut>(&self, op: F) -> Vec<RedisResult<T>>
     where
         F: Fn(usize, Conn) -> Fut,
