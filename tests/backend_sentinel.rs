@@ -23,6 +23,18 @@ async fn client(group: &SentinelGroup, lease: Duration) -> LockClient {
         .expect("connect through the Sentinels")
 }
 
+/// As [`client`], with `replicas(1, ack)`: acquisitions and renewals count once
+/// one replica acknowledged them.
+async fn replicated_client(group: &SentinelGroup, lease: Duration, ack: Duration) -> LockClient {
+    LockClient::builder()
+        .sentinel(group.sentinel_urls(), group.master_name())
+        .default_lease(lease)
+        .replicas(1, ack)
+        .connect()
+        .await
+        .expect("connect through the Sentinels")
+}
+
 /// Asserts that the client's connections reach `master` within 5 s.
 async fn assert_moved(master: &RedisServer) {
     let moved = support::eventually(Duration::from_secs(5), || has_the_client(master)).await;
@@ -97,13 +109,7 @@ async fn a_failover_keeps_held_locks_wakes_waiters_and_leaves_the_demoted_master
     // Acquires and renewals count once the replica has them: a renewal that only
     // reached the old master in the moment of the switch does not extend the lease
     // the holder counts on.
-    let holder = LockClient::builder()
-        .sentinel(group.sentinel_urls(), group.master_name())
-        .default_lease(lease)
-        .replicas(1, Duration::from_millis(200))
-        .connect()
-        .await
-        .expect("connect through the Sentinels");
+    let holder = replicated_client(&group, lease, Duration::from_millis(200)).await;
     let waiter = client(&group, lease).await;
     let old = group.current_master_index().expect("a master");
 
@@ -780,13 +786,7 @@ fn try_every_20ms(
 async fn a_promoted_replica_without_the_lock_is_told_at_the_switch_whatever_the_acks() {
     let mut group = SentinelGroup::start("locks", 2, 3).expect("start a Sentinel group");
     let lease = Duration::from_secs(8);
-    let holder = LockClient::builder()
-        .sentinel(group.sentinel_urls(), group.master_name())
-        .default_lease(lease)
-        .replicas(1, Duration::from_millis(100))
-        .connect()
-        .await
-        .expect("connect through the Sentinels");
+    let holder = replicated_client(&group, lease, Duration::from_millis(100)).await;
     let other = client(&group, lease).await;
     let old = group.current_master_index().expect("a master");
     let (promoted, acked) = match old {
@@ -903,13 +903,7 @@ fn alone(node: &RedisServer) -> bool {
 async fn a_clean_failover_to_a_master_without_replicas_costs_no_lock() {
     let group = group();
     let lease = Duration::from_secs(3);
-    let holder = LockClient::builder()
-        .sentinel(group.sentinel_urls(), group.master_name())
-        .default_lease(lease)
-        .replicas(1, Duration::from_millis(100))
-        .connect()
-        .await
-        .expect("connect through the Sentinels");
+    let holder = replicated_client(&group, lease, Duration::from_millis(100)).await;
     let other = client(&group, lease).await;
     let old = group.current_master_index().expect("a master");
     let guard = holder
