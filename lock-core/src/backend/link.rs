@@ -65,6 +65,10 @@ struct Checks {
     pending: Mutex<(u64, BTreeSet<u64>)>,
     /// Told whenever a check is done.
     done: Notify,
+    /// The same facts for the hot paths, read without the lock: how many checks
+    /// were ever begun, and how many are not done (kept with `pending`, under it).
+    begun: AtomicU64,
+    open: AtomicUsize,
 }
 
 impl Checks {
@@ -86,7 +90,11 @@ pub(crate) struct Replaced {
 
 impl Drop for Replaced {
     fn drop(&mut self) {
-        self.checks.pending().1.remove(&self.number);
+        let mut pending = self.checks.pending();
+        if pending.1.remove(&self.number) {
+            self.checks.open.fetch_sub(1, Ordering::Release);
+        }
+        drop(pending);
         self.checks.done.notify_waiters();
     }
 }
@@ -165,6 +173,8 @@ impl Links {
         let number = pending.0;
         pending.0 += 1;
         pending.1.insert(number);
+        self.checks.begun.store(pending.0, Ordering::Release);
+        self.checks.open.fetch_add(1, Ordering::Release);
         Replaced {
             addr,
             number,
@@ -185,12 +195,12 @@ impl Links {
     /// answer read from a server after this number changed may come from a server
     /// that lacks what the one before had (`release.rs`).
     pub(crate) fn replacements(&self) -> u64 {
-        self.checks.pending().0
+        self.checks.begun.load(Ordering::Acquire)
     }
 
     /// Whether a check of holds after a replaced server is under way.
     pub(crate) fn checking(&self) -> bool {
-        !self.checks.pending().1.is_empty()
+        self.checks.open.load(Ordering::Acquire) > 0
     }
 
     /// Waits until every check of holds after a replaced server that was under way
