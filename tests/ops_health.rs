@@ -41,16 +41,9 @@ async fn a_healthy_server_reports_its_version_and_no_warning() {
     assert_eq!(node.permissions_unchecked, None);
     assert!(node.round_trip < Duration::from_secs(1));
     assert!(report.is_healthy(), "{:?}", report.warnings());
-    let text = report.to_string();
-    assert!(text.contains("service           orders-api"), "{text}");
-    assert!(text.contains("health            ok"), "{text}");
-    assert!(
-        text.contains(&format!(
-            "version           redis {}",
-            info_field(&server, "redis_version")
-        )),
-        "{text}"
-    );
+    assert_eq!(report.service, "orders-api");
+    assert_eq!(report.to_string(), "healthy (1 node(s) checked)");
+    // (The whole report laid out for people: the CLI's `ping` tests.)
 }
 
 /// The scripts are reported loaded while distlock's function library is on the
@@ -65,25 +58,18 @@ async fn the_scripts_are_reported_as_they_go_and_come_back() {
     assert_eq!(node.scripts_loaded, Some(true), "connect loads the library");
     assert_eq!(node.scripts_cached, Some(0), "no script by EVALSHA");
 
-    // Issue 37 (5): the report says the scripts run by the library, and says
-    // nothing of a script cache that is not used.
-    let text = locks.ping().await.expect("a report").to_string();
-    assert!(
-        text.contains("scripts run by    FCALL: distlock's function library is loaded"),
-        "{text}"
-    );
-    assert!(
-        !text.contains("cached"),
-        "the unused script cache is named: {text}"
-    );
+    assert_eq!(node.library_loaded, Some(true), "the scripts run by FCALL");
+    // (How `distlock ping` words it: the CLI's `ping_reports_the_server_and_the_scripts`.)
 
     server.cmd(&["FUNCTION", "FLUSH"]).expect("flushed");
     let report = locks.ping().await.expect("a report");
-    let text = report.to_string();
     let node = report.nodes[0].clone();
     assert_eq!(node.scripts_loaded, Some(false));
     assert_eq!(node.library_loaded, Some(false));
-    assert!(text.contains("the next call loads it"), "{text}");
+    assert!(
+        report.is_healthy(),
+        "a flushed library is no fault: {report}"
+    );
 
     // A lock taken and released loads the library again.
     let guard = locks.lock("report").await.expect("held");

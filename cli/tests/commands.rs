@@ -540,6 +540,17 @@ async fn ping_reports_the_server_and_the_scripts() {
     assert!(text.contains("(PING)"), "{text}");
     assert!(text.contains("maxmemory-policy  "), "{text}");
     assert!(text.contains("scripts           loaded"), "{text}");
+    // Issue 37 (5): the scripts run by the library, and nothing is said of a
+    // script cache that is not used.
+    assert!(
+        text.contains("scripts run by    FCALL: distlock's function library is loaded"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("cached"),
+        "the unused script cache is named: {text}"
+    );
+    assert!(text.contains("health            ok"), "{text}");
 
     let machine = run(&url, &["--json", "ping"]).await;
     assert_eq!(code(&machine), Some(0));

@@ -3,4 +3,3 @@
 //! with the CLI.
 
 pub use crate::backend::masters_in_slots;
-pub use crate::ops::health::fields_of_nodes;

@@ -335,7 +335,7 @@ impl LockClient {
     ///     .connect()
     ///     .await?;
     /// let report = locks.ping().await?;
-    /// print!("{report}");
+    /// println!("distlock: {report}"); // one line: healthy, or the warnings
     /// assert!(report.is_healthy(), "{:?}", report.warnings());
     /// # Ok(())
     /// # }

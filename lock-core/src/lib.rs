@@ -54,7 +54,7 @@
 //! | 10 | `ops/` | operator features, reached only through `hooks.rs`: `order.rs` the lock-order checker ([`LockOrderCheck`]), `order_shared.rs` the graph a namespace shares, `deadlock.rs` and `watch.rs` distributed deadlock detection, `metrics.rs` (feature `metrics`), `holder.rs` the holder named in a timeout, `health.rs` the checks of [`LockClient::ping`] ([`HealthReport`], [`NodeHealth`]); `Operators`, their state |
 //! | 11 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
 //! | 11 | `attempt.rs` | one attempt: `acquire.lua` (new acquisitions in batches, `batch.rs`); `WAIT`, replay after a lost reply, Redlock fan-out |
-//! | 11 | `admin.rs` | hidden: helpers of the CLI (`masters_in_slots`, `fields_of_nodes`) |
+//! | 11 | `admin.rs` | hidden: helpers of the CLI (`masters_in_slots`) |
 //! | 12 | `acquire/` | taking a lock: one wait loop for a name or a set (`lock_all`, [`MAX_LOCK_ALL`]), one place where a grant becomes a hold, re-entry; its own table in `acquire/mod.rs` |
 //! | 13 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`], [`LockAllRequest`] |
 //! | 14 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`] and [`InstallGlobalError`], `inspect`, `force_unlock`, `is_held_by_current_chain` |

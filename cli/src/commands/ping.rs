@@ -6,11 +6,11 @@
 //! one `Serialize` struct, one entry per node (the server, the master behind
 //! Sentinel, each master of a cluster).
 
-use distlock::admin::fields_of_nodes;
 use distlock::redis::aio::ConnectionLike;
 use distlock::redis::{self, Cmd, Pipeline, RedisFuture, Value};
 use distlock::NodeHealth;
 use serde::Serialize;
+use std::time::Duration;
 
 use crate::commands::{print, print_json, Context};
 use crate::connect::{Node, Raw};
@@ -125,7 +125,11 @@ pub(crate) async fn run(ctx: &Context) -> Result<Exit, CliError> {
     let (service, scripts, nodes, fields, warnings) = match ctx.target.lock_client().await {
         Ok(client) => {
             let health = client.ping().await?;
-            let fields = health.fields();
+            let mut fields = vec![
+                ("namespace".to_owned(), health.namespace.clone()),
+                ("service".to_owned(), health.service.clone()),
+            ];
+            fields.extend(fields_of_nodes(&health.nodes));
             let warnings = health.warnings();
             let scripts = Scripts {
                 loaded: true,
@@ -239,6 +243,124 @@ impl ConnectionLike for OnNode<'_> {
     }
 }
 
+/// The `(field, value)` lines of `nodes`: indented under a `node` line each when
+/// there are several; then the warnings, or `health  ok`.
+fn fields_of_nodes(nodes: &[NodeHealth]) -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    for node in nodes {
+        let indent = if nodes.len() > 1 {
+            lines.push(("node".into(), node.address.clone()));
+            "  "
+        } else {
+            ""
+        };
+        node_lines(node, indent, &mut lines);
+    }
+    let warnings: Vec<String> = nodes
+        .iter()
+        .flat_map(|node| {
+            node.warnings
+                .iter()
+                .map(move |warning| format!("{}: {warning}", node.address))
+        })
+        .collect();
+    if warnings.is_empty() {
+        lines.push(("health".into(), "ok".into()));
+    }
+    for warning in warnings {
+        lines.push(("warning".into(), warning));
+    }
+    lines
+}
+
+/// The `field  value` lines of one node, each field after `indent`.
+fn node_lines(node: &NodeHealth, indent: &str, lines: &mut Vec<(String, String)>) {
+    let mut line = |field: &str, value: String| lines.push((format!("{indent}{field}"), value));
+    let version = match (&node.server, &node.version, &node.info_error) {
+        (Some(server), Some(version), _) => format!("{server} {version}"),
+        (_, _, Some(err)) => format!("unknown (INFO refused: {err})"),
+        _ => "unknown".to_owned(),
+    };
+    line("version", version);
+    line(
+        "round trip",
+        format!("{} (PING)", human_round_trip(node.round_trip)),
+    );
+    let policy = match (&node.maxmemory_policy, &node.config_error) {
+        (Some(policy), _) if policy == "noeviction" => policy.clone(),
+        (Some(policy), _) => format!("{policy} (can evict held locks: use noeviction)"),
+        (None, Some(err)) => format!("unknown (CONFIG GET refused: {err})"),
+        (None, None) => "unknown".to_owned(),
+    };
+    line("maxmemory-policy", policy);
+    let yes_no = |on: Option<bool>| match on {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "unknown",
+    };
+    line(
+        "persistence",
+        format!(
+            "AOF {}, RDB saves {}",
+            yes_no(node.aof),
+            yes_no(node.rdb_saves)
+        ),
+    );
+    let role = match (&node.role, node.replicas) {
+        (Some(role), Some(replicas)) => format!("{role}, {replicas} replica(s) connected"),
+        (Some(role), None) => role.clone(),
+        _ => "unknown".to_owned(),
+    };
+    line("role", role);
+    line("scripts run by", scripts_run_by(node));
+    let permissions = match (
+        &node.permissions_unchecked,
+        node.missing_permissions.is_empty(),
+    ) {
+        (_, false) => format!("missing: {}", node.missing_permissions.join(", ")),
+        (Some(why), true) => format!("not checked ({why}); EVALSHA allowed"),
+        (None, true) => format!(
+            "every one distlock needs (user `{}`)",
+            node.user.as_deref().unwrap_or("default")
+        ),
+    };
+    line("permissions", permissions);
+}
+
+/// How the node runs distlock's scripts: by its function library when that is
+/// loaded (the script cache is then not used, and not mentioned), else by
+/// `EVALSHA` from the script cache.
+fn scripts_run_by(node: &NodeHealth) -> String {
+    let cache = match node.scripts_cached {
+        Some(cached) if cached == node.scripts_total => {
+            format!("all {cached} cached (SCRIPT EXISTS)")
+        }
+        Some(cached) => format!(
+            "{cached} of {} cached: the next call that needs one loads it",
+            node.scripts_total
+        ),
+        None => "unknown".to_owned(),
+    };
+    match node.library_loaded {
+        Some(true) => "FCALL: distlock's function library is loaded".to_owned(),
+        Some(false) => format!(
+            "FCALL once the library is loaded again (the next call loads it); \
+             EVALSHA meanwhile: {cache}"
+        ),
+        None => format!("EVALSHA (FUNCTION LIST gave no answer): script cache {cache}"),
+    }
+}
+
+/// A round trip for people: `312µs`, `4.2ms`, `1.3s`.
+fn human_round_trip(round_trip: Duration) -> String {
+    let us = round_trip.as_micros();
+    match us {
+        0..=999 => format!("{us}µs"),
+        1_000..=999_999 => format!("{}.{}ms", us / 1_000, us % 1_000 / 100),
+        _ => format!("{}.{}s", us / 1_000_000, us % 1_000_000 / 100_000),
+    }
+}
+
 /// The human report: aligned `field  value` lines, a block per node.
 fn human(report: &Report) -> String {
     let mut lines: Vec<(String, String)> = vec![("servers".into(), report.servers.clone())];
@@ -262,6 +384,13 @@ fn human(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn round_trips_read_like_people_write_them() {
+        assert_eq!(human_round_trip(Duration::from_micros(312)), "312µs");
+        assert_eq!(human_round_trip(Duration::from_micros(4_250)), "4.2ms");
+        assert_eq!(human_round_trip(Duration::from_micros(2_100_000)), "2.1s");
+    }
 
     #[test]
     fn the_human_report_aligns_its_fields() {

@@ -37,7 +37,8 @@ use crate::scripts::Scripts;
 /// What [`LockClient::ping`](crate::LockClient::ping) found: one [`NodeHealth`]
 /// per server node, and the client's settings it was checked against.
 ///
-/// [`Display`](fmt::Display) prints it for people, one `field  value` line each.
+/// [`Display`](fmt::Display) prints one line: healthy, or the warnings (the
+/// `distlock` tool's `ping` lays out every field).
 ///
 /// # Examples
 ///
@@ -759,190 +760,22 @@ fn warn_of_settings(node: &mut NodeHealth, checks: &Checks) {
     }
 }
 
-/// A round trip for people: `312µs`, `4.2ms`, `1.3s`.
-fn human_round_trip(round_trip: Duration) -> String {
-    let us = round_trip.as_micros();
-    match us {
-        0..=999 => format!("{us}µs"),
-        1_000..=999_999 => format!("{}.{}ms", us / 1_000, us % 1_000 / 100),
-        _ => format!("{}.{}s", us / 1_000_000, us % 1_000_000 / 100_000),
-    }
-}
-
-impl HealthReport {
-    /// The report as `(field, value)` pairs, in the order [`Display`](fmt::Display)
-    /// prints them (a block per node when there are several, the warnings last):
-    /// for tools that lay the report out with lines of their own.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// for (field, value) in locks.ping().await?.fields() {
-    ///     println!("{field}: {value}");
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn fields(&self) -> Vec<(String, String)> {
-        let mut lines: Vec<(String, String)> = vec![
-            ("namespace".into(), self.namespace.clone()),
-            ("service".into(), self.service.clone()),
-        ];
-        lines.extend(fields_of_nodes(&self.nodes));
-        lines
-    }
-}
-
-/// The `(field, value)` pairs of `nodes`: indented under a `node` line each when
-/// there are several; then the warnings, or `health  ok`.
-///
-/// # Examples
-///
-/// ```no_run
-/// # use distlock_core as distlock;
-/// # async fn demo(node: distlock::NodeHealth) {
-/// for (field, value) in distlock::admin::fields_of_nodes(std::slice::from_ref(&node)) {
-///     println!("{field}: {value}");
-/// }
-/// # }
-/// ```
-pub fn fields_of_nodes(nodes: &[NodeHealth]) -> Vec<(String, String)> {
-    let mut lines = Vec::new();
-    for node in nodes {
-        let indent = if nodes.len() > 1 {
-            lines.push(("node".into(), node.address.clone()));
-            "  "
-        } else {
-            ""
-        };
-        node.lines(indent, &mut lines);
-    }
-    let warnings: Vec<String> = nodes
-        .iter()
-        .flat_map(|node| {
-            node.warnings
-                .iter()
-                .map(move |warning| format!("{}: {warning}", node.address))
-        })
-        .collect();
-    if warnings.is_empty() {
-        lines.push(("health".into(), "ok".into()));
-    }
-    for warning in warnings {
-        lines.push(("warning".into(), warning));
-    }
-    lines
-}
-
 impl fmt::Display for HealthReport {
-    /// Aligned `field  value` lines, a block per node when there are several, and
-    /// the warnings last.
+    /// One line: `healthy (N nodes)`, or the warnings, each after its node's
+    /// address, separated by `; `. (`distlock ping` lays the whole report out.)
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let lines = self.fields();
-        let width = lines
-            .iter()
-            .map(|(field, _)| field.chars().count())
-            .max()
-            .unwrap_or(0);
-        for (field, value) in &lines {
-            writeln!(f, "{field:<width$}  {value}")?;
+        let warnings = self.warnings();
+        if warnings.is_empty() {
+            write!(f, "healthy ({} node(s) checked)", self.nodes.len())
+        } else {
+            f.write_str(&warnings.join("; "))
         }
-        Ok(())
-    }
-}
-
-impl NodeHealth {
-    /// How the node runs distlock's scripts: by its function library when that is
-    /// loaded (the script cache is then not used, and not mentioned), else by
-    /// `EVALSHA` from the script cache.
-    fn scripts_run_by(&self) -> String {
-        let cache = match self.scripts_cached {
-            Some(cached) if cached == self.scripts_total => {
-                format!("all {cached} cached (SCRIPT EXISTS)")
-            }
-            Some(cached) => format!(
-                "{cached} of {} cached: the next call that needs one loads it",
-                self.scripts_total
-            ),
-            None => "unknown".to_owned(),
-        };
-        match self.library_loaded {
-            Some(true) => "FCALL: distlock's function library is loaded".to_owned(),
-            Some(false) => format!(
-                "FCALL once the library is loaded again (the next call loads it); \
-                 EVALSHA meanwhile: {cache}"
-            ),
-            None => format!("EVALSHA (FUNCTION LIST gave no answer): script cache {cache}"),
-        }
-    }
-
-    /// The node's `field  value` lines, each field after `indent`.
-    fn lines(&self, indent: &str, lines: &mut Vec<(String, String)>) {
-        let mut line = |field: &str, value: String| lines.push((format!("{indent}{field}"), value));
-        let version = match (&self.server, &self.version, &self.info_error) {
-            (Some(server), Some(version), _) => format!("{server} {version}"),
-            (_, _, Some(err)) => format!("unknown (INFO refused: {err})"),
-            _ => "unknown".to_owned(),
-        };
-        line("version", version);
-        line(
-            "round trip",
-            format!("{} (PING)", human_round_trip(self.round_trip)),
-        );
-        let policy = match (&self.maxmemory_policy, &self.config_error) {
-            (Some(policy), _) if policy == "noeviction" => policy.clone(),
-            (Some(policy), _) => format!("{policy} (can evict held locks: use noeviction)"),
-            (None, Some(err)) => format!("unknown (CONFIG GET refused: {err})"),
-            (None, None) => "unknown".to_owned(),
-        };
-        line("maxmemory-policy", policy);
-        let yes_no = |on: Option<bool>| match on {
-            Some(true) => "on",
-            Some(false) => "off",
-            None => "unknown",
-        };
-        line(
-            "persistence",
-            format!(
-                "AOF {}, RDB saves {}",
-                yes_no(self.aof),
-                yes_no(self.rdb_saves)
-            ),
-        );
-        let role = match (&self.role, self.replicas) {
-            (Some(role), Some(replicas)) => format!("{role}, {replicas} replica(s) connected"),
-            (Some(role), None) => role.clone(),
-            _ => "unknown".to_owned(),
-        };
-        line("role", role);
-        line("scripts run by", self.scripts_run_by());
-        let permissions = match (
-            &self.permissions_unchecked,
-            self.missing_permissions.is_empty(),
-        ) {
-            (_, false) => format!("missing: {}", self.missing_permissions.join(", ")),
-            (Some(why), true) => format!("not checked ({why}); EVALSHA allowed"),
-            (None, true) => format!(
-                "every one distlock needs (user `{}`)",
-                self.user.as_deref().unwrap_or("default")
-            ),
-        };
-        line("permissions", permissions);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn round_trips_read_like_people_write_them() {
-        assert_eq!(human_round_trip(Duration::from_micros(312)), "312µs");
-        assert_eq!(human_round_trip(Duration::from_micros(4_250)), "4.2ms");
-        assert_eq!(human_round_trip(Duration::from_micros(2_100_000)), "2.1s");
-    }
 
     #[test]
     fn config_values_are_read_from_either_protocol() {
