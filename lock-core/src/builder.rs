@@ -21,7 +21,6 @@ use crate::backend::url::{parse_url, parse_urls, redact, resp3};
 use crate::backend::{Backend, Conn, SubConn};
 use crate::client::LockClient;
 use crate::error::LockError;
-use crate::hooks::Operator;
 use crate::inner::{Config, Inner};
 use crate::keys::validate_namespace;
 use crate::lease::{MAX_LEASE, MIN_WATCHDOG_LEASE};
@@ -1209,7 +1208,7 @@ impl LockClientBuilder {
             max_metric_labels: self.max_metric_labels,
         };
         let client = Describer::new(&service);
-        let ops: Arc<dyn Operator> = Arc::new(Operators::new(
+        let ops = Arc::new(Operators::new(
             settings,
             &backend,
             &scripts,

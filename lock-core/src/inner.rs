@@ -9,15 +9,14 @@ use std::time::Duration;
 use tokio_util::sync::DropGuard;
 
 use crate::backend::link::Links;
-use crate::backend::redlock::{self, InspectVote};
 use crate::backend::Backend;
 use crate::batch::{self, Acquisition, Batcher, Item};
 use crate::detach::{Background, Counted};
 use crate::error::LockError;
-use crate::hooks::Operator;
 use crate::keys::{Kind, LockKeys};
+use crate::ops::Operators;
 use crate::owner::Owner;
-use crate::scripts::{unexpected_reply, InspectReply, LockView, Scripts};
+use crate::scripts::{LockView, Scripts};
 use crate::subscriber::Subscriber;
 use crate::watchdog::Watchdog;
 use crate::who::Describer;
@@ -70,8 +69,8 @@ pub(crate) struct Inner {
     pub(crate) batcher: Arc<Batcher<Item>>,
     /// Sends new acquisitions, as `batcher` sends releases.
     pub(crate) acquisitions: Arc<Batcher<Acquisition>>,
-    /// The operator features, called at the fixed points of `hooks.rs`.
-    pub(crate) ops: Arc<dyn Operator>,
+    /// The operator features (`ops/`), called at their fixed points.
+    pub(crate) ops: Arc<Operators>,
     /// What this client writes of its holders (see `who.rs`).
     pub(crate) who: Describer,
     /// Releases of dropped guards on their way: a shutdown waits for them.
@@ -104,7 +103,7 @@ impl Inner {
         config: Config,
         subscriber: Subscriber,
         watchdog: Watchdog,
-        ops: Arc<dyn Operator>,
+        ops: Arc<Operators>,
         shutdown: DropGuard,
     ) -> Self {
         let one_endpoint = !backend.is_redlock() && !backend.first().is_cluster();
@@ -245,42 +244,7 @@ impl Inner {
     ///
     /// Read-only: dropping the future changes nothing.
     pub(crate) async fn view(&self, keys: &Arc<LockKeys>) -> Result<LockView, LockError> {
-        let scripts = self.scripts.clone();
-        let numsub = if self.backend.publish_command() == "SPUBLISH" {
-            "SHARDNUMSUB"
-        } else {
-            "NUMSUB"
-        };
-        let replies = self
-            .backend
-            .each(|mut conn| {
-                let (scripts, keys) = (scripts.clone(), keys.clone());
-                async move {
-                    let reply: Vec<redis::Value> = scripts
-                        .inspect
-                        .key(&keys.lock)
-                        .key(keys.fence())
-                        .key(keys.channel())
-                        .arg(numsub)
-                        .invoke_async(&mut conn)
-                        .await?;
-                    InspectReply::decode_values(&reply)
-                        .ok_or_else(|| unexpected_reply("inspect.lua", &reply))
-                }
-            })
-            .await;
-        let quorum = self.backend.quorum();
-        match redlock::inspect(replies, quorum)? {
-            InspectVote::View(view) => Ok(view),
-            InspectVote::Conflict => Err(LockError::KeyConflict {
-                name: keys.display(),
-            }),
-            InspectVote::Short { got } => Err(LockError::QuorumNotReached {
-                got,
-                needed: quorum,
-                held_elsewhere: 0,
-            }),
-        }
+        self.ops.read(keys).await
     }
 
     /// A fresh hold id, the watchdog's key.

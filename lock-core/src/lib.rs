@@ -46,16 +46,16 @@
 //! | 5 | `batch.rs` | group commit: the new acquisitions (or the releases) ready at the same moment, as one run of `acquire.lua` (`release.lua`) |
 //! | 6 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |
 //! | 6 | `renew.rs` | one renewal round trip for a batch of holds: one run of `renew.lua` per 64 holds (on a cluster, per hash slot), what it found per hold (acknowledged or not), the Redlock write-back of a lock a node lost; `extend`, the same for one fixed lease ([`LockGuard::extend`]) |
-//! | 7 | `hooks.rs` | the fixed points where operator features see an acquisition: `Operator` (before a new one, a watch over a wait, how it ended, the series of a lock), installed by the builder |
+//! | 7 | `ops/` | operator features, one `Operators` per client called at fixed points (before a new acquisition, a wait's deadlock watch, how it ended, the series of a lock): `order.rs` the lock-order checker ([`LockOrderCheck`]), `order_shared.rs` the graph a namespace shares, `deadlock.rs` and `watch.rs` distributed deadlock detection, `metrics.rs` (feature `metrics`), `holder.rs` what `inspect` reads and the holder named in a timeout |
 //! | 8 | `watchdog.rs` | when to renew, and telling guards of a loss |
-//! | 9 | `inner.rs` | `Inner`: one client's state, what every internal function takes (its operator features as a `dyn Operator`) |
+//! | 9 | `inner.rs` | `Inner`: one client's state, what every internal function takes (its operator features, `Operators`) |
 //! | 10 | `minimum.rs` | a minimum hold time: a lease extended to cover it, and the holds a shutdown leaves held for it |
 //! | 10 | `release.rs` | every give-back of a hold, one function per case |
-//! | 10 | `ops/` | operator features, reached only through `hooks.rs`: `order.rs` the lock-order checker ([`LockOrderCheck`]), `order_shared.rs` the graph a namespace shares, `deadlock.rs` and `watch.rs` distributed deadlock detection, `metrics.rs` (feature `metrics`), `holder.rs` the holder named in a timeout, `health.rs` the checks of [`LockClient::ping`] ([`HealthReport`], [`NodeHealth`]); `Operators`, their state |
 //! | 11 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
 //! | 11 | `attempt.rs` | one attempt: `acquire.lua` (new acquisitions in batches, `batch.rs`); `WAIT`, replay after a lost reply, Redlock fan-out |
 //! | 11 | `admin.rs` | hidden: helpers of the CLI (`masters_in_slots`) |
 //! | 12 | `acquire/` | taking a lock: one wait loop for a name or a set (`lock_all`, [`MAX_LOCK_ALL`]), one place where a grant becomes a hold, re-entry; its own table in `acquire/mod.rs` |
+//! | 13 | `health.rs` | the checks of [`LockClient::ping`] ([`HealthReport`], [`NodeHealth`]); the `distlock` tool lays the report out |
 //! | 13 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`], [`LockAllRequest`] |
 //! | 14 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`] and [`InstallGlobalError`], `inspect`, `force_unlock`, `is_held_by_current_chain` |
 //! | 15 | `builder.rs` | [`LockClientBuilder`]: settings, their validation, connecting |
@@ -82,8 +82,8 @@ mod error;
 pub mod faults;
 mod guard;
 mod handoff;
+mod health;
 mod hold;
-mod hooks;
 mod inner;
 mod keys;
 mod kinds;
@@ -122,11 +122,11 @@ pub use client::{global, Holder, InstallGlobalError, LockClient, LockInfo};
 pub use context::{current_lock, LockContext};
 pub use error::{LockError, LostReason};
 pub use guard::{LockGuard, MultiLockGuard};
+pub use health::{HealthReport, NodeHealth};
 pub use hold::HeldLock;
 pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
 pub use kinds::{HoldMode, LockKind};
 pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
-pub use ops::health::{HealthReport, NodeHealth};
 pub use ops::order::LockOrderCheck;
 pub use release::ShutdownReport;
 pub use request::{

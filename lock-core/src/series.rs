@@ -1,7 +1,7 @@
 //! What happens to a hold, as operator features count it (metrics): the
 //! [`Series`] of its lock, worked out once and kept in the hold as its [`Tag`],
 //! told when it is acquired, re-entered, waited for, timed out, held, renewed,
-//! released or lost. `ops/metrics.rs` makes them (see `hooks.rs`).
+//! released or lost. `ops/metrics.rs` makes them (`Operators::series`).
 
 use std::fmt;
 use std::sync::Arc;

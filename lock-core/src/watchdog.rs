@@ -22,8 +22,8 @@ use crate::backend::link::Replaced;
 use crate::backend::Backend;
 use crate::error::LostReason;
 use crate::hold::{Hold, HoldState};
-use crate::hooks::Operator;
 use crate::lease::validity;
+use crate::ops::Operators;
 use crate::renew::{renew, Renewal};
 use crate::scripts::Scripts;
 
@@ -146,7 +146,7 @@ impl Watchdog {
         scripts: Arc<Scripts>,
         lease: Duration,
         acks: Option<(u32, Duration)>,
-        ops: Arc<dyn Operator>,
+        ops: Arc<Operators>,
         shutdown: CancellationToken,
     ) -> Self {
         let registry = Arc::new(Registry::default());
@@ -306,7 +306,7 @@ struct Task {
     /// Replica acknowledgements a renewal needs (`LockClientBuilder::replicas`).
     acks: Option<(u32, Duration)>,
     /// The operator features: a renewal batch's round trip is counted.
-    ops: Arc<dyn Operator>,
+    ops: Arc<Operators>,
     registry: Arc<Registry>,
     backend: Backend,
     scripts: Arc<Scripts>,

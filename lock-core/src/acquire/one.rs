@@ -16,9 +16,9 @@ use super::wait::{Wait, Won};
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::hooks::{HookFuture, NewAcquisition};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
+use crate::ops::NewAcquisition;
 use crate::origin::Origin;
 use crate::scripts::unexpected_reply;
 
@@ -125,12 +125,13 @@ async fn acquire_new(mut wait: Wait<'_>, context: &LockContext) -> Result<LockGu
 }
 
 /// The operator features' look at a new acquisition of `keys` by the chain of
-/// `context`, before it asks Redis (`hooks.rs`): a chain that holds nothing is
-/// not shown.
+/// `context`, before it asks Redis (`Operators::before_new`): a chain that holds
+/// nothing is not shown.
 ///
 /// # Cancel safety
 ///
-/// As [`Operator::before_new`](crate::hooks::Operator::before_new).
+/// Safe to drop: what it records is advice, recorded again by the next
+/// acquisition that makes it.
 pub(super) async fn before_new(
     inner: &Inner,
     context: &LockContext,
@@ -150,12 +151,11 @@ pub(super) async fn before_new(
 }
 
 /// The error a new acquisition of (one of) `keys` ended in, with what the
-/// operator features add to it (`hooks.rs`: who holds a timed-out lock).
+/// operator features add to it (who holds a timed-out lock).
 ///
 /// # Cancel safety
 ///
 /// Read-only: dropping the future changes nothing.
 pub(super) async fn ended(inner: &Inner, err: LockError, keys: &[Arc<LockKeys>]) -> LockError {
-    let read = |keys| -> HookFuture<'_, _> { Box::pin(inner.view(keys)) };
-    inner.ops.ended(err, keys, &read).await
+    inner.ops.ended(err, keys).await
 }

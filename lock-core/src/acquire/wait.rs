@@ -28,9 +28,9 @@ use crate::attempt::{withdraw, Attempt};
 use crate::error::LockError;
 use crate::faults::{self, Fault};
 use crate::handoff::{Delivery, Offer};
-use crate::hooks::Watch;
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
+use crate::ops::DeadlockWatch;
 use crate::origin::Origin;
 use crate::owner::Owner;
 use crate::release;
@@ -85,7 +85,7 @@ pub(super) struct Wait<'a> {
     /// Where the request was made: the hold keeps it.
     pub(super) origin: Origin,
     /// Deadlock detection, for a chain that holds other locks.
-    pub(super) deadlock: Option<Box<dyn Watch>>,
+    pub(super) deadlock: Option<DeadlockWatch>,
     /// What the client writes of this waiter once it holds the lock (`who.rs`).
     pub(super) who: Arc<str>,
     /// One name: its metrics' labels, once it had to wait.
@@ -537,7 +537,7 @@ impl Wait<'_> {
         }
     }
 
-    /// Looks for a deadlock (`hooks.rs`, `ops/watch.rs`); a chain that holds no lock of this
+    /// Looks for a deadlock (`ops/watch.rs`); a chain that holds no lock of this
     /// client never looks again.
     ///
     /// # Cancel safety

@@ -1,13 +1,17 @@
-//! Holder info in errors: the holder named in a timeout, who holds the lock as its
-//! client wrote it (`who.rs`).
+//! Who holds a lock: the state of a lock as `inspect.lua` reads it (for
+//! `inspect`, the CLI and a timeout's error), and the holder named in a timeout,
+//! as its client wrote it (`who.rs`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::redlock::{self, InspectVote};
+use crate::backend::Backend;
 use crate::error::LockError;
-use crate::hooks::Read;
 use crate::keys::LockKeys;
 use crate::kinds::HoldMode;
+use crate::scripts::{unexpected_reply, InspectReply, LockView, Scripts};
 
 /// How long a timed-out waiter may take to read who holds the lock, for its error.
 const HOLDER_LOOK: Duration = Duration::from_millis(250);
@@ -20,11 +24,14 @@ const HOLDER_LOOK: Duration = Duration::from_millis(250);
 /// # Cancel safety
 ///
 /// Read-only: dropping the future changes nothing.
-pub(super) async fn name_the_holder<'a>(
+pub(super) async fn name_the_holder<'a, F>(
     mut err: LockError,
     keys: &'a [Arc<LockKeys>],
-    read: Read<'a>,
-) -> LockError {
+    read: impl FnOnce(&'a Arc<LockKeys>) -> F,
+) -> LockError
+where
+    F: Future<Output = Result<LockView, LockError>>,
+{
     let LockError::Timeout {
         name,
         holder: slot @ None,
@@ -46,4 +53,51 @@ pub(super) async fn name_the_holder<'a>(
             .map(Box::new);
     }
     err
+}
+
+/// The state of the lock of `keys`, as `inspect.lua` reads it (on Redlock, as a
+/// majority of nodes sees it).
+///
+/// # Cancel safety
+///
+/// Read-only: dropping the future changes nothing.
+pub(crate) async fn read(
+    backend: &Backend,
+    scripts: &Arc<Scripts>,
+    keys: &Arc<LockKeys>,
+) -> Result<LockView, LockError> {
+    let numsub = if backend.publish_command() == "SPUBLISH" {
+        "SHARDNUMSUB"
+    } else {
+        "NUMSUB"
+    };
+    let replies = backend
+        .each(|mut conn| {
+            let (scripts, keys) = (scripts.clone(), keys.clone());
+            async move {
+                let reply: Vec<redis::Value> = scripts
+                    .inspect
+                    .key(&keys.lock)
+                    .key(keys.fence())
+                    .key(keys.channel())
+                    .arg(numsub)
+                    .invoke_async(&mut conn)
+                    .await?;
+                InspectReply::decode_values(&reply)
+                    .ok_or_else(|| unexpected_reply("inspect.lua", &reply))
+            }
+        })
+        .await;
+    let quorum = backend.quorum();
+    match redlock::inspect(replies, quorum)? {
+        InspectVote::View(view) => Ok(view),
+        InspectVote::Conflict => Err(LockError::KeyConflict {
+            name: keys.display(),
+        }),
+        InspectVote::Short { got } => Err(LockError::QuorumNotReached {
+            got,
+            needed: quorum,
+            held_elsewhere: 0,
+        }),
+    }
 }

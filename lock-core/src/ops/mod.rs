@@ -1,13 +1,14 @@
 //! Operator features, beside the protocol: the lock-order checker (`order.rs`, and
 //! the graph a namespace shares, `order_shared.rs`), distributed deadlock
 //! detection (`deadlock.rs`, a waiter's `watch.rs`), metrics (`metrics.rs`),
-//! holder info in errors (`holder.rs`), and the checks of
-//! [`LockClient::ping`](crate::LockClient::ping) (`health.rs`). Each owns its
-//! state; the core reaches them only through [`Operators`], at the fixed points
-//! of `hooks.rs`, installed by the builder.
+//! holder info in errors and what `inspect` reads (`holder.rs`). Each owns its
+//! state; the core reaches them through [`Operators`] (one per client, made by the
+//! builder) at fixed points: before a new acquisition (the lock-order checker may
+//! refuse it), while it waits (deadlock detection may end the wait), how it ended
+//! (who holds a timed-out lock), and the [`Tag`] its hold's events are counted in
+//! (`series.rs`).
 
 mod deadlock;
-pub(crate) mod health;
 mod holder;
 mod metrics;
 pub(crate) mod order;
@@ -22,14 +23,25 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::context::LockContext;
 use crate::error::LockError;
-use crate::hooks::{HookFuture, NewAcquisition, Operator, Read, Watch};
 use crate::keys::LockKeys;
 use crate::origin::Origin;
-use crate::scripts::Scripts;
+use crate::scripts::{LockView, Scripts};
 use crate::series::Tag;
+pub(crate) use holder::read;
 use order::{LockOrder, LockOrderCheck};
 use order_shared::SharedGraph;
-use watch::DeadlockWatch;
+pub(crate) use watch::DeadlockWatch;
+
+/// What a new acquisition shows the operator features before it asks Redis.
+#[derive(Clone, Copy)]
+pub(crate) struct NewAcquisition<'a> {
+    /// The client (`Inner::id`) whose holds of the chain count.
+    pub(crate) client: u64,
+    /// The call chain: the locks it holds.
+    pub(crate) context: &'a LockContext,
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) origin: &'a Origin,
+}
 
 /// What the operator features of a client are set to (from the builder).
 #[derive(Debug, Clone)]
@@ -58,6 +70,7 @@ pub(crate) struct Operators {
     shared: Option<SharedGraph>,
     deadlock_check_after: Option<Duration>,
     backend: Backend,
+    scripts: Arc<Scripts>,
     namespace: Arc<str>,
     /// The values of the metrics' `lock` label in use.
     labels: Arc<metrics::Labels>,
@@ -95,20 +108,23 @@ impl Operators {
             shared,
             deadlock_check_after: settings.deadlock_check_after,
             backend: backend.clone(),
+            scripts: scripts.clone(),
             namespace: namespace.into(),
             labels: Arc::new(metrics::Labels::new(settings.max_metric_labels)),
         }
     }
 
-    /// Checks the order of a new acquisition against the other locks of this
-    /// client that the chain holds (see `order.rs`), and, when the client shares
-    /// its lock order, records the edges new to it in the namespace's graph.
+    /// Before a new acquisition (not a re-entry): checks its order against the
+    /// other locks of this client that the chain holds (see `order.rs`; `Err`
+    /// refuses it: a strict checker's inversion), and, when the client shares its
+    /// lock order, records the edges new to it in the namespace's graph.
     ///
     /// # Cancel safety
     ///
     /// Safe to drop: the local check is done at once, and the shared graph's
-    /// answer is only advice (see `SharedGraph::record`).
-    async fn check_order(&self, new: NewAcquisition<'_>) -> Result<(), LockError> {
+    /// answer is only advice (see `SharedGraph::record`), recorded again by the
+    /// next acquisition that makes it.
+    pub(crate) async fn before_new(&self, new: NewAcquisition<'_>) -> Result<(), LockError> {
         let NewAcquisition {
             client,
             context,
@@ -133,49 +149,60 @@ impl Operators {
             None => Ok(()),
         }
     }
-}
 
-impl Operator for Operators {
-    fn before_new<'a>(&'a self, new: NewAcquisition<'a>) -> HookFuture<'a, Result<(), LockError>> {
-        Box::pin(self.check_order(new))
-    }
-
-    fn watch(
+    /// A watch over a new acquisition's wait (deadlock detection), begun at
+    /// `start` by the chain of `context` through client `client`, after `after`
+    /// (the request's own threshold, else the client's); `None` when nothing
+    /// watches it.
+    pub(crate) fn watch(
         &self,
         client: u64,
         context: &LockContext,
         after: Option<Duration>,
         start: Instant,
-    ) -> Option<Box<dyn Watch>> {
+    ) -> Option<DeadlockWatch> {
         let period = after.or(self.deadlock_check_after)?;
-        let watch = DeadlockWatch::new(
+        DeadlockWatch::new(
             (&self.backend, &self.labels),
             &self.namespace,
             (client, context),
             period,
             start,
-        )?;
-        Some(Box::new(watch))
+        )
     }
 
-    fn ended<'a>(
-        &'a self,
-        err: LockError,
-        keys: &'a [Arc<LockKeys>],
-        read: Read<'a>,
-    ) -> HookFuture<'a, LockError> {
-        Box::pin(holder::name_the_holder(err, keys, read))
+    /// A new acquisition of (one of) `keys` ended in `err`: the error its caller
+    /// gets, with the holder of a timed-out lock named.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only: dropping the future changes nothing.
+    pub(crate) async fn ended(&self, err: LockError, keys: &[Arc<LockKeys>]) -> LockError {
+        holder::name_the_holder(err, keys, |keys| self.read(keys)).await
     }
 
-    fn series(&self, keys: &LockKeys, origin: &Origin) -> Tag {
+    /// The state of the lock of `keys`, as `inspect.lua` reads it (on Redlock, as a
+    /// majority of nodes sees it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only: dropping the future changes nothing.
+    pub(crate) async fn read(&self, keys: &Arc<LockKeys>) -> Result<LockView, LockError> {
+        read(&self.backend, &self.scripts, keys).await
+    }
+
+    /// The series of the lock of `keys`, asked for at `origin`.
+    pub(crate) fn series(&self, keys: &LockKeys, origin: &Origin) -> Tag {
         metrics::series(&self.backend, &self.labels, keys, origin)
     }
 
-    fn renewal_round_trip(&self, took: Duration) {
+    /// One renewal batch took `took`, round trip.
+    pub(crate) fn renewal_round_trip(&self, took: Duration) {
         metrics::renewal_round_trip(&self.backend, took);
     }
 
-    fn force_unlocked(&self, name: &[u8]) {
+    /// An operator's `force_unlock` deleted the lock `name`.
+    pub(crate) fn force_unlocked(&self, name: &[u8]) {
         metrics::force_unlocked(&self.backend, &self.labels, name);
     }
 }

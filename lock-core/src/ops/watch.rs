@@ -11,7 +11,6 @@ use super::metrics;
 use crate::backend::Backend;
 use crate::context::LockContext;
 use crate::error::LockError;
-use crate::hooks::{HookFuture, Watch};
 use crate::keys::LockKeys;
 use crate::origin::Origin;
 
@@ -19,7 +18,7 @@ use crate::origin::Origin;
 /// with a threshold. What it publishes is worked out when it announces its wait
 /// ([`ANNOUNCE`] into it, or at its threshold if that is sooner), so that an
 /// acquisition that never waits that long pays nothing for it.
-pub(super) struct DeadlockWatch {
+pub(crate) struct DeadlockWatch {
     backend: Backend,
     namespace: Arc<str>,
     /// The metrics' `lock` label values of the client.
@@ -113,7 +112,7 @@ impl DeadlockWatch {
     ///
     /// Safe to drop: records written stay until the wait's end deletes them (or
     /// they expire).
-    async fn look_now(
+    pub(crate) async fn look(
         &mut self,
         keys: &LockKeys,
         origin: &Origin,
@@ -158,23 +157,13 @@ impl DeadlockWatch {
             _ => Ok(true),
         }
     }
-}
 
-impl Watch for DeadlockWatch {
-    fn next(&self) -> Instant {
+    /// When to look next.
+    pub(crate) fn next(&self) -> Instant {
         if self.beating.is_none() {
             self.announce
         } else {
             self.next
         }
-    }
-
-    fn look<'a>(
-        &'a mut self,
-        keys: &'a LockKeys,
-        origin: &'a Origin,
-        new_id: &'a (dyn Fn() -> Arc<str> + Send + Sync),
-    ) -> HookFuture<'a, Result<bool, LockError>> {
-        Box::pin(self.look_now(keys, origin, new_id))
     }
 }
