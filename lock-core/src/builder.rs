@@ -27,7 +27,7 @@ use crate::lease::{MAX_LEASE, MIN_WATCHDOG_LEASE};
 use crate::ops::order::LockOrderCheck;
 use crate::ops::{Operators, Settings, DEFAULT_METRIC_LABELS, MAX_METRIC_LABELS};
 use crate::scripts::Scripts;
-use crate::subscriber::Subscriber;
+use crate::subscriber;
 use crate::watchdog::Watchdog;
 use crate::who::{Describer, MAX_SERVICE_LEN};
 
@@ -1200,7 +1200,7 @@ impl LockClientBuilder {
         for conn in backend.nodes() {
             persists_nothing |= preload(&mut conn.clone(), &scripts, self.fencing).await?;
         }
-        let subscriber = Subscriber::start(sub_conn, pushes, shutdown.clone());
+        let waiters = subscriber::start(sub_conn, pushes, shutdown.clone());
         let settings = Settings {
             lock_order: self.lock_order,
             share_lock_order: self.share_lock_order,
@@ -1241,7 +1241,7 @@ impl LockClientBuilder {
             links,
             scripts,
             config,
-            subscriber,
+            waiters,
             watchdog,
             ops,
             shutdown.drop_guard(),

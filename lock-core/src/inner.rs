@@ -17,7 +17,7 @@ use crate::keys::{Kind, LockKeys};
 use crate::ops::Operators;
 use crate::owner::Owner;
 use crate::scripts::{LockView, Scripts};
-use crate::subscriber::Subscriber;
+use crate::waiters::Waiters;
 use crate::watchdog::Watchdog;
 use crate::who::Describer;
 
@@ -63,7 +63,7 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     owners: AtomicU64,
     holds: AtomicU64,
-    pub(crate) subscriber: Subscriber,
+    pub(crate) waiters: Waiters,
     pub(crate) watchdog: Watchdog,
     /// Sends releases: in batches on one endpoint, one by one on a cluster or Redlock.
     pub(crate) batcher: Arc<Batcher<Item>>,
@@ -101,7 +101,7 @@ impl Inner {
         links: Arc<Links>,
         scripts: Arc<Scripts>,
         config: Config,
-        subscriber: Subscriber,
+        waiters: Waiters,
         watchdog: Watchdog,
         ops: Arc<Operators>,
         shutdown: DropGuard,
@@ -125,7 +125,7 @@ impl Inner {
             config,
             owners: AtomicU64::new(0),
             holds: AtomicU64::new(0),
-            subscriber,
+            waiters,
             watchdog,
             batcher,
             acquisitions,

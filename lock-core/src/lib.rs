@@ -41,7 +41,8 @@
 //! | 3 | `detach.rs` | `Detached` (a request finished in the background when its caller goes away), `spawn` |
 //! | 3 | `lease.rs` | [`MIN_LEASE`], [`MAX_LEASE`], [`MIN_WATCHDOG_LEASE`], clock drift and validity |
 //! | 4 | `keys.rs` | a lock name's Redis keys and channel; [`MAX_NAME_LEN`], [`MAX_NAMESPACE_LEN`] |
-//! | 4 | `subscriber.rs` | waiting: the queues of local waiters, woken by release messages |
+//! | 4 | `waiters.rs` | waiting: the queues of local waiters (one per release channel), woken by release messages |
+//! | 5 | `subscriber.rs` | the subscriber connection: channels (un)subscribed for the waiters, release messages handed to their queues |
 //! | 5 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
 //! | 5 | `batch.rs` | group commit: the new acquisitions (or the releases) ready at the same moment, as one run of `acquire.lua` (`release.lua`) |
 //! | 6 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |
@@ -100,6 +101,7 @@ mod request;
 mod scripts;
 mod series;
 mod subscriber;
+mod waiters;
 mod watchdog;
 mod who;
 

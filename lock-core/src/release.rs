@@ -27,7 +27,7 @@ use crate::keys::LockKeys;
 use crate::lease::validity;
 use crate::owner::{Op, Owner};
 use crate::scripts::{unexpected_reply, ReleaseReply};
-use crate::subscriber::Claim;
+use crate::waiters::Claim;
 
 /// [`LockGuard::unlock`](crate::LockGuard::unlock): gives back one hold of `hold`,
 /// and says whether the lock was still held.
@@ -251,7 +251,7 @@ impl ShutdownReport {
 pub(crate) async fn shutdown(inner: &Arc<Inner>) -> ShutdownReport {
     inner.close();
     // Waiters end now, each with `ClientShutDown`, rather than at their next look.
-    inner.subscriber.wake_first_waiters();
+    inner.waiters.wake_first_waiters();
     let patience = inner.config.remember_release;
     if !faults::active(Fault::GrantAfterShutdown) {
         let _ = tokio::time::timeout(patience, inner.attempts.idle()).await;
@@ -404,9 +404,9 @@ async fn round_trip(
     } else if !inner.backend.is_redlock()
         && inner.config.replicas.is_none()
         && keys.kind.is_plain()
-        && inner.subscriber.waits()
+        && inner.waiters.waits()
     {
-        claim = inner.subscriber.claim(&keys.channel()).map(HandOff::new);
+        claim = inner.waiters.claim(&keys.channel()).map(HandOff::new);
     }
     let successor = claim.as_ref().map(HandOff::successor);
     let sent = Instant::now();

@@ -35,7 +35,7 @@ use crate::origin::Origin;
 use crate::owner::Owner;
 use crate::release;
 use crate::series::Tag;
-use crate::subscriber::{Place, Turn};
+use crate::waiters::{Place, Turn};
 
 /// What a wait asks Redis for each time it asks.
 pub(super) enum Ask {
@@ -108,7 +108,7 @@ impl<'a> Wait<'a> {
     ) -> Self {
         // No round trip, so a lock taken without waiting costs nothing more.
         let place = inner
-            .subscriber
+            .waiters
             .enqueue(keys.channel(), keys.kind == Kind::Fair);
         let hands_off =
             !inner.backend.is_redlock() && inner.config.replicas.is_none() && keys.kind.is_plain();
@@ -533,7 +533,7 @@ impl Wait<'_> {
     /// name is the same as before; a new one else, see [`Wait::was_busy`]).
     fn take_place(&mut self) {
         if self.place.is_none() {
-            self.place = Some(self.inner.subscriber.enqueue(self.keys.channel(), false));
+            self.place = Some(self.inner.waiters.enqueue(self.keys.channel(), false));
         }
     }
 
