@@ -59,7 +59,8 @@
 //! | 13 | `health.rs` | the checks of [`LockClient::ping`] ([`HealthReport`], [`NodeHealth`]); the `distlock` tool lays the report out |
 //! | 13 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`], [`LockAllRequest`] |
 //! | 14 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`] and [`InstallGlobalError`], `inspect`, `force_unlock`, `is_held_by_current_chain` |
-//! | 15 | `builder.rs` | [`LockClientBuilder`]: settings, their validation, connecting |
+//! | 15 | `connect.rs` | connecting, fed the checked settings: one function per deployment, the scripts preloaded, the client's tasks started |
+//! | 16 | `builder.rs` | [`LockClientBuilder`]: settings and their validation |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
@@ -76,6 +77,7 @@ mod backend;
 mod batch;
 mod builder;
 mod client;
+mod connect;
 mod context;
 mod detach;
 mod error;
