@@ -211,6 +211,23 @@ async fn a_scrape_after_a_known_run_counts_exactly_what_happened() {
         .expect("the next renewal finds it gone");
     assert!(stale.unlock().await.expect_err("lost").is_lost());
 
+    // Renewals that fail and are retried: the server stalls (SIGSTOP) across a
+    // renewal of a 3 s lease, longer than the response timeout; the hold survives.
+    let patient = support::builder(&server)
+        .default_lease(Duration::from_secs(3))
+        .response_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .expect("connect");
+    let warm = patient.lock("cache:warm").await.expect("lock");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.pause().expect("SIGSTOP the server");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    server.resume().expect("SIGCONT the server");
+    warm.unlock()
+        .await
+        .expect("renewed after the stall, still held");
+
     // One lock-order inversion (warned: the checker's default).
     let order = locks.lock("order:1").await.expect("lock");
     let customer = order
@@ -354,7 +371,144 @@ async fn a_scrape_after_a_known_run_counts_exactly_what_happened() {
             "the three names of the set under `{template}`: {acquired:?}"
         );
     }
+    assert!(
+        value(
+            &samples,
+            "distlock_renewal_failures_total",
+            &[("lock", "cache:warm"), ("backend", "single")]
+        ) >= 1.0
+    );
+    the_dashboard_and_rules_query_what_the_client_emits(&samples);
     bounded_labels(&server, addr).await;
+}
+
+/// Issue 38 (2): every series that the shipped Grafana dashboard
+/// (`ops/grafana/distlock.json`) and alert rules (`ops/prometheus/distlock-alerts.yml`)
+/// query is one the client emitted in the run above, and every label they select,
+/// match or group by is one that series carries.
+fn the_dashboard_and_rules_query_what_the_client_emits(samples: &BTreeMap<String, Vec<Sample>>) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &str| {
+        std::fs::read_to_string(root.join(path)).unwrap_or_else(|err| panic!("{path}: {err}"))
+    };
+    let dashboard = read("ops/grafana/distlock.json");
+    let rules = read("ops/prometheus/distlock-alerts.yml");
+    let mut queries = json_strings_of(&dashboard, "expr");
+    queries.extend(json_strings_of(&dashboard, "definition"));
+    let panels = queries.len();
+    queries.extend(
+        rules
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("expr:"))
+            .map(|expr| expr.trim().to_owned()),
+    );
+    assert!(panels >= 15, "the dashboard's queries were read: {panels}");
+    assert!(queries.len() >= panels + 5, "the rules were read");
+    let mut checked = 0;
+    for query in &queries {
+        for (name, labels) in queried_series(query) {
+            let series = samples.get(&name).unwrap_or_else(|| {
+                panic!("`{query}` queries {name}, which the client never emitted")
+            });
+            for label in labels {
+                assert!(
+                    series.iter().any(|(found, _)| found.contains_key(&label)),
+                    "`{query}` uses label `{label}` of {name}, which it does not carry: {series:?}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 30, "only {checked} series were checked");
+}
+
+/// The JSON string values of every `"key": "..."` in `json`, unescaped.
+fn json_strings_of(json: &str, key: &str) -> Vec<String> {
+    let opening = format!("\"{key}\": \"");
+    json.match_indices(&opening)
+        .map(|(at, _)| {
+            let mut value = String::new();
+            let mut chars = json[at + opening.len()..].chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '"' => break,
+                    '\\' => value.push(chars.next().unwrap_or('\\')),
+                    c => value.push(c),
+                }
+            }
+            value
+        })
+        .collect()
+}
+
+/// The distlock series a PromQL `query` names, each with the labels the query
+/// needs of it: those of its own `{...}` matchers, and those of every
+/// `by (...)` whose aggregated expression contains it.
+fn queried_series(query: &str) -> Vec<(String, Vec<String>)> {
+    let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut found = Vec::new();
+    let mut rest = query;
+    let mut offset = 0;
+    while let Some(at) = rest.find("distlock_") {
+        let start = offset + at;
+        let len = query[start..]
+            .find(|c| !is_name(c))
+            .unwrap_or(query.len() - start);
+        let name = query[start..start + len].to_owned();
+        let mut labels = Vec::new();
+        if let Some(matchers) = query[start + len..].strip_prefix('{') {
+            let matchers = &matchers[..matchers.find('}').unwrap_or(matchers.len())];
+            // `label=~"value"` pairs; the values are quoted, and never split here.
+            let mut quoted = false;
+            let mut label = String::new();
+            for c in matchers.chars() {
+                match c {
+                    '"' => quoted = !quoted,
+                    _ if quoted => {}
+                    c if is_name(c) => label.push(c),
+                    _ if !label.is_empty() => labels.push(std::mem::take(&mut label)),
+                    _ => {}
+                }
+            }
+        }
+        for (by_at, _) in query.match_indices("by (") {
+            let grouped = &query[by_at + 4..];
+            let Some(close) = grouped.find(')') else {
+                continue;
+            };
+            let inner_start = by_at + 4 + close + 1;
+            let Some(open) = query[inner_start..].find('(') else {
+                continue;
+            };
+            let open = inner_start + open;
+            let mut depth = 0;
+            let mut end = query.len();
+            for (i, c) in query[open..].char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = open + i;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if (open..end).contains(&start) {
+                labels.extend(
+                    grouped[..close]
+                        .split(',')
+                        .map(|label| label.trim().to_owned()),
+                );
+            }
+        }
+        found.push((name, labels));
+        offset = start + len;
+        rest = &query[offset..];
+    }
+    found
 }
 
 /// Issue 37 (2): names without a label make a bounded number of series: 10,000
