@@ -31,12 +31,14 @@ USAGE:
 
 COMMANDS:
     test [ARGS...]    Run every test of the workspace against throwaway redis-servers:
-                      `cargo test --workspace --all-targets [ARGS...]`, then
-                      `cargo test --workspace --doc` (examples and benches get built too).
-                      ARGS go to the first command, e.g. `cargo xtask test lock_`
-                      or `cargo xtask test -- --nocapture`. Then the seeded-fault
-                      tests: `cargo test --features fault-injection --test reliability_faults`,
-                      and the metrics: `cargo test --features metrics --test ops_metrics`.
+                      `cargo nextest run --workspace --all-targets [ARGS...]` (with
+                      cargo-nextest; else `cargo test`), then `cargo test --workspace
+                      --doc` (examples and benches get built too). ARGS go to the
+                      first command, e.g. `cargo xtask test lock_`, or
+                      `cargo xtask test --no-capture` (`-- --nocapture` without
+                      nextest). Then the seeded-fault and metrics tests
+                      (`--features fault-injection,metrics --test reliability_faults
+                      --test ops_metrics`), the explorer's slice and `--seeded`.
     explore [ARGS...] Run the explorer of interleavings (tests/explore): every schedule
                       of a few small worlds (2-3 owners, up to 3 operations each) on
                       the real client and scripts, each script request delivered in
@@ -247,37 +249,67 @@ fn forget_earlier_packages() -> Result<()> {
     Ok(())
 }
 
-/// `cargo xtask test`: all targets (with `extra` args), then the doctests.
+/// `cargo xtask test`: all targets (with `extra` args), then the doctests, then the
+/// targets of features that are process-global (the seeded faults, the metrics
+/// recorder), then the explorer's slice and its seeded faults.
+///
+/// With cargo-nextest installed (`cargo nextest`), the tests of every binary run
+/// two at a time across binaries (`.config/nextest.toml`): they mostly wait on
+/// servers of their own, and a binary's slowest test no longer holds up the next
+/// binary. Without it, `cargo test`.
 fn test(extra: &[OsString]) -> Result<()> {
     let redis = ensure_redis()?;
-    let mut all_targets = cargo(&redis);
-    all_targets
-        .args(["test", "--workspace", "--all-targets"])
-        .args(extra);
-    run(all_targets)?;
+    let nextest = has_nextest();
+    run(tests(&redis, nextest, &["--workspace", "--all-targets"], extra))?;
     let mut doc = cargo(&redis);
     doc.args(["test", "--workspace", "--doc"]);
     run(doc)?;
-    // Seeded faults are process-global and compiled in only with the feature: their
-    // tests have a binary of their own.
-    let mut faults = cargo(&redis);
-    faults.args([
-        "test",
-        "--features",
-        "fault-injection",
-        "--test",
-        reliability::FAULTS_SUITE,
-    ]);
-    run(faults)?;
+    // Seeded faults and the metrics recorder are process-global, and compiled in
+    // only with their features: their tests have binaries of their own, built once
+    // with the explorer's features.
+    run(tests(
+        &redis,
+        nextest,
+        &[
+            "--features",
+            WITH_FAULTS,
+            "--test",
+            reliability::FAULTS_SUITE,
+            "--test",
+            "ops_metrics",
+        ],
+        &[],
+    ))?;
     // The explorer: the slice of every world (split over three processes: it
     // mostly waits for quiet), then each seeded fault found.
     explore(&slice_args())?;
-    explore(&[OsString::from("--seeded")])?;
-    // The metrics recorder is process-global too, and the metrics are compiled in
-    // only with the feature.
-    let mut metrics = cargo(&redis);
-    metrics.args(["test", "--features", "metrics", "--test", "ops_metrics"]);
-    run(metrics)
+    explore(&[OsString::from("--seeded")])
+}
+
+/// The features of the explorer's build, which the seeded-fault and metrics tests
+/// share (one build for the three).
+const WITH_FAULTS: &str = "fault-injection,metrics";
+
+/// Whether cargo-nextest is installed.
+fn has_nextest() -> bool {
+    Command::new(env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo")))
+        .args(["nextest", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// `cargo nextest run ARGS EXTRA` with `nextest`, else `cargo test ARGS EXTRA`.
+fn tests(redis: &Path, nextest: bool, args: &[&str], extra: &[OsString]) -> Command {
+    let mut command = cargo(redis);
+    if nextest {
+        command.args(["nextest", "run"]);
+    } else {
+        command.arg("test");
+    }
+    command.args(args).args(extra);
+    command
 }
 
 /// `cargo xtask explore [ARGS...]`: the explorer of interleavings, with its seeded
@@ -296,14 +328,7 @@ fn slice_args() -> Vec<OsString> {
 fn explore_command(redis: &Path, args: &[OsString]) -> Command {
     let mut explore = cargo(redis);
     explore
-        .args([
-            "test",
-            "--features",
-            "fault-injection",
-            "--test",
-            "explore",
-            "--",
-        ])
+        .args(["test", "--features", WITH_FAULTS, "--test", "explore", "--"])
         .args(args);
     explore
 }
@@ -331,7 +356,7 @@ fn reliability_suite() -> Result<()> {
     faults.args([
         "test",
         "--features",
-        "fault-injection",
+        WITH_FAULTS,
         "--test",
         reliability::FAULTS_SUITE,
         "--",
