@@ -260,7 +260,12 @@ fn forget_earlier_packages() -> Result<()> {
 fn test(extra: &[OsString]) -> Result<()> {
     let redis = ensure_redis()?;
     let nextest = has_nextest();
-    run(tests(&redis, nextest, &["--workspace", "--all-targets"], extra))?;
+    run(tests(
+        &redis,
+        nextest,
+        &["--workspace", "--all-targets"],
+        extra,
+    ))?;
     let mut doc = cargo(&redis);
     doc.args(["test", "--workspace", "--doc"]);
     run(doc)?;
