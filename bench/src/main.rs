@@ -25,6 +25,7 @@
 //! | `kinds.rs` | the lock kinds: 8 (uncontended), 9 (hand-off), 10 (readers) |
 //! | `peer.rs`, `contender.rs` | rslock and distlock as clients the scenarios drive |
 //! | `reference.rs` | `redis-benchmark` runs |
+//! | `steps.rs` | the per-step cost table: the scripts' variants with one step left out (`--steps`) |
 //! | `server.rs` | what the server is asked, and every dependency on the lock layout |
 //! | `report.rs` | the Markdown report, one function per section |
 //! | `runtime.rs`, `settings.rs`, `stats.rs`, `cpu.rs`, `error.rs` | small shared pieces |
@@ -49,6 +50,7 @@ mod scenarios;
 mod server;
 mod settings;
 mod stats;
+mod steps;
 mod throughput;
 
 use std::process::ExitCode;
@@ -85,6 +87,7 @@ fn main() -> ExitCode {
         Some("raw-pairs") => raw_pairs(&args),
         Some("contention") => contention_alone(&args),
         Some("kinds") => kinds_alone(&args),
+        _ if args.iter().any(|a| a == "--steps") => steps_alone(&args),
         _ => harness(&args),
     };
     match result {
@@ -206,6 +209,41 @@ fn kinds_alone(args: &[String]) -> Result<(), BoxError> {
     println!("{}", report::kinds_markdown(&settings, &results));
     Ok(())
 }
+
+/// The per-step cost table alone (`--steps [--quick] [--blocks N] [--write FILE]`,
+/// as `cargo xtask bench --steps` runs it), on a server of its own: prints it, and
+/// with `--write` puts it into FILE between its own markers.
+fn steps_alone(args: &[String]) -> Result<(), BoxError> {
+    let mut settings = steps::StepSettings::full();
+    let mut write = None;
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        match arg.as_str() {
+            "--steps" => {}
+            "--quick" => settings = steps::StepSettings::quick(),
+            "--blocks" => {
+                let n = iter.next().ok_or("--blocks N")?;
+                settings.blocks = n.parse().map_err(|err| format!("--blocks {n:?}: {err}"))?;
+            }
+            "--write" => write = Some(iter.next().ok_or("--write FILE")?.clone()),
+            other => return Err(format!("unknown argument {other:?}; {STEPS_USAGE}").into()),
+        }
+    }
+    let server = RedisServer::builder()
+        .args(["--maxmemory-policy", "noeviction"])
+        .start()?;
+    let table = steps::run(&server, settings, &note)?;
+    let markdown = steps::markdown(&table);
+    println!("{markdown}");
+    if let Some(path) = write {
+        report::write_between(&path, (steps::STEPS_START, steps::STEPS_END), &markdown)?;
+        eprintln!("distlock-bench: wrote the per-step table into {path}");
+    }
+    Ok(())
+}
+
+/// The usage line of the per-step table.
+const STEPS_USAGE: &str = "distlock-bench --steps [--quick] [--blocks N] [--write FILE]";
 
 /// The usage line of the harness.
 const USAGE: &str =

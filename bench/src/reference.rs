@@ -60,7 +60,7 @@ impl Load {
 
 /// One `redis-benchmark` run of `command`; returns requests per second and the
 /// median latency.
-fn redis_benchmark(
+pub(crate) fn redis_benchmark(
     binary: &Path,
     port: u16,
     load: Load,

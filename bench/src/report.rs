@@ -1461,13 +1461,25 @@ fn lease_details(out: &mut String, results: &Results) {
 /// Puts `generated` into the file at `path` between the markers, keeping the rest;
 /// a file without markers gets them appended.
 pub(crate) fn write_into(path: &str, generated: &str) -> Result<(), BoxError> {
+    write_between(path, (START, END), generated)
+}
+
+/// Puts `generated` (which starts and ends with the markers `start` and `end`)
+/// into the file at `path` in place of what is between them, keeping the rest; a
+/// file without them gets `generated` appended.
+pub(crate) fn write_between(
+    path: &str,
+    (start, end): (&str, &str),
+    generated: &str,
+) -> Result<(), BoxError> {
     let existing = std::fs::read_to_string(path).unwrap_or_default();
-    let updated = match (existing.find(START), existing.find(END)) {
-        (Some(start), Some(end)) if start < end => format!(
+    let start_marker = start.split(" (").next().unwrap_or(start);
+    let updated = match (existing.find(start_marker), existing.find(end)) {
+        (Some(from), Some(to)) if from < to => format!(
             "{}{}{}",
-            &existing[..start],
+            &existing[..from],
             generated.trim_end(),
-            &existing[end + END.len()..]
+            &existing[to + end.len()..]
         ),
         _ => format!("{}\n{}\n", existing.trim_end(), generated.trim_end()),
     };

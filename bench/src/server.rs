@@ -306,7 +306,7 @@ pub(crate) enum KeyShape {
 impl KeyShape {
     /// The key for `what`, with `number` in place of the counter (a `__rand_int__`
     /// for redis-benchmark).
-    fn key(&self, what: &str, number: &str) -> String {
+    pub(crate) fn key(&self, what: &str, number: &str) -> String {
         match self {
             KeyShape::Single => format!("distlock:{{ref{what}:{number}}}"),
             KeyShape::Slot(tag) => format!("distlock:{{{tag}}}:ref{what}:{number}"),
@@ -316,7 +316,7 @@ impl KeyShape {
 
 /// What redis-benchmark replaces with a random number of 12 digits (`-r`); each
 /// place gets a number of its own.
-const RAND: &str = "__rand_int__";
+pub(crate) const RAND: &str = "__rand_int__";
 
 /// `redis-benchmark`'s command lines of one reference: a first acquisition on fresh
 /// keys, and a release of a held lock (keys that [`prefill_held`] filled).
@@ -563,16 +563,16 @@ pub(crate) fn script_runs_between(
 
 /// How long the release script keeps the record of a final release in these runs
 /// (`ARGV[2]` of `release.lua`; the client uses four response timeouts).
-const REMEMBER_MS: u64 = 2_000;
+pub(crate) const REMEMBER_MS: u64 = 2_000;
 
 /// The owner id of the reference's locks (a client's uuid and counter).
-const DISTLOCK_OWNER: &str = "0123456789abcdef0123456789abcdef:1";
+pub(crate) const DISTLOCK_OWNER: &str = "0123456789abcdef0123456789abcdef:1";
 
 /// What a client says of a holder with a first acquisition (`ARGV[10]` of
 /// acquire.lua, `"<pid> <service> <host> <site>"`): 50 bytes, the most the client
 /// writes unless its service and host names alone are longer (lock-core/src/who.rs).
 /// The references send it, as the client does.
-const DISTLOCK_WHO: &str = "48121 distlock-bench bench-host src/contender.rs:5";
+pub(crate) const DISTLOCK_WHO: &str = "48121 distlock-bench bench-host src/contender.rs:5";
 
 /// Commands that distlock's scripts run inside Redis (lua/lock.lua and the scripts):
 /// `INFO commandstats` counts those too, but they cost no round trip. Where the
@@ -700,7 +700,7 @@ fn set_ops(locks: &[String], lease_ms: u64, settled: u64) -> Vec<Op<'_>> {
 }
 
 /// `kind` as acquire.lua takes it (`ARGV[7]`): `x`, `r`, `w`, `p<permits>`, `f`.
-fn kind_arg(kind: Kind) -> String {
+pub(crate) fn kind_arg(kind: Kind) -> String {
     match kind {
         Kind::Plain | Kind::All(_) => "x".into(),
         Kind::Read => "r".into(),

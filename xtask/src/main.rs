@@ -74,7 +74,9 @@ COMMANDS:
                       harness: `--quick` (a fast check of the harness, not a
                       benchmark; it writes nothing), `--runs N`, `--skip-cluster`. Takes about 10
                       minutes (`--quick`: under one); the criterion micro-benchmarks
-                      run with `cargo bench -p distlock-bench`.
+                      run with `cargo bench -p distlock-bench`. `--steps` runs only
+                      the per-step cost table of the scripts (issue 36; about 10
+                      minutes) and writes it into its own section of BENCHMARKS.md.
     cluster           Start a local Redis Cluster (3 masters, 3 replicas) on free
                       127.0.0.1 ports, print its node URLs and how to point the client
                       or the examples at it, and keep it up until Ctrl-C, SIGTERM or
