@@ -142,8 +142,28 @@ async fn a_grant_after_a_restart_comes_after_the_holders_there_were_told() {
 /// granted before (printed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_master_restarted_empty_is_checked_before_a_grant_there() {
+    cluster_restart_round(Duration::from_millis(300), Duration::from_secs(8)).await;
+}
+
+/// Issue 40 (3): the same, the master away for 4 s, longer than a lost connection
+/// holds grants back (3 s): the grant of another chain of the holder's client on
+/// the master that came back empty contradicts the holder's hold, so it still
+/// waits for the check and comes after the holder was told `ServerReplaced`. (A
+/// grant of a name no chain of the client holds may come before the check; it
+/// contradicts nothing.) The lease is long enough to outlast the outage. With a
+/// 1 s node timeout the cluster marks the master failed and refuses its slots
+/// until it rejoins, which has so far given the watch time to identify it first
+/// (this passed before the grant's own check too): the test holds the promise, not
+/// the mechanism (`a_grant_that_contradicts_a_hold_of_the_same_client_...` does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_away_past_the_settling_time_is_checked_before_a_grant_there() {
+    cluster_restart_round(Duration::from_secs(4), Duration::from_secs(20)).await;
+}
+
+/// A master of a 3-master cluster, serving the holder's lock, killed, and started
+/// again empty on its port after `down`; the holder's watchdog lease is `lease`.
+async fn cluster_restart_round(down: Duration, lease: Duration) {
     let mut cluster = RedisCluster::start(3, 0).expect("start a 3-master cluster");
-    let lease = Duration::from_secs(8);
     let holder = support::cluster_client(&cluster, lease).await;
     let other = support::cluster_client(&cluster, lease).await;
     let name = "cluster-replaced";
@@ -170,7 +190,7 @@ async fn a_cluster_master_restarted_empty_is_checked_before_a_grant_there() {
         })
     };
     let asking = support::acquired_at(&other, name, Duration::from_secs(20));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(down).await;
     // Blocks this worker thread for the start; the other one runs the clients.
     cluster
         .node_mut(master)
@@ -190,7 +210,7 @@ async fn a_cluster_master_restarted_empty_is_checked_before_a_grant_there() {
             None => -(back_at.duration_since(at).as_secs_f64() * 1e3),
         });
     println!(
-        "killed {:.1} ms before the master was back; holder told {:.1} ms after it was back \
+        "down {down:?}: killed {:.1} ms before the master was back; holder told {:.1} ms after it was back \
          ({:?}); another chain of its client granted {:.1} ms after (told first: {lost_first}); \
          another client granted {other_ms:?} ms after",
         ms(killed, back),
