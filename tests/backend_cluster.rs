@@ -81,7 +81,7 @@ async fn a_manual_failover_keeps_the_holder_valid() {
     let locks = support::cluster_client(&cluster, lease).await;
     let guard = locks.lock("failover").await.expect("lock");
 
-    let (slot, _, replica) = placement(&cluster, "failover");
+    let (slot, _, replica) = support::placement(&cluster, "failover");
     cluster.nodes()[replica]
         .cmd(&["CLUSTER", "FAILOVER"])
         .expect("CLUSTER FAILOVER");
@@ -105,29 +105,6 @@ async fn a_manual_failover_keeps_the_holder_valid() {
     );
 }
 
-/// The slot of lock `name`, its master and that master's replica (node indexes).
-fn placement(cluster: &RedisCluster, name: &str) -> (u16, usize, usize) {
-    let slot = support::slot_of(cluster, name);
-    let master = cluster.node_for_slot(slot).expect("master");
-    let master_id = cluster.nodes()[master]
-        .cmd(&["CLUSTER", "MYID"])
-        .expect("MYID");
-    let replica = (0..cluster.nodes().len())
-        .find(|&n| {
-            n != master
-                && cluster.nodes()[n]
-                    .cmd(&["CLUSTER", "NODES"])
-                    .map(|nodes| {
-                        nodes.lines().any(|line| {
-                            line.contains("myself") && line.contains(master_id.as_str())
-                        })
-                    })
-                    .unwrap_or(false)
-        })
-        .expect("a replica of the master");
-    (slot, master, replica)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_fails_over_and_waiters_still_acquire() {
     let mut cluster = cluster();
@@ -135,7 +112,7 @@ async fn a_killed_master_fails_over_and_waiters_still_acquire() {
     let lease = Duration::from_secs(8);
     let holder = support::cluster_client(&cluster, lease).await;
     let waiter = support::cluster_client(&cluster, lease).await;
-    let (slot, master, replica) = placement(&cluster, "killed");
+    let (slot, master, replica) = support::placement(&cluster, "killed");
     let guard = holder.lock("killed").await.expect("lock");
     // Let the lock reach the replica before the crash.
     cluster.nodes()[master]
@@ -193,7 +170,7 @@ async fn replication_loss(with_replicas: bool) -> Result<Loss, distlock::LockErr
     }
     let first = builder.connect().await.expect("connect");
     let second = support::cluster_client(&cluster, lease).await;
-    let (slot, master, replica) = placement(&cluster, "replicated");
+    let (slot, master, replica) = support::placement(&cluster, "replicated");
 
     // The replica stops hearing from its master (frozen, and its replication link
     // cut, so nothing waits in its socket buffer); the lock is taken meanwhile.

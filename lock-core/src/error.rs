@@ -931,7 +931,9 @@ pub enum LostReason {
     /// The Redis server that held it is not the one that granted it: it restarted
     /// without the lock (no persistence), or a failover moved to a master that never
     /// had it. The client checks every hold as soon as a connection comes back to
-    /// such a server, before it grants anything new.
+    /// such a server, before it grants anything new, and as soon as it is granted a
+    /// lock another of its call chains holds (a failover its cluster connection
+    /// followed on its own), before that grant counts.
     ServerReplaced,
 }
 

@@ -1,7 +1,10 @@
 //! One chain's hold of one lock: the state shared by its guards (and watched by the
 //! watchdog), and [`HeldLock`], the public view of it.
 
+use std::borrow::Borrow;
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -280,6 +283,93 @@ impl Hold {
             name: self.display().to_owned(),
             reason: self.reason.get().copied(),
         }
+    }
+}
+
+/// The holds a client watches (its watchdog's table), by id, and the ids of each
+/// lock's holds: so that a grant finds another chain's hold of its lock with one
+/// lookup ([`HoldTable::of_lock`]), whatever the number of holds.
+#[derive(Debug, Default)]
+pub(crate) struct HoldTable {
+    by_id: HashMap<u64, Arc<Hold>>,
+    /// Usually one id a lock; several for readers and permits.
+    by_lock: HashMap<LockOf, Vec<u64>>,
+}
+
+impl HoldTable {
+    /// Adds `hold`; the hold of the same id it replaces, if any.
+    pub(crate) fn insert(&mut self, hold: Arc<Hold>) -> Option<Arc<Hold>> {
+        let earlier = self.by_id.insert(hold.id, hold.clone());
+        if earlier.is_none() {
+            self.by_lock
+                .entry(LockOf(hold.keys.clone()))
+                .or_default()
+                .push(hold.id);
+        }
+        earlier
+    }
+
+    /// Removes the hold `id`: the hold, if it was there.
+    pub(crate) fn remove(&mut self, id: u64) -> Option<Arc<Hold>> {
+        let hold = self.by_id.remove(&id)?;
+        if let Some(ids) = self.by_lock.get_mut(hold.keys.lock.as_slice()) {
+            ids.retain(|other| *other != id);
+            if ids.is_empty() {
+                self.by_lock.remove(hold.keys.lock.as_slice());
+            }
+        }
+        Some(hold)
+    }
+
+    /// Whether the hold `id` is there.
+    #[cfg(test)]
+    pub(crate) fn contains(&self, id: u64) -> bool {
+        self.by_id.contains_key(&id)
+    }
+
+    /// Every hold.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Arc<Hold>> {
+        self.by_id.values()
+    }
+
+    /// The holds of the lock at `lock`.
+    pub(crate) fn of_lock<'a>(&'a self, lock: &[u8]) -> impl Iterator<Item = &'a Arc<Hold>> {
+        self.by_lock
+            .get(lock)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.by_id.get(id))
+    }
+
+    /// Removes every hold, and returns them.
+    pub(crate) fn take_all(&mut self) -> Vec<Arc<Hold>> {
+        self.by_lock.clear();
+        self.by_id.drain().map(|(_, hold)| hold).collect()
+    }
+}
+
+/// A lock's keys as a key of [`HoldTable`]: compared and hashed by the lock's Redis
+/// key alone, so that a lookup by that key needs no copy of it.
+#[derive(Debug)]
+struct LockOf(Arc<LockKeys>);
+
+impl PartialEq for LockOf {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.lock == other.0.lock
+    }
+}
+
+impl Eq for LockOf {}
+
+impl Hash for LockOf {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.lock.as_slice().hash(state);
+    }
+}
+
+impl Borrow<[u8]> for LockOf {
+    fn borrow(&self) -> &[u8] {
+        &self.0.lock
     }
 }
 

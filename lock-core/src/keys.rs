@@ -110,6 +110,14 @@ impl Kind {
         std::mem::discriminant(&self.lock_kind()) == std::mem::discriminant(&other.lock_kind())
     }
 
+    /// Whether a hold of this kind and one of `other`, by two owners, cannot be held
+    /// at once: every pair but two readers, or two permits, of one lock. (Holds of
+    /// two kinds of lock never coexist either: the scripts refuse a request of one
+    /// kind at a name held as another.)
+    pub(crate) fn excludes(self, other: Kind) -> bool {
+        !(self.admits_many() && other.admits_many() && self.same_lock(other))
+    }
+
     /// The kind as `acquire.lua` takes it (ARGV[7]).
     pub(crate) fn script_arg(self) -> String {
         match self {
@@ -270,6 +278,33 @@ mod tests {
         assert_eq!(keys.fence(), b"ns:{order:%7B42%7D}:fence");
         assert_eq!(keys.channel(), b"ns:{order:%7B42%7D}:released");
         assert_eq!(keys.freed_for("c:1"), b"ns:{order:%7B42%7D}:freed:c:1");
+    }
+
+    /// Two owners may hold one lock at once only as two readers or two permits:
+    /// a grant beside any other hold of this client is proof the server forgot it.
+    #[test]
+    fn only_readers_and_permits_hold_a_lock_together() {
+        let permits = Kind::Permit { permits: 3 };
+        let all = [
+            Kind::Exclusive,
+            Kind::Read,
+            Kind::Write,
+            permits,
+            Kind::Fair,
+        ];
+        for held in all {
+            for granted in all {
+                let together = matches!(
+                    (held, granted),
+                    (Kind::Read, Kind::Read) | (Kind::Permit { .. }, Kind::Permit { .. })
+                );
+                assert_eq!(
+                    held.excludes(granted),
+                    !together,
+                    "{held:?} and {granted:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -43,7 +43,7 @@
 //! | 4 | `keys.rs` | a lock name's Redis keys and channel; [`MAX_NAME_LEN`], [`MAX_NAMESPACE_LEN`] |
 //! | 4 | `waiters.rs` | waiting: the queues of local waiters (one per release channel), woken by release messages |
 //! | 5 | `subscriber.rs` | the subscriber connection: channels (un)subscribed for the waiters, release messages handed to their queues |
-//! | 5 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`] |
+//! | 5 | `hold.rs` | a chain's hold of a lock and its state; [`HeldLock`]; `HoldTable`, the holds a client watches, found by id or by lock |
 //! | 5 | `batch.rs` | group commit: the new acquisitions (or the releases) ready at the same moment, as one run of `acquire.lua` (`release.lua`) |
 //! | 6 | `context.rs` | [`LockContext`]: identity that follows the async call chain; [`current_lock`] |
 //! | 6 | `renew.rs` | one renewal round trip for a batch of holds: one run of `renew.lua` per 64 holds (on a cluster, per hash slot), what it found per hold (acknowledged or not), the Redlock write-back of a lock a node lost; `extend`, the same for one fixed lease ([`LockGuard::extend`]) |

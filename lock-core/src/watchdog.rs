@@ -8,7 +8,6 @@
 //! replacement is queued, not waited for. Dropping a renewal is safe: it is applied
 //! or not, and only ever moves a lease later; the check renews every hold anyway.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -21,9 +20,11 @@ use tracing::Instrument;
 use crate::backend::link::Replaced;
 use crate::backend::Backend;
 use crate::error::LostReason;
-use crate::hold::{Hold, HoldState};
+use crate::hold::{Hold, HoldState, HoldTable};
+use crate::keys::LockKeys;
 use crate::lease::validity;
 use crate::ops::Operators;
+use crate::owner::Owner;
 use crate::renew::{renew, Renewal};
 use crate::scripts::Scripts;
 
@@ -42,7 +43,7 @@ const NEW_MASTER_GRACE: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
 struct Registry {
-    holds: Mutex<HashMap<u64, Arc<Hold>>>,
+    holds: Mutex<HoldTable>,
     /// Wakes the task when a hold needs attention before its planned wake-up.
     changed: Notify,
     /// When the task plans to wake next.
@@ -58,7 +59,7 @@ struct Registry {
     /// while no renewal there has been acknowledged by the replicas the client asks
     /// for yet: see [`Task::unconfirmed`].
     switched: Mutex<Option<Instant>>,
-    /// When a server was last found replaced (see [`Task::cause`]).
+    /// When a server was last found replaced (see [`Registry::cause`]).
     replaced_at: Mutex<Option<Instant>>,
 }
 
@@ -111,8 +112,31 @@ impl Registry {
         }
     }
 
-    fn holds(&self) -> MutexGuard<'_, HashMap<u64, Arc<Hold>>> {
+    fn holds(&self) -> MutexGuard<'_, HoldTable> {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Why `hold`, which a renewal found gone, was lost: when a server was found
+    /// replaced (a restart, a failover; on Redlock, any of its nodes) since the hold
+    /// was last known to be there (its last acknowledged renewal or acquisition),
+    /// [`LostReason::ServerReplaced`], whichever renewal found it (the check after
+    /// the replacement, or one that reached the new server before it, or after a
+    /// check that could not finish); otherwise [`LostReason::NotHeld`].
+    fn cause(&self, hold: &Hold) -> LostReason {
+        let confirmed = {
+            let state = hold.state();
+            state.deadline.checked_sub(validity(state.lease))
+        };
+        let replaced = *self
+            .replaced_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match (replaced, confirmed) {
+            (Some(replaced), Some(confirmed)) if replaced >= confirmed => {
+                LostReason::ServerReplaced
+            }
+            _ => LostReason::NotHeld,
+        }
     }
 
     fn switched(&self) -> MutexGuard<'_, Option<Instant>> {
@@ -180,16 +204,57 @@ impl Watchdog {
     pub(crate) fn holding(&self, lock: &[u8]) -> Option<Arc<Hold>> {
         self.registry
             .holds()
-            .values()
-            .find(|hold| hold.keys.lock == lock && !hold.lost.is_cancelled())
+            .of_lock(lock)
+            .find(|hold| !hold.lost.is_cancelled())
             .cloned()
+    }
+
+    /// The holds of this client that a grant of the lock of `keys` to `owner`
+    /// contradicts, as the grant comes back: holds of other owners (but the write
+    /// hold `writer`, beside which a chain takes a read hold), not lost, within the
+    /// lease the client counts on, of a kind that cannot be held beside the
+    /// grant's. The server had forgotten each: the client counts on a hold only
+    /// until its lease could end (less the clock drift allowance), and nothing but
+    /// its owner frees it sooner. Usually none, found with one lookup.
+    pub(crate) fn contradicted_by(
+        &self,
+        keys: &LockKeys,
+        owner: &Owner,
+        writer: Option<&str>,
+    ) -> Vec<Arc<Hold>> {
+        let holds = self.registry.holds();
+        holds
+            .of_lock(&keys.lock)
+            .filter(|hold| {
+                let other = hold.owner.id();
+                other != owner.id()
+                    && writer != Some(other)
+                    && hold.keys.kind.excludes(keys.kind)
+                    && !hold.is_lost()
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// `hold`, which a grant of its lock to another owner contradicted, was
+    /// forgotten by the server: lost for its cause ([`Registry::cause`]), unless the
+    /// check that the grant waited for told it already.
+    pub(crate) fn forgotten(&self, hold: &Hold) {
+        let reason = self.registry.cause(hold);
+        if self.registry.holds().remove(hold.id).is_some() {
+            hold.tag.released();
+        }
+        hold.mark_lost(
+            reason,
+            "another chain of this client was granted the lock, so the server no longer had it",
+        );
     }
 
     /// Starts watching a new hold (one guard).
     pub(crate) fn register(&self, hold: Arc<Hold>) {
         let wake = wake_time(&hold.state());
         hold.tag.held();
-        if let Some(earlier) = self.registry.holds().insert(hold.id, hold) {
+        if let Some(earlier) = self.registry.holds().insert(hold) {
             earlier.tag.released();
         }
         self.registry.wake_by(wake);
@@ -211,7 +276,7 @@ impl Watchdog {
             (state.guards == 1).then(|| wake_time(&state))
         };
         if let Some(wake) = wake {
-            if holds.insert(hold.id, hold.clone()).is_none() {
+            if holds.insert(hold.clone()).is_none() {
                 hold.tag.held();
             }
             drop(holds);
@@ -231,7 +296,7 @@ impl Watchdog {
         state.guards = state.guards.saturating_sub(1);
         #[cfg(test)]
         tests::between_count_and_registry();
-        if state.guards == 0 && holds.remove(&hold.id).is_some() {
+        if state.guards == 0 && holds.remove(hold.id).is_some() {
             hold.tag.released();
         }
         true
@@ -246,8 +311,9 @@ impl Watchdog {
     pub(crate) fn close_all(&self) -> Vec<(Arc<Hold>, usize)> {
         let mut holds = self.registry.holds();
         let closed = holds
-            .drain()
-            .map(|(_, hold)| {
+            .take_all()
+            .into_iter()
+            .map(|hold| {
                 let guards = {
                     let mut state = hold.state();
                     state.closed = true;
@@ -261,21 +327,35 @@ impl Watchdog {
     }
 }
 
-/// Queues the check of every hold after a replaced server, and wakes the task: a
-/// renewal round under way gives way to it at once.
+/// Queues the check of every hold after a replaced server (or a grant that
+/// contradicts a hold, `Replaced::suspected`), and wakes the task: a renewal
+/// round under way gives way to it at once.
 fn server_replaced(registry: &Registry, replaced: Replaced) {
-    tracing::debug!(address = %replaced.addr, "distlock: checking every hold after a replaced server");
-    let now = Instant::now();
-    *registry.switched() = Some(now);
-    *registry
-        .replaced_at
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner) = Some(now);
+    tracing::debug!(address = %replaced.addr, suspected = replaced.suspected, "distlock: checking every hold after a replaced server");
+    if !replaced.suspected {
+        let now = Instant::now();
+        *registry.switched() = Some(now);
+        *registry
+            .replaced_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(now);
+    }
     if let Some(queued) = registry.replaced().as_mut() {
         queued.push(replaced);
     }
     registry.queued.notify_waiters();
     registry.changed.notify_one();
+}
+
+/// Why the holds that the check for `checks` finds gone are lost: a server was
+/// replaced ([`LostReason::ServerReplaced`]) when one of them says so; else, for
+/// checks begun only for grants that contradicted a hold, each for its cause
+/// (`None`, see [`Registry::cause`]).
+fn gone_reason(checks: &[Replaced]) -> Option<LostReason> {
+    checks
+        .iter()
+        .any(|check| !check.suspected)
+        .then_some(LostReason::ServerReplaced)
 }
 
 /// How one renewal round trip ended ([`Task::round`]).
@@ -353,7 +433,7 @@ impl Task {
             let now = Instant::now();
             let (due, expired, next) = self.survey(now);
             for hold in expired {
-                if self.registry.holds().remove(&hold.id).is_some() {
+                if self.registry.holds().remove(hold.id).is_some() {
                     hold.tag.released();
                 }
                 let (reason, why) = {
@@ -424,7 +504,7 @@ impl Task {
     /// Only the watchdog's task awaits it; dropped with the task, holds not checked
     /// yet are checked by their next renewal, as before a replacement.
     async fn check_all(&mut self, mut checks: Vec<Replaced>) {
-        while !self.check_once().await {
+        while !self.check_once(gone_reason(&checks)).await {
             tracing::debug!(
                 "distlock: another server was replaced during the check; checking again"
             );
@@ -433,13 +513,15 @@ impl Task {
         drop(checks);
     }
 
-    /// One check of every watchdog hold (see [`check_all`](Self::check_all)):
-    /// `false` when it gave way to a server replaced meanwhile.
+    /// One check of every watchdog hold (see [`check_all`](Self::check_all)), a
+    /// hold found gone being lost for `gone` when it is given, else for its cause
+    /// ([`Registry::cause`]): `false` when it gave way to a server replaced
+    /// meanwhile.
     ///
     /// # Cancel safety
     ///
     /// As [`check_all`](Self::check_all).
-    async fn check_once(&mut self) -> bool {
+    async fn check_once(&mut self, gone: Option<LostReason>) -> bool {
         let mut left: Vec<Arc<Hold>> = self
             .registry
             .holds()
@@ -455,7 +537,7 @@ impl Task {
                 let limit = until.saturating_duration_since(sent).max(MIN_RETRY);
                 match self.round(batch, limit).await {
                     Round::Answered(replies) => {
-                        self.apply_as(batch, &replies, sent, Some(LostReason::ServerReplaced));
+                        self.apply_as(batch, &replies, sent, gone);
                         let open = batch
                             .iter()
                             .zip(&replies)
@@ -548,7 +630,7 @@ impl Task {
     }
 
     /// Applies the answers of a renewal sent at `sent`; a hold found gone is lost for
-    /// its cause ([`Task::cause`]).
+    /// its cause ([`Registry::cause`]).
     fn apply(&self, batch: &[Arc<Hold>], replies: &[Renewal], sent: Instant) {
         self.apply_as(batch, replies, sent, None);
     }
@@ -574,7 +656,7 @@ impl Task {
                 Renewal::Unconfirmed { .. } => self.unconfirmed(hold, sent, new_master),
                 // Whatever the replicas acknowledged: the master that answered
                 // no longer has it.
-                Renewal::Gone => self.gone(hold, gone.unwrap_or_else(|| self.cause(hold))),
+                Renewal::Gone => self.gone(hold, gone.unwrap_or_else(|| self.registry.cause(hold))),
                 Renewal::Unknown => {
                     tracing::debug!("distlock: unexpected renewal reply; retrying");
                     hold.tag.renewal_failed();
@@ -584,30 +666,6 @@ impl Task {
             }
         }
         self.note_acknowledgements(replies, sent, new_master);
-    }
-
-    /// Why `hold`, which a renewal found gone, was lost: when a server was found
-    /// replaced (a restart, a failover; on Redlock, any of its nodes) since the hold
-    /// was last known to be there (its last acknowledged renewal or acquisition),
-    /// [`LostReason::ServerReplaced`], whichever renewal found it (the check after
-    /// the replacement, or one that reached the new server before it, or after a
-    /// check that could not finish); otherwise [`LostReason::NotHeld`].
-    fn cause(&self, hold: &Hold) -> LostReason {
-        let confirmed = {
-            let state = hold.state();
-            state.deadline.checked_sub(validity(state.lease))
-        };
-        let replaced = *self
-            .registry
-            .replaced_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match (replaced, confirmed) {
-            (Some(replaced), Some(confirmed)) if replaced >= confirmed => {
-                LostReason::ServerReplaced
-            }
-            _ => LostReason::NotHeld,
-        }
     }
 
     /// Whether a renewal sent at `sent` went to a new master that has not had the
@@ -651,7 +709,7 @@ impl Task {
 
     /// A hold that a renewal found gone: lost for `reason`.
     fn gone(&self, hold: &Hold, reason: LostReason) {
-        if self.registry.holds().remove(&hold.id).is_some() {
+        if self.registry.holds().remove(hold.id).is_some() {
             hold.tag.released();
         }
         let why = match reason {
@@ -801,7 +859,7 @@ mod tests {
         thread.join().expect("the re-entering thread");
         assert_eq!(hold.state().guards, 1, "the re-entry's guard is alive");
         assert!(
-            watchdog.registry.holds().contains_key(&hold.id),
+            watchdog.registry.holds().contains(hold.id),
             "a hold with a live guard was dropped from the watchdog"
         );
     }

@@ -20,6 +20,29 @@ pub fn slot_of(cluster: &RedisCluster, name: &str) -> u16 {
         .expect("a slot")
 }
 
+/// The slot of lock `name`, its master and that master's replica (node indexes).
+pub fn placement(cluster: &RedisCluster, name: &str) -> (u16, usize, usize) {
+    let slot = slot_of(cluster, name);
+    let master = cluster.node_for_slot(slot).expect("master");
+    let master_id = cluster.nodes()[master]
+        .cmd(&["CLUSTER", "MYID"])
+        .expect("MYID");
+    let replica = (0..cluster.nodes().len())
+        .find(|&n| {
+            n != master
+                && cluster.nodes()[n]
+                    .cmd(&["CLUSTER", "NODES"])
+                    .map(|nodes| {
+                        nodes.lines().any(|line| {
+                            line.contains("myself") && line.contains(master_id.as_str())
+                        })
+                    })
+                    .unwrap_or(false)
+        })
+        .expect("a replica of the master");
+    (slot, master, replica)
+}
+
 /// The lock `name` (default namespace) as Redis stores it, read with `HGETALL`
 /// through `distlock::layout` (free: no holders).
 pub fn stored(server: &RedisServer, name: &str) -> StoredLock {

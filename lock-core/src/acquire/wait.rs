@@ -353,21 +353,45 @@ impl<'a> Wait<'a> {
     }
 
     /// The gate every grant of this wait passes before it counts (an attempt's,
-    /// or a lock handed over by a release of this client): when a connection of
-    /// the client found a server replaced (a restart, a failover), waits until
-    /// every hold there was checked and the lost ones told (`Links::settled`), so
-    /// that no chain of this client is given a lock that another chain of it still
-    /// believes it holds. Nothing to wait for is the usual case, and costs a look
-    /// at a lock.
+    /// or a lock handed over by a release of this client), so that no chain of
+    /// this client is given a lock that another chain of it still believes it
+    /// holds:
+    ///
+    /// - when a connection of the client found a server replaced (a restart, a
+    ///   failover), it waits until every hold there was checked and the lost ones
+    ///   told (`Links::settled`);
+    /// - when the grant contradicts a hold of another chain of this client (the
+    ///   lock held by it in a way the grant's kind excludes,
+    ///   `Watchdog::contradicted_by`), the server forgot that hold, whether or not
+    ///   the client saw a replacement (a cluster's connection follows a slot to
+    ///   its new master on its own): the grant begins the check of every hold
+    ///   (`Links::contradicted`), waits for it, and then tells the contradicted
+    ///   holds it did not reach (a fixed lease, an unanswered renewal) itself.
+    ///
+    /// Nothing to wait for is the usual case, and costs a look at a lock and a
+    /// lookup of the name in the watchdog's table.
     ///
     /// # Cancel safety
     ///
     /// Dropped while it waits, the grant of `owner` is given back in the
-    /// background (as one too late to count on).
+    /// background (as one too late to count on); a check it began goes on.
     pub(super) async fn after_checks(&mut self, owner: &Arc<Owner>) {
         let inner = self.inner;
-        if !inner.links.checking() || faults::active(Fault::GrantBeforeReplacementCheck) {
+        if faults::active(Fault::GrantBeforeReplacementCheck) {
             return;
+        }
+        let contradicted = self.contradicted(owner);
+        if contradicted.is_empty() && !inner.links.checking() {
+            return;
+        }
+        if !contradicted.is_empty() {
+            tracing::warn!(
+                lock.name = %self.keys.display(),
+                "distlock: Redis granted a lock that another call chain of this client holds, \
+                 so the server no longer had that hold (replaced, failed over, or the lock \
+                 deleted); checking every lock held before the grant counts"
+            );
+            inner.links.contradicted();
         }
         let mut unclaimed = Unclaimed {
             wait: self,
@@ -376,6 +400,26 @@ impl<'a> Wait<'a> {
         };
         inner.links.settled().await;
         unclaimed.armed = false;
+        for hold in contradicted {
+            inner.watchdog.forgotten(&hold);
+        }
+    }
+
+    /// The holds of other chains of this client that a grant of this wait to
+    /// `owner` contradicts (see [`Wait::after_checks`]): of its one name; of a
+    /// set, of the names it does not re-enter.
+    fn contradicted(&self, owner: &Owner) -> Vec<Arc<crate::hold::Hold>> {
+        let watchdog = &self.inner.watchdog;
+        match &self.ask {
+            Ask::One { writer } => watchdog.contradicted_by(&self.keys, owner, writer.as_deref()),
+            Ask::Set(set) => set
+                .keys
+                .iter()
+                .zip(&set.held)
+                .filter(|(_, held)| held.is_none())
+                .flat_map(|(keys, _)| watchdog.contradicted_by(keys, owner, None))
+                .collect(),
+        }
     }
 
     /// The wait of `owner` was granted: the place its writer kept is gone with

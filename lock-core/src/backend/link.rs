@@ -54,6 +54,10 @@ pub(crate) struct Links {
     /// every master was identified again, each since when; `None` once the
     /// cluster's watch has stopped ([`Links::cluster_disconnected`]).
     unsettled: Mutex<Option<Vec<(Instant, Replaced)>>>,
+    /// A cluster: the checks begun for grants that contradict a hold of this
+    /// client ([`Links::contradicted`]), which the cluster's watch starts after its
+    /// next look; `None` while no watch runs (they start at once).
+    suspected: Mutex<Option<Vec<Replaced>>>,
     /// Wakes the cluster's watch for a look at once.
     look_now: Notify,
 }
@@ -77,12 +81,17 @@ impl Checks {
     }
 }
 
-/// A server was replaced: the check of every hold that it starts is done when this
-/// is dropped.
+/// A server was replaced, or may have been: the check of every hold that it
+/// starts is done when this is dropped.
 #[derive(Debug)]
 pub(crate) struct Replaced {
     /// The address of the new server.
     pub(crate) addr: Arc<str>,
+    /// Whether the check was begun for a grant that contradicts a hold of this
+    /// client ([`Links::contradicted`]), with no replaced server seen: the holds it
+    /// finds gone are lost for their cause, which a replacement seen meanwhile
+    /// makes [`ServerReplaced`](crate::LostReason::ServerReplaced).
+    pub(crate) suspected: bool,
     /// Its number among the checks.
     number: u64,
     checks: Arc<Checks>,
@@ -125,6 +134,7 @@ impl Links {
             on_replaced: OnceLock::new(),
             checks: Arc::new(Checks::default()),
             unsettled: Mutex::new(Some(Vec::new())),
+            suspected: Mutex::new(None),
             look_now: Notify::new(),
         })
     }
@@ -177,6 +187,7 @@ impl Links {
         self.checks.open.fetch_add(1, Ordering::Release);
         Replaced {
             addr,
+            suspected: false,
             number,
             checks: self.checks.clone(),
         }
@@ -189,6 +200,39 @@ impl Links {
         if let Some(hook) = self.on_replaced.get() {
             hook(replaced);
         }
+    }
+
+    /// A grant of this client contradicts a hold another of its call chains
+    /// believes it has (`acquire/wait.rs`): the server that granted it forgot that
+    /// hold (it was replaced, or failed over to a replica that lacked it, unseen
+    /// yet; or the lock was deleted). Every hold is checked as after a replaced
+    /// server ([`replaced`](Self::replaced)), and the grant waits for it
+    /// ([`settled`](Self::settled)). On a cluster, the watch first looks at once at
+    /// which master serves each slot and which server each one is
+    /// ([`watch_cluster`](Self::watch_cluster)), so that a master that took the
+    /// slot, or came back as another server, is known as replaced before the holds
+    /// are checked.
+    pub(crate) fn contradicted(&self) {
+        let mut check = self.begin_check(self.name.as_str().into());
+        check.suspected = true;
+        let mut suspected = self.suspected();
+        match suspected.as_mut() {
+            Some(queued) => {
+                queued.push(check);
+                drop(suspected);
+                self.look_now.notify_one();
+            }
+            None => {
+                drop(suspected);
+                self.check(check);
+            }
+        }
+    }
+
+    fn suspected(&self) -> MutexGuard<'_, Option<Vec<Replaced>>> {
+        self.suspected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How many servers were found replaced so far (the checks ever begun): an
@@ -423,6 +467,7 @@ impl Links {
         };
         let mut watch = watch;
         watch.look(Vec::new()).await;
+        self.suspected().get_or_insert_with(Vec::new);
         tokio::spawn(watch.run(shutdown));
     }
 
@@ -459,8 +504,13 @@ struct ClusterWatch {
 
 impl Drop for ClusterWatch {
     fn drop(&mut self) {
-        // No look comes any more: grants wait for none.
+        // No look comes any more: grants wait for none, and the checks of
+        // contradicted grants start now (later ones start at once).
         self.links.unsettled().take();
+        let suspected = self.links.suspected().take();
+        for check in suspected.into_iter().flatten() {
+            self.links.check(check);
+        }
     }
 }
 
@@ -493,15 +543,27 @@ impl ClusterWatch {
     }
 
     /// One look at the masters, which settles the lost connections `taken` if
-    /// every master answered: whether lost connections still hold grants back.
+    /// every master answered, and then starts the checks of the grants that
+    /// contradicted a hold before it began (a master found replaced by the look is
+    /// known so by then): whether lost connections still hold grants back.
     ///
     /// # Cancel safety
     ///
     /// Only reads and pings; dropped, the lost connections in `taken` stop holding
-    /// grants back (their tokens are dropped).
+    /// grants back, and the checks of contradicted grants are done (their tokens
+    /// are dropped: each grant then tells the hold it contradicts itself).
     async fn look(&mut self, taken: Vec<(Instant, Replaced)>) -> bool {
+        let suspected = self
+            .links
+            .suspected()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
         self.read_slots().await;
         let all_answered = self.ask_masters().await;
+        for check in suspected {
+            self.links.check(check);
+        }
         self.links.settle(taken, all_answered)
     }
 
