@@ -222,6 +222,12 @@ async fn a_majority_restarted_empty_at_once_shows_the_hazard() {
     // persistence or delayed restarts. The first holder is told soon (its client
     // sees the replaced servers and checks its holds at once), but that may come
     // after the second owner got the lock: the window between is the hazard.
+    // All three are down before any comes back: restarted one after another, the
+    // holder's check after each replaced node would write its lock back there
+    // (it still held a majority), and there would be no hazard to show.
+    for node in &mut nodes[..3] {
+        node.stop().expect("crash");
+    }
     for node in &mut nodes[..3] {
         node.restart().expect("restart empty");
     }
