@@ -11,6 +11,7 @@ use super::metrics;
 use crate::backend::Backend;
 use crate::context::LockContext;
 use crate::error::LockError;
+use crate::faults::{self, Fault};
 use crate::hooks::{HookFuture, Watch};
 use crate::keys::LockKeys;
 use crate::origin::Origin;
@@ -65,7 +66,7 @@ impl DeadlockWatch {
             context: context.clone(),
             waiting: None,
             period,
-            announce: start + period.min(ANNOUNCE),
+            announce: start + announce_after(period),
             next: start + period,
             beating: None,
             last_knot: None,
@@ -158,6 +159,16 @@ impl DeadlockWatch {
             _ => Ok(true),
         }
     }
+}
+
+/// How long into a wait its chain announces what it waits for: [`ANNOUNCE`], or
+/// the threshold `period` if that is shorter (only at the threshold under the
+/// seeded fault `DeadlockWaitAnnouncedAtThreshold`, the rule before issue 34).
+fn announce_after(period: Duration) -> Duration {
+    if faults::active(Fault::DeadlockWaitAnnouncedAtThreshold) {
+        return period;
+    }
+    period.min(ANNOUNCE)
 }
 
 impl Watch for DeadlockWatch {
