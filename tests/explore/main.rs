@@ -479,7 +479,8 @@ fn seeded_report(name: &str, report: &Report) -> bool {
         name.replace('-', "_"),
         u8::from(!report.violations.is_empty()),
         report.schedules,
-        u8::from(report.reproduced != Some(false)),
+        // A scenario has no replay: no figure.
+        report.reproduced.map_or("-", |r| if r { "1" } else { "0" }),
         (report.secs * 1000.0) as u64
     );
     let Some((replay, violation)) = report.violations.first() else {
