@@ -219,11 +219,10 @@ async fn a_cycle_of_two_processes_is_broken_by_one() {
         1,
         "{results:?}"
     );
-    assert!(
-        records(&server).is_empty(),
-        "records left: {:?}",
-        records(&server)
-    );
+    // A child prints DONE and exits while the deletion of its records (a task
+    // of its own) may still be on its way; a record it leaves expires a few beats
+    // later.
+    no_records_left(&server).await;
 }
 
 /// Three processes: A then B, B then C, C then A: exactly one gets `Deadlock`,
@@ -452,11 +451,7 @@ async fn nested_contention_in_one_order_reports_no_deadlock() {
         walked > 0,
         "no chain waited past the threshold: nothing was tested"
     );
-    assert!(
-        records(&server).is_empty(),
-        "records left: {:?}",
-        records(&server)
-    );
+    no_records_left(&server).await;
 }
 
 /// Issue 24 (3): a deadlock reported through a dead process. Observed on main: the

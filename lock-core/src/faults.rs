@@ -34,6 +34,22 @@ pub enum Fault {
     /// server found replaced: another chain of the client may be granted a lock
     /// that a chain whose hold vanished with the old server still believes it holds.
     GrantBeforeReplacementCheck,
+    /// A "not held" answer to a release is read as "never applied" however long
+    /// after the release it came, though the record that would have said it
+    /// applied may have expired meanwhile (a try that waited out an outage): an
+    /// applied release is told `Lost`, and an applied hand-off is taken for one
+    /// declined, its waiter asking again under the owner id it was handed the lock
+    /// under.
+    NotHeldBelievedLate,
+    /// A "not held" answer to a release is read as "never applied" though the
+    /// client found a server replaced since the release was made: the record that
+    /// would have said it applied may have gone with the old server.
+    NotHeldBelievedAfterReplacement,
+    /// A waiting chain announces what it waits for only once its own
+    /// `deadlock_check_after` has passed, not early in its wait: members with short
+    /// thresholds break the part of a knot they see, and a member with a long one
+    /// is the victim of what is left (two victims where one frees everyone).
+    DeadlockWaitAnnouncedAtThreshold,
 }
 
 #[cfg(feature = "fault-injection")]

@@ -53,18 +53,25 @@
 //!   (no args)          the slice CI runs
 //!   --full             the whole bound (see `world::Bound`)
 //!   --beyond           past it: hours to days
-//!   --world NAMES      only those worlds (comma-separated)
+//!   --world NAMES      only those worlds (comma-separated); `deadlock` is the
+//!                      deadlock knot, a scenario run once on real time
 //!   --faults N         at most N faults per schedule in every world
 //!   --max-secs S       stop each world after S seconds (reported incomplete)
 //!   --sample N         then N schedules of each world with a fault, at random,
 //!                      and 10 of them replayed from their strings, which must take
 //!                      the same steps to the same end (`--replays K`: K of them)
 //!   --fault NAME       seed a fault and show the explorer finds it
-//!   --seeded           every seeded fault in turn; fails unless each is found:
-//!                      release-replay-forgotten, reentry-replay-forgotten,
-//!                      shared-final-release-record, release-message-ignored
-//!                      (world `chains`), grant-after-shutdown (`shutdown`),
-//!                      grant-before-replacement-check (`discover`)
+//!   --seeded           every seeded fault in turn; fails unless each is found
+//!                      (each search stops at its first hit, and says after how
+//!                      many schedules): release-replay-forgotten,
+//!                      reentry-replay-forgotten, shared-final-release-record,
+//!                      release-message-ignored (world `chains`),
+//!                      grant-after-shutdown (`shutdown`),
+//!                      grant-before-replacement-check (`discover`),
+//!                      not-held-believed-late (`outage`),
+//!                      not-held-believed-after-replacement (`replace`),
+//!                      deadlock-wait-announced-at-threshold (the scenario
+//!                      `deadlock`, see `deadlock.rs`)
 //!   --replay STRING    one schedule, step by step
 //!   --estimate N       the number of schedules of each world and the time they
 //!                      take, estimated from N schedules drawn uniformly
@@ -72,6 +79,7 @@
 //!                      own server): the schedules whose first branching choices
 //!                      hash to K go to process K
 
+mod deadlock;
 mod harness;
 mod jobs;
 mod schedule;
@@ -87,43 +95,92 @@ use distlock_testkit::RedisServer;
 use schedule::{Env, Run};
 use world::{Bound, World};
 
-/// The seeded faults that bring back interleaving bugs found before.
-const SEEDED: [(&str, Fault, &str); 6] = [
+/// How a seeded fault is searched for in its world, up to the first schedule that
+/// finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Search {
+    /// Schedules drawn at random (a fixed seed), a fault on a quarter of the
+    /// deliveries; a few of them replayed from their strings, which must take the
+    /// same steps.
+    Sample,
+    /// The world's own depth-first search (one fault per schedule): it varies the
+    /// last choices first, such as where a world's operation falls after a
+    /// delivery's fault, which random draws place as often before anything
+    /// happened.
+    DepthFirst,
+    /// Not a world: the scenario of that name, run once (`deadlock.rs`).
+    Scenario,
+}
+
+/// The seeded faults that bring back interleaving bugs found before: each one's
+/// name, fault, world and search.
+const SEEDED: [(&str, Fault, &str, Search); 9] = [
     (
         "release-replay-forgotten",
         Fault::ReleaseReplayForgotten,
         "chains",
+        Search::Sample,
     ),
     (
         "reentry-replay-forgotten",
         Fault::ReentryReplayForgotten,
         "chains",
+        Search::Sample,
     ),
     (
         "shared-final-release-record",
         Fault::SharedFinalReleaseRecord,
         "chains",
+        Search::Sample,
     ),
     (
         "release-message-ignored",
         Fault::ReleaseMessageIgnored,
         "chains",
+        Search::Sample,
     ),
     (
         "grant-after-shutdown",
         Fault::GrantAfterShutdown,
         "shutdown",
+        Search::Sample,
     ),
     (
         "grant-before-replacement-check",
         Fault::GrantBeforeReplacementCheck,
         "discover",
+        Search::Sample,
+    ),
+    (
+        "not-held-believed-late",
+        Fault::NotHeldBelievedLate,
+        "outage",
+        Search::DepthFirst,
+    ),
+    (
+        "not-held-believed-after-replacement",
+        Fault::NotHeldBelievedAfterReplacement,
+        "replace",
+        Search::DepthFirst,
+    ),
+    (
+        "deadlock-wait-announced-at-threshold",
+        Fault::DeadlockWaitAnnouncedAtThreshold,
+        deadlock::NAME,
+        Search::Scenario,
     ),
 ];
+
+/// How many schedules a seeded fault's search draws at most: it stops at the
+/// first that finds the fault.
+const SEEDED_SCHEDULES: usize = 600;
 
 /// How many of the schedules `--sample` drew are replayed from their strings, each
 /// of which must take the same steps to the same end (`--replays K` to change).
 const SAMPLE_REPLAYS: usize = 10;
+/// How many more schedules `--sample` draws after its first violation (for a
+/// shorter one).
+const SAMPLE_AFTER_HIT: usize = 100;
 /// As [`SAMPLE_REPLAYS`], for each seeded fault's sample.
 const SEEDED_REPLAYS: usize = 3;
 
@@ -148,9 +205,14 @@ struct Report {
 
 impl Report {
     fn new(world: &World) -> Report {
+        Report::named(world.name, world.bound())
+    }
+
+    /// An empty report of the world or scenario `world`, whose bound is `bound`.
+    fn named(world: &str, bound: String) -> Report {
         Report {
-            world: world.name.to_owned(),
-            bound: world.bound(),
+            world: world.to_owned(),
+            bound,
             schedules: 0,
             states: HashSet::new(),
             diverged: 0,
@@ -252,6 +314,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    inject_from_env();
     if let Some(replay) = value("--replay") {
         return replay_one(&server, &replay);
     }
@@ -260,68 +323,20 @@ fn main() -> ExitCode {
     let max_secs: Option<f64> = value("--max-secs").and_then(|n| n.parse().ok());
     let mut worlds = chosen_worlds(Bound::of(&args), only.as_deref(), budget);
     if flag("--seeded") || value("--fault").is_some() {
-        let wanted = value("--fault");
-        let mut missed = 0;
-        for (name, fault, world_name) in SEEDED {
-            if wanted.as_deref().is_some_and(|w| w != name) {
-                continue;
-            }
-            let Some(world) = world::worlds(Bound::Beyond)
-                .into_iter()
-                .find(|w| w.name == world_name)
-            else {
-                continue;
-            };
-            faults::clear();
-            faults::inject(fault);
-            let report = sample(&server, &world, 600, SEEDED_REPLAYS);
-            faults::clear();
-            let reproduced = report.reproduced == Some(true);
-            if report.replay_diverged > 0 {
-                missed += 1;
-                println!(
-                    "explore seeded fault={name}: {} of {} sampled schedules did not replay the same",
-                    report.replay_diverged, report.replays
-                );
-            }
-            println!(
-                "RELIABILITY scenario=explore_seeded_{} seeded_faults=1 caught={} schedules={} shortest_steps={} replay_reproduces={}",
-                name.replace('-', "_"),
-                u8::from(!report.violations.is_empty()),
-                report.schedules,
-                report
-                    .violations
-                    .first()
-                    .map_or(0, |(replay, _)| replay.split('.').count()),
-                u8::from(reproduced)
-            );
-            match report.violations.first() {
-                Some((replay, violation)) => {
-                    println!(
-                        "explore seeded fault={name} found=yes schedules={} secs={:.1} shortest_steps={} replay_reproduces={} violation=\"{violation}\"\n  replay: {replay}",
-                        report.schedules,
-                        report.secs,
-                        replay.split('.').count(),
-                        if reproduced { "yes" } else { "NO" }
-                    );
-                    if !reproduced {
-                        missed += 1;
-                    }
-                }
-                None => {
-                    missed += 1;
-                    println!(
-                        "explore seeded fault={name} found=NO schedules={}",
-                        report.schedules
-                    );
-                }
-            }
+        return seeded(&server, value("--fault").as_deref());
+    }
+    if only
+        .as_deref()
+        .is_some_and(|o| o.split(',').any(|name| name == deadlock::NAME))
+    {
+        let report = scenario(&server);
+        report.print(0, false);
+        if !report.violations.is_empty() {
+            return ExitCode::FAILURE;
         }
-        return if missed == 0 {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        };
+        if worlds.is_empty() {
+            return ExitCode::SUCCESS;
+        }
     }
     worlds.sort_by_key(|w| w.name);
     if let Some(count) = value("--estimate").and_then(|n| n.parse().ok()) {
@@ -334,7 +349,7 @@ fn main() -> ExitCode {
     let mut failed = false;
     let mut total = (0, 0);
     for world in &worlds {
-        let report = explore(&server, world, part, max_secs);
+        let report = explore(&server, world, part, max_secs, false);
         total.0 += report.schedules;
         total.1 += report.states.len();
         failed |= !report.violations.is_empty();
@@ -350,7 +365,7 @@ fn main() -> ExitCode {
         for world in &worlds {
             let mut faulty = world.clone();
             faulty.faults = faulty.faults.max(1);
-            let report = sample(&server, &faulty, sampled, replays);
+            let report = sample(&server, &faulty, sampled, SAMPLE_AFTER_HIT, replays);
             total.0 += report.schedules;
             failed |= report.replay_diverged > 0;
             println!(
@@ -402,8 +417,152 @@ fn main() -> ExitCode {
     }
 }
 
-/// Every schedule of `world` that `part` owns, depth first.
-fn explore(server: &RedisServer, world: &World, part: Part, max_secs: Option<f64>) -> Report {
+/// `--seeded` (every seeded fault in turn) or `--fault NAME` (that one): each is
+/// searched for in its world (schedules drawn at random, up to the first that finds
+/// it) or scenario, and must be found, its violation replaying the same.
+fn seeded(server: &RedisServer, wanted: Option<&str>) -> ExitCode {
+    let mut missed = 0;
+    for (name, fault, world_name, search) in SEEDED {
+        if wanted.is_some_and(|w| w != name) {
+            continue;
+        }
+        let world = world::worlds(Bound::Full)
+            .into_iter()
+            .find(|w| w.name == world_name);
+        faults::clear();
+        faults::inject(fault);
+        let report = match (search, &world) {
+            (Search::Scenario, _) => scenario(server),
+            (Search::Sample, Some(world)) => {
+                sample(server, world, SEEDED_SCHEDULES, 0, SEEDED_REPLAYS)
+            }
+            (Search::DepthFirst, Some(world)) => {
+                let mut report = explore(server, world, Part::WHOLE, None, true);
+                if let Some((replay, _)) = report.violations.first() {
+                    report.reproduced = Some(reproduces(server, world, replay));
+                }
+                report
+            }
+            (_, None) => continue,
+        };
+        faults::clear();
+        if !seeded_report(name, &report) {
+            missed += 1;
+        }
+    }
+    if missed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Prints what the search for the seeded fault `name` gave; whether it was found
+/// (and its violation replays the same, where it has a replay string).
+fn seeded_report(name: &str, report: &Report) -> bool {
+    let mut found = true;
+    if report.replay_diverged > 0 {
+        found = false;
+        println!(
+            "explore seeded fault={name}: {} of {} sampled schedules did not replay the same",
+            report.replay_diverged, report.replays
+        );
+    }
+    // A scenario (no replay string) takes no steps the explorer chose.
+    let steps = report
+        .violations
+        .first()
+        .filter(|_| report.reproduced.is_some())
+        .map_or(0, |(replay, _)| replay.split('.').count());
+    println!(
+        "RELIABILITY scenario=explore_seeded_{} seeded_faults=1 caught={} schedules={} shortest_steps={steps} replay_reproduces={} ms={}",
+        name.replace('-', "_"),
+        u8::from(!report.violations.is_empty()),
+        report.schedules,
+        // A scenario has no replay: no figure.
+        report.reproduced.map_or("-", |r| if r { "1" } else { "0" }),
+        (report.secs * 1000.0) as u64
+    );
+    let Some((replay, violation)) = report.violations.first() else {
+        println!(
+            "explore seeded fault={name} found=NO schedules={} secs={:.1}",
+            report.schedules, report.secs
+        );
+        return false;
+    };
+    // A world's violation replays from its string; a scenario's is the scenario
+    // run again under the fault.
+    let (reproduces, replay) = match report.reproduced {
+        Some(true) => (
+            "yes",
+            format!("EXPLORE_FAULT={name} cargo xtask explore --replay '{replay}'"),
+        ),
+        Some(false) => (
+            "NO",
+            format!("EXPLORE_FAULT={name} cargo xtask explore --replay '{replay}'"),
+        ),
+        None => (
+            "-",
+            format!(
+                "EXPLORE_FAULT={name} cargo xtask explore --world {}",
+                report.world
+            ),
+        ),
+    };
+    println!(
+        "explore seeded fault={name} found=yes world={} schedules_to_hit={} secs={:.1} shortest_steps={steps} replay_reproduces={reproduces} violation=\"{violation}\"\n  replay: {replay}",
+        report.world, report.schedules, report.secs,
+    );
+    found && report.reproduced != Some(false)
+}
+
+/// The deadlock knot (`deadlock.rs`) run once, as the report of one schedule.
+fn scenario(server: &RedisServer) -> Report {
+    let mut report = Report::named(deadlock::NAME, deadlock::WHAT.to_owned());
+    let started = Instant::now();
+    report.schedules = 1;
+    match deadlock::run(server) {
+        Ok(ending) => {
+            println!(
+                "explore scenario={} victims={:?} secs={:.1}",
+                deadlock::NAME,
+                ending.victims,
+                ending.secs
+            );
+            if let Some(violation) = ending.violation() {
+                report
+                    .violations
+                    .push((format!("{}/", deadlock::NAME), violation));
+            }
+        }
+        Err(err) => report.violations.push((
+            format!("{}/", deadlock::NAME),
+            format!("setup failed: {err}"),
+        )),
+    }
+    report.secs = started.elapsed().as_secs_f64();
+    report
+}
+
+/// Turns on the seeded fault named by `EXPLORE_FAULT`, if any: to replay what
+/// `--seeded` found, or to run a world's whole search under it.
+fn inject_from_env() {
+    if let Ok(fault) = std::env::var("EXPLORE_FAULT") {
+        if let Some((_, f, _, _)) = SEEDED.iter().find(|(n, _, _, _)| *n == fault) {
+            faults::inject(*f);
+        }
+    }
+}
+
+/// Every schedule of `world` that `part` owns, depth first; with `first_hit`, up to
+/// the first that finds a violation.
+fn explore(
+    server: &RedisServer,
+    world: &World,
+    part: Part,
+    max_secs: Option<f64>,
+    first_hit: bool,
+) -> Report {
     let started = Instant::now();
     let mut report = Report::new(world);
     let mut env = match Env::new(server, world.clients) {
@@ -447,7 +606,8 @@ fn explore(server: &RedisServer, world: &World, part: Part, max_secs: Option<f64
                 run.labels().join(".")
             );
         }
-        if max_secs.is_some_and(|max| started.elapsed().as_secs_f64() > max) {
+        let hit = first_hit && !report.violations.is_empty();
+        if hit || max_secs.is_some_and(|max| started.elapsed().as_secs_f64() > max) {
             report.complete = false;
             break;
         }
@@ -569,9 +729,15 @@ fn estimate(server: &RedisServer, world: &World, count: usize) {
 }
 
 /// `count` schedules of `world` with choices drawn at random (a fixed seed, so the
-/// run repeats), stopping 100 schedules after the first violation; the shortest
-/// violation first.
-fn sample(server: &RedisServer, world: &World, count: usize, replays: usize) -> Report {
+/// run repeats), stopping `after_hit` schedules after the first violation (a seeded
+/// fault's search stops at it: 0); the shortest violation first.
+fn sample(
+    server: &RedisServer,
+    world: &World,
+    count: usize,
+    after_hit: usize,
+    replays: usize,
+) -> Report {
     let started = Instant::now();
     let mut report = Report::new(world);
     let mut env = match Env::new(server, world.clients) {
@@ -595,7 +761,7 @@ fn sample(server: &RedisServer, world: &World, count: usize, replays: usize) -> 
             first.get_or_insert(i);
         }
         drawn.push((labels, run.violation.is_some()));
-        if first.is_some_and(|at| i >= at + 100) {
+        if first.is_some_and(|at| i >= at + after_hit) {
             break;
         }
     }
@@ -682,11 +848,6 @@ fn replay_one(server: &RedisServer, replay: &str) -> ExitCode {
         eprintln!("explore: no world `{world_name}`");
         return ExitCode::FAILURE;
     };
-    if let Ok(fault) = std::env::var("EXPLORE_FAULT") {
-        if let Some((_, f, _)) = SEEDED.iter().find(|(n, _, _)| *n == fault) {
-            faults::inject(*f);
-        }
-    }
     let prefix: Vec<String> = steps
         .split('.')
         .filter(|s| !s.is_empty())

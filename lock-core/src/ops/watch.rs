@@ -11,6 +11,7 @@ use super::metrics;
 use crate::backend::Backend;
 use crate::context::LockContext;
 use crate::error::LockError;
+use crate::faults::{self, Fault};
 use crate::keys::LockKeys;
 use crate::origin::Origin;
 
@@ -64,7 +65,7 @@ impl DeadlockWatch {
             context: context.clone(),
             waiting: None,
             period,
-            announce: start + period.min(ANNOUNCE),
+            announce: start + announce_after(period),
             next: start + period,
             beating: None,
             last_knot: None,
@@ -166,4 +167,14 @@ impl DeadlockWatch {
             self.next
         }
     }
+}
+
+/// How long into a wait its chain announces what it waits for: [`ANNOUNCE`], or
+/// the threshold `period` if that is shorter (only at the threshold under the
+/// seeded fault `DeadlockWaitAnnouncedAtThreshold`, the rule before issue 34).
+fn announce_after(period: Duration) -> Duration {
+    if faults::active(Fault::DeadlockWaitAnnouncedAtThreshold) {
+        return period;
+    }
+    period.min(ANNOUNCE)
 }
