@@ -307,3 +307,37 @@ async fn a_set_in_flight_at_the_shutdown_leaves_no_name_held() {
     assert_eq!(report.given_back(), 2, "{report:?}");
     assert!(report.is_complete(), "{report:?}");
 }
+
+/// Issue 34, found by the explorer's whole bound (world `shutdown`): a guard whose
+/// hold the shutdown gives back is told before the release is sent. Before, it was
+/// told only once the release had answered, so while the reply was on its way the
+/// lock was free in Redis (another owner could take it) and the guard still said it
+/// held it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_is_told_before_the_shutdown_gives_its_hold_back() {
+    let server = support::server();
+    let (proxy, locks) = slow_client(&server, Duration::ZERO).await;
+    let guard = locks.lock("stop:told").await.expect("lock");
+    // Every reply from now on comes 800 ms late: the release applies at once.
+    proxy.delay(
+        distlock_testkit::Direction::ToClient,
+        Duration::from_millis(800),
+        Duration::ZERO,
+    );
+    let shutting = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.shutdown().await }
+    });
+    let freed = support::eventually(Duration::from_secs(3), || {
+        support::redis_count(&server, "stop:told") == 0
+    })
+    .await;
+    assert!(freed, "the shutdown never gave the hold back");
+    assert!(
+        guard.is_lost(),
+        "the lock is free in Redis while its guard still says it holds it"
+    );
+    assert_eq!(guard.lost_reason(), Some(LostReason::ShutDown));
+    let report = shutting.await.expect("join");
+    assert_eq!(report.given_back(), 1, "{report:?}");
+}

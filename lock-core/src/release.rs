@@ -261,6 +261,11 @@ pub(crate) async fn shutdown(inner: &Arc<Inner>) -> ShutdownReport {
     let kept = crate::minimum::keep(inner, inner.watchdog.close_all()).await;
     (report.kept, report.failed) = (kept.kept, kept.failed);
     let closed = kept.rest;
+    // Told before the releases are sent: once one applies, another owner may take
+    // the lock, and no guard may still say it holds it.
+    for (hold, _) in &closed {
+        hold.mark_lost(LostReason::ShutDown, "the client was shut down");
+    }
     let releases = closed.iter().flat_map(|(hold, guards)| {
         (0..*guards).map(move |_| {
             let (inner, hold) = (inner.clone(), hold.clone());
@@ -289,9 +294,6 @@ pub(crate) async fn shutdown(inner: &Arc<Inner>) -> ShutdownReport {
                 tracing::debug!(error = %err, "distlock: a shutdown release did not finish")
             }
         }
-    }
-    for (hold, _) in &closed {
-        hold.mark_lost(LostReason::ShutDown, "the client was shut down");
     }
     let _ = tokio::time::timeout(patience, inner.background.idle()).await;
     report.given_back += inner.take_given_back_late();
