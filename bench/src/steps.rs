@@ -12,7 +12,7 @@
 //!
 //! How a step is left out, without editing the scripts by hand: in a variant, every
 //! `redis.call` and `redis.pcall` of the library goes through one small wrapper
-//! ([`wrapper`]); the baseline runs the same wrapper with nothing left out, so that
+//! (`wrapper`); the baseline runs the same wrapper with nothing left out, so that
 //! the wrapper's own cost (a Lua call per command) is in both. A variant either
 //! answers every call of one command (on keys that name, say, `:freed:`) after the
 //! first with the first call's reply, without running it, or leaves some fields out
