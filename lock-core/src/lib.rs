@@ -53,7 +53,6 @@
 //! | 10 | `minimum.rs` | a minimum hold time: a lease extended to cover it, and the holds a shutdown leaves held for it |
 //! | 10 | `release.rs` | every give-back of a hold, one function per case |
 //! | 11 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
-//! | 11 | `attempt.rs` | one attempt: `acquire.lua` (new acquisitions in batches, `batch.rs`); `WAIT`, replay after a lost reply, Redlock fan-out |
 //! | 11 | `admin.rs` | hidden: helpers of the CLI (`masters_in_slots`) |
 //! | 12 | `acquire/` | taking a lock: one wait loop for a name or a set (`lock_all`, [`MAX_LOCK_ALL`]), one place where a grant becomes a hold, re-entry; its own table in `acquire/mod.rs` |
 //! | 13 | `health.rs` | the checks of [`LockClient::ping`] ([`HealthReport`], [`NodeHealth`]); the `distlock` tool lays the report out |
@@ -72,7 +71,6 @@
 mod acquire;
 #[doc(hidden)]
 pub mod admin;
-mod attempt;
 mod backend;
 mod batch;
 mod builder;

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::attempt::{self, Answer, Granted, One};
 use super::grant;
-use super::options::{kind_conflict, LeasePolicy};
-use crate::attempt::{Attempt, Outcome};
+use super::options::LeasePolicy;
 use crate::context::LockContext;
-use crate::error::{LockError, LostReason};
+use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::hold::{HeldLock, Hold};
 use crate::inner::Inner;
@@ -90,40 +90,16 @@ pub(super) async fn reenter(
         policy.lease
     };
     check_reentry_lease(&hold, policy, sent)?;
-    let attempt = Attempt {
-        inner: inner.clone(),
-        keys: hold.keys.clone(),
-        owner: hold.owner.clone(),
-        lease_ms: lease.as_millis() as u64,
-        fencing: false,
-        reentry: true,
-        writer: None,
-        stays: false,
-        who: None,
-    };
-    match attempt.run().await? {
-        Outcome::Acquired { count, .. } => {
+    let reentry = One::reentry(inner, &hold, lease.as_millis() as u64);
+    match attempt::run(reentry).await? {
+        Answer::Granted(Granted::One(count, _)) => {
             let held = grant::reentered(inner, &hold, lease, sent, count);
             Ok(LockGuard::new(inner, held, context))
         }
-        Outcome::NotHeld | Outcome::Busy { .. } | Outcome::NoQuorum { .. } => {
-            hold.mark_lost(
-                LostReason::NotHeld,
-                "a re-entry found the lock no longer held by its owner",
-            );
-            Err(hold.lost_error())
-        }
-        Outcome::Conflict => Err(LockError::KeyConflict {
-            name: hold.display().to_owned(),
-        }),
-        Outcome::OtherMode => Err(LockError::UpgradeNotAllowed {
-            name: hold.display().to_owned(),
-        }),
-        Outcome::OtherKind { held_as } => Err(kind_conflict(&hold.keys, held_as)),
-        // Never the answer to a re-entry (see `acquire.lua`).
-        Outcome::HeldAlready { count } => {
-            Err(unexpected_reply("acquire.lua", &[-7, count as i64]).into())
-        }
+        Answer::Refused(err) => Err(err),
+        // Redlock's answer when too few nodes granted a re-entry is "not held"
+        // (see `One::answer`): nothing else comes back.
+        _ => Err(unexpected_reply("acquire.lua", &[0i64; 0]).into()),
     }
 }
 

@@ -7,15 +7,15 @@
 //! | file | owns |
 //! | --- | --- |
 //! | `options.rs` | [`Options`], [`LeasePolicy`], their settling and checks; refusals of a kind |
-//! | `answer.rs` | what one attempt came to, for a name or a set |
+//! | `attempt.rs` | one attempt, for a name or a set: sent, finished when its caller goes away, replayed when its reply is lost, its reply decoded into the wait's `Answer` |
 //! | `grant.rs` | the one place where a grant becomes a hold (and a guard) |
 //! | `chain.rs` | what the call chain holds of a name; re-entry |
-//! | `set_run.rs` | one run of `acquire_all.lua` for a set |
+//! | `set_run.rs` | a set's attempt (`acquire_all.lua`) |
 //! | `wait.rs` | one acquisition's wait (what it asks for, its place, its errors) and the one wait loop, top to bottom |
 //! | `one.rs` | one name: re-entry or the wait, in its span |
 //! | `set.rs` | [`MAX_LOCK_ALL`], canonical order, a set at once or name by name |
 
-mod answer;
+mod attempt;
 mod chain;
 mod grant;
 mod one;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::answer::Granted;
+use super::attempt::Granted;
 use super::chain::{reenter, Chain};
 use super::grant::{admit, Grant};
 use super::options::{check_kind, settle_options, Options};

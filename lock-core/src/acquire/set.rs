@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::answer::Granted;
+use super::attempt::Granted;
 use super::grant::{admit, give_back, Grant};
 use super::one::{acquire, before_new, ended};
 use super::options::{settle_options, Options};

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::answer::{Answer, Granted};
+use super::attempt::{Answer, Granted, Try};
 use super::grant::reentry_lease;
 use super::options::{kind_conflict, LeasePolicy};
 use crate::context::LockContext;
-use crate::detach::{join_all, replay_until_known, spawn, Detached};
-use crate::error::{outcome_unknown, LockError, LostReason};
-use crate::hold::HeldLock;
+use crate::detach::{join_all, spawn};
+use crate::error::{LockError, LostReason};
+use crate::hold::{HeldLock, Hold};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::owner::{Op, Owner};
@@ -66,15 +66,16 @@ impl NameSet {
         self.keys[index.min(self.keys.len().saturating_sub(1))].clone()
     }
 
-    /// One run of `acquire_all.lua` for `owner`, holding as `policy` says.
-    pub(super) fn invoke(
+    /// One run of `acquire_all.lua` for `owner`, holding as `policy` says (sent by
+    /// [`attempt::run`]).
+    pub(super) fn attempt(
         &self,
         inner: &Arc<Inner>,
         owner: &Arc<Owner>,
         policy: LeasePolicy,
         who: &Arc<str>,
-    ) -> SetInvoke {
-        SetInvoke::new(inner, &self.keys, owner, &self.held, policy, who)
+    ) -> SetAttempt {
+        SetAttempt::new(inner, &self.keys, owner, &self.held, policy, who)
     }
 
     /// Gives back, in the background, every hold of a grant of `owner` that came
@@ -86,51 +87,8 @@ impl NameSet {
         policy: LeasePolicy,
         who: &Arc<str>,
     ) {
-        let set = self.invoke(inner, owner, policy, who);
+        let set = self.attempt(inner, owner, policy, who);
         spawn(async move { set.give_back().await });
-    }
-
-    /// One attempt of the set under `owner` (`acquire_all.lua`), as the wait reads
-    /// it.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`SetInvoke::run`]: a request cut short is finished, and what it took
-    /// given back, in the background.
-    pub(super) async fn attempt(
-        &self,
-        inner: &Arc<Inner>,
-        owner: &Arc<Owner>,
-        policy: LeasePolicy,
-        who: &Arc<str>,
-    ) -> Result<Answer, LockError> {
-        let reply = self.invoke(inner, owner, policy, who).run().await?;
-        Ok(self.answer(reply))
-    }
-
-    /// The set's reply as the wait reads it.
-    fn answer(&self, reply: AcquireAllReply) -> Answer {
-        match reply {
-            AcquireAllReply::Acquired(grants) => Answer::Granted(Granted::Set(grants)),
-            AcquireAllReply::Busy { index, pttl_ms } => Answer::Busy { index, pttl_ms },
-            AcquireAllReply::NotHeld { index } => {
-                let Some(Some(held)) = self.held.get(index) else {
-                    return Answer::Refused(unexpected_reply("acquire_all.lua", &[-1]).into());
-                };
-                held.hold.mark_lost(
-                    LostReason::NotHeld,
-                    "a set's re-entry found the lock no longer held by its owner",
-                );
-                Answer::Refused(held.hold.lost_error())
-            }
-            AcquireAllReply::Conflict { index } => Answer::Refused(LockError::KeyConflict {
-                name: self.keys(index).display(),
-            }),
-            AcquireAllReply::OtherKind { index, held_as } => {
-                Answer::Refused(kind_conflict(&self.keys(index), held_as))
-            }
-            AcquireAllReply::HeldAlready { index, count } => Answer::HeldAlready { index, count },
-        }
     }
 
     /// The wait of the set ran out after `waited`: a timeout on the name last found
@@ -150,19 +108,20 @@ impl NameSet {
     }
 }
 
-/// One name of a set's attempt: under which owner, as which of its operations.
+/// One name of a set's attempt: under which owner, as which of its operations;
+/// for a re-entry, the chain's hold it adds to.
 #[derive(Clone)]
 struct NameOp {
     keys: Arc<LockKeys>,
     owner: Arc<Owner>,
     op: Arc<Op>,
     lease_ms: u64,
-    reentry: bool,
+    hold: Option<Arc<Hold>>,
 }
 
 /// Everything needed to send (or replay) one run of `acquire_all.lua`.
 #[derive(Clone)]
-pub(super) struct SetInvoke {
+pub(super) struct SetAttempt {
     inner: Arc<Inner>,
     names: Arc<[NameOp]>,
     fencing: bool,
@@ -170,7 +129,7 @@ pub(super) struct SetInvoke {
     who: Arc<str>,
 }
 
-impl SetInvoke {
+impl SetAttempt {
     fn new(
         inner: &Arc<Inner>,
         keys: &[Arc<LockKeys>],
@@ -183,16 +142,20 @@ impl SetInvoke {
             .iter()
             .zip(held)
             .map(|(keys, held)| {
-                let (owner, lease, reentry) = match held {
-                    Some(held) => (held.hold.owner.clone(), reentry_lease(held, policy), true),
-                    None => (owner.clone(), policy.lease, false),
+                let (owner, lease, hold) = match held {
+                    Some(held) => (
+                        held.hold.owner.clone(),
+                        reentry_lease(held, policy),
+                        Some(held.hold.clone()),
+                    ),
+                    None => (owner.clone(), policy.lease, None),
                 };
                 NameOp {
                     keys: keys.clone(),
                     op: owner.op(),
                     owner,
                     lease_ms: lease.as_millis() as u64,
-                    reentry,
+                    hold,
                 }
             })
             .collect();
@@ -204,27 +167,53 @@ impl SetInvoke {
         }
     }
 
-    /// Sends the attempt; if the caller drops the future mid-flight, it runs to the
-    /// end in the background and every hold it took is given back; if the reply is
-    /// lost, it is replayed in the background until its outcome is known, and every
-    /// hold it took is given back.
-    pub(super) async fn run(self) -> Result<AcquireAllReply, LockError> {
-        let abandoned = self.clone();
-        let call = Detached::new(Box::pin(self.clone().send()), move |result| {
-            Box::pin(abandoned.settle(result))
-        });
-        match call.await {
-            Ok(reply) => Ok(reply),
-            Err(err) => {
-                if outcome_unknown(&err) {
-                    spawn(self.resolve());
-                }
-                Err(err.into())
+    /// The keys of the name at `index`.
+    fn keys(&self, index: usize) -> Arc<LockKeys> {
+        self.names[index.min(self.names.len().saturating_sub(1))]
+            .keys
+            .clone()
+    }
+
+    /// The set's reply as the wait reads it.
+    fn answer(&self, reply: AcquireAllReply) -> Answer {
+        match reply {
+            AcquireAllReply::Acquired(grants) => Answer::Granted(Granted::Set(grants)),
+            AcquireAllReply::Busy { index, pttl_ms } => Answer::Busy { index, pttl_ms },
+            AcquireAllReply::NotHeld { index } => {
+                let Some(hold) = self.names.get(index).and_then(|name| name.hold.as_ref()) else {
+                    return Answer::Refused(unexpected_reply("acquire_all.lua", &[-1]).into());
+                };
+                hold.mark_lost(
+                    LostReason::NotHeld,
+                    "a set's re-entry found the lock no longer held by its owner",
+                );
+                Answer::Refused(hold.lost_error())
             }
+            AcquireAllReply::Conflict { index } => Answer::Refused(LockError::KeyConflict {
+                name: self.keys(index).display(),
+            }),
+            AcquireAllReply::OtherKind { index, held_as } => {
+                Answer::Refused(kind_conflict(&self.keys(index), held_as))
+            }
+            AcquireAllReply::HeldAlready { index, count } => Answer::HeldAlready { index, count },
         }
     }
 
-    async fn send(self) -> redis::RedisResult<AcquireAllReply> {
+    /// Gives back one hold of each name, all at once.
+    async fn give_back(&self) {
+        let inner = self.inner.clone();
+        let releases = self.names.iter().cloned().map(move |name| {
+            let inner = inner.clone();
+            async move { release::give_back(&inner, &name.keys, &name.owner, name.lease_ms).await }
+        });
+        join_all(releases).await;
+    }
+}
+
+impl Try for SetAttempt {
+    const WHAT: &'static str = "set acquire";
+
+    async fn send(self) -> redis::RedisResult<Answer> {
         let mut conn = self.inner.backend.first();
         let mut invocation = self.inner.scripts.acquire_all.prepare_invoke();
         for name in self.names.iter() {
@@ -240,20 +229,21 @@ impl SetInvoke {
                 .arg(name.lease_ms)
                 .arg(name.op.seq())
                 .arg(name.op.floor())
-                .arg(u8::from(name.reentry));
+                .arg(u8::from(name.hold.is_some()));
         }
         invocation.arg(&*self.who);
         let reply: Vec<i64> = invocation.invoke_async(&mut conn).await?;
-        AcquireAllReply::decode(&reply, self.names.len())
-            .ok_or_else(|| unexpected_reply("acquire_all.lua", &reply))
+        let decoded = AcquireAllReply::decode(&reply, self.names.len())
+            .ok_or_else(|| unexpected_reply("acquire_all.lua", &reply))?;
+        Ok(self.answer(decoded))
     }
 
     /// Gives back what an abandoned attempt took, if it took anything, and a hold
     /// of a name that its owner had without the client knowing.
-    async fn settle(self, result: redis::RedisResult<AcquireAllReply>) {
-        match result {
-            Ok(AcquireAllReply::Acquired(_)) => self.give_back().await,
-            Ok(AcquireAllReply::HeldAlready { index, count }) => {
+    async fn undo(self, answer: Answer) {
+        match answer {
+            Answer::Granted(_) => self.give_back().await,
+            Answer::HeldAlready { index, count } => {
                 if let Some(name) = self.names.get(index) {
                     release::give_back_later(
                         &self.inner,
@@ -264,33 +254,14 @@ impl SetInvoke {
                     );
                 }
             }
-            Ok(_) => {}
-            Err(err) if outcome_unknown(&err) => self.resolve().await,
-            Err(_) => {}
+            _ => {}
         }
     }
 
-    /// Replays the attempt (a no-op if it was applied) until the outcome is known,
-    /// then gives back every hold it took.
-    async fn resolve(self) {
-        let name = self
-            .names
+    fn name(&self) -> String {
+        self.names
             .first()
             .map(|name| name.keys.display())
-            .unwrap_or_default();
-        let reply = replay_until_known(&name, "set acquire", || self.clone().send()).await;
-        if let Some(AcquireAllReply::Acquired(_)) = reply {
-            self.give_back().await;
-        }
-    }
-
-    /// Gives back one hold of each name, all at once.
-    async fn give_back(&self) {
-        let inner = self.inner.clone();
-        let releases = self.names.iter().cloned().map(move |name| {
-            let inner = inner.clone();
-            async move { release::give_back(&inner, &name.keys, &name.owner, name.lease_ms).await }
-        });
-        join_all(releases).await;
+            .unwrap_or_default()
     }
 }

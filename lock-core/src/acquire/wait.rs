@@ -20,11 +20,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::answer::{answer_of, Answer, Granted};
+use super::attempt::{self, withdraw, Answer, Granted, One};
 use super::grant;
 use super::options::LeasePolicy;
 use super::set_run::NameSet;
-use crate::attempt::{withdraw, Attempt};
 use crate::error::LockError;
 use crate::faults::{self, Fault};
 use crate::handoff::{Delivery, Offer};
@@ -307,24 +306,15 @@ impl<'a> Wait<'a> {
                 place.aim(owner.shared_id());
             }
         }
+        let lease = (self.policy.lease.as_millis() as u64, self.policy.fencing);
         match &self.ask {
             Ask::One { writer } => {
-                let attempt = Attempt {
-                    inner: self.inner.clone(),
-                    keys: self.keys.clone(),
-                    owner: owner.clone(),
-                    lease_ms: self.policy.lease.as_millis() as u64,
-                    fencing: self.policy.fencing,
-                    reentry: false,
-                    writer: writer.clone(),
-                    stays: bounded,
-                    who: Some(self.who.clone()),
-                };
-                let outcome = within(self.deadline, bounded, attempt.run()).await?;
-                Ok(answer_of(&self.keys, outcome))
+                let (keys, writer) = (&self.keys, writer.clone());
+                let one = One::new(self.inner, keys, owner, lease, writer, bounded, &self.who);
+                within(self.deadline, bounded, attempt::run(one)).await
             }
             Ask::Set(set) => {
-                let run = set.attempt(self.inner, owner, self.policy, &self.who);
+                let run = attempt::run(set.attempt(self.inner, owner, self.policy, &self.who));
                 within(self.deadline, bounded, run).await
             }
         }
