@@ -310,7 +310,7 @@ pub(crate) async fn give_back(
     owner: &Arc<Owner>,
     lease_ms: u64,
 ) {
-    if let Err(err) = round_trip(inner, keys, owner, lease_ms).await {
+    if let Err(err) = plain(inner, keys, owner, lease_ms).await {
         tracing::debug!(error = %err, "distlock: could not give back an abandoned hold; its lease will end it");
     }
 }
@@ -339,13 +339,62 @@ pub(crate) fn give_back_later(
     let inner = inner.clone();
     spawn(log_failure(async move {
         for _ in 0..holds {
-            match round_trip(&inner, &keys, &owner, lease_ms).await? {
+            match plain(&inner, &keys, &owner, lease_ms).await? {
                 ReleaseReply::Released { remaining } if remaining > 0 => {}
                 _ => break,
             }
         }
         Ok(())
     }));
+}
+
+/// One release of a hold no guard owns, on every node (combined by the majority
+/// rules), with no successor: a give-back is rare (an attempt abandoned, a grant
+/// too late or refused), so it frees the lock and the release message wakes this
+/// client's waiters as it wakes any other's, rather than claim one of them.
+async fn plain(
+    inner: &Arc<Inner>,
+    keys: &Arc<LockKeys>,
+    owner: &Arc<Owner>,
+    lease_ms: u64,
+) -> Result<ReleaseReply, LockError> {
+    let op = owner.op();
+    let numbers = (op.seq(), op.floor());
+    let release = Release::new(inner, keys, owner.shared_id(), lease_ms, numbers, None);
+    Ok(release.everywhere(inner).await?)
+}
+
+/// Takes back, in the background, the place that the waiter `owner` keeps at the
+/// lock of `keys` (a writer's or a fair lock's waiter's, `#wait:<owner>`, see
+/// `lua/lock.lua`), on every node, with `withdraw.lua`, which wakes whoever the
+/// place held back: for a wait that ended without the lock, or an attempt whose
+/// caller went away. A place that cannot be taken back dies by itself within
+/// seconds.
+pub(crate) fn withdraw(inner: &Arc<Inner>, keys: &Arc<LockKeys>, owner: &Arc<Owner>) {
+    let (inner, keys, owner) = (inner.clone(), keys.clone(), owner.shared_id());
+    let publish = inner.backend.publish_command();
+    spawn(async move {
+        let scripts = inner.scripts.clone();
+        let replies = inner
+            .backend
+            .each(|mut conn| {
+                let (scripts, keys, owner) = (scripts.clone(), keys.clone(), owner.clone());
+                async move {
+                    scripts
+                        .withdraw
+                        .key(&keys.lock)
+                        .key(keys.channel())
+                        .arg(publish)
+                        .arg(owner.as_ref())
+                        .invoke_async::<i64, _>(&mut conn)
+                        .await
+                }
+            })
+            .await;
+        if let Some(Err(err)) = replies.into_iter().find(Result::is_err) {
+            tracing::debug!(error = %err, "distlock: could not take back a waiter's place; it ends by itself");
+        }
+    });
 }
 
 /// Gives back the grant of one Redlock node, for an attempt that missed the
@@ -413,13 +462,12 @@ async fn round_trip(
     let successor = claim.as_ref().map(HandOff::successor);
     let sent = Instant::now();
     let release = Release::new(inner, keys, id, lease_ms, (seq, floor), successor);
-    let replies = inner
-        .backend
-        .each(|conn| release.clone().on_node(conn))
+    let verdict = release
+        .clone()
+        .everywhere(inner)
         .instrument(span.clone())
         .await;
     drop(op);
-    let verdict = redlock::release(replies, inner.backend.quorum());
     if let Some(claim) = claim {
         claim.deliver(inner, keys, &verdict, sent, release);
     }
@@ -576,6 +624,12 @@ impl Release {
             replacements: inner.links.replacements(),
             remember: inner.config.remember_release,
         }
+    }
+
+    /// The release on every node, combined by the majority rules.
+    async fn everywhere(self, inner: &Inner) -> redis::RedisResult<ReleaseReply> {
+        let replies = inner.backend.each(|conn| self.clone().on_node(conn)).await;
+        redlock::release(replies, inner.backend.quorum())
     }
 
     /// The release on one node, retried under the same number while it fails in a

@@ -401,7 +401,7 @@ impl Try for One {
                 release::give_back_later(inner, keys.clone(), owner, lease_ms, (count, true));
             }
             Answer::Busy { .. } | Answer::NoQuorum { .. } if self.keeps_place() => {
-                withdraw(inner, keys, &self.owner);
+                release::withdraw(inner, keys, &self.owner);
             }
             _ => {}
         }
@@ -430,37 +430,4 @@ fn decode(reply: &[i64]) -> redis::RedisResult<AcquireReply> {
 /// A short random delay before retrying after a split Redlock vote, in ms (5 to 50).
 fn retry_delay_ms() -> i64 {
     5 + (uuid::Uuid::new_v4().as_u128() % 46) as i64
-}
-
-/// Takes back, in the background, the place that the waiter `owner` keeps at the
-/// lock of `keys` (a writer's or a fair lock's waiter's, `#wait:<owner>`, see
-/// `lua/lock.lua`), on every node, with `withdraw.lua`, which wakes whoever the
-/// place held back: for a wait that ended without the lock, or an attempt whose
-/// caller went away. A place that cannot be taken back dies by itself within
-/// seconds.
-pub(super) fn withdraw(inner: &Arc<Inner>, keys: &Arc<LockKeys>, owner: &Arc<Owner>) {
-    let (inner, keys, owner) = (inner.clone(), keys.clone(), owner.shared_id());
-    let publish = inner.backend.publish_command();
-    spawn(async move {
-        let scripts = inner.scripts.clone();
-        let replies = inner
-            .backend
-            .each(|mut conn| {
-                let (scripts, keys, owner) = (scripts.clone(), keys.clone(), owner.clone());
-                async move {
-                    scripts
-                        .withdraw
-                        .key(&keys.lock)
-                        .key(keys.channel())
-                        .arg(publish)
-                        .arg(owner.as_ref())
-                        .invoke_async::<i64, _>(&mut conn)
-                        .await
-                }
-            })
-            .await;
-        if let Some(Err(err)) = replies.into_iter().find(Result::is_err) {
-            tracing::debug!(error = %err, "distlock: could not take back a waiter's place; it ends by itself");
-        }
-    });
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::attempt::{self, withdraw, Answer, Granted, One};
+use super::attempt::{self, Answer, Granted, One};
 use super::grant;
 use super::options::LeasePolicy;
 use super::set_run::NameSet;
@@ -240,7 +240,7 @@ impl<'a> Wait<'a> {
         }
         if let Some(earlier) = self.kept_place.replace(owner.clone()) {
             if !Arc::ptr_eq(&earlier, owner) {
-                withdraw(self.inner, &self.keys, &earlier);
+                release::withdraw(self.inner, &self.keys, &earlier);
             }
         }
     }
@@ -449,7 +449,7 @@ impl Drop for Wait<'_> {
     /// deletes them.
     fn drop(&mut self) {
         if let Some(owner) = self.kept_place.take() {
-            withdraw(self.inner, &self.keys, &owner);
+            release::withdraw(self.inner, &self.keys, &owner);
         }
         // Dropping the beat deletes the wait-for records.
         drop(self.deadlock.take());
