@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::attempt::Granted;
 use super::options::LeasePolicy;
 use crate::context::LockContext;
 use crate::detach::join_all;
@@ -28,14 +29,16 @@ pub(crate) fn in_time(policy: LeasePolicy, sent: Instant) -> bool {
     Instant::now() < sent + validity(policy.lease) || faults::active(Fault::NoPostReplyLeaseCheck)
 }
 
-/// A grant that came in time: to `owner`, by the attempt sent at `sent`, for a
-/// request made at `origin` whose new holds keep their lease as `policy` says.
+/// A grant that came in time, as the wait ends with it: `granted` to `owner` by
+/// the attempt sent at `sent`, for a request made at `origin` whose new holds keep
+/// their lease as `policy` says.
 pub(crate) struct Grant<'a> {
     pub(crate) inner: &'a Arc<Inner>,
-    pub(crate) owner: &'a Arc<Owner>,
-    pub(crate) origin: &'a Origin,
+    pub(crate) owner: Arc<Owner>,
+    pub(crate) origin: Origin,
     pub(crate) policy: LeasePolicy,
     pub(crate) sent: Instant,
+    pub(crate) granted: Granted,
 }
 
 impl Grant<'_> {
@@ -58,7 +61,7 @@ impl Grant<'_> {
             (fence > 0).then_some(fence),
             self.origin.clone(),
             policy.max_hold,
-            inner.ops.series(keys, self.origin),
+            inner.ops.series(keys, &self.origin),
             HoldState {
                 guards: 1,
                 deadline: sent + validity(policy.lease),

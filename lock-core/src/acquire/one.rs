@@ -9,10 +9,10 @@ use tracing::Instrument;
 
 use super::attempt::Granted;
 use super::chain::{reenter, Chain};
-use super::grant::{admit, Grant};
+use super::grant::admit;
 use super::options::{check_kind, settle_options, Options};
 use super::wait::wait_for;
-use super::wait::{Wait, Won};
+use super::wait::Wait;
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::guard::LockGuard;
@@ -105,20 +105,9 @@ fn outcome(result: &Result<LockGuard, LockError>, reentry: bool) -> &'static str
 /// A new acquisition of one name: the one wait loop, then the guard of the new
 /// hold.
 async fn acquire_new(mut wait: Wait<'_>, context: &LockContext) -> Result<LockGuard, LockError> {
-    let Won {
-        owner,
-        sent,
-        granted,
-    } = wait_for(&mut wait).await?;
-    let Granted::One(count, fence) = granted else {
+    let grant = wait_for(&mut wait).await?;
+    let Granted::One(count, fence) = grant.granted else {
         return Err(unexpected_reply("acquire.lua", &[] as &[i64]).into());
-    };
-    let grant = Grant {
-        inner: wait.inner,
-        owner: &owner,
-        origin: &wait.origin,
-        policy: wait.policy,
-        sent,
     };
     let held = grant.new_hold(&wait.keys, (count, fence), Some(wait.start.elapsed()));
     Ok(LockGuard::new(wait.inner, held, context))

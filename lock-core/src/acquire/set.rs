@@ -26,12 +26,12 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::attempt::Granted;
-use super::grant::{admit, give_back, Grant};
+use super::grant::{admit, give_back};
 use super::one::{acquire, before_new, ended};
 use super::options::{settle_options, Options};
 use super::set_run::NameSet;
 use super::wait;
-use super::wait::{Wait, Won};
+use super::wait::Wait;
 use crate::backend::slot;
 use crate::context::LockContext;
 use crate::error::LockError;
@@ -201,21 +201,10 @@ async fn acquire_at_once(
     let context = LockContext::current();
     let set = NameSet::new(&inner, &context, keys, options.fencing == Some(true))?;
     let held = set.held.clone();
-    let mut wait = Wait::set(&inner, set, policy, (start, deadline), origin.clone());
-    let Won {
-        owner,
-        sent,
-        granted,
-    } = wait::wait_for(&mut wait).await?;
-    let Granted::Set(grants) = granted else {
+    let mut wait = Wait::set(&inner, set, policy, (start, deadline), origin);
+    let grant = wait::wait_for(&mut wait).await?;
+    let Granted::Set(grants) = &grant.granted else {
         return Err(unexpected_reply("acquire_all.lua", &[] as &[i64]).into());
     };
-    let grant = Grant {
-        inner: &inner,
-        owner: &owner,
-        origin: &origin,
-        policy,
-        sent,
-    };
-    Ok(grant.set_guard(keys, &held, &grants, &context))
+    Ok(grant.set_guard(keys, &held, grants, &context))
 }

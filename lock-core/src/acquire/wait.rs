@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::attempt::{self, Answer, Granted, One};
-use super::grant;
+use super::grant::{self, Grant};
 use super::options::LeasePolicy;
 use super::set_run::NameSet;
 use crate::error::LockError;
@@ -43,13 +43,6 @@ pub(super) enum Ask {
     One { writer: Option<Arc<str>> },
     /// A set of plain locks, taken in one run of `acquire_all.lua` (`set.rs`).
     Set(NameSet),
-}
-
-/// A wait that was granted in time: under which owner, by the attempt sent when.
-pub(super) struct Won {
-    pub(super) owner: Arc<Owner>,
-    pub(super) sent: Instant,
-    pub(super) granted: Granted,
 }
 
 /// One new acquisition's wait: its deadline, its place among the local waiters,
@@ -594,7 +587,7 @@ impl Wait<'_> {
 /// A new acquisition: attempts until granted, waiting for releases in between,
 /// until the wait runs out. With tasks of this client ahead in the queue, it sends
 /// nothing until its turn comes (a zero wait then fails at once, as busy).
-pub(super) async fn wait_for(wait: &mut Wait<'_>) -> Result<Won, LockError> {
+pub(super) async fn wait_for<'a>(wait: &mut Wait<'a>) -> Result<Grant<'a>, LockError> {
     let mut owner = wait.inner.next_owner();
     // The holder's lease as the last busy answer told it.
     let mut pttl = None;
@@ -614,8 +607,11 @@ pub(super) async fn wait_for(wait: &mut Wait<'_>) -> Result<Won, LockError> {
                 wait.after_checks(&owner).await;
                 if grant::in_time(wait.policy, sent) {
                     wait.won(&owner);
-                    return Ok(Won {
+                    return Ok(Grant {
+                        inner: wait.inner,
                         owner,
+                        origin: wait.origin.clone(),
+                        policy: wait.policy,
                         sent,
                         granted,
                     });
