@@ -36,7 +36,7 @@ pub(crate) struct Offer {
 #[derive(Debug)]
 pub(crate) enum Delivery {
     /// The lock is the waiter's: its owner holds it once.
-    Granted(Grant),
+    Granted(Unclaimed),
     /// The release did not hand the lock over (it was not the last hold, another
     /// client waits for the lock, the releaser no longer held it): the waiter waits
     /// on, and asks Redis at once when `ask` (the lock may be free without a message).
@@ -49,44 +49,67 @@ pub(crate) enum Delivery {
     Unknown,
 }
 
-/// A lock handed to a waiter, not yet owned by a guard.
-pub(crate) struct Grant {
-    fence: u64,
+/// What a grant gives: `(hold count, fencing token)` (token 0: none) of the one
+/// name, or of each name of a set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Granted {
+    One(u64, u64),
+    Set(Vec<(u64, u64)>),
+}
+
+/// A grant that no guard owns yet: an attempt's, or a lock handed to a waiter by a
+/// release. Dropped unclaimed (the wait gave up, ran out of time, its future was
+/// dropped, or the grant came too late to count on), it gives its holds back.
+pub(crate) struct Unclaimed {
+    granted: Granted,
+    /// When the request that was granted was sent: the lease started no earlier.
     sent: Instant,
-    /// Gives the hold back; taken out when a guard takes the hold.
+    /// Gives the holds back; taken out when the grant is claimed.
     give_back: Option<Box<dyn FnOnce() + Send>>,
 }
 
-impl std::fmt::Debug for Grant {
+impl std::fmt::Debug for Unclaimed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Grant")
-            .field("fence", &self.fence)
+        f.debug_struct("Unclaimed")
+            .field("granted", &self.granted)
             .field("sent", &self.sent)
             .finish_non_exhaustive()
     }
 }
 
-impl Grant {
-    /// A lock handed over by a release sent at `sent` (its lease started no
-    /// earlier), with fencing token `fence` (0: none); `give_back` gives the hold
-    /// back if no guard takes it.
-    pub(crate) fn new(fence: u64, sent: Instant, give_back: Box<dyn FnOnce() + Send>) -> Self {
+impl Unclaimed {
+    /// `granted` by a request sent at `sent`, with nothing to give back yet (see
+    /// [`Unclaimed::given_back_by`]).
+    pub(crate) fn new(granted: Granted, sent: Instant) -> Self {
         Self {
-            fence,
+            granted,
             sent,
-            give_back: Some(give_back),
+            give_back: None,
         }
     }
 
-    /// Takes the hold for a guard: its fencing token and when its lease started at
-    /// the earliest.
-    pub(crate) fn accept(mut self) -> (u64, Instant) {
+    /// The grant, given back by `give_back` if it is dropped unclaimed.
+    pub(crate) fn given_back_by(mut self, give_back: impl FnOnce() + Send + 'static) -> Self {
+        self.give_back = Some(Box::new(give_back));
+        self
+    }
+
+    /// When the granted request was sent.
+    pub(crate) fn sent(&self) -> Instant {
+        self.sent
+    }
+
+    /// Claims the grant: nothing is given back any more.
+    pub(crate) fn claim(mut self) -> (Granted, Instant) {
         self.give_back = None;
-        (self.fence, self.sent)
+        (
+            std::mem::replace(&mut self.granted, Granted::Set(Vec::new())),
+            self.sent,
+        )
     }
 }
 
-impl Drop for Grant {
+impl Drop for Unclaimed {
     fn drop(&mut self) {
         if let Some(give_back) = self.give_back.take() {
             give_back();
@@ -100,13 +123,10 @@ mod tests {
 
     use super::*;
 
-    fn grant(given_back: &Arc<AtomicBool>) -> Grant {
+    fn grant(given_back: &Arc<AtomicBool>) -> Unclaimed {
         let given_back = given_back.clone();
-        Grant::new(
-            7,
-            Instant::now(),
-            Box::new(move || given_back.store(true, Ordering::SeqCst)),
-        )
+        Unclaimed::new(Granted::One(1, 7), Instant::now())
+            .given_back_by(move || given_back.store(true, Ordering::SeqCst))
     }
 
     #[test]
@@ -116,8 +136,8 @@ mod tests {
         assert!(given_back.load(Ordering::SeqCst));
 
         let given_back = Arc::new(AtomicBool::new(false));
-        let (fence, _) = grant(&given_back).accept();
-        assert_eq!(fence, 7);
+        let (granted, _) = grant(&given_back).claim();
+        assert_eq!(granted, Granted::One(1, 7));
         assert!(!given_back.load(Ordering::SeqCst));
     }
 }

@@ -20,7 +20,7 @@ use crate::batch::{Batcher, Item, Successor};
 use crate::detach::{log_failure, replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, transient, LockError, LostReason};
 use crate::faults::{self, Fault};
-use crate::handoff::{Delivery, Grant};
+use crate::handoff::{Delivery, Granted, Unclaimed};
 use crate::hold::Hold;
 use crate::inner::Inner;
 use crate::keys::LockKeys;
@@ -528,7 +528,8 @@ impl HandOff {
                 let (inner, keys) = (inner.clone(), keys.clone());
                 let give_back =
                     move || give_back_later(&inner, keys, offer.owner, offer.lease_ms, (1, false));
-                Delivery::Granted(Grant::new(*fence, sent, Box::new(give_back)))
+                let grant = Unclaimed::new(Granted::One(1, *fence), sent);
+                Delivery::Granted(grant.given_back_by(give_back))
             }
             Ok(ReleaseReply::Released { .. }) => Delivery::Declined { ask: false },
             Ok(ReleaseReply::NotHeld | ReleaseReply::Conflict) => Delivery::Declined { ask: true },

@@ -774,11 +774,9 @@ pub(crate) mod tests {
 
     fn grant(given_back: &Arc<AtomicBool>) -> Delivery {
         let given_back = given_back.clone();
-        Delivery::Granted(crate::handoff::Grant::new(
-            0,
-            Instant::now(),
-            Box::new(move || given_back.store(true, Ordering::SeqCst)),
-        ))
+        let grant =
+            crate::handoff::Unclaimed::new(crate::handoff::Granted::One(1, 0), Instant::now());
+        Delivery::Granted(grant.given_back_by(move || given_back.store(true, Ordering::SeqCst)))
     }
 
     #[test]
@@ -824,7 +822,7 @@ pub(crate) mod tests {
             assert!(poll_once(delivery.as_mut()).is_pending());
             assert!(claim.deliver(grant(&given_back)).is_none());
             match poll_once(delivery.as_mut()) {
-                Poll::Ready(Delivery::Granted(grant)) => drop(grant.accept()),
+                Poll::Ready(Delivery::Granted(grant)) => drop(grant.claim()),
                 other => panic!("expected the grant, got {other:?}"),
             }
         }

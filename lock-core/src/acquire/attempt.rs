@@ -8,12 +8,15 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use tokio::time::Instant;
+
 use super::options::kind_conflict;
 use crate::backend::{redlock, Conn};
 use crate::batch::{answer_of, Acquisition, Request};
 use crate::detach::{replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, LockError, LostReason};
 use crate::faults::{self, Fault};
+use crate::handoff::{Granted, Unclaimed};
 use crate::hold::Hold;
 use crate::inner::Inner;
 use crate::keys::LockKeys;
@@ -24,8 +27,9 @@ use crate::scripts::{unexpected_reply, AcquireReply};
 /// What one attempt came to, for a name or a set: one answer type for the one wait
 /// loop (and a re-entry).
 pub(crate) enum Answer {
-    /// Granted: the owner's hold count and fencing token (0: none), per name.
-    Granted(Granted),
+    /// Granted: the owner's hold count and fencing token (0: none), per name; given
+    /// back if dropped unclaimed.
+    Granted(Unclaimed),
     /// The name at `index` (0 for one name) is held by another owner for
     /// `pttl_ms` more milliseconds (negative: unknown).
     Busy { index: usize, pttl_ms: i64 },
@@ -41,15 +45,9 @@ pub(crate) enum Answer {
     Refused(LockError),
     /// The name at `index` (0 for one name) was not taken: the attempt's owner id
     /// holds it already, `count` times, a hold no guard owns (see `acquire.lua`,
-    /// "Never added to"). It is given back, and the wait asks again under a fresh
-    /// owner id.
+    /// "Never added to"). [`run`] gives it back, and the wait asks again under a
+    /// fresh owner id.
     HeldAlready { index: usize, count: u64 },
-}
-
-/// A grant: `(hold count, fencing token)` of the one name, or of each name of a set.
-pub(crate) enum Granted {
-    One(u64, u64),
-    Set(Vec<(u64, u64)>),
 }
 
 /// What one attempt sends, for a name or a set: sent by [`run`], which settles and
@@ -64,6 +62,13 @@ pub(super) trait Try: Clone + Send + Sync + 'static {
     ///
     /// Not cancel safe on its own: [`run`] finishes it in the background.
     fn send(self) -> impl Future<Output = redis::RedisResult<Answer>> + Send + 'static;
+
+    /// Gives back the holds a grant of the attempt took.
+    ///
+    /// # Cancel safety
+    ///
+    /// Run to the end in a task of its own.
+    fn give_back(self) -> impl Future<Output = ()> + Send + 'static;
 
     /// Gives back what the attempt took, by `answer`, for a caller that is gone.
     ///
@@ -84,7 +89,9 @@ pub(super) trait Try: Clone + Send + Sync + 'static {
 /// Sends `attempt`; if the caller drops the future mid-flight, the request runs to
 /// completion in the background and what it took is given back. If the reply is
 /// lost, the same attempt is replayed in the background until its outcome is
-/// known, and what it took given back.
+/// known, and what it took given back. A grant is given back if its answer is
+/// dropped unclaimed; a hold of the owner that its client did not know of
+/// ([`Answer::HeldAlready`]) is given back at once.
 ///
 /// # Cancel safety
 ///
@@ -98,6 +105,14 @@ pub(super) async fn run<T: Try>(attempt: T) -> Result<Answer, LockError> {
         // A refusal that may pass (too few replicas acknowledged a grant) is an
         // error the wait asks again after.
         Ok(Answer::Refused(err)) if err.may_pass() => Err(err),
+        Ok(Answer::Granted(grant)) => {
+            let give_back = move || spawn(attempt.give_back());
+            Ok(Answer::Granted(grant.given_back_by(give_back)))
+        }
+        Ok(Answer::HeldAlready { index, count }) => {
+            spawn(attempt.undo(Answer::HeldAlready { index, count }));
+            Ok(Answer::HeldAlready { index, count })
+        }
         Ok(answer) => Ok(answer),
         Err(err) => {
             if outcome_unknown(&err) {
@@ -138,6 +153,8 @@ pub(super) struct One {
     request: Acquisition,
     /// A re-entry: the chain's hold it adds to (marked lost when it is gone).
     hold: Option<Arc<Hold>>,
+    /// When the attempt was made, before it was first sent.
+    sent: Instant,
 }
 
 impl One {
@@ -173,6 +190,7 @@ impl One {
             op,
             request,
             hold: None,
+            sent: Instant::now(),
         }
     }
 
@@ -197,6 +215,7 @@ impl One {
             op,
             request,
             hold: Some(hold.clone()),
+            sent: Instant::now(),
         }
     }
 
@@ -329,7 +348,7 @@ impl One {
         let keys = self.keys();
         match (reply, &self.hold) {
             (AcquireReply::Acquired { count, fence }, _) => {
-                Answer::Granted(Granted::One(count, fence))
+                Answer::Granted(Unclaimed::new(Granted::One(count, fence), self.sent))
             }
             (AcquireReply::Busy { .. } | AcquireReply::NotHeld, Some(hold)) => {
                 hold.mark_lost(
@@ -390,12 +409,17 @@ impl Try for One {
         }
     }
 
+    async fn give_back(self) {
+        let (inner, keys, lease_ms) = (&self.inner, self.keys(), self.request.lease_ms);
+        release::give_back(inner, keys, &self.owner, lease_ms).await;
+    }
+
     /// Gives back the hold it took, or takes back the place its writer kept; a
     /// hold of its owner that its client did not know of is given back too.
     async fn undo(self, answer: Answer) {
         let (inner, keys, lease_ms) = (&self.inner, self.keys(), self.request.lease_ms);
         match answer {
-            Answer::Granted(_) => release::give_back(inner, keys, &self.owner, lease_ms).await,
+            Answer::Granted(_) => self.give_back().await,
             Answer::HeldAlready { count, .. } => {
                 let owner = self.owner.clone();
                 release::give_back_later(inner, keys.clone(), owner, lease_ms, (count, true));

@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::attempt::{self, Answer, Granted, One};
+use super::attempt::{self, Answer, One};
 use super::grant;
 use super::options::LeasePolicy;
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::handoff::Granted;
 use crate::hold::{HeldLock, Hold};
 use crate::inner::Inner;
 use crate::keys::{Kind, LockKeys};
@@ -92,7 +93,10 @@ pub(super) async fn reenter(
     check_reentry_lease(&hold, policy, sent)?;
     let reentry = One::reentry(inner, &hold, lease.as_millis() as u64);
     match attempt::run(reentry).await? {
-        Answer::Granted(Granted::One(count, _)) => {
+        Answer::Granted(grant) => {
+            let (Granted::One(count, _), _) = grant.claim() else {
+                return Err(unexpected_reply("acquire.lua", &[0i64; 0]).into());
+            };
             let held = grant::reentered(inner, &hold, lease, sent, count);
             Ok(LockGuard::new(inner, held, context))
         }

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::attempt::Granted;
 use super::options::LeasePolicy;
 use crate::context::LockContext;
 use crate::detach::join_all;
 use crate::error::LockError;
 use crate::faults::{self, Fault};
 use crate::guard::{LockGuard, MultiLockGuard};
+use crate::handoff::Granted;
 use crate::hold::{HeldLock, Hold, HoldState};
 use crate::inner::Inner;
 use crate::keys::LockKeys;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::attempt::Granted;
 use super::chain::{reenter, Chain};
 use super::grant::admit;
 use super::options::{check_kind, settle_options, Options};
@@ -16,6 +15,7 @@ use super::wait::Wait;
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::handoff::Granted;
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::ops::NewAcquisition;

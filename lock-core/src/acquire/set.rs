@@ -25,7 +25,6 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::attempt::Granted;
 use super::grant::{admit, give_back};
 use super::one::{acquire, before_new, ended};
 use super::options::{settle_options, Options};
@@ -36,6 +35,7 @@ use crate::backend::slot;
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::guard::{LockGuard, MultiLockGuard};
+use crate::handoff::Granted;
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::origin::Origin;

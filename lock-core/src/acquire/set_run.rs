@@ -5,12 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::attempt::{Answer, Granted, Try};
+use tokio::time::Instant;
+
+use super::attempt::{Answer, Try};
 use super::grant::reentry_lease;
 use super::options::{kind_conflict, LeasePolicy};
 use crate::context::LockContext;
-use crate::detach::{join_all, spawn};
+use crate::detach::join_all;
 use crate::error::{LockError, LostReason};
+use crate::handoff::{Granted, Unclaimed};
 use crate::hold::{HeldLock, Hold};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
@@ -78,19 +81,6 @@ impl NameSet {
         SetAttempt::new(inner, &self.keys, owner, &self.held, policy, who)
     }
 
-    /// Gives back, in the background, every hold of a grant of `owner` that came
-    /// too late to count on.
-    pub(super) fn give_back_later(
-        &self,
-        inner: &Arc<Inner>,
-        owner: &Arc<Owner>,
-        policy: LeasePolicy,
-        who: &Arc<str>,
-    ) {
-        let set = self.attempt(inner, owner, policy, who);
-        spawn(async move { set.give_back().await });
-    }
-
     /// The wait of the set ran out after `waited`: a timeout on the name last found
     /// busy; if none was, Redis did not answer in time.
     pub(super) fn ran_out(&self, busy: Option<usize>, waited: Duration) -> LockError {
@@ -127,6 +117,8 @@ pub(super) struct SetAttempt {
     fencing: bool,
     /// What the client writes of the holder of each lock it creates (`who.rs`).
     who: Arc<str>,
+    /// When the attempt was made, before it was first sent.
+    sent: Instant,
 }
 
 impl SetAttempt {
@@ -164,6 +156,7 @@ impl SetAttempt {
             names,
             fencing: policy.fencing,
             who: who.clone(),
+            sent: Instant::now(),
         }
     }
 
@@ -177,7 +170,9 @@ impl SetAttempt {
     /// The set's reply as the wait reads it.
     fn answer(&self, reply: AcquireAllReply) -> Answer {
         match reply {
-            AcquireAllReply::Acquired(grants) => Answer::Granted(Granted::Set(grants)),
+            AcquireAllReply::Acquired(grants) => {
+                Answer::Granted(Unclaimed::new(Granted::Set(grants), self.sent))
+            }
             AcquireAllReply::Busy { index, pttl_ms } => Answer::Busy { index, pttl_ms },
             AcquireAllReply::NotHeld { index } => {
                 let Some(hold) = self.names.get(index).and_then(|name| name.hold.as_ref()) else {
@@ -197,16 +192,6 @@ impl SetAttempt {
             }
             AcquireAllReply::HeldAlready { index, count } => Answer::HeldAlready { index, count },
         }
-    }
-
-    /// Gives back one hold of each name, all at once.
-    async fn give_back(&self) {
-        let inner = self.inner.clone();
-        let releases = self.names.iter().cloned().map(move |name| {
-            let inner = inner.clone();
-            async move { release::give_back(&inner, &name.keys, &name.owner, name.lease_ms).await }
-        });
-        join_all(releases).await;
     }
 }
 
@@ -236,6 +221,16 @@ impl Try for SetAttempt {
         let decoded = AcquireAllReply::decode(&reply, self.names.len())
             .ok_or_else(|| unexpected_reply("acquire_all.lua", &reply))?;
         Ok(self.answer(decoded))
+    }
+
+    /// Gives back one hold of each name, all at once.
+    async fn give_back(self) {
+        let inner = self.inner.clone();
+        let releases = self.names.iter().cloned().map(move |name| {
+            let inner = inner.clone();
+            async move { release::give_back(&inner, &name.keys, &name.owner, name.lease_ms).await }
+        });
+        join_all(releases).await;
     }
 
     /// Gives back what an abandoned attempt took, if it took anything, and a hold

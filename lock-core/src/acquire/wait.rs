@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::attempt::{self, Answer, Granted, One};
+use super::attempt::{self, Answer, One};
 use super::grant::{self, Grant};
 use super::options::LeasePolicy;
 use super::set_run::NameSet;
@@ -313,28 +313,6 @@ impl<'a> Wait<'a> {
         }
     }
 
-    /// Gives back, in the background, what the attempt of `owner` left that no
-    /// guard will own: its whole grant, which came too late to count on (`held`
-    /// `None`), or the `count` holds of the name at `index` that the owner had
-    /// already, unknown to its client (`held` `Some((index, count))`; the wait asks
-    /// again under a fresh owner id).
-    pub(super) fn give_back(&self, owner: &Arc<Owner>, held: Option<(usize, u64)>) {
-        let (index, holds) = match (held, &self.ask) {
-            (Some(held), _) => held,
-            (None, Ask::One { .. }) => (0, 1),
-            (None, Ask::Set(set)) => {
-                return set.give_back_later(self.inner, owner, self.policy, &self.who)
-            }
-        };
-        let keys = match &self.ask {
-            Ask::One { .. } => self.keys.clone(),
-            Ask::Set(set) => set.keys(index),
-        };
-        let lease_ms = self.policy.lease.as_millis() as u64;
-        let given = (holds, held.is_some());
-        release::give_back_later(self.inner, keys, owner.clone(), lease_ms, given);
-    }
-
     /// The gate every grant of this wait passes before it counts (an attempt's,
     /// or a lock handed over by a release of this client), so that no chain of
     /// this client is given a lock that another chain of it still believes it
@@ -356,8 +334,8 @@ impl<'a> Wait<'a> {
     ///
     /// # Cancel safety
     ///
-    /// Dropped while it waits, the grant of `owner` is given back in the
-    /// background (as one too late to count on); a check it began goes on.
+    /// Safe to drop: a check it began goes on, and the grant waiting for it
+    /// (held by [`wait_for`]) is dropped too, which gives it back.
     pub(super) async fn after_checks(&mut self, owner: &Arc<Owner>) {
         let inner = self.inner;
         if faults::active(Fault::GrantBeforeReplacementCheck) {
@@ -376,13 +354,7 @@ impl<'a> Wait<'a> {
             );
             inner.links.contradicted();
         }
-        let mut unclaimed = Unclaimed {
-            wait: self,
-            owner,
-            armed: true,
-        };
         inner.links.settled().await;
-        unclaimed.armed = false;
         for hold in contradicted {
             inner.watchdog.forgotten(&hold);
         }
@@ -462,22 +434,6 @@ async fn within<T>(
     match tokio::time::timeout_at(deadline, run).await {
         Ok(result) => result.map_err(Some),
         Err(_) => Err(None),
-    }
-}
-
-/// A grant waiting at [`Wait::after_checks`]: given back if the wait is dropped
-/// before the gate opens.
-struct Unclaimed<'w, 'a> {
-    wait: &'w mut Wait<'a>,
-    owner: &'w Arc<Owner>,
-    armed: bool,
-}
-
-impl Drop for Unclaimed<'_, '_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.wait.give_back(self.owner, None);
-        }
     }
 }
 
@@ -600,13 +556,15 @@ pub(super) async fn wait_for<'a>(wait: &mut Wait<'a>) -> Result<Grant<'a>, LockE
             continue;
         };
         match answer {
-            Answer::Granted(granted) => {
+            Answer::Granted(grant) => {
                 // A grant counts only once the holds on a server found replaced
                 // were checked (`Links::settled`), and then only if it is still
-                // in time.
+                // in time; dropped before (the wait dropped meanwhile, or too
+                // late), it gives its holds back.
                 wait.after_checks(&owner).await;
-                if grant::in_time(wait.policy, sent) {
+                if grant::in_time(wait.policy, grant.sent()) {
                     wait.won(&owner);
+                    let (granted, sent) = grant.claim();
                     return Ok(Grant {
                         inner: wait.inner,
                         owner,
@@ -616,12 +574,12 @@ pub(super) async fn wait_for<'a>(wait: &mut Wait<'a>) -> Result<Grant<'a>, LockE
                         granted,
                     });
                 }
-                // The reply came too late to count on (given back): pause before
-                // asking again, rather than spin on a server that answers slower
-                // than the lease, and ask under a fresh owner id, so that the next
-                // attempt never overlaps the give-back of this one.
+                // The reply came too late to count on: pause before asking again,
+                // rather than spin on a server that answers slower than the lease,
+                // and ask under a fresh owner id, so that the next attempt never
+                // overlaps the give-back of this one.
                 tracing::debug!(lock.name = %wait.keys.display(), "distlock: acquire reply arrived after the lease; retrying");
-                wait.give_back(&owner, None);
+                drop(grant);
                 pause(wait, &mut owner, None).await?;
             }
             Answer::Busy { index, pttl_ms } => {
@@ -642,10 +600,9 @@ pub(super) async fn wait_for<'a>(wait: &mut Wait<'a>) -> Result<Grant<'a>, LockE
                 pttl = Some(retry_ms);
                 wait_or_give_up(wait, &owner, pttl).await?;
             }
-            Answer::HeldAlready { index, count } => {
-                // Never added to (see `acquire.lua`): given back, and asked again
-                // under an owner id that holds nothing.
-                wait.give_back(&owner, Some((index, count)));
+            Answer::HeldAlready { .. } => {
+                // Never added to (see `acquire.lua`), and given back by the
+                // attempt: ask again under an owner id that holds nothing.
                 owner = wait.inner.next_owner();
             }
             Answer::Refused(err) => return Err(err),
@@ -665,10 +622,7 @@ async fn next_answer(
     if wait.offer_claimed() {
         // No attempt of our own until the release says what came of it.
         return match wait.handed().await? {
-            Delivery::Granted(grant) => {
-                let (fence, sent) = grant.accept();
-                Ok(Some((sent, Answer::Granted(Granted::One(1, fence)))))
-            }
+            Delivery::Granted(grant) => Ok(Some((grant.sent(), Answer::Granted(grant)))),
             Delivery::Declined { ask: false } => {
                 wait_or_give_up(wait, owner, pttl).await?;
                 Ok(None)
