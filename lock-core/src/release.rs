@@ -370,7 +370,7 @@ async fn plain(
 /// place held back: for a wait that ended without the lock, or an attempt whose
 /// caller went away. A place that cannot be taken back dies by itself within
 /// seconds.
-pub(crate) fn withdraw(inner: &Arc<Inner>, keys: &Arc<LockKeys>, owner: &Arc<Owner>) {
+pub(crate) fn take_back_place(inner: &Arc<Inner>, keys: &Arc<LockKeys>, owner: &Arc<Owner>) {
     let (inner, keys, owner) = (inner.clone(), keys.clone(), owner.shared_id());
     let publish = inner.backend.publish_command();
     spawn(async move {
@@ -538,7 +538,7 @@ impl HandOff {
                 spawn(async move {
                     // Pending until then: nothing of that owner is settled above it.
                     let _op = op;
-                    settle_hand_off(&inner, &keys, release, &offer.owner, offer.lease_ms).await;
+                    resolve_hand_off(&inner, &keys, release, &offer.owner, offer.lease_ms).await;
                 });
                 Delivery::Unknown
             }
@@ -555,7 +555,7 @@ impl HandOff {
 /// replays ran out, or their "not held" came too late to be read, see
 /// [`Release::read`]): giving back what an owner does not hold changes nothing.
 /// Only an answer that says the lock was not handed over leaves it.
-async fn settle_hand_off(
+async fn resolve_hand_off(
     inner: &Arc<Inner>,
     keys: &Arc<LockKeys>,
     release: Release,

@@ -1,9 +1,9 @@
 //! One attempt, for a name (`acquire.lua`) or a set (`acquire_all.lua`), in one
-//! skeleton: send; when the caller goes away mid-flight, finish in the background
-//! and undo what it took (settle); when the reply is lost, replay under the same
-//! numbers until the outcome is known, then undo (resolve). Each reply is decoded
-//! straight into the wait's [`Answer`], refusals into their errors, here and only
-//! here.
+//! skeleton ([`Attempt`], [`run`]): send; when the caller goes away mid-flight,
+//! finish in the background and undo what it took (`undo_abandoned`); when the
+//! reply is lost, replay under the same numbers until the outcome is known, then
+//! undo (`resolve`). Each reply is decoded straight into the wait's [`Answer`],
+//! refusals into their errors, here and only here.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -52,7 +52,7 @@ pub(crate) enum Answer {
 
 /// What one attempt sends, for a name or a set: sent by [`run`], which settles and
 /// resolves it the same way for both.
-pub(super) trait Try: Clone + Send + Sync + 'static {
+pub(super) trait Attempt: Clone + Send + Sync + 'static {
     /// What a replay of a lost reply is, in the log.
     const WHAT: &'static str;
 
@@ -96,10 +96,10 @@ pub(super) trait Try: Clone + Send + Sync + 'static {
 /// # Cancel safety
 ///
 /// Cancel safe: what a request cut short took is given back in the background.
-pub(super) async fn run<T: Try>(attempt: T) -> Result<Answer, LockError> {
+pub(super) async fn run<T: Attempt>(attempt: T) -> Result<Answer, LockError> {
     let abandoned = attempt.clone();
     let call = Detached::new(Box::pin(attempt.clone().send()), move |result| {
-        Box::pin(settle(abandoned, result))
+        Box::pin(undo_abandoned(abandoned, result))
     });
     match call.await {
         // A refusal that may pass (too few replicas acknowledged a grant) is an
@@ -124,7 +124,7 @@ pub(super) async fn run<T: Try>(attempt: T) -> Result<Answer, LockError> {
 }
 
 /// Undoes what an abandoned attempt did, once its outcome is known.
-async fn settle<T: Try>(attempt: T, result: redis::RedisResult<Answer>) {
+async fn undo_abandoned<T: Attempt>(attempt: T, result: redis::RedisResult<Answer>) {
     match result {
         Ok(answer) => attempt.undo(answer).await,
         Err(err) if outcome_unknown(&err) => resolve(attempt).await,
@@ -134,7 +134,7 @@ async fn settle<T: Try>(attempt: T, result: redis::RedisResult<Answer>) {
 
 /// Replays the attempt (a no-op if it was applied) until its outcome is known, then
 /// undoes what it did.
-async fn resolve<T: Try>(attempt: T) {
+async fn resolve<T: Attempt>(attempt: T) {
     let name = attempt.name();
     let answer = replay_until_known(&name, T::WHAT, || attempt.replay().send()).await;
     if let Some(answer) = answer {
@@ -146,7 +146,7 @@ async fn resolve<T: Try>(attempt: T) {
 /// the operation they are (pending while any clone of this lives: the attempt, its
 /// background completion, its replays).
 #[derive(Clone)]
-pub(super) struct One {
+pub(super) struct NameAttempt {
     inner: Arc<Inner>,
     owner: Arc<Owner>,
     op: Arc<Op>,
@@ -157,7 +157,7 @@ pub(super) struct One {
     sent: Instant,
 }
 
-impl One {
+impl NameAttempt {
     /// A new acquisition of the lock of `keys` by `owner` for `lease_ms`. `writer`:
     /// for a read hold beside the chain's own write hold, the writer's owner id;
     /// `stays`: whether the caller waits when it cannot have the lock now (a writer
@@ -385,7 +385,7 @@ impl One {
     }
 }
 
-impl Try for One {
+impl Attempt for NameAttempt {
     const WHAT: &'static str = "acquire";
 
     /// Sends the attempt to the backend: one endpoint, or every Redlock node. A
@@ -425,7 +425,7 @@ impl Try for One {
                 release::give_back_later(inner, keys.clone(), owner, lease_ms, (count, true));
             }
             Answer::Busy { .. } | Answer::NoQuorum { .. } if self.keeps_place() => {
-                release::withdraw(inner, keys, &self.owner);
+                release::take_back_place(inner, keys, &self.owner);
             }
             _ => {}
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::attempt::{self, Answer, One};
+use super::attempt::{self, Answer, NameAttempt};
 use super::grant;
 use super::options::LeasePolicy;
 use crate::context::LockContext;
@@ -91,7 +91,7 @@ pub(super) async fn reenter(
         policy.lease
     };
     check_reentry_lease(&hold, policy, sent)?;
-    let reentry = One::reentry(inner, &hold, lease.as_millis() as u64);
+    let reentry = NameAttempt::reentry(inner, &hold, lease.as_millis() as u64);
     match attempt::run(reentry).await? {
         Answer::Granted(grant) => {
             let (Granted::One(count, _), _) = grant.claim() else {
@@ -102,7 +102,7 @@ pub(super) async fn reenter(
         }
         Answer::Refused(err) => Err(err),
         // Redlock's answer when too few nodes granted a re-entry is "not held"
-        // (see `One::answer`): nothing else comes back.
+        // (see `NameAttempt::answer`): nothing else comes back.
         _ => Err(unexpected_reply("acquire.lua", &[0i64; 0]).into()),
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::attempt::{Answer, Try};
+use super::attempt::{Answer, Attempt};
 use super::grant::reentry_lease;
 use super::options::{kind_conflict, LeasePolicy};
 use crate::context::LockContext;
@@ -101,7 +101,7 @@ impl NameSet {
 /// One name of a set's attempt: under which owner, as which of its operations;
 /// for a re-entry, the chain's hold it adds to.
 #[derive(Clone)]
-struct NameOp {
+struct SetName {
     keys: Arc<LockKeys>,
     owner: Arc<Owner>,
     op: Arc<Op>,
@@ -113,7 +113,7 @@ struct NameOp {
 #[derive(Clone)]
 pub(super) struct SetAttempt {
     inner: Arc<Inner>,
-    names: Arc<[NameOp]>,
+    names: Arc<[SetName]>,
     fencing: bool,
     /// What the client writes of the holder of each lock it creates (`who.rs`).
     who: Arc<str>,
@@ -142,7 +142,7 @@ impl SetAttempt {
                     ),
                     None => (owner.clone(), policy.lease, None),
                 };
-                NameOp {
+                SetName {
                     keys: keys.clone(),
                     op: owner.op(),
                     owner,
@@ -195,7 +195,7 @@ impl SetAttempt {
     }
 }
 
-impl Try for SetAttempt {
+impl Attempt for SetAttempt {
     const WHAT: &'static str = "set acquire";
 
     async fn send(self) -> redis::RedisResult<Answer> {

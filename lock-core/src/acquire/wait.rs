@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::attempt::{self, Answer, One};
+use super::attempt::{self, Answer, NameAttempt};
 use super::grant::{self, Grant};
 use super::options::LeasePolicy;
 use super::set_run::NameSet;
@@ -233,7 +233,7 @@ impl<'a> Wait<'a> {
         }
         if let Some(earlier) = self.kept_place.replace(owner.clone()) {
             if !Arc::ptr_eq(&earlier, owner) {
-                release::withdraw(self.inner, &self.keys, &earlier);
+                release::take_back_place(self.inner, &self.keys, &earlier);
             }
         }
     }
@@ -303,7 +303,8 @@ impl<'a> Wait<'a> {
         match &self.ask {
             Ask::One { writer } => {
                 let (keys, writer) = (&self.keys, writer.clone());
-                let one = One::new(self.inner, keys, owner, lease, writer, bounded, &self.who);
+                let one =
+                    NameAttempt::new(self.inner, keys, owner, lease, writer, bounded, &self.who);
                 within(self.deadline, bounded, attempt::run(one)).await
             }
             Ask::Set(set) => {
@@ -414,7 +415,7 @@ impl Drop for Wait<'_> {
     /// deletes them.
     fn drop(&mut self) {
         if let Some(owner) = self.kept_place.take() {
-            release::withdraw(self.inner, &self.keys, &owner);
+            release::take_back_place(self.inner, &self.keys, &owner);
         }
         // Dropping the beat deletes the wait-for records.
         drop(self.deadlock.take());
