@@ -151,24 +151,34 @@ where
 /// A request in flight that must not be lost with its caller: if the future is
 /// dropped before it completes, the request runs to completion in a background
 /// task, and `abandon` receives its output there.
-pub(crate) struct Detached<T: Send + 'static> {
+pub(crate) struct Detached<T, A>
+where
+    T: Send + 'static,
+    A: FnOnce(T) -> BoxFuture<()> + Send + Unpin + 'static,
+{
     fut: Option<BoxFuture<T>>,
-    abandon: Option<Box<dyn FnOnce(T) -> BoxFuture<()> + Send>>,
+    /// Not boxed: a request that completes (the usual case) allocates nothing for it.
+    abandon: Option<A>,
 }
 
-impl<T: Send + 'static> Detached<T> {
-    pub(crate) fn new(
-        fut: BoxFuture<T>,
-        abandon: impl FnOnce(T) -> BoxFuture<()> + Send + 'static,
-    ) -> Self {
+impl<T, A> Detached<T, A>
+where
+    T: Send + 'static,
+    A: FnOnce(T) -> BoxFuture<()> + Send + Unpin + 'static,
+{
+    pub(crate) fn new(fut: BoxFuture<T>, abandon: A) -> Self {
         Self {
             fut: Some(fut),
-            abandon: Some(Box::new(abandon)),
+            abandon: Some(abandon),
         }
     }
 }
 
-impl<T: Send + 'static> Future for Detached<T> {
+impl<T, A> Future for Detached<T, A>
+where
+    T: Send + 'static,
+    A: FnOnce(T) -> BoxFuture<()> + Send + Unpin + 'static,
+{
     type Output = T;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
@@ -182,7 +192,11 @@ impl<T: Send + 'static> Future for Detached<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for Detached<T> {
+impl<T, A> Drop for Detached<T, A>
+where
+    T: Send + 'static,
+    A: FnOnce(T) -> BoxFuture<()> + Send + Unpin + 'static,
+{
     fn drop(&mut self) {
         if let (Some(fut), Some(abandon)) = (self.fut.take(), self.abandon.take()) {
             spawn(async move { abandon(fut.await).await });

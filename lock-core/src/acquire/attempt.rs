@@ -52,7 +52,7 @@ pub(crate) enum Answer {
 
 /// What one attempt sends, for a name or a set: sent by [`run`], which settles and
 /// resolves it the same way for both.
-pub(super) trait Attempt: Clone + Send + Sync + 'static {
+pub(super) trait Attempt: Clone + Send + Sync + Unpin + 'static {
     /// What a replay of a lost reply is, in the log.
     const WHAT: &'static str;
 
