@@ -345,37 +345,19 @@ impl NameAttempt {
     /// `acquire.lua`'s reply as the wait (or the re-entry) reads it. A re-entry
     /// that finds the lock no longer held by its owner loses the chain's hold.
     fn answer(&self, reply: AcquireReply) -> Answer {
-        let keys = self.keys();
         match (reply, &self.hold) {
             (AcquireReply::Acquired { count, fence }, _) => {
                 Answer::Granted(Unclaimed::new(Granted::One(count, fence), self.sent))
             }
-            (AcquireReply::Busy { .. } | AcquireReply::NotHeld, Some(hold)) => {
-                hold.mark_lost(
-                    LostReason::NotHeld,
-                    "a re-entry found the lock no longer held by its owner",
-                );
-                Answer::Refused(hold.lost_error())
-            }
             (AcquireReply::Busy { pttl_ms }, None) => Answer::Busy { index: 0, pttl_ms },
-            (AcquireReply::Conflict, _) => Answer::Refused(LockError::KeyConflict {
-                name: keys.display(),
-            }),
-            (AcquireReply::OtherMode, _) => Answer::Refused(LockError::UpgradeNotAllowed {
-                name: keys.display(),
-            }),
-            (AcquireReply::OtherKind { held_as }, _) => {
-                Answer::Refused(kind_conflict(keys, held_as))
-            }
             (AcquireReply::HeldAlready { count }, None) => Answer::HeldAlready { index: 0, count },
-            // Never the answer to a re-entry (see `acquire.lua`); and a new
-            // acquisition is never told "not held".
-            (AcquireReply::HeldAlready { count }, Some(_)) => {
-                Answer::Refused(unexpected_reply("acquire.lua", &[-7, count as i64]).into())
-            }
-            (AcquireReply::NotHeld, None) => {
-                Answer::Refused(unexpected_reply("acquire.lua", &[-1]).into())
-            }
+            // A re-entry found another owner holding: it lost the lock.
+            (AcquireReply::Busy { .. }, Some(_)) => Answer::Refused(refused(
+                self.keys(),
+                self.hold.as_deref(),
+                AcquireReply::NotHeld,
+            )),
+            (refusal, hold) => Answer::Refused(refused(self.keys(), hold.as_deref(), refusal)),
         }
     }
 
@@ -443,6 +425,31 @@ impl Attempt for NameAttempt {
             (replay.request.seq, replay.request.floor) = (replay.op.seq(), replay.op.floor());
         }
         replay
+    }
+}
+
+/// A refusal of the name of `keys` as the error it is, for a name's attempt and a
+/// set's (whose `acquire_all.lua` refuses a name with the same answers): "not
+/// held" loses the chain's `hold` that the attempt re-entered.
+pub(super) fn refused(keys: &LockKeys, hold: Option<&Hold>, refusal: AcquireReply) -> LockError {
+    match (refusal, hold) {
+        (AcquireReply::NotHeld, Some(hold)) => {
+            hold.mark_lost(
+                LostReason::NotHeld,
+                "a re-entry found the lock no longer held by its owner",
+            );
+            hold.lost_error()
+        }
+        (AcquireReply::Conflict, _) => LockError::KeyConflict {
+            name: keys.display(),
+        },
+        (AcquireReply::OtherMode, _) => LockError::UpgradeNotAllowed {
+            name: keys.display(),
+        },
+        (AcquireReply::OtherKind { held_as }, _) => kind_conflict(keys, held_as),
+        // A new acquisition is never told "not held", a re-entry never "held
+        // already" (see `acquire.lua`), and a grant or a busy answer is no refusal.
+        (other, _) => unexpected_reply("acquire.lua", &other).into(),
     }
 }
 

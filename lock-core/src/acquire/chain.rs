@@ -93,17 +93,17 @@ pub(super) async fn reenter(
     check_reentry_lease(&hold, policy, sent)?;
     let reentry = NameAttempt::reentry(inner, &hold, lease.as_millis() as u64);
     match attempt::run(reentry).await? {
-        Answer::Granted(grant) => {
-            let (Granted::One(count, _), _) = grant.claim() else {
-                return Err(unexpected_reply("acquire.lua", &[0i64; 0]).into());
-            };
-            let held = grant::reentered(inner, &hold, lease, sent, count);
-            Ok(LockGuard::new(inner, held, context))
-        }
+        Answer::Granted(grant) => match grant.claim() {
+            (Granted::One(count, _), _) => {
+                let held = grant::reentered(inner, &hold, lease, sent, count);
+                Ok(LockGuard::new(inner, held, context))
+            }
+            (other, _) => Err(unexpected_reply("acquire.lua", &other).into()),
+        },
         Answer::Refused(err) => Err(err),
-        // Redlock's answer when too few nodes granted a re-entry is "not held"
-        // (see `NameAttempt::answer`): nothing else comes back.
-        _ => Err(unexpected_reply("acquire.lua", &[0i64; 0]).into()),
+        // Nothing else answers a re-entry: Redlock's "too few nodes" is "not held"
+        // for it (see `NameAttempt::answer`).
+        _ => Err(unexpected_reply("acquire.lua", "another owner's answer").into()),
     }
 }
 

@@ -107,7 +107,7 @@ fn outcome(result: &Result<LockGuard, LockError>, reentry: bool) -> &'static str
 async fn acquire_new(mut wait: Wait<'_>, context: &LockContext) -> Result<LockGuard, LockError> {
     let grant = wait_for(&mut wait).await?;
     let Granted::One(count, fence) = grant.granted else {
-        return Err(unexpected_reply("acquire.lua", &[] as &[i64]).into());
+        return Err(unexpected_reply("acquire.lua", &grant.granted).into());
     };
     let held = grant.new_hold(&wait.keys, (count, fence), Some(wait.start.elapsed()));
     Ok(LockGuard::new(wait.inner, held, context))

@@ -204,7 +204,7 @@ async fn acquire_at_once(
     let mut wait = Wait::set(&inner, set, policy, (start, deadline), origin);
     let grant = wait::wait_for(&mut wait).await?;
     let Granted::Set(grants) = &grant.granted else {
-        return Err(unexpected_reply("acquire_all.lua", &[] as &[i64]).into());
+        return Err(unexpected_reply("acquire_all.lua", &grant.granted).into());
     };
     Ok(grant.set_guard(keys, &held, grants, &context))
 }

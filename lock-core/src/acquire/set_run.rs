@@ -7,19 +7,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::attempt::{Answer, Attempt};
+use super::attempt::{refused, Answer, Attempt};
 use super::grant::reentry_lease;
-use super::options::{kind_conflict, LeasePolicy};
+use super::options::LeasePolicy;
 use crate::context::LockContext;
 use crate::detach::join_all;
-use crate::error::{LockError, LostReason};
+use crate::error::LockError;
 use crate::handoff::{Granted, Unclaimed};
 use crate::hold::{HeldLock, Hold};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::owner::{Op, Owner};
 use crate::release;
-use crate::scripts::{unexpected_reply, AcquireAllReply};
+use crate::scripts::{unexpected_reply, AcquireAllReply, AcquireReply};
 
 /// A set taken in one run: its keys, in canonical order, and the chain's holds of
 /// those it re-enters.
@@ -167,6 +167,12 @@ impl SetAttempt {
             .clone()
     }
 
+    /// The refusal of the name at `index`.
+    fn refused(&self, index: usize, refusal: AcquireReply) -> Answer {
+        let hold = self.names.get(index).and_then(|name| name.hold.as_deref());
+        Answer::Refused(refused(&self.keys(index), hold, refusal))
+    }
+
     /// The set's reply as the wait reads it.
     fn answer(&self, reply: AcquireAllReply) -> Answer {
         match reply {
@@ -174,21 +180,10 @@ impl SetAttempt {
                 Answer::Granted(Unclaimed::new(Granted::Set(grants), self.sent))
             }
             AcquireAllReply::Busy { index, pttl_ms } => Answer::Busy { index, pttl_ms },
-            AcquireAllReply::NotHeld { index } => {
-                let Some(hold) = self.names.get(index).and_then(|name| name.hold.as_ref()) else {
-                    return Answer::Refused(unexpected_reply("acquire_all.lua", &[-1]).into());
-                };
-                hold.mark_lost(
-                    LostReason::NotHeld,
-                    "a set's re-entry found the lock no longer held by its owner",
-                );
-                Answer::Refused(hold.lost_error())
-            }
-            AcquireAllReply::Conflict { index } => Answer::Refused(LockError::KeyConflict {
-                name: self.keys(index).display(),
-            }),
+            AcquireAllReply::NotHeld { index } => self.refused(index, AcquireReply::NotHeld),
+            AcquireAllReply::Conflict { index } => self.refused(index, AcquireReply::Conflict),
             AcquireAllReply::OtherKind { index, held_as } => {
-                Answer::Refused(kind_conflict(&self.keys(index), held_as))
+                self.refused(index, AcquireReply::OtherKind { held_as })
             }
             AcquireAllReply::HeldAlready { index, count } => Answer::HeldAlready { index, count },
         }
