@@ -32,9 +32,12 @@ use crate::who::Describer;
 const MIN_REMEMBER: Duration = Duration::from_secs(1);
 const MAX_REMEMBER: Duration = Duration::from_secs(60);
 
-/// What connecting needs, as the builder checked it: plain values.
+/// What connecting needs: plain values, held and checked by the builder (which
+/// also gives their defaults).
+#[derive(Clone, Debug)]
 pub(crate) struct Settings {
-    /// The certificates of `tls_root_ca` and `tls_client_cert`, when set.
+    /// The certificates of `tls_root_ca` and `tls_client_cert`, when set (read
+    /// from their PEM when the builder connects).
     pub(crate) certs: Option<TlsCertificates>,
     pub(crate) namespace: String,
     /// The service the connections are named after.
