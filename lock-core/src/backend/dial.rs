@@ -17,6 +17,13 @@ use crate::error::{refusal, Refusal, NOT_TLS, NO_PASSWORD_SET};
 
 /// How long a TLS handshake may go unanswered before the port is asked, in plain
 /// text, whether it speaks TLS at all.
+/// A plain connection's settings: how long connecting, and each reply, may take.
+pub(crate) fn timeouts(connect: Duration, response: Duration) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect))
+        .set_response_timeout(Some(response))
+}
+
 const ASK_PLAIN_TEXT_AFTER: Duration = Duration::from_millis(500);
 /// How long that question may take.
 const PLAIN_TEXT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -54,9 +61,7 @@ async fn dial(
     connect_timeout: Duration,
     response_timeout: Duration,
 ) -> RedisResult<()> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(Some(response_timeout));
+    let config = timeouts(connect_timeout, response_timeout);
     let attempt = client.get_multiplexed_async_connection_with_config(&config);
     let ConnectionAddr::TcpTls { host, port, .. } = client.get_connection_info().addr() else {
         return match attempt.await {
@@ -133,9 +138,7 @@ async fn no_password_set(
         .set_protocol(settings.protocol())
         .set_skip_set_lib_name();
     let bare = redis::Client::open(info.clone().set_redis_settings(without)).ok()?;
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(Some(response_timeout));
+    let config = timeouts(connect_timeout, response_timeout);
     let mut conn = bare
         .get_multiplexed_async_connection_with_config(&config)
         .await
