@@ -63,33 +63,33 @@ async fn dial(
 ) -> RedisResult<()> {
     let config = timeouts(connect_timeout, response_timeout);
     let attempt = client.get_multiplexed_async_connection_with_config(&config);
-    let ConnectionAddr::TcpTls { host, port, .. } = client.get_connection_info().addr() else {
-        return match attempt.await {
-            Ok(conn) => ping(conn).await,
-            // Nothing listens there: waiting out the connect timeout tells no more.
-            Err(err) if refusal(&err).is_some() || err.is_connection_refusal() => Err(err),
-            Err(_) => Ok(()),
-        };
+    let tls = match client.get_connection_info().addr() {
+        ConnectionAddr::TcpTls { host, port, .. } => Some((host.as_str(), *port)),
+        _ => None,
     };
     tokio::pin!(attempt);
-    let result = tokio::select! {
-        result = &mut attempt => result,
-        plain = async {
-            tokio::time::sleep(ASK_PLAIN_TEXT_AFTER).await;
-            speaks_plain_text(host, *port).await
-        } => {
-            if plain {
-                return Err(not_tls());
+    let result = match tls {
+        None => attempt.await,
+        Some(_) => tokio::select! {
+            result = &mut attempt => result,
+            plain = async {
+                tokio::time::sleep(ASK_PLAIN_TEXT_AFTER).await;
+                speaks_plain_text(tls).await
+            } => {
+                if plain {
+                    return Err(not_tls());
+                }
+                attempt.await
             }
-            attempt.await
-        }
+        },
     };
     match result {
         Ok(conn) => ping(conn).await,
+        // Nothing listens there: waiting out the connect timeout tells no more.
         Err(err) if refusal(&err).is_some() || err.is_connection_refusal() => Err(err),
-        // A handshake that failed at once (the port closed the connection, or
+        // A TLS handshake that failed at once (the port closed the connection, or
         // answered something that is not TLS) may also be a plain-text port.
-        Err(_) if speaks_plain_text(host, *port).await => Err(not_tls()),
+        Err(_) if speaks_plain_text(tls).await => Err(not_tls()),
         Err(_) => Ok(()),
     }
 }
@@ -173,13 +173,17 @@ fn not_tls() -> RedisError {
     ))
 }
 
-/// Whether `host:port` answers a plain-text `PING` with a RESP reply (`+PONG`, or
-/// an error such as `-NOAUTH`): a TLS port answers with a TLS alert, or not at all.
+/// Whether `host:port` (a TLS address; `None`: a plain one, not asked) answers a
+/// plain-text `PING` with a RESP reply (`+PONG`, or an error such as `-NOAUTH`): a
+/// TLS port answers with a TLS alert, or not at all.
 ///
 /// # Cancel safety
 ///
 /// Safe to drop: the question's connection is closed with it.
-async fn speaks_plain_text(host: &str, port: u16) -> bool {
+async fn speaks_plain_text(tls: Option<(&str, u16)>) -> bool {
+    let Some((host, port)) = tls else {
+        return false;
+    };
     let ask = async {
         let mut stream = TcpStream::connect((host, port)).await?;
         stream.write_all(b"PING\r\n").await?;
