@@ -152,31 +152,38 @@ impl LockClient {
 ///     .await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug, Default)]
 pub struct LockClientBuilder {
     target: Option<Target>,
-    namespace: String,
-    default_wait: Duration,
-    default_lease: Duration,
-    fencing: bool,
-    group_commit: bool,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-    replicas: Option<(u32, Duration)>,
-    redlock_node_timeout: Duration,
-    sentinel_node: NodeOptions,
     tls: TlsSettings,
-    lock_order: LockOrderCheck,
-    share_lock_order: bool,
-    deadlock_check_after: Option<Duration>,
-    max_metric_labels: usize,
-    service: Option<String>,
-    max_hold: Option<Duration>,
+    /// Every other setting, handed to `connect.rs` once checked.
+    settings: connect::Settings,
 }
 
-impl Default for LockClientBuilder {
+/// The defaults that the builder's setters document.
+impl Default for connect::Settings {
     fn default() -> Self {
-        Self::new()
+        Self {
+            certs: None,
+            namespace: "distlock".to_owned(),
+            service: default_service(),
+            default_wait: Duration::from_secs(10),
+            default_lease: Duration::from_secs(30),
+            fencing: false,
+            group_commit: true,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_millis(500),
+            replicas: None,
+            redlock_node_timeout: Duration::from_millis(50),
+            sentinel_node: NodeOptions::default(),
+            max_hold: None,
+            operators: ops::Settings {
+                lock_order: LockOrderCheck::default(),
+                share_lock_order: false,
+                deadlock_check_after: Some(Duration::from_secs(1)),
+                max_metric_labels: DEFAULT_METRIC_LABELS,
+            },
+        }
     }
 }
 
@@ -195,26 +202,7 @@ impl LockClientBuilder {
     /// assert!(!format!("{builder:?}").contains("s3cret"));
     /// ```
     pub fn new() -> Self {
-        Self {
-            target: None,
-            namespace: "distlock".to_owned(),
-            default_wait: Duration::from_secs(10),
-            default_lease: Duration::from_secs(30),
-            fencing: false,
-            group_commit: true,
-            connect_timeout: Duration::from_secs(5),
-            response_timeout: Duration::from_millis(500),
-            replicas: None,
-            redlock_node_timeout: Duration::from_millis(50),
-            sentinel_node: NodeOptions::default(),
-            tls: TlsSettings::default(),
-            lock_order: LockOrderCheck::default(),
-            share_lock_order: false,
-            deadlock_check_after: Some(Duration::from_secs(1)),
-            max_metric_labels: DEFAULT_METRIC_LABELS,
-            service: None,
-            max_hold: None,
-        }
+        Self::default()
     }
 
     /// The Redis server, as a URL: `redis://[user:password@]host:port[/db]`, or
@@ -349,7 +337,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn sentinel_node_password(mut self, password: impl Into<String>) -> Self {
-        self.sentinel_node.auth = Some(NodeAuth {
+        self.settings.sentinel_node.auth = Some(NodeAuth {
             username: None,
             password: password.into(),
         });
@@ -384,7 +372,7 @@ impl LockClientBuilder {
         username: impl Into<String>,
         password: impl Into<String>,
     ) -> Self {
-        self.sentinel_node.auth = Some(NodeAuth {
+        self.settings.sentinel_node.auth = Some(NodeAuth {
             username: Some(username.into()),
             password: password.into(),
         });
@@ -415,7 +403,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn sentinel_node_tls(mut self, tls: bool) -> Self {
-        self.sentinel_node.tls = tls;
+        self.settings.sentinel_node.tls = tls;
         self
     }
 
@@ -437,7 +425,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn sentinel_node_db(mut self, db: u32) -> Self {
-        self.sentinel_node.db = db;
+        self.settings.sentinel_node.db = db;
         self
     }
 
@@ -568,7 +556,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn redlock_node_timeout(mut self, timeout: Duration) -> Self {
-        self.redlock_node_timeout = timeout;
+        self.settings.redlock_node_timeout = timeout;
         self
     }
 
@@ -589,7 +577,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = namespace.into();
+        self.settings.namespace = namespace.into();
         self
     }
 
@@ -620,7 +608,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn service(mut self, service: impl Into<String>) -> Self {
-        self.service = Some(service.into());
+        self.settings.service = service.into();
         self
     }
 
@@ -643,7 +631,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn default_wait(mut self, wait: Duration) -> Self {
-        self.default_wait = wait;
+        self.settings.default_wait = wait;
         self
     }
 
@@ -667,7 +655,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn default_lease(mut self, lease: Duration) -> Self {
-        self.default_lease = lease;
+        self.settings.default_lease = lease;
         self
     }
 
@@ -688,7 +676,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn fencing(mut self, fencing: bool) -> Self {
-        self.fencing = fencing;
+        self.settings.fencing = fencing;
         self
     }
 
@@ -713,7 +701,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn group_commit(mut self, group_commit: bool) -> Self {
-        self.group_commit = group_commit;
+        self.settings.group_commit = group_commit;
         self
     }
 
@@ -735,7 +723,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.settings.connect_timeout = timeout;
         self
     }
 
@@ -758,7 +746,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+        self.settings.response_timeout = timeout;
         self
     }
 
@@ -787,7 +775,7 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.replicas = Some((replicas, timeout));
+        self.settings.replicas = Some((replicas, timeout));
         self
     }
 
@@ -824,7 +812,7 @@ impl LockClientBuilder {
     /// # }
     /// ```
     pub fn lock_order(mut self, check: LockOrderCheck) -> Self {
-        self.lock_order = check;
+        self.settings.operators.lock_order = check;
         self
     }
 
@@ -864,7 +852,7 @@ impl LockClientBuilder {
     /// # }
     /// ```
     pub fn share_lock_order(mut self, share: bool) -> Self {
-        self.share_lock_order = share;
+        self.settings.operators.share_lock_order = share;
         self
     }
 
@@ -903,7 +891,7 @@ impl LockClientBuilder {
     /// # }
     /// ```
     pub fn deadlock_check_after(mut self, after: Option<Duration>) -> Self {
-        self.deadlock_check_after = after;
+        self.settings.operators.deadlock_check_after = after;
         self
     }
 
@@ -940,7 +928,7 @@ impl LockClientBuilder {
     /// # }
     /// ```
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.max_hold = Some(max_hold);
+        self.settings.max_hold = Some(max_hold);
         self
     }
 
@@ -972,39 +960,40 @@ impl LockClientBuilder {
     /// # }
     /// ```
     pub fn max_metric_labels(mut self, labels: usize) -> Self {
-        self.max_metric_labels = labels;
+        self.settings.operators.max_metric_labels = labels;
         self
     }
 
     /// Checks every setting, before anything is dialed: the endpoints to connect to,
     /// or the first setting out of range.
     fn validate(&self) -> Result<Endpoints, LockError> {
-        validate_namespace(&self.namespace)?;
-        if let Some(service) = &self.service {
-            check_service(service)?;
-        }
-        check_default_lease(self.default_lease)?;
-        check_replicas(self.replicas, self.response_timeout)?;
-        check_timeouts(self.connect_timeout, self.response_timeout)?;
-        if let Some(after) = self.deadlock_check_after {
+        validate_namespace(&self.settings.namespace)?;
+        check_service(&self.settings.service)?;
+        check_default_lease(self.settings.default_lease)?;
+        check_replicas(self.settings.replicas, self.settings.response_timeout)?;
+        check_timeouts(
+            self.settings.connect_timeout,
+            self.settings.response_timeout,
+        )?;
+        if let Some(after) = self.settings.operators.deadlock_check_after {
             check_deadlock_after(after)?;
         }
-        if !(1..=MAX_METRIC_LABELS).contains(&self.max_metric_labels) {
+        if !(1..=MAX_METRIC_LABELS).contains(&self.settings.operators.max_metric_labels) {
             return Err(LockError::invalid_option(
                 "max_metric_labels",
                 format!(
                     "max_metric_labels is {}; it must be 1 to {MAX_METRIC_LABELS} (default \
                      {DEFAULT_METRIC_LABELS})",
-                    self.max_metric_labels
+                    self.settings.operators.max_metric_labels
                 ),
             ));
         }
-        if let Some(max_hold) = self.max_hold {
-            check_max_hold(max_hold, self.default_lease, true)?;
+        if let Some(max_hold) = self.settings.max_hold {
+            check_max_hold(max_hold, self.settings.default_lease, true)?;
         }
         self.validate_sentinel_node()?;
         let endpoints = self.validate_target()?;
-        if self.tls.certificates()?.is_some() && !endpoints.use_tls(&self.sentinel_node) {
+        if self.tls.certificates()?.is_some() && !endpoints.use_tls(&self.settings.sentinel_node) {
             return Err(LockError::invalid_option(
                 self.tls.first_set_option().unwrap_or("tls_root_ca"),
                 "applies to TLS connections only, and none of the client's is one; use \
@@ -1042,10 +1031,10 @@ impl LockClientBuilder {
             Target::Redlock(urls) => {
                 let nodes = parse_urls("redlock", urls, "the independent masters")?;
                 check_redlock(
-                    self.fencing,
-                    self.replicas.is_some(),
-                    self.redlock_node_timeout,
-                    self.default_lease,
+                    self.settings.fencing,
+                    self.settings.replicas.is_some(),
+                    self.settings.redlock_node_timeout,
+                    self.settings.default_lease,
                 )?;
                 Ok(Endpoints::Redlock(nodes))
             }
@@ -1060,7 +1049,7 @@ impl LockClientBuilder {
     /// Checks the `sentinel_node_*` settings: they apply only to a Sentinel target,
     /// and credentials may not be empty.
     fn validate_sentinel_node(&self) -> Result<(), LockError> {
-        let node = &self.sentinel_node;
+        let node = &self.settings.sentinel_node;
         if node.tls && !cfg!(feature = "tls") {
             return Err(LockError::invalid_option(
                 "sentinel_node_tls",
@@ -1141,24 +1130,7 @@ impl LockClientBuilder {
         let endpoints = self.validate()?;
         let settings = connect::Settings {
             certs: self.tls.certificates()?,
-            service: self.service.unwrap_or_else(default_service),
-            namespace: self.namespace,
-            default_wait: self.default_wait,
-            default_lease: self.default_lease,
-            fencing: self.fencing,
-            group_commit: self.group_commit,
-            connect_timeout: self.connect_timeout,
-            response_timeout: self.response_timeout,
-            replicas: self.replicas,
-            redlock_node_timeout: self.redlock_node_timeout,
-            sentinel_node: self.sentinel_node,
-            max_hold: self.max_hold,
-            operators: ops::Settings {
-                lock_order: self.lock_order,
-                share_lock_order: self.share_lock_order,
-                deadlock_check_after: self.deadlock_check_after,
-                max_metric_labels: self.max_metric_labels,
-            },
+            ..self.settings
         };
         connect::connect(settings, endpoints).await
     }
@@ -1288,30 +1260,6 @@ fn check_redlock(
         ));
     }
     Ok(())
-}
-
-impl fmt::Debug for LockClientBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockClientBuilder")
-            .field("target", &self.target)
-            .field("namespace", &self.namespace)
-            .field("default_wait", &self.default_wait)
-            .field("default_lease", &self.default_lease)
-            .field("fencing", &self.fencing)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("response_timeout", &self.response_timeout)
-            .field("replicas", &self.replicas)
-            .field("redlock_node_timeout", &self.redlock_node_timeout)
-            .field("sentinel_node", &self.sentinel_node)
-            .field("tls", &self.tls)
-            .field("lock_order", &self.lock_order)
-            .field("share_lock_order", &self.share_lock_order)
-            .field("deadlock_check_after", &self.deadlock_check_after)
-            .field("max_metric_labels", &self.max_metric_labels)
-            .field("service", &self.service)
-            .field("max_hold", &self.max_hold)
-            .finish()
-    }
 }
 
 /// Where the client connects.

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::dial::dial_once;
 use crate::backend::link::{Link, Links};
-use crate::backend::sentinel::{NodeOptions, SentinelConn};
+use crate::backend::sentinel::{self, NodeOptions, SentinelConn};
 use crate::backend::tls::{self, TlsCertificates};
 use crate::backend::url::resp3;
 use crate::backend::{Backend, Conn, SubConn};
@@ -32,9 +32,12 @@ use crate::who::Describer;
 const MIN_REMEMBER: Duration = Duration::from_secs(1);
 const MAX_REMEMBER: Duration = Duration::from_secs(60);
 
-/// What connecting needs, as the builder checked it: plain values.
+/// What connecting needs: plain values, held and checked by the builder (which
+/// also gives their defaults).
+#[derive(Clone, Debug)]
 pub(crate) struct Settings {
-    /// The certificates of `tls_root_ca` and `tls_client_cert`, when set.
+    /// The certificates of `tls_root_ca` and `tls_client_cert`, when set (read
+    /// from their PEM when the builder connects).
     pub(crate) certs: Option<TlsCertificates>,
     pub(crate) namespace: String,
     /// The service the connections are named after.
@@ -223,23 +226,20 @@ impl Settings {
         links: Arc<Links>,
         shutdown: &CancellationToken,
     ) -> Result<(Backend, SubConn), LockError> {
-        let nodes = NodeOptions {
-            certs,
-            ..self.sentinel_node.clone()
+        let settings = sentinel::Settings {
+            pushes: push_tx,
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            nodes: NodeOptions {
+                certs,
+                ..self.sentinel_node.clone()
+            },
+            links,
         };
         let servers = Endpoints::Sentinel(sentinels.clone(), master_name.to_owned()).describe();
-        let sentinel = SentinelConn::connect(
-            sentinels,
-            master_name,
-            &nodes,
-            push_tx,
-            self.connect_timeout,
-            self.response_timeout,
-            links,
-            shutdown,
-        )
-        .await
-        .map_err(|err| LockError::connect(servers, err))?;
+        let sentinel = SentinelConn::connect(sentinels, master_name, settings, shutdown)
+            .await
+            .map_err(|err| LockError::connect(servers, err))?;
         let generation = sentinel.current().generation;
         let sub = SubConn::Sentinel(sentinel.clone(), generation);
         Ok((Backend::one(Conn::Sentinel(sentinel)), sub))

@@ -327,19 +327,15 @@ impl Invocation<'_> {
 
     /// The command of this call, going `way`.
     pub(crate) fn cmd(&self, way: Way) -> Cmd {
-        let mut cmd = match way {
-            Way::Function => {
-                let mut cmd = redis::cmd("FCALL");
-                cmd.arg(&*self.script.function);
-                cmd
-            }
-            Way::Eval => {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(&*self.script.hash);
-                cmd
-            }
+        let (command, script) = match way {
+            Way::Function => ("FCALL", &self.script.function),
+            Way::Eval => ("EVALSHA", &self.script.hash),
         };
-        cmd.arg(self.keys.len()).arg(&self.keys).arg(&self.args);
+        let mut cmd = redis::cmd(command);
+        cmd.arg(&**script)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
         cmd
     }
 

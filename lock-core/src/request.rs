@@ -118,171 +118,13 @@ impl LockRequest {
         self.options.deadlock_after = Some(after);
         self
     }
-
-    /// The class of this lock for the lock-order checker (see
-    /// [`LockClientBuilder::lock_order`](crate::LockClientBuilder::lock_order)):
-    /// what the name stands for, such as `order:{id}` for `order:42`. Without a
-    /// label, the class is the name with every part that varies (digits, hex,
-    /// UUIDs) folded (`order:{#}`);
-    /// give one where names differ otherwise (`inventory:{sku}` for
-    /// `inventory:bread`). `#[distributed_lock]` labels its locks with its key
-    /// template.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// let sku = "bread";
-    /// let guard = locks
-    ///     .lock(format!("inventory:{sku}"))
-    ///     .label("inventory:{sku}")
-    ///     .await?;
-    /// guard.unlock().await
-    /// # }
-    /// ```
-    pub fn label(mut self, label: impl Into<Arc<str>>) -> Self {
-        self.origin.label = Some(label.into());
-        self
-    }
-
-    /// Names the function that takes the lock, for the holder's
-    /// [`HolderInfo::site`](crate::HolderInfo::site) (what `inspect`, a waiter's
-    /// [`LockError::Timeout`] and the `distlock` tool show). Without it, the site is
-    /// the caller's source location (`src/orders.rs:42`). `#[distributed_lock]` names
-    /// the annotated function (`orders::place_order`).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// let guard = locks
-    ///     .lock("order:42")
-    ///     .function(concat!(module_path!(), "::refund"))
-    ///     .await?;
-    /// guard.unlock().await
-    /// # }
-    /// ```
-    pub fn function(mut self, function: &'static str) -> Self {
-        self.origin.function = Some(function);
-        self
-    }
-
-    /// How long to wait while another owner holds the lock; zero fails at once.
-    /// Default: the client's [`default_wait`](crate::LockClientBuilder::default_wait).
-    /// Re-entries never wait.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// use std::time::Duration;
-    ///
-    /// match locks.lock("report:daily").wait(Duration::from_secs(2)).await {
-    ///     Ok(guard) => guard.unlock().await?,
-    ///     // Another owner held the lock for the whole 2 s.
-    ///     Err(err) if err.is_busy() => println!("someone else writes the report"),
-    ///     Err(err) => return Err(err),
-    /// }
-    /// Ok(())
-    /// # }
-    /// ```
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = Some(wait);
-        self
-    }
-
-    /// A fixed lease: the lock ends after `lease` unless released before, and no
-    /// watchdog renews it; the guard reports the loss when it ends. From
-    /// [`MIN_LEASE`](crate::MIN_LEASE) to [`MAX_LEASE`](crate::MAX_LEASE) (whole milliseconds). Default: a watchdog lease.
-    ///
-    /// On a re-entry, the lease of the outermost acquisition stays in charge; a fixed
-    /// lease here can only lengthen it.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// use std::time::Duration;
-    ///
-    /// // No watchdog: the lock ends after 60 s at the latest, even if this process
-    /// // stalls; the guard reports the loss then.
-    /// let guard = locks.lock("import:batch-7").lease(Duration::from_secs(60)).await?;
-    /// // ... work that takes well under a minute ...
-    /// guard.unlock().await
-    /// # }
-    /// ```
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.options.lease = Some(lease);
-        self
-    }
-
-    /// The longest this lock is held: the watchdog stops renewing the hold once
-    /// `max_hold` has passed since this acquisition, and when the lease then runs
-    /// out the guard's [`lost`](LockGuard::lost) fires with
-    /// [`LostReason::MaxHoldExceeded`](crate::LostReason::MaxHoldExceeded). Default:
-    /// the client's [`max_hold`](crate::LockClientBuilder::max_hold) (none unless
-    /// set). On a re-entry the outermost acquisition's bound stays in charge.
-    ///
-    /// # Errors
-    ///
-    /// [`LockError::InvalidOption`], before anything is sent: zero, shorter than
-    /// the watchdog's renewal period (a third of the lease), or shorter than a
-    /// fixed [`lease`](Self::lease) given with it; and for a re-entry with a fixed
-    /// lease that would end more than one lease after the outermost acquisition's
-    /// `max_hold`.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// use std::time::Duration;
-    ///
-    /// // A stuck import loses the lock 10 minutes (plus one lease) after taking it.
-    /// let guard = locks.lock("import:batch-7").max_hold(Duration::from_secs(600)).await?;
-    /// // ... import ...
-    /// guard.unlock().await
-    /// # }
-    /// ```
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.options.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Whether the first acquisition issues a fencing token. Default: the client's
-    /// [`fencing`](crate::LockClientBuilder::fencing). Re-entries keep the token (or
-    /// its absence) of the outermost acquisition; `.fencing(true)` on a re-entry of a
-    /// lock taken without a token is refused with [`LockError::InvalidOption`]: ask
-    /// for fencing on the outermost acquisition.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// let guard = locks.lock("ledger:7").fencing(true).await?;
-    /// assert!(guard.fencing_token().is_some());
-    /// guard.unlock().await
-    /// # }
-    /// ```
-    pub fn fencing(mut self, fencing: bool) -> Self {
-        self.options.fencing = Some(fencing);
-        self
-    }
 }
 
 impl fmt::Debug for LockRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockRequest")
             .field("name", &self.keys.as_ref().map(|keys| keys.display()).ok())
-            .field("wait", &self.options.wait)
-            .field("lease", &self.options.lease)
-            .field("max_hold", &self.options.max_hold)
-            .field("fencing", &self.options.fencing)
+            .field("options", &self.options)
             .finish()
     }
 }
@@ -385,112 +227,6 @@ impl TryLockRequest {
             request: request.wait(Duration::ZERO),
         }
     }
-
-    /// A fixed lease, as [`LockRequest::lease`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// use std::time::Duration;
-    ///
-    /// // If this process dies, the next run can take the lock 5 minutes later at most.
-    /// let request = locks.try_lock("cron:cleanup").lease(Duration::from_secs(300));
-    /// if let Some(guard) = request.await? {
-    ///     // ... clean up ...
-    ///     guard.unlock().await?;
-    /// }
-    /// Ok(())
-    /// # }
-    /// ```
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.request = self.request.lease(lease);
-        self
-    }
-
-    /// The longest this lock is held, as [`LockRequest::max_hold`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// use std::time::Duration;
-    ///
-    /// let request = locks.try_lock("cron:cleanup").max_hold(Duration::from_secs(300));
-    /// if let Some(guard) = request.await? {
-    ///     // ... cleanup ...
-    ///     guard.unlock().await?;
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.request = self.request.max_hold(max_hold);
-        self
-    }
-
-    /// Whether to issue a fencing token, as [`LockRequest::fencing`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// if let Some(guard) = locks.try_lock("ledger:7").fencing(true).await? {
-    ///     println!("took `ledger:7` with token {:?}", guard.fencing_token());
-    ///     guard.unlock().await?;
-    /// }
-    /// Ok(())
-    /// # }
-    /// ```
-    pub fn fencing(mut self, fencing: bool) -> Self {
-        self.request = self.request.fencing(fencing);
-        self
-    }
-
-    /// The class of the lock for the lock-order checker, as [`LockRequest::label`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// let sku = "bread";
-    /// if let Some(guard) = locks
-    ///     .try_lock(format!("inventory:{sku}"))
-    ///     .label("inventory:{sku}")
-    ///     .await?
-    /// {
-    ///     guard.unlock().await?;
-    /// }
-    /// Ok(())
-    /// # }
-    /// ```
-    pub fn label(mut self, label: impl Into<Arc<str>>) -> Self {
-        self.request = self.request.label(label);
-        self
-    }
-
-    /// Names the function that takes the lock, for the holder's info, as
-    /// [`LockRequest::function`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// if let Some(guard) = locks.try_lock("report:daily").function("reports::daily").await? {
-    ///     guard.unlock().await?;
-    /// }
-    /// Ok(())
-    /// # }
-    /// ```
-    pub fn function(mut self, function: &'static str) -> Self {
-        self.request = self.request.function(function);
-        self
-    }
 }
 
 impl IntoFuture for TryLockRequest {
@@ -577,128 +313,6 @@ impl LockAllRequest {
             origin: Origin::here(),
         }
     }
-
-    /// How long to wait, in all, for the whole set; as [`LockRequest::wait`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// use std::time::Duration;
-    ///
-    /// match locks.lock_all(["sku:3", "sku:7"]).wait(Duration::from_secs(2)).await {
-    ///     Ok(cart) => cart.unlock().await?,
-    ///     // The error names the lock that stayed busy; no lock of the set is held.
-    ///     Err(err) if err.is_busy() => println!("{err}"),
-    ///     Err(err) => return Err(err),
-    /// }
-    /// Ok(())
-    /// # }
-    /// ```
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = Some(wait);
-        self
-    }
-
-    /// A fixed lease for every name; as [`LockRequest::lease`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// use std::time::Duration;
-    ///
-    /// // No watchdog: every lock of the set ends after 30 s at the latest.
-    /// let cart = locks.lock_all(["sku:3", "sku:7"]).lease(Duration::from_secs(30)).await?;
-    /// cart.unlock().await
-    /// # }
-    /// ```
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.options.lease = Some(lease);
-        self
-    }
-
-    /// The longest each lock of the set is held, as [`LockRequest::max_hold`]
-    /// (each name's bound starts when it is taken).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// use std::time::Duration;
-    ///
-    /// let cart = locks
-    ///     .lock_all(["sku:3", "sku:7"])
-    ///     .max_hold(Duration::from_secs(120))
-    ///     .await?;
-    /// cart.unlock().await
-    /// # }
-    /// ```
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.options.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Whether each name's first acquisition issues a fencing token; as
-    /// [`LockRequest::fencing`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// let all = locks.lock_all(["ledger:1", "ledger:2"]).fencing(true).await?;
-    /// assert!(all.guards().iter().all(|guard| guard.fencing_token().is_some()));
-    /// all.unlock().await
-    /// # }
-    /// ```
-    pub fn fencing(mut self, fencing: bool) -> Self {
-        self.options.fencing = Some(fencing);
-        self
-    }
-
-    /// The class of every name of the set, for the metrics' `lock` label and the
-    /// lock-order checker, as [`LockRequest::label`]. Without it, each name is its
-    /// own class with its digits folded (`inventory:apple`, `inventory:bread`: a
-    /// series per name). `#[distributed_lock(keys = [..])]` gives its templates.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// let skus = ["apple", "bread", "cheese"].map(|sku| format!("inventory:{sku}"));
-    /// let all = locks.lock_all(skus).label("inventory:{sku}").await?;
-    /// all.unlock().await
-    /// # }
-    /// ```
-    pub fn label(mut self, label: impl Into<Arc<str>>) -> Self {
-        self.origin.label = Some(label.into());
-        self
-    }
-
-    /// Names the function that takes the locks, for each holder's info, as
-    /// [`LockRequest::function`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # use distlock_core as distlock;
-    /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
-    /// let all = locks
-    ///     .lock_all(["ledger:1", "ledger:2"])
-    ///     .function("ledger::transfer")
-    ///     .await?;
-    /// all.unlock().await
-    /// # }
-    /// ```
-    pub fn function(mut self, function: &'static str) -> Self {
-        self.origin.function = Some(function);
-        self
-    }
 }
 
 impl fmt::Debug for LockAllRequest {
@@ -710,10 +324,7 @@ impl fmt::Debug for LockAllRequest {
             .map(|keys| keys.iter().map(|keys| keys.display()).collect::<Vec<_>>());
         f.debug_struct("LockAllRequest")
             .field("names", &names)
-            .field("wait", &self.options.wait)
-            .field("lease", &self.options.lease)
-            .field("max_hold", &self.options.max_hold)
-            .field("fencing", &self.options.fencing)
+            .field("options", &self.options)
             .finish()
     }
 }
@@ -731,6 +342,202 @@ impl IntoFuture for LockAllRequest {
         ))
     }
 }
+
+/// Writes the setters that the lock requests share, once: each request type names
+/// the setters it has, the path from the request to its [`Options`] and
+/// [`Origin`], and the two pieces of its doc examples (the expression that makes
+/// the request, and the code that ends the example with the awaited `held`), so
+/// that every setter has one text and an example that compiles for its type.
+macro_rules! request_setters {
+    (
+        $ty:ident through $path:tt,
+        made by $make:literal, ended by $done:literal:
+        $($setter:ident),+
+    ) => {
+        impl $ty {
+            $(request_setters!(@setter $setter $path $make $done);)+
+        }
+    };
+    (@setter wait [$($path:ident)*] $make:literal $done:literal) => {
+        /// How long to wait while another owner holds the lock; zero fails at once.
+        /// Default: the client's [`default_wait`](crate::LockClientBuilder::default_wait).
+        /// Re-entries never wait. For a set of names it is one budget for the whole
+        /// set: the error names the lock that stayed busy, and no lock of the set is
+        /// held.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # use distlock_core as distlock;
+        /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+        /// use std::time::Duration;
+        ///
+        #[doc = concat!("match ", $make, ".wait(Duration::from_secs(2)).await {")]
+        ///     Ok(held) => held.unlock().await?,
+        ///     // Another owner held the lock for the whole 2 s.
+        ///     Err(err) if err.is_busy() => println!("busy: {err}"),
+        ///     Err(err) => return Err(err),
+        /// }
+        /// Ok(())
+        /// # }
+        /// ```
+        pub fn wait(mut self, wait: Duration) -> Self {
+            self$(.$path)*.options.wait = Some(wait);
+            self
+        }
+    };
+    (@setter lease [$($path:ident)*] $make:literal $done:literal) => {
+        /// A fixed lease: the lock (each lock of a set) ends after `lease` unless
+        /// released before, and no watchdog renews it; the guard reports the loss
+        /// when it ends. From [`MIN_LEASE`](crate::MIN_LEASE) to
+        /// [`MAX_LEASE`](crate::MAX_LEASE) (whole milliseconds). Default: a watchdog
+        /// lease.
+        ///
+        /// On a re-entry, the lease of the outermost acquisition stays in charge; a fixed
+        /// lease here can only lengthen it.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # use distlock_core as distlock;
+        /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+        /// use std::time::Duration;
+        ///
+        /// // No watchdog: the lock ends after 60 s at the latest, even if this process
+        /// // stalls; the guard reports the loss then.
+        #[doc = concat!("let held = ", $make, ".lease(Duration::from_secs(60)).await?;")]
+        /// // ... work that takes well under a minute ...
+        #[doc = $done]
+        /// # }
+        /// ```
+        pub fn lease(mut self, lease: Duration) -> Self {
+            self$(.$path)*.options.lease = Some(lease);
+            self
+        }
+    };
+    (@setter max_hold [$($path:ident)*] $make:literal $done:literal) => {
+        /// The longest this lock is held: the watchdog stops renewing the hold once
+        /// `max_hold` has passed since this acquisition (for a set, since each name
+        /// was taken), and when the lease then runs out the guard's
+        /// [`lost`](LockGuard::lost) fires with
+        /// [`LostReason::MaxHoldExceeded`](crate::LostReason::MaxHoldExceeded). Default:
+        /// the client's [`max_hold`](crate::LockClientBuilder::max_hold) (none unless
+        /// set). On a re-entry the outermost acquisition's bound stays in charge.
+        ///
+        /// # Errors
+        ///
+        /// [`LockError::InvalidOption`], before anything is sent: zero, shorter than
+        /// the watchdog's renewal period (a third of the lease), or shorter than a
+        /// fixed [`lease`](Self::lease) given with it; and for a re-entry with a fixed
+        /// lease that would end more than one lease after the outermost acquisition's
+        /// `max_hold`.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # use distlock_core as distlock;
+        /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+        /// use std::time::Duration;
+        ///
+        /// // A stuck job loses the lock 10 minutes (plus one lease) after taking it.
+        #[doc = concat!("let held = ", $make, ".max_hold(Duration::from_secs(600)).await?;")]
+        #[doc = $done]
+        /// # }
+        /// ```
+        pub fn max_hold(mut self, max_hold: Duration) -> Self {
+            self$(.$path)*.options.max_hold = Some(max_hold);
+            self
+        }
+    };
+    (@setter fencing [$($path:ident)*] $make:literal $done:literal) => {
+        /// Whether the first acquisition (of each name, for a set) issues a fencing
+        /// token. Default: the client's [`fencing`](crate::LockClientBuilder::fencing).
+        /// Re-entries keep the token (or its absence) of the outermost acquisition;
+        /// `.fencing(true)` on a re-entry of a lock taken without a token is refused
+        /// with [`LockError::InvalidOption`]: ask for fencing on the outermost
+        /// acquisition.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # use distlock_core as distlock;
+        /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+        #[doc = concat!("let held = ", $make, ".fencing(true).await?;")]
+        /// // ... pass the token with every write, for the store to refuse stale ones ...
+        #[doc = $done]
+        /// # }
+        /// ```
+        pub fn fencing(mut self, fencing: bool) -> Self {
+            self$(.$path)*.options.fencing = Some(fencing);
+            self
+        }
+    };
+    (@setter label [$($path:ident)*] $make:literal $done:literal) => {
+        /// The class of this lock (of every name of a set) for the metrics' `lock`
+        /// label and the lock-order checker (see
+        /// [`LockClientBuilder::lock_order`](crate::LockClientBuilder::lock_order)):
+        /// what the name stands for, such as `order:{id}` for `order:42`. Without a
+        /// label, the class is the name with every part that varies (digits, hex,
+        /// UUIDs) folded (`order:{#}`); give one where names differ otherwise
+        /// (`inventory:{sku}` for `inventory:bread`). `#[distributed_lock]` labels its
+        /// locks with its key template.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # use distlock_core as distlock;
+        /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+        #[doc = concat!("let held = ", $make, ".label(\"report:{kind}\").await?;")]
+        #[doc = $done]
+        /// # }
+        /// ```
+        pub fn label(mut self, label: impl Into<Arc<str>>) -> Self {
+            self$(.$path)*.origin.label = Some(label.into());
+            self
+        }
+    };
+    (@setter function [$($path:ident)*] $make:literal $done:literal) => {
+        /// Names the function that takes the lock, for the holder's
+        /// [`HolderInfo::site`](crate::HolderInfo::site) (what `inspect`, a waiter's
+        /// [`LockError::Timeout`] and the `distlock` tool show). Without it, the site is
+        /// the caller's source location (`src/orders.rs:42`). `#[distributed_lock]` names
+        /// the annotated function (`orders::place_order`).
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # use distlock_core as distlock;
+        /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
+        #[doc = concat!("let held = ", $make, ".function(concat!(module_path!(), \"::daily\")).await?;")]
+        #[doc = $done]
+        /// # }
+        /// ```
+        pub fn function(mut self, function: &'static str) -> Self {
+            self$(.$path)*.origin.function = Some(function);
+            self
+        }
+    };
+}
+
+request_setters!(
+    LockRequest through [],
+    made by "locks.lock(\"report:daily\")", ended by "held.unlock().await":
+    wait, lease, max_hold, fencing, label, function
+);
+
+request_setters!(
+    TryLockRequest through [request],
+    made by "locks.try_lock(\"report:daily\")",
+    ended by "if let Some(guard) = held {\n    guard.unlock().await?;\n}\nOk(())":
+    lease, max_hold, fencing, label, function
+);
+
+request_setters!(
+    LockAllRequest through [],
+    made by "locks.lock_all([\"report:daily\", \"report:weekly\"])",
+    ended by "held.unlock().await":
+    wait, lease, max_hold, fencing, label, function
+);
 
 /// The most permits a semaphore may have.
 ///

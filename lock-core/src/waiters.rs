@@ -133,6 +133,23 @@ struct Slot {
     target: Option<Arc<str>>,
 }
 
+impl Slot {
+    /// Tells the waiter to ask Redis, and wakes its task.
+    fn wake(&mut self) {
+        self.notified = true;
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+
+    /// Has the task of `cx` woken when something changes for the waiter.
+    fn wake_me(&mut self, cx: &std::task::Context<'_>) {
+        if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            self.waker = Some(cx.waker().clone());
+        }
+    }
+}
+
 impl Queue {
     /// Wakes the waiter that waits under the owner id `target` (a fair lock's next
     /// waiter, named by a release message), if it is one of this client's.
@@ -142,10 +159,7 @@ impl Queue {
             .values_mut()
             .find(|slot| slot.target.as_deref().map(str::as_bytes) == Some(target));
         if let Some(slot) = named {
-            slot.notified = true;
-            if let Some(waker) = slot.waker.take() {
-                waker.wake();
-            }
+            slot.wake();
         }
     }
 
@@ -155,10 +169,7 @@ impl Queue {
     fn wake_first(&mut self) {
         if let Some(slot) = self.waiters.values_mut().next() {
             if !slot.notified {
-                slot.notified = true;
-                if let Some(waker) = slot.waker.take() {
-                    waker.wake();
-                }
+                slot.wake();
             }
         }
     }
@@ -297,6 +308,7 @@ impl Shared {
 }
 
 /// What the command task does on the connection, in the order asked.
+#[derive(Debug)]
 pub(crate) enum Command {
     /// A waiter needs the channel: subscribe unless subscribed, and answer.
     Subscribe(Vec<u8>, oneshot::Sender<redis::RedisResult<()>>),
@@ -316,17 +328,6 @@ pub(crate) enum Command {
 pub(crate) struct Waiters {
     pub(crate) shared: Arc<Shared>,
     pub(crate) commands: mpsc::UnboundedSender<Command>,
-}
-
-impl std::fmt::Debug for Command {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Subscribe(..) => f.write_str("Subscribe"),
-            Self::Unsubscribe(..) => f.write_str("Unsubscribe"),
-            Self::Resubscribe(..) => f.write_str("Resubscribe"),
-            Self::Rename => f.write_str("Rename"),
-        }
-    }
 }
 
 impl Waiters {
@@ -561,9 +562,7 @@ impl Place {
                 Some(slot) => match slot.delivery.take() {
                     Some(delivery) => Poll::Ready(delivery),
                     None => {
-                        if !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                            slot.waker = Some(cx.waker().clone());
-                        }
+                        slot.wake_me(cx);
                         Poll::Pending
                     }
                 },
@@ -596,9 +595,7 @@ impl Place {
             let mut queue = locked(&self.channel.queue);
             match queue.waiters.get_mut(&self.ticket) {
                 Some(slot) if !slot.notified && slot.delivery.is_none() => {
-                    if !slot.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                        slot.waker = Some(cx.waker().clone());
-                    }
+                    slot.wake_me(cx);
                     Poll::Pending
                 }
                 _ => Poll::Ready(()),
@@ -653,33 +650,31 @@ impl Place {
     /// release of this one; with `wake_next` (a lock several owners may hold at
     /// once: a read-write lock, a semaphore), it asks at once instead.
     pub(crate) fn settle(&mut self, wake_next: bool) {
+        self.leave(|_| wake_next);
+    }
+
+    /// Takes this waiter's slot out of the queue, and wakes the new first waiter
+    /// when `wake_next` says so of the slot (`None`: it left already).
+    fn leave(&self, wake_next: impl FnOnce(Option<&Slot>) -> bool) {
         let slot = {
             let mut queue = locked(&self.channel.queue);
             let slot = queue.waiters.remove(&self.ticket);
-            if wake_next {
+            if wake_next(slot.as_ref()) {
                 queue.wake_first();
             }
             slot
         };
-        // Outside the lock: a delivery left in it gives its hold back.
+        // Outside the lock: a delivery left in it (a grant delivered and never
+        // read) gives its hold back.
         drop(slot);
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let slot = {
-            let mut queue = locked(&self.channel.queue);
-            let slot = queue.waiters.remove(&self.ticket);
-            if slot.as_ref().is_some_and(|slot| slot.notified) {
-                // A waiter that gives up must not swallow a release meant for the
-                // queue: the next one, now first, asks in its stead.
-                queue.wake_first();
-            }
-            slot
-        };
-        // Outside the lock: a grant delivered and never read gives its hold back.
-        drop(slot);
+        // A waiter that gives up must not swallow a release meant for the queue:
+        // the next one, now first, asks in its stead.
+        self.leave(|slot| slot.is_some_and(|slot| slot.notified));
         let mut channels = self.shared.channels();
         if let Some((refs, entry)) = channels.get_mut(&self.name) {
             *refs -= 1;

@@ -17,6 +17,13 @@ use crate::error::{refusal, Refusal, NOT_TLS, NO_PASSWORD_SET};
 
 /// How long a TLS handshake may go unanswered before the port is asked, in plain
 /// text, whether it speaks TLS at all.
+/// A plain connection's settings: how long connecting, and each reply, may take.
+pub(crate) fn timeouts(connect: Duration, response: Duration) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect))
+        .set_response_timeout(Some(response))
+}
+
 const ASK_PLAIN_TEXT_AFTER: Duration = Duration::from_millis(500);
 /// How long that question may take.
 const PLAIN_TEXT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -54,37 +61,35 @@ async fn dial(
     connect_timeout: Duration,
     response_timeout: Duration,
 ) -> RedisResult<()> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(Some(response_timeout));
+    let config = timeouts(connect_timeout, response_timeout);
     let attempt = client.get_multiplexed_async_connection_with_config(&config);
-    let ConnectionAddr::TcpTls { host, port, .. } = client.get_connection_info().addr() else {
-        return match attempt.await {
-            Ok(conn) => ping(conn).await,
-            // Nothing listens there: waiting out the connect timeout tells no more.
-            Err(err) if refusal(&err).is_some() || err.is_connection_refusal() => Err(err),
-            Err(_) => Ok(()),
-        };
+    let tls = match client.get_connection_info().addr() {
+        ConnectionAddr::TcpTls { host, port, .. } => Some((host.as_str(), *port)),
+        _ => None,
     };
     tokio::pin!(attempt);
-    let result = tokio::select! {
-        result = &mut attempt => result,
-        plain = async {
-            tokio::time::sleep(ASK_PLAIN_TEXT_AFTER).await;
-            speaks_plain_text(host, *port).await
-        } => {
-            if plain {
-                return Err(not_tls());
+    let result = match tls {
+        None => attempt.await,
+        Some(_) => tokio::select! {
+            result = &mut attempt => result,
+            plain = async {
+                tokio::time::sleep(ASK_PLAIN_TEXT_AFTER).await;
+                speaks_plain_text(tls).await
+            } => {
+                if plain {
+                    return Err(not_tls());
+                }
+                attempt.await
             }
-            attempt.await
-        }
+        },
     };
     match result {
         Ok(conn) => ping(conn).await,
+        // Nothing listens there: waiting out the connect timeout tells no more.
         Err(err) if refusal(&err).is_some() || err.is_connection_refusal() => Err(err),
-        // A handshake that failed at once (the port closed the connection, or
+        // A TLS handshake that failed at once (the port closed the connection, or
         // answered something that is not TLS) may also be a plain-text port.
-        Err(_) if speaks_plain_text(host, *port).await => Err(not_tls()),
+        Err(_) if speaks_plain_text(tls).await => Err(not_tls()),
         Err(_) => Ok(()),
     }
 }
@@ -133,9 +138,7 @@ async fn no_password_set(
         .set_protocol(settings.protocol())
         .set_skip_set_lib_name();
     let bare = redis::Client::open(info.clone().set_redis_settings(without)).ok()?;
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(Some(response_timeout));
+    let config = timeouts(connect_timeout, response_timeout);
     let mut conn = bare
         .get_multiplexed_async_connection_with_config(&config)
         .await
@@ -170,13 +173,17 @@ fn not_tls() -> RedisError {
     ))
 }
 
-/// Whether `host:port` answers a plain-text `PING` with a RESP reply (`+PONG`, or
-/// an error such as `-NOAUTH`): a TLS port answers with a TLS alert, or not at all.
+/// Whether `host:port` (a TLS address; `None`: a plain one, not asked) answers a
+/// plain-text `PING` with a RESP reply (`+PONG`, or an error such as `-NOAUTH`): a
+/// TLS port answers with a TLS alert, or not at all.
 ///
 /// # Cancel safety
 ///
 /// Safe to drop: the question's connection is closed with it.
-async fn speaks_plain_text(host: &str, port: u16) -> bool {
+async fn speaks_plain_text(tls: Option<(&str, u16)>) -> bool {
+    let Some((host, port)) = tls else {
+        return false;
+    };
     let ask = async {
         let mut stream = TcpStream::connect((host, port)).await?;
         stream.write_all(b"PING\r\n").await?;

@@ -449,9 +449,7 @@ impl Links {
         timeout: Duration,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout));
+        let config = super::dial::timeouts(timeout, timeout);
         let watch = ClusterWatch {
             links: self.clone(),
             id: self.next_id.fetch_add(1, Ordering::Relaxed),

@@ -21,7 +21,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use self::link::Link;
-use self::sentinel::SentinelConn;
+use self::sentinel::{Current, SentinelConn};
 use crate::error::master_may_have_moved;
 
 /// The deployment: one endpoint (a server, a Sentinel-managed master, a cluster), or
@@ -192,13 +192,9 @@ impl ConnectionLike for Conn {
             Self::Sentinel(sentinel) => {
                 let sentinel = sentinel.clone();
                 Box::pin(async move {
-                    let current = sentinel.current();
-                    let mut conn = current.commands;
-                    let result = conn.req_packed_command(cmd).await;
-                    if matches!(&result, Err(err) if master_may_have_moved(err)) {
-                        sentinel.reresolve(current.generation).await;
-                    }
-                    result
+                    let command =
+                        |mut on: Current| async move { on.commands.req_packed_command(cmd).await };
+                    sentinel.on_master(command).await
                 })
             }
         }
@@ -216,13 +212,12 @@ impl ConnectionLike for Conn {
             Self::Sentinel(sentinel) => {
                 let sentinel = sentinel.clone();
                 Box::pin(async move {
-                    let current = sentinel.current();
-                    let mut conn = current.commands;
-                    let result = conn.req_packed_commands(pipeline, offset, count).await;
-                    if matches!(&result, Err(err) if master_may_have_moved(err)) {
-                        sentinel.reresolve(current.generation).await;
-                    }
-                    result
+                    let commands = |mut on: Current| async move {
+                        on.commands
+                            .req_packed_commands(pipeline, offset, count)
+                            .await
+                    };
+                    sentinel.on_master(commands).await
                 })
             }
         }
@@ -350,12 +345,9 @@ impl SubConn {
             Self::Single(conn) => ping.query_async(conn).await,
             Self::Cluster(conn) => ping.query_async(conn).await,
             Self::Sentinel(sentinel, _) => {
-                let current = sentinel.current();
-                let result = ping.query_async(&mut current.subscriber.clone()).await;
-                if matches!(&result, Err(err) if master_may_have_moved(err)) {
-                    sentinel.reresolve(current.generation).await;
-                }
-                result
+                let pinged =
+                    |mut on: Current| async move { ping.query_async(&mut on.subscriber).await };
+                sentinel.on_master(pinged).await
             }
             Self::Many(conns) => {
                 let mut result = Ok(Value::Nil);

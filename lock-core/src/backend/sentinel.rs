@@ -38,19 +38,19 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{
-    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, PushInfo, PushKind,
-    RedisConnectionInfo, RedisError, RedisResult, Value,
+    ConnectionAddr, ConnectionInfo, IntoConnectionInfo, PushInfo, PushKind, RedisConnectionInfo,
+    RedisError, RedisResult, Value,
 };
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::sync::{watch, Mutex};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::dial::dial_once;
+use super::dial::{dial_once, timeouts};
 use super::link::{Link, Links};
 use super::tls::{with_certificates, TlsCertificates};
 use super::url::resp3;
-use crate::error::refused_credentials;
+use crate::error::{master_may_have_moved, refused_credentials};
 
 /// The channel on which a Sentinel announces a completed failover:
 /// `<master-name> <old-ip> <old-port> <new-ip> <new-port>`.
@@ -74,7 +74,7 @@ const FOLLOW_MAX_DELAY: Duration = Duration::from_secs(1);
 /// How to connect to the data nodes the Sentinels name, as the user configured it
 /// (`LockClientBuilder::sentinel_node_*`). The default is what the Sentinels' names
 /// alone give: no credentials, no TLS, database 0.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct NodeOptions {
     /// `AUTH` for every data node: an ACL user name (`None`: the `default` user,
     /// as with `requirepass`) and its password.
@@ -144,17 +144,6 @@ impl NodeOptions {
     }
 }
 
-impl fmt::Debug for NodeOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NodeOptions")
-            .field("auth", &self.auth)
-            .field("tls", &self.tls)
-            .field("db", &self.db)
-            .field("certs", &self.certs)
-            .finish()
-    }
-}
-
 impl fmt::Debug for NodeAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NodeAuth")
@@ -179,17 +168,17 @@ pub(crate) struct Current {
 
 /// How to connect to a master once it is found.
 #[derive(Clone)]
-struct Settings {
+pub(crate) struct Settings {
     /// Where the subscriber connection's pushes go (and a `Disconnection` on a swap).
-    pushes: UnboundedSender<PushInfo>,
+    pub(crate) pushes: UnboundedSender<PushInfo>,
     /// How long a connection attempt may take.
-    connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// How long a request may wait for its reply.
-    response_timeout: Duration,
+    pub(crate) response_timeout: Duration,
     /// The data nodes' settings, for the hint of a refused password.
-    nodes: NodeOptions,
+    pub(crate) nodes: NodeOptions,
     /// The client's links: every master connection is one.
-    links: Arc<Links>,
+    pub(crate) links: Arc<Links>,
 }
 
 impl Settings {
@@ -226,40 +215,26 @@ impl SentinelConn {
     /// that listen for `+switch-master` on every Sentinel; they stop when
     /// `shutdown` is cancelled or the returned connection is dropped.
     ///
-    /// `nodes` says how to connect to the master (and to every later one): the
-    /// Sentinels keep it for every lookup. `pushes` receives the subscriber
+    /// `settings` say how to connect to the master (and to every later one): the
+    /// Sentinels keep them for every lookup. Their `pushes` receive the subscriber
     /// connection's pushes, and a [`PushKind::Disconnection`] whenever the
     /// connections move to a new master.
-    // One argument per builder setting it takes; a struct of them would only be
-    // unpacked again here.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn connect(
         sentinels: Vec<ConnectionInfo>,
         master_name: &str,
-        nodes: &NodeOptions,
-        pushes: UnboundedSender<PushInfo>,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-        links: Arc<Links>,
+        settings: Settings,
         shutdown: &CancellationToken,
     ) -> RedisResult<Arc<Self>> {
         let lookup = Sentinels {
             infos: sentinels.clone(),
             master_name: master_name.to_owned(),
         };
-        let settings = Settings {
-            pushes,
-            connect_timeout,
-            response_timeout,
-            nodes: nodes.clone(),
-            links,
-        };
         let current = async {
             let (master, addr) = find_master(&lookup, &settings).await?;
             connect_master(master, addr, &settings, 0).await
         }
         .await
-        .map_err(|err| explain_auth_failure(err, nodes))?;
+        .map_err(|err| explain_auth_failure(err, &settings.nodes))?;
         let stop = shutdown.child_token();
         let conn = Arc::new(Self {
             sentinels: Mutex::new(lookup),
@@ -277,6 +252,25 @@ impl SentinelConn {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Runs `op` on the connections to the master as last resolved, and finds the
+    /// master again when `op` failed in a way a failover explains.
+    ///
+    /// # Cancel safety
+    ///
+    /// As `op`'s: a dropped call may skip the lookup, which the next failure makes.
+    pub(crate) async fn on_master<T, Fut>(&self, op: impl FnOnce(Current) -> Fut) -> RedisResult<T>
+    where
+        Fut: std::future::Future<Output = RedisResult<T>>,
+    {
+        let current = self.current();
+        let seen = current.generation;
+        let result = op(current).await;
+        if matches!(&result, Err(err) if master_may_have_moved(err)) {
+            self.reresolve(seen).await;
+        }
+        result
     }
 
     /// Asks the Sentinels for the master again, unless someone already did since
@@ -361,9 +355,7 @@ async fn find_master(
     sentinels: &Sentinels,
     settings: &Settings,
 ) -> RedisResult<(redis::Client, String)> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(settings.connect_timeout))
-        .set_response_timeout(Some(settings.response_timeout));
+    let config = timeouts(settings.connect_timeout, settings.response_timeout);
     let mut asks = tokio::task::JoinSet::new();
     for info in &sentinels.infos {
         let (info, name, config) = (info.clone(), sentinels.master_name.clone(), config.clone());
@@ -568,10 +560,7 @@ impl Watcher {
     /// fails (the error) or the connection to the master is gone (`Ok`).
     async fn session(&self, subscribed_at: &mut Option<Instant>) -> RedisResult<()> {
         let (push_tx, mut pushes) = mpsc::unbounded_channel();
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            .set_push_sender(push_tx);
+        let config = timeouts(self.connect_timeout, self.response_timeout).set_push_sender(push_tx);
         let mut sentinel = redis::Client::open(self.info.clone())?
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
