@@ -101,7 +101,7 @@ impl NameSet {
 /// One name of a set's attempt: under which owner, as which of its operations;
 /// for a re-entry, the chain's hold it adds to.
 #[derive(Clone)]
-struct SetName {
+struct SetMember {
     keys: Arc<LockKeys>,
     owner: Arc<Owner>,
     op: Arc<Op>,
@@ -113,7 +113,7 @@ struct SetName {
 #[derive(Clone)]
 pub(super) struct SetAttempt {
     inner: Arc<Inner>,
-    names: Arc<[SetName]>,
+    names: Arc<[SetMember]>,
     fencing: bool,
     /// What the client writes of the holder of each lock it creates (`who.rs`).
     who: Arc<str>,
@@ -142,7 +142,7 @@ impl SetAttempt {
                     ),
                     None => (owner.clone(), policy.lease, None),
                 };
-                SetName {
+                SetMember {
                     keys: keys.clone(),
                     op: owner.op(),
                     owner,
