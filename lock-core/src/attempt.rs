@@ -14,6 +14,7 @@ use crate::faults::{self, Fault};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::kinds::LockKind;
+use crate::layout::args::Withdraw;
 use crate::owner::{Op, Owner};
 use crate::release;
 use crate::scripts::{unexpected_reply, AcquireReply};
@@ -367,10 +368,11 @@ pub(crate) fn withdraw(inner: &Arc<Inner>, keys: &Arc<LockKeys>, owner: &Arc<Own
                 async move {
                     scripts
                         .withdraw
-                        .key(&keys.lock)
-                        .key(keys.channel())
-                        .arg(publish)
-                        .arg(owner.as_ref())
+                        .invoke(&Withdraw {
+                            lock: &keys.lock,
+                            publish,
+                            owner: &owner,
+                        })
                         .invoke_async::<i64, _>(&mut conn)
                         .await
                 }

@@ -61,7 +61,7 @@ use redis::AsyncCommands;
 use tokio::time::Instant;
 
 use crate::backend::Conn;
-use crate::keys::display_key;
+use crate::layout::display_key;
 use crate::layout::StoredLock;
 
 /// How far a walk goes: the longest cycle it finds has this many locks.
