@@ -81,7 +81,7 @@ impl LockView {
         Self {
             name: String::from_utf8_lossy(name).into_owned(),
             held: info.held,
-            kind: info.kind.map(kind_name),
+            kind: info.kind.map(LockKind::json_word),
             permits: match info.kind {
                 Some(LockKind::Semaphore { permits }) => Some(permits),
                 _ => None,
@@ -304,17 +304,6 @@ impl HolderView {
                 text: info.to_string(),
             }),
         }
-    }
-}
-
-/// The JSON name of a lock kind.
-fn kind_name(kind: LockKind) -> &'static str {
-    match kind {
-        LockKind::Exclusive => "exclusive",
-        LockKind::ReadWrite => "read_write",
-        LockKind::Semaphore { .. } => "semaphore",
-        LockKind::Fair => "fair",
-        _ => "other",
     }
 }
 

@@ -60,6 +60,27 @@ impl LockKind {
         }
     }
 
+    /// The word for this kind in the `distlock` tool's JSON, from the kind table
+    /// (`layout::Kind::json_word`): `exclusive`, `read_write`, `semaphore` or
+    /// `fair`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// assert_eq!(distlock::LockKind::ReadWrite.json_word(), "read_write");
+    /// ```
+    #[doc(hidden)]
+    pub fn json_word(self) -> &'static str {
+        let kind = match self {
+            Self::Exclusive => Kind::Exclusive,
+            Self::ReadWrite => Kind::Read,
+            Self::Semaphore { permits } => Kind::Permit { permits },
+            Self::Fair => Kind::Fair,
+        };
+        kind.json_word()
+    }
+
     /// What the kind is called in messages.
     pub(crate) fn describe(self) -> &'static str {
         match self {

@@ -303,3 +303,88 @@ pub fn display_key(key: &[u8]) -> String {
         None => String::from_utf8_lossy(escaped).into_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Other keys in these tests are forged on purpose: keys distlock never writes.
+    #[test]
+    fn main_keys_give_their_names_and_other_keys_none() {
+        assert_eq!(
+            name_of_key("ns", b"ns:{order:%7B42%7D}").as_deref(),
+            Some(&b"order:{42}"[..])
+        );
+        assert_eq!(
+            name_of_key("ns", b"ns:{100%25}").as_deref(),
+            Some(&b"100%"[..])
+        );
+        let lock = lock_key("ns", b"a");
+        let (fence, freed, channel) = (
+            fence_key(&lock),
+            freed_key(&lock, "c1:1"),
+            channel_key(&lock),
+        );
+        for other in [
+            &fence[..],
+            &freed,
+            &channel,
+            b"other:{a}",
+            b"ns:{}",
+            b"ns:{a%41}",
+            b"ns:{a%2}",
+            b"ns:a",
+            b"nsx:{a}",
+        ] {
+            assert_eq!(name_of_key("ns", other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn side_keys_give_their_lock_names_and_other_keys_none() {
+        let fence = fence_key(&lock_key("ns", b"order:{42}"));
+        let freed = freed_key(&lock_key("ns", b"100%"), "3f0c:1");
+        assert_eq!(
+            name_of_side_key("ns", &fence).as_deref(),
+            Some(&b"order:{42}"[..])
+        );
+        assert_eq!(
+            name_of_side_key("ns", &freed).as_deref(),
+            Some(&b"100%"[..])
+        );
+        let channel = channel("ns", b"a");
+        for other in [
+            &b"ns:{a}"[..],
+            &channel,
+            b"ns:{a}:fenced",
+            b"ns:{a}:freed",
+            b"other:{a}:fence",
+            b"ns:{}:fence",
+            b"ns:{a%41}:fence",
+            b"ns:{a}}:fence",
+        ] {
+            assert_eq!(name_of_side_key("ns", other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn every_name_comes_back_from_its_key() {
+        for name in [
+            &b"a"[..],
+            b"%",
+            b"{",
+            b"}",
+            b"%7B",
+            b"{}%{}",
+            b"x:y:z",
+            b"\xff\x00",
+        ] {
+            let key = lock_key("distlock", name);
+            assert_eq!(
+                name_of_key("distlock", &key).as_deref(),
+                Some(name),
+                "{name:?}"
+            );
+        }
+    }
+}

@@ -630,4 +630,19 @@ impl FunctionLibrary {
     pub fn function(&self, script: &str) -> String {
         format!("{}_{script}", self.name)
     }
+
+    /// The script whose function is `function` ([`function`](Self::function) read
+    /// back); `None` for a function of another library.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// let library = distlock::layout::function_library();
+    /// assert_eq!(library.script_of(&library.function("renew")), Some("renew"));
+    /// assert_eq!(library.script_of("distlock_0000000000000000_renew"), None);
+    /// ```
+    pub fn script_of<'a>(&self, function: &'a str) -> Option<&'a str> {
+        function.strip_prefix(self.name.as_str())?.strip_prefix('_')
+    }
 }
