@@ -246,7 +246,7 @@ impl<'a> Acquire<'a> {
     /// assert_eq!(Acquire::decode_all(&Call::default()), Some(vec![]));
     /// ```
     pub fn decode_all(call: &'a Call) -> Option<Vec<Self>> {
-        if call.keys.len() % 3 != 0 || call.args.len() != call.keys.len() / 3 * 10 {
+        if !call.keys.len().is_multiple_of(3) || call.args.len() != call.keys.len() / 3 * 10 {
             return None;
         }
         call.keys
@@ -359,7 +359,7 @@ impl<'a> AcquireAll<'a> {
     pub fn decode(call: &'a Call) -> Option<Self> {
         let names = call.keys.len() / 3;
         let (fencing, rest) = call.args.split_first()?;
-        if call.keys.len() % 3 != 0 || rest.len() != 5 * names + 1 {
+        if !call.keys.len().is_multiple_of(3) || rest.len() != 5 * names + 1 {
             return None;
         }
         let names = call
@@ -552,7 +552,7 @@ impl<'a> Release<'a> {
             publish: text(publish)?,
             remember_ms: number(remember)?,
         };
-        if rest.len() % 5 != 0 {
+        if !rest.len().is_multiple_of(5) {
             return None;
         }
         let mut keys = call.keys.iter();
