@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::backend::{redlock, Conn};
-use crate::batch::{answer_of, Acquisition, Request};
+use crate::batch::{Acquisition, Request};
 use crate::detach::{replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, LockError};
 use crate::faults::{self, Fault};
@@ -17,7 +17,7 @@ use crate::kinds::LockKind;
 use crate::layout::args::Withdraw;
 use crate::owner::{Op, Owner};
 use crate::release;
-use crate::scripts::{unexpected_reply, AcquireReply};
+use crate::scripts::{request_answer, unexpected_reply, AcquireReply};
 
 /// What one attempt came to, on the whole backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,7 +168,7 @@ impl Invoke {
                 let mut invocation = self.inner.scripts.reenter.prepare_invoke();
                 request.add_to(&mut invocation);
                 let mut replies: Vec<redis::Value> = invocation.invoke_async(&mut conn).await?;
-                answer_of(
+                request_answer(
                     Acquisition::SCRIPT,
                     replies.pop().unwrap_or(redis::Value::Nil),
                 )?
@@ -191,7 +191,7 @@ impl Invoke {
             .acquire
             .query_pipe(&mut conn, pipe, |_| false)
             .await?;
-        let reply = answer_of(
+        let reply = request_answer(
             Acquisition::SCRIPT,
             replies.pop().unwrap_or(redis::Value::Nil),
         )?;

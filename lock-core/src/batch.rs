@@ -22,7 +22,7 @@ use crate::detach::spawn;
 use crate::keys::LockKeys;
 use crate::layout::args::{self, Args, Call, ReleaseRun};
 use crate::library::{Invocation, Script};
-use crate::scripts::Scripts;
+use crate::scripts::{request_answer, Scripts};
 
 /// A request that runs in batches: it adds its keys and arguments to a run of its
 /// script, which answers it with one reply of its own.
@@ -321,30 +321,9 @@ impl<R: Request> Batcher<R> {
         let replies: Vec<redis::Value> = invocation.invoke_async(conn).await?;
         Ok(replies
             .into_iter()
-            .map(|reply| answer_of(R::SCRIPT, reply))
+            .map(|reply| request_answer(R::SCRIPT, reply))
             .collect())
     }
-}
-
-/// One request's answer in a script's reply: its numbers, or, for `{-6, error}` (a
-/// command it called was refused, see `lua/lock.lua`'s `answer`), that error, as
-/// Redis words it (`LockError` tells a refused permission by those words).
-pub(crate) fn answer_of(script: &'static str, reply: redis::Value) -> Answer {
-    if let redis::Value::Array(parts) = &reply {
-        if let [redis::Value::Int(-6), text] = parts.as_slice() {
-            let text = match text {
-                redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                redis::Value::SimpleString(text) => text.clone(),
-                other => format!("{other:?}"),
-            };
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Extension,
-                "a command the script called was refused",
-                format!("{script}: {text}"),
-            )));
-        }
-    }
-    Ok(redis::from_redis_value(reply)?)
 }
 
 fn unexpected_count(script: &str, got: usize, sent: usize) -> redis::RedisError {
