@@ -207,7 +207,7 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
     // The lock held once by `owner`, with `record`, and fencing token `fence`.
     let held_by = |owner: &str, record: &str, fence: Option<u64>| {
         let stored = support::stored(&server, name);
-        assert_eq!(stored.kind(), Some("lock"), "{stored:?}");
+        assert_eq!(stored.kind(), Some(Kind::Exclusive.word()), "{stored:?}");
         assert_eq!(stored.holders().len(), 1, "one holder: {stored:?}");
         assert_eq!(stored.count(owner), 1, "{owner} holds it once: {stored:?}");
         assert_eq!(stored.record(owner), Some(record), "{stored:?}");
@@ -905,7 +905,7 @@ async fn renew_writes_a_lock_back_only_where_it_is_free() {
         "written back"
     );
     let lock = support::stored(&server, "back");
-    assert_eq!(lock.kind(), Some("lock"));
+    assert_eq!(lock.kind(), Some(Kind::Exclusive.word()));
     assert_eq!(
         lock.count("o"),
         2,

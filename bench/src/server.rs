@@ -997,7 +997,7 @@ mod tests {
         prefill_held(&server, workload, &KeyShape::Single, "p", 1)?;
         let key = KeyShape::Single.key("rp", "000000000000");
         let (prefilled, lock) = fields_of(&mut conn, &key, DISTLOCK_OWNER)?;
-        assert_eq!(lock.kind(), Some("lock"));
+        assert_eq!(lock.kind(), Some(layout::Kind::Exclusive.word()));
         assert_eq!(lock.count(DISTLOCK_OWNER), 1);
         assert_eq!(lock.record(DISTLOCK_OWNER), Some("0 1"));
         assert!(lock
