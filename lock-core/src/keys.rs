@@ -1,4 +1,5 @@
-//! Lock names and the Redis keys they map to.
+//! Lock names and the Redis keys they map to (spelled by `layout/keys.rs`), and what
+//! a request of each [`Kind`] takes.
 
 use std::fmt;
 use std::sync::Arc;
@@ -6,6 +7,8 @@ use std::sync::Arc;
 use crate::error::LockError;
 use crate::kinds::LockKind;
 use crate::layout;
+/// What a lock request takes: the kinds of lock, and the hold within them.
+pub(crate) use crate::layout::Kind;
 
 /// The longest lock name accepted, in bytes.
 ///
@@ -45,7 +48,7 @@ pub const MAX_NAMESPACE_LEN: usize = 128;
 /// request needs them (a held lock keeps its keys as long as it is held).
 ///
 /// For the lock name `N` in namespace `ns`: the lock `ns:{N}` (a hash, see
-/// `layout.rs`), the fencing counter `ns:{N}:fence`, the channel `ns:{N}:released`,
+/// `layout/`), the fencing counter `ns:{N}:fence`, the channel `ns:{N}:released`,
 /// and `ns:{N}:freed:<owner>`, the record of an owner's final release for a short
 /// while (so that a retry of that release knows it applied). Inside the tag, `%`,
 /// `{` and `}` are written `%25`, `%7B` and `%7D`, so the tag always ends where it
@@ -60,10 +63,8 @@ pub(crate) struct LockKeys {
     pub(crate) kind: Kind,
 }
 
-/// What a lock request takes: the kinds of lock, and the hold within them (the
-/// kind table of `layout/kind.rs` spells each kind on the wire).
-pub(crate) use crate::layout::Kind;
-
+/// What a lock request takes, beyond how the kind table (`layout/kind.rs`) spells
+/// it on the wire.
 impl Kind {
     /// Whether this is the plain lock, the one kind a release hands to a waiter.
     pub(crate) fn is_plain(self) -> bool {

@@ -194,6 +194,7 @@ pub fn channel_key(lock: &[u8]) -> Vec<u8> {
 /// assert_eq!(layout::freed_key(&lock, "c:1"), b"ns:{a}:freed:c:1");
 /// ```
 pub fn freed_key(lock: &[u8], owner: &str) -> Vec<u8> {
+    // The seeded fault of the test build: every owner's record at one key.
     let owner = if faults::active(Fault::SharedFinalReleaseRecord) {
         ""
     } else {

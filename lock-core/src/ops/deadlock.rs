@@ -504,7 +504,7 @@ fn victim<'a>(graph: &Graph, knot: &HashSet<&'a str>) -> Option<&'a str> {
 }
 
 /// The owner ids that hold the lock at `key`: its hash's holder fields (see
-/// `layout.rs`); none when the key holds what distlock did not write.
+/// `layout/`); none when the key holds what distlock did not write.
 ///
 /// # Cancel safety
 ///
