@@ -16,12 +16,8 @@ use distlock::LockClient;
 use distlock_testkit::{RedisCluster, RedisServer};
 use tokio::time::Instant;
 
+use support::channel_key as channel;
 use support::{eventually, lock_key, redis_count as count, slot_of};
-
-/// The release channel of lock `name` (default namespace).
-fn channel(name: &str) -> String {
-    format!("{}:released", lock_key(name))
-}
 
 fn node_id(node: &RedisServer) -> String {
     node.cmd(&["CLUSTER", "MYID"]).expect("CLUSTER MYID")

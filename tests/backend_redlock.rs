@@ -357,7 +357,7 @@ async fn a_release_wakes_a_waiter_once_a_quorum_of_nodes_announced_it() {
     .await;
     assert!(subscribed, "the waiter's client subscribed on every node");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let channel = format!("{}:released", support::lock_key("announce"));
+    let channel = support::channel_key("announce");
     let announce = |node: &RedisServer, message: &str| {
         node.cmd(&["PUBLISH", &channel, message]).expect("PUBLISH");
     };

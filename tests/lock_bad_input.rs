@@ -149,7 +149,7 @@ async fn a_key_of_another_type_is_a_conflict_and_stays_untouched() {
         "user data"
     );
 
-    let fence = format!("{}:fence", support::lock_key("fenced"));
+    let fence = support::fence_key("fenced");
     server.cmd(&["SET", &fence, "not a number"]).expect("SET");
     let err = locks
         .lock("fenced")

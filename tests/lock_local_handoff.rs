@@ -309,7 +309,7 @@ async fn a_lock_handed_over_with_fencing_carries_the_next_token() {
     assert!(token > first, "token {token} after {first}");
     assert_eq!(
         server
-            .cmd(&["GET", &format!("{}:fence", key(NAME))])
+            .cmd(&["GET", &support::fence_key(NAME)])
             .expect("GET"),
         token.to_string(),
         "the counter is the last token issued"

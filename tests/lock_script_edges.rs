@@ -11,10 +11,12 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use distlock::layout;
+use distlock::layout::args::{Acquire, Args, Call, Inspect, Release, ReleaseRun, Renew};
+use distlock::layout::args::{Successor, WriteBack};
+use distlock::layout::{self, Kind};
 use distlock::LockError;
 use distlock_testkit::RedisServer;
-use support::{freed_key, lock_key};
+use support::{channel_key, fence_key, freed_key, invoke, lock_key};
 
 type Conn = redis::aio::MultiplexedConnection;
 
@@ -88,20 +90,14 @@ async fn run_acquire_fenced(
     reentry: bool,
     fencing: bool,
 ) -> redis::RedisResult<Vec<i64>> {
-    script(if reentry { "reenter" } else { "acquire" })
-        .key(lock_key(name))
-        .key(format!("{}:fence", lock_key(name)))
-        .key(freed_key(name, owner))
-        .arg(owner)
-        .arg(10_000)
-        .arg(u8::from(fencing))
-        .arg(attempt)
-        .arg(0)
-        .arg(u8::from(reentry))
-        .arg("x")
-        .arg("")
-        .arg(0)
-        .arg("")
+    let lock = lock_key(name);
+    let acquire = Acquire {
+        fencing,
+        reentry,
+        ..Acquire::new(lock.as_bytes(), owner, 10_000, attempt, 0)
+    };
+    let script = script(if reentry { "reenter" } else { "acquire" });
+    invoke(&script, &acquire.to_call())
         .invoke_async::<Vec<Vec<i64>>>(conn)
         .await
         .map(|replies| {
@@ -118,39 +114,67 @@ async fn run_release(
     owner: &str,
     attempt: u64,
 ) -> redis::RedisResult<Vec<i64>> {
-    run_release_to(conn, name, owner, attempt, "").await
+    run_release_call(conn, release_call(name, owner, attempt, None)).await
 }
 
-/// Runs `release.lua` for lock `name` with `successor` ("" for none, else
-/// "<owner> <lease> <seq> <floor> <fencing>"; with fencing, the fencing counter is
-/// the fourth key).
+/// Runs `release.lua` for lock `name` with the successor `next` (operation 1 of
+/// its owner, a lease of 5 s), given the next fencing token when `fencing`.
 async fn run_release_to(
     conn: &mut Conn,
     name: &str,
     owner: &str,
     attempt: u64,
-    successor: &str,
+    (next, fencing): (&str, bool),
 ) -> redis::RedisResult<Vec<i64>> {
-    let release = script("release");
-    let mut invocation = release.prepare_invoke();
-    invocation
-        .key(lock_key(name))
-        .key(format!("{}:released", lock_key(name)))
-        .key(freed_key(name, owner));
-    if successor.ends_with(" 1") {
-        invocation.key(format!("{}:fence", lock_key(name)));
+    let successor = Successor {
+        owner: next,
+        lease_ms: 5_000,
+        seq: 1,
+        floor: 0,
+        fencing,
+        who: "",
+    };
+    run_release_call(conn, release_call(name, owner, attempt, Some(successor))).await
+}
+
+/// One release of `owner` at lock `name` (lease 10 s, floor 0), its
+/// operation `attempt`, alone in a run of `release.lua`.
+fn release_call(name: &str, owner: &str, attempt: u64, successor: Option<Successor<'_>>) -> Call {
+    let lock = lock_key(name);
+    let mut call = ReleaseRun {
+        publish: "PUBLISH",
+        remember_ms: 2_000,
     }
-    invocation
-        .arg("PUBLISH")
-        .arg(2_000)
-        .arg(owner)
-        .arg(10_000)
-        .arg(attempt)
-        .arg(0)
-        .arg(successor);
-    let replies: Vec<Vec<i64>> = invocation.invoke_async(conn).await?;
+    .to_call();
+    Release {
+        lock: lock.as_bytes(),
+        owner,
+        lease_ms: 10_000,
+        seq: attempt,
+        floor: 0,
+        successor,
+    }
+    .push_to(&mut call);
+    call
+}
+
+/// Runs `call` on `release.lua`: the answer of its one release.
+async fn run_release_call(conn: &mut Conn, call: Call) -> redis::RedisResult<Vec<i64>> {
+    let replies: Vec<Vec<i64>> = invoke(&script("release"), &call).invoke_async(conn).await?;
     let [reply] = <[Vec<i64>; 1]>::try_from(replies).expect("one answer for one release");
     Ok(reply)
+}
+
+/// Runs `inspect.lua` for lock `name`: its reply's numbers.
+async fn run_inspect(conn: &mut Conn, name: &str) -> redis::RedisResult<Vec<i64>> {
+    let lock = lock_key(name);
+    let inspect = Inspect {
+        lock: lock.as_bytes(),
+        numsub: "NUMSUB",
+    };
+    invoke(&script("inspect"), &inspect.to_call())
+        .invoke_async(conn)
+        .await
 }
 
 /// A connection subscribed to the release channel of lock `name`: a listener, as a
@@ -162,7 +186,7 @@ async fn listener(server: &RedisServer, name: &str) -> redis::aio::PubSub {
         .await
         .expect("a pub/sub connection");
     pubsub
-        .subscribe(format!("{}:released", lock_key(name)))
+        .subscribe(channel_key(name))
         .await
         .expect("SUBSCRIBE");
     pubsub
@@ -183,7 +207,7 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
     // The lock held once by `owner`, with `record`, and fencing token `fence`.
     let held_by = |owner: &str, record: &str, fence: Option<u64>| {
         let stored = support::stored(&server, name);
-        assert_eq!(stored.kind(), Some("lock"), "{stored:?}");
+        assert_eq!(stored.kind(), Some(Kind::Exclusive.word()), "{stored:?}");
         assert_eq!(stored.holders().len(), 1, "one holder: {stored:?}");
         assert_eq!(stored.count(owner), 1, "{owner} holds it once: {stored:?}");
         assert_eq!(stored.record(owner), Some(record), "{stored:?}");
@@ -202,12 +226,12 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
     write_lock(&server, name, "a", "2", "0 1");
     let first = listener(&server, name).await;
     assert_eq!(
-        run_release_to(&mut conn, name, "a", 2, "b 5000 1 0 0").await,
+        run_release_to(&mut conn, name, "a", 2, ("b", false)).await,
         Ok(vec![1, 1]),
         "not the last hold"
     );
     assert_eq!(
-        run_release_to(&mut conn, name, "a", 3, "b 5000 1 0 0").await,
+        run_release_to(&mut conn, name, "a", 3, ("b", false)).await,
         Ok(vec![2, 0]),
         "handed over"
     );
@@ -227,7 +251,7 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
         "the releaser's record, for its retry"
     );
     assert_eq!(
-        run_release_to(&mut conn, name, "a", 3, "b 5000 1 0 0").await,
+        run_release_to(&mut conn, name, "a", 3, ("b", false)).await,
         Ok(vec![2, 0]),
         "the retry finds the successor holding the lock"
     );
@@ -236,10 +260,10 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
     // With fencing: the next token (the counter ahead of the server's clock in
     // microseconds: one more than the counter).
     server
-        .cmd(&["SET", &format!("{lock}:fence"), "8000000000000041"])
+        .cmd(&["SET", &fence_key(name), "8000000000000041"])
         .expect("SET");
     assert_eq!(
-        run_release_to(&mut conn, name, "b", 2, "c 5000 1 0 1").await,
+        run_release_to(&mut conn, name, "b", 2, ("c", true)).await,
         Ok(vec![2, 8_000_000_000_000_042])
     );
     held_by("c", "0 1", Some(8_000_000_000_000_042));
@@ -247,7 +271,7 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
     // Two listeners: another client waits too; freed and published.
     let second = listener(&server, name).await;
     assert_eq!(
-        run_release_to(&mut conn, name, "c", 2, "d 5000 1 0 0").await,
+        run_release_to(&mut conn, name, "c", 2, ("d", false)).await,
         Ok(vec![1, 0])
     );
     freed_by("c");
@@ -255,7 +279,7 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
 
     // Nobody listens (the waiter's client is not subscribed): as without one.
     write_lock(&server, name, "e", "1", "0 1");
-    let channel = format!("{lock}:released");
+    let channel = channel_key(name);
     for _ in 0..100 {
         let numsub = server.cmd(&["PUBSUB", "NUMSUB", &channel]).expect("NUMSUB");
         if numsub.lines().nth(1) == Some("0") {
@@ -264,7 +288,7 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        run_release_to(&mut conn, name, "e", 2, "f 5000 1 0 0").await,
+        run_release_to(&mut conn, name, "e", 2, ("f", false)).await,
         Ok(vec![1, 0])
     );
     freed_by("e");
@@ -272,31 +296,40 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
     // A successor that cannot be parsed is none.
     let _listening = listener(&server, name).await;
     write_lock(&server, name, "g", "1", "0 1");
-    assert_eq!(
-        run_release_to(&mut conn, name, "g", 2, "h lots 1 0 0").await,
-        Ok(vec![1, 0])
-    );
+    // Forged on purpose: a lease that is no number, where layout writes one.
+    let mut forged = release_call(name, "g", 2, None);
+    *forged.args.last_mut().expect("the successor") = b"h lots 1 0 0".to_vec();
+    assert_eq!(run_release_call(&mut conn, forged).await, Ok(vec![1, 0]));
     freed_by("g");
+}
+
+/// The write-back of a plain lock held `count` times, its operation `seq` over
+/// `floor`.
+fn back(count: u64, seq: u64, floor: u64) -> Option<WriteBack> {
+    Some(WriteBack { count, seq, floor })
 }
 
 /// Runs `renew.lua` for lock `name` with a lease of 60 s: its one answer.
 async fn run_renew(conn: &mut Conn, name: &str, owner: &str) -> redis::RedisResult<i64> {
-    run_renew_or_write_back(conn, name, owner, "").await
+    run_renew_or_write_back(conn, name, owner, None).await
 }
 
-/// Runs `renew.lua` for lock `name` with a lease of 60 s, and write-back `spec`
-/// ("" for none, else "<count> <seq> <floor>"): its one answer.
+/// Runs `renew.lua` for lock `name` with a lease of 60 s, and `write_back` (none:
+/// renew only): its one answer.
 async fn run_renew_or_write_back(
     conn: &mut Conn,
     name: &str,
     owner: &str,
-    spec: &str,
+    write_back: Option<WriteBack>,
 ) -> redis::RedisResult<i64> {
-    let answers: Vec<i64> = script("renew")
-        .key(lock_key(name))
-        .arg(owner)
-        .arg(60_000)
-        .arg(spec)
+    let lock = lock_key(name);
+    let renew = Renew {
+        lock: lock.as_bytes(),
+        owner,
+        lease_ms: 60_000,
+        write_back,
+    };
+    let answers: Vec<i64> = invoke(&script("renew"), &renew.to_call())
         .invoke_async(conn)
         .await?;
     Ok(answers.first().copied().unwrap_or(-99))
@@ -336,7 +369,11 @@ fn spoiled(value: &str, count: &str) -> [(&'static str, Vec<(String, String)>); 
         ("done", with(count, &format!("7 8 {value}x"), &[])),
         (
             "until",
-            with(count, "7", &[(layout::KIND, "rw"), (&until, value)]),
+            with(
+                count,
+                "7",
+                &[(layout::KIND, Kind::Read.word()), (&until, value)],
+            ),
         ),
     ]
 }
@@ -498,11 +535,7 @@ async fn inspect_reads_a_non_integer_field_as_a_conflict() {
     for value in NOT_INTEGERS {
         for (field, lock) in spoiled(value, "1") {
             write_fields(&server, "edge", &lock);
-            let reply: redis::RedisResult<Vec<i64>> = script("inspect")
-                .key(lock_key("edge"))
-                .key(format!("{}:fence", lock_key("edge")))
-                .invoke_async(&mut conn)
-                .await;
+            let reply: redis::RedisResult<Vec<i64>> = run_inspect(&mut conn, "edge").await;
             assert_eq!(
                 reply.as_deref().ok(),
                 Some(&[-2][..]),
@@ -516,7 +549,7 @@ async fn inspect_reads_a_non_integer_field_as_a_conflict() {
 async fn a_fence_counter_that_is_not_a_counter_is_a_conflict_and_stays_untouched() {
     let server = support::server();
     let mut conn = support::conn(&server.url()).await;
-    let fence = format!("{}:fence", lock_key("edge"));
+    let fence = fence_key("edge");
     for value in NOT_INTEGERS.into_iter().chain(["-3"]) {
         server.cmd(&["SET", &fence, value]).expect("SET");
         let before = dump_all(&mut conn).await;
@@ -526,11 +559,7 @@ async fn a_fence_counter_that_is_not_a_counter_is_a_conflict_and_stays_untouched
             Some(&[-2][..]),
             "acquire, fence {value:?}: {reply:?}"
         );
-        let reply: redis::RedisResult<Vec<i64>> = script("inspect")
-            .key(lock_key("edge"))
-            .key(&fence)
-            .invoke_async(&mut conn)
-            .await;
+        let reply: redis::RedisResult<Vec<i64>> = run_inspect(&mut conn, "edge").await;
         assert_eq!(
             reply.as_deref().ok(),
             Some(&[-2][..]),
@@ -607,8 +636,8 @@ async fn under_oom_a_new_lock_is_refused_with_the_oom_error_and_creates_nothing(
         .map(drop);
     oom("a nested new lock", nested);
     assert_eq!(dump_all(&mut conn).await, before, "a write under OOM");
-    for key in ["distlock:{new}", "distlock:{new}:fence", "distlock:{other}"] {
-        assert_eq!(server.cmd(&["EXISTS", key]).expect("EXISTS"), "0", "{key}");
+    for key in [lock_key("new"), fence_key("new"), lock_key("other")] {
+        assert_eq!(server.cmd(&["EXISTS", &key]).expect("EXISTS"), "0", "{key}");
     }
     guard.unlock().await.expect("release under OOM");
 }
@@ -788,30 +817,24 @@ async fn the_scripts_replay_a_first_acquisition_and_its_final_release() {
     );
 }
 
-/// Runs `acquire.lua` for lock `name` as `want` says (`"x"` plain, `"r"` a read
-/// hold, `"w"` the write hold, ...), one acquisition alone, without fencing.
+/// Runs `acquire.lua` for lock `name` as `want` says (a plain lock, a read hold,
+/// the write hold, ...), one acquisition alone, without fencing.
 async fn run_acquire_as(
     conn: &mut Conn,
     name: &str,
     owner: &str,
     attempt: u64,
     reentry: bool,
-    want: &str,
+    want: Kind,
 ) -> redis::RedisResult<Vec<i64>> {
-    let replies: Vec<Vec<i64>> = script(if reentry { "reenter" } else { "acquire" })
-        .key(lock_key(name))
-        .key(format!("{}:fence", lock_key(name)))
-        .key(freed_key(name, owner))
-        .arg(owner)
-        .arg(10_000)
-        .arg(0)
-        .arg(attempt)
-        .arg(0)
-        .arg(u8::from(reentry))
-        .arg(want)
-        .arg("")
-        .arg(0)
-        .arg("")
+    let lock = lock_key(name);
+    let acquire = Acquire {
+        reentry,
+        kind: want,
+        ..Acquire::new(lock.as_bytes(), owner, 10_000, attempt, 0)
+    };
+    let script = script(if reentry { "reenter" } else { "acquire" });
+    let replies: Vec<Vec<i64>> = invoke(&script, &acquire.to_call())
         .invoke_async(conn)
         .await?;
     let [reply] = <[Vec<i64>; 1]>::try_from(replies).expect("one answer for one acquisition");
@@ -847,19 +870,19 @@ async fn a_new_acquisition_never_adds_to_a_hold_of_its_own_owner_id() {
     assert_eq!(redis_count(&server, "handed"), 2);
 
     // A read hold taken by `r`'s operation 1: a new one of `r` adds nothing.
-    let read = run_acquire_as(&mut conn, "shared", "r", 1, false, "r").await;
+    let read = run_acquire_as(&mut conn, "shared", "r", 1, false, Kind::Read).await;
     assert_eq!(read, Ok(vec![1, 1, 0]), "the read hold");
     let before = dump_all(&mut conn).await;
-    for (want, attempt) in [("r", 2), ("w", 3)] {
+    for (want, attempt) in [(Kind::Read, 2), (Kind::Write, 3)] {
         let anew = run_acquire_as(&mut conn, "shared", "r", attempt, false, want).await;
         assert_eq!(
             anew,
             Ok(vec![-7, 1]),
-            "{want}: a new acquisition of a holder"
+            "{want:?}: a new acquisition of a holder"
         );
     }
     assert_eq!(dump_all(&mut conn).await, before, "it wrote");
-    let replay = run_acquire_as(&mut conn, "shared", "r", 1, false, "r").await;
+    let replay = run_acquire_as(&mut conn, "shared", "r", 1, false, Kind::Read).await;
     assert_eq!(replay, Ok(vec![1, 1, 0]), "the replay of the read hold");
     assert_eq!(support::stored(&server, "shared").count("r"), 1);
 }
@@ -877,12 +900,12 @@ async fn renew_writes_a_lock_back_only_where_it_is_free() {
     assert!(!support::held(&server, &key), "nothing written");
 
     assert_eq!(
-        run_renew_or_write_back(&mut conn, "back", "o", "2 9 7").await,
+        run_renew_or_write_back(&mut conn, "back", "o", back(2, 9, 7)).await,
         Ok(2),
         "written back"
     );
     let lock = support::stored(&server, "back");
-    assert_eq!(lock.kind(), Some("lock"));
+    assert_eq!(lock.kind(), Some(Kind::Exclusive.word()));
     assert_eq!(
         lock.count("o"),
         2,
@@ -900,7 +923,7 @@ async fn renew_writes_a_lock_back_only_where_it_is_free() {
         .expect("a number");
     assert!((50_000..=60_000).contains(&pttl), "the lease: {pttl} ms");
     assert_eq!(
-        run_renew_or_write_back(&mut conn, "back", "o", "1 10 7").await,
+        run_renew_or_write_back(&mut conn, "back", "o", back(1, 10, 7)).await,
         Ok(1),
         "held: renewed, not written again"
     );
@@ -909,7 +932,7 @@ async fn renew_writes_a_lock_back_only_where_it_is_free() {
     write_lock(&server, "taken", "other", "1", "0 1");
     let before = dump_all(&mut conn).await;
     assert_eq!(
-        run_renew_or_write_back(&mut conn, "taken", "o", "1 9 7").await,
+        run_renew_or_write_back(&mut conn, "taken", "o", back(1, 9, 7)).await,
         Ok(0),
         "another owner holds it"
     );
@@ -920,7 +943,7 @@ async fn renew_writes_a_lock_back_only_where_it_is_free() {
         .expect("SET");
     let before = dump_all(&mut conn).await;
     assert_eq!(
-        run_renew_or_write_back(&mut conn, "foreign", "o", "1 9 7").await,
+        run_renew_or_write_back(&mut conn, "foreign", "o", back(1, 9, 7)).await,
         Ok(0),
         "what distlock did not write"
     );
@@ -928,7 +951,7 @@ async fn renew_writes_a_lock_back_only_where_it_is_free() {
 
     // A write-back of a settled operation (at or below the floor) writes nothing.
     assert_eq!(
-        run_renew_or_write_back(&mut conn, "settled", "o", "1 7 7").await,
+        run_renew_or_write_back(&mut conn, "settled", "o", back(1, 7, 7)).await,
         Ok(-1)
     );
     assert!(!support::held(&server, &lock_key("settled")));

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{HoldMode, LockClient, LockError, LockKind, MAX_PERMITS};
+use distlock::{layout, HoldMode, LockClient, LockError, LockKind, MAX_PERMITS};
 use distlock_testkit::{History, RedisServer};
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
@@ -20,7 +20,8 @@ use tokio::time::Instant;
 fn permits_held(server: &RedisServer, name: &str) -> Vec<u64> {
     let lock = support::stored(server, name);
     if !lock.holders().is_empty() {
-        assert_eq!(lock.kind(), Some("semaphore"), "{name}: {lock:?}");
+        let semaphore = layout::Kind::Permit { permits: 1 }.word();
+        assert_eq!(lock.kind(), Some(semaphore), "{name}: {lock:?}");
     }
     let mut counts: Vec<u64> = lock.holders().values().copied().collect();
     counts.sort_unstable();
@@ -557,7 +558,7 @@ async fn a_holder_that_asks_for_another_count_keeps_it_beside_its_hold() {
         stored
             .meta()
             .keys()
-            .all(|field| !field.starts_with("#permits:")),
+            .all(|field| !field.starts_with(layout::PERMITS_OF)),
         "the field went with its hold: {stored:?}"
     );
     // Back to 3 in force: two more may come.

@@ -140,7 +140,7 @@ async fn dropped_guard(server: &RedisServer) -> bool {
         Err(LockError::Timeout { .. }) => false,
         Err(err) => panic!("{err}"),
     };
-    let no_key = !support::held(server, "distlock:{dropped}");
+    let no_key = !support::held(server, &support::lock_key("dropped"));
     free && no_key
 }
 
@@ -259,7 +259,7 @@ async fn late_reply(server: &RedisServer) -> (Report, bool) {
     }
     proxy.heal();
     let free = support::eventually(Duration::from_secs(3), || {
-        !support::held(server, "distlock:{late}")
+        !support::held(server, &support::lock_key("late"))
     })
     .await;
     (history.check(), free)

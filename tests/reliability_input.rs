@@ -194,7 +194,7 @@ async fn observed_keys(
         .await
         .expect("FLUSHALL");
     assert_eq!(keys.len(), 2, "{keys:?}");
-    keys.sort_by_key(|key| key.ends_with(b":fence"));
+    keys.sort_by_key(|key| distlock::layout::is_side_key(key));
     let fence = keys.pop().expect("fence");
     let lock = keys.pop().expect("lock");
     (lock, fence)
@@ -235,8 +235,7 @@ fn the_key_encoding_is_injective_and_keeps_a_lock_in_one_slot() {
             cases.set(cases.get() + 1);
             let mut conn = conn.clone();
             let (lock, fence) = runtime.block_on(observed_keys(&locks, &mut conn, &name));
-            let mut channel = lock.clone();
-            channel.extend_from_slice(b":released");
+            let channel = distlock::layout::channel_key(&lock);
             prop_assert_eq!(slot(&lock), slot(&fence));
             prop_assert_eq!(slot(&lock), slot(&channel));
             let tag_start = lock.iter().position(|&b| b == b'{');
@@ -266,7 +265,9 @@ async fn foreign_and_corrupted_keys_give_typed_errors_and_stay_untouched() {
     let timeout = |err: &LockError| matches!(err, LockError::Timeout { .. });
     let wait = Duration::from_millis(300);
 
-    server.cmd(&["SET", "distlock:{string}", "x"]).expect("SET");
+    server
+        .cmd(&["SET", &support::lock_key("string"), "x"])
+        .expect("SET");
     refused(
         &mut conn,
         "a string at the lock key",
@@ -275,7 +276,7 @@ async fn foreign_and_corrupted_keys_give_typed_errors_and_stay_untouched() {
     )
     .await;
     server
-        .cmd(&["HSET", "distlock:{fence}:fence", "a", "b"])
+        .cmd(&["HSET", &support::fence_key("fence"), "a", "b"])
         .expect("HSET");
     refused(
         &mut conn,
@@ -285,7 +286,7 @@ async fn foreign_and_corrupted_keys_give_typed_errors_and_stay_untouched() {
     )
     .await;
     server
-        .cmd(&["SET", "distlock:{text}:fence", "abc"])
+        .cmd(&["SET", &support::fence_key("text"), "abc"])
         .expect("SET");
     refused(
         &mut conn,
@@ -295,7 +296,7 @@ async fn foreign_and_corrupted_keys_give_typed_errors_and_stay_untouched() {
     )
     .await;
     server
-        .cmd(&["RPUSH", "distlock:{list}", "x"])
+        .cmd(&["RPUSH", &support::lock_key("list"), "x"])
         .expect("RPUSH");
     refused(&mut conn, "inspect a list", locks.inspect("list"), conflict).await;
     refused(

@@ -237,7 +237,7 @@ async fn a_killed_holder_is_succeeded_after_its_lease_and_not_before() {
     child.kill().expect("SIGKILL");
     let killed = monotonic_ns();
     let remaining = server
-        .cmd(&["PTTL", "distlock:{killed}"])
+        .cmd(&["PTTL", &support::lock_key("killed")])
         .expect("PTTL")
         .parse::<u64>()
         .expect("a lease");

@@ -28,7 +28,7 @@ async fn a_reply_later_than_the_lease_never_runs_the_body_and_leaves_no_hold() {
     drop(attempt);
     proxy.heal();
     let clean = support::eventually(Duration::from_secs(3), || {
-        !support::held(&server, "distlock:{late}")
+        !support::held(&server, &support::lock_key("late"))
     })
     .await;
     support::summary(
@@ -153,7 +153,10 @@ async fn a_lost_reply_is_not_counted_twice() {
         ],
     );
     assert!(settled, "hold count {after} after the heal, expected 1");
-    assert!(!support::held(&server, "distlock:{twice}"), "left held");
+    assert!(
+        !support::held(&server, &support::lock_key("twice")),
+        "left held"
+    );
 }
 
 /// Eight tasks lock and unlock through a proxy that resets every connection every
@@ -373,7 +376,7 @@ async fn resets_mid_pipeline_never_leave_a_guard_believing_in_a_lost_lock() {
     for (n, guard) in guards.iter().enumerate() {
         if guard.is_lost() {
             lost += 1;
-        } else if !support::held(&server, &format!("distlock:{{batch:{n}}}")) {
+        } else if !support::held(&server, &support::lock_key(&format!("batch:{n}"))) {
             believed_but_gone.push(n);
         }
     }
@@ -458,7 +461,7 @@ async fn an_unanswered_release_says_it_may_have_applied_and_when_the_lease_ends(
     );
     assert!(ends_within <= lease, "{ends_within:?} is past the lease");
     assert!(
-        support::held(&server, "distlock:{unanswered}"),
+        support::held(&server, &support::lock_key("unanswered")),
         "the release was applied through a blackhole"
     );
     proxy.heal();
@@ -481,7 +484,7 @@ async fn an_unanswered_release_says_it_may_have_applied_and_when_the_lease_ends(
     let err = guard.unlock().await.expect_err("no answer");
     assert!(err.is_unconfirmed(), "{err:?}");
     assert!(
-        !support::held(&server, "distlock:{unanswered}"),
+        !support::held(&server, &support::lock_key("unanswered")),
         "the release did not reach Redis"
     );
     proxy.heal();

@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::LockClient;
+use distlock::{layout, LockClient};
 use distlock_testkit::{monotonic_ns, History, RedisServer, Section};
 
 /// A fenced client of `server`.
@@ -34,7 +34,7 @@ async fn a_forged_release_message_is_a_spurious_wake_up_never_a_second_holder() 
     assert!(
         support::eventually(Duration::from_secs(3), || {
             server
-                .cmd(&["PUBSUB", "NUMSUB", "distlock:{forged}:released"])
+                .cmd(&["PUBSUB", "NUMSUB", &support::channel_key("forged")])
                 .map(|reply| reply.ends_with('1'))
                 .unwrap_or(false)
         })
@@ -42,10 +42,11 @@ async fn a_forged_release_message_is_a_spurious_wake_up_never_a_second_holder() 
         "the waiter subscribed"
     );
     let evals_before = support::script_calls(&server);
+    let channel = support::channel_key("forged");
     let mut delivered = 0;
     for _ in 0..100 {
         let receivers: u64 = server
-            .cmd(&["PUBLISH", "distlock:{forged}:released", "released"])
+            .cmd(&["PUBLISH", &channel, layout::FORCE_UNLOCK_MESSAGE])
             .expect("PUBLISH")
             .parse()
             .expect("a count");

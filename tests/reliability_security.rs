@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use std::future::IntoFuture;
 use std::time::Duration;
 
+use distlock::layout::args::{Args, Release, ReleaseRun, Renew};
 use distlock::{LockClient, LockError, LockGuard};
 use distlock_testkit::RedisServer;
 use support::{set_user, LOCK_USER_ACL};
@@ -90,7 +91,7 @@ async fn owner_ids_seen_in_redis_are_unguessable_and_distinct() {
             .expect("connect");
         for n in 0..50 {
             let guard = locks.lock(format!("owner:{c}:{n}")).await.expect("lock");
-            let key = format!("distlock:{{owner:{c}:{n}}}");
+            let key = support::lock_key(&format!("owner:{c}:{n}"));
             let stored = support::stored_over(&mut redis, &key).await;
             // The one holder's field is its owner id (lua/lock.lua).
             assert_eq!(stored.holders().len(), 1, "{stored:?}");
@@ -119,30 +120,38 @@ async fn a_foreign_owner_can_neither_release_nor_renew() {
     let server = support::server();
     let locks = support::fenced(&server.url()).await;
     let mut redis = support::conn(&server.url()).await;
-    let key = "distlock:{guarded}";
+    let lock = support::lock_key("guarded");
+    let key = lock.as_str();
     let guard = locks.lock("guarded").await.expect("lock");
     let before = dump(&mut redis, key).await;
     let ttl_before = pttl(&mut redis, key).await;
     let foreign = format!("{}:0", uuid::Uuid::new_v4().simple());
 
-    let released: Vec<Vec<i64>> = release_script()
-        .key(key)
-        .key("distlock:{guarded}:released")
-        .key(support::freed_key("guarded", &foreign))
-        .arg("PUBLISH")
-        .arg(2_000)
-        .arg(&foreign)
-        .arg(1)
-        .arg(424_242)
-        .arg(0)
-        .arg("")
+    let mut release = ReleaseRun {
+        publish: "PUBLISH",
+        remember_ms: 2_000,
+    }
+    .to_call();
+    Release {
+        lock: key.as_bytes(),
+        owner: &foreign,
+        lease_ms: 1,
+        seq: 424_242,
+        floor: 0,
+        successor: None,
+    }
+    .push_to(&mut release);
+    let released: Vec<Vec<i64>> = support::invoke(&release_script(), &release)
         .invoke_async(&mut redis)
         .await
         .expect("release.lua");
-    let renewed: Vec<i64> = renew_script()
-        .key(key)
-        .arg(&foreign)
-        .arg(86_400_000)
+    let renew = Renew {
+        lock: key.as_bytes(),
+        owner: &foreign,
+        lease_ms: 86_400_000,
+        write_back: None,
+    };
+    let renewed: Vec<i64> = support::invoke(&renew_script(), &renew.to_call())
         .invoke_async(&mut redis)
         .await
         .expect("renew.lua");
@@ -321,12 +330,12 @@ async fn release_without_channel_permission() -> (LockError, Option<Vec<u8>>, Op
         .expect("connect");
     let mut redis = support::conn(&server.url()).await;
     let guard = locks.lock("nopub").await.expect("lock");
-    let before = dump(&mut redis, "distlock:{nopub}").await;
+    let before = dump(&mut redis, &support::lock_key("nopub")).await;
     let err = guard
         .unlock()
         .await
         .expect_err("a release that cannot publish");
-    let after = dump(&mut redis, "distlock:{nopub}").await;
+    let after = dump(&mut redis, &support::lock_key("nopub")).await;
     (err, before, after)
 }
 

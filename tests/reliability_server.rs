@@ -105,7 +105,7 @@ async fn a_server_restarted_empty_tells_the_holder_and_lets_waiters_in() {
     assert!(
         support::eventually(Duration::from_secs(3), || {
             server
-                .cmd(&["PUBSUB", "NUMSUB", "distlock:{restarted}:released"])
+                .cmd(&["PUBSUB", "NUMSUB", &support::channel_key("restarted")])
                 .map(|reply| reply.ends_with('1'))
                 .unwrap_or(false)
         })
@@ -180,7 +180,7 @@ async fn writes_paused_longer_than_the_wait_give_an_error_and_leave_nothing_held
     // After the pause the blocked request runs; the hold it takes must be given back.
     tokio::time::sleep(pause.saturating_sub(paused.elapsed())).await;
     let nothing_held = support::eventually(Duration::from_secs(3), || {
-        !support::held(&server, "distlock:{paused}")
+        !support::held(&server, &support::lock_key("paused"))
     })
     .await;
     let kind = match &result {
@@ -238,10 +238,14 @@ async fn out_of_memory_refuses_acquires_but_renews_and_releases() {
         .cmd(&["SET", "probe", "1"])
         .expect_err("the server is out of memory");
     assert!(oom.to_string().contains("OOM"), "{oom}");
-    let before = server.cmd(&["DUMP", "distlock:{new}"]).expect("DUMP");
+    let before = server
+        .cmd(&["DUMP", &support::lock_key("new")])
+        .expect("DUMP");
 
     let refused = locks.lock("new").wait(Duration::ZERO).await;
-    let after = server.cmd(&["DUMP", "distlock:{new}"]).expect("DUMP");
+    let after = server
+        .cmd(&["DUMP", &support::lock_key("new")])
+        .expect("DUMP");
     tokio::time::sleep(lease * 2).await; // renewals run under OOM
     let still_held = !held.is_lost();
     let released = held.unlock().await;
@@ -260,7 +264,7 @@ async fn out_of_memory_refuses_acquires_but_renews_and_releases() {
     assert!(still_held, "renewals failed under OOM");
     released.expect("release under OOM");
     assert!(
-        !support::held(&server, "distlock:{held}"),
+        !support::held(&server, &support::lock_key("held")),
         "held after the release"
     );
 }
@@ -292,7 +296,7 @@ async fn an_evicting_server_is_warned_about_and_an_evicted_lock_is_reported_lost
         ],
     );
     assert!(
-        !support::held(&server, "distlock:{evicted}"),
+        !support::held(&server, &support::lock_key("evicted")),
         "the lock was not evicted"
     );
     assert!(lost.is_ok(), "an evicted lock was not reported lost");

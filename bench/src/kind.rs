@@ -23,15 +23,24 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    /// A short code, for keys and names.
+    /// A short code, for keys and names: the letter acquire.lua takes the kind by
+    /// (`ARGV[7]`, `distlock::layout`'s kind table), `a<names>` for `lock_all`.
     pub(crate) fn code(self) -> String {
         match self {
-            Kind::Plain => "x".into(),
-            Kind::Read => "r".into(),
-            Kind::Write => "w".into(),
-            Kind::Permit(permits) => format!("p{permits}"),
-            Kind::Fair => "f".into(),
             Kind::All(names) => format!("a{names}"),
+            kind => kind.layout_kind().script_arg(),
+        }
+    }
+
+    /// What acquire.lua is asked for: a set's names are plain locks.
+    pub(crate) fn layout_kind(self) -> distlock::layout::Kind {
+        use distlock::layout::Kind as Wire;
+        match self {
+            Kind::Plain | Kind::All(_) => Wire::Exclusive,
+            Kind::Read => Wire::Read,
+            Kind::Write => Wire::Write,
+            Kind::Permit(permits) => Wire::Permit { permits },
+            Kind::Fair => Wire::Fair,
         }
     }
 

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use distlock::layout;
+use distlock::layout::args::{Acquire, AcquireAll, Args, Call, Release, ReleaseRun, SetName};
 use distlock_testkit::RedisServer;
 
 use crate::error::BoxError;
@@ -308,8 +309,10 @@ impl KeyShape {
     /// for redis-benchmark).
     pub(crate) fn key(&self, what: &str, number: &str) -> String {
         match self {
-            KeyShape::Single => format!("distlock:{{ref{what}:{number}}}"),
-            KeyShape::Slot(tag) => format!("distlock:{{{tag}}}:ref{what}:{number}"),
+            KeyShape::Single => lock_key(&format!("ref{what}:{number}")),
+            // Not a key the client writes (the name is outside the hash tag): one
+            // slot for every key of the run, on purpose.
+            KeyShape::Slot(tag) => format!("{}:ref{what}:{number}", lock_key(tag)),
         }
     }
 }
@@ -633,11 +636,11 @@ pub(crate) fn distlock_release_channel(name: &str) -> String {
 
 /// One operation of the reference's owner on the lock at `lock`, as acquire.lua and
 /// release.lua take it (see acquire.lua, "Exactly once").
-struct Op<'a> {
-    lock: &'a str,
-    lease_ms: u64,
-    seq: u64,
-    floor: u64,
+pub(crate) struct Op<'a> {
+    pub(crate) lock: &'a str,
+    pub(crate) lease_ms: u64,
+    pub(crate) seq: u64,
+    pub(crate) floor: u64,
 }
 
 impl<'a> Op<'a> {
@@ -659,21 +662,6 @@ impl<'a> Op<'a> {
             seq: 2,
             floor: 1,
         }
-    }
-
-    /// The lock's fencing counter key.
-    fn fence(&self) -> String {
-        format!("{}{}", self.lock, layout::FENCE_SUFFIX)
-    }
-
-    /// The lock's release channel.
-    fn channel(&self) -> String {
-        format!("{}{}", self.lock, layout::CHANNEL_SUFFIX)
-    }
-
-    /// The owner's final-release record key.
-    fn freed(&self) -> String {
-        format!("{}{}{DISTLOCK_OWNER}", self.lock, layout::FREED_SUFFIX)
     }
 }
 
@@ -699,89 +687,93 @@ fn set_ops(locks: &[String], lease_ms: u64, settled: u64) -> Vec<Op<'_>> {
         .collect()
 }
 
-/// `kind` as acquire.lua takes it (`ARGV[7]`): `x`, `r`, `w`, `p<permits>`, `f`.
-pub(crate) fn kind_arg(kind: Kind) -> String {
-    match kind {
-        Kind::Plain | Kind::All(_) => "x".into(),
-        Kind::Read => "r".into(),
-        Kind::Write => "w".into(),
-        Kind::Permit(permits) => format!("p{permits}"),
-        Kind::Fair => "f".into(),
+/// `call` as text after the function's name (`sha`): the number of keys, the
+/// keys, the arguments, as `distlock::layout` writes them for the client.
+pub(crate) fn call_line(call: &Call) -> Vec<String> {
+    call.to_args()
+        .iter()
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect()
+}
+
+/// `FCALL <sha>` and `call`.
+fn fcall_line(sha: &str, call: &Call) -> Vec<String> {
+    let mut line = vec!["FCALL".to_owned(), sha.to_owned()];
+    line.extend(call_line(call));
+    line
+}
+
+/// A new acquisition of `kind` by the reference's owner, as the client sends it: no
+/// fencing, not a re-entry, no writer in the call chain, the caller would wait (a
+/// writer or a fair waiter would keep its place), and what the client says of the
+/// holder.
+pub(crate) fn acquire_args<'a>(kind: Kind, op: &Op<'a>) -> Acquire<'a> {
+    Acquire {
+        kind: kind.layout_kind(),
+        stays: true,
+        who: DISTLOCK_WHO,
+        ..Acquire::new(
+            op.lock.as_bytes(),
+            DISTLOCK_OWNER,
+            op.lease_ms,
+            op.seq,
+            op.floor,
+        )
     }
 }
 
-/// A new acquisition of `kind` by acquire.lua (`sha`), as the client sends it: no
-/// fencing, not a re-entry, no writer in the call chain, the caller would wait
-/// (`"1"`: a writer or a fair waiter would keep its place), and what the client
-/// says of the holder.
+/// The release of `op` by the reference's owner, with no successor (no waiter of
+/// the releasing client to hand the lock to).
+pub(crate) fn release_args<'a>(op: &Op<'a>) -> Release<'a> {
+    Release {
+        lock: op.lock.as_bytes(),
+        owner: DISTLOCK_OWNER,
+        lease_ms: op.lease_ms,
+        seq: op.seq,
+        floor: op.floor,
+        successor: None,
+    }
+}
+
+/// The header of a run of release.lua on one server.
+pub(crate) const RELEASE_RUN: ReleaseRun<'static> = ReleaseRun {
+    publish: "PUBLISH",
+    remember_ms: REMEMBER_MS,
+};
+
+/// A new acquisition of `kind` by acquire.lua (`sha`), as the client sends it
+/// ([`acquire_args`]).
 fn distlock_acquire_line(sha: &str, kind: Kind, op: &Op<'_>) -> Vec<String> {
-    let mut line = evalsha_keys(sha, std::slice::from_ref(op), |op| {
-        [op.lock.to_owned(), op.fence(), op.freed()]
-    });
-    line.extend([
-        DISTLOCK_OWNER.to_owned(),
-        op.lease_ms.to_string(),
-        "0".into(),
-        op.seq.to_string(),
-        op.floor.to_string(),
-        "0".into(),
-        kind_arg(kind),
-        String::new(),
-        "1".into(),
-        DISTLOCK_WHO.into(),
-    ]);
-    line
-}
-
-/// `EVALSHA <sha> <3 × ops>` and the three keys `keys` gives for each of `ops`, in
-/// order: the head of a script line that serves several requests.
-fn evalsha_keys(sha: &str, ops: &[Op<'_>], keys: impl Fn(&Op<'_>) -> [String; 3]) -> Vec<String> {
-    let mut line = vec![
-        "FCALL".to_owned(),
-        sha.to_owned(),
-        (3 * ops.len()).to_string(),
-    ];
-    for op in ops {
-        line.extend(keys(op));
-    }
-    line
+    fcall_line(sha, &acquire_args(kind, op).to_call())
 }
 
 /// A set's acquisition by acquire_all.lua (`sha`): one owner for every name (its
 /// operations `ops`), no fencing, what the client says of the holder.
 fn set_acquire_line(sha: &str, ops: &[Op<'_>]) -> Vec<String> {
-    let mut line = evalsha_keys(sha, ops, |op| [op.lock.to_owned(), op.fence(), op.freed()]);
-    line.push("0".into());
-    for op in ops {
-        line.extend([
-            DISTLOCK_OWNER.to_owned(),
-            op.lease_ms.to_string(),
-            op.seq.to_string(),
-            op.floor.to_string(),
-            "0".into(),
-        ]);
-    }
-    line.push(DISTLOCK_WHO.into());
-    line
+    let names = ops.iter().map(|op| SetName {
+        lock: op.lock.as_bytes(),
+        owner: DISTLOCK_OWNER,
+        lease_ms: op.lease_ms,
+        seq: op.seq,
+        floor: op.floor,
+        reentry: false,
+    });
+    let set = AcquireAll {
+        fencing: false,
+        names: names.collect(),
+        who: DISTLOCK_WHO,
+    };
+    fcall_line(sha, &set.to_call())
 }
 
 /// One run of release.lua (`sha`) that gives back `ops`, in order, with no
-/// successor (no waiter of the releasing client to hand the lock to).
+/// successor ([`release_args`]).
 fn release_script_line(sha: &str, ops: &[Op<'_>]) -> Vec<String> {
-    let mut line = evalsha_keys(sha, ops, |op| {
-        [op.lock.to_owned(), op.channel(), op.freed()]
-    });
-    line.extend(["PUBLISH".to_owned(), REMEMBER_MS.to_string()]);
+    let mut call = RELEASE_RUN.to_call();
     for op in ops {
-        line.extend([
-            DISTLOCK_OWNER.to_owned(),
-            op.lease_ms.to_string(),
-            op.seq.to_string(),
-            op.floor.to_string(),
-            String::new(),
-        ]);
+        release_args(op).push_to(&mut call);
     }
-    line
+    fcall_line(sha, &call)
 }
 
 /// A first acquisition of the lock `name` (`sha`: acquire.lua's) as the client
@@ -863,7 +855,7 @@ fn bare_acquire_line(sha: &str, lock: &str, lease_ms: u64) -> Vec<String> {
 
 /// The bare hash's release (`sha`) of the lock at `lock`.
 fn bare_release_line(sha: &str, lock: &str, lease_ms: u64) -> Vec<String> {
-    let channel = format!("{lock}{}", layout::CHANNEL_SUFFIX);
+    let channel = String::from_utf8_lossy(&layout::channel_key(lock.as_bytes())).into_owned();
     ["EVALSHA", sha, "2", lock, &channel, DISTLOCK_OWNER]
         .map(str::to_owned)
         .into_iter()
@@ -1005,7 +997,7 @@ mod tests {
         prefill_held(&server, workload, &KeyShape::Single, "p", 1)?;
         let key = KeyShape::Single.key("rp", "000000000000");
         let (prefilled, lock) = fields_of(&mut conn, &key, DISTLOCK_OWNER)?;
-        assert_eq!(lock.kind(), Some("lock"));
+        assert_eq!(lock.kind(), Some(layout::Kind::Exclusive.word()));
         assert_eq!(lock.count(DISTLOCK_OWNER), 1);
         assert_eq!(lock.record(DISTLOCK_OWNER), Some("0 1"));
         assert!(lock

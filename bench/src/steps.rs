@@ -25,14 +25,13 @@
 
 use std::fmt::Write as _;
 
+use distlock::layout::args::{Acquire, Args, Renew};
 use distlock_testkit::RedisServer;
 
 use crate::error::BoxError;
 use crate::kind::Kind;
 use crate::reference::{redis_benchmark, redis_benchmark_binary, Load};
-use crate::server::{
-    self, kind_arg, KeyShape, Protocol, Workload, DISTLOCK_OWNER, DISTLOCK_WHO, RAND, REMEMBER_MS,
-};
+use crate::server::{self, KeyShape, Op, Protocol, Workload, DISTLOCK_OWNER, RAND};
 use crate::stats::median;
 
 /// Settings of the per-step table.
@@ -282,49 +281,32 @@ fn variant_library(name: &str, cut: Cut) -> Result<String, BoxError> {
 /// the lock `lock`: what the client sends (no fencing, no successor, what the
 /// client says of the holder), operation `seq` with the floor `seq - 1`.
 fn line(kind: Kind, path: Path, lock: &str, seq: u64, lease_ms: u64) -> Vec<String> {
-    let freed = format!("{lock}{}{DISTLOCK_OWNER}", distlock::layout::FREED_SUFFIX);
-    let (seq, floor, lease) = (seq.to_string(), (seq - 1).to_string(), lease_ms.to_string());
-    let owner = DISTLOCK_OWNER.to_owned();
-    match path {
-        Path::First | Path::Reenter => {
-            let fence = format!("{lock}{}", distlock::layout::FENCE_SUFFIX);
-            let reentry = if path == Path::Reenter { "1" } else { "0" };
-            vec![
-                "3".into(),
-                lock.into(),
-                fence,
-                freed,
-                owner,
-                lease,
-                "0".into(),
-                seq,
-                floor,
-                reentry.into(),
-                kind_arg(kind),
-                String::new(),
-                "1".into(),
-                DISTLOCK_WHO.into(),
-            ]
+    let op = Op {
+        lock,
+        lease_ms,
+        seq,
+        floor: seq - 1,
+    };
+    let call = match path {
+        Path::First | Path::Reenter => Acquire {
+            reentry: path == Path::Reenter,
+            ..server::acquire_args(kind, &op)
         }
+        .to_call(),
         Path::NonFinal | Path::Final => {
-            let channel = format!("{lock}{}", distlock::layout::CHANNEL_SUFFIX);
-            let remember = REMEMBER_MS.to_string();
-            vec![
-                "3".into(),
-                lock.into(),
-                channel,
-                freed,
-                "PUBLISH".into(),
-                remember,
-                owner,
-                lease,
-                seq,
-                floor,
-                String::new(),
-            ]
+            let mut call = server::RELEASE_RUN.to_call();
+            server::release_args(&op).push_to(&mut call);
+            call
         }
-        Path::Renew => vec!["1".into(), lock.into(), owner, lease, String::new()],
-    }
+        Path::Renew => Renew {
+            lock: lock.as_bytes(),
+            owner: DISTLOCK_OWNER,
+            lease_ms,
+            write_back: None,
+        }
+        .to_call(),
+    };
+    server::call_line(&call)
 }
 
 /// The operation number of `path`'s request, and the requests (path, number) that

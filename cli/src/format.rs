@@ -17,8 +17,12 @@ pub(crate) struct LockView {
     pub(crate) name: String,
     /// Whether some owner holds it.
     pub(crate) held: bool,
-    /// `exclusive`, `read_write`, `semaphore`, `fair`; `null` when no lock is there.
+    /// `exclusive`, `read_write`, `semaphore`, `fair` (the kind table's JSON
+    /// word, `LockKind::json_word`); `null` when no lock is there.
     pub(crate) kind: Option<&'static str>,
+    /// The kind itself, for the human layout.
+    #[serde(skip)]
+    lock_kind: Option<LockKind>,
     /// A semaphore's permit count.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) permits: Option<u32>,
@@ -81,7 +85,8 @@ impl LockView {
         Self {
             name: String::from_utf8_lossy(name).into_owned(),
             held: info.held,
-            kind: info.kind.map(kind_name),
+            kind: info.kind.map(LockKind::json_word),
+            lock_kind: info.kind,
             permits: match info.kind {
                 Some(LockKind::Semaphore { permits }) => Some(permits),
                 _ => None,
@@ -103,10 +108,10 @@ impl LockView {
 
     /// The kind as people read it: `read-write`, `semaphore(4)`, `-` for none.
     pub(crate) fn kind_label(&self) -> String {
-        match (self.kind, self.permits) {
-            (Some("semaphore"), Some(permits)) => format!("semaphore({permits})"),
-            (Some(kind), _) => kind.replace('_', "-"),
-            (None, _) => "-".to_owned(),
+        match (self.lock_kind, self.kind) {
+            (Some(LockKind::Semaphore { permits }), Some(kind)) => format!("{kind}({permits})"),
+            (_, Some(kind)) => kind.replace('_', "-"),
+            (_, None) => "-".to_owned(),
         }
     }
 
@@ -172,13 +177,13 @@ impl LockView {
     /// what they are; a plain lock's and a semaphore's waiters keep none.
     fn waiting_text(&self) -> String {
         let n = self.waiting;
-        match self.kind {
-            Some("read_write") => format!(
+        match self.lock_kind {
+            Some(LockKind::ReadWrite) => format!(
                 "{n} writer{} keeping a place (new readers wait behind {})",
                 plural(n),
                 if n == 1 { "it" } else { "them" }
             ),
-            Some("fair") => format!("{n} in the fair lock's queue"),
+            Some(LockKind::Fair) => format!("{n} in the fair lock's queue"),
             _ if n == 0 => {
                 "- (this kind's waiters keep no place in Redis: see listening)".to_owned()
             }
@@ -304,17 +309,6 @@ impl HolderView {
                 text: info.to_string(),
             }),
         }
-    }
-}
-
-/// The JSON name of a lock kind.
-fn kind_name(kind: LockKind) -> &'static str {
-    match kind {
-        LockKind::Exclusive => "exclusive",
-        LockKind::ReadWrite => "read_write",
-        LockKind::Semaphore { .. } => "semaphore",
-        LockKind::Fair => "fair",
-        _ => "other",
     }
 }
 

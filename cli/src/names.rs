@@ -8,53 +8,12 @@
 //! `list` scans for `ns:{*`, keeps the keys that end at the closing brace (and, for
 //! free locks, the side keys), decodes their names and matches them against the
 //! operator's pattern here (Redis' glob rules), since an escaped name is not the
-//! name a pattern is written for.
+//! name a pattern is written for. A key is read back into its name by
+//! `distlock::layout` (`name_of_key`, `name_of_side_key`), as it is written there.
 
 use distlock::layout;
 
-pub(crate) use layout::channel;
-
-/// The lock name of `key` when it is the main key of a lock of `namespace`; `None`
-/// for a lock's side keys (`...}:fence`, `...}:freed:<owner>`: see
-/// [`name_of_side_key`]) and for keys distlock does not write (another prefix, a
-/// `%` that is no escape of distlock's).
-pub(crate) fn name_of_key(namespace: &str, key: &[u8]) -> Option<Vec<u8>> {
-    let (escaped, tail) = split_key(namespace, key)?;
-    if !tail.is_empty() {
-        return None;
-    }
-    layout::unescape_name(escaped)
-}
-
-/// The lock name of `key` when it is a side key of a lock of `namespace`
-/// ([`layout::is_side_key`]: its fencing counter, or the record of a final
-/// release); `None` for a lock's main key, its channel, and keys distlock does not
-/// write.
-pub(crate) fn name_of_side_key(namespace: &str, key: &[u8]) -> Option<Vec<u8>> {
-    if !layout::is_side_key(key) {
-        return None;
-    }
-    let (escaped, tail) = split_key(namespace, key)?;
-    // `is_side_key` read the tail after the last brace: it must be this one.
-    if tail.contains(&b'}') {
-        return None;
-    }
-    layout::unescape_name(escaped)
-}
-
-/// The escaped name in `key` (between `<namespace>:{` and the first `}`, not
-/// empty) and what follows the brace.
-fn split_key<'a>(namespace: &str, key: &'a [u8]) -> Option<(&'a [u8], &'a [u8])> {
-    let rest = key
-        .strip_prefix(namespace.as_bytes())?
-        .strip_prefix(b":{")?;
-    // An escaped name holds no brace: the first one closes the tag.
-    let close = rest.iter().position(|&byte| byte == b'}')?;
-    if close == 0 {
-        return None;
-    }
-    Some((&rest[..close], &rest[close + 1..]))
-}
+pub(crate) use layout::{channel, name_of_key, name_of_side_key};
 
 /// The SCAN `MATCH` pattern for the lock keys of `namespace` whose names may match
 /// `pattern`: the namespace, then the part of `pattern` before its first special
@@ -187,100 +146,6 @@ fn class_match(pattern: &[u8], open: usize, byte: u8) -> Option<(bool, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use distlock::layout::lock_key;
-
-    #[test]
-    fn keys_are_escaped_as_the_library_writes_them() {
-        assert_eq!(lock_key("ns", b"order:{42}"), b"ns:{order:%7B42%7D}");
-        assert_eq!(lock_key("ns", b"100%"), b"ns:{100%25}");
-        assert_eq!(channel("ns", b"a"), b"ns:{a}:released");
-    }
-
-    #[test]
-    fn main_keys_give_their_names_and_other_keys_none() {
-        assert_eq!(
-            name_of_key("ns", b"ns:{order:%7B42%7D}").as_deref(),
-            Some(&b"order:{42}"[..])
-        );
-        assert_eq!(
-            name_of_key("ns", b"ns:{100%25}").as_deref(),
-            Some(&b"100%"[..])
-        );
-        let side = |suffix: &str| format!("ns:{{a}}{suffix}").into_bytes();
-        let fence = side(layout::FENCE_SUFFIX);
-        let freed = side(&format!("{}c1:1", layout::FREED_SUFFIX));
-        let channel = side(layout::CHANNEL_SUFFIX);
-        for other in [
-            &fence[..],
-            &freed,
-            &channel,
-            b"other:{a}",
-            b"ns:{}",
-            b"ns:{a%41}",
-            b"ns:{a%2}",
-            b"ns:a",
-            b"nsx:{a}",
-        ] {
-            assert_eq!(name_of_key("ns", other), None, "{other:?}");
-        }
-    }
-
-    #[test]
-    fn side_keys_give_their_lock_names_and_other_keys_none() {
-        let fence = [
-            &lock_key("ns", b"order:{42}")[..],
-            layout::FENCE_SUFFIX.as_bytes(),
-        ]
-        .concat();
-        let freed = [
-            &lock_key("ns", b"100%")[..],
-            layout::FREED_SUFFIX.as_bytes(),
-            b"3f0c:1",
-        ]
-        .concat();
-        assert_eq!(
-            name_of_side_key("ns", &fence).as_deref(),
-            Some(&b"order:{42}"[..])
-        );
-        assert_eq!(
-            name_of_side_key("ns", &freed).as_deref(),
-            Some(&b"100%"[..])
-        );
-        let channel = channel("ns", b"a");
-        for other in [
-            &b"ns:{a}"[..],
-            &channel,
-            b"ns:{a}:fenced",
-            b"ns:{a}:freed",
-            b"other:{a}:fence",
-            b"ns:{}:fence",
-            b"ns:{a%41}:fence",
-            b"ns:{a}}:fence",
-        ] {
-            assert_eq!(name_of_side_key("ns", other), None, "{other:?}");
-        }
-    }
-
-    #[test]
-    fn every_name_comes_back_from_its_key() {
-        for name in [
-            &b"a"[..],
-            b"%",
-            b"{",
-            b"}",
-            b"%7B",
-            b"{}%{}",
-            b"x:y:z",
-            b"\xff\x00",
-        ] {
-            let key = lock_key("distlock", name);
-            assert_eq!(
-                name_of_key("distlock", &key).as_deref(),
-                Some(name),
-                "{name:?}"
-            );
-        }
-    }
 
     #[test]
     fn the_scan_pattern_pushes_the_literal_prefix_down() {

@@ -261,12 +261,16 @@ async fn list_finds_the_locks_that_match_a_pattern() {
     server
         .cmd(&["SET", "distlock:unrelated", "x"])
         .expect("a foreign key");
+    let key = |namespace: &str, name: &str| {
+        String::from_utf8_lossy(&distlock::layout::lock_key(namespace, name.as_bytes()))
+            .into_owned()
+    };
     server
-        .cmd(&["SET", "billing:{order:9}", "x"])
+        .cmd(&["SET", &key("billing", "order:9"), "x"])
         .expect("another namespace's key");
     // A key at a lock's place that distlock did not write: skipped, with a word.
     server
-        .cmd(&["SET", "distlock:{order:foreign}", "x"])
+        .cmd(&["SET", &key("distlock", "order:foreign"), "x"])
         .expect("a foreign key at a lock's place");
 
     let machine = run(&url, &["--json", "list", "order:*"]).await;

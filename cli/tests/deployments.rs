@@ -29,7 +29,9 @@ async fn on_a_cluster_list_scans_every_master_and_watch_hears_releases() {
     let masters: BTreeSet<usize> = names
         .iter()
         .map(|name| {
-            let key = format!("distlock:{{{name}}}");
+            let key =
+                String::from_utf8_lossy(&distlock::layout::lock_key("distlock", name.as_bytes()))
+                    .into_owned();
             let slot: u16 = cluster.nodes()[0]
                 .cmd(&["CLUSTER", "KEYSLOT", &key])
                 .expect("a slot")

@@ -20,8 +20,9 @@ use tokio::sync::oneshot;
 use crate::backend::Conn;
 use crate::detach::spawn;
 use crate::keys::LockKeys;
+use crate::layout::args::{self, Args, Call, ReleaseRun};
 use crate::library::{Invocation, Script};
-use crate::scripts::Scripts;
+use crate::scripts::{request_answer, Scripts};
 
 /// A request that runs in batches: it adds its keys and arguments to a run of its
 /// script, which answers it with one reply of its own.
@@ -65,20 +66,19 @@ impl Request for Acquisition {
     const SCRIPT: &'static str = "acquire.lua";
 
     fn add_to(&self, invocation: &mut Invocation<'_>) {
-        invocation
-            .key(&self.keys.lock)
-            .key(self.keys.fence())
-            .key(self.keys.freed_for(&self.owner))
-            .arg(&*self.owner)
-            .arg(self.lease_ms)
-            .arg(u8::from(self.fencing))
-            .arg(self.seq)
-            .arg(self.floor)
-            .arg(u8::from(self.reentry))
-            .arg(self.keys.kind.script_arg())
-            .arg(self.writer.as_deref().unwrap_or(""))
-            .arg(u8::from(self.stays))
-            .arg(self.who.as_deref().unwrap_or(""));
+        invocation.push(&args::Acquire {
+            lock: &self.keys.lock,
+            owner: &self.owner,
+            lease_ms: self.lease_ms,
+            fencing: self.fencing,
+            seq: self.seq,
+            floor: self.floor,
+            reentry: self.reentry,
+            kind: self.keys.kind,
+            writer: self.writer.as_deref().unwrap_or(""),
+            stays: self.stays,
+            who: self.who.as_deref().unwrap_or(""),
+        });
     }
 }
 
@@ -111,17 +111,16 @@ pub(crate) struct Successor {
 }
 
 impl Successor {
-    /// As `release.lua` takes it: "<owner> <lease> <seq> <floor> <fencing> <who>".
-    fn encode(&self) -> String {
-        format!(
-            "{} {} {} {} {} {}",
-            self.owner,
-            self.lease_ms,
-            self.seq,
-            self.floor,
-            u8::from(self.fencing),
-            self.who
-        )
+    /// As `release.lua` takes it.
+    fn args(&self) -> args::Successor<'_> {
+        args::Successor {
+            owner: &self.owner,
+            lease_ms: self.lease_ms,
+            seq: self.seq,
+            floor: self.floor,
+            fencing: self.fencing,
+            who: &self.who,
+        }
     }
 }
 
@@ -129,22 +128,14 @@ impl Request for Item {
     const SCRIPT: &'static str = "release.lua";
 
     fn add_to(&self, invocation: &mut Invocation<'_>) {
-        invocation
-            .key(&self.keys.lock)
-            .key(self.keys.channel())
-            .key(self.keys.freed_for(&self.owner));
-        if self.successor.as_ref().is_some_and(|next| next.fencing) {
-            invocation.key(self.keys.fence());
-        }
-        invocation
-            .arg(&*self.owner)
-            .arg(self.lease_ms)
-            .arg(self.seq)
-            .arg(self.floor);
-        match &self.successor {
-            Some(next) => invocation.arg(next.encode()),
-            None => invocation.arg(""),
-        };
+        invocation.push(&args::Release {
+            lock: &self.keys.lock,
+            owner: &self.owner,
+            lease_ms: self.lease_ms,
+            seq: self.seq,
+            floor: self.floor,
+            successor: self.successor.as_deref().map(Successor::args),
+        });
     }
 }
 
@@ -156,7 +147,7 @@ type Answer = redis::RedisResult<Vec<i64>>;
 pub(crate) struct Batcher<R: Request> {
     script: Script,
     /// The script's arguments before the requests' own.
-    header: Vec<String>,
+    header: Call,
     /// Whether requests go in batches (one endpoint), or each alone (a cluster, whose
     /// script keys must share a slot, or a Redlock node).
     batches: bool,
@@ -175,17 +166,21 @@ pub(crate) fn releases(
     remember_ms: u64,
     batches: bool,
 ) -> Batcher<Item> {
-    let header = vec![publish.to_owned(), remember_ms.to_string()];
+    let header = ReleaseRun {
+        publish,
+        remember_ms,
+    }
+    .to_call();
     Batcher::new(scripts.release.clone(), header, batches)
 }
 
 /// The new acquisitions of a client, as one run of `acquire.lua` each batch.
 pub(crate) fn acquisitions(scripts: &Scripts, batches: bool) -> Batcher<Acquisition> {
-    Batcher::new(scripts.acquire.clone(), Vec::new(), batches)
+    Batcher::new(scripts.acquire.clone(), Call::default(), batches)
 }
 
 impl<R: Request> Batcher<R> {
-    fn new(script: Script, header: Vec<String>, batches: bool) -> Self {
+    fn new(script: Script, header: Call, batches: bool) -> Self {
         Self {
             script,
             header,
@@ -319,40 +314,16 @@ fn take<T>(queue: &mut Vec<T>) -> Vec<T> {
 impl<R: Request> Batcher<R> {
     /// Runs the script once for `items`, in order: one answer per item.
     async fn run(&self, items: &[&R], conn: &mut Conn) -> redis::RedisResult<Vec<Answer>> {
-        let mut invocation = self.script.prepare_invoke();
-        for arg in &self.header {
-            invocation.arg(arg);
-        }
+        let mut invocation = self.script.invoke(&self.header);
         for item in items {
             item.add_to(&mut invocation);
         }
         let replies: Vec<redis::Value> = invocation.invoke_async(conn).await?;
         Ok(replies
             .into_iter()
-            .map(|reply| answer_of(R::SCRIPT, reply))
+            .map(|reply| request_answer(R::SCRIPT, reply))
             .collect())
     }
-}
-
-/// One request's answer in a script's reply: its numbers, or, for `{-6, error}` (a
-/// command it called was refused, see `lua/lock.lua`'s `answer`), that error, as
-/// Redis words it (`LockError` tells a refused permission by those words).
-pub(crate) fn answer_of(script: &'static str, reply: redis::Value) -> Answer {
-    if let redis::Value::Array(parts) = &reply {
-        if let [redis::Value::Int(-6), text] = parts.as_slice() {
-            let text = match text {
-                redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                redis::Value::SimpleString(text) => text.clone(),
-                other => format!("{other:?}"),
-            };
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Extension,
-                "a command the script called was refused",
-                format!("{script}: {text}"),
-            )));
-        }
-    }
-    Ok(redis::from_redis_value(reply)?)
 }
 
 fn unexpected_count(script: &str, got: usize, sent: usize) -> redis::RedisError {

@@ -16,6 +16,7 @@ use crate::hold::HeldLock;
 use crate::inner::Inner;
 use crate::keys::Kind;
 use crate::kinds::{HoldMode, LockKind};
+use crate::layout::args::ForceRelease;
 use crate::release::{self, ShutdownReport};
 use crate::request::{LockAllRequest, LockRequest, Semaphore, TryLockRequest};
 use crate::scripts::{unexpected_reply, ForceReleaseReply, LockView};
@@ -899,9 +900,10 @@ impl LockClient {
                 async move {
                     let reply: i64 = scripts
                         .force_release
-                        .key(&keys.lock)
-                        .key(keys.channel())
-                        .arg(publish)
+                        .invoke(&ForceRelease {
+                            lock: &keys.lock,
+                            publish,
+                        })
                         .invoke_async(&mut conn)
                         .await?;
                     ForceReleaseReply::decode(reply)

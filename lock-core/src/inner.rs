@@ -255,7 +255,7 @@ impl Inner {
 
 /// A client's id: the 128 bits of `uuid` in 22 characters of `[0-9A-Za-z_-]`
 /// (never `#`, which starts the layout's own fields). Shorter than the UUID's hex,
-/// as it is part of every holder's field names (`layout.rs`).
+/// as it is part of every holder's field names (`layout/`).
 fn client_id(uuid: uuid::Uuid) -> String {
     const DIGITS: &[u8; 64] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_";
     let mut bits = uuid.as_u128();

@@ -1,12 +1,14 @@
-//! Lock names and the Redis keys they map to.
+//! Lock names and the Redis keys they map to (spelled by `layout/keys.rs`), and what
+//! a request of each [`Kind`] takes.
 
 use std::fmt;
 use std::sync::Arc;
 
 use crate::error::LockError;
-use crate::faults::{self, Fault};
 use crate::kinds::LockKind;
-use crate::layout::{CHANNEL_SUFFIX, FENCE_SUFFIX, FREED_SUFFIX};
+use crate::layout;
+/// What a lock request takes: the kinds of lock, and the hold within them.
+pub(crate) use crate::layout::Kind;
 
 /// The longest lock name accepted, in bytes.
 ///
@@ -46,7 +48,7 @@ pub const MAX_NAMESPACE_LEN: usize = 128;
 /// request needs them (a held lock keeps its keys as long as it is held).
 ///
 /// For the lock name `N` in namespace `ns`: the lock `ns:{N}` (a hash, see
-/// `layout.rs`), the fencing counter `ns:{N}:fence`, the channel `ns:{N}:released`,
+/// `layout/`), the fencing counter `ns:{N}:fence`, the channel `ns:{N}:released`,
 /// and `ns:{N}:freed:<owner>`, the record of an owner's final release for a short
 /// while (so that a retry of that release knows it applied). Inside the tag, `%`,
 /// `{` and `}` are written `%25`, `%7B` and `%7D`, so the tag always ends where it
@@ -61,21 +63,8 @@ pub(crate) struct LockKeys {
     pub(crate) kind: Kind,
 }
 
-/// What a lock request takes: the kinds of lock, and the hold within them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Kind {
-    /// The plain lock: one owner at a time (`lua/lock.lua`).
-    Exclusive,
-    /// A read hold of a read-write lock: many readers at once, no writer.
-    Read,
-    /// The write hold of a read-write lock: one writer, no reader.
-    Write,
-    /// A permit of a semaphore of `permits` permits.
-    Permit { permits: u32 },
-    /// A fair lock: one owner at a time, granted in the order of arrival.
-    Fair,
-}
-
+/// What a lock request takes, beyond how the kind table (`layout/kind.rs`) spells
+/// it on the wire.
 impl Kind {
     /// Whether this is the plain lock, the one kind a release hands to a waiter.
     pub(crate) fn is_plain(self) -> bool {
@@ -95,12 +84,7 @@ impl Kind {
 
     /// The kind of lock this request takes a hold of, as `inspect` reports it.
     pub(crate) fn lock_kind(self) -> LockKind {
-        match self {
-            Self::Exclusive => LockKind::Exclusive,
-            Self::Read | Self::Write => LockKind::ReadWrite,
-            Self::Permit { permits } => LockKind::Semaphore { permits },
-            Self::Fair => LockKind::Fair,
-        }
+        LockKind::of(self)
     }
 
     /// Whether a hold of this kind and one of `other` are holds of the same lock
@@ -116,17 +100,6 @@ impl Kind {
     /// kind at a name held as another.)
     pub(crate) fn excludes(self, other: Kind) -> bool {
         !(self.admits_many() && other.admits_many() && self.same_lock(other))
-    }
-
-    /// The kind as `acquire.lua` takes it (ARGV[7]).
-    pub(crate) fn script_arg(self) -> String {
-        match self {
-            Self::Exclusive => "x".into(),
-            Self::Read => "r".into(),
-            Self::Write => "w".into(),
-            Self::Permit { permits } => format!("p{permits}"),
-            Self::Fair => "f".into(),
-        }
     }
 
     /// What the kind is called in messages.
@@ -169,7 +142,7 @@ impl LockKeys {
                 function: None,
             });
         }
-        let lock = crate::layout::lock_key(namespace, name);
+        let lock = layout::lock_key(namespace, name);
         Ok(Self {
             name: Arc::from(name),
             lock,
@@ -185,22 +158,7 @@ impl LockKeys {
 
     /// The release channel: made when a request needs it.
     pub(crate) fn channel(&self) -> Vec<u8> {
-        suffixed(&self.lock, CHANNEL_SUFFIX.as_bytes())
-    }
-
-    /// The fencing counter: made when a request needs it, not kept with a held lock.
-    pub(crate) fn fence(&self) -> Vec<u8> {
-        suffixed(&self.lock, FENCE_SUFFIX.as_bytes())
-    }
-
-    /// Where the record of a final release of `owner` is kept for a short while:
-    /// `:freed:<owner>`, the same for every kind.
-    pub(crate) fn freed_for(&self, owner: &str) -> Vec<u8> {
-        let mut key = suffixed(&self.lock, FREED_SUFFIX.as_bytes());
-        if !faults::active(Fault::SharedFinalReleaseRecord) {
-            key.extend_from_slice(owner.as_bytes());
-        }
-        key
+        layout::channel_key(&self.lock)
     }
 
     /// The name as text for messages and traces (invalid UTF-8 is replaced).
@@ -220,33 +178,6 @@ impl fmt::Debug for LockKeys {
             .field(&String::from_utf8_lossy(&self.lock))
             .finish()
     }
-}
-
-/// The lock name inside a lock's key `<ns>:{<name>}`, with its escapes undone (see
-/// [`LockKeys`]), as text for messages; the key itself when it is not of that form.
-pub(crate) fn display_key(key: &[u8]) -> String {
-    let (Some(open), Some(close)) = (
-        key.iter().position(|byte| *byte == b'{'),
-        key.iter().rposition(|byte| *byte == b'}'),
-    ) else {
-        return String::from_utf8_lossy(key).into_owned();
-    };
-    if close <= open {
-        return String::from_utf8_lossy(key).into_owned();
-    }
-    let escaped = &key[open + 1..close];
-    match crate::layout::unescape_name(escaped) {
-        Some(name) => String::from_utf8_lossy(&name).into_owned(),
-        None => String::from_utf8_lossy(escaped).into_owned(),
-    }
-}
-
-/// `key` followed by `suffix`, in one allocation.
-fn suffixed(key: &[u8], suffix: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(key.len() + suffix.len());
-    out.extend_from_slice(key);
-    out.extend_from_slice(suffix);
-    out
 }
 
 /// Checks a namespace: non-empty, at most [`MAX_NAMESPACE_LEN`] bytes, no braces.
@@ -275,9 +206,12 @@ mod tests {
     fn keys_share_one_non_empty_tag() {
         let keys = LockKeys::new("ns", b"order:{42}").expect("valid name");
         assert_eq!(keys.lock, b"ns:{order:%7B42%7D}");
-        assert_eq!(keys.fence(), b"ns:{order:%7B42%7D}:fence");
+        assert_eq!(layout::fence_key(&keys.lock), b"ns:{order:%7B42%7D}:fence");
         assert_eq!(keys.channel(), b"ns:{order:%7B42%7D}:released");
-        assert_eq!(keys.freed_for("c:1"), b"ns:{order:%7B42%7D}:freed:c:1");
+        assert_eq!(
+            layout::freed_key(&keys.lock, "c:1"),
+            b"ns:{order:%7B42%7D}:freed:c:1"
+        );
     }
 
     /// Two owners may hold one lock at once only as two readers or two permits:
@@ -305,13 +239,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn a_key_shows_its_name() {
-        let keys = LockKeys::new("ns", b"order:{42}%").expect("valid name");
-        assert_eq!(display_key(&keys.lock), "order:{42}%");
-        assert_eq!(display_key(b"plain"), "plain");
     }
 
     #[test]

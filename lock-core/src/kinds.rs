@@ -3,6 +3,8 @@
 //! What a request asks for is `keys::Kind`: a hold of one of these kinds
 //! (`Kind::lock_kind`), in one of these modes.
 
+use crate::layout::Kind;
+
 /// The kind of lock at a name, as [`LockClient::inspect`](crate::LockClient::inspect) finds it.
 ///
 /// # Examples
@@ -37,18 +39,46 @@ pub enum LockKind {
 }
 
 impl LockKind {
-    /// The kind numbered `code` in a script's reply (`KINDS` in `lua/lock.lua`),
-    /// a semaphore counting `permits` permits.
+    /// The kind numbered `code` in a script's reply (the kind table,
+    /// `layout/kind.rs`), a semaphore counting `permits` permits.
     pub(crate) fn from_code(code: i64, permits: i64) -> Option<Self> {
-        Some(match code {
-            0 => Self::Exclusive,
-            1 => Self::ReadWrite,
-            2 => Self::Semaphore {
+        match Kind::of_code(code, 0)? {
+            Kind::Permit { .. } => Some(Self::Semaphore {
                 permits: u32::try_from(permits).ok()?,
-            },
-            3 => Self::Fair,
-            _ => return None,
-        })
+            }),
+            kind => Some(Self::of(kind)),
+        }
+    }
+
+    /// The kind of lock a hold of `kind` is a hold of.
+    pub(crate) fn of(kind: Kind) -> Self {
+        match kind {
+            Kind::Exclusive => Self::Exclusive,
+            Kind::Read | Kind::Write => Self::ReadWrite,
+            Kind::Permit { permits } => Self::Semaphore { permits },
+            Kind::Fair => Self::Fair,
+        }
+    }
+
+    /// The word for this kind in the `distlock` tool's JSON, from the kind table
+    /// (`layout::Kind::json_word`): `exclusive`, `read_write`, `semaphore` or
+    /// `fair`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// assert_eq!(distlock::LockKind::ReadWrite.json_word(), "read_write");
+    /// ```
+    #[doc(hidden)]
+    pub fn json_word(self) -> &'static str {
+        let kind = match self {
+            Self::Exclusive => Kind::Exclusive,
+            Self::ReadWrite => Kind::Read,
+            Self::Semaphore { permits } => Kind::Permit { permits },
+            Self::Fair => Kind::Fair,
+        };
+        kind.json_word()
     }
 
     /// What the kind is called in messages.

@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisResult, ToRedisArgs, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisResult, Value};
+
+use crate::layout::args::{Args, Call};
 
 /// The function library: its text, its name, and whether this client calls its
 /// functions (it stops at the first refusal of functions as such).
@@ -212,15 +214,15 @@ impl Script {
     pub(crate) fn prepare_invoke(&self) -> Invocation<'_> {
         Invocation {
             script: self,
-            keys: Vec::new(),
-            args: Vec::new(),
+            call: Call::default(),
         }
     }
 
-    /// A call of this script, with its first key.
-    pub(crate) fn key<T: ToRedisArgs>(&self, key: T) -> Invocation<'_> {
+    /// A call of this script with the keys and arguments of `request` (see
+    /// `layout/args.rs`).
+    pub(crate) fn invoke(&self, request: &impl Args) -> Invocation<'_> {
         let mut invocation = self.prepare_invoke();
-        invocation.key(key);
+        invocation.push(request);
         invocation
     }
 
@@ -308,20 +310,13 @@ impl Script {
 #[derive(Debug, Clone)]
 pub(crate) struct Invocation<'a> {
     script: &'a Script,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    call: Call,
 }
 
 impl Invocation<'_> {
-    /// Adds a key (`KEYS[n]` in the script).
-    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
-        key.write_redis_args(&mut self.keys);
-        self
-    }
-
-    /// Adds an argument (`ARGV[n]`).
-    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
-        arg.write_redis_args(&mut self.args);
+    /// Adds the keys and arguments of `request` after those already there.
+    pub(crate) fn push(&mut self, request: &impl Args) -> &mut Self {
+        request.push_to(&mut self.call);
         self
     }
 
@@ -333,9 +328,9 @@ impl Invocation<'_> {
         };
         let mut cmd = redis::cmd(command);
         cmd.arg(&**script)
-            .arg(self.keys.len())
-            .arg(&self.keys)
-            .arg(&self.args);
+            .arg(self.call.keys.len())
+            .arg(&self.call.keys)
+            .arg(&self.call.args);
         cmd
     }
 

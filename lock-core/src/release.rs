@@ -24,6 +24,7 @@ use crate::handoff::{Delivery, Granted, Unclaimed};
 use crate::hold::Hold;
 use crate::inner::Inner;
 use crate::keys::LockKeys;
+use crate::layout::args::Withdraw;
 use crate::lease::validity;
 use crate::owner::{Op, Owner};
 use crate::scripts::{unexpected_reply, ReleaseReply};
@@ -382,10 +383,11 @@ pub(crate) fn take_back_place(inner: &Arc<Inner>, keys: &Arc<LockKeys>, owner: &
                 async move {
                     scripts
                         .withdraw
-                        .key(&keys.lock)
-                        .key(keys.channel())
-                        .arg(publish)
-                        .arg(owner.as_ref())
+                        .invoke(&Withdraw {
+                            lock: &keys.lock,
+                            publish,
+                            owner: &owner,
+                        })
                         .invoke_async::<i64, _>(&mut conn)
                         .await
                 }

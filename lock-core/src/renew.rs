@@ -17,6 +17,7 @@ use crate::backend::{redlock, slot, Backend, Conn};
 use crate::batch::MAX_BATCH;
 use crate::error::{is_failover_code, LockError, LostReason};
 use crate::hold::Hold;
+use crate::layout::args;
 use crate::lease::{lease_millis, validity};
 use crate::library::is_missing_reply;
 use crate::owner::Op;
@@ -155,8 +156,12 @@ impl WriteBack {
     }
 
     /// `renew.lua`'s `ARGV[3i]`: "<count> <seq> <floor>".
-    fn spec(&self) -> String {
-        format!("{} {} {}", self.count, self.op.seq(), self.op.floor())
+    fn spec(&self) -> args::WriteBack {
+        args::WriteBack {
+            count: self.count as u64,
+            seq: self.op.seq(),
+            floor: self.op.floor(),
+        }
     }
 }
 
@@ -201,7 +206,7 @@ async fn write_back(
                     return Ok(());
                 }
                 let holds: Vec<Arc<Hold>> = items.iter().map(|item| item.hold.clone()).collect();
-                let specs: Vec<String> = items.iter().map(WriteBack::spec).collect();
+                let specs: Vec<args::WriteBack> = items.iter().map(WriteBack::spec).collect();
                 let answers =
                     renew_pipeline(&mut conn, &scripts, &holds, &specs, None, lease).await?;
                 let written = answers
@@ -281,7 +286,7 @@ async fn renew_pipeline(
     conn: &mut Conn,
     scripts: &Scripts,
     holds: &[Arc<Hold>],
-    specs: &[String],
+    specs: &[args::WriteBack],
     acks: Option<(u32, Duration)>,
     lease: Option<Duration>,
 ) -> redis::RedisResult<Vec<Answer>> {
@@ -292,13 +297,12 @@ async fn renew_pipeline(
         for (run, start) in holds.chunks(MAX_BATCH).zip((0..).step_by(MAX_BATCH)) {
             let mut invocation = scripts.renew.prepare_invoke();
             for (offset, hold) in run.iter().enumerate() {
-                let lease_ms = lease.unwrap_or_else(|| hold.state().lease).as_millis() as u64;
-                let spec = specs.get(start + offset).map_or("", String::as_str);
-                invocation
-                    .key(&hold.keys.lock)
-                    .arg(hold.owner.id())
-                    .arg(lease_ms)
-                    .arg(spec);
+                invocation.push(&args::Renew {
+                    lock: &hold.keys.lock,
+                    owner: hold.owner.id(),
+                    lease_ms: lease.unwrap_or_else(|| hold.state().lease).as_millis() as u64,
+                    write_back: specs.get(start + offset).copied(),
+                });
             }
             invocation.add_to(&mut pipe, way);
         }

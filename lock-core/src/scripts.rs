@@ -431,6 +431,30 @@ pub(crate) fn renew_reply(reply: &redis::Value) -> Option<RenewReply> {
     }
 }
 
+/// One request's answer in a script's reply: its numbers, or, for `{-6, error}` (a
+/// command it called was refused, see `lua/lock.lua`'s `answer`), that error, as
+/// Redis words it (`LockError` tells a refused permission by those words).
+pub(crate) fn request_answer(
+    script: &'static str,
+    reply: redis::Value,
+) -> redis::RedisResult<Vec<i64>> {
+    if let redis::Value::Array(parts) = &reply {
+        if let [redis::Value::Int(-6), text] = parts.as_slice() {
+            let text = match text {
+                redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                redis::Value::SimpleString(text) => text.clone(),
+                other => format!("{other:?}"),
+            };
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Extension,
+                "a command the script called was refused",
+                format!("{script}: {text}"),
+            )));
+        }
+    }
+    Ok(redis::from_redis_value(reply)?)
+}
+
 /// An error for a reply that does not have the shape the script returns.
 pub(crate) fn unexpected_reply(
     script: &'static str,

@@ -29,7 +29,7 @@ const MAX_HOST_LEN: usize = 64;
 const MAX_SITE_LEN: usize = 128;
 /// The longest `who` written with a lock, in bytes: with the time it is stored
 /// with (14 bytes), it fits a value of a Redis listpack (64 bytes), so a lock's
-/// hash stays compact (see `layout.rs`). Long names are shortened to fit: the site
+/// hash stays compact (see `layout/`). Long names are shortened to fit: the site
 /// keeps its end, down to [`MIN_SITE_LEN`]; then the service and host names keep
 /// their start, down to [`MIN_NAME_LEN`] each.
 const MAX_WHO_LEN: usize = 50;

@@ -5,9 +5,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use distlock::layout::StoredLock;
+use distlock::layout::args::{self, Acquire, Call};
+use distlock::layout::{self, FunctionLibrary, StoredLock};
 use distlock_testkit::{Delivery, HeldRequest, StepProxy};
 
 use crate::harness::{Harness, Outcome, LEASE, RESPONSE_TIMEOUT, WAIT};
@@ -42,11 +44,11 @@ pub(crate) fn held_script(args: &[Vec<u8>]) -> bool {
         })
 }
 
-/// `acquire` from `distlock_<16 hex>_acquire`.
+/// `acquire` from `distlock_<16 hex>_acquire`, the function of this build's library.
 fn script_of(function: &[u8]) -> Option<&str> {
-    let text = std::str::from_utf8(function).ok()?;
-    let rest = text.strip_prefix("distlock_")?;
-    rest.get(17..)
+    static LIBRARY: OnceLock<FunctionLibrary> = OnceLock::new();
+    let library = LIBRARY.get_or_init(layout::function_library);
+    library.script_of(std::str::from_utf8(function).ok()?)
 }
 
 fn script_letter(script: &str) -> char {
@@ -966,7 +968,7 @@ impl Schedule<'_> {
     }
 
     fn key(&self, name: &str) -> String {
-        format!("{}:{{{name}}}", self.namespace)
+        String::from_utf8_lossy(&layout::lock_key(&self.namespace, name.as_bytes())).into_owned()
     }
 
     fn snapshots(&mut self, keys: &[String]) -> HashMap<String, Snapshot> {
@@ -1345,10 +1347,15 @@ impl Schedule<'_> {
             .query(self.env.admin())
             .map_err(|e| e.to_string())?;
         for key in keys {
-            if key.ends_with(":fence") {
+            let side = layout::name_of_side_key(&self.namespace, key.as_bytes())
+                .map(|name| layout::lock_key(&self.namespace, &name));
+            if side
+                .as_ref()
+                .is_some_and(|lock| layout::fence_key(lock) == key.as_bytes())
+            {
                 continue; // fencing counters last for ever, by design
             }
-            if key.contains(":freed:") {
+            if side.is_some() {
                 let ttl: i64 = redis::cmd("PTTL")
                     .arg(&key)
                     .query(self.env.admin())
@@ -1442,46 +1449,32 @@ pub(crate) fn snapshot(admin: &mut redis::Connection, key: &str) -> Snapshot {
     }
 }
 
-/// The script of a held `FCALL` and each request in it: (owner, number, lock key).
+/// The script of a held `FCALL` and each request in it: (owner, number, lock key),
+/// read back by `distlock::layout` as the client wrote it.
 fn parse_request(args: &[Vec<u8>]) -> (String, Vec<(String, u64, String)>) {
-    let text = |i: usize| -> String {
-        args.get(i)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .unwrap_or_default()
-    };
     let script = args
         .get(1)
         .and_then(|f| script_of(f))
         .unwrap_or("?")
         .to_owned();
-    let numkeys: usize = text(2).parse().unwrap_or(0);
-    let keys: Vec<String> = (0..numkeys).map(|i| text(3 + i)).collect();
-    let argv: Vec<String> = (3 + numkeys..args.len()).map(text).collect();
-    let mut entries = Vec::new();
-    match script.as_str() {
-        "acquire" | "reenter" => {
-            for (i, chunk) in argv.chunks(10).enumerate() {
-                if chunk.len() == 10 {
-                    let key = keys.get(3 * i).cloned().unwrap_or_default();
-                    entries.push((chunk[0].clone(), chunk[3].parse().unwrap_or(0), key));
-                }
-            }
-        }
-        "release" => {
-            let mut k = 0;
-            for chunk in argv.get(2..).unwrap_or_default().chunks(5) {
-                if chunk.len() < 5 {
-                    break;
-                }
-                let key = keys.get(k).cloned().unwrap_or_default();
-                k += 3;
-                if keys.get(k).is_some_and(|next| next.ends_with(":fence")) {
-                    k += 1;
-                }
-                entries.push((chunk[0].clone(), chunk[2].parse().unwrap_or(0), key));
-            }
-        }
-        _ => {}
-    }
+    let call = args.get(2..).and_then(Call::from_args).unwrap_or_default();
+    let entry = |owner: &str, seq: u64, lock: &[u8]| {
+        let lock = String::from_utf8_lossy(lock).into_owned();
+        (owner.to_owned(), seq, lock)
+    };
+    let entries = match script.as_str() {
+        "acquire" | "reenter" => Acquire::decode_all(&call)
+            .unwrap_or_default()
+            .iter()
+            .map(|a| entry(a.owner, a.seq, a.lock))
+            .collect(),
+        "release" => args::Release::decode_all(&call)
+            .map(|(_, releases)| releases)
+            .unwrap_or_default()
+            .iter()
+            .map(|r| entry(r.owner, r.seq, r.lock))
+            .collect(),
+        _ => Vec::new(),
+    };
     (script, entries)
 }

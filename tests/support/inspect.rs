@@ -8,7 +8,22 @@ use distlock_testkit::{RedisCluster, RedisServer};
 
 /// The Redis key of lock `name` in the default namespace.
 pub fn lock_key(name: &str) -> String {
-    String::from_utf8_lossy(&layout::lock_key("distlock", name.as_bytes())).into_owned()
+    text(layout::lock_key("distlock", name.as_bytes()))
+}
+
+/// The fencing counter of lock `name` in the default namespace.
+pub fn fence_key(name: &str) -> String {
+    text(layout::fence_key(lock_key(name).as_bytes()))
+}
+
+/// The release channel of lock `name` in the default namespace.
+pub fn channel_key(name: &str) -> String {
+    text(layout::channel("distlock", name.as_bytes()))
+}
+
+/// A key or channel of distlock's (UTF-8 for the names the tests use) as text.
+fn text(key: Vec<u8>) -> String {
+    String::from_utf8_lossy(&key).into_owned()
 }
 
 /// The hash slot of lock `name` (default namespace), as `cluster` computes it.
@@ -94,7 +109,7 @@ pub fn exists(server: &RedisServer, key: &str) -> bool {
 
 /// How many connections subscribe to the release channel of lock `name`.
 pub fn channel_subscribers(server: &RedisServer, name: &str) -> u64 {
-    let channel = format!("{}:released", lock_key(name));
+    let channel = channel_key(name);
     server
         .cmd(&["PUBSUB", "NUMSUB", &channel])
         .expect("NUMSUB")
@@ -246,7 +261,18 @@ pub fn leaks(server: &RedisServer) -> (Vec<String>, Vec<String>) {
 /// The key where the record of `owner`'s final release of lock `name` (default
 /// namespace) is kept for a short while: `distlock:{name}:freed:<owner>`.
 pub fn freed_key(name: &str, owner: &str) -> String {
-    format!("{}{}{owner}", lock_key(name), layout::FREED_SUFFIX)
+    text(layout::freed_key(lock_key(name).as_bytes(), owner))
+}
+
+/// A run of `script` (one of `lua/`, sent as a test sends it) with the keys and
+/// arguments of `call`, as `distlock::layout` writes them for the client.
+pub fn invoke<'a>(
+    script: &'a redis::Script,
+    call: &layout::args::Call,
+) -> redis::ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    invocation.key(&call.keys).arg(&call.args);
+    invocation
 }
 
 /// The fields of a plain lock held `count` times by `owner`, with replay record
@@ -254,7 +280,10 @@ pub fn freed_key(name: &str, owner: &str) -> String {
 /// one; tests spoil one value or add a field to write what distlock did not.
 pub fn plain_lock_fields(owner: &str, count: &str, record: &str) -> Vec<(String, String)> {
     vec![
-        (layout::KIND.to_owned(), "lock".to_owned()),
+        (
+            layout::KIND.to_owned(),
+            layout::Kind::Exclusive.word().to_owned(),
+        ),
         (layout::LAYOUT.to_owned(), layout::LAYOUT_VERSION.to_owned()),
         (owner.to_owned(), count.to_owned()),
         (format!("{}{owner}", layout::OP), record.to_owned()),

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::options::kind_conflict;
 use crate::backend::{redlock, Conn};
-use crate::batch::{answer_of, Acquisition, Request};
+use crate::batch::{Acquisition, Request};
 use crate::detach::{replay_until_known, spawn, Detached};
 use crate::error::{outcome_unknown, LockError, LostReason};
 use crate::faults::{self, Fault};
@@ -22,7 +22,7 @@ use crate::inner::Inner;
 use crate::keys::LockKeys;
 use crate::owner::{Op, Owner};
 use crate::release;
-use crate::scripts::{unexpected_reply, AcquireReply};
+use crate::scripts::{request_answer, unexpected_reply, AcquireReply};
 
 /// What one attempt came to, for a name or a set: one answer type for the one wait
 /// loop (and a re-entry).
@@ -236,7 +236,7 @@ impl NameAttempt {
                 let mut invocation = self.inner.scripts.reenter.prepare_invoke();
                 request.add_to(&mut invocation);
                 let mut replies: Vec<redis::Value> = invocation.invoke_async(&mut conn).await?;
-                answer_of(
+                request_answer(
                     Acquisition::SCRIPT,
                     replies.pop().unwrap_or(redis::Value::Nil),
                 )?
@@ -262,7 +262,7 @@ impl NameAttempt {
             .acquire
             .query_pipe(&mut conn, pipe, |_| false)
             .await?;
-        let reply = answer_of(
+        let reply = request_answer(
             Acquisition::SCRIPT,
             replies.pop().unwrap_or(redis::Value::Nil),
         )?;

@@ -17,6 +17,7 @@ use crate::handoff::{Granted, Unclaimed};
 use crate::hold::{HeldLock, Hold};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
+use crate::layout::args::{AcquireAll, SetName};
 use crate::owner::{Op, Owner};
 use crate::release;
 use crate::scripts::{unexpected_reply, AcquireAllReply, AcquireReply};
@@ -195,23 +196,20 @@ impl Attempt for SetAttempt {
 
     async fn send(self) -> redis::RedisResult<Answer> {
         let mut conn = self.inner.backend.first();
-        let mut invocation = self.inner.scripts.acquire_all.prepare_invoke();
-        for name in self.names.iter() {
-            invocation
-                .key(&name.keys.lock)
-                .key(name.keys.fence())
-                .key(name.keys.freed_for(name.owner.id()));
-        }
-        invocation.arg(u8::from(self.fencing));
-        for name in self.names.iter() {
-            invocation
-                .arg(name.owner.id())
-                .arg(name.lease_ms)
-                .arg(name.op.seq())
-                .arg(name.op.floor())
-                .arg(u8::from(name.hold.is_some()));
-        }
-        invocation.arg(&*self.who);
+        let names = self.names.iter().map(|name| SetName {
+            lock: &name.keys.lock,
+            owner: name.owner.id(),
+            lease_ms: name.lease_ms,
+            seq: name.op.seq(),
+            floor: name.op.floor(),
+            reentry: name.hold.is_some(),
+        });
+        let set = AcquireAll {
+            fencing: self.fencing,
+            names: names.collect(),
+            who: &self.who,
+        };
+        let invocation = self.inner.scripts.acquire_all.invoke(&set);
         let reply: Vec<i64> = invocation.invoke_async(&mut conn).await?;
         let decoded = AcquireAllReply::decode(&reply, self.names.len())
             .ok_or_else(|| unexpected_reply("acquire_all.lua", &reply))?;

@@ -61,7 +61,7 @@ use redis::AsyncCommands;
 use tokio::time::Instant;
 
 use crate::backend::Conn;
-use crate::keys::display_key;
+use crate::layout::display_key;
 use crate::layout::StoredLock;
 
 /// How far a walk goes: the longest cycle it finds has this many locks.
@@ -504,7 +504,7 @@ fn victim<'a>(graph: &Graph, knot: &HashSet<&'a str>) -> Option<&'a str> {
 }
 
 /// The owner ids that hold the lock at `key`: its hash's holder fields (see
-/// `layout.rs`); none when the key holds what distlock did not write.
+/// `layout/`); none when the key holds what distlock did not write.
 ///
 /// # Cancel safety
 ///

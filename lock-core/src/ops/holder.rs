@@ -11,6 +11,7 @@ use crate::backend::Backend;
 use crate::error::LockError;
 use crate::keys::LockKeys;
 use crate::kinds::HoldMode;
+use crate::layout::args::Inspect;
 use crate::scripts::{unexpected_reply, InspectReply, LockView, Scripts};
 
 /// How long a timed-out waiter may take to read who holds the lock, for its error.
@@ -77,10 +78,10 @@ pub(crate) async fn read(
             async move {
                 let reply: Vec<redis::Value> = scripts
                     .inspect
-                    .key(&keys.lock)
-                    .key(keys.fence())
-                    .key(keys.channel())
-                    .arg(numsub)
+                    .invoke(&Inspect {
+                        lock: &keys.lock,
+                        numsub,
+                    })
                     .invoke_async(&mut conn)
                     .await?;
                 InspectReply::decode_values(&reply)

@@ -89,7 +89,6 @@ mod on {
 
     use super::*;
     use crate::backend::Conn;
-    use crate::keys::Kind;
     use crate::series::Series;
 
     /// The labels of one lock's series, worked out once per hold (or wait), and
@@ -160,7 +159,7 @@ mod on {
         let labels = [
             Label::new("lock", locks.of(origin.class(&keys.name))),
             Label::new("backend", backend(backend_)),
-            Label::new("kind", kind(keys.kind)),
+            Label::new("kind", keys.kind.metric_label()),
         ];
         Arc::new(LockSeries {
             labels: Arc::new(labels),
@@ -182,16 +181,6 @@ mod on {
             Conn::Single(_) => "single",
             Conn::Sentinel(_) => "sentinel",
             Conn::Cluster(_) => "cluster",
-        }
-    }
-
-    fn kind(kind: Kind) -> &'static str {
-        match kind {
-            Kind::Exclusive => "exclusive",
-            Kind::Read => "read",
-            Kind::Write => "write",
-            Kind::Permit { .. } => "permit",
-            Kind::Fair => "fair",
         }
     }
 

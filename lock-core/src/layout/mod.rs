@@ -15,11 +15,28 @@
 //! 9) "#who:3f0c…:1" 10) "1764650000000 4121 orders-api host-3 orders::place_order"
 //! ```
 //!
-//! The CLI, the benchmarks and the tests read the layout through this module only.
+//! The CLI, the benchmarks and the tests read the layout through this module only:
+//! the keys (`keys.rs`: a name's keys and channel, and a key read back into its
+//! name), the kind table (`kind.rs`: every word and number a kind is spelled
+//! with), and, hidden from the documentation, every script's keys and arguments
+//! (`args.rs`), written by the client and read back by the tests.
 
 use std::collections::BTreeMap;
 
 use crate::scripts::Scripts;
+
+#[doc(hidden)]
+pub mod args;
+mod keys;
+mod kind;
+
+pub use keys::{
+    channel, channel_key, display_key, escape_name_into, fence_key, freed_key, is_side_key,
+    lock_key, name_of_key, name_of_side_key, unescape_name, CHANNEL_SUFFIX, FENCE_SUFFIX,
+    FREED_SUFFIX,
+};
+#[doc(hidden)]
+pub use kind::Kind;
 
 /// The version of the layout this crate writes (the `#layout` field).
 ///
@@ -145,103 +162,6 @@ pub const WAIT: &str = "#wait:";
 /// ```
 pub const TICKET: &str = "#ticket:";
 
-/// The key of the lock `name` in `namespace`: `<namespace>:{<name>}`, with `%`,
-/// `{` and `}` in the name written `%25`, `%7B` and `%7D`, so that the hash tag
-/// always ends where the name does (every key of one lock shares one cluster slot).
-/// The one place that spells a lock's key: the client, the CLI, the benchmarks and
-/// the tests all call it.
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// use distlock::layout;
-///
-/// assert_eq!(layout::lock_key("distlock", b"order:42"), b"distlock:{order:42}");
-/// assert_eq!(layout::lock_key("ns", b"a{b}%"), b"ns:{a%7Bb%7D%25}");
-/// ```
-pub fn lock_key(namespace: &str, name: &[u8]) -> Vec<u8> {
-    let mut key = Vec::with_capacity(namespace.len() + name.len() + 4);
-    key.extend_from_slice(namespace.as_bytes());
-    key.extend_from_slice(b":{");
-    escape_name_into(&mut key, name);
-    key.push(b'}');
-    key
-}
-
-/// Appends `name` to `out` with `%`, `{` and `}` escaped as in [`lock_key`].
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// let mut out = b"prefix:".to_vec();
-/// distlock::layout::escape_name_into(&mut out, b"{x}");
-/// assert_eq!(out, b"prefix:%7Bx%7D");
-/// ```
-pub fn escape_name_into(out: &mut Vec<u8>, name: &[u8]) {
-    for &byte in name {
-        match byte {
-            b'%' => out.extend_from_slice(b"%25"),
-            b'{' => out.extend_from_slice(b"%7B"),
-            b'}' => out.extend_from_slice(b"%7D"),
-            other => out.push(other),
-        }
-    }
-}
-
-/// The name that `escaped` (a name as [`lock_key`] writes it between the braces) is
-/// the escaped form of; `None` when it is no escaped name of distlock's (a brace, a
-/// `%` that is no escape).
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// use distlock::layout;
-///
-/// assert_eq!(layout::unescape_name(b"a%7Bb%7D%25").as_deref(), Some(&b"a{b}%"[..]));
-/// assert_eq!(layout::unescape_name(b"50%"), None);
-/// ```
-pub fn unescape_name(escaped: &[u8]) -> Option<Vec<u8>> {
-    let mut name = Vec::with_capacity(escaped.len());
-    let mut bytes = escaped.iter().copied();
-    while let Some(byte) = bytes.next() {
-        if byte == b'{' || byte == b'}' {
-            return None;
-        }
-        if byte != b'%' {
-            name.push(byte);
-            continue;
-        }
-        let code = [bytes.next()?, bytes.next()?];
-        name.push(match &code {
-            b"25" => b'%',
-            b"7B" => b'{',
-            b"7D" => b'}',
-            _ => return None,
-        });
-    }
-    Some(name)
-}
-
-/// The release channel of the lock `name` in `namespace`:
-/// `<namespace>:{<name>}:released` ([`lock_key`] and [`CHANNEL_SUFFIX`]).
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// use distlock::layout;
-///
-/// assert_eq!(layout::channel("distlock", b"order:42"), b"distlock:{order:42}:released");
-/// ```
-pub fn channel(namespace: &str, name: &[u8]) -> Vec<u8> {
-    let mut channel = lock_key(namespace, name);
-    channel.extend_from_slice(CHANNEL_SUFFIX.as_bytes());
-    channel
-}
-
 /// What a message on a lock's release [`channel`] says, as the scripts publish it
 /// (`lock.lua`'s `release_message`): `<owner>:<n>` for a release (operation `n` of
 /// the owner), `<owner>:-` when a waiter gives up its place, either followed by a
@@ -346,55 +266,6 @@ impl<'a> ReleaseMessage<'a> {
 /// assert_eq!(distlock::layout::FORCE_UNLOCK_MESSAGE, "released");
 /// ```
 pub const FORCE_UNLOCK_MESSAGE: &str = "released";
-
-/// The suffix of a lock's fencing counter key, `<ns>:{name}:fence`.
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// assert_eq!(distlock::layout::FENCE_SUFFIX, ":fence");
-/// ```
-pub const FENCE_SUFFIX: &str = ":fence";
-/// The suffix of a lock's release channel, `<ns>:{name}:released`.
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// assert_eq!(distlock::layout::CHANNEL_SUFFIX, ":released");
-/// ```
-pub const CHANNEL_SUFFIX: &str = ":released";
-/// The suffix, before the owner id, of a final release's record,
-/// `<ns>:{name}:freed:<owner>`.
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// assert_eq!(distlock::layout::FREED_SUFFIX, ":freed:");
-/// ```
-pub const FREED_SUFFIX: &str = ":freed:";
-
-/// Whether `key` is one of the keys distlock keeps beside a lock's hash (a fencing
-/// counter or a final release's record), not a lock itself.
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// use distlock::layout::is_side_key;
-/// assert!(is_side_key(b"distlock:{order:42}:fence"));
-/// assert!(is_side_key(b"distlock:{order:42}:freed:3f0c:1"));
-/// assert!(!is_side_key(b"distlock:{order:42}"));
-/// ```
-pub fn is_side_key(key: &[u8]) -> bool {
-    let Some(close) = key.iter().rposition(|byte| *byte == b'}') else {
-        return false;
-    };
-    let rest = &key[close + 1..];
-    rest == FENCE_SUFFIX.as_bytes() || rest.starts_with(FREED_SUFFIX.as_bytes())
-}
 
 /// A lock as Redis stores it: its hash read back with `HGETALL`.
 ///
@@ -758,5 +629,20 @@ impl FunctionLibrary {
     /// ```
     pub fn function(&self, script: &str) -> String {
         format!("{}_{script}", self.name)
+    }
+
+    /// The script whose function is `function` ([`function`](Self::function) read
+    /// back); `None` for a function of another library.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// let library = distlock::layout::function_library();
+    /// assert_eq!(library.script_of(&library.function("renew")), Some("renew"));
+    /// assert_eq!(library.script_of("distlock_0000000000000000_renew"), None);
+    /// ```
+    pub fn script_of<'a>(&self, function: &'a str) -> Option<&'a str> {
+        function.strip_prefix(self.name.as_str())?.strip_prefix('_')
     }
 }

@@ -1,0 +1,774 @@
+//! The keys and arguments of every script call, written and read in one place:
+//! one plain struct per script's request, in the order the script's header in
+//! `lua/` gives them. The client sends what [`Args::push_to`] writes; the tests and
+//! the explorer build their calls with the same structs, and read a call they
+//! catch on the wire back with their `decode`.
+//!
+//! A script that takes several requests in one run (`acquire.lua`, `release.lua`,
+//! `renew.lua`) takes each request's keys and arguments after those of the ones
+//! before it, behind a header of the run's own ([`ReleaseRun`]). Numbers are sent
+//! as decimal text, flags as `"1"` and `"0"`.
+//!
+//! Hidden from the documentation: what the scripts take changes with them (the
+//! function library is named after their text), so it is no promise of the API;
+//! the hash they write ([`crate::layout`]) is.
+
+use super::keys::{channel_key, fence_key, freed_key};
+use super::Kind;
+
+/// The keys and arguments of one script call (`KEYS` and `ARGV`).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::args::{Args, Withdraw};
+///
+/// let call = Withdraw { lock: b"ns:{a}", publish: "PUBLISH", owner: "c:1" }.to_call();
+/// assert_eq!(call.keys, [&b"ns:{a}"[..], b"ns:{a}:released"]);
+/// assert_eq!(call.args, [&b"PUBLISH"[..], b"c:1"]);
+/// assert_eq!(call.to_args()[0], b"2", "the number of keys comes first");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Call {
+    /// `KEYS`, in order.
+    pub keys: Vec<Vec<u8>>,
+    /// `ARGV`, in order.
+    pub args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    /// What follows the function's name in `FCALL` (or the SHA in `EVALSHA`): the
+    /// number of keys, the keys, the arguments.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::args::Call;
+    /// assert_eq!(Call::default().to_args(), [b"0"]);
+    /// ```
+    pub fn to_args(&self) -> Vec<Vec<u8>> {
+        let mut out = Vec::with_capacity(1 + self.keys.len() + self.args.len());
+        out.push(self.keys.len().to_string().into_bytes());
+        out.extend(self.keys.iter().cloned());
+        out.extend(self.args.iter().cloned());
+        out
+    }
+
+    /// The call that follows a function's name (or a SHA) in `args`, as
+    /// [`to_args`](Self::to_args) writes it; `None` when the number of keys is not
+    /// one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::args::{Args, Call, ForceRelease};
+    /// let call = ForceRelease { lock: b"ns:{a}", publish: "PUBLISH" }.to_call();
+    /// assert_eq!(Call::from_args(&call.to_args()), Some(call));
+    /// ```
+    pub fn from_args(args: &[Vec<u8>]) -> Option<Call> {
+        let (numkeys, rest) = args.split_first()?;
+        let numkeys: usize = std::str::from_utf8(numkeys).ok()?.parse().ok()?;
+        let keys = rest.get(..numkeys)?;
+        Some(Call {
+            keys: keys.to_vec(),
+            args: rest[numkeys..].to_vec(),
+        })
+    }
+
+    fn key(&mut self, key: Vec<u8>) {
+        self.keys.push(key);
+    }
+
+    fn text(&mut self, text: &str) {
+        self.args.push(text.as_bytes().to_vec());
+    }
+
+    fn number(&mut self, number: u64) {
+        self.args.push(number.to_string().into_bytes());
+    }
+
+    fn flag(&mut self, flag: bool) {
+        self.args
+            .push(if flag { b"1".to_vec() } else { b"0".to_vec() });
+    }
+}
+
+/// What a request (or a run's header) adds to a script call.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::args::{Args, Call, Inspect};
+/// let mut call = Call::default();
+/// Inspect { lock: b"ns:{a}", numsub: "NUMSUB" }.push_to(&mut call);
+/// assert_eq!(call.keys.len(), 3);
+/// ```
+pub trait Args {
+    /// Adds this request's keys and arguments after those already in `call`.
+    fn push_to(&self, call: &mut Call);
+
+    /// A call of this request alone.
+    fn to_call(&self) -> Call {
+        let mut call = Call::default();
+        self.push_to(&mut call);
+        call
+    }
+}
+
+/// A call's keys and arguments are a request's: a run's header made once, say.
+impl Args for Call {
+    fn push_to(&self, call: &mut Call) {
+        call.keys.extend(self.keys.iter().cloned());
+        call.args.extend(self.args.iter().cloned());
+    }
+}
+
+/// The text of an argument; `None` when it is not UTF-8.
+fn text(arg: &[u8]) -> Option<&str> {
+    std::str::from_utf8(arg).ok()
+}
+
+/// The number an argument spells in decimal.
+fn number(arg: &[u8]) -> Option<u64> {
+    text(arg)?.parse().ok()
+}
+
+/// The flag an argument is: `"1"` or `"0"`.
+fn flag(arg: &[u8]) -> Option<bool> {
+    match arg {
+        b"1" => Some(true),
+        b"0" => Some(false),
+        _ => None,
+    }
+}
+
+/// One acquisition, as `acquire.lua` takes it (three keys, ten arguments).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::{self, args::{Acquire, Args}, Kind};
+///
+/// let lock = layout::lock_key("ns", b"a");
+/// let acquire = Acquire::new(&lock, "c:1", 10_000, 1, 0);
+/// let call = acquire.to_call();
+/// assert_eq!(call.keys[1], layout::fence_key(&lock));
+/// assert_eq!(call.args[6], b"x");
+/// assert_eq!(Acquire::decode_all(&call), Some(vec![acquire]));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquire<'a> {
+    /// The lock's key ([`lock_key`](crate::layout::lock_key)).
+    pub lock: &'a [u8],
+    /// The owner id.
+    pub owner: &'a str,
+    /// The lease, in milliseconds.
+    pub lease_ms: u64,
+    /// Whether a new hold is given a fencing token.
+    pub fencing: bool,
+    /// The operation's number among its owner's.
+    pub seq: u64,
+    /// The owner's floor: every operation numbered at or below it is settled.
+    pub floor: u64,
+    /// A re-entry: the lock is never taken.
+    pub reentry: bool,
+    /// What it takes.
+    pub kind: Kind,
+    /// For a read hold, the owner id of its call chain's write hold, else `""`.
+    pub writer: &'a str,
+    /// Whether the caller waits (a writer or a fair waiter keeps its place).
+    pub stays: bool,
+    /// What the client says of the holder, `""` for nothing.
+    pub who: &'a str,
+}
+
+impl<'a> Acquire<'a> {
+    /// A new plain acquisition of `lock` by `owner`, its operation `seq` over the
+    /// floor `floor`, for `lease_ms`: no fencing, no wait, nothing said of it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::{args::Acquire, Kind};
+    /// let write = Acquire { kind: Kind::Write, ..Acquire::new(b"ns:{a}", "c:1", 500, 2, 1) };
+    /// assert!(!write.reentry);
+    /// ```
+    pub fn new(lock: &'a [u8], owner: &'a str, lease_ms: u64, seq: u64, floor: u64) -> Self {
+        Acquire {
+            lock,
+            owner,
+            lease_ms,
+            fencing: false,
+            seq,
+            floor,
+            reentry: false,
+            kind: Kind::Exclusive,
+            writer: "",
+            stays: false,
+            who: "",
+        }
+    }
+
+    /// One acquisition from its three keys and ten arguments.
+    fn decode(keys: &'a [Vec<u8>], args: &'a [Vec<u8>]) -> Option<Self> {
+        let [lock, _, _] = keys else { return None };
+        let [owner, lease, fencing, seq, floor, reentry, kind, writer, stays, who] = args else {
+            return None;
+        };
+        Some(Acquire {
+            lock,
+            owner: text(owner)?,
+            lease_ms: number(lease)?,
+            fencing: flag(fencing)?,
+            seq: number(seq)?,
+            floor: number(floor)?,
+            reentry: flag(reentry)?,
+            kind: Kind::parse_script_arg(text(kind)?)?,
+            writer: text(writer)?,
+            stays: flag(stays)?,
+            who: text(who)?,
+        })
+    }
+
+    /// Every acquisition of a run of `acquire.lua`; `None` when `call` is not one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::args::{Acquire, Call};
+    /// assert_eq!(Acquire::decode_all(&Call::default()), Some(vec![]));
+    /// ```
+    pub fn decode_all(call: &'a Call) -> Option<Vec<Self>> {
+        if !call.keys.len().is_multiple_of(3) || call.args.len() != call.keys.len() / 3 * 10 {
+            return None;
+        }
+        call.keys
+            .chunks_exact(3)
+            .zip(call.args.chunks_exact(10))
+            .map(|(keys, args)| Self::decode(keys, args))
+            .collect()
+    }
+}
+
+impl Args for Acquire<'_> {
+    fn push_to(&self, call: &mut Call) {
+        call.key(self.lock.to_vec());
+        call.key(fence_key(self.lock));
+        call.key(freed_key(self.lock, self.owner));
+        call.text(self.owner);
+        call.number(self.lease_ms);
+        call.flag(self.fencing);
+        call.number(self.seq);
+        call.number(self.floor);
+        call.flag(self.reentry);
+        call.text(&self.kind.script_arg());
+        call.text(self.writer);
+        call.flag(self.stays);
+        call.text(self.who);
+    }
+}
+
+/// A set taken whole or not at all, as `acquire_all.lua` takes it: its fencing
+/// flag, five arguments per name, what the client says of the holder.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::args::{AcquireAll, Args, SetName};
+///
+/// let set = AcquireAll {
+///     fencing: false,
+///     names: vec![SetName { lock: b"ns:{a}", owner: "c:1", lease_ms: 500, seq: 1, floor: 0, reentry: false }],
+///     who: "",
+/// };
+/// let call = set.to_call();
+/// assert_eq!((call.keys.len(), call.args.len()), (3, 7));
+/// assert_eq!(AcquireAll::decode(&call), Some(set));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireAll<'a> {
+    /// Whether each lock taken is given a fencing token.
+    pub fencing: bool,
+    /// The names, in the client's canonical order.
+    pub names: Vec<SetName<'a>>,
+    /// What the client says of the holder, `""` for nothing.
+    pub who: &'a str,
+}
+
+/// One name of an [`AcquireAll`].
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::args::SetName;
+/// let name = SetName { lock: b"ns:{a}", owner: "c:1", lease_ms: 500, seq: 1, floor: 0, reentry: false };
+/// assert_eq!(name.seq, 1);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetName<'a> {
+    /// The lock's key.
+    pub lock: &'a [u8],
+    /// The set's owner id, or that of the caller's hold for a re-entry.
+    pub owner: &'a str,
+    /// The lease, in milliseconds.
+    pub lease_ms: u64,
+    /// The operation's number among its owner's.
+    pub seq: u64,
+    /// The owner's floor.
+    pub floor: u64,
+    /// A re-entry: the lock is never taken.
+    pub reentry: bool,
+}
+
+impl Args for AcquireAll<'_> {
+    fn push_to(&self, call: &mut Call) {
+        call.flag(self.fencing);
+        for name in &self.names {
+            call.key(name.lock.to_vec());
+            call.key(fence_key(name.lock));
+            call.key(freed_key(name.lock, name.owner));
+            call.text(name.owner);
+            call.number(name.lease_ms);
+            call.number(name.seq);
+            call.number(name.floor);
+            call.flag(name.reentry);
+        }
+        call.text(self.who);
+    }
+}
+
+impl<'a> AcquireAll<'a> {
+    /// The set of a call of `acquire_all.lua`; `None` when `call` is not one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::args::{AcquireAll, Call};
+    /// assert_eq!(AcquireAll::decode(&Call::default()), None);
+    /// ```
+    pub fn decode(call: &'a Call) -> Option<Self> {
+        let names = call.keys.len() / 3;
+        let (fencing, rest) = call.args.split_first()?;
+        if !call.keys.len().is_multiple_of(3) || rest.len() != 5 * names + 1 {
+            return None;
+        }
+        let names = call
+            .keys
+            .chunks_exact(3)
+            .zip(rest.chunks_exact(5))
+            .map(|(keys, args)| {
+                let [owner, lease, seq, floor, reentry] = args else {
+                    return None;
+                };
+                Some(SetName {
+                    lock: &keys[0],
+                    owner: text(owner)?,
+                    lease_ms: number(lease)?,
+                    seq: number(seq)?,
+                    floor: number(floor)?,
+                    reentry: flag(reentry)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(AcquireAll {
+            fencing: flag(fencing)?,
+            names,
+            who: text(rest.last()?)?,
+        })
+    }
+}
+
+/// The header of a run of `release.lua`: how release messages go out, and how
+/// long a final release's record lasts.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::args::{Args, ReleaseRun};
+/// let call = ReleaseRun { publish: "PUBLISH", remember_ms: 2_000 }.to_call();
+/// assert_eq!(call.args, [&b"PUBLISH"[..], b"2000"]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReleaseRun<'a> {
+    /// `PUBLISH`, or `SPUBLISH` on a cluster.
+    pub publish: &'a str,
+    /// How long, in ms, the record of a final release lasts.
+    pub remember_ms: u64,
+}
+
+impl Args for ReleaseRun<'_> {
+    fn push_to(&self, call: &mut Call) {
+        call.text(self.publish);
+        call.number(self.remember_ms);
+    }
+}
+
+/// One release, as `release.lua` takes it (three keys, four with a fenced
+/// successor; five arguments).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::args::{Args, Release, ReleaseRun, Successor};
+///
+/// let next = Successor { owner: "c:2", lease_ms: 500, seq: 1, floor: 0, fencing: true, who: "1 svc host site" };
+/// let release = Release { lock: b"ns:{a}", owner: "c:1", lease_ms: 500, seq: 2, floor: 1, successor: Some(next) };
+/// let mut call = ReleaseRun { publish: "PUBLISH", remember_ms: 2_000 }.to_call();
+/// release.push_to(&mut call);
+/// assert_eq!(call.keys.len(), 4, "a fenced successor takes the fencing counter");
+/// assert_eq!(call.args[6], b"c:2 500 1 0 1 1 svc host site");
+/// let (run, releases) = Release::decode_all(&call).expect("a run of release.lua");
+/// assert_eq!((run.remember_ms, releases), (2_000, vec![release]));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Release<'a> {
+    /// The lock's key.
+    pub lock: &'a [u8],
+    /// The owner id.
+    pub owner: &'a str,
+    /// The lease to keep at least while holds remain, in milliseconds.
+    pub lease_ms: u64,
+    /// The operation's number among its owner's.
+    pub seq: u64,
+    /// The owner's floor.
+    pub floor: u64,
+    /// The waiter of the releasing client the lock goes to if this release gives
+    /// back the last hold.
+    pub successor: Option<Successor<'a>>,
+}
+
+/// The waiter a final release hands a plain lock to: its owner, and the
+/// operation of that owner the hand-off is (numbered as an acquire).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::args::Successor;
+/// let next = Successor { owner: "c:2", lease_ms: 500, seq: 3, floor: 2, fencing: false, who: "" };
+/// assert_eq!(next.encode(), "c:2 500 3 2 0 ");
+/// assert_eq!(Successor::decode(&next.encode()), Some(next));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Successor<'a> {
+    /// Its owner id.
+    pub owner: &'a str,
+    /// Its lease, in milliseconds.
+    pub lease_ms: u64,
+    /// The hand-off's number among its owner's operations.
+    pub seq: u64,
+    /// Its owner's floor.
+    pub floor: u64,
+    /// Whether it is given the next fencing token.
+    pub fencing: bool,
+    /// What its client says of it, `""` for nothing.
+    pub who: &'a str,
+}
+
+impl<'a> Successor<'a> {
+    /// The argument it is: `"<owner> <lease> <seq> <floor> <fencing> <who>"`.
+    ///
+    /// # Examples
+    ///
+    /// See [`Successor`].
+    pub fn encode(&self) -> String {
+        format!(
+            "{} {} {} {} {} {}",
+            self.owner,
+            self.lease_ms,
+            self.seq,
+            self.floor,
+            u8::from(self.fencing),
+            self.who
+        )
+    }
+
+    /// The successor an argument names; `None` when it names none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::args::Successor;
+    /// assert_eq!(Successor::decode(""), None);
+    /// ```
+    pub fn decode(arg: &'a str) -> Option<Self> {
+        let mut parts = arg.splitn(6, ' ');
+        let mut next = || parts.next();
+        Some(Successor {
+            owner: next()?,
+            lease_ms: next()?.parse().ok()?,
+            seq: next()?.parse().ok()?,
+            floor: next()?.parse().ok()?,
+            fencing: flag(next()?.as_bytes())?,
+            who: next().unwrap_or(""),
+        })
+    }
+}
+
+impl Args for Release<'_> {
+    fn push_to(&self, call: &mut Call) {
+        call.key(self.lock.to_vec());
+        call.key(channel_key(self.lock));
+        call.key(freed_key(self.lock, self.owner));
+        if self.successor.is_some_and(|next| next.fencing) {
+            call.key(fence_key(self.lock));
+        }
+        call.text(self.owner);
+        call.number(self.lease_ms);
+        call.number(self.seq);
+        call.number(self.floor);
+        match &self.successor {
+            Some(next) => call.text(&next.encode()),
+            None => call.text(""),
+        }
+    }
+}
+
+impl<'a> Release<'a> {
+    /// The header and every release of a run of `release.lua`; `None` when `call`
+    /// is not one.
+    ///
+    /// # Examples
+    ///
+    /// See [`Release`].
+    pub fn decode_all(call: &'a Call) -> Option<(ReleaseRun<'a>, Vec<Self>)> {
+        let [publish, remember, rest @ ..] = call.args.as_slice() else {
+            return None;
+        };
+        let run = ReleaseRun {
+            publish: text(publish)?,
+            remember_ms: number(remember)?,
+        };
+        if !rest.len().is_multiple_of(5) {
+            return None;
+        }
+        let mut keys = call.keys.iter();
+        let mut releases = Vec::with_capacity(rest.len() / 5);
+        for args in rest.chunks_exact(5) {
+            let [owner, lease, seq, floor, next] = args else {
+                return None;
+            };
+            let lock = keys.next()?;
+            let (_channel, _freed) = (keys.next()?, keys.next()?);
+            let next = text(next)?;
+            let successor = match next {
+                "" => None,
+                next => Some(Successor::decode(next)?),
+            };
+            if successor.is_some_and(|next| next.fencing) {
+                keys.next()?;
+            }
+            releases.push(Release {
+                lock,
+                owner: text(owner)?,
+                lease_ms: number(lease)?,
+                seq: number(seq)?,
+                floor: number(floor)?,
+                successor,
+            });
+        }
+        keys.next().is_none().then_some((run, releases))
+    }
+}
+
+/// One renewal, as `renew.lua` takes it (one key, three arguments).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::args::{Args, Renew, WriteBack};
+///
+/// let renew = Renew { lock: b"ns:{a}", owner: "c:1", lease_ms: 500, write_back: Some(WriteBack { count: 2, seq: 4, floor: 3 }) };
+/// let call = renew.to_call();
+/// assert_eq!(call.args[2], b"2 4 3");
+/// assert_eq!(Renew::decode_all(&call), Some(vec![renew]));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renew<'a> {
+    /// The lock's key.
+    pub lock: &'a [u8],
+    /// The owner id.
+    pub owner: &'a str,
+    /// The lease, in milliseconds: it only ever moves later.
+    pub lease_ms: u64,
+    /// How to write the hold back where the lock is free; `None` to renew only.
+    pub write_back: Option<WriteBack>,
+}
+
+/// A plain lock's hold written back by `renew.lua` where the lock is free: held
+/// `count` times, with the replay record of its operation `seq` over `floor`.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::args::WriteBack;
+/// let back = WriteBack { count: 1, seq: 7, floor: 6 };
+/// assert_eq!(back.encode(), "1 7 6");
+/// assert_eq!(WriteBack::decode("1 7 6"), Some(back));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteBack {
+    /// The hold count written back.
+    pub count: u64,
+    /// The write-back's number among its owner's operations.
+    pub seq: u64,
+    /// Its owner's floor.
+    pub floor: u64,
+}
+
+impl WriteBack {
+    /// The argument it is: `"<count> <seq> <floor>"`.
+    ///
+    /// # Examples
+    ///
+    /// See [`WriteBack`].
+    pub fn encode(&self) -> String {
+        format!("{} {} {}", self.count, self.seq, self.floor)
+    }
+
+    /// The write-back an argument asks for; `None` when it asks for none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::args::WriteBack;
+    /// assert_eq!(WriteBack::decode(""), None);
+    /// ```
+    pub fn decode(arg: &str) -> Option<Self> {
+        let mut parts = arg.split(' ').map(str::parse);
+        let back = WriteBack {
+            count: parts.next()?.ok()?,
+            seq: parts.next()?.ok()?,
+            floor: parts.next()?.ok()?,
+        };
+        parts.next().is_none().then_some(back)
+    }
+}
+
+impl Args for Renew<'_> {
+    fn push_to(&self, call: &mut Call) {
+        call.key(self.lock.to_vec());
+        call.text(self.owner);
+        call.number(self.lease_ms);
+        match &self.write_back {
+            Some(back) => call.text(&back.encode()),
+            None => call.text(""),
+        }
+    }
+}
+
+impl<'a> Renew<'a> {
+    /// Every renewal of a run of `renew.lua`; `None` when `call` is not one.
+    ///
+    /// # Examples
+    ///
+    /// See [`Renew`].
+    pub fn decode_all(call: &'a Call) -> Option<Vec<Self>> {
+        if call.args.len() != 3 * call.keys.len() {
+            return None;
+        }
+        call.keys
+            .iter()
+            .zip(call.args.chunks_exact(3))
+            .map(|(lock, args)| {
+                let [owner, lease, back] = args else {
+                    return None;
+                };
+                let back = text(back)?;
+                Some(Renew {
+                    lock,
+                    owner: text(owner)?,
+                    lease_ms: number(lease)?,
+                    write_back: match back {
+                        "" => None,
+                        back => Some(WriteBack::decode(back)?),
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+/// A waiter's place taken back, as `withdraw.lua` takes it.
+///
+/// # Examples
+///
+/// See [`Call`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Withdraw<'a> {
+    /// The lock's key.
+    pub lock: &'a [u8],
+    /// `PUBLISH`, or `SPUBLISH` on a cluster.
+    pub publish: &'a str,
+    /// The waiter's owner id.
+    pub owner: &'a str,
+}
+
+impl Args for Withdraw<'_> {
+    fn push_to(&self, call: &mut Call) {
+        call.key(self.lock.to_vec());
+        call.key(channel_key(self.lock));
+        call.text(self.publish);
+        call.text(self.owner);
+    }
+}
+
+/// A lock deleted whoever holds it, as `force_release.lua` takes it.
+///
+/// # Examples
+///
+/// See [`Call::from_args`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForceRelease<'a> {
+    /// The lock's key.
+    pub lock: &'a [u8],
+    /// `PUBLISH`, or `SPUBLISH` on a cluster.
+    pub publish: &'a str,
+}
+
+impl Args for ForceRelease<'_> {
+    fn push_to(&self, call: &mut Call) {
+        call.key(self.lock.to_vec());
+        call.key(channel_key(self.lock));
+        call.text(self.publish);
+    }
+}
+
+/// A lock read, as `inspect.lua` takes it.
+///
+/// # Examples
+///
+/// See [`Args`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inspect<'a> {
+    /// The lock's key.
+    pub lock: &'a [u8],
+    /// The `PUBSUB` subcommand that counts a channel's subscribers: `NUMSUB`, or
+    /// `SHARDNUMSUB` on a cluster.
+    pub numsub: &'a str,
+}
+
+impl Args for Inspect<'_> {
+    fn push_to(&self, call: &mut Call) {
+        call.key(self.lock.to_vec());
+        call.key(fence_key(self.lock));
+        call.key(channel_key(self.lock));
+        call.text(self.numsub);
+    }
+}
