@@ -138,21 +138,24 @@ fn variants(kind: Kind, path: Path) -> Vec<Variant> {
         "step_cut(redis.call, 'SET', freed,",
     )]);
     let who = Cut::Text(&[(
-        "if who and who ~= '' then\n    fields[#fields + 1] = WHO .. owner",
-        "if false then\n    fields[#fields + 1] = WHO .. owner",
+        "if who and who ~= '' then\n    put(fields, WHO .. owner",
+        "if false then\n    put(fields, WHO .. owner",
     )]);
     let op = Cut::Text(&[(
-        "  fields[#fields + 1] = OP .. owner\n  fields[#fields + 1] = record_text\n",
+        "  put(fields, OP .. owner, record_text)\n",
         "",
     )]);
-    let kind_fields = Cut::Text(&[("return { '#kind', kind, '#layout', LAYOUT }", "return {}")]);
+    let kind_fields = Cut::Text(&[(
+        "return { FIELD.kind, kind, FIELD.layout, LAYOUT }",
+        "return {}",
+    )]);
     let until = Cut::Text(&[(
-        "  fields[#fields + 1] = UNTIL .. r.owner\n  fields[#fields + 1] = until_ms\n",
+        "  put(fields, UNTIL .. r.owner, until_ms)\n",
         "",
     )]);
     let op_write = Cut::Text(&[(
-        "redis.call('HSET', lock, OP .. owner, new_record)",
-        "step_cut(redis.call, 'HSET', lock, OP .. owner, new_record)",
+        "    write(lock, fields)\n    redis.call('PEXPIRE', lock, lease, 'GT')",
+        "    step_cut(redis.call, 'HSET', lock, unpack(fields))\n    redis.call('PEXPIRE', lock, lease, 'GT')",
     )]);
     let mut cuts: Vec<Variant> = match (kind, path) {
         (Kind::Plain, Path::First) => vec![
