@@ -217,19 +217,17 @@ end
 -- Keeps (or renews) the place of waiter `r` until WAITER_MS from `now`.
 local function keep_place(lock, state, r, now)
   local until_ms = now + WAITER_MS
-  local fields = { WAIT .. r.owner, until_ms }
+  local fields = {}
   if not state.exists then
     fields = new_lock(r.kind)
-    fields[#fields + 1] = WAIT .. r.owner
-    fields[#fields + 1] = until_ms
   end
+  put(fields, WAIT .. r.owner, until_ms)
   local place = state.waiting[r.owner] or { ticket = 0 }
   if r.kind == 'fair' and place.ticket == 0 then
-    place.ticket = redis.call('HINCRBY', lock, '#next', 1)
-    fields[#fields + 1] = TICKET .. r.owner
-    fields[#fields + 1] = place.ticket
+    place.ticket = next_ticket(lock)
+    put(fields, TICKET .. r.owner, place.ticket)
   end
-  redis.call('HSET', lock, unpack(fields))
+  write(lock, fields)
   place['until'] = until_ms
   state.waiting[r.owner] = place
   state.dead[r.owner] = nil
@@ -245,32 +243,27 @@ local function take_shared(lock, fence_key, state, r, new_record, now)
   local token = 0
   if (r.mode == 'w' or r.mode == 'f') and r.fencing then
     token = next_token(fence_key)
-    fields[#fields + 1] = '#fence'
-    fields[#fields + 1] = token
+    new_token(fields, token)
   end
   if r.mode == 'w' then
-    fields[#fields + 1] = '#writer'
-    fields[#fields + 1] = r.owner
+    put(fields, FIELD.writer, r.owner)
     state.writer = r.owner
   end
   if r.kind == 'semaphore' and not next(state.holders) then
     -- The first holder sets the semaphore's count.
     if state.permits ~= r.permits then
-      fields[#fields + 1] = '#permits'
-      fields[#fields + 1] = r.permits
+      put(fields, FIELD.permits, r.permits)
     end
   elseif r.kind == 'semaphore' and state.permits ~= r.permits then
-    fields[#fields + 1] = PERMITS .. r.owner
-    fields[#fields + 1] = r.permits
+    put(fields, PERMITS .. r.owner, r.permits)
   end
   local until_ms = now + r.lease
-  fields[#fields + 1] = UNTIL .. r.owner
-  fields[#fields + 1] = until_ms
+  put(fields, UNTIL .. r.owner, until_ms)
   if state.waiting[r.owner] then
     state.waiting[r.owner] = nil
-    redis.call('HDEL', lock, WAIT .. r.owner, TICKET .. r.owner)
+    drop(lock, place_fields(r.owner))
   end
-  redis.call('HSET', lock, unpack(new_holder(fields, r.owner, new_record, r.who)))
+  write(lock, new_holder(fields, r.owner, new_record, r.who))
   state.holders[r.owner] = { count = 1, ['until'] = until_ms }
   state.dead[r.owner] = nil
   state.latest = math.max(state.latest, until_ms)

@@ -63,8 +63,17 @@
 -- never changed: the scripts answer a conflict.
 
 local LAYOUT = '1'
-local OP, WHO, UNTIL, WAIT, TICKET = '#op:', '#who:', '#until:', '#wait:', '#ticket:'
-local PERMITS = '#permits:'
+-- Every field name of the table above, spelled here only: the fields of the lock,
+-- then the prefixes of an owner's fields (the owner id follows). The scripts name
+-- fields through this table and write them through the helpers below.
+local FIELD = {
+  kind = '#kind', layout = '#layout', fence = '#fence', writer = '#writer',
+  permits = '#permits', next = '#next',
+  op = '#op:', who = '#who:', ['until'] = '#until:', wait = '#wait:', ticket = '#ticket:',
+  permits_of = '#permits:',
+}
+local OP, WHO, UNTIL, WAIT, TICKET = FIELD.op, FIELD.who, FIELD['until'], FIELD.wait, FIELD.ticket
+local PERMITS = FIELD.permits_of
 -- The kinds, and their number in replies.
 local KINDS = { lock = 0, rw = 1, semaphore = 2, fair = 3 }
 -- How long a waiter's place lives after its last look, and how often it looks.
@@ -168,12 +177,12 @@ local function read_all(key, now)
       return nil
     end
   end
-  local kind = meta['#kind']
-  if meta['#layout'] ~= LAYOUT or not KINDS[kind] then
+  local kind = meta[FIELD.kind]
+  if meta[FIELD.layout] ~= LAYOUT or not KINDS[kind] then
     return nil
   end
   state.kind = kind
-  for field, target in pairs({ ['#fence'] = 'token', ['#permits'] = 'permits', ['#next'] = 'next' }) do
+  for field, target in pairs({ [FIELD.fence] = 'token', [FIELD.permits] = 'permits', [FIELD.next] = 'next' }) do
     local value = meta[field]
     if value then
       if not is_number(value) then
@@ -182,7 +191,7 @@ local function read_all(key, now)
       state[target] = tonumber(value)
     end
   end
-  state.writer = meta['#writer']
+  state.writer = meta[FIELD.writer]
   for owner, h in pairs(state.holders) do
     h.floor, h.done = read_record(meta[OP .. owner])
     if not h.floor then
@@ -253,7 +262,7 @@ local function read_mine(key, owner, likely_free)
     end
     return { exists = true, kind = whole.kind, token = whole.token, me = whole.holders[owner], whole = whole }
   end
-  local v = typed(redis.pcall('HMGET', key, '#kind', '#layout', '#fence', owner, OP .. owner, UNTIL .. owner))
+  local v = typed(redis.pcall('HMGET', key, FIELD.kind, FIELD.layout, FIELD.fence, owner, OP .. owner, UNTIL .. owner))
   if v == WRONG_TYPE then
     return nil
   end
@@ -402,32 +411,86 @@ local function next_token(key)
   return token
 end
 
--- The fields a new holder `owner` writes, after `fields` (a list of field, value,
--- ...): its count (1), its replay record `record_text`, and what its client says of
--- it (`who`, may be empty) with the time it took the lock.
-local function new_holder(fields, owner, record_text, who)
-  fields[#fields + 1] = owner
-  fields[#fields + 1] = 1
-  fields[#fields + 1] = OP .. owner
-  fields[#fields + 1] = record_text
-  if who and who ~= '' then
-    fields[#fields + 1] = WHO .. owner
-    fields[#fields + 1] = string.format('%d', now_ms()) .. ' ' .. who
-  end
+-- WRITING A LOCK. Every script writes the hash through the helpers below: a write
+-- is a list of fields and values (field, value, ...), made with `put` and written
+-- in one HSET by `write`; fields go with `drop` (one HDEL).
+
+-- Adds `field` with `value` to `fields` (field, value, ...), and returns it.
+local function put(fields, field, value)
+  fields[#fields + 1] = field
+  fields[#fields + 1] = value
   return fields
+end
+
+-- Writes `fields` (field, value, ...) to the lock at `key`.
+local function write(key, fields)
+  redis.call('HSET', key, unpack(fields))
+end
+
+-- Deletes `fields` (field names) from the lock at `key`.
+local function drop(key, fields)
+  redis.call('HDEL', key, unpack(fields))
 end
 
 -- The fields of a new hash of `kind`.
 local function new_lock(kind)
-  return { '#kind', kind, '#layout', LAYOUT }
+  return { FIELD.kind, kind, FIELD.layout, LAYOUT }
 end
 
--- The fields of holder `owner` (and of its place, when it waited), to delete.
-local function holder_fields(owner)
-  return {
+-- The fields a new holder `owner` writes, after `fields` (field, value, ...): its
+-- count (1), its replay record `record_text`, and what its client says of it (`who`,
+-- may be empty) with the time it took the lock.
+local function new_holder(fields, owner, record_text, who)
+  put(fields, owner, 1)
+  put(fields, OP .. owner, record_text)
+  if who and who ~= '' then
+    put(fields, WHO .. owner, string.format('%d', now_ms()) .. ' ' .. who)
+  end
+  return fields
+end
+
+-- The fields that name a fencing token's holder, after `fields` (field, value,
+-- ...): the token, and for a read-write lock the writer's owner id (`writer`, nil
+-- for the other kinds).
+local function new_token(fields, token, writer)
+  put(fields, FIELD.fence, token)
+  if writer then
+    put(fields, FIELD.writer, writer)
+  end
+  return fields
+end
+
+-- The fields of the place of waiter `owner`, to delete.
+local function place_fields(owner)
+  return { WAIT .. owner, TICKET .. owner }
+end
+
+-- The fields of holder `owner` (and of its place, when it waited), to delete; with
+-- `token_holder`, also the fields that name it the holder of the fencing token.
+local function holder_fields(owner, token_holder)
+  local fields = {
     owner, OP .. owner, WHO .. owner, UNTIL .. owner, WAIT .. owner, TICKET .. owner,
     PERMITS .. owner,
   }
+  if token_holder then
+    fields[#fields + 1] = FIELD.writer
+    fields[#fields + 1] = FIELD.fence
+  end
+  return fields
+end
+
+-- Gives waiter `owner` of the lock at `key` the next ticket of its fair queue:
+-- the ticket, which the caller writes as its `#ticket:`.
+local function next_ticket(key)
+  return redis.call('HINCRBY', key, FIELD.next, 1)
+end
+
+-- Sets the own lease of holder `owner` of the lock at `key` to end at `until_ms`
+-- (ms of the server's clock, `now` being now), with `fields` (field, value, ...)
+-- written beside it; the key's expiry moves to it unless it is later already.
+local function own_lease(key, owner, until_ms, now, fields)
+  write(key, put(fields, UNTIL .. owner, until_ms))
+  redis.call('PEXPIRE', key, until_ms - now, 'GT')
 end
 
 -- Takes the free plain lock at `lock` (as `read_mine` read it: no key) for `owner`,
@@ -439,10 +502,9 @@ local function take(lock, fence_key, owner, lease, fencing, record_text, who)
   local token = 0
   if fencing then
     token = next_token(fence_key)
-    fields[#fields + 1] = '#fence'
-    fields[#fields + 1] = token
+    new_token(fields, token)
   end
-  redis.call('HSET', lock, unpack(new_holder(fields, owner, record_text, who)))
+  write(lock, new_holder(fields, owner, record_text, who))
   redis.call('PEXPIRE', lock, lease)
   return token
 end
@@ -453,12 +515,12 @@ end
 -- moves earlier). Returns the new count. Not for a final release.
 local function change_hold(lock, me, owner, by, lease, new_record)
   local count = redis.call('HINCRBY', lock, owner, by)
+  local fields = { OP .. owner, new_record }
   if me['until'] then
-    local until_ms = math.max(me['until'], now_ms() + lease)
-    redis.call('HSET', lock, OP .. owner, new_record, UNTIL .. owner, until_ms)
-    redis.call('PEXPIRE', lock, until_ms - now_ms(), 'GT')
+    local now = now_ms()
+    own_lease(lock, owner, math.max(me['until'], now + lease), now, fields)
   else
-    redis.call('HSET', lock, OP .. owner, new_record)
+    write(lock, fields)
     redis.call('PEXPIRE', lock, lease, 'GT')
   end
   return count
@@ -483,18 +545,18 @@ end
 local function settle(key, state, now)
   local dead = {}
   for owner, what in pairs(state.dead) do
+    local fields
     if what == 'waiter' then
-      dead[#dead + 1] = WAIT .. owner
-      dead[#dead + 1] = TICKET .. owner
+      fields = place_fields(owner)
     else
-      for _, field in ipairs(holder_fields(owner)) do
-        dead[#dead + 1] = field
+      local token_holder = state.writer == owner or state.kind == 'fair'
+      fields = holder_fields(owner, token_holder)
+      if token_holder then
+        state.writer = nil
       end
     end
-    if what == 'holder' and (state.writer == owner or state.kind == 'fair') then
-      dead[#dead + 1] = '#writer'
-      dead[#dead + 1] = '#fence'
-      state.writer = nil
+    for _, field in ipairs(fields) do
+      dead[#dead + 1] = field
     end
   end
   state.dead = {}
@@ -503,7 +565,7 @@ local function settle(key, state, now)
     return
   end
   if #dead > 0 then
-    redis.call('HDEL', key, unpack(dead))
+    drop(key, dead)
   end
   redis.call('PEXPIRE', key, math.max(state.latest - now, 1))
 end

@@ -77,17 +77,16 @@ local function release_last_shared(lock, channel, owner, seq_text)
     return false
   end
   state.holders[owner] = nil
-  local fields = holder_fields(owner)
   local reader = state.kind == 'rw' and state.writer ~= owner
-  if state.writer == owner or state.kind == 'fair' then
-    fields[#fields + 1] = '#writer'
-    fields[#fields + 1] = '#fence'
+  local token_holder = state.writer == owner or state.kind == 'fair'
+  local fields = holder_fields(owner, token_holder)
+  if token_holder then
     state.writer = nil
   end
   if not reader or not next(state.holders) then
     redis.call(publish, channel, release_message(state, owner, seq_text))
   end
-  redis.call('HDEL', lock, unpack(fields))
+  drop(lock, fields)
   settle(lock, state, now)
   return true
 end
@@ -161,7 +160,7 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
     -- lock as always; the waiter's own attempt reports the conflict.
   end
 
-  redis.call(publish, channel, owner .. ':' .. seq_text)
+  redis.call(publish, channel, release_message(state, owner, seq_text))
   redis.call('DEL', lock)
   redis.call('SET', freed, new_record, 'PX', remember)
   return {1, 0}

@@ -43,7 +43,7 @@ local function write_back(lock, owner, lease, spec)
   end
   take(lock, nil, owner, lease, false, record_text, nil)
   if count ~= '1' then
-    redis.call('HSET', lock, owner, count)
+    write(lock, { owner, count })
   end
   return 2
 end
@@ -75,9 +75,7 @@ local function renew(lock, owner, lease, spec)
   if me['until'] <= now then
     return 0
   end
-  local until_ms = math.max(me['until'], now + lease)
-  redis.call('HSET', lock, UNTIL .. owner, until_ms)
-  redis.call('PEXPIRE', lock, until_ms - now, 'GT')
+  own_lease(lock, owner, math.max(me['until'], now + lease), now, {})
   return 1
 end
 

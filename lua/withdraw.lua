@@ -35,7 +35,7 @@ local function main()
   if free then
     redis.call(publish, channel, release_message(state, owner, '-'))
   end
-  redis.call('HDEL', lock, WAIT .. owner, TICKET .. owner)
+  drop(lock, place_fields(owner))
   settle(lock, state, now)
   return 1
 end

@@ -210,12 +210,18 @@ fn kinds_alone(args: &[String]) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// The per-step cost table alone (`--steps [--quick] [--blocks N] [--write FILE]`,
-/// as `cargo xtask bench --steps` runs it), on a server of its own: prints it, and
-/// with `--write` puts it into FILE between its own markers.
+/// The per-step cost table alone (see [`STEPS_USAGE`]; as `cargo xtask bench
+/// --steps` runs it), on a server of its own: prints it, and with `--write` puts it
+/// into FILE between its own markers. `--library FILE` writes the function library
+/// as this build ships it into FILE and runs nothing: at the commit before a change
+/// to the scripts, that file is what `--before FILE` compares the change with
+/// (`--before-who`: its client sent what it says of a holder with a first
+/// acquisition); `--only WORDS` runs only the steps whose name holds one of the
+/// comma-separated words.
 fn steps_alone(args: &[String]) -> Result<(), BoxError> {
     let mut settings = steps::StepSettings::full();
-    let mut write = None;
+    let mut choice = steps::Choice::default();
+    let (mut write, mut before, mut before_who) = (None, None, false);
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         match arg.as_str() {
@@ -226,13 +232,32 @@ fn steps_alone(args: &[String]) -> Result<(), BoxError> {
                 settings.blocks = n.parse().map_err(|err| format!("--blocks {n:?}: {err}"))?;
             }
             "--write" => write = Some(iter.next().ok_or("--write FILE")?.clone()),
+            "--library" => {
+                let path = iter.next().ok_or("--library FILE")?;
+                std::fs::write(path, distlock::layout::function_library().text)?;
+                eprintln!("distlock-bench: wrote the function library into {path}");
+                return Ok(());
+            }
+            "--before" => before = Some(iter.next().ok_or("--before FILE")?.clone()),
+            "--before-who" => before_who = true,
+            "--only" => {
+                let words = iter.next().ok_or("--only WORDS")?;
+                choice.only = words.split(',').map(str::to_owned).collect();
+            }
             other => return Err(format!("unknown argument {other:?}; {STEPS_USAGE}").into()),
         }
+    }
+    if let Some(path) = before {
+        choice.before = Some(steps::Before {
+            text: std::fs::read_to_string(&path).map_err(|err| format!("{path}: {err}"))?,
+            label: path,
+            who_at_acquisition: before_who,
+        });
     }
     let server = RedisServer::builder()
         .args(["--maxmemory-policy", "noeviction"])
         .start()?;
-    let table = steps::run(&server, settings, &note)?;
+    let table = steps::run(&server, settings, &choice, &note)?;
     let markdown = steps::markdown(&table);
     println!("{markdown}");
     if let Some(path) = write {
@@ -243,7 +268,8 @@ fn steps_alone(args: &[String]) -> Result<(), BoxError> {
 }
 
 /// The usage line of the per-step table.
-const STEPS_USAGE: &str = "distlock-bench --steps [--quick] [--blocks N] [--write FILE]";
+const STEPS_USAGE: &str = "distlock-bench --steps [--quick] [--blocks N] [--write FILE] \
+     [--only WORDS] [--before FILE [--before-who]] | --steps --library FILE";
 
 /// The usage line of the harness.
 const USAGE: &str =

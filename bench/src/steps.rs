@@ -22,6 +22,11 @@
 //! changed is not there for the commands after it (a `PEXPIRE` after a left-out
 //! `HSET` finds no key), so each figure is the cost of that step in place, and the
 //! steps of one script need not add up exactly to the whole.
+//!
+//! Before and after a change to the scripts: `--before FILE` (a function library as
+//! `--library FILE` wrote it, at the commit before the change) adds a row per step,
+//! the whole step run by that library in the same blocks, and what the change saved.
+//! `--only WORDS` runs the steps whose name holds one of the comma-separated words.
 
 use std::fmt::Write as _;
 
@@ -31,7 +36,7 @@ use distlock_testkit::RedisServer;
 use crate::error::BoxError;
 use crate::kind::Kind;
 use crate::reference::{redis_benchmark, redis_benchmark_binary, Load};
-use crate::server::{self, KeyShape, Op, Protocol, Workload, DISTLOCK_OWNER, RAND};
+use crate::server::{self, KeyShape, Op, Protocol, Workload, DISTLOCK_OWNER, DISTLOCK_WHO, RAND};
 use crate::stats::median;
 
 /// Settings of the per-step table.
@@ -62,6 +67,29 @@ impl StepSettings {
             requests: 2_000,
             lease_ms: 30_000,
         }
+    }
+}
+
+/// Which steps a table runs, and the library before a change, when one is to be
+/// compared.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Choice {
+    /// Words: a step runs when its name (as the table shows it) holds one; every
+    /// step when empty.
+    pub(crate) only: Vec<String>,
+    pub(crate) before: Option<Before>,
+}
+
+impl Choice {
+    /// The steps chosen, in the table's order.
+    fn steps(&self) -> Vec<(Kind, Path)> {
+        steps()
+            .into_iter()
+            .filter(|&(kind, path)| {
+                let name = format!("{} {}", kind.word(), path.label());
+                self.only.is_empty() || self.only.iter().any(|word| name.contains(word.as_str()))
+            })
+            .collect()
     }
 }
 
@@ -110,6 +138,20 @@ enum Cut {
     /// Nothing: the library as shipped.
     Nothing,
     Text(&'static [(&'static str, &'static str)]),
+    /// Everything: the library of [`Before`], with the arguments it takes.
+    Before,
+}
+
+/// The function library before a change, for a row of its own per step.
+#[derive(Debug, Clone)]
+pub(crate) struct Before {
+    /// Its text, as `FUNCTION LOAD` takes it.
+    pub(crate) text: String,
+    /// What the table calls it (the file it was read from).
+    pub(crate) label: String,
+    /// Whether its client sent what it says of a holder with a first acquisition
+    /// (a library older than the holder record's move to the first renewal).
+    pub(crate) who_at_acquisition: bool,
 }
 
 /// One variant of a step: what the table calls it, and what it leaves out.
@@ -137,21 +179,18 @@ fn variants(kind: Kind, path: Path) -> Vec<Variant> {
         "step_cut(redis.call, 'SET', freed,",
     )]);
     let who = Cut::Text(&[(
-        "if who and who ~= '' then\n    fields[#fields + 1] = WHO .. owner",
-        "if false then\n    fields[#fields + 1] = WHO .. owner",
+        "if who and who ~= '' then\n    put(fields, WHO .. owner",
+        "if false then\n    put(fields, WHO .. owner",
     )]);
-    let op = Cut::Text(&[(
-        "  fields[#fields + 1] = OP .. owner\n  fields[#fields + 1] = record_text\n",
-        "",
+    let op = Cut::Text(&[("  put(fields, OP .. owner, record_text)\n", "")]);
+    let kind_fields = Cut::Text(&[(
+        "return { FIELD.kind, kind, FIELD.layout, LAYOUT }",
+        "return {}",
     )]);
-    let kind_fields = Cut::Text(&[("return { '#kind', kind, '#layout', LAYOUT }", "return {}")]);
-    let until = Cut::Text(&[(
-        "  fields[#fields + 1] = UNTIL .. r.owner\n  fields[#fields + 1] = until_ms\n",
-        "",
-    )]);
+    let until = Cut::Text(&[("  put(fields, UNTIL .. r.owner, until_ms)\n", "")]);
     let op_write = Cut::Text(&[(
-        "redis.call('HSET', lock, OP .. owner, new_record)",
-        "step_cut(redis.call, 'HSET', lock, OP .. owner, new_record)",
+        "    write(lock, fields)\n    redis.call('PEXPIRE', lock, lease, 'GT')",
+        "    step_cut(redis.call, 'HSET', lock, unpack(fields))\n    redis.call('PEXPIRE', lock, lease, 'GT')",
     )]);
     let mut cuts: Vec<Variant> = match (kind, path) {
         (Kind::Plain, Path::First) => vec![
@@ -257,11 +296,40 @@ local function step_cut(call, command, ...)
 end
 ";
 
-/// distlock's function library with `cut` left out, named `name`.
-fn variant_library(name: &str, cut: Cut) -> Result<String, BoxError> {
-    let library = distlock::layout::function_library();
-    let (first, mut body) = library
+/// Whether the client sends what it says of a holder with a first acquisition
+/// (`ARGV[10]` of acquire.lua; else "").
+const WHO_AT_ACQUISITION: bool = true;
+
+/// The library that `cut` is made of, untouched (its setup runs it): its text, its
+/// name, and whether its client sends what it says of a holder with a first
+/// acquisition.
+fn shipped(cut: Cut, before: Option<&Before>) -> Result<(String, String, bool), BoxError> {
+    if cut != Cut::Before {
+        let library = distlock::layout::function_library();
+        return Ok((library.text, library.name, WHO_AT_ACQUISITION));
+    }
+    let before = before.ok_or("no library to run before the change")?;
+    let name = before
         .text
+        .lines()
+        .next()
+        .and_then(|first| first.strip_prefix("#!lua name="))
+        .ok_or_else(|| format!("{}: not a function library", before.label))?;
+    Ok((
+        before.text.clone(),
+        name.to_owned(),
+        before.who_at_acquisition,
+    ))
+}
+
+/// distlock's function library with `cut` left out (for [`Cut::Before`], the
+/// library of `before`), named `name`.
+fn variant_library(name: &str, cut: Cut, before: Option<&Before>) -> Result<String, BoxError> {
+    let (text, library_name, _) = shipped(cut, before)?;
+    if cut == Cut::Before {
+        return Ok(text.replace(&library_name, name));
+    }
+    let (first, mut body) = text
         .split_once('\n')
         .map(|(first, body)| (first.to_owned(), body.to_owned()))
         .ok_or("the function library has one line")?;
@@ -274,13 +342,21 @@ fn variant_library(name: &str, cut: Cut) -> Result<String, BoxError> {
         }
     }
     let text = format!("{first}\n{STEP_CUT}{body}");
-    Ok(text.replace(&library.name, name))
+    Ok(text.replace(&library_name, name))
 }
 
 /// The arguments after the function's name and key count of `path` of `kind` on
 /// the lock `lock`: what the client sends (no fencing, no successor, what the
-/// client says of the holder), operation `seq` with the floor `seq - 1`.
-fn line(kind: Kind, path: Path, lock: &str, seq: u64, lease_ms: u64) -> Vec<String> {
+/// client says of the holder, with a first acquisition only when `who_first`),
+/// operation `seq` with the floor `seq - 1`.
+fn line(
+    kind: Kind,
+    path: Path,
+    lock: &str,
+    seq: u64,
+    lease_ms: u64,
+    who_first: bool,
+) -> Vec<String> {
     let op = Op {
         lock,
         lease_ms,
@@ -290,6 +366,11 @@ fn line(kind: Kind, path: Path, lock: &str, seq: u64, lease_ms: u64) -> Vec<Stri
     let call = match path {
         Path::First | Path::Reenter => Acquire {
             reentry: path == Path::Reenter,
+            who: if who_first && path == Path::First {
+                DISTLOCK_WHO
+            } else {
+                ""
+            },
             ..server::acquire_args(kind, &op)
         }
         .to_call(),
@@ -365,29 +446,37 @@ fn run_variant(
     server: &RedisServer,
     settings: StepSettings,
     (kind, path): (Kind, Path),
-    (name, cut): (&str, Cut),
+    (name, cut, before): (&str, Cut, Option<&Before>),
     tag: &str,
 ) -> Result<f64, BoxError> {
     let shape = KeyShape::Single;
     let pattern = shape.key(&format!("s{tag}"), RAND);
-    let (seq, before) = setup(path);
+    let (seq, steps_before) = setup(path);
+    let (text, library_name, who_first) = shipped(cut, before)?;
     let mut keyspace = 1_000_000_000;
-    if !before.is_empty() {
-        let library = distlock::layout::function_library();
-        server.cmd(&["FUNCTION", "LOAD", "REPLACE", &library.text])?;
+    if !steps_before.is_empty() {
+        server.cmd(&["FUNCTION", "FLUSH", "SYNC"])?;
+        server.cmd(&["FUNCTION", "LOAD", &text])?;
         let source = shape.key(&format!("s{tag}"), "source");
-        for (step, n) in before {
-            let args = line(kind, step, &source, n, SOURCE_LEASE_MS);
-            run_once(server, &library.function(step.script()), &args)?;
+        for (step, n) in steps_before {
+            let args = line(kind, step, &source, n, SOURCE_LEASE_MS, who_first);
+            run_once(server, &format!("{library_name}_{}", step.script()), &args)?;
         }
         keyspace = settings.requests * 4;
         copy_into(server, &source, &pattern, keyspace)?;
     }
     // The variant alone in the server's Lua, as a client's library is.
     server.cmd(&["FUNCTION", "FLUSH", "SYNC"])?;
-    server.cmd(&["FUNCTION", "LOAD", &variant_library(name, cut)?])?;
+    server.cmd(&["FUNCTION", "LOAD", &variant_library(name, cut, before)?])?;
     let mut command = vec!["FCALL".to_owned(), format!("{name}_{}", path.script())];
-    command.extend(line(kind, path, &pattern, seq, settings.lease_ms));
+    command.extend(line(
+        kind,
+        path,
+        &pattern,
+        seq,
+        settings.lease_ms,
+        who_first,
+    ));
     let binary = redis_benchmark_binary()?;
     let start = main_thread_cpu(server)?;
     redis_benchmark(
@@ -488,7 +577,14 @@ fn run_empty(
         "FCALL".to_owned(),
         format!("distlock_steps_empty_{}", path.script()),
     ];
-    command.extend(line(Kind::Plain, path, &pattern, 1, settings.lease_ms));
+    command.extend(line(
+        Kind::Plain,
+        path,
+        &pattern,
+        1,
+        settings.lease_ms,
+        WHO_AT_ACQUISITION,
+    ));
     let start = main_thread_cpu(server)?;
     redis_benchmark(
         &redis_benchmark_binary()?,
@@ -506,7 +602,13 @@ fn run_empty(
 /// CPU per request of each block, µs; and the references of each block.
 #[derive(Debug, Default)]
 pub(crate) struct StepTable {
+    /// Per step, per variant (0: every step; then each of [`variants`]; last: the
+    /// library before the change, when there is one).
     runs: Vec<Vec<Vec<f64>>>,
+    /// The steps run, in order.
+    steps: Vec<(Kind, Path)>,
+    /// What the library before the change is called, when one ran.
+    before: Option<String>,
     references: Vec<References>,
     settings: Option<StepSettings>,
     load_before: String,
@@ -519,14 +621,18 @@ pub(crate) struct StepTable {
 pub(crate) fn run(
     server: &RedisServer,
     settings: StepSettings,
+    choice: &Choice,
     note: &dyn Fn(&str),
 ) -> Result<StepTable, BoxError> {
-    let steps = steps();
+    let steps = choice.steps();
+    let before = choice.before.as_ref();
     let mut table = StepTable {
         runs: steps
             .iter()
-            .map(|&(kind, path)| vec![Vec::new(); variants(kind, path).len() + 1])
+            .map(|&(kind, path)| vec![Vec::new(); variants(kind, path).len() + 2])
             .collect(),
+        steps: steps.clone(),
+        before: before.map(|before| before.label.clone()),
         settings: Some(settings),
         load_before: crate::report::load_average(),
         ..StepTable::default()
@@ -545,16 +651,19 @@ pub(crate) fn run(
         for (s, &step) in steps.iter().enumerate() {
             let mut all: Vec<Variant> = vec![("", Cut::Nothing)];
             all.extend(variants(step.0, step.1));
+            if before.is_some() {
+                all.push(("", Cut::Before));
+            }
             all.push(("", Cut::Nothing));
             let mut base = Vec::new();
             for (v, &(_, cut)) in all.iter().enumerate() {
                 let name = format!("distlock_steps_{v}");
                 let tag = format!("{block}:{s}:{v}");
-                let us = run_variant(server, settings, step, (&name, cut), &tag)?;
-                if cut == Cut::Nothing {
-                    base.push(us);
-                } else {
-                    table.runs[s][v].push(us);
+                let us = run_variant(server, settings, step, (&name, cut, before), &tag)?;
+                match cut {
+                    Cut::Nothing => base.push(us),
+                    Cut::Before => table.runs[s][variants(step.0, step.1).len() + 1].push(us),
+                    Cut::Text(_) => table.runs[s][v].push(us),
                 }
             }
             table.runs[s][0].push(base.iter().sum::<f64>() / base.len().max(1) as f64);
@@ -597,7 +706,7 @@ pub(crate) fn markdown(table: &StepTable) -> String {
     );
     out.push_str("| step | left out | µs per request | saved µs | share |\n");
     out.push_str("| --- | --- | ---: | ---: | ---: |\n");
-    for (s, &(kind, path)) in steps().iter().enumerate() {
+    for (s, &(kind, path)) in table.steps.iter().enumerate() {
         let runs = &table.runs[s];
         let base = &runs[0];
         let step = format!("{} {}", kind.word(), path.label());
@@ -614,6 +723,16 @@ pub(crate) fn markdown(table: &StepTable) -> String {
                 out,
                 "| | {label} | {} | {} | {share:.0} % |",
                 spread(cut),
+                spread(&saved)
+            );
+        }
+        if let (Some(label), Some(old)) = (&table.before, runs.last()) {
+            let saved: Vec<f64> = old.iter().zip(base).map(|(o, b)| o - b).collect();
+            let share = median(&saved) / median(old).max(f64::MIN_POSITIVE) * 100.0;
+            let _ = writeln!(
+                out,
+                "| | *before the change* ({label}): the whole step; saved = before − now | {} | {} | {share:.0} % |",
+                spread(old),
                 spread(&saved)
             );
         }
@@ -664,7 +783,7 @@ mod tests {
         for (kind, path) in steps() {
             for (v, (label, cut)) in variants(kind, path).into_iter().enumerate() {
                 server.cmd(&["FUNCTION", "FLUSH", "SYNC"])?;
-                let text = variant_library(&format!("distlock_steps_{v}"), cut)?;
+                let text = variant_library(&format!("distlock_steps_{v}"), cut, None)?;
                 let name = server.cmd(&["FUNCTION", "LOAD", &text]);
                 assert!(name.is_ok(), "{kind:?} {path:?} without {label}: {name:?}");
                 loaded += 1;
@@ -680,13 +799,17 @@ mod tests {
     #[test]
     fn a_variant_takes_and_copies_hold() -> Result<(), BoxError> {
         let server = RedisServer::start()?;
-        let text = variant_library("distlock_steps_t", variants(Kind::Plain, Path::First)[0].1)?;
+        let text = variant_library(
+            "distlock_steps_t",
+            variants(Kind::Plain, Path::First)[0].1,
+            None,
+        )?;
         server.cmd(&["FUNCTION", "LOAD", &text])?;
         let lock = KeyShape::Single.key("t", "source");
         run_once(
             &server,
             "distlock_steps_t_acquire",
-            &line(Kind::Plain, Path::First, &lock, 1, 600_000),
+            &line(Kind::Plain, Path::First, &lock, 1, 600_000, true),
         )?;
         let pattern = KeyShape::Single.key("t", RAND);
         copy_into(&server, &lock, &pattern, 3)?;
