@@ -20,23 +20,22 @@ pub(crate) use layout::{channel, name_of_key, name_of_side_key};
 /// character (escaped as in a key), then `*`. Every key it returns is still checked
 /// with [`glob_match`] on its decoded name.
 pub(crate) fn scan_pattern(namespace: &str, pattern: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(namespace.len() + pattern.len() + 4);
-    for &byte in namespace.as_bytes() {
-        if is_glob_special(byte) {
-            out.push(b'\\');
-        }
-        out.push(byte);
-    }
-    out.extend_from_slice(b":{");
     let literal: Vec<u8> = pattern
         .iter()
         .copied()
         .take_while(|&byte| !is_glob_special(byte))
         .collect();
-    let mut escaped = Vec::with_capacity(literal.len());
-    layout::escape_name_into(&mut escaped, &literal);
-    // The escaped literal holds no `{` or `}`; `%` and digits are not special.
-    out.extend_from_slice(&escaped);
+    // The key of a lock named `literal`, without its closing `}`: the escaped
+    // literal holds no glob character, the namespace may.
+    let mut key = layout::lock_key(namespace, &literal);
+    key.pop();
+    let mut out = Vec::with_capacity(key.len() + 4);
+    for byte in key {
+        if is_glob_special(byte) {
+            out.push(b'\\');
+        }
+        out.push(byte);
+    }
     out.push(b'*');
     out
 }
