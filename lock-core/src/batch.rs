@@ -228,7 +228,7 @@ impl<R: Request> Batcher<R> {
         if let Some(batch) = batch {
             // Hands the sending slot on when the batch is answered (or this future
             // dropped): to a task for what queued meanwhile, or back.
-            let slot = Slot {
+            let slot = Sending {
                 batcher: self.clone(),
                 conn: conn.clone(),
             };
@@ -286,12 +286,12 @@ impl<R: Request> Batcher<R> {
 }
 
 /// A sending slot in use by the task that sends a batch itself.
-struct Slot<R: Request> {
+struct Sending<R: Request> {
     batcher: Arc<Batcher<R>>,
     conn: Conn,
 }
 
-impl<R: Request> Drop for Slot<R> {
+impl<R: Request> Drop for Sending<R> {
     fn drop(&mut self) {
         let next = {
             let mut state = self.batcher.state();

@@ -537,7 +537,7 @@ impl Place {
     /// Takes the offer back before an attempt of the waiter's own: `false` when a
     /// release claimed it (or delivered already); the waiter must then not ask
     /// Redis, but [wait for the delivery](Self::delivery).
-    pub(crate) fn withdraw_offer(&self) -> bool {
+    pub(crate) fn take_back_offer(&self) -> bool {
         let mut queue = locked(&self.channel.queue);
         match queue.waiters.get_mut(&self.ticket) {
             Some(slot) if slot.claimed || slot.delivery.is_some() => false,
@@ -649,7 +649,7 @@ impl Place {
     /// release this waiter used. The next waiter becomes first, and waits for the
     /// release of this one; with `wake_next` (a lock several owners may hold at
     /// once: a read-write lock, a semaphore), it asks at once instead.
-    pub(crate) fn settle(&mut self, wake_next: bool) {
+    pub(crate) fn leave_holding(&mut self, wake_next: bool) {
         self.leave(|_| wake_next);
     }
 
@@ -788,12 +788,12 @@ pub(crate) mod tests {
         first.offer(offer());
         let claim = subscriber.claim(b"c").expect("the first's offer");
         assert!(subscriber.claim(b"c").is_none(), "claimed once");
-        assert!(!first.withdraw_offer(), "claimed: no attempt of its own");
+        assert!(!first.take_back_offer(), "claimed: no attempt of its own");
         first.offer(offer());
-        assert!(!first.withdraw_offer(), "no new offer while claimed");
-        assert!(second.withdraw_offer());
+        assert!(!first.take_back_offer(), "no new offer while claimed");
+        assert!(second.take_back_offer());
         assert!(claim.deliver(Delivery::Declined { ask: false }).is_none());
-        assert!(!first.withdraw_offer(), "a delivery to read first");
+        assert!(!first.take_back_offer(), "a delivery to read first");
     }
 
     #[test]
@@ -802,7 +802,7 @@ pub(crate) mod tests {
         let place = subscriber.enqueue(b"c".to_vec(), false);
         place.offer(offer());
         assert!(subscriber.claim(b"c").is_none());
-        assert!(place.withdraw_offer());
+        assert!(place.take_back_offer());
     }
 
     #[tokio::test]
@@ -823,7 +823,7 @@ pub(crate) mod tests {
         }
         assert!(!given_back.load(Ordering::SeqCst));
         // It holds the lock now: out of the queue.
-        first.settle(false);
+        first.leave_holding(false);
 
         // The waiter leaves while the release is on its way: the grant comes back
         // to the releaser, whose drop gives the hold back.
@@ -882,7 +882,7 @@ pub(crate) mod tests {
         // The first gets the lock: the next is first, with no wake-up (the lock is
         // held: it waits for the release).
         first.channel.wake_first();
-        first.settle(false);
+        first.leave_holding(false);
         assert!(second.is_first() && !is_notified(&second));
         // A waiter behind others that gives up leaves the order as it was.
         drop(third);
@@ -920,7 +920,7 @@ pub(crate) mod tests {
         first.channel.wake_first();
         drop(first);
         assert!(is_notified(&second), "the wake-up moved on");
-        second.settle(false);
+        second.leave_holding(false);
         assert!(!is_notified(&third), "the acquirer used its wake-up");
         drop(second);
         assert!(!is_notified(&third));

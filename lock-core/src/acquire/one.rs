@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use super::chain::{reenter, Chain};
 use super::grant::admit;
-use super::options::{check_kind, settle_options, Options};
+use super::options::{check_kind, fill_options, Options};
 use super::wait::wait_for;
 use super::wait::Wait;
 use crate::context::LockContext;
@@ -33,7 +33,7 @@ pub(crate) async fn acquire(
     let keys = keys?;
     let _attempt = inner.start_attempt(|| keys.display())?;
     let start = Instant::now();
-    let (mut policy, deadline) = settle_options(&inner, options, start)?;
+    let (mut policy, deadline) = fill_options(&inner, options, start)?;
     check_kind(&inner, &keys, options, &mut policy)?;
     let context = LockContext::current();
     let span = tracing::info_span!(

@@ -109,7 +109,7 @@ pub(crate) fn unsupported(inner: &Inner, kind: Kind) -> Option<LockError> {
 }
 
 /// The request's options with the client's defaults filled in and checked.
-pub(crate) fn settle_options(
+pub(crate) fn fill_options(
     inner: &Inner,
     options: Options,
     start: Instant,

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::grant::{admit, give_back};
 use super::one::{acquire, before_new, ended};
-use super::options::{settle_options, Options};
+use super::options::{fill_options, Options};
 use super::set_run::NameSet;
 use super::wait;
 use super::wait::Wait;
@@ -144,7 +144,7 @@ async fn take_all(
         };
     }
     // Every option checked before the first name is asked for.
-    let (_, deadline) = settle_options(inner, options, Instant::now())?;
+    let (_, deadline) = fill_options(inner, options, Instant::now())?;
     // Dropped with the future: each guard taken so far is released in the
     // background.
     let mut guards: Vec<LockGuard> = Vec::with_capacity(keys.len());
@@ -197,7 +197,7 @@ async fn acquire_at_once(
     origin: Origin,
 ) -> Result<MultiLockGuard, LockError> {
     let start = Instant::now();
-    let (policy, deadline) = settle_options(&inner, options, start)?;
+    let (policy, deadline) = fill_options(&inner, options, start)?;
     let context = LockContext::current();
     let set = NameSet::new(&inner, &context, keys, options.fencing == Some(true))?;
     let held = set.held.clone();

@@ -390,7 +390,7 @@ impl<'a> Wait<'a> {
             self.kept_place = None;
         }
         if let Some(place) = &mut self.place {
-            place.settle(self.keys.kind.admits_many());
+            place.leave_holding(self.keys.kind.admits_many());
         }
     }
 
@@ -405,7 +405,7 @@ impl<'a> Wait<'a> {
     pub(super) fn offer_claimed(&self) -> bool {
         self.place
             .as_ref()
-            .is_some_and(|place| !place.withdraw_offer())
+            .is_some_and(|place| !place.take_back_offer())
     }
 }
 

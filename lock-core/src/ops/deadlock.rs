@@ -184,7 +184,7 @@ impl Waiting {
                 }
             }
             let mut writer = conn.clone();
-            if let Err(err) = self.withdraw(&mut writer).await {
+            if let Err(err) = self.remove_record(&mut writer).await {
                 tracing::debug!(error = %err, "distlock: could not delete wait-for records; they expire");
             }
         });
@@ -220,7 +220,7 @@ impl Waiting {
     /// # Cancel safety
     ///
     /// Dropping it may leave some records: they expire within a few beats.
-    async fn withdraw(&self, conn: &mut Conn) -> redis::RedisResult<()> {
+    async fn remove_record(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         for owner in &self.owners {
             let _: i64 = conn.del(record_key(&self.namespace, owner)).await?;
         }
