@@ -8,7 +8,7 @@ use crate::error::LockError;
 use crate::kinds::LockKind;
 use crate::layout;
 /// What a lock request takes: the kinds of lock, and the hold within them.
-pub(crate) use crate::layout::Kind;
+pub(crate) use crate::layout::kind::Kind;
 
 /// The longest lock name accepted, in bytes.
 ///

@@ -3,7 +3,7 @@
 //! What a request asks for is `keys::Kind`: a hold of one of these kinds
 //! (`Kind::lock_kind`), in one of these modes.
 
-use crate::layout::Kind;
+use crate::layout::kind::Kind;
 
 /// The kind of lock at a name, as [`LockClient::inspect`](crate::LockClient::inspect) finds it.
 ///

@@ -31,13 +31,14 @@
 //! | 1 | `faults.rs` | seeded faults for testing the tests (feature `fault-injection`) |
 //! | 1 | `layout/kind.rs` | the kind table: each kind's script letter, `#kind` word, reply code, metric label and JSON word |
 //! | 1 | `layout/keys.rs` | a lock's keys spelled once: the name escaped in the hash tag, `:fence`, `:freed:<owner>`, `:released`, and a key read back into its name |
+//! | 1 | `layout/lua.rs` | the scripts of `lua/` and the function library made of them, as text (running them is `library.rs`'s) |
 //! | 1 | `layout/args.rs` | hidden: every script's keys and arguments, one struct per request, encoded for the client and decoded for the tests |
 //! | 1 | `library.rs` | running a script: `FCALL` of distlock's function library, `EVALSHA` where a server refuses functions |
 //! | 1 | `origin.rs` | where a request was made: call site, class (label, or the name with digits folded), function |
 //! | 1 | `kinds.rs` | [`LockKind`], [`HoldMode`]: the kinds a lock and a hold are, as read back from Redis |
 //! | 1 | `series.rs` | what happens to a hold as operator features count it (metrics): `Series`, the hold's `Tag` |
 //! | 2 | `error.rs` | [`LockError`]; the one classification of Redis errors (outcome unknown, transient, failover) |
-//! | 2 | `scripts.rs` | the Lua scripts, and their replies decoded into types, once |
+//! | 2 | `scripts.rs` | the client's scripts (built from `layout/lua.rs`), and their replies decoded into types, once |
 //! | 2 | `handoff.rs` | local hand-off: a waiter's offer, and what a release delivers to it (a grant gives its hold back unless a guard takes it) |
 //! | 3 | `layout/mod.rs` | what distlock stores in Redis: the fields of a lock's hash, the release message, the function library, [`layout::StoredLock`] |
 //! | 3 | `backend/` | `Backend` and `Conn` (commands), `SubConn` (pub/sub), hash slots; `link.rs` named connections and their lost/restored logs; `url.rs` URLs; `tls.rs` TLS (crypto provider, certificates); `dial.rs` the first connection (fail fast on a refusal); `sentinel.rs` Sentinel; `redlock.rs` the majority rules |

@@ -25,6 +25,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisResult, Value};
 
 use crate::layout::args::{Args, Call};
+use crate::layout::lua::{self, Source};
 
 /// The function library: its text, its name, and whether this client calls its
 /// functions (it stops at the first refusal of functions as such).
@@ -62,80 +63,27 @@ pub(crate) enum Way {
     Eval,
 }
 
-/// A script of the library, as [`Library::build`] takes it: its name, its flags (as
-/// `#!lua flags=` and `redis.register_function` name them), its text (ending with
-/// `return main()`).
-pub(crate) struct Source<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) flags: &'a [&'a str],
-    pub(crate) text: &'a str,
-}
-
 impl Library {
-    /// The library of `prelude` and `scripts`, and one [`Script`] per source, in
-    /// order.
+    /// The library of `prelude` and `scripts` (see `layout/lua.rs`), and one
+    /// [`Script`] per source, in order.
     pub(crate) fn build<const N: usize>(prelude: &str, scripts: &[Source<'_>; N]) -> [Script; N] {
-        // The functions are named after the library's version, which is known once
-        // the body is: the body names them `NAME_<script>` until then.
-        let mut body = String::from("local KEYS, ARGV\n");
-        body.push_str(prelude);
-        for source in scripts {
-            let main = source.text.trim_end();
-            let main = main.strip_suffix("return main()").unwrap_or(main);
-            let flags: Vec<String> = source
-                .flags
-                .iter()
-                .map(|flag| format!("'{flag}'"))
-                .collect();
-            // Every call starts the same way: its keys and arguments where the
-            // scripts read them (KEYS, ARGV), and the clock not read yet.
-            body.push_str(&format!(
-                "do\n{main}\nredis.register_function{{ function_name = 'NAME_{}', \
-                 callback = function(keys, args) KEYS, ARGV, clock = keys, args, nil \
-                 return main() end, flags = {{ {} }} }}\nend\n",
-                source.name,
-                flags.join(", ")
-            ));
-        }
-        let version: String = redis::Script::new(&body)
-            .get_hash()
-            .chars()
-            .take(16)
-            .collect();
-        let name = format!("distlock_{version}");
-        let body = body.replace(
-            "function_name = 'NAME_",
-            &format!("function_name = '{name}_"),
-        );
+        let built = lua::build(prelude, scripts);
         let library = Arc::new(Library {
-            text: format!("#!lua name={name}\n{body}"),
-            name: name.clone(),
+            text: built.text,
+            name: built.name,
             on: AtomicBool::new(true),
         });
-        scripts.each_ref().map(|source| {
-            let first = if source.flags.is_empty() {
-                "#!lua".to_owned()
-            } else {
-                format!("#!lua flags={}", source.flags.join(","))
-            };
-            let code = format!("{first}\n{prelude}{}", source.text);
-            Script {
-                hash: redis::Script::new(&code).get_hash().into(),
-                code: code.into(),
-                function: format!("{name}_{}", source.name).into(),
-                library: library.clone(),
-            }
+        built.scripts.map(|(code, function)| Script {
+            hash: redis::Script::new(&code).get_hash().into(),
+            code: code.into(),
+            function: function.into(),
+            library: library.clone(),
         })
     }
 
     /// `distlock_<version>`, as `FUNCTION LIST` names it.
     pub(crate) fn name(&self) -> &str {
         &self.name
-    }
-
-    /// The library's source, for `FUNCTION LOAD`.
-    pub(crate) fn text(&self) -> &str {
-        &self.text
     }
 
     /// How calls go now.

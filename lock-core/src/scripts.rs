@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::kinds::{HoldMode, LockKind};
-use crate::library::{Library, Script, Source};
+use crate::layout::lua::{ORDER_EDGE, PRELUDE, SOURCES};
+use crate::library::{Library, Script};
 
 use crate::who::HolderInfo;
 
@@ -30,67 +31,10 @@ pub(crate) struct Scripts {
     pub(crate) order_edge: redis::Script,
 }
 
-const LOCK: &str = include_str!("../lua/lock.lua");
-const ACQUIRE: &str = include_str!("../lua/acquire.lua");
-const ACQUIRE_ALL: &str = include_str!("../lua/acquire_all.lua");
-const RELEASE: &str = include_str!("../lua/release.lua");
-const RENEW: &str = include_str!("../lua/renew.lua");
-const FORCE_RELEASE: &str = include_str!("../lua/force_release.lua");
-const INSPECT: &str = include_str!("../lua/inspect.lua");
-const WITHDRAW: &str = include_str!("../lua/withdraw.lua");
-const ORDER_EDGE: &str = include_str!("../lua/order_edge.lua");
-
-/// The scripts of the library, in the order of [`Scripts`]' fields: each after
-/// `lock.lua` (the layout, and how every script reads a lock). `acquire.lua` comes
-/// twice: for a new hold (refused on a full server) and, `allow-oom`, for a
-/// re-entry (which creates nothing).
-const SOURCES: [Source<'static>; 8] = [
-    Source {
-        name: "acquire",
-        flags: &[],
-        text: ACQUIRE,
-    },
-    Source {
-        name: "reenter",
-        flags: &["allow-oom"],
-        text: ACQUIRE,
-    },
-    Source {
-        name: "acquire_all",
-        flags: &[],
-        text: ACQUIRE_ALL,
-    },
-    Source {
-        name: "release",
-        flags: &["allow-oom"],
-        text: RELEASE,
-    },
-    Source {
-        name: "renew",
-        flags: &["allow-oom"],
-        text: RENEW,
-    },
-    Source {
-        name: "force_release",
-        flags: &["allow-oom"],
-        text: FORCE_RELEASE,
-    },
-    Source {
-        name: "inspect",
-        flags: &["no-writes"],
-        text: INSPECT,
-    },
-    Source {
-        name: "withdraw",
-        flags: &["allow-oom"],
-        text: WITHDRAW,
-    },
-];
-
 impl Scripts {
     pub(crate) fn new() -> Self {
         let [acquire, reenter, acquire_all, release, renew, force_release, inspect, withdraw] =
-            Library::build(LOCK, &SOURCES);
+            Library::build(PRELUDE, &SOURCES);
         Self {
             acquire,
             reenter,
@@ -470,43 +414,6 @@ pub(crate) fn unexpected_reply(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The scripts are embedded from `lock-core/lua/`, links to the repository's
-    /// `lua/` (so that the package carries them): in a checkout, every embedded text
-    /// is the bytes of its file in `lua/` (a link replaced by a copy would drift). In
-    /// a packaged crate there is no `../lua`, and `cargo xtask package` checks the
-    /// packaged copies instead.
-    #[test]
-    fn the_embedded_scripts_are_the_repository_s() {
-        let repository = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lua");
-        if !repository.is_dir() {
-            return;
-        }
-        let embedded = [
-            ("lock.lua", LOCK),
-            ("acquire.lua", ACQUIRE),
-            ("acquire_all.lua", ACQUIRE_ALL),
-            ("release.lua", RELEASE),
-            ("renew.lua", RENEW),
-            ("force_release.lua", FORCE_RELEASE),
-            ("inspect.lua", INSPECT),
-            ("withdraw.lua", WITHDRAW),
-            ("order_edge.lua", ORDER_EDGE),
-        ];
-        let files = std::fs::read_dir(&repository)
-            .expect("lua/")
-            .filter(|entry| {
-                entry
-                    .as_ref()
-                    .is_ok_and(|entry| entry.path().extension().is_some_and(|e| e == "lua"))
-            })
-            .count();
-        assert_eq!(files, embedded.len(), "every script of lua/ is embedded");
-        for (file, text) in embedded {
-            let source = std::fs::read_to_string(repository.join(file)).expect("a script");
-            assert_eq!(text, source, "lock-core/lua/{file} is not lua/{file}");
-        }
-    }
 
     #[test]
     fn a_set_reply_decodes_with_its_indexes_from_zero() {

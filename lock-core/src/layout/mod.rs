@@ -23,12 +23,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::scripts::Scripts;
-
 #[doc(hidden)]
 pub mod args;
 mod keys;
-mod kind;
+pub(crate) mod kind;
+pub(crate) mod lua;
 
 pub use keys::{
     channel, channel_key, display_key, escape_name_into, fence_key, freed_key, is_side_key,
@@ -590,11 +589,10 @@ mod tests {
 /// assert_eq!(library.function("acquire"), format!("{}_acquire", library.name));
 /// ```
 pub fn function_library() -> FunctionLibrary {
-    let scripts = Scripts::new();
-    let library = scripts.library();
+    let built = lua::build(lua::PRELUDE, &lua::SOURCES);
     FunctionLibrary {
-        name: library.name().to_owned(),
-        text: library.text().to_owned(),
+        name: built.name,
+        text: built.text,
     }
 }
 
