@@ -24,7 +24,7 @@ use std::sync::Arc;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisResult, Value};
 
-use crate::layout::args::{Args, Call};
+use crate::layout::args::{Args, Flat};
 use crate::layout::lua::{self, Source};
 
 /// The function library: its text, its name, and whether this client calls its
@@ -162,7 +162,7 @@ impl Script {
     pub(crate) fn prepare_invoke(&self) -> Invocation<'_> {
         Invocation {
             script: self,
-            call: Call::default(),
+            call: Flat::new(),
         }
     }
 
@@ -258,7 +258,7 @@ impl Script {
 #[derive(Debug, Clone)]
 pub(crate) struct Invocation<'a> {
     script: &'a Script,
-    call: Call,
+    call: Flat,
 }
 
 impl Invocation<'_> {
@@ -274,11 +274,15 @@ impl Invocation<'_> {
             Way::Function => ("FCALL", &self.script.function),
             Way::Eval => ("EVALSHA", &self.script.hash),
         };
-        let mut cmd = redis::cmd(command);
-        cmd.arg(&**script)
-            .arg(self.call.keys.len())
-            .arg(&self.call.keys)
-            .arg(&self.call.args);
+        let (keys, args) = (self.call.keys(), self.call.args());
+        let mut cmd = Cmd::with_capacity(
+            3 + keys.len() + args.len(),
+            command.len() + script.len() + 4 + self.call.len(),
+        );
+        cmd.arg(command).arg(&**script).arg(keys.len());
+        for item in keys.chain(args) {
+            cmd.arg(item);
+        }
         cmd
     }
 

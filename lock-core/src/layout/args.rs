@@ -13,7 +13,7 @@
 //! function library is named after their text), so it is no promise of the API;
 //! the hash they write ([`crate::layout`]) is.
 
-use super::keys::{channel_key, fence_key, freed_key};
+use super::keys::{channel_parts, fence_parts, freed_parts};
 use super::Kind;
 
 /// The keys and arguments of one script call (`KEYS` and `ARGV`).
@@ -77,22 +77,130 @@ impl Call {
             args: rest[numkeys..].to_vec(),
         })
     }
+}
 
-    fn key(&mut self, key: Vec<u8>) {
-        self.keys.push(key);
-    }
+/// Where a request's keys and arguments are written: a [`Call`], which keeps each
+/// one apart (for the tests and the explorer to read), or the client's own buffer,
+/// which keeps them end to end and allocates nothing per key or argument.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::args::{Call, Sink};
+///
+/// let mut call = Call::default();
+/// call.key(&[b"ns:{a}", b":fence"]);
+/// call.number(42);
+/// call.flag(true);
+/// assert_eq!(call.keys, [b"ns:{a}:fence"]);
+/// assert_eq!(call.args, [&b"42"[..], b"1"]);
+/// ```
+pub trait Sink {
+    /// Adds a key made of `parts`, end to end.
+    fn key(&mut self, parts: &[&[u8]]);
 
+    /// Adds an argument made of `parts`, end to end.
+    fn arg(&mut self, parts: &[&[u8]]);
+
+    /// Adds a text argument.
     fn text(&mut self, text: &str) {
-        self.args.push(text.as_bytes().to_vec());
+        self.arg(&[text.as_bytes()]);
     }
 
+    /// Adds a number argument, in decimal.
     fn number(&mut self, number: u64) {
-        self.args.push(number.to_string().into_bytes());
+        let mut digits = [0u8; 20];
+        let start = decimal(number, &mut digits);
+        self.arg(&[&digits[start..]]);
     }
 
+    /// Adds a flag argument: `"1"` or `"0"`.
     fn flag(&mut self, flag: bool) {
-        self.args
-            .push(if flag { b"1".to_vec() } else { b"0".to_vec() });
+        self.arg(&[if flag { b"1" } else { b"0" }]);
+    }
+}
+
+/// Writes `number` in decimal at the end of `out`; returns where it starts.
+fn decimal(mut number: u64, out: &mut [u8; 20]) -> usize {
+    let mut at = out.len();
+    loop {
+        at -= 1;
+        out[at] = b'0' + (number % 10) as u8;
+        number /= 10;
+        if number == 0 {
+            return at;
+        }
+    }
+}
+
+impl Sink for Call {
+    fn key(&mut self, parts: &[&[u8]]) {
+        self.keys.push(parts.concat());
+    }
+
+    fn arg(&mut self, parts: &[&[u8]]) {
+        self.args.push(parts.concat());
+    }
+}
+
+/// A script call's keys and arguments as the client sends them: the keys end to
+/// end in one buffer and the arguments in another, each with where its items end.
+#[derive(Debug, Clone)]
+pub(crate) struct Flat {
+    keys: Vec<u8>,
+    key_ends: Vec<usize>,
+    args: Vec<u8>,
+    arg_ends: Vec<usize>,
+}
+
+impl Flat {
+    /// An empty call, with room for one request's keys and arguments.
+    pub(crate) fn new() -> Self {
+        Flat {
+            keys: Vec::with_capacity(128),
+            key_ends: Vec::with_capacity(4),
+            args: Vec::with_capacity(128),
+            arg_ends: Vec::with_capacity(12),
+        }
+    }
+
+    /// The keys, in order.
+    pub(crate) fn keys(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        items(&self.keys, &self.key_ends)
+    }
+
+    /// The arguments, in order.
+    pub(crate) fn args(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        items(&self.args, &self.arg_ends)
+    }
+
+    /// The bytes of every key and argument.
+    pub(crate) fn len(&self) -> usize {
+        self.keys.len() + self.args.len()
+    }
+}
+
+/// The items of `buffer` that end at `ends`.
+fn items<'a>(buffer: &'a [u8], ends: &'a [usize]) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
+    ends.iter().enumerate().map(move |(index, &end)| {
+        &buffer[index.checked_sub(1).map_or(0, |before| ends[before])..end]
+    })
+}
+
+impl Sink for Flat {
+    fn key(&mut self, parts: &[&[u8]]) {
+        for part in parts {
+            self.keys.extend_from_slice(part);
+        }
+        self.key_ends.push(self.keys.len());
+    }
+
+    fn arg(&mut self, parts: &[&[u8]]) {
+        for part in parts {
+            self.args.extend_from_slice(part);
+        }
+        self.arg_ends.push(self.args.len());
     }
 }
 
@@ -109,7 +217,7 @@ impl Call {
 /// ```
 pub trait Args {
     /// Adds this request's keys and arguments after those already in `call`.
-    fn push_to(&self, call: &mut Call);
+    fn push_to(&self, call: &mut impl Sink);
 
     /// A call of this request alone.
     fn to_call(&self) -> Call {
@@ -121,9 +229,13 @@ pub trait Args {
 
 /// A call's keys and arguments are a request's: a run's header made once, say.
 impl Args for Call {
-    fn push_to(&self, call: &mut Call) {
-        call.keys.extend(self.keys.iter().cloned());
-        call.args.extend(self.args.iter().cloned());
+    fn push_to(&self, call: &mut impl Sink) {
+        for key in &self.keys {
+            call.key(&[key]);
+        }
+        for arg in &self.args {
+            call.arg(&[arg]);
+        }
     }
 }
 
@@ -258,10 +370,10 @@ impl<'a> Acquire<'a> {
 }
 
 impl Args for Acquire<'_> {
-    fn push_to(&self, call: &mut Call) {
-        call.key(self.lock.to_vec());
-        call.key(fence_key(self.lock));
-        call.key(freed_key(self.lock, self.owner));
+    fn push_to(&self, call: &mut impl Sink) {
+        call.key(&[self.lock]);
+        call.key(&fence_parts(self.lock));
+        call.key(&freed_parts(self.lock, self.owner));
         call.text(self.owner);
         call.number(self.lease_ms);
         call.flag(self.fencing);
@@ -330,12 +442,12 @@ pub struct SetName<'a> {
 }
 
 impl Args for AcquireAll<'_> {
-    fn push_to(&self, call: &mut Call) {
+    fn push_to(&self, call: &mut impl Sink) {
         call.flag(self.fencing);
         for name in &self.names {
-            call.key(name.lock.to_vec());
-            call.key(fence_key(name.lock));
-            call.key(freed_key(name.lock, name.owner));
+            call.key(&[name.lock]);
+            call.key(&fence_parts(name.lock));
+            call.key(&freed_parts(name.lock, name.owner));
             call.text(name.owner);
             call.number(name.lease_ms);
             call.number(name.seq);
@@ -408,7 +520,7 @@ pub struct ReleaseRun<'a> {
 }
 
 impl Args for ReleaseRun<'_> {
-    fn push_to(&self, call: &mut Call) {
+    fn push_to(&self, call: &mut impl Sink) {
         call.text(self.publish);
         call.number(self.remember_ms);
     }
@@ -519,12 +631,12 @@ impl<'a> Successor<'a> {
 }
 
 impl Args for Release<'_> {
-    fn push_to(&self, call: &mut Call) {
-        call.key(self.lock.to_vec());
-        call.key(channel_key(self.lock));
-        call.key(freed_key(self.lock, self.owner));
+    fn push_to(&self, call: &mut impl Sink) {
+        call.key(&[self.lock]);
+        call.key(&channel_parts(self.lock));
+        call.key(&freed_parts(self.lock, self.owner));
         if self.successor.is_some_and(|next| next.fencing) {
-            call.key(fence_key(self.lock));
+            call.key(&fence_parts(self.lock));
         }
         call.text(self.owner);
         call.number(self.lease_ms);
@@ -662,8 +774,8 @@ impl WriteBack {
 }
 
 impl Args for Renew<'_> {
-    fn push_to(&self, call: &mut Call) {
-        call.key(self.lock.to_vec());
+    fn push_to(&self, call: &mut impl Sink) {
+        call.key(&[self.lock]);
         call.text(self.owner);
         call.number(self.lease_ms);
         match &self.write_back {
@@ -721,9 +833,9 @@ pub struct Withdraw<'a> {
 }
 
 impl Args for Withdraw<'_> {
-    fn push_to(&self, call: &mut Call) {
-        call.key(self.lock.to_vec());
-        call.key(channel_key(self.lock));
+    fn push_to(&self, call: &mut impl Sink) {
+        call.key(&[self.lock]);
+        call.key(&channel_parts(self.lock));
         call.text(self.publish);
         call.text(self.owner);
     }
@@ -743,9 +855,9 @@ pub struct ForceRelease<'a> {
 }
 
 impl Args for ForceRelease<'_> {
-    fn push_to(&self, call: &mut Call) {
-        call.key(self.lock.to_vec());
-        call.key(channel_key(self.lock));
+    fn push_to(&self, call: &mut impl Sink) {
+        call.key(&[self.lock]);
+        call.key(&channel_parts(self.lock));
         call.text(self.publish);
     }
 }
@@ -765,10 +877,58 @@ pub struct Inspect<'a> {
 }
 
 impl Args for Inspect<'_> {
-    fn push_to(&self, call: &mut Call) {
-        call.key(self.lock.to_vec());
-        call.key(fence_key(self.lock));
-        call.key(channel_key(self.lock));
+    fn push_to(&self, call: &mut impl Sink) {
+        call.key(&[self.lock]);
+        call.key(&fence_parts(self.lock));
+        call.key(&channel_parts(self.lock));
         call.text(self.numsub);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flat_buffer_holds_what_a_call_holds() {
+        let lock = b"ns:{a}";
+        let acquire = Acquire {
+            who: "1 svc host site",
+            ..Acquire::new(lock, "c:1", 30_000, 7, 6)
+        };
+        let release = Release {
+            lock,
+            owner: "c:1",
+            lease_ms: 30_000,
+            seq: 8,
+            floor: 7,
+            successor: None,
+        };
+        let header = ReleaseRun {
+            publish: "PUBLISH",
+            remember_ms: 2_000,
+        }
+        .to_call();
+        let (mut flat, mut call) = (Flat::new(), Call::default());
+        header.push_to(&mut flat);
+        header.push_to(&mut call);
+        acquire.push_to(&mut flat);
+        acquire.push_to(&mut call);
+        release.push_to(&mut flat);
+        release.push_to(&mut call);
+        assert_eq!(flat.keys().collect::<Vec<_>>(), call.keys);
+        assert_eq!(flat.args().collect::<Vec<_>>(), call.args);
+        assert_eq!(flat.keys().len(), 6);
+        let bytes: usize = call.keys.iter().chain(&call.args).map(Vec::len).sum();
+        assert_eq!(flat.len(), bytes);
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        for number in [0, 7, 10, 99, 1_000_000, u64::MAX] {
+            let mut call = Call::default();
+            call.number(number);
+            assert_eq!(call.args, [number.to_string().into_bytes()]);
+        }
     }
 }

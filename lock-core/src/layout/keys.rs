@@ -161,7 +161,12 @@ pub fn is_side_key(key: &[u8]) -> bool {
 /// assert_eq!(layout::fence_key(&lock), b"ns:{a}:fence");
 /// ```
 pub fn fence_key(lock: &[u8]) -> Vec<u8> {
-    suffixed(lock, FENCE_SUFFIX.as_bytes(), b"")
+    fence_parts(lock).concat()
+}
+
+/// [`fence_key`] in parts, to be written end to end.
+pub(crate) fn fence_parts(lock: &[u8]) -> [&[u8]; 2] {
+    [lock, FENCE_SUFFIX.as_bytes()]
 }
 
 /// The release channel of the lock whose key is `lock` ([`lock_key`]):
@@ -177,7 +182,12 @@ pub fn fence_key(lock: &[u8]) -> Vec<u8> {
 /// assert_eq!(layout::channel_key(&lock), layout::channel("ns", b"a"));
 /// ```
 pub fn channel_key(lock: &[u8]) -> Vec<u8> {
-    suffixed(lock, CHANNEL_SUFFIX.as_bytes(), b"")
+    channel_parts(lock).concat()
+}
+
+/// [`channel_key`] in parts, to be written end to end.
+pub(crate) fn channel_parts(lock: &[u8]) -> [&[u8]; 2] {
+    [lock, CHANNEL_SUFFIX.as_bytes()]
 }
 
 /// Where the record of a final release of `owner` is kept for a short while, for
@@ -194,22 +204,18 @@ pub fn channel_key(lock: &[u8]) -> Vec<u8> {
 /// assert_eq!(layout::freed_key(&lock, "c:1"), b"ns:{a}:freed:c:1");
 /// ```
 pub fn freed_key(lock: &[u8], owner: &str) -> Vec<u8> {
+    freed_parts(lock, owner).concat()
+}
+
+/// [`freed_key`] in parts, to be written end to end.
+pub(crate) fn freed_parts<'a>(lock: &'a [u8], owner: &'a str) -> [&'a [u8]; 3] {
     // The seeded fault of the test build: every owner's record at one key.
     let owner = if faults::active(Fault::SharedFinalReleaseRecord) {
         ""
     } else {
         owner
     };
-    suffixed(lock, FREED_SUFFIX.as_bytes(), owner.as_bytes())
-}
-
-/// `key`, `suffix` and `tail`, in one allocation.
-fn suffixed(key: &[u8], suffix: &[u8], tail: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(key.len() + suffix.len() + tail.len());
-    out.extend_from_slice(key);
-    out.extend_from_slice(suffix);
-    out.extend_from_slice(tail);
-    out
+    [lock, FREED_SUFFIX.as_bytes(), owner.as_bytes()]
 }
 
 /// The lock name of `key` when it is the key of a lock of `namespace`
