@@ -42,6 +42,39 @@ pub(crate) fn name_of_side_key(namespace: &str, key: &[u8]) -> Option<Vec<u8>> {
     layout::unescape_name(escaped)
 }
 
+/// The suffix of a wait-for record's key, `<namespace>:{<owner>}:waits`, as the
+/// deadlock detector of distlock-core writes it (`ops/deadlock.rs`; the layout
+/// module does not name it yet). `distlock web` reads these records to draw the
+/// wait-for graph.
+pub(crate) const WAITS_SUFFIX: &[u8] = b":waits";
+
+/// The owner id of `key` when it is a wait-for record of `namespace`
+/// (`<namespace>:{<owner>}:waits`, the owner id written as it is); `None` for
+/// every other key.
+pub(crate) fn owner_of_wait_record(namespace: &str, key: &[u8]) -> Option<String> {
+    let (owner, tail) = split_key(namespace, key)?;
+    if tail != WAITS_SUFFIX {
+        return None;
+    }
+    String::from_utf8(owner.to_vec()).ok()
+}
+
+/// The `PSUBSCRIBE` pattern of every lock's release channel in `namespace`
+/// (`<namespace>:{*}:released`, the namespace's glob characters escaped).
+pub(crate) fn channel_pattern(namespace: &str) -> Vec<u8> {
+    let mut pattern = scan_pattern(namespace, b"*");
+    pattern.push(b'}');
+    pattern.extend_from_slice(layout::CHANNEL_SUFFIX.as_bytes());
+    pattern
+}
+
+/// The lock name of a release `channel` of `namespace`; `None` for another
+/// channel.
+pub(crate) fn name_of_channel(namespace: &str, channel: &[u8]) -> Option<Vec<u8>> {
+    let key = channel.strip_suffix(layout::CHANNEL_SUFFIX.as_bytes())?;
+    name_of_key(namespace, key)
+}
+
 /// The escaped name in `key` (between `<namespace>:{` and the first `}`, not
 /// empty) and what follows the brace.
 fn split_key<'a>(namespace: &str, key: &'a [u8]) -> Option<(&'a [u8], &'a [u8])> {
@@ -312,5 +345,19 @@ mod tests {
         assert!(!yes("[ab", "a"));
         assert!(yes("a*b*c", "aXbYbZc"));
         assert!(!yes("a*b*c", "aXbYbZ"));
+    }
+
+    #[test]
+    fn wait_records_and_channels_are_told_from_locks() {
+        assert_eq!(
+            owner_of_wait_record("ns", b"ns:{c0ffee:3}:waits").as_deref(),
+            Some("c0ffee:3")
+        );
+        assert_eq!(owner_of_wait_record("ns", b"ns:{c0ffee:3}"), None);
+        assert_eq!(owner_of_wait_record("ns", b"ns:{a}:fence"), None);
+        assert_eq!(channel_pattern("n*s"), b"n\\*s:{*}:released".to_vec());
+        let channel = channel("ns", b"order%{1}");
+        assert_eq!(name_of_channel("ns", &channel), Some(b"order%{1}".to_vec()));
+        assert_eq!(name_of_channel("ns", b"ns:{a}"), None);
     }
 }
