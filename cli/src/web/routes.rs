@@ -201,7 +201,7 @@ fn sort(rows: &mut [&LockRow], key: &str) {
             });
         }
         "waiting" => rows.sort_by(|a, b| {
-            let waits = |row: &LockRow| row.waiting + row.listening.unwrap_or(0);
+            let waits = |row: &LockRow| row.waiting.max(row.listening.unwrap_or(0));
             waits(a).cmp(&waits(b)).then(a.name.cmp(&b.name))
         }),
         _ => rows.sort_by(|a, b| a.name.cmp(&b.name)),

@@ -115,8 +115,10 @@ function holderCell(holder) {
 function renderTable() {
   const body = $("locks").querySelector("tbody");
   body.replaceChildren(...data.locks.map((lock) => {
-    const waiting = lock.waiting + (lock.listening || 0);
-    const title = `${lock.waiting} keeping a place in Redis or recorded, ${lock.listening ?? "?"} clients subscribed to its release`;
+    // At least: the waiters that keep a place (or are recorded), or the clients
+    // with tasks waiting (one subscription each, however many tasks).
+    const waiting = Math.max(lock.waiting, lock.listening || 0);
+    const title = `${lock.waiting} keeping a place in Redis or recorded; ${lock.listening ?? "?"} client(s) subscribed to its release`;
     const button = el("button", { type: "button", class: "unlock" }, "force-unlock");
     button.addEventListener("click", () => openUnlock(lock));
     return el("tr", { "data-name": lock.name },
@@ -161,7 +163,7 @@ function renderTimeline() {
   for (let m = 0; m <= minutes; m++) {
     const t = end - m * 60000;
     svg.append(el("svg:line", { class: "axis", x1: x(t), x2: x(t), y1: top - 4, y2: height }));
-    svg.append(el("svg:text", { x: x(t) - 8, y: 12 }, m === 0 ? "now" : `-${m}m`));
+    svg.append(el("svg:text", { x: x(t), y: 12, "text-anchor": m === 0 ? "end" : "middle" }, m === 0 ? "now" : `-${m}m`));
   }
   if (tl.names.length === 0) {
     svg.append(el("svg:text", { x: left, y: top + 16 }, "Nothing held or waited for in this window."));

@@ -1,0 +1,357 @@
+//! `distlock web` in a real headless browser: Debian's `chromium`, driven with its
+//! own `--headless --dump-dom` (the page's DOM once its script has rendered a
+//! read) and `--screenshot`, against throwaway redis-servers.
+//!
+//! The browser is `$CHROMIUM`, else `chromium` on PATH (`cargo xtask test`
+//! installs it with apt-get when it runs as root). Without it the tests fail,
+//! except when not root, where they skip with a message saying how to get it.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use distlock::LockClient;
+use distlock_testkit::RedisServer;
+use support::Running;
+
+/// The browser, or `None` (with the reason printed) when the test may skip.
+fn chromium() -> Option<PathBuf> {
+    let named = std::env::var_os("CHROMIUM").filter(|path| !path.is_empty());
+    let found = named.map(PathBuf::from).or_else(|| {
+        std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("chromium"))
+                .find(|path| path.is_file())
+        })
+    });
+    if found.is_some() {
+        return found;
+    }
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+        .unwrap_or(false);
+    assert!(
+        !root,
+        "chromium is missing: `cargo xtask test` installs it as root (apt-get install chromium), \
+         or set CHROMIUM to a Chromium binary"
+    );
+    eprintln!(
+        "SKIPPED: chromium is not installed and this is not root; install Debian's `chromium` \
+         (or set CHROMIUM) to run the browser tests"
+    );
+    None
+}
+
+/// A headless Chromium run on `url`, with `extra` flags; its stdout.
+fn browse(browser: &PathBuf, url: &str, extra: &[&str]) -> String {
+    let profile = tempdir();
+    let mut command = Command::new(browser);
+    command
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1280,900",
+            // Virtual time runs the page's script and its requests to an end (the
+            // `#still` view opens no event stream, which would keep it waiting).
+            "--virtual-time-budget=3000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+    let output = tokio::task::block_in_place(|| command.output()).expect("chromium runs");
+    let _ = std::fs::remove_dir_all(&profile);
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The page's DOM, once rendered.
+fn dom(browser: &PathBuf, url: &str) -> String {
+    browse(browser, url, &["--dump-dom"])
+}
+
+/// A fresh directory for a browser profile.
+fn tempdir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "distlock-web-{}-{}",
+        std::process::id(),
+        uuid_like()
+    ));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    dir
+}
+
+fn uuid_like() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| since.as_nanos())
+        .unwrap_or(0)
+}
+
+/// Loads the page until `check` holds on its DOM, up to `limit`; the last DOM.
+async fn dom_until(
+    browser: &PathBuf,
+    url: &str,
+    limit: Duration,
+    check: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let page = dom(browser, url);
+        if check(&page) || Instant::now() >= deadline {
+            return page;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `distlock web` on `url` with `args`, and the page's address.
+async fn serve(url: &str, args: &[&str]) -> (Running, String) {
+    let mut all = vec!["--url", url, "web", "--bind", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    let mut web = Running::start(&all);
+    let line = web.next_line(Duration::from_secs(20)).await;
+    let address = line
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("the address in {line:?}"))
+        .to_owned();
+    (web, address)
+}
+
+/// A POST of `body` (JSON) to `path` of `address`, with the admin token when
+/// given: the status code and the body.
+fn post(address: &str, path: &str, body: &str, token: Option<&str>) -> (u16, String) {
+    let host = address.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = TcpStream::connect(host).expect("the page's server answers");
+    let token = token
+        .map(|token| format!("x-distlock-admin-token: {token}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n{token}\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .expect("the request is sent");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("an answer");
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    (status, body)
+}
+
+/// A client of `service`, whose watchdog lease is 3 s (renewed every second, so
+/// that a holder learns of a force-unlock within about a second).
+async fn client(url: &str, service: &str) -> LockClient {
+    LockClient::builder()
+        .url(url)
+        .service(service)
+        .default_lease(Duration::from_secs(3))
+        .response_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("the test's lock client connects")
+}
+
+fn hex(text: &str) -> String {
+    text.bytes().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The `<tr>` of lock `name` in a DOM, or "".
+fn row<'a>(page: &'a str, name: &str) -> &'a str {
+    let open = format!("<tr data-name=\"{name}\">");
+    page.find(&open)
+        .and_then(|at| page[at..].find("</tr>").map(|end| &page[at..at + end]))
+        .unwrap_or("")
+}
+
+/// The timeline lane of lock `name` in a DOM, or "".
+fn lane<'a>(page: &'a str, name: &str) -> &'a str {
+    let open = format!("<g class=\"lane\" data-name=\"{name}\">");
+    page.find(&open)
+        .and_then(|at| page[at..].find("</g>").map(|end| &page[at..at + end]))
+        .unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_holders_and_waiters_and_force_unlock_needs_the_token() {
+    let Some(browser) = chromium() else { return };
+    let server = RedisServer::start().expect("a redis-server");
+    let url = server.url();
+    let orders = client(&url, "orders-api").await;
+    let billing = client(&url, "billing").await;
+    let held = orders
+        .lock("order:1")
+        .function("orders::place_order")
+        .await
+        .expect("order:1 is held");
+    let queue_head = orders
+        .fair_lock("stock:7")
+        .function("stock::reserve")
+        .await
+        .expect("stock:7 is held");
+    let waiter = {
+        let billing = billing.clone();
+        tokio::spawn(async move {
+            billing
+                .lock("order:1")
+                .function("billing::charge")
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    let fair_waiter = {
+        let billing = billing.clone();
+        tokio::spawn(async move {
+            billing
+                .fair_lock("stock:7")
+                .wait(Duration::from_secs(60))
+                .await
+                .map(drop)
+        })
+    };
+
+    let started = Instant::now();
+    let (web, address) = serve(
+        &url,
+        &[
+            "--admin-token",
+            "s3cret",
+            "--refresh-ms",
+            "300",
+            "--timeline-minutes",
+            "1",
+        ],
+    )
+    .await;
+    let still = format!("{address}#still");
+    let page = dom_until(&browser, &still, Duration::from_secs(30), |page| {
+        row(page, "order:1").contains("orders::place_order")
+            && row(page, "stock:7").contains("title=\"1 keeping a place")
+            && lane(page, "order:1").contains("bar hold")
+            && lane(page, "order:1").contains("bar wait")
+            && lane(page, "stock:7").contains("bar wait")
+    })
+    .await;
+    println!(
+        "the page showed both locks {:?} after the start",
+        started.elapsed()
+    );
+    let order = row(&page, "order:1");
+    assert!(
+        order.contains("<span class=\"service\">orders-api</span>"),
+        "the holder's service: {order}"
+    );
+    assert!(
+        order.contains("in orders::place_order"),
+        "the holder's site: {order}"
+    );
+    assert!(
+        order.contains(&format!("pid {}", std::process::id())),
+        "the holder's pid: {order}"
+    );
+    let stock = row(&page, "stock:7");
+    assert!(
+        stock.contains("title=\"1 keeping a place"),
+        "the fair lock's waiter: {stock}"
+    );
+    assert!(
+        order.contains("1 client(s) subscribed"),
+        "the plain lock's waiting client: {order}"
+    );
+    assert!(
+        lane(&page, "order:1").contains("bar wait"),
+        "the wait on the timeline: {page}"
+    );
+    assert!(!page.contains("s3cret"), "the token never reaches the page");
+
+    // A screenshot, kept as the test's artefact and as the README's picture.
+    let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web.png");
+    let _ = browse(
+        &browser,
+        &still,
+        &[&format!("--screenshot={}", shot.display())],
+    );
+    let size = std::fs::metadata(&shot).map(|meta| meta.len()).unwrap_or(0);
+    assert!(
+        size > 10_000,
+        "a screenshot at {} ({size} bytes)",
+        shot.display()
+    );
+    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/web.png");
+    std::fs::copy(&shot, &docs).expect("the screenshot is copied to docs/");
+    println!("screenshot: {} and {}", shot.display(), docs.display());
+
+    // Refused without the token: by the server, and the page says why.
+    let body = format!("{{\"id\":\"{}\",\"reason\":\"test\"}}", hex("order:1"));
+    let (status, answer) = post(&address, "/api/force-unlock", &body, None);
+    assert_eq!(status, 403, "{answer}");
+    let (status, answer) = post(&address, "/api/force-unlock", &body, Some("wrong"));
+    assert_eq!(status, 403, "{answer}");
+    let refused = dom(
+        &browser,
+        &format!("{address}#still&unlock=order:1&reason=test&send"),
+    );
+    assert!(
+        refused.contains("refused (HTTP 403): refused: the admin token is missing or wrong"),
+        "the page says why: {refused}"
+    );
+    assert!(!held.is_lost(), "the refused force-unlock changed nothing");
+
+    // With the token: deleted, the holder is told, the waiter gets it.
+    let (status, answer) = post(&address, "/api/force-unlock", &body, Some("s3cret"));
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("\"deleted\":true"), "{answer}");
+    let told = Instant::now();
+    tokio::time::timeout(Duration::from_secs(15), held.lost())
+        .await
+        .expect("the holder is told it lost order:1");
+    println!(
+        "the holder was told {:?} after the force-unlock",
+        told.elapsed()
+    );
+    let next = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("the waiter gets order:1")
+        .expect("the waiter task")
+        .expect("the waiter holds order:1");
+    let page = dom_until(&browser, &still, Duration::from_secs(15), |page| {
+        row(page, "order:1").contains("billing::charge")
+    })
+    .await;
+    assert!(
+        row(&page, "order:1").contains("billing"),
+        "the new holder: {}",
+        row(&page, "order:1")
+    );
+    drop(next);
+    drop(queue_head);
+    fair_waiter
+        .await
+        .expect("the fair waiter task")
+        .expect("it got stock:7");
+    drop(web);
+}
