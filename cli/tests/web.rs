@@ -355,3 +355,249 @@ async fn the_page_shows_holders_and_waiters_and_force_unlock_needs_the_token() {
         .expect("it got stock:7");
     drop(web);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_namespace_is_an_empty_page_that_says_so() {
+    let Some(browser) = chromium() else { return };
+    let server = RedisServer::start().expect("a redis-server");
+    let url = server.url();
+    let locks = client(&url, "orders-api").await;
+    let _held = locks.lock("order:1").await.expect("order:1 is held");
+    let (web, address) = serve(&url, &["--namespace", "no-such-ns"]).await;
+    let page = dom_until(
+        &browser,
+        &format!("{address}#still"),
+        Duration::from_secs(20),
+        |page| page.contains("No lock is held in namespace"),
+    )
+    .await;
+    assert!(
+        page.contains("No lock is held in namespace `no-such-ns`"),
+        "the page says the namespace has no lock: {page}"
+    );
+    assert!(
+        !page.contains("order:1"),
+        "a lock of another namespace is not shown"
+    );
+    drop(web);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_goes_away_is_shown_and_the_page_recovers() {
+    let Some(browser) = chromium() else { return };
+    let mut server = RedisServer::start().expect("a redis-server");
+    let url = server.url();
+    let (web, address) = serve(&url, &["--refresh-ms", "300"]).await;
+    let still = format!("{address}#still");
+    {
+        let locks = client(&url, "orders-api").await;
+        let _held = locks.lock("order:1").await.expect("order:1 is held");
+        let page = dom_until(&browser, &still, Duration::from_secs(20), |page| {
+            !row(page, "order:1").is_empty()
+        })
+        .await;
+        assert!(
+            !row(&page, "order:1").is_empty(),
+            "the lock is shown: {page}"
+        );
+        server.stop().expect("the server stops");
+        let page = dom_until(&browser, &still, Duration::from_secs(20), |page| {
+            page.contains("Redis is unreachable")
+        })
+        .await;
+        assert!(
+            page.contains("Redis is unreachable"),
+            "the page says so: {page}"
+        );
+        assert!(
+            page.contains("The page recovers by itself") && !row(&page, "order:1").is_empty(),
+            "the last read stays on the page, marked: {page}"
+        );
+    }
+    server.restart().expect("the server comes back");
+    let locks = client(&url, "billing").await;
+    let _held = locks.lock("invoice:9").await.expect("invoice:9 is held");
+    let back = Instant::now();
+    let page = dom_until(&browser, &still, Duration::from_secs(20), |page| {
+        !row(page, "invoice:9").is_empty() && !page.contains("Redis is unreachable")
+    })
+    .await;
+    println!(
+        "the page recovered {:?} after the server came back",
+        back.elapsed()
+    );
+    assert!(!page.contains("Redis is unreachable"), "recovered: {page}");
+    assert!(
+        row(&page, "invoice:9").contains("billing"),
+        "a read after the restart: {page}"
+    );
+    drop(web);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_of_waits_is_drawn_and_marked() {
+    let Some(browser) = chromium() else { return };
+    let server = RedisServer::start().expect("a redis-server");
+    let url = server.url();
+    // The detector would break the cycle after its threshold: a long one keeps it.
+    let chain = |service: &'static str, first: &'static str, second: &'static str| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let locks = LockClient::builder()
+                .url(&url)
+                .service(service)
+                .deadlock_check_after(Some(Duration::from_secs(60)))
+                .connect()
+                .await
+                .expect("connect");
+            let outer = locks.lock(first).await.expect("the first lock");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let inner = outer
+                .scope(std::future::IntoFuture::into_future(
+                    locks.lock(second).wait(Duration::from_secs(60)),
+                ))
+                .await;
+            drop(inner);
+        })
+    };
+    let a = chain("chain-a", "left", "right");
+    let b = chain("chain-b", "right", "left");
+    let (web, address) = serve(&url, &["--refresh-ms", "300"]).await;
+    let page = dom_until(
+        &browser,
+        &format!("{address}#still"),
+        Duration::from_secs(20),
+        |page| page.contains("edge waits cycle"),
+    )
+    .await;
+    assert!(
+        page.contains("<section id=\"graph-section\">"),
+        "the graph is shown: {page}"
+    );
+    assert!(
+        page.contains("Cycle: these chains wait for each other"),
+        "{page}"
+    );
+    assert_eq!(
+        page.matches("edge waits cycle").count(),
+        2,
+        "two waits: {page}"
+    );
+    assert_eq!(
+        page.matches("edge held_by cycle").count(),
+        2,
+        "two holds: {page}"
+    );
+    a.abort();
+    b.abort();
+    drop(web);
+}
+
+/// The `calls` of the commands the page's reader sends, from `INFO commandstats`.
+fn reader_calls(server: &RedisServer) -> u64 {
+    let stats = server
+        .cmd(&["INFO", "commandstats"])
+        .expect("INFO commandstats");
+    stats
+        .lines()
+        .filter_map(|line| {
+            let (command, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            let counted = ["scan", "hgetall", "pttl", "pubsub|numsub", "get", "time"];
+            if !counted.contains(&command) {
+                return None;
+            }
+            rest.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_locks_are_paged_and_read_within_the_budget() {
+    const LOCKS: usize = 10_000;
+    const BUDGET: u64 = 4_000;
+    let Some(browser) = chromium() else { return };
+    let server = RedisServer::start().expect("a redis-server");
+    let url = server.url();
+    let locks = LockClient::builder()
+        .url(&url)
+        .service("bulk")
+        .default_lease(Duration::from_secs(120))
+        .connect()
+        .await
+        .expect("connect");
+    let taking = Instant::now();
+    let mut guards = Vec::with_capacity(LOCKS);
+    for chunk in 0..LOCKS / 250 {
+        let mut set = tokio::task::JoinSet::new();
+        for i in chunk * 250..(chunk + 1) * 250 {
+            let locks = locks.clone();
+            set.spawn(async move { locks.lock(format!("job:{i:05}")).await });
+        }
+        while let Some(taken) = set.join_next().await {
+            guards.push(taken.expect("a task").expect("a lock"));
+        }
+    }
+    println!("{LOCKS} locks taken in {:?}", taking.elapsed());
+
+    let started = Instant::now();
+    let (web, address) = serve(
+        &url,
+        &["--refresh-ms", "300", "--max-commands", &BUDGET.to_string()],
+    )
+    .await;
+    let still = format!("{address}#still");
+    let page = dom_until(&browser, &still, Duration::from_secs(60), |page| {
+        page.contains("page 1 of 100")
+    })
+    .await;
+    let first = started.elapsed();
+    println!("the first page of {LOCKS} locks showed {first:?} after the start");
+    assert!(
+        page.contains("Locks held <span id=\"count\">(10000)</span>"),
+        "all counted: {page:.2000}"
+    );
+    assert_eq!(
+        page.matches("<tr data-name=").count(),
+        100,
+        "one page of 100 rows"
+    );
+    assert!(first < Duration::from_secs(60), "{first:?}");
+    let one = Instant::now();
+    let again = dom(
+        &browser,
+        &format!("{address}#still&filter=job:09&sort=name&dir=desc"),
+    );
+    let load = one.elapsed();
+    println!("a filtered, sorted page loaded in {load:?}");
+    assert!(
+        again.contains("<tr data-name=\"job:09999\">"),
+        "sorted down, filtered: {again:.2000}"
+    );
+    assert!(again.contains("(1000 of 10000 match)"), "{again:.2000}");
+    assert!(load < Duration::from_secs(15), "{load:?}");
+
+    // The reader's cost, over a window: its budget a second, and at most one read
+    // (2 commands a lock, and a few more) beyond it.
+    let window = Duration::from_secs(8);
+    let before = reader_calls(&server);
+    let from = Instant::now();
+    tokio::time::sleep(window).await;
+    let sent = reader_calls(&server) - before;
+    let secs = from.elapsed().as_secs_f64();
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let bound = (BUDGET as f64 * secs) as u64 + 2 * LOCKS as u64 + 100;
+    #[allow(clippy::cast_precision_loss)]
+    let rate = sent as f64 / secs;
+    println!("the reader sent {sent} commands in {secs:.1}s ({rate:.0}/s; bound {bound})");
+    assert!(sent <= bound, "{sent} commands in {secs:.1}s, over {bound}");
+    assert!(
+        sent >= 2 * LOCKS as u64,
+        "at least one whole read in the window: {sent}"
+    );
+    drop(web);
+    drop(guards);
+}
