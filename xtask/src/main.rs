@@ -20,7 +20,7 @@ mod servers;
 use distlock_testkit::{RedisServer, REDIS_SERVER_ENV};
 
 use crate::command::{display, run, Failure, Result};
-use crate::install::{ensure_redis, parse_version};
+use crate::install::{ensure_chromium, ensure_redis, parse_version};
 use crate::servers::{cluster, sentinel};
 
 const HELP: &str = "\
@@ -261,6 +261,9 @@ fn forget_earlier_packages() -> Result<()> {
 /// binary. Without it, `cargo test`.
 fn test(extra: &[OsString]) -> Result<()> {
     let redis = ensure_redis()?;
+    if browser_tests_run(extra) {
+        ensure_chromium()?;
+    }
     let nextest = has_nextest();
     run(tests(
         &redis,
@@ -291,6 +294,18 @@ fn test(extra: &[OsString]) -> Result<()> {
     // mostly waits for quiet), then each seeded fault found.
     explore(&slice_args())?;
     explore(&[OsString::from("--seeded")])
+}
+
+/// Whether `cargo xtask test EXTRA` runs the browser tests of `distlock web`
+/// (`cli/tests/web.rs`): unless EXTRA narrows the run to some targets or packages
+/// without naming them.
+fn browser_tests_run(extra: &[OsString]) -> bool {
+    let words: Vec<&str> = extra.iter().filter_map(|arg| arg.to_str()).collect();
+    let narrows = words.iter().any(|word| {
+        ["--test", "--lib", "--bins", "--bin", "--examples", "-p", "--package", "--exclude"]
+            .contains(word)
+    });
+    !narrows || words.iter().any(|word| *word == "web" || *word == "distlock-cli")
 }
 
 /// The features of the explorer's build, which the seeded-fault and metrics tests
@@ -469,6 +484,7 @@ fn run_example(redis: &Path, name: &str) -> Result<()> {
         server.url(),
         server.pid()
     );
+    let page = start_page(redis, &server.url());
     let mut example = cargo(redis);
     example
         // With the metrics: the order example prints them at the end.
@@ -476,9 +492,48 @@ fn run_example(redis: &Path, name: &str) -> Result<()> {
         .args(["--example", name])
         .env("REDIS_URL", server.url());
     let outcome = run(example);
+    if let Some(mut page) = page {
+        let _ = page.kill();
+        let _ = page.wait();
+    }
     server.stop()?;
     println!("xtask: stopped the redis-server\n");
     outcome
+}
+
+/// Starts `distlock web` on the demo's server and prints the page's address; `None`
+/// (with a note) when it does not start: the demo runs without it.
+fn start_page(redis: &Path, url: &str) -> Option<std::process::Child> {
+    use std::io::BufRead;
+    let mut web = cargo(redis);
+    web.args(["run", "--quiet", "-p", "distlock-cli", "--", "--url", url])
+        .args(["web", "--bind", "127.0.0.1:0", "--refresh-ms", "500"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped());
+    let mut child = match web.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            println!("xtask: could not start `distlock web` ({err}); the demo runs without its page");
+            return None;
+        }
+    };
+    let mut line = String::new();
+    let read = child
+        .stdout
+        .take()
+        .map(|out| std::io::BufReader::new(out).read_line(&mut line));
+    match line.split_whitespace().find(|word| word.starts_with("http://")) {
+        Some(address) if matches!(read, Some(Ok(_))) => {
+            println!("xtask: the live page of the demo's locks: {address} (distlock web)");
+            Some(child)
+        }
+        _ => {
+            println!("xtask: `distlock web` did not start; the demo runs without its page");
+            let _ = child.kill();
+            let _ = child.wait();
+            None
+        }
+    }
 }
 
 /// A `cargo` command in the workspace root with `REDIS_SERVER` set.
@@ -499,6 +554,17 @@ fn workspace_root() -> &'static Path {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_browser_is_installed_only_for_runs_with_the_browser_tests() {
+        let args = |words: &[&str]| words.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(browser_tests_run(&args(&[])));
+        assert!(browser_tests_run(&args(&["--", "--nocapture"])));
+        assert!(browser_tests_run(&args(&["-p", "distlock-cli"])));
+        assert!(browser_tests_run(&args(&["--test", "web"])));
+        assert!(!browser_tests_run(&args(&["--test", "lock_basic"])));
+        assert!(!browser_tests_run(&args(&["-p", "distlock-core", "--lib"])));
+    }
 
     /// Issue 26: README's `cargo add distlock@0.1` and `cargo install distlock-cli`
     /// failed, the crates not being published. Every install command of the READMEs
