@@ -96,7 +96,9 @@ pub(crate) fn ensure_chromium() -> Result<()> {
         );
         return Ok(());
     }
-    println!("xtask: chromium not found; installing it as root with apt-get (for cli/tests/web.rs)");
+    println!(
+        "xtask: chromium not found; installing it as root with apt-get (for cli/tests/web.rs)"
+    );
     let started = std::time::Instant::now();
     apt_install("chromium")?;
     println!("xtask: chromium installed in {:.0?}", started.elapsed());

@@ -302,10 +302,22 @@ fn test(extra: &[OsString]) -> Result<()> {
 fn browser_tests_run(extra: &[OsString]) -> bool {
     let words: Vec<&str> = extra.iter().filter_map(|arg| arg.to_str()).collect();
     let narrows = words.iter().any(|word| {
-        ["--test", "--lib", "--bins", "--bin", "--examples", "-p", "--package", "--exclude"]
-            .contains(word)
+        [
+            "--test",
+            "--lib",
+            "--bins",
+            "--bin",
+            "--examples",
+            "-p",
+            "--package",
+            "--exclude",
+        ]
+        .contains(word)
     });
-    !narrows || words.iter().any(|word| *word == "web" || *word == "distlock-cli")
+    !narrows
+        || words
+            .iter()
+            .any(|word| *word == "web" || *word == "distlock-cli")
 }
 
 /// The features of the explorer's build, which the seeded-fault and metrics tests
@@ -513,7 +525,9 @@ fn start_page(redis: &Path, url: &str) -> Option<std::process::Child> {
     let mut child = match web.spawn() {
         Ok(child) => child,
         Err(err) => {
-            println!("xtask: could not start `distlock web` ({err}); the demo runs without its page");
+            println!(
+                "xtask: could not start `distlock web` ({err}); the demo runs without its page"
+            );
             return None;
         }
     };
@@ -522,7 +536,10 @@ fn start_page(redis: &Path, url: &str) -> Option<std::process::Child> {
         .stdout
         .take()
         .map(|out| std::io::BufReader::new(out).read_line(&mut line));
-    match line.split_whitespace().find(|word| word.starts_with("http://")) {
+    match line
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+    {
         Some(address) if matches!(read, Some(Ok(_))) => {
             println!("xtask: the live page of the demo's locks: {address} (distlock web)");
             Some(child)

@@ -136,6 +136,11 @@ struct Cost {
     skipped: u64,
 }
 
+/// `GET /api/state`: the view the query asks for, of the last read.
+///
+/// # Cancel safety
+///
+/// Reads memory only: dropping it changes nothing.
 async fn state(State(app): State<App>, Query(query): Query<ViewQuery>) -> Response {
     let snapshot = app.shared.snapshot.borrow().clone();
     Json(view(&app, &snapshot, &query)).into_response()
@@ -240,7 +245,12 @@ fn timeline<'a>(snapshot: &'a Snapshot, matches: &dyn Fn(&str) -> bool) -> Timel
     }
 }
 
-/// A stream of `state` events, one per read, each with the read's revision.
+/// `GET /api/events`: a stream of `state` events, one per read, each with the
+/// read's revision; it ends when the server stops.
+///
+/// # Cancel safety
+///
+/// Reads memory only: dropping it (or its stream) changes nothing.
 async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let mut reads = app.shared.snapshot.subscribe();
     reads.mark_changed();
@@ -262,6 +272,11 @@ async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, 
 
 /// `POST /api/force-unlock`: `{"id": <name in hex>, "reason": "..."}`, with the
 /// admin token in the `x-distlock-admin-token` header.
+///
+/// # Cancel safety
+///
+/// As [`force_unlock`]: once checked, the deletion may still be applied after the
+/// future is dropped.
 async fn unlock(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
