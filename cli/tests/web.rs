@@ -601,3 +601,129 @@ async fn ten_thousand_locks_are_paged_and_read_within_the_budget() {
     drop(web);
     drop(guards);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_is_shown_by_owner_id_until_its_client_describes_it() {
+    use distlock::layout;
+    let Some(browser) = chromium() else { return };
+    let server = RedisServer::start().expect("a redis-server");
+    let url = server.url();
+    // A hold as a client writes it, before (or without) its `#who:` field.
+    let key = String::from_utf8(layout::lock_key("distlock", b"late:1")).expect("a text key");
+    let owner = "c0ffeec0ffee:1";
+    server
+        .cmd(&[
+            "HSET",
+            &key,
+            layout::KIND,
+            "lock",
+            layout::LAYOUT,
+            layout::LAYOUT_VERSION,
+            owner,
+            "1",
+        ])
+        .expect("HSET");
+    server.cmd(&["PEXPIRE", &key, "60000"]).expect("PEXPIRE");
+    let (web, address) = serve(&url, &["--refresh-ms", "300"]).await;
+    let still = format!("{address}#still");
+    let page = dom_until(&browser, &still, Duration::from_secs(20), |page| {
+        !row(page, "late:1").is_empty()
+    })
+    .await;
+    let late = row(&page, "late:1");
+    assert!(
+        late.contains("owner c0ffeec0…:1 (not described yet)"),
+        "by owner id: {late}"
+    );
+    // Its client writes who it is (as with its first renewal): the page fills it in.
+    let who = format!("{}{owner}", layout::WHO);
+    server
+        .cmd(&[
+            "HSET",
+            &key,
+            &who,
+            "1764650000000 4121 orders-api host-3 orders::place_order",
+        ])
+        .expect("HSET #who");
+    let page = dom_until(&browser, &still, Duration::from_secs(20), |page| {
+        row(page, "late:1").contains("orders-api")
+    })
+    .await;
+    let late = row(&page, "late:1");
+    assert!(
+        late.contains("<span class=\"service\">orders-api</span> on <span class=\"host\">host-3</span>, pid 4121"),
+        "described: {late}"
+    );
+    assert!(late.contains("in orders::place_order"), "{late}");
+    drop(web);
+}
+
+/// Reads the event stream at `address` until `count` `state` events came (or
+/// `limit` passed); returns their revisions.
+fn state_events(address: &str, count: usize, limit: Duration) -> Vec<u64> {
+    let host = address.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = TcpStream::connect(host).expect("the page's server answers");
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("a read timeout");
+    let request =
+        format!("GET /api/events HTTP/1.1\r\nhost: {host}\r\naccept: text/event-stream\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .expect("the request is sent");
+    let deadline = Instant::now() + limit;
+    let mut text = String::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let revisions: Vec<u64> = text
+            .split("event: state\ndata: ")
+            .skip(1)
+            .filter_map(|rest| rest.split('\n').next()?.trim().parse().ok())
+            .collect();
+        if revisions.len() >= count || Instant::now() >= deadline {
+            return revisions;
+        }
+        if let Ok(read) = stream.read(&mut buffer) {
+            if read == 0 {
+                return revisions;
+            }
+            text.push_str(&String::from_utf8_lossy(&buffer[..read]));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_announces_each_read_and_ctrl_c_ends_it() {
+    let server = RedisServer::start().expect("a redis-server");
+    let url = server.url();
+    let (web, address) = serve(&url, &["--refresh-ms", "300"]).await;
+    let revisions =
+        tokio::task::block_in_place(|| state_events(&address, 3, Duration::from_secs(10)));
+    assert!(revisions.len() >= 3, "three reads announced: {revisions:?}");
+    assert!(
+        revisions.windows(2).all(|pair| pair[0] < pair[1]),
+        "{revisions:?}"
+    );
+    // A tab still listening does not keep the command from stopping.
+    let host = address
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut open = TcpStream::connect(&host).expect("a connection");
+    open.write_all(format!("GET /api/events HTTP/1.1\r\nhost: {host}\r\n\r\n").as_bytes())
+        .expect("the request is sent");
+    open.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("a read timeout");
+    let mut first = [0u8; 256];
+    let read = open.read(&mut first).expect("the stream answers");
+    assert!(
+        String::from_utf8_lossy(&first[..read]).contains("text/event-stream"),
+        "an event stream is open"
+    );
+    let stopping = Instant::now();
+    let code = tokio::time::timeout(Duration::from_secs(15), web.interrupt())
+        .await
+        .expect("distlock web stops on Ctrl-C");
+    println!("stopped {:?} after Ctrl-C", stopping.elapsed());
+    assert_eq!(code, Some(0), "exit 0 on Ctrl-C");
+}
