@@ -160,10 +160,13 @@ function renderTimeline() {
   const end = data.now_ms, start = end - tl.window_ms;
   const x = (t) => left + Math.max(0, Math.min(1, (t - start) / tl.window_ms)) * (width - left - 10);
   const svg = el("svg:svg", { viewBox: `0 0 ${width} ${height}`, width: "100%", role: "img", "aria-label": "timeline" });
-  for (let m = 0; m <= minutes; m++) {
-    const t = end - m * 60000;
+  // A tick a minute; every 15 s for a window of 3 minutes or less.
+  const step = tl.window_ms <= 180000 ? 15000 : 60000;
+  for (let ago = 0; ago <= tl.window_ms; ago += step) {
+    const t = end - ago;
+    const label = ago === 0 ? "now" : ago % 60000 === 0 ? `-${ago / 60000}m` : `-${ago / 1000}s`;
     svg.append(el("svg:line", { class: "axis", x1: x(t), x2: x(t), y1: top - 4, y2: height }));
-    svg.append(el("svg:text", { x: x(t), y: 12, "text-anchor": m === 0 ? "end" : "middle" }, m === 0 ? "now" : `-${m}m`));
+    svg.append(el("svg:text", { x: x(t), y: 12, "text-anchor": ago === 0 ? "end" : "middle" }, label));
   }
   if (tl.names.length === 0) {
     svg.append(el("svg:text", { x: left, y: top + 16 }, "Nothing held or waited for in this window."));
