@@ -429,6 +429,12 @@ impl Raw {
 
     /// Sends the commands of `pipe` in one round trip (on a cluster, each to the
     /// node of its key), and returns their replies.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave all or some of the commands sent: the
+    /// connection drops their replies, and whatever they change on the server stays
+    /// changed. `distlock web` sends only reads through it.
     pub(crate) async fn pipeline(&mut self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
         match self {
             Self::Single(conn) => pipe.query_async(conn).await,
