@@ -496,7 +496,7 @@ fn run_example(redis: &Path, name: &str) -> Result<()> {
         server.url(),
         server.pid()
     );
-    let page = start_page(redis, &server.url());
+    let page = start_page(redis, &server.url(), namespace_of(name));
     let mut example = cargo(redis);
     example
         // With the metrics: the order example prints them at the end.
@@ -513,12 +513,24 @@ fn run_example(redis: &Path, name: &str) -> Result<()> {
     outcome
 }
 
-/// Starts `distlock web` on the demo's server and prints the page's address; `None`
-/// (with a note) when it does not start: the demo runs without it.
-fn start_page(redis: &Path, url: &str) -> Option<std::process::Child> {
+/// The namespace example `name` takes its locks in: `distlock-example`, but the
+/// short tour (`demo`) keeps the library's default, `distlock`.
+fn namespace_of(name: &str) -> &'static str {
+    if name == "demo" {
+        "distlock"
+    } else {
+        "distlock-example"
+    }
+}
+
+/// Starts `distlock web` on the demo's server for the example's `namespace` and
+/// prints the page's address; `None` (with a note) when it does not start: the
+/// demo runs without it.
+fn start_page(redis: &Path, url: &str, namespace: &str) -> Option<std::process::Child> {
     use std::io::BufRead;
     let mut web = cargo(redis);
     web.args(["run", "--quiet", "-p", "distlock-cli", "--", "--url", url])
+        .args(["--namespace", namespace])
         .args(["web", "--bind", "127.0.0.1:0", "--refresh-ms", "500"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped());
@@ -571,6 +583,25 @@ fn workspace_root() -> &'static Path {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The page `cargo xtask demo` prints shows the namespace the example locks in.
+    #[test]
+    fn the_demo_page_shows_the_example_namespace() {
+        for name in EXAMPLES {
+            let path = workspace_root().join(format!("examples/{name}.rs"));
+            let source = fs::read_to_string(&path).expect("the example's source");
+            let expected = if source.contains(".namespace(\"distlock-example\")") {
+                "distlock-example"
+            } else {
+                assert!(
+                    !source.contains(".namespace("),
+                    "{name} names another namespace"
+                );
+                "distlock"
+            };
+            assert_eq!(namespace_of(name), expected, "{name}");
+        }
+    }
 
     #[test]
     fn the_browser_is_installed_only_for_runs_with_the_browser_tests() {
