@@ -63,7 +63,9 @@ COMMANDS:
                       at a fresh server for each). Default: `order_flow`, the order and
                       inventory service; also `demo`, `guard_api`, `fencing`, `deadlock`,
                       `scheduled_job` (a job run once per period across instances),
-                      `leader` (leader election), or `all`.
+                      `leader` (leader election), or `all`. While each runs, `distlock
+                      web` serves a live page of its locks and the address is printed;
+                      from a terminal, the page stays up after the example until Enter.
     bench [ARGS...]   Run the benchmarks of issues 6 and 13 (package `distlock-bench`,
                       built in release with the rslock peer): start a throwaway
                       redis-server and a local Redis Cluster, measure the physical
@@ -504,7 +506,17 @@ fn run_example(redis: &Path, name: &str) -> Result<()> {
         .args(["--example", name])
         .env("REDIS_URL", server.url());
     let outcome = run(example);
-    if let Some(mut page) = page {
+    if let Some((mut page, address)) = page {
+        // The order flow is over in a fraction of a second: from a terminal, the
+        // page stays up so that its timeline of the run can be looked at.
+        if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+            println!(
+                "xtask: the page of the run stays up at {address}: press Enter to stop it \
+                 and the redis-server"
+            );
+            let mut line = String::new();
+            let _ = std::io::stdin().read_line(&mut line);
+        }
         let _ = page.kill();
         let _ = page.wait();
     }
@@ -524,9 +536,9 @@ fn namespace_of(name: &str) -> &'static str {
 }
 
 /// Starts `distlock web` on the demo's server for the example's `namespace` and
-/// prints the page's address; `None` (with a note) when it does not start: the
-/// demo runs without it.
-fn start_page(redis: &Path, url: &str, namespace: &str) -> Option<std::process::Child> {
+/// prints the page's address; the process and the address, or `None` (with a
+/// note) when it does not start: the demo runs without it.
+fn start_page(redis: &Path, url: &str, namespace: &str) -> Option<(std::process::Child, String)> {
     use std::io::BufRead;
     let mut web = cargo(redis);
     web.args(["run", "--quiet", "-p", "distlock-cli", "--", "--url", url])
@@ -554,7 +566,7 @@ fn start_page(redis: &Path, url: &str, namespace: &str) -> Option<std::process::
     {
         Some(address) if matches!(read, Some(Ok(_))) => {
             println!("xtask: the live page of the demo's locks: {address} (distlock web)");
-            Some(child)
+            Some((child, address.to_owned()))
         }
         _ => {
             println!("xtask: `distlock web` did not start; the demo runs without its page");
