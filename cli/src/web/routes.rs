@@ -214,13 +214,21 @@ fn sort(rows: &mut [&LockRow], key: &str) {
 }
 
 /// The timeline of the names that match: the [`TIMELINE_NAMES`] most recently
-/// active.
+/// active, by their bars and their marks (a lock taken and given back between two
+/// reads has marks only).
 fn timeline<'a>(snapshot: &'a Snapshot, matches: &dyn Fn(&str) -> bool) -> Timeline<'a> {
     let now = now_ms();
     let mut latest: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
-    for span in snapshot.spans.iter().filter(|span| matches(&span.name)) {
-        let at = span.to_ms.unwrap_or(now);
-        let entry = latest.entry(span.name.as_str()).or_default();
+    let spans = snapshot
+        .spans
+        .iter()
+        .map(|span| (span.name.as_str(), span.to_ms.unwrap_or(now)));
+    let marks = snapshot
+        .marks
+        .iter()
+        .map(|mark| (mark.name.as_str(), mark.at_ms));
+    for (name, at) in spans.chain(marks).filter(|(name, _)| matches(name)) {
+        let entry = latest.entry(name).or_default();
         *entry = (*entry).max(at);
     }
     let mut names: Vec<(&str, u64)> = latest.into_iter().collect();
@@ -289,4 +297,36 @@ async fn unlock(
     let (status, answer) = force_unlock(&app.shared, app.token.as_deref(), given, &ask, peer).await;
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, Json(answer)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::web::timeline::Bar;
+
+    #[test]
+    fn a_lock_with_marks_only_has_its_lane() {
+        let snapshot = Snapshot {
+            spans: vec![Span {
+                name: "held".to_owned(),
+                lane: "o1".to_owned(),
+                label: None,
+                bar: Bar::Hold,
+                from_ms: 1,
+                to_ms: None,
+            }],
+            marks: vec![Mark {
+                name: "brief".to_owned(),
+                what: "release",
+                at_ms: 2,
+            }],
+            ..Snapshot::default()
+        };
+        let all = timeline(&snapshot, &|_| true);
+        assert_eq!(all.names, ["brief", "held"]);
+        assert_eq!(all.marks.len(), 1);
+        let filtered = timeline(&snapshot, &|name| name.starts_with('b'));
+        assert_eq!(filtered.names, ["brief"]);
+        assert!(filtered.spans.is_empty());
+    }
 }
