@@ -82,8 +82,10 @@ fn install_with_apt(why: &str) -> Result<()> {
 
 /// Makes sure the browser tests of `distlock web` have their browser: `$CHROMIUM`,
 /// else `chromium` on PATH; when neither is there and xtask runs as root, installs
-/// Debian's `chromium` with apt-get (about a minute, and a few hundred MB). Not
-/// root: says that the tests will skip.
+/// Debian's `chromium` with apt-get, without its recommended packages, which a
+/// headless run does not use (on Debian 12: 25 packages, 124 MB downloaded, about
+/// 16 s with `apt-get update`; with them: 115 packages and 23 to 45 s). Not root:
+/// says that the tests will skip.
 pub(crate) fn ensure_chromium() -> Result<()> {
     let named = env::var_os("CHROMIUM").filter(|path| !path.is_empty());
     if named.is_some() || on_path("chromium") {
@@ -111,7 +113,7 @@ fn on_path(program: &str) -> bool {
         .is_some_and(|path| env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
-/// `apt-get update`, then `apt-get install -y <package>`.
+/// `apt-get update`, then `apt-get install -y --no-install-recommends <package>`.
 fn apt_install(package: &str) -> Result<()> {
     if !on_path("apt-get") {
         return Err(Failure::Message(format!(
@@ -119,7 +121,8 @@ fn apt_install(package: &str) -> Result<()> {
              with your system's package manager"
         )));
     }
-    for args in [&["update"][..], &["install", "-y", package][..]] {
+    let install = ["install", "-y", "--no-install-recommends", package];
+    for args in [&["update"][..], &install[..]] {
         let mut apt = Command::new("apt-get");
         apt.args(args).env("DEBIAN_FRONTEND", "noninteractive");
         run(apt).map_err(|failure| match failure {

@@ -39,6 +39,9 @@ COMMANDS:
                       nextest). Then the seeded-fault and metrics tests
                       (`--features fault-injection,metrics --test reliability_faults
                       --test ops_metrics`), the explorer's slice and `--seeded`.
+                      The browser tests of `distlock web` (cli/tests/web.rs) need
+                      Chromium: $CHROMIUM, else `chromium` on PATH, installed with
+                      apt-get when missing and xtask runs as root.
     explore [ARGS...] Run the explorer of interleavings (tests/explore): every schedule
                       of a few small worlds (2-3 owners, up to 3 operations each) on
                       the real client and scripts, each script request delivered in
