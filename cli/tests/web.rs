@@ -5,6 +5,10 @@
 //! The browser is `$CHROMIUM`, else `chromium` on PATH (`cargo xtask test`
 //! installs it with apt-get when it runs as root). Without it the tests fail,
 //! except when not root, where they skip with a message saying how to get it.
+//!
+//! The screenshot of the first test is kept in the target directory
+//! (`target/tmp/web.png`); with `DISTLOCK_UPDATE_SCREENSHOT=1` it also replaces
+//! README's picture, `docs/web.png`.
 
 mod support;
 
@@ -288,7 +292,8 @@ async fn the_page_shows_holders_and_waiters_and_force_unlock_needs_the_token() {
     );
     assert!(!page.contains("s3cret"), "the token never reaches the page");
 
-    // A screenshot, kept as the test's artefact and as the README's picture.
+    // A screenshot, kept as the test's artefact, and as the README's picture when
+    // asked.
     let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web.png");
     let _ = browse(
         &browser,
@@ -301,9 +306,12 @@ async fn the_page_shows_holders_and_waiters_and_force_unlock_needs_the_token() {
         "a screenshot at {} ({size} bytes)",
         shot.display()
     );
-    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/web.png");
-    std::fs::copy(&shot, &docs).expect("the screenshot is copied to docs/");
-    println!("screenshot: {} and {}", shot.display(), docs.display());
+    println!("screenshot: {}", shot.display());
+    if std::env::var_os("DISTLOCK_UPDATE_SCREENSHOT").is_some_and(|on| on == "1") {
+        let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/web.png");
+        std::fs::copy(&shot, &docs).expect("the screenshot is copied to docs/");
+        println!("README's picture replaced: {}", docs.display());
+    }
 
     // Refused without the token: by the server, and the page says why.
     let body = format!("{{\"id\":\"{}\",\"reason\":\"test\"}}", hex("order:1"));
