@@ -124,6 +124,13 @@ async fn dom_until(
 
 /// `distlock web` on `url` with `args`, and the page's address.
 async fn serve(url: &str, args: &[&str]) -> (Running, String) {
+    let (web, address, _) = serve_saying(url, args).await;
+    (web, address)
+}
+
+/// `distlock web` on `url` with `args`, the page's address, and the line that
+/// gave it.
+async fn serve_saying(url: &str, args: &[&str]) -> (Running, String, String) {
     let mut all = vec!["--url", url, "web", "--bind", "127.0.0.1:0"];
     all.extend_from_slice(args);
     let mut web = Running::start(&all);
@@ -133,7 +140,23 @@ async fn serve(url: &str, args: &[&str]) -> (Running, String) {
         .find(|word| word.starts_with("http://"))
         .unwrap_or_else(|| panic!("the address in {line:?}"))
         .to_owned();
-    (web, address)
+    (web, address, line)
+}
+
+/// The body of a GET of `path` (e.g. `/api/state`) from `address`.
+fn get(address: &str, path: &str) -> String {
+    let host = address.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = TcpStream::connect(host).expect("the page's server answers");
+    let request = format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .expect("the request is sent");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("an answer");
+    answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
 }
 
 /// A POST of `body` (JSON) to `path` of `address`, with the admin token when
@@ -391,11 +414,29 @@ async fn an_unknown_namespace_is_an_empty_page_that_says_so() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redis_that_goes_away_is_shown_and_the_page_recovers() {
+async fn a_redis_that_goes_away_is_shown_and_the_page_recovers_never_showing_the_password() {
+    // The server asks for a password, which the URL carries and nothing shows.
+    const PASSWORD: &str = "pw-never-shown";
     let Some(browser) = chromium() else { return };
-    let mut server = RedisServer::start().expect("a redis-server");
+    let mut server = RedisServer::builder()
+        .password(PASSWORD)
+        .start()
+        .expect("a redis-server");
     let url = server.url();
-    let (web, address) = serve(&url, &["--refresh-ms", "300"]).await;
+    assert!(url.contains(PASSWORD), "{url}");
+    let (web, address, said) = serve_saying(&url, &["--refresh-ms", "300"]).await;
+    assert!(!said.contains(PASSWORD), "the address line: {said}");
+    let unseen = |page: &str, when: &str| {
+        assert!(
+            !page.contains(PASSWORD),
+            "the password on the page {when}: {page}"
+        );
+        let state = get(&address, "/api/state");
+        assert!(
+            state.contains("\"servers\":\"127.0.0.1:") && !state.contains(PASSWORD),
+            "the password in the page's state {when}: {state}"
+        );
+    };
     let still = format!("{address}#still");
     {
         let locks = client(&url, "orders-api").await;
@@ -408,6 +449,7 @@ async fn a_redis_that_goes_away_is_shown_and_the_page_recovers() {
             !row(&page, "order:1").is_empty(),
             "the lock is shown: {page}"
         );
+        unseen(&page, "with the server up");
         server.stop().expect("the server stops");
         let page = dom_until(&browser, &still, Duration::from_secs(20), |page| {
             page.contains("Redis is unreachable")
@@ -421,6 +463,7 @@ async fn a_redis_that_goes_away_is_shown_and_the_page_recovers() {
             page.contains("The page recovers by itself") && !row(&page, "order:1").is_empty(),
             "the last read stays on the page, marked: {page}"
         );
+        unseen(&page, "with the server gone");
     }
     server.restart().expect("the server comes back");
     let locks = client(&url, "billing").await;
@@ -439,6 +482,7 @@ async fn a_redis_that_goes_away_is_shown_and_the_page_recovers() {
         row(&page, "invoice:9").contains("billing"),
         "a read after the restart: {page}"
     );
+    unseen(&page, "once the server is back");
     drop(web);
 }
 
