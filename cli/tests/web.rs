@@ -106,6 +106,11 @@ fn uuid_like() -> u128 {
 }
 
 /// Loads the page until `check` holds on its DOM, up to `limit`; the last DOM.
+///
+/// # Cancel safety
+///
+/// Dropping it between two loads leaves nothing running; during a load, the
+/// browser runs to its end (it blocks the thread).
 async fn dom_until(
     browser: &PathBuf,
     url: &str,
@@ -123,6 +128,10 @@ async fn dom_until(
 }
 
 /// `distlock web` on `url` with `args`, and the page's address.
+///
+/// # Cancel safety
+///
+/// As [`serve_saying`].
 async fn serve(url: &str, args: &[&str]) -> (Running, String) {
     let (web, address, _) = serve_saying(url, args).await;
     (web, address)
@@ -130,6 +139,10 @@ async fn serve(url: &str, args: &[&str]) -> (Running, String) {
 
 /// `distlock web` on `url` with `args`, the page's address, and the line that
 /// gave it.
+///
+/// # Cancel safety
+///
+/// Dropping it kills the command it started.
 async fn serve_saying(url: &str, args: &[&str]) -> (Running, String, String) {
     let mut all = vec!["--url", url, "web", "--bind", "127.0.0.1:0"];
     all.extend_from_slice(args);
@@ -192,6 +205,10 @@ fn post(address: &str, path: &str, body: &str, token: Option<&str>) -> (u16, Str
 
 /// A client of `service`, whose watchdog lease is 3 s (renewed every second, so
 /// that a holder learns of a force-unlock within about a second).
+///
+/// # Cancel safety
+///
+/// Dropping it drops the client being connected.
 async fn client(url: &str, service: &str) -> LockClient {
     LockClient::builder()
         .url(url)
