@@ -848,3 +848,52 @@ async fn the_event_stream_announces_each_read_and_ctrl_c_ends_it() {
     println!("stopped {:?} after Ctrl-C", stopping.elapsed());
     assert_eq!(code, Some(0), "exit 0 on Ctrl-C");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_is_off_without_a_token_and_the_token_may_come_from_the_environment() {
+    let server = RedisServer::start().expect("a redis-server");
+    let url = server.url();
+    let locks = client(&url, "orders-api").await;
+    let held = locks.lock("order:1").await.expect("order:1 is held");
+    let body = |reason: &str| format!("{{\"id\":\"{}\",\"reason\":\"{reason}\"}}", hex("order:1"));
+
+    // No token at all: off, whatever the request carries.
+    let (off, address, said) = serve_saying(&url, &[]).await;
+    assert!(said.contains("force-unlock off: no admin token"), "{said}");
+    let (status, answer) = post(&address, "/api/force-unlock", &body("test"), Some("any"));
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("force-unlock is off"), "{answer}");
+    drop(off);
+
+    // The token from DISTLOCK_ADMIN_TOKEN, never printed.
+    let all = ["--url", url.as_str(), "web", "--bind", "127.0.0.1:0"];
+    let mut web = Running::start_with_env(&all, &[("DISTLOCK_ADMIN_TOKEN", "from-env")]);
+    let said = web.next_line(Duration::from_secs(20)).await;
+    assert!(
+        said.contains("force-unlock on, with the admin token"),
+        "{said}"
+    );
+    assert!(!said.contains("from-env"), "{said}");
+    let address = said
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("the address in {said:?}"))
+        .to_owned();
+    let (status, answer) = post(&address, "/api/force-unlock", &body("test"), None);
+    assert_eq!(status, 403, "{answer}");
+    let (status, answer) = post(&address, "/api/force-unlock", &body(" "), Some("from-env"));
+    assert_eq!(status, 400, "a reason is needed: {answer}");
+    assert!(!held.is_lost(), "nothing refused changed the lock");
+    let (status, answer) = post(
+        &address,
+        "/api/force-unlock",
+        &body("test"),
+        Some("from-env"),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("\"deleted\":true"), "{answer}");
+    tokio::time::timeout(Duration::from_secs(15), held.lost())
+        .await
+        .expect("the holder is told it lost order:1");
+    drop(web);
+}
