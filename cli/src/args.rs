@@ -2,6 +2,7 @@
 //! format) and one subcommand.
 
 use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -131,6 +132,32 @@ pub(crate) enum Command {
         /// Do not ask for confirmation.
         #[arg(long, short = 'y')]
         yes: bool,
+    },
+    /// Serve a live page of the namespace's locks (the locks held, a timeline of
+    /// holds and waits, the wait-for graph) on loopback, until Ctrl-C.
+    Web {
+        /// Where the page listens.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7878")]
+        bind: SocketAddr,
+        /// Allows force-unlock from the page to whoever gives this token; off
+        /// without it.
+        #[arg(
+            long,
+            value_name = "TOKEN",
+            env = "DISTLOCK_ADMIN_TOKEN",
+            hide_env_values = true
+        )]
+        admin_token: Option<String>,
+        /// The longest time between two reads of the namespace, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(100..))]
+        refresh_ms: u64,
+        /// The most commands a second the page's one reader sends to Redis, on
+        /// average, however many locks and browser tabs there are.
+        #[arg(long, value_name = "N", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(100..))]
+        max_commands: u32,
+        /// The minutes of history the timeline shows.
+        #[arg(long, value_name = "MIN", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=120))]
+        timeline_minutes: u64,
     },
     /// Check the server: its version, a PING's round trip, `maxmemory-policy`,
     /// and whether the user can load distlock's scripts.

@@ -427,6 +427,21 @@ impl Raw {
         }
     }
 
+    /// Sends the commands of `pipe` in one round trip (on a cluster, each to the
+    /// node of its key), and returns their replies.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave all or some of the commands sent: the
+    /// connection drops their replies, and whatever they change on the server stays
+    /// changed. `distlock web` sends only reads through it.
+    pub(crate) async fn pipeline(&mut self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+        match self {
+            Self::Single(conn) => pipe.query_async(conn).await,
+            Self::Cluster(conn) => pipe.query_async(conn).await,
+        }
+    }
+
     /// The masters of the cluster, from `CLUSTER SLOTS`; `None` for one server.
     pub(crate) async fn masters(&mut self) -> RedisResult<Option<Vec<Node>>> {
         let Self::Cluster(conn) = self else {

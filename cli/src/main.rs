@@ -7,6 +7,7 @@
 //! - `distlock force-unlock NAME --reason TEXT`: break a lock, after confirmation.
 //! - `distlock ping`: the server's version, a round trip, its eviction policy, and
 //!   whether the user can run distlock's scripts.
+//! - `distlock web`: a live page of the namespace's locks, for operators.
 //!
 //! Global options name the deployment (`--url`, `--cluster`, `--sentinel` with
 //! `--master`), the namespace (`--namespace`), the TLS roots (`--tls-ca`) and the
@@ -20,6 +21,7 @@ mod connect;
 mod error;
 mod format;
 mod names;
+mod web;
 
 use std::process::ExitCode;
 
@@ -28,7 +30,8 @@ use clap::Parser;
 use crate::args::{Cli, Command};
 use crate::commands::force_unlock::ForceArgs;
 use crate::commands::list::ListArgs;
-use crate::commands::{force_unlock, inspect, list, note, ping, watch, Context};
+use crate::commands::web::WebArgs;
+use crate::commands::{force_unlock, inspect, list, note, ping, watch, web as serve, Context};
 use crate::connect::Target;
 use crate::error::{CliError, Exit};
 
@@ -102,6 +105,22 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
             force_unlock::run(&ctx, args).await
         }
         Command::Ping => ping::run(&ctx).await,
+        Command::Web {
+            bind,
+            admin_token,
+            refresh_ms,
+            max_commands,
+            timeline_minutes,
+        } => {
+            let args = WebArgs {
+                bind,
+                admin_token,
+                refresh: std::time::Duration::from_millis(refresh_ms),
+                max_commands,
+                window: std::time::Duration::from_secs(timeline_minutes * 60),
+            };
+            serve::run(ctx, args).await
+        }
     }
 }
 

@@ -13,7 +13,23 @@
 
 use distlock::layout;
 
-pub(crate) use layout::{channel, name_of_key, name_of_side_key};
+pub(crate) use layout::{channel, name_of_key, name_of_side_key, owner_of_wait_record};
+
+/// The `PSUBSCRIBE` pattern of every lock's release channel in `namespace`
+/// (`<namespace>:{*}:released`, the namespace's glob characters escaped).
+pub(crate) fn channel_pattern(namespace: &str) -> Vec<u8> {
+    let mut pattern = scan_pattern(namespace, b"*");
+    pattern.push(b'}');
+    pattern.extend_from_slice(layout::CHANNEL_SUFFIX.as_bytes());
+    pattern
+}
+
+/// The lock name of a release `channel` of `namespace`; `None` for another
+/// channel.
+pub(crate) fn name_of_channel(namespace: &str, channel: &[u8]) -> Option<Vec<u8>> {
+    let key = channel.strip_suffix(layout::CHANNEL_SUFFIX.as_bytes())?;
+    name_of_key(namespace, key)
+}
 
 /// The SCAN `MATCH` pattern for the lock keys of `namespace` whose names may match
 /// `pattern`: the namespace, then the part of `pattern` before its first special
@@ -176,5 +192,19 @@ mod tests {
         assert!(!yes("[ab", "a"));
         assert!(yes("a*b*c", "aXbYbZc"));
         assert!(!yes("a*b*c", "aXbYbZ"));
+    }
+
+    #[test]
+    fn wait_records_and_channels_are_told_from_locks() {
+        assert_eq!(
+            owner_of_wait_record("ns", b"ns:{c0ffee:3}:waits").as_deref(),
+            Some("c0ffee:3")
+        );
+        assert_eq!(owner_of_wait_record("ns", b"ns:{c0ffee:3}"), None);
+        assert_eq!(owner_of_wait_record("ns", b"ns:{a}:fence"), None);
+        assert_eq!(channel_pattern("n*s"), b"n\\*s:{*}:released".to_vec());
+        let channel = channel("ns", b"order%{1}");
+        assert_eq!(name_of_channel("ns", &channel), Some(b"order%{1}".to_vec()));
+        assert_eq!(name_of_channel("ns", b"ns:{a}"), None);
     }
 }

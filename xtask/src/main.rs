@@ -20,7 +20,7 @@ mod servers;
 use distlock_testkit::{RedisServer, REDIS_SERVER_ENV};
 
 use crate::command::{display, run, Failure, Result};
-use crate::install::{ensure_redis, parse_version};
+use crate::install::{ensure_chromium, ensure_redis, parse_version};
 use crate::servers::{cluster, sentinel};
 
 const HELP: &str = "\
@@ -39,6 +39,9 @@ COMMANDS:
                       nextest). Then the seeded-fault and metrics tests
                       (`--features fault-injection,metrics --test reliability_faults
                       --test ops_metrics`), the explorer's slice and `--seeded`.
+                      The browser tests of `distlock web` (cli/tests/web.rs) need
+                      Chromium: $CHROMIUM, else `chromium` on PATH, installed with
+                      apt-get when missing and xtask runs as root.
     explore [ARGS...] Run the explorer of interleavings (tests/explore): every schedule
                       of a few small worlds (2-3 owners, up to 3 operations each) on
                       the real client and scripts, each script request delivered in
@@ -63,7 +66,9 @@ COMMANDS:
                       at a fresh server for each). Default: `order_flow`, the order and
                       inventory service; also `demo`, `guard_api`, `fencing`, `deadlock`,
                       `scheduled_job` (a job run once per period across instances),
-                      `leader` (leader election), or `all`.
+                      `leader` (leader election), or `all`. While each runs, `distlock
+                      web` serves a live page of its locks and the address is printed;
+                      from a terminal, the page stays up after the example until Enter.
     bench [ARGS...]   Run the benchmarks of issues 6 and 13 (package `distlock-bench`,
                       built in release with the rslock peer): start a throwaway
                       redis-server and a local Redis Cluster, measure the physical
@@ -261,6 +266,9 @@ fn forget_earlier_packages() -> Result<()> {
 /// binary. Without it, `cargo test`.
 fn test(extra: &[OsString]) -> Result<()> {
     let redis = ensure_redis()?;
+    if browser_tests_run(extra) {
+        ensure_chromium()?;
+    }
     let nextest = has_nextest();
     run(tests(
         &redis,
@@ -291,6 +299,30 @@ fn test(extra: &[OsString]) -> Result<()> {
     // mostly waits for quiet), then each seeded fault found.
     explore(&slice_args())?;
     explore(&[OsString::from("--seeded")])
+}
+
+/// Whether `cargo xtask test EXTRA` runs the browser tests of `distlock web`
+/// (`cli/tests/web.rs`): unless EXTRA narrows the run to some targets or packages
+/// without naming them.
+fn browser_tests_run(extra: &[OsString]) -> bool {
+    let words: Vec<&str> = extra.iter().filter_map(|arg| arg.to_str()).collect();
+    let narrows = words.iter().any(|word| {
+        [
+            "--test",
+            "--lib",
+            "--bins",
+            "--bin",
+            "--examples",
+            "-p",
+            "--package",
+            "--exclude",
+        ]
+        .contains(word)
+    });
+    !narrows
+        || words
+            .iter()
+            .any(|word| *word == "web" || *word == "distlock-cli")
 }
 
 /// The features of the explorer's build, which the seeded-fault and metrics tests
@@ -469,6 +501,7 @@ fn run_example(redis: &Path, name: &str) -> Result<()> {
         server.url(),
         server.pid()
     );
+    let page = start_page(redis, &server.url(), namespace_of(name));
     let mut example = cargo(redis);
     example
         // With the metrics: the order example prints them at the end.
@@ -476,9 +509,75 @@ fn run_example(redis: &Path, name: &str) -> Result<()> {
         .args(["--example", name])
         .env("REDIS_URL", server.url());
     let outcome = run(example);
+    if let Some((mut page, address)) = page {
+        // The order flow is over in a fraction of a second: from a terminal, the
+        // page stays up so that its timeline of the run can be looked at.
+        if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+            println!(
+                "xtask: the page of the run stays up at {address}: press Enter to stop it \
+                 and the redis-server"
+            );
+            let mut line = String::new();
+            let _ = std::io::stdin().read_line(&mut line);
+        }
+        let _ = page.kill();
+        let _ = page.wait();
+    }
     server.stop()?;
     println!("xtask: stopped the redis-server\n");
     outcome
+}
+
+/// The namespace example `name` takes its locks in: `distlock-example`, but the
+/// short tour (`demo`) keeps the library's default, `distlock`.
+fn namespace_of(name: &str) -> &'static str {
+    if name == "demo" {
+        "distlock"
+    } else {
+        "distlock-example"
+    }
+}
+
+/// Starts `distlock web` on the demo's server for the example's `namespace` and
+/// prints the page's address; the process and the address, or `None` (with a
+/// note) when it does not start: the demo runs without it.
+fn start_page(redis: &Path, url: &str, namespace: &str) -> Option<(std::process::Child, String)> {
+    use std::io::BufRead;
+    let mut web = cargo(redis);
+    web.args(["run", "--quiet", "-p", "distlock-cli", "--", "--url", url])
+        .args(["--namespace", namespace])
+        .args(["web", "--bind", "127.0.0.1:0", "--refresh-ms", "500"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped());
+    let mut child = match web.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            println!(
+                "xtask: could not start `distlock web` ({err}); the demo runs without its page"
+            );
+            return None;
+        }
+    };
+    let mut line = String::new();
+    let read = child
+        .stdout
+        .take()
+        .map(|out| std::io::BufReader::new(out).read_line(&mut line));
+    match line
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+    {
+        Some(address) if matches!(read, Some(Ok(_))) => {
+            println!("xtask: the live page of the demo's locks: {address} (distlock web)");
+            Some((child, address.to_owned()))
+        }
+        _ => {
+            println!("xtask: `distlock web` did not start; the demo runs without its page");
+            let _ = child.kill();
+            let _ = child.wait();
+            None
+        }
+    }
 }
 
 /// A `cargo` command in the workspace root with `REDIS_SERVER` set.
@@ -499,6 +598,36 @@ fn workspace_root() -> &'static Path {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The page `cargo xtask demo` prints shows the namespace the example locks in.
+    #[test]
+    fn the_demo_page_shows_the_example_namespace() {
+        for name in EXAMPLES {
+            let path = workspace_root().join(format!("examples/{name}.rs"));
+            let source = fs::read_to_string(&path).expect("the example's source");
+            let expected = if source.contains(".namespace(\"distlock-example\")") {
+                "distlock-example"
+            } else {
+                assert!(
+                    !source.contains(".namespace("),
+                    "{name} names another namespace"
+                );
+                "distlock"
+            };
+            assert_eq!(namespace_of(name), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_browser_is_installed_only_for_runs_with_the_browser_tests() {
+        let args = |words: &[&str]| words.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(browser_tests_run(&args(&[])));
+        assert!(browser_tests_run(&args(&["--", "--nocapture"])));
+        assert!(browser_tests_run(&args(&["-p", "distlock-cli"])));
+        assert!(browser_tests_run(&args(&["--test", "web"])));
+        assert!(!browser_tests_run(&args(&["--test", "lock_basic"])));
+        assert!(!browser_tests_run(&args(&["-p", "distlock-core", "--lib"])));
+    }
 
     /// Issue 26: README's `cargo add distlock@0.1` and `cargo install distlock-cli`
     /// failed, the crates not being published. Every install command of the READMEs

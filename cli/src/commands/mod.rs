@@ -13,6 +13,7 @@ pub(crate) mod inspect;
 pub(crate) mod list;
 pub(crate) mod ping;
 pub(crate) mod watch;
+pub(crate) mod web;
 
 /// What every command gets: where to connect, and how to print.
 #[derive(Debug)]

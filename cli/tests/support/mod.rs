@@ -21,6 +21,7 @@ pub fn command(args: &[&str]) -> Command {
         .args(args)
         .env_remove("REDIS_URL")
         .env_remove("DISTLOCK_SENTINEL_NODE_PASSWORD")
+        .env_remove("DISTLOCK_ADMIN_TOKEN")
         .env("USER", "ops-tester");
     command
 }
@@ -126,7 +127,13 @@ pub struct Running {
 impl Running {
     /// Starts `distlock ARGS...` with stdout piped, stderr inherited.
     pub fn start(args: &[&str]) -> Running {
+        Self::start_with_env(args, &[])
+    }
+
+    /// As [`Running::start`], with the variables `env` set.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Running {
         let mut child = command(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -268,6 +268,52 @@ pub fn name_of_side_key(namespace: &str, key: &[u8]) -> Option<Vec<u8>> {
     unescape_name(escaped)
 }
 
+/// The suffix of a call chain's wait-for record, `<namespace>:{<owner>}:waits`,
+/// which distributed deadlock detection writes while the chain waits holding other
+/// locks (see [`wait_record_key`]).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert!(distlock::layout::wait_record_key("ns", "c:1").ends_with(distlock::layout::WAITS_SUFFIX));
+/// ```
+pub const WAITS_SUFFIX: &str = ":waits";
+
+/// The key of the wait-for record of the owner id `owner` in `namespace`:
+/// `<namespace>:{<owner>}:waits` (an owner id needs no escape: hex digits and `:`).
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert_eq!(distlock::layout::wait_record_key("ns", "c0ffee:3"), "ns:{c0ffee:3}:waits");
+/// ```
+pub fn wait_record_key(namespace: &str, owner: &str) -> String {
+    format!("{namespace}:{{{owner}}}{WAITS_SUFFIX}")
+}
+
+/// The owner id of `key` when it is a wait-for record of `namespace`
+/// ([`wait_record_key`]'s inverse); `None` for every other key.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout;
+///
+/// let key = layout::wait_record_key("ns", "c0ffee:3");
+/// assert_eq!(layout::owner_of_wait_record("ns", key.as_bytes()).as_deref(), Some("c0ffee:3"));
+/// assert_eq!(layout::owner_of_wait_record("ns", b"ns:{a}:fence"), None);
+/// ```
+pub fn owner_of_wait_record(namespace: &str, key: &[u8]) -> Option<String> {
+    let (owner, tail) = split_key(namespace, key)?;
+    if tail != WAITS_SUFFIX.as_bytes() {
+        return None;
+    }
+    String::from_utf8(owner.to_vec()).ok()
+}
+
 /// The escaped name in `key` (between `<namespace>:{` and the first `}`, not
 /// empty) and what follows the brace.
 fn split_key<'a>(namespace: &str, key: &'a [u8]) -> Option<(&'a [u8], &'a [u8])> {

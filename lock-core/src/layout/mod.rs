@@ -31,8 +31,8 @@ pub(crate) mod lua;
 
 pub use keys::{
     channel, channel_key, display_key, escape_name_into, fence_key, freed_key, is_side_key,
-    lock_key, name_of_key, name_of_side_key, unescape_name, CHANNEL_SUFFIX, FENCE_SUFFIX,
-    FREED_SUFFIX,
+    lock_key, name_of_key, name_of_side_key, owner_of_wait_record, unescape_name, wait_record_key,
+    CHANNEL_SUFFIX, FENCE_SUFFIX, FREED_SUFFIX, WAITS_SUFFIX,
 };
 #[doc(hidden)]
 pub use kind::Kind;

@@ -61,8 +61,8 @@ use redis::AsyncCommands;
 use tokio::time::Instant;
 
 use crate::backend::Conn;
-use crate::layout::display_key;
 use crate::layout::StoredLock;
+use crate::layout::{display_key, wait_record_key};
 
 /// How far a walk goes: the longest cycle it finds has this many locks.
 const MAX_DEPTH: usize = 16;
@@ -149,11 +149,6 @@ pub(crate) struct Beating {
     _stop: tokio_util::sync::DropGuard,
 }
 
-/// The key of the record of `owner` in `namespace`.
-fn record_key(namespace: &str, owner: &str) -> String {
-    format!("{namespace}:{{{owner}}}:waits")
-}
-
 impl Waiting {
     fn value(&self, beat: u64) -> Vec<u8> {
         let mut value = format!("{} {} {beat} ", self.wait_id, self.owners.len()).into_bytes();
@@ -205,7 +200,7 @@ impl Waiting {
         let value = self.value(beat);
         for owner in &self.owners {
             let () = redis::cmd("SET")
-                .arg(record_key(&self.namespace, owner))
+                .arg(wait_record_key(&self.namespace, owner))
                 .arg(&value)
                 .arg("PX")
                 .arg(ttl)
@@ -222,7 +217,7 @@ impl Waiting {
     /// Dropping it may leave some records: they expire within a few beats.
     async fn remove_record(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         for owner in &self.owners {
-            let _: i64 = conn.del(record_key(&self.namespace, owner)).await?;
+            let _: i64 = conn.del(wait_record_key(&self.namespace, owner)).await?;
         }
         Ok(())
     }
@@ -530,7 +525,7 @@ async fn read_record(
     namespace: &str,
     owner: &str,
 ) -> redis::RedisResult<Option<Record>> {
-    let value: Option<Vec<u8>> = conn.get(record_key(namespace, owner)).await?;
+    let value: Option<Vec<u8>> = conn.get(wait_record_key(namespace, owner)).await?;
     Ok(value.as_deref().and_then(Record::parse))
 }
 
