@@ -13,7 +13,7 @@
 //! Only for one endpoint (a single server, Sentinel's master): a script's keys must
 //! share a cluster slot, and a Redlock request is one request per node.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
@@ -23,6 +23,7 @@ use crate::keys::LockKeys;
 use crate::layout::args::{self, Args, Call, ReleaseRun};
 use crate::library::{Invocation, Script};
 use crate::scripts::{request_answer, Scripts};
+use crate::sync::locked;
 
 /// A request that runs in batches: it adds its keys and arguments to a run of its
 /// script, which answers it with one reply of its own.
@@ -193,7 +194,7 @@ impl<R: Request> Batcher<R> {
     }
 
     fn state(&self) -> MutexGuard<'_, State<R>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        locked(&self.state)
     }
 
     /// Runs `item` on `conn`, in a batch with the requests ready at the same moment.

@@ -5,7 +5,7 @@ use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,6 +16,7 @@ use crate::keys::LockKeys;
 use crate::lease::MIN_LEASE;
 use crate::origin::Origin;
 use crate::owner::Owner;
+use crate::sync::locked;
 
 /// One chain's hold of one lock: shared by the guard of the first acquisition and
 /// the guards of every re-entry under the same owner.
@@ -176,14 +177,14 @@ impl Hold {
     /// A guard's release waits until `until`, its minimum hold time: kept until
     /// the latest of those asked for.
     pub(crate) fn keep_until(&self, until: Instant) {
-        let mut minimum = self.minimum.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut minimum = locked(&self.minimum);
         *minimum = Some(minimum.map_or(until, |earlier| earlier.max(until)));
     }
 
     /// Until when a guard's release waits for its minimum hold time, if one does
     /// (the time may be past).
     pub(crate) fn kept_until(&self) -> Option<Instant> {
-        *self.minimum.lock().unwrap_or_else(PoisonError::into_inner)
+        *locked(&self.minimum)
     }
 
     /// The lock's class for the lock-order checker (see `ops/order.rs`), folded once.
@@ -204,7 +205,7 @@ impl Hold {
 
     pub(crate) fn state(&self) -> MutexGuard<'_, HoldState> {
         // The state stays consistent at every unlock: a panic elsewhere cannot tear it.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        locked(&self.state)
     }
 
     /// Whether the hold is lost: reported so, or past the deadline it was believed

@@ -36,6 +36,7 @@
 //! | 1 | `library.rs` | running a script: `FCALL` of distlock's function library, `EVALSHA` where a server refuses functions |
 //! | 1 | `origin.rs` | where a request was made: call site, class (label, or the name with digits folded), function |
 //! | 1 | `kinds.rs` | [`LockKind`], [`HoldMode`]: the kinds a lock and a hold are, as read back from Redis |
+//! | 1 | `sync.rs` | `locked`: a mutex's guard, poisoned or not |
 //! | 1 | `series.rs` | what happens to a hold as operator features count it (metrics): `Series`, the hold's `Tag` |
 //! | 2 | `error.rs` | [`LockError`]; the one classification of Redis errors (outcome unknown, transient, failover) |
 //! | 2 | `scripts.rs` | the client's scripts (built from `layout/lua.rs`), and their replies decoded into types, once |
@@ -105,6 +106,7 @@ mod request;
 mod scripts;
 mod series;
 mod subscriber;
+mod sync;
 mod waiters;
 mod watchdog;
 mod who;

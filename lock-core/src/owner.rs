@@ -8,7 +8,9 @@
 //! and must never apply it. See `lua/acquire.lua`, "Exactly once".
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::sync::locked;
 
 /// One owner id and the bookkeeping of its operations.
 #[derive(Debug)]
@@ -63,7 +65,7 @@ impl Owner {
     }
 
     fn pending(&self) -> MutexGuard<'_, Vec<u64>> {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+        locked(&self.pending)
     }
 }
 

@@ -37,7 +37,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
@@ -47,10 +47,7 @@ use tokio::time::Instant;
 use crate::error::LockError;
 use crate::faults::{self, Fault};
 use crate::handoff::{Delivery, Offer};
-
-fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::sync::locked;
 
 /// How many recent release messages a channel remembers, to hear each release once.
 const RECENT_RELEASES: usize = 8;

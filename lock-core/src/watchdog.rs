@@ -9,7 +9,7 @@
 //! or not, and only ever moves a lease later; the check renews every hold anyway.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -27,6 +27,7 @@ use crate::ops::Operators;
 use crate::owner::Owner;
 use crate::renew::{renew, Renewal};
 use crate::scripts::Scripts;
+use crate::sync::locked;
 
 /// How many renewals go in one pipeline (one round trip).
 const BATCH: usize = 1000;
@@ -79,7 +80,7 @@ impl Default for Registry {
 
 impl Registry {
     fn replaced(&self) -> MutexGuard<'_, Option<Vec<Replaced>>> {
-        self.replaced.lock().unwrap_or_else(PoisonError::into_inner)
+        locked(&self.replaced)
     }
 
     /// The servers found replaced since the last call.
@@ -113,7 +114,7 @@ impl Registry {
     }
 
     fn holds(&self) -> MutexGuard<'_, HoldTable> {
-        self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+        locked(&self.holds)
     }
 
     /// Why `hold`, which a renewal found gone, was lost: when a server was found
@@ -127,10 +128,7 @@ impl Registry {
             let state = hold.state();
             state.deadline.checked_sub(validity(state.lease))
         };
-        let replaced = *self
-            .replaced_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let replaced = *locked(&self.replaced_at);
         match (replaced, confirmed) {
             (Some(replaced), Some(confirmed)) if replaced >= confirmed => {
                 LostReason::ServerReplaced
@@ -140,13 +138,11 @@ impl Registry {
     }
 
     fn switched(&self) -> MutexGuard<'_, Option<Instant>> {
-        self.switched.lock().unwrap_or_else(PoisonError::into_inner)
+        locked(&self.switched)
     }
 
     fn next_wake(&self) -> MutexGuard<'_, Option<Instant>> {
-        self.next_wake
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        locked(&self.next_wake)
     }
 
     /// Wakes the task if `at` comes before its planned wake-up.
@@ -335,10 +331,7 @@ fn server_replaced(registry: &Registry, replaced: Replaced) {
     if !replaced.suspected {
         let now = Instant::now();
         *registry.switched() = Some(now);
-        *registry
-            .replaced_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(now);
+        *locked(&registry.replaced_at) = Some(now);
     }
     if let Some(queued) = registry.replaced().as_mut() {
         queued.push(replaced);
@@ -846,16 +839,12 @@ mod tests {
                     std::thread::spawn(move || watchdog.guard_added(&hold, Instant::now()));
                 // Long enough for the re-entry to finish, unless it has to wait.
                 std::thread::sleep(Duration::from_millis(50));
-                *reentry.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
+                *locked(&reentry) = Some(thread);
             }));
         });
         watchdog.guard_gone(&hold);
         BETWEEN.with(|between| *between.borrow_mut() = None);
-        let thread = reentry
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-            .expect("the re-entry ran");
+        let thread = locked(&reentry).take().expect("the re-entry ran");
         thread.join().expect("the re-entering thread");
         assert_eq!(hold.state().guards, 1, "the re-entry's guard is alive");
         assert!(

@@ -9,8 +9,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::sync::locked;
 
 /// The longest service name [`LockClientBuilder::service`] accepts, in bytes.
 ///
@@ -92,7 +94,7 @@ impl Describer {
     /// shared (making it is a few thousand instructions, a few per cent of an
     /// uncontended acquisition's client CPU).
     pub(crate) fn who_at(&self, key: SiteKey, site: impl FnOnce() -> String) -> Arc<str> {
-        let mut sites = self.sites.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sites = locked(&self.sites);
         if let Some(who) = sites.get(&key) {
             return who.clone();
         }

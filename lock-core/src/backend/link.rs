@@ -22,12 +22,14 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use tokio::sync::Notify;
+
+use crate::sync::locked;
 
 /// The client's connections: their name, which addresses are down, and which
 /// server answers at each.
@@ -77,7 +79,7 @@ struct Checks {
 
 impl Checks {
     fn pending(&self) -> MutexGuard<'_, (u64, BTreeSet<u64>)> {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+        locked(&self.pending)
     }
 }
 
@@ -150,11 +152,7 @@ impl Links {
     /// restart, a replacement behind the address), the holds are checked
     /// ([`replaced`](Self::replaced)).
     fn identified(&self, addr: &Arc<str>, server: String) {
-        let before = self
-            .servers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(addr.clone(), server.clone());
+        let before = locked(&self.servers).insert(addr.clone(), server.clone());
         if before.is_some_and(|before| before != server) {
             tracing::warn!(
                 address = %addr,
@@ -230,9 +228,7 @@ impl Links {
     }
 
     fn suspected(&self) -> MutexGuard<'_, Option<Vec<Replaced>>> {
-        self.suspected
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        locked(&self.suspected)
     }
 
     /// How many servers were found replaced so far (the checks ever begun): an
@@ -311,16 +307,13 @@ impl Links {
     /// answered since.
     #[cfg(test)]
     pub(crate) fn is_down(&self, addr: &str) -> bool {
-        self.down
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains_key(addr)
+        locked(&self.down).contains_key(addr)
     }
 
     /// Link `id` of `addr` lost its connection: the first of the address's links
     /// to do so logs it.
     fn lost(&self, addr: &Arc<str>, id: u64, err: &RedisError) {
-        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut down = locked(&self.down);
         if let Some(outage) = down.get_mut(addr) {
             outage.links.insert(id);
             return;
@@ -346,7 +339,7 @@ impl Links {
         if self.outages.load(Ordering::Acquire) == 0 {
             return;
         }
-        let mut down = self.down.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut down = locked(&self.down);
         let Some(outage) = down.get_mut(addr) else {
             return;
         };
@@ -392,9 +385,7 @@ impl Links {
     }
 
     fn unsettled(&self) -> MutexGuard<'_, Option<Vec<(Instant, Replaced)>>> {
-        self.unsettled
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        locked(&self.unsettled)
     }
 
     /// After a look at the masters that began with the lost connections
@@ -471,12 +462,7 @@ impl Links {
 
     /// Whether `addr` is down now.
     fn is_down_now(&self, addr: &str) -> bool {
-        self.outages.load(Ordering::Acquire) > 0
-            && self
-                .down
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .contains_key(addr)
+        self.outages.load(Ordering::Acquire) > 0 && locked(&self.down).contains_key(addr)
     }
 }
 

@@ -22,9 +22,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::Location;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::LockError;
+use crate::sync::locked;
 
 /// The most edges a client keeps (and a namespace's shared graph); past that, new
 /// pairs are not checked.
@@ -108,7 +109,7 @@ impl LockOrder {
     }
 
     fn seen(&self) -> MutexGuard<'_, Seen> {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+        locked(&self.seen)
     }
 
     /// Whether anything is checked: callers skip gathering what the chain holds
