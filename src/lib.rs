@@ -218,11 +218,11 @@
 struct ReadmeDoctests;
 
 pub use distlock_core::{
-    current_lock, global, HealthReport, HeldLock, HoldMode, Holder, HolderInfo, InstallGlobalError,
-    LockAllRequest, LockClient, LockClientBuilder, LockContext, LockError, LockFuture, LockGuard,
-    LockInfo, LockKind, LockOrderCheck, LockRequest, LostReason, MultiLockGuard, NodeHealth,
-    Semaphore, ShutdownReport, TryLockRequest, MAX_LEASE, MAX_LOCK_ALL, MAX_NAMESPACE_LEN,
-    MAX_NAME_LEN, MAX_PERMITS, MAX_SERVICE_LEN, MIN_LEASE, MIN_WATCHDOG_LEASE,
+    current_lock, global, validate_namespace, HealthReport, HeldLock, HoldMode, Holder, HolderInfo,
+    InstallGlobalError, LockAllRequest, LockClient, LockClientBuilder, LockContext, LockError,
+    LockFuture, LockGuard, LockInfo, LockKind, LockOrderCheck, LockRequest, LostReason,
+    MultiLockGuard, NodeHealth, Semaphore, ShutdownReport, TryLockRequest, MAX_LEASE, MAX_LOCK_ALL,
+    MAX_NAMESPACE_LEN, MAX_NAME_LEN, MAX_PERMITS, MAX_SERVICE_LEN, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 
 /// The `redis` crate (1.x) that distlock is built on: [`LockError::Redis`] and

@@ -636,7 +636,7 @@ async fn a_closed_port_exits_3_without_showing_the_password() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_usage_exits_2() {
-    let cases: [&[&str]; 9] = [
+    let cases: [&[&str]; 10] = [
         &[],
         &["frobnicate"],
         &["inspect"],
@@ -644,6 +644,7 @@ async fn bad_usage_exits_2() {
         &["force-unlock", "a", "--yes"],
         &["--url", "not a url", "inspect", "a"],
         &["--namespace", "a{b}", "inspect", "a"],
+        &["--namespace", "a{b}", "web", "--bind", "127.0.0.1:0"],
         &[
             "--url",
             "redis://127.0.0.1:1",

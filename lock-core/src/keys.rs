@@ -180,8 +180,24 @@ impl fmt::Debug for LockKeys {
     }
 }
 
-/// Checks a namespace: non-empty, at most [`MAX_NAMESPACE_LEN`] bytes, no braces.
-pub(crate) fn validate_namespace(namespace: &str) -> Result<(), LockError> {
+/// Checks a namespace as [`LockClientBuilder::namespace`](crate::LockClientBuilder::namespace)
+/// does before connecting: non-empty, at most [`MAX_NAMESPACE_LEN`] bytes, and no
+/// `{` or `}` (they mark the hash tag distlock puts around a lock's name). For tools
+/// that read a namespace's keys without a client, as `distlock web` does.
+///
+/// # Errors
+///
+/// [`LockError::InvalidOption`] naming `namespace`, saying what is wrong.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// assert!(distlock::validate_namespace("orders").is_ok());
+/// assert!(distlock::validate_namespace("a{b}").is_err());
+/// assert!(distlock::validate_namespace("").is_err());
+/// ```
+pub fn validate_namespace(namespace: &str) -> Result<(), LockError> {
     if namespace.is_empty() || namespace.len() > MAX_NAMESPACE_LEN {
         return Err(LockError::invalid_option(
             "namespace",

@@ -132,7 +132,7 @@ pub use error::{LockError, LostReason};
 pub use guard::{LockGuard, MultiLockGuard};
 pub use health::{HealthReport, NodeHealth};
 pub use hold::HeldLock;
-pub use keys::{MAX_NAMESPACE_LEN, MAX_NAME_LEN};
+pub use keys::{validate_namespace, MAX_NAMESPACE_LEN, MAX_NAME_LEN};
 pub use kinds::{HoldMode, LockKind};
 pub use lease::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 pub use ops::order::LockOrderCheck;

@@ -40,6 +40,8 @@ pub(crate) struct WebArgs {
 ///
 /// Dropping the future stops the server and the reader.
 pub(crate) async fn run(ctx: Context, args: WebArgs) -> Result<Exit, CliError> {
+    // Refused as every other command refuses it, before anything listens.
+    distlock::validate_namespace(&ctx.target.namespace)?;
     let listener = tokio::net::TcpListener::bind(args.bind)
         .await
         .map_err(|err| {
