@@ -12,6 +12,7 @@
 //! `distlock::layout` (`name_of_key`, `name_of_side_key`), as it is written there.
 
 use distlock::layout;
+use distlock::redis;
 
 pub(crate) use layout::{channel, name_of_key, name_of_side_key, owner_of_wait_record};
 
@@ -54,6 +55,18 @@ pub(crate) fn scan_pattern(namespace: &str, pattern: &[u8]) -> Vec<u8> {
     }
     out.push(b'*');
     out
+}
+
+/// `SCAN <cursor> MATCH <pattern> COUNT <count>`: one step of a walk over the keys
+/// that [`scan_pattern`] matches.
+pub(crate) fn scan_command(cursor: u64, pattern: &[u8], count: u32) -> redis::Cmd {
+    let mut scan = redis::cmd("SCAN");
+    scan.arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(count);
+    scan
 }
 
 /// The characters that Redis glob patterns give a meaning to.

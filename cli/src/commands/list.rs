@@ -17,7 +17,7 @@ use crate::commands::{note, print, print_json, Context};
 use crate::connect::Node;
 use crate::error::{CliError, Exit};
 use crate::format::{printable, table, LockView, LIST_ALIGN, LIST_HEADER};
-use crate::names::{glob_match, name_of_key, name_of_side_key, scan_pattern};
+use crate::names::{glob_match, name_of_key, name_of_side_key, scan_command, scan_pattern};
 
 /// What `list` was asked for.
 #[derive(Debug)]
@@ -51,12 +51,7 @@ pub(crate) async fn run(ctx: &Context, args: ListArgs<'_>) -> Result<Exit, CliEr
             .map_or_else(|| servers.clone(), |node| format!("the master {node}"));
         let mut cursor: u64 = 0;
         loop {
-            let mut scan = redis::cmd("SCAN");
-            scan.arg(cursor)
-                .arg("MATCH")
-                .arg(&matching)
-                .arg("COUNT")
-                .arg(args.count);
+            let scan = scan_command(cursor, &matching, args.count);
             let reply = raw
                 .query_on(node.as_ref(), scan)
                 .await

@@ -15,7 +15,7 @@ use distlock::layout::{self, StoredLock};
 use distlock::redis::{self, RedisResult, Value};
 
 use crate::connect::{Node, Raw};
-use crate::names::{channel, name_of_key, owner_of_wait_record, scan_pattern};
+use crate::names::{channel, name_of_key, owner_of_wait_record, scan_command, scan_pattern};
 use crate::web::graph::WaitRecord;
 use crate::web::model::{Found, LockRow};
 
@@ -132,12 +132,7 @@ async fn scan(raw: &mut Raw, namespace: &str, commands: &mut u64) -> RedisResult
     for node in &nodes {
         let mut cursor: u64 = 0;
         loop {
-            let mut scan = redis::cmd("SCAN");
-            scan.arg(cursor)
-                .arg("MATCH")
-                .arg(&matching)
-                .arg("COUNT")
-                .arg(SCAN_COUNT);
+            let scan = scan_command(cursor, &matching, SCAN_COUNT);
             let reply = raw.query_on(node.as_ref(), scan).await?;
             *commands += 1;
             let (next, found): (u64, Vec<Vec<u8>>) = redis::from_redis_value(reply)?;
