@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::acquire::{check_deadlock_after, check_max_hold};
+use crate::acquire::{check_deadlock_after, check_max_hold, fencing_on_redlock};
 use crate::backend::sentinel::{NodeAuth, NodeOptions};
 use crate::backend::tls::{self, TlsSettings};
 use crate::backend::url::{parse_url, parse_urls, redact};
@@ -1241,11 +1241,7 @@ fn check_redlock(
     lease: Duration,
 ) -> Result<(), LockError> {
     if fencing {
-        return Err(LockError::invalid_option(
-            "fencing",
-            "fencing tokens are not available on Redlock; use a single server, \
-             Sentinel or a cluster where fencing matters",
-        ));
+        return Err(fencing_on_redlock());
     }
     if replicas {
         return Err(LockError::invalid_option(

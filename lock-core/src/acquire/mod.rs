@@ -26,7 +26,7 @@ mod wait;
 
 pub(crate) use one::acquire;
 pub(crate) use options::{
-    check_deadlock_after, check_max_hold, kind_conflict, unsupported, Options,
+    check_deadlock_after, check_max_hold, fencing_on_redlock, kind_conflict, unsupported, Options,
 };
 pub use set::MAX_LOCK_ALL;
 pub(crate) use set::{acquire_all, canonical};

@@ -108,6 +108,15 @@ pub(crate) fn unsupported(inner: &Inner, kind: Kind) -> Option<LockError> {
     }
 }
 
+/// The refusal of fencing on Redlock, for a client's default and for a request.
+pub(crate) fn fencing_on_redlock() -> LockError {
+    LockError::invalid_option(
+        "fencing",
+        "fencing tokens are not available on Redlock; use a single server, Sentinel or a \
+         cluster where fencing matters",
+    )
+}
+
 /// The request's options with the client's defaults filled in and checked.
 pub(crate) fn fill_options(
     inner: &Inner,
@@ -133,11 +142,7 @@ pub(crate) fn fill_options(
         inner.fencing_asked();
     }
     if fencing && inner.backend.is_redlock() {
-        return Err(LockError::invalid_option(
-            "fencing",
-            "fencing tokens are not available on Redlock; use a single server, Sentinel or a \
-             cluster where fencing matters",
-        ));
+        return Err(fencing_on_redlock());
     }
     let max_hold = options.max_hold.or(inner.config.max_hold);
     if let Some(max_hold) = max_hold {
