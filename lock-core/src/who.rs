@@ -215,8 +215,20 @@ impl HolderInfo {
     /// <service> <host> <site>", or `None` (nothing, or not of that form).
     pub(crate) fn parse(text: &[u8]) -> Option<Self> {
         let text = std::str::from_utf8(text).ok()?;
-        let mut parts = text.splitn(6, ' ');
-        let held_ms: u64 = parts.next()?.parse().ok()?;
+        let (held_ms, record) = text.split_once(' ')?;
+        let held_ms: u64 = held_ms.parse().ok()?;
+        let info = Self::of_record(record, 0)?;
+        Some(Self {
+            held_for: Duration::from_millis(held_ms),
+            ..info
+        })
+    }
+
+    /// Reads a holder's `#who:<owner>` field, "<at ms> <pid> <service> <host>
+    /// <site>", held until `now_ms` (the server's clock, ms since the epoch); `None`
+    /// when it is not of that form.
+    pub(crate) fn of_record(record: &str, now_ms: u64) -> Option<Self> {
+        let mut parts = record.splitn(5, ' ');
         let at_ms: u64 = parts.next()?.parse().ok()?;
         let pid = parts.next()?.parse().ok()?;
         let service = parts.next()?.to_owned();
@@ -228,7 +240,7 @@ impl HolderInfo {
             pid,
             site,
             acquired_at: UNIX_EPOCH + Duration::from_millis(at_ms),
-            held_for: Duration::from_millis(held_ms),
+            held_for: Duration::from_millis(now_ms.saturating_sub(at_ms)),
         })
     }
 }

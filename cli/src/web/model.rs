@@ -7,7 +7,10 @@
 //! it late, with the hold's first renewal) is shown by its owner id alone; the next
 //! read fills in its service, host, pid and site.
 
+use std::time::UNIX_EPOCH;
+
 use distlock::layout::StoredLock;
+use distlock::HolderInfo;
 use serde::Serialize;
 
 /// One lock, as the page's table shows it.
@@ -72,21 +75,21 @@ pub(crate) struct Who {
 }
 
 impl Who {
-    /// Reads a `#who:` value; `None` when it is not of that form.
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        let mut parts = text.splitn(5, ' ');
-        let at_ms = parts.next()?.parse().ok()?;
-        let pid = parts.next()?.parse().ok()?;
-        let service = parts.next()?.to_owned();
-        let host = parts.next()?.to_owned();
-        let site = parts.next().unwrap_or_default().to_owned();
-        Some(Self {
+    /// What the page shows of a holder the library read back.
+    fn of(info: HolderInfo) -> Self {
+        let at_ms = info
+            .acquired_at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| {
+                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+            });
+        Self {
             at_ms,
-            pid,
-            service,
-            host,
-            site,
-        })
+            pid: info.pid,
+            service: info.service,
+            host: info.host,
+            site: info.site,
+        }
     }
 }
 
@@ -116,10 +119,11 @@ impl LockRow {
             .holders()
             .iter()
             .map(|(owner, &count)| {
-                let who = lock.who(owner).and_then(Who::parse);
-                let held_for_ms = who
+                let info = lock.holder_info(owner, found.server_now_ms);
+                let held_for_ms = info
                     .as_ref()
-                    .map(|who| found.server_now_ms.saturating_sub(who.at_ms));
+                    .map(|info| u64::try_from(info.held_for.as_millis()).unwrap_or(u64::MAX));
+                let who = info.map(Who::of);
                 // A plain lock's lease is its key's; the other kinds keep each
                 // holder's own lease end.
                 let lease_left_ms = lock

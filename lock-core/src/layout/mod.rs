@@ -23,6 +23,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::who::HolderInfo;
+
 #[doc(hidden)]
 pub mod args;
 mod keys;
@@ -487,6 +489,28 @@ impl StoredLock {
     /// ```
     pub fn who(&self, owner: &str) -> Option<&str> {
         self.meta.get(&format!("{WHO}{owner}")).map(String::as_str)
+    }
+
+    /// Who holds the lock as `owner`, as its client wrote it (`#who:<owner>`), held
+    /// until `server_now_ms` (the server's clock, ms since the epoch: `TIME`); `None`
+    /// when its client wrote nothing (yet) or what is there is not of that form.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::StoredLock;
+    ///
+    /// let lock = StoredLock::from_fields([
+    ///     ("#kind", "lock"), ("#layout", "1"), ("c1:1", "1"), ("#op:c1:1", "0 1"),
+    ///     ("#who:c1:1", "1000 42 orders-api host-3 orders::place"),
+    /// ]).expect("distlock's layout");
+    /// let holder = lock.holder_info("c1:1", 3_500).expect("written");
+    /// assert_eq!((holder.pid, holder.service.as_str()), (42, "orders-api"));
+    /// assert_eq!(holder.held_for, std::time::Duration::from_millis(2_500));
+    /// ```
+    pub fn holder_info(&self, owner: &str, server_now_ms: u64) -> Option<HolderInfo> {
+        HolderInfo::of_record(self.who(owner)?, server_now_ms)
     }
 
     /// The number of permits the semaphore's holder `owner` asked for, when it is
