@@ -9,7 +9,7 @@
 
 use std::time::UNIX_EPOCH;
 
-use distlock::layout::StoredLock;
+use distlock::layout::{Kind, StoredLock};
 use distlock::HolderInfo;
 use serde::Serialize;
 
@@ -158,25 +158,30 @@ impl LockRow {
 
 /// The kind as people read it.
 fn kind_label(lock: &StoredLock) -> String {
-    match lock.kind() {
-        Some("lock") => "exclusive".to_owned(),
-        Some("rw") => "read-write".to_owned(),
-        Some("fair") => "fair".to_owned(),
-        Some("semaphore") => match lock.permits() {
+    let permits = lock
+        .permits()
+        .and_then(|permits| u32::try_from(permits).ok());
+    match lock
+        .kind()
+        .and_then(|word| Kind::of_word(word, permits.unwrap_or(0)))
+    {
+        Some(Kind::Exclusive) => "exclusive".to_owned(),
+        Some(Kind::Read | Kind::Write) => "read-write".to_owned(),
+        Some(Kind::Fair) => "fair".to_owned(),
+        Some(Kind::Permit { .. }) => match permits {
             Some(permits) => format!("semaphore({permits})"),
             None => "semaphore".to_owned(),
         },
-        Some(other) => other.to_owned(),
-        None => "-".to_owned(),
+        None => lock.kind().unwrap_or("-").to_owned(),
     }
 }
 
 /// How `owner` holds `lock`.
 fn mode(lock: &StoredLock, owner: &str) -> &'static str {
-    match lock.kind() {
-        Some("rw") if lock.writer() == Some(owner) => "write",
-        Some("rw") => "read",
-        Some("semaphore") => "permit",
+    match lock.kind().and_then(|word| Kind::of_word(word, 0)) {
+        Some(Kind::Read | Kind::Write) if lock.writer() == Some(owner) => "write",
+        Some(Kind::Read | Kind::Write) => "read",
+        Some(Kind::Permit { .. }) => "permit",
         _ => "exclusive",
     }
 }

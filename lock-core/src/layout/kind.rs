@@ -193,6 +193,26 @@ impl Kind {
             .find(|kind| kind.code() == code)
     }
 
+    /// The kind of lock whose hash records `word` (`#kind`), a semaphore's with
+    /// `permits` permits; for a read-write lock, [`Kind::Read`] (the first of its
+    /// rows). `None` for a word that is no kind's.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::Kind;
+    /// assert_eq!(Kind::of_word("lock", 0), Some(Kind::Exclusive));
+    /// assert_eq!(Kind::of_word("semaphore", 3), Some(Kind::Permit { permits: 3 }));
+    /// assert_eq!(Kind::of_word("rw", 0), Some(Kind::Read));
+    /// assert_eq!(Kind::of_word("queue", 0), None);
+    /// ```
+    pub fn of_word(word: &str, permits: u32) -> Option<Kind> {
+        Kind::all(permits)
+            .into_iter()
+            .find(|kind| kind.word() == word)
+    }
+
     /// The label of this kind in metrics: `exclusive`, `read`, `write`, `permit`
     /// or `fair`.
     ///
