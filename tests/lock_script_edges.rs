@@ -159,6 +159,10 @@ fn release_call(name: &str, owner: &str, attempt: u64, successor: Option<Success
 }
 
 /// Runs `call` on `release.lua`: the answer of its one release.
+///
+/// # Cancel safety
+///
+/// A test helper: dropped, the call may or may not have run.
 async fn run_release_call(conn: &mut Conn, call: Call) -> redis::RedisResult<Vec<i64>> {
     let replies: Vec<Vec<i64>> = invoke(&script("release"), &call).invoke_async(conn).await?;
     let [reply] = <[Vec<i64>; 1]>::try_from(replies).expect("one answer for one release");
@@ -166,6 +170,10 @@ async fn run_release_call(conn: &mut Conn, call: Call) -> redis::RedisResult<Vec
 }
 
 /// Runs `inspect.lua` for lock `name`: its reply's numbers.
+///
+/// # Cancel safety
+///
+/// A test helper: `inspect.lua` writes nothing.
 async fn run_inspect(conn: &mut Conn, name: &str) -> redis::RedisResult<Vec<i64>> {
     let lock = lock_key(name);
     let inspect = Inspect {

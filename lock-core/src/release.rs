@@ -353,6 +353,11 @@ pub(crate) fn give_back_later(
 /// rules), with no successor: a give-back is rare (an attempt abandoned, a grant
 /// too late or refused), so it frees the lock and the release message wakes this
 /// client's waiters as it wakes any other's, rather than claim one of them.
+///
+/// # Cancel safety
+///
+/// Run to the end in a task of its own (every caller spawns it or awaits it
+/// from one); dropped, the hold ends with its lease.
 async fn plain(
     inner: &Arc<Inner>,
     keys: &Arc<LockKeys>,
@@ -557,6 +562,11 @@ impl HandOff {
 /// replays ran out, or their "not held" came too late to be read, see
 /// [`Release::read`]): giving back what an owner does not hold changes nothing.
 /// Only an answer that says the lock was not handed over leaves it.
+///
+/// # Cancel safety
+///
+/// Run to the end in a task of its own; dropped, a hold of the successor's
+/// owner ends with its lease.
 async fn resolve_hand_off(
     inner: &Arc<Inner>,
     keys: &Arc<LockKeys>,
@@ -630,6 +640,11 @@ impl Release {
     }
 
     /// The release on every node, combined by the majority rules.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it may leave the release applied on some nodes; its callers
+    /// run it detached, or replay it until known.
     async fn everywhere(self, inner: &Inner) -> redis::RedisResult<ReleaseReply> {
         let replies = inner.backend.each(|conn| self.clone().on_node(conn)).await;
         redlock::release(replies, inner.backend.quorum())

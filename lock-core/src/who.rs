@@ -224,8 +224,8 @@ impl HolderInfo {
         })
     }
 
-    /// Reads a holder's `#who:<owner>` field, "<at ms> <pid> <service> <host>
-    /// <site>", held until `now_ms` (the server's clock, ms since the epoch); `None`
+    /// Reads a holder's `#who:<owner>` field, `"<at ms> <pid> <service> <host>
+    /// <site>"`, held until `now_ms` (the server's clock, ms since the epoch); `None`
     /// when it is not of that form.
     pub(crate) fn of_record(record: &str, now_ms: u64) -> Option<Self> {
         let mut parts = record.splitn(5, ' ');

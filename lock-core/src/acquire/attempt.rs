@@ -124,6 +124,10 @@ pub(super) async fn run<T: Attempt>(attempt: T) -> Result<Answer, LockError> {
 }
 
 /// Undoes what an abandoned attempt did, once its outcome is known.
+///
+/// # Cancel safety
+///
+/// Run to the end in a task of its own (`Detached`'s abandon step).
 async fn undo_abandoned<T: Attempt>(attempt: T, result: redis::RedisResult<Answer>) {
     match result {
         Ok(answer) => attempt.undo(answer).await,
@@ -134,6 +138,11 @@ async fn undo_abandoned<T: Attempt>(attempt: T, result: redis::RedisResult<Answe
 
 /// Replays the attempt (a no-op if it was applied) until its outcome is known, then
 /// undoes what it did.
+///
+/// # Cancel safety
+///
+/// Run to the end in a task of its own; dropped, the replays stop and the
+/// hold, if any, ends with its lease.
 async fn resolve<T: Attempt>(attempt: T) {
     let name = attempt.name();
     let answer = replay_until_known(&name, T::WHAT, || attempt.replay().send()).await;
@@ -228,6 +237,11 @@ impl NameAttempt {
     /// `allow-oom`. When the client wants replica acknowledgements and this is a
     /// first acquisition, it goes alone with `WAIT` in the same pipeline (which
     /// counts only the writes of its own connection), and that count comes back too.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it may leave the request applied or not; callers run it under
+    /// [`run`] or a replay, which find out.
     async fn send_to(&self, mut conn: Conn) -> redis::RedisResult<(AcquireReply, Option<i64>)> {
         let request = &self.request;
         let replicas = self.inner.config.replicas.filter(|_| !request.reentry);
@@ -271,6 +285,11 @@ impl NameAttempt {
 
     /// Redlock: the attempt goes to every node at once. It is granted when a
     /// majority granted it; otherwise every grant is given back before answering.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`send_to`](Self::send_to): run under [`run`], which gives back a grant
+    /// whose answer is dropped.
     async fn send_redlock(&self) -> redis::RedisResult<Answer> {
         let backend = self.inner.backend.clone();
         let replies = backend
@@ -326,6 +345,10 @@ impl NameAttempt {
 
     /// Replays the attempt on one node until its outcome is known, and gives back
     /// the grant if there was one.
+    ///
+    /// # Cancel safety
+    ///
+    /// Run to the end in a task of its own, as [`resolve`].
     async fn resolve_on(self, conn: Conn) {
         let name = self.keys().display();
         let reply = replay_until_known(&name, "Redlock node's acquire", || {
@@ -337,6 +360,11 @@ impl NameAttempt {
         }
     }
 
+    /// Gives back the grant of one Redlock node.
+    ///
+    /// # Cancel safety
+    ///
+    /// Run to the end in a task of its own: the release is detached inside.
     async fn give_back_node(&self, conn: Conn) {
         let lease_ms = self.request.lease_ms;
         release::give_back_node(&self.inner, conn, self.keys(), &self.owner, lease_ms).await;
@@ -373,6 +401,10 @@ impl Attempt for NameAttempt {
     /// Sends the attempt to the backend: one endpoint, or every Redlock node. A
     /// grant that too few replicas acknowledged is given back (a failover could
     /// lose it) and refused.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Attempt::send`]: run under [`run`].
     async fn send(self) -> redis::RedisResult<Answer> {
         if self.inner.backend.is_redlock() {
             return self.send_redlock().await;
@@ -391,6 +423,11 @@ impl Attempt for NameAttempt {
         }
     }
 
+    /// Gives back the hold its grant took.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Attempt::give_back`].
     async fn give_back(self) {
         let (inner, keys, lease_ms) = (&self.inner, self.keys(), self.request.lease_ms);
         release::give_back(inner, keys, &self.owner, lease_ms).await;
@@ -398,6 +435,10 @@ impl Attempt for NameAttempt {
 
     /// Gives back the hold it took, or takes back the place its writer kept; a
     /// hold of its owner that its client did not know of is given back too.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Attempt::undo`].
     async fn undo(self, answer: Answer) {
         let (inner, keys, lease_ms) = (&self.inner, self.keys(), self.request.lease_ms);
         match answer {

@@ -194,6 +194,11 @@ impl SetAttempt {
 impl Attempt for SetAttempt {
     const WHAT: &'static str = "set acquire";
 
+    /// Sends the set in one run of `acquire_all.lua`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Attempt::send`]: run under `attempt::run`.
     async fn send(self) -> redis::RedisResult<Answer> {
         let mut conn = self.inner.backend.first();
         let names = self.names.iter().map(|name| SetName {
@@ -217,6 +222,10 @@ impl Attempt for SetAttempt {
     }
 
     /// Gives back one hold of each name, all at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Attempt::give_back`].
     async fn give_back(self) {
         let inner = self.inner.clone();
         let releases = self.names.iter().cloned().map(move |name| {
@@ -228,6 +237,10 @@ impl Attempt for SetAttempt {
 
     /// Gives back what an abandoned attempt took, if it took anything, and a hold
     /// of a name that its owner had without the client knowing.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Attempt::undo`].
     async fn undo(self, answer: Answer) {
         match answer {
             Answer::Granted(_) => self.give_back().await,

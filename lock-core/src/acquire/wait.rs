@@ -544,6 +544,12 @@ impl Wait<'_> {
 /// A new acquisition: attempts until granted, waiting for releases in between,
 /// until the wait runs out. With tasks of this client ahead in the queue, it sends
 /// nothing until its turn comes (a zero wait then fails at once, as busy).
+///
+/// # Cancel safety
+///
+/// Cancel safe: every attempt runs under `attempt::run` (what a dropped
+/// attempt took is given back), a grant not yet claimed gives its holds back
+/// when dropped, and a place kept in Redis is taken back.
 pub(super) async fn wait_for<'a>(wait: &mut Wait<'a>) -> Result<Grant<'a>, LockError> {
     let mut owner = wait.inner.next_owner();
     // The holder's lease as the last busy answer told it.
