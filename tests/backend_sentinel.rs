@@ -35,13 +35,26 @@ async fn replicated_client(group: &SentinelGroup, lease: Duration, ack: Duration
         .expect("connect through the Sentinels")
 }
 
-/// Asserts that the client's connections reach `master` within 5 s.
-async fn assert_moved(master: &RedisServer) {
-    let moved = support::eventually(Duration::from_secs(5), || has_the_client(master)).await;
+/// Asserts that the client moved from `old` to `master` within 5 s: its
+/// connections reach `master`, and its subscriber connection has left `old`. The
+/// client dials the new master before it switches to it, so connections on the new
+/// master alone do not yet mean that requests go there.
+async fn assert_moved(old: &RedisServer, master: &RedisServer) {
+    let subscribed = |node: &RedisServer| {
+        support::client_connections(node)
+            .iter()
+            .any(|line| support::field(line, "resp") == Some("3"))
+    };
+    let moved = support::eventually(Duration::from_secs(5), || {
+        has_the_client(master) && !subscribed(old)
+    })
+    .await;
     assert!(
         moved,
-        "the client did not move to the new master within 5 s of the switch; on it: {:?}",
-        support::client_connections(master)
+        "the client did not move to the new master within 5 s of the switch; on it: {:?}; \
+         on the old one: {:?}",
+        support::client_connections(master),
+        support::client_connections(old)
     );
 }
 
@@ -90,7 +103,7 @@ async fn an_announced_failover_moves_an_idle_client_to_the_new_master() {
     // `+switch-master` can tell it. The old master keeps answering as a master
     // for several seconds more (the Sentinels demote it about 8 s after the
     // switch), so no request of the client would fail before then either.
-    assert_moved(&group.data_nodes()[new]).await;
+    assert_moved(&group.data_nodes()[old], &group.data_nodes()[new]).await;
 
     // And it works there.
     let guard = locks
@@ -297,7 +310,7 @@ async fn data_nodes_that_require_a_password_are_dialed_with_it_before_and_after_
     let new = fail_over(&group, group.data_nodes()[old].port());
 
     // The new master is dialed with the password too: both connections move.
-    assert_moved(&group.data_nodes()[new]).await;
+    assert_moved(&group.data_nodes()[old], &group.data_nodes()[new]).await;
 
     // Locks work there, and a waiter is woken through the new subscriber connection.
     let other = builder.connect().await.expect("a second client");
