@@ -15,13 +15,16 @@
 --   the lock `<ns>:{name}` (see lock.lua)
 --   the fencing counter `<ns>:{name}:fence`; read and written only when its
 --          fencing argument is "1" and this call takes the lock
---   this owner's final-release record `<ns>:{name}:freed:<owner>`: read when this
---          call would take the lock, so that a stray copy of an operation that was
---          applied and given back since is not applied again
+--   this owner's final-release record `<ns>:{name}:freed:<owner>`: looked for by
+--          a new acquisition (one EXISTS with the lock: when neither is there,
+--          nothing else is read) and read when this call would take the lock, so
+--          that a stray copy of an operation that was applied and given back since
+--          is not applied again
 -- ARGV     ten per acquisition, for acquisition i ARGV[10i-9 .. 10i], numbered
 --          here as for the first:
 -- ARGV[1]  owner id
--- ARGV[2]  lease in milliseconds, validated by the client (10 ..= the documented maximum)
+-- ARGV[2]  lease in milliseconds, validated by the client (10 ..= the documented
+--          maximum); passed on to Redis as sent (no number formatted again)
 -- ARGV[3]  "1": issue a fencing token when this call takes a plain lock, a write
 --          hold or a fair lock; "0": do not
 -- ARGV[4]  the operation's sequence number: 1, 2, 3, ... per owner id, one per
@@ -103,7 +106,7 @@
 local function request(a)
   local want = ARGV[a + 6]
   local r = {
-    owner = ARGV[a], lease = tonumber(ARGV[a + 1]), fencing = ARGV[a + 2] == '1',
+    owner = ARGV[a], lease = ARGV[a + 1], fencing = ARGV[a + 2] == '1',
     seq_text = ARGV[a + 3], seq = tonumber(ARGV[a + 3]), floor = tonumber(ARGV[a + 4]),
     reentry = ARGV[a + 5] == '1', mode = string.sub(want, 1, 1), kind = 'lock',
     parent = ARGV[a + 7], stays = ARGV[a + 8] == '1', who = ARGV[a + 9],
@@ -120,7 +123,7 @@ end
 
 -- A plain lock: its holder alone is read.
 local function acquire_plain(lock, fence_key, freed, r)
-  local state = read_mine(lock, r.owner, not r.reentry)
+  local state = read_mine(lock, r.owner, not r.reentry and freed)
   if not state then
     return {-2}
   end
@@ -151,7 +154,7 @@ local function acquire_plain(lock, fence_key, freed, r)
   if r.fencing and not read_counter(fence_key) then
     return {-2}
   end
-  local new_record = record(read_freed(freed), r.floor, r.seq, r.seq_text)
+  local new_record = record(state.never_freed or read_freed(freed), r.floor, r.seq, r.seq_text)
   if not new_record then
     -- Applied before, and given back since: nothing to take.
     return {1, 1, 0}
@@ -274,7 +277,12 @@ end
 -- The other kinds: the whole hash is read, for every holder's lease and place.
 local function acquire_shared(lock, fence_key, freed, r)
   local now = now_ms()
-  local state = read_all(lock, now)
+  local state
+  if r.reentry then
+    state = read_all(lock, now)
+  else
+    state = read_new(lock, freed)
+  end
   if not state or (r.fencing and not read_counter(fence_key)) then
     return {-2}
   end
@@ -318,7 +326,7 @@ local function acquire_shared(lock, fence_key, freed, r)
     end
     return {0, wait_ms}
   end
-  local new_record = record(read_freed(freed), r.floor, r.seq, r.seq_text)
+  local new_record = record(state.never_freed or read_freed(freed), r.floor, r.seq, r.seq_text)
   if not new_record then
     -- Applied before, and given back since: nothing to take.
     return {1, 1, 0}

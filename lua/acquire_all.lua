@@ -60,13 +60,13 @@ local function main()
   local function name(i)
     local k, a = 3 * (i - 1), 5 * (i - 1) + 1
     return KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
-      ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 4], ARGV[a + 5] == '1'
+      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5] == '1'
   end
 
   local states = {}
   for i = 1, names do
     local lock, fence_key, freed, owner, _, seq_text, floor_text, reentry = name(i)
-    local state = read_mine(lock, owner, not reentry)
+    local state = read_mine(lock, owner, not reentry and freed)
     if not state then
       return {-2, i}
     end
@@ -94,7 +94,7 @@ local function main()
       if fencing and not read_counter(fence_key) then
         return {-2, i}
       end
-      state.record = record(read_freed(freed), tonumber(floor_text), tonumber(seq_text), seq_text)
+      state.record = record(state.never_freed or read_freed(freed), tonumber(floor_text), tonumber(seq_text), seq_text)
     end
     states[i] = state
   end

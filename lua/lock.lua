@@ -149,6 +149,9 @@ local function free_state()
   return { exists = false, token = 0, holders = {}, waiting = {}, dead = {}, latest = 0 }
 end
 
+-- The replay record of an owner with no final release on record (see `read_freed`).
+local NO_RECORD = { floor = 0, done = '' }
+
 -- Reads the whole lock at `key` at time `now`: a table with `exists`, `kind`,
 -- `token`, `writer`, `permits`, `next`, `holders` (owner -> { count, floor, done,
 -- until, who, permits }, live ones only; `permits` only where it differs), `waiting` (owner -> { until, ticket }, live ones),
@@ -238,29 +241,38 @@ local function read_all(key, now)
   return state
 end
 
+-- The whole lock at `key` as `read_all` reads it, for a new acquisition whose
+-- owner's final-release record is at `freed`: one call, reading neither the hash
+-- nor the clock, when neither key is there (a new acquisition, most often); the
+-- state is then free and says `never_freed` (the record as `read_freed` reads a
+-- missing one), so that the take need not look again.
+local function read_new(key, freed)
+  if redis.call('EXISTS', key, freed) == 0 then
+    local state = free_state()
+    state.never_freed = NO_RECORD
+    return state
+  end
+  return read_all(key, now_ms())
+end
+
 -- Reads the holder `owner` of the lock at `key`: a table with `exists`, `kind`,
 -- `token` (the `#fence` field, 0 without one), and `me` ({ count, floor, done,
 -- until }: nil when `owner` holds nothing, its `until` nil for a plain lock); nil
--- when `key` holds what distlock did not write. `likely_free` (a new acquisition):
--- one call when there is no key; else the whole hash, checked (`read_all`, given as
--- `whole`), since a new acquisition must tell a lock held by others from one
--- distlock did not write. Otherwise (a re-entry, a release, a renewal): the
--- owner's fields alone, in one call.
-local function read_mine(key, owner, likely_free)
-  if likely_free then
-    -- One call for a lock that is not there (a new acquisition, most often).
-    local size = typed(redis.pcall('HLEN', key))
-    if size == WRONG_TYPE then
-      return nil
-    end
-    if size == 0 then
-      return { exists = false, token = 0 }
-    end
-    local whole = read_all(key, now_ms())
+-- when `key` holds what distlock did not write. `freed` (a new acquisition: the
+-- key of its owner's final-release record): the whole hash, checked (`read_new`,
+-- given as `whole`, with its `never_freed`), since a new acquisition must tell a
+-- lock held by others from one distlock did not write. Without `freed` (a
+-- re-entry, a release, a renewal): the owner's fields alone, in one call.
+local function read_mine(key, owner, freed)
+  if freed then
+    local whole = read_new(key, freed)
     if not whole then
       return nil
     end
-    return { exists = true, kind = whole.kind, token = whole.token, me = whole.holders[owner], whole = whole }
+    return {
+      exists = whole.exists, kind = whole.kind, token = whole.token, me = whole.holders[owner],
+      whole = whole, never_freed = whole.never_freed,
+    }
   end
   local v = typed(redis.pcall('HMGET', key, FIELD.kind, FIELD.layout, FIELD.fence, owner, OP .. owner, UNTIL .. owner))
   if v == WRONG_TYPE then
@@ -374,8 +386,7 @@ local function in_done(done, seq)
 end
 
 -- The replay record of a final release at `key` (`<ns>:{name}:freed:<owner>`):
--- { floor, done }, or { floor = 0, done = '' } when there is none (or it is not one).
-local NO_RECORD = { floor = 0, done = '' }
+-- { floor, done }, or NO_RECORD when there is none (or it is not one).
 local function read_freed(key)
   local floor, done = read_record(typed(redis.pcall('GET', key)))
   if not floor then
@@ -441,7 +452,7 @@ end
 -- count (1), its replay record `record_text`, and what its client says of it (`who`,
 -- may be empty) with the time it took the lock.
 local function new_holder(fields, owner, record_text, who)
-  put(fields, owner, 1)
+  put(fields, owner, '1')
   put(fields, OP .. owner, record_text)
   if who and who ~= '' then
     put(fields, WHO .. owner, string.format('%d', now_ms()) .. ' ' .. who)
@@ -510,7 +521,7 @@ local function take(lock, fence_key, owner, lease, fencing, record_text, who)
 end
 
 -- Changes the hold count of `owner` (its entry `me`, as `read_mine` read it) by
--- `by` (1 or -1), with its new replay record, keeping its lease at least `lease` ms
+-- `by` ('1' or '-1'), with its new replay record, keeping its lease at least `lease` ms
 -- (the key's expiry for a plain lock, its own `#until` for the others; neither ever
 -- moves earlier). Returns the new count. Not for a final release.
 local function change_hold(lock, me, owner, by, lease, new_record)
@@ -535,7 +546,7 @@ local function add_hold(lock, me, owner, lease, floor, seq, seq_text)
   if not new_record then
     return me.count
   end
-  return change_hold(lock, me, owner, 1, lease, new_record)
+  return change_hold(lock, me, owner, '1', lease, new_record)
 end
 
 -- Drops the fields of holders and waiters whose time is up, and sets the key's

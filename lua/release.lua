@@ -130,7 +130,7 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
   end
 
   if me.count > 1 then
-    return {1, change_hold(lock, me, owner, -1, tonumber(lease), new_record)}
+    return {1, change_hold(lock, me, owner, '-1', lease, new_record)}
   end
 
   if state.kind ~= 'lock' then

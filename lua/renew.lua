@@ -83,7 +83,7 @@ end
 local function main()
   local answers = {}
   for i = 1, #KEYS do
-    answers[i] = answer(renew, KEYS[i], ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1]), ARGV[3 * i] or '')
+    answers[i] = answer(renew, KEYS[i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i] or '')
   end
   return answers
 end

@@ -91,3 +91,44 @@ async fn every_call_reads_the_clock_anew() {
     first.unlock().await.expect("unlock");
     second.unlock().await.expect("unlock");
 }
+
+/// A new acquisition of a free lock of any kind reads the server once: one
+/// `EXISTS` of the lock and of its owner's final-release record. It reads neither
+/// the hash (`HLEN`, `HGETALL`) nor the record (`GET`): those are for a lock that
+/// is there, or for a replay (issue 36, the rare path paid only when it happens).
+/// Each kind's first acquisition is counted on its own, with `INFO commandstats`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_acquisition_of_a_free_lock_reads_once() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    // The library is loaded and every connection is up before counting.
+    locks
+        .lock("warm")
+        .await
+        .expect("lock")
+        .unlock()
+        .await
+        .expect("unlock");
+    let reads = || {
+        ["exists", "hlen", "hgetall", "get", "hmget"].map(|c| support::command_calls(&server, c))
+    };
+    let semaphore = locks.semaphore("first:permit", 3);
+    for (kind, attempt) in [
+        ("plain", locks.lock("first:plain")),
+        ("read", locks.read_lock("first:read")),
+        ("write", locks.write_lock("first:write")),
+        ("fair", locks.fair_lock("first:fair")),
+        ("permit", semaphore.acquire()),
+    ] {
+        let before = reads();
+        let guard = attempt.await.unwrap_or_else(|err| panic!("{kind}: {err}"));
+        let after = reads();
+        let delta: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+        assert_eq!(
+            delta,
+            [1, 0, 0, 0, 0],
+            "{kind}: calls of EXISTS, HLEN, HGETALL, GET, HMGET by one first acquisition"
+        );
+        guard.unlock().await.expect("unlock");
+    }
+}

@@ -170,10 +170,6 @@ macro_rules! cut_call {
 
 /// The variants of `path` of `kind`, after the baseline.
 fn variants(kind: Kind, path: Path) -> Vec<Variant> {
-    let freed_get = Cut::Text(&[(
-        "read_record(typed(redis.pcall('GET', key)))",
-        "read_record(typed(step_cut(redis.pcall, 'GET', key)))",
-    )]);
     let freed_set = Cut::Text(&[(
         "redis.call('SET', freed,",
         "step_cut(redis.call, 'SET', freed,",
@@ -194,10 +190,9 @@ fn variants(kind: Kind, path: Path) -> Vec<Variant> {
     )]);
     let mut cuts: Vec<Variant> = match (kind, path) {
         (Kind::Plain, Path::First) => vec![
-            ("`HLEN` (is there a lock?)", cut_call!("pcall", "HLEN")),
             (
-                "`GET :freed:<owner>` (replay of a final release?)",
-                freed_get,
+                "`EXISTS` (a lock, or a final-release record?)",
+                cut_call!("call", "EXISTS"),
             ),
             ("`TIME` (for `#who:`)", cut_call!("call", "TIME")),
             ("`HSET` (every field)", cut_call!("call", "HSET")),
@@ -207,10 +202,9 @@ fn variants(kind: Kind, path: Path) -> Vec<Variant> {
             ("`PEXPIRE` (the lease)", cut_call!("call", "PEXPIRE")),
         ],
         (_, Path::First) => vec![
-            ("`HGETALL` (the whole lock)", cut_call!("pcall", "HGETALL")),
             (
-                "`GET :freed:<owner>` (replay of a final release?)",
-                freed_get,
+                "`EXISTS` (a lock, or a final-release record?)",
+                cut_call!("call", "EXISTS"),
             ),
             ("`TIME` (leases, `#who:`)", cut_call!("call", "TIME")),
             ("`HSET` (every field)", cut_call!("call", "HSET")),
