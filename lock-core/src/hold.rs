@@ -319,6 +319,8 @@ impl HoldTable {
                 self.by_lock.remove(hold.keys.lock.as_slice());
             }
         }
+        shrink(&mut self.by_id);
+        shrink(&mut self.by_lock);
         Some(hold)
     }
 
@@ -346,6 +348,13 @@ impl HoldTable {
     pub(crate) fn take_all(&mut self) -> Vec<Arc<Hold>> {
         self.by_lock.clear();
         self.by_id.drain().map(|(_, hold)| hold).collect()
+    }
+}
+
+/// Gives a map's room back once it is a quarter full at most after a burst.
+fn shrink<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 64 && map.len() <= map.capacity() / 4 {
+        map.shrink_to(map.len() * 2);
     }
 }
 
@@ -708,5 +717,51 @@ mod tests {
             "to max_hold + one lease, no further"
         );
         assert_eq!(capped.extension(now + Duration::from_secs(9)), MIN_LEASE);
+    }
+
+    /// After a burst of holds, the table gives its room back as they go, instead
+    /// of keeping the burst's size for the client's life (issue 36: memory after a
+    /// burst).
+    #[test]
+    fn the_table_gives_its_room_back_after_a_burst() {
+        let now = Instant::now();
+        let hold = |id: u64| {
+            let name = format!("burst:{id}");
+            Arc::new(Hold::new(
+                id,
+                1,
+                Arc::new(LockKeys::new("ns", name.as_bytes()).expect("valid name")),
+                crate::owner::Owner::new(format!("owner:{id}").into()),
+                None,
+                crate::origin::Origin::here(),
+                None,
+                crate::series::uncounted(),
+                HoldState {
+                    guards: 1,
+                    deadline: now + Duration::from_secs(60),
+                    watchdog: true,
+                    lease: Duration::from_secs(60),
+                    next_renew: now + Duration::from_secs(20),
+                    renew_until: None,
+                    closed: false,
+                },
+            ))
+        };
+        let mut table = HoldTable::default();
+        for id in 0..10_000 {
+            table.insert(hold(id));
+        }
+        let room = |table: &HoldTable| (table.by_id.capacity(), table.by_lock.capacity());
+        assert!(room(&table).0 >= 10_000 && room(&table).1 >= 10_000);
+        for id in 0..9_990 {
+            assert!(table.remove(id).is_some());
+        }
+        let (by_id, by_lock) = room(&table);
+        assert!(
+            by_id <= 128 && by_lock <= 128,
+            "room left: {by_id}, {by_lock}"
+        );
+        assert_eq!(table.values().count(), 10);
+        assert_eq!(table.of_lock(b"ns:{burst:9995}").count(), 1);
     }
 }
