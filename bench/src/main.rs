@@ -21,6 +21,7 @@
 //! | `contention.rs` | one contention run and what its log shows |
 //! | `scenarios.rs` | lock+unlock pairs, plain redis-rs baselines, re-entry, macro, the lock-order checker (11), costs |
 //! | `children.rs` | the scenarios in another process (5: wake-up, 6: many leases, 9: hand-offs) |
+//! | `churn.rs` | a churn of fresh names, for memory (`churn URL SECONDS [TASKS]`) |
 //! | `kind.rs` | a lock kind, and the request for one lock of it |
 //! | `kinds.rs` | the lock kinds: 8 (uncontended), 9 (hand-off), 10 (readers) |
 //! | `peer.rs`, `contender.rs` | rslock and distlock as clients the scenarios drive |
@@ -34,6 +35,7 @@
 //! process (`child-waiter`, `child-leases`).
 
 mod children;
+mod churn;
 mod contender;
 mod contention;
 mod contention_matrix;
@@ -85,6 +87,7 @@ fn main() -> ExitCode {
         Some("one-task") => profile_pairs(&args, 1),
         Some("many-tasks") => profile_pairs(&args, 64),
         Some("raw-pairs") => raw_pairs(&args),
+        Some("churn") => churn::churn(&args),
         Some("contention") => contention_alone(&args),
         Some("kinds") => kinds_alone(&args),
         _ if args.iter().any(|a| a == "--steps") => steps_alone(&args),
