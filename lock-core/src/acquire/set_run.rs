@@ -138,17 +138,11 @@ impl SetAttempt {
         }
     }
 
-    /// The keys of the name at `index`.
-    fn keys(&self, index: usize) -> Arc<LockKeys> {
-        self.names[index.min(self.names.len().saturating_sub(1))]
-            .keys
-            .clone()
-    }
-
-    /// The refusal of the name at `index`.
+    /// The refusal of the name at `index` (the last one's keys past the end).
     fn refused(&self, index: usize, refusal: AcquireReply) -> Answer {
         let hold = self.names.get(index).and_then(|name| name.hold.as_deref());
-        Answer::Refused(refused(&self.keys(index), hold, refusal))
+        let keys = &self.names[index.min(self.names.len().saturating_sub(1))].keys;
+        Answer::Refused(refused(keys, hold, refusal))
     }
 
     /// The set's reply as the wait reads it.
