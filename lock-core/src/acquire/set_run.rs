@@ -3,7 +3,6 @@
 //! and its reply as the wait reads it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -55,22 +54,6 @@ impl NameSet {
     /// The keys of the name at `index`.
     pub(super) fn keys(&self, index: usize) -> Arc<LockKeys> {
         self.keys[index.min(self.keys.len().saturating_sub(1))].clone()
-    }
-
-    /// The wait of the set ran out after `waited`: a timeout on the name last found
-    /// busy; if none was, Redis did not answer in time.
-    pub(super) fn ran_out(&self, busy: Option<usize>, waited: Duration) -> LockError {
-        match busy {
-            Some(index) => LockError::timeout(self.keys(index).display(), waited),
-            None => LockError::Redis(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "no timely answer from Redis for a set of {} locks within the wait of \
-                     {waited:?}, and no other owner was seen holding one",
-                    self.keys.len()
-                ),
-            ))),
-        }
     }
 }
 

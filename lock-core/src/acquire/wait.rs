@@ -210,27 +210,31 @@ impl<'a> Wait<'a> {
         }
     }
 
-    /// The wait ran out before an attempt could finish (or be retried): the failure
-    /// that made us ask again, if there was one; a timeout if another owner was
-    /// seen holding the lock; otherwise Redis did not answer in time, an outage
+    /// The wait ran out before an attempt could finish (or be retried): for one
+    /// name, the failure that made us ask again, if there was one; a timeout if
+    /// another owner was seen holding the lock (for a set, on the name last found
+    /// busy, which `keys` is); otherwise Redis did not answer in time, an outage
     /// rather than contention.
     pub(super) fn ran_out(&mut self) -> LockError {
-        if let Ask::Set(set) = &self.ask {
-            return set.ran_out(self.busy, self.start.elapsed());
-        }
-        if let Some(err) = self.retried_after.take() {
-            return err;
-        }
         let waited = self.start.elapsed();
-        if self.seen_held {
-            return self.timeout(waited);
-        }
+        let (what, held) = match &self.ask {
+            Ask::Set(_) if self.busy.is_some() => return self.timeout(waited),
+            Ask::Set(set) => (format!("a set of {} locks", set.keys.len()), "one"),
+            Ask::One { .. } => {
+                if let Some(err) = self.retried_after.take() {
+                    return err;
+                }
+                if self.seen_held {
+                    return self.timeout(waited);
+                }
+                (format!("lock `{}`", self.keys.display()), "it")
+            }
+        };
         LockError::Redis(redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!(
-                "no timely answer from Redis for lock `{}` within the wait of {waited:?}, and no \
-                 other owner was seen holding it",
-                self.keys.display()
+                "no timely answer from Redis for {what} within the wait of {waited:?}, and no \
+                 other owner was seen holding {held}"
             ),
         )))
     }

@@ -301,33 +301,26 @@ impl Arg<'_> for Kind {
     }
 }
 
-/// A release's successor: `""` for none.
-impl<'a> Arg<'a> for Option<Successor<'a>> {
-    fn push(&self, call: &mut impl Sink) {
-        call.text(&self.map(|next| next.encode()).unwrap_or_default());
-    }
+/// An optional argument of its own `encode` and `decode`, `""` for none: a
+/// release's successor, a renewal's write-back.
+macro_rules! optional_arg {
+    ($($spelled:ty),*) => {$(
+        impl<'a> Arg<'a> for Option<$spelled> {
+            fn push(&self, call: &mut impl Sink) {
+                call.text(&self.map(|some| some.encode()).unwrap_or_default());
+            }
 
-    fn parse(arg: &'a [u8]) -> Option<Self> {
-        match text(arg)? {
-            "" => Some(None),
-            next => Successor::decode(next).map(Some),
+            fn parse(arg: &'a [u8]) -> Option<Self> {
+                match text(arg)? {
+                    "" => Some(None),
+                    some => <$spelled>::decode(some).map(Some),
+                }
+            }
         }
-    }
+    )*};
 }
 
-/// A renewal's write-back: `""` for none.
-impl Arg<'_> for Option<WriteBack> {
-    fn push(&self, call: &mut impl Sink) {
-        call.text(&self.map(|back| back.encode()).unwrap_or_default());
-    }
-
-    fn parse(arg: &[u8]) -> Option<Self> {
-        match text(arg)? {
-            "" => Some(None),
-            back => WriteBack::decode(back).map(Some),
-        }
-    }
-}
+optional_arg!(Successor<'a>, WriteBack);
 
 /// A request's arguments, written and read in the order of its fields.
 trait Fields<'a>: Sized {
