@@ -332,6 +332,25 @@ trait Fields<'a>: Sized {
     fn parse(keys: &'a [Vec<u8>], args: &'a [Vec<u8>]) -> Option<Self>;
 }
 
+/// Every request of a run whose keys are `all_keys` and arguments `all_args`, each
+/// request taking `keys` keys and `args` arguments; `None` when they are not one.
+fn decode_each<'a, T: Fields<'a>>(
+    all_keys: &'a [Vec<u8>],
+    all_args: &'a [Vec<u8>],
+    keys: usize,
+    args: usize,
+) -> Option<Vec<T>> {
+    let requests = all_keys.len() / keys;
+    if !all_keys.len().is_multiple_of(keys) || all_args.len() != requests * args {
+        return None;
+    }
+    all_keys
+        .chunks_exact(keys)
+        .zip(all_args.chunks_exact(args))
+        .map(|(keys, args)| T::parse(keys, args))
+        .collect()
+}
+
 /// Declares one request: its struct (the lock's key, when `[lock]` says it has
 /// one, then one field per argument, in the order the script takes them), its
 /// [`Fields`], and, given its keys, its [`Args`].
@@ -459,14 +478,7 @@ impl<'a> Acquire<'a> {
     /// assert_eq!(Acquire::decode_all(&Call::default()), Some(vec![]));
     /// ```
     pub fn decode_all(call: &'a Call) -> Option<Vec<Self>> {
-        if !call.keys.len().is_multiple_of(3) || call.args.len() != call.keys.len() / 3 * 10 {
-            return None;
-        }
-        call.keys
-            .chunks_exact(3)
-            .zip(call.args.chunks_exact(10))
-            .map(|(keys, args)| Self::parse(keys, args))
-            .collect()
+        decode_each(&call.keys, &call.args, 3, 10)
     }
 }
 
@@ -545,21 +557,12 @@ impl<'a> AcquireAll<'a> {
     /// assert_eq!(AcquireAll::decode(&Call::default()), None);
     /// ```
     pub fn decode(call: &'a Call) -> Option<Self> {
-        let names = call.keys.len() / 3;
         let (fencing, rest) = call.args.split_first()?;
-        if !call.keys.len().is_multiple_of(3) || rest.len() != 5 * names + 1 {
-            return None;
-        }
-        let names = call
-            .keys
-            .chunks_exact(3)
-            .zip(rest.chunks_exact(5))
-            .map(|(keys, args)| SetName::parse(keys, args))
-            .collect::<Option<Vec<_>>>()?;
+        let (who, names) = rest.split_last()?;
         Some(AcquireAll {
             fencing: Arg::parse(fencing)?,
-            names,
-            who: text(rest.last()?)?,
+            names: decode_each(&call.keys, names, 3, 5)?,
+            who: text(who)?,
         })
     }
 }
@@ -812,14 +815,7 @@ impl<'a> Renew<'a> {
     ///
     /// See [`Renew`].
     pub fn decode_all(call: &'a Call) -> Option<Vec<Self>> {
-        if call.args.len() != 3 * call.keys.len() {
-            return None;
-        }
-        call.keys
-            .chunks_exact(1)
-            .zip(call.args.chunks_exact(3))
-            .map(|(lock, args)| Self::parse(lock, args))
-            .collect()
+        decode_each(&call.keys, &call.args, 1, 3)
     }
 }
 
