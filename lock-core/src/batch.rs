@@ -209,11 +209,10 @@ impl<R: Request> Batcher<R> {
     /// (every release, every acquisition) run it inside `Detached`.
     pub(crate) async fn submit(self: &Arc<Self>, mut conn: Conn, item: R) -> Answer {
         if !self.batches {
-            let replies = self.run(&[&item], &mut conn).await?;
-            return match <[Answer; 1]>::try_from(replies) {
-                Ok([reply]) => reply,
-                Err(replies) => Err(unexpected_count(R::SCRIPT, replies.len(), 1)),
-            };
+            let mut replies = self.run(&[&item], &mut conn).await?;
+            return replies
+                .pop()
+                .unwrap_or_else(|| Err(unexpected_count(R::SCRIPT, 0, 1)));
         }
         let (answer, answered) = oneshot::channel();
         let batch = {
@@ -261,20 +260,30 @@ impl<R: Request> Batcher<R> {
         }
     }
 
+    /// Runs the script once for `items`, in order: one answer per item (an error
+    /// when the script answered another number of requests).
+    async fn run(&self, items: &[&R], conn: &mut Conn) -> redis::RedisResult<Vec<Answer>> {
+        let mut invocation = self.script.invoke(&self.header);
+        for item in items {
+            item.add_to(&mut invocation);
+        }
+        let replies: Vec<redis::Value> = invocation.invoke_async(conn).await?;
+        if replies.len() != items.len() {
+            return Err(unexpected_count(R::SCRIPT, replies.len(), items.len()));
+        }
+        Ok(replies
+            .into_iter()
+            .map(|reply| request_answer(R::SCRIPT, reply))
+            .collect())
+    }
+
     /// One run of the script for every request of `batch`, each answered in turn.
     async fn send(&self, mut conn: Conn, batch: Vec<(R, oneshot::Sender<Answer>)>) {
         let items: Vec<&R> = batch.iter().map(|(item, _)| item).collect();
-        let result = self.run(&items, &mut conn).await;
-        match result {
-            Ok(replies) if replies.len() == batch.len() => {
+        match self.run(&items, &mut conn).await {
+            Ok(replies) => {
                 for ((_, answer), reply) in batch.into_iter().zip(replies) {
                     let _ = answer.send(reply);
-                }
-            }
-            Ok(replies) => {
-                let err = unexpected_count(R::SCRIPT, replies.len(), batch.len());
-                for (_, answer) in batch {
-                    let _ = answer.send(Err(err.clone()));
                 }
             }
             Err(err) => {
@@ -310,21 +319,6 @@ impl<R: Request> Drop for Sending<R> {
 fn take<T>(queue: &mut Vec<T>) -> Vec<T> {
     let rest = queue.split_off(queue.len().min(MAX_BATCH));
     std::mem::replace(queue, rest)
-}
-
-impl<R: Request> Batcher<R> {
-    /// Runs the script once for `items`, in order: one answer per item.
-    async fn run(&self, items: &[&R], conn: &mut Conn) -> redis::RedisResult<Vec<Answer>> {
-        let mut invocation = self.script.invoke(&self.header);
-        for item in items {
-            item.add_to(&mut invocation);
-        }
-        let replies: Vec<redis::Value> = invocation.invoke_async(conn).await?;
-        Ok(replies
-            .into_iter()
-            .map(|reply| request_answer(R::SCRIPT, reply))
-            .collect())
-    }
 }
 
 fn unexpected_count(script: &str, got: usize, sent: usize) -> redis::RedisError {

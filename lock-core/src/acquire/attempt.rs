@@ -249,11 +249,7 @@ impl NameAttempt {
             let reply = if request.reentry {
                 let mut invocation = self.inner.scripts.reenter.prepare_invoke();
                 request.add_to(&mut invocation);
-                let mut replies: Vec<redis::Value> = invocation.invoke_async(&mut conn).await?;
-                request_answer(
-                    Acquisition::SCRIPT,
-                    replies.pop().unwrap_or(redis::Value::Nil),
-                )?
+                last_answer(invocation.invoke_async(&mut conn).await?)?
             } else {
                 self.inner
                     .acquisitions
@@ -270,17 +266,13 @@ impl NameAttempt {
             pipe.cmd("WAIT").arg(needed).arg(timeout.as_millis() as u64);
             pipe
         };
-        let (mut replies, acked): (Vec<redis::Value>, i64) = self
+        let (replies, acked): (Vec<redis::Value>, i64) = self
             .inner
             .scripts
             .acquire
             .query_pipe(&mut conn, pipe, |_| false)
             .await?;
-        let reply = request_answer(
-            Acquisition::SCRIPT,
-            replies.pop().unwrap_or(redis::Value::Nil),
-        )?;
-        Ok((decode(&reply)?, Some(acked)))
+        Ok((decode(&last_answer(replies)?)?, Some(acked)))
     }
 
     /// Redlock: the attempt goes to every node at once. It is granted when a
@@ -492,6 +484,12 @@ pub(super) fn refused(keys: &LockKeys, hold: Option<&Hold>, refusal: AcquireRepl
         // already" (see `acquire.lua`), and a grant or a busy answer is no refusal.
         (other, _) => unexpected_reply("acquire.lua", &other).into(),
     }
+}
+
+/// The answer of the last (the only) request of a run of `acquire.lua`.
+fn last_answer(mut replies: Vec<redis::Value>) -> redis::RedisResult<Vec<i64>> {
+    let reply = replies.pop().unwrap_or(redis::Value::Nil);
+    request_answer(Acquisition::SCRIPT, reply)
 }
 
 /// Decodes `acquire.lua`'s reply.

@@ -70,20 +70,11 @@ pub(super) async fn reenter(
     fencing_asked: bool,
 ) -> Result<LockGuard, LockError> {
     let hold = held.hold;
-    if fencing_asked && hold.fence.is_none() {
-        return Err(LockError::invalid_option(
-            "fencing",
-            format!(
-                "fencing was asked for on a re-entry of lock `{}`, whose outermost \
-                 acquisition took no fencing token; ask for fencing on the outermost \
-                 acquisition (`.fencing(true)`, or `fencing` on the outer annotated function)",
-                hold.display()
-            ),
-        ));
-    }
-    if hold.is_lost() {
-        return Err(hold.lost_error());
-    }
+    let (what, how) = (
+        "a re-entry of",
+        " (`.fencing(true)`, or `fencing` on the outer annotated function)",
+    );
+    may_reenter(&hold, fencing_asked, what, how)?;
     let sent = Instant::now();
     let lease = if policy.watchdog {
         hold.state().extension(sent)
@@ -110,6 +101,31 @@ pub(super) async fn reenter(
 /// A fixed lease on a re-entry of a hold bounded by `max_hold` may not keep the
 /// lock past the bound: it must end within one of the hold's leases after it, as a
 /// hold that is no longer renewed does.
+/// Whether `what` (a re-entry, a set) may re-enter `hold`: refused when the hold
+/// was lost, or took no fencing token and `fencing` is asked for (`how` tells how
+/// to ask for it on the outermost acquisition).
+pub(super) fn may_reenter(
+    hold: &Hold,
+    fencing: bool,
+    what: &str,
+    how: &str,
+) -> Result<(), LockError> {
+    if fencing && hold.fence.is_none() {
+        return Err(LockError::invalid_option(
+            "fencing",
+            format!(
+                "fencing was asked for on {what} lock `{}`, whose outermost acquisition took \
+                 no fencing token; ask for fencing on the outermost acquisition{how}",
+                hold.display()
+            ),
+        ));
+    }
+    if hold.is_lost() {
+        return Err(hold.lost_error());
+    }
+    Ok(())
+}
+
 fn check_reentry_lease(hold: &Hold, policy: LeasePolicy, sent: Instant) -> Result<(), LockError> {
     let (until, hold_lease) = {
         let state = hold.state();

@@ -11,7 +11,7 @@ use super::chain::{reenter, Chain};
 use super::grant::admit;
 use super::options::{check_kind, fill_options, Options};
 use super::wait::wait_for;
-use super::wait::Wait;
+use super::wait::{Ask, Wait};
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::guard::LockGuard;
@@ -56,13 +56,17 @@ pub(crate) async fn acquire(
             }),
             Chain::HoldsWrite(writer) => {
                 let times = (start, deadline);
-                let wait = Wait::one(&inner, keys.clone(), policy, times, Some(writer), origin);
+                let ask = Ask::One {
+                    writer: Some(writer),
+                };
+                let wait = Wait::new(&inner, keys.clone(), ask, policy, times, origin);
                 acquire_new(wait, &context).await
             }
             Chain::Free => match before_new(&inner, &context, &keys, &origin).await {
                 Ok(()) => {
                     let times = (start, deadline);
-                    let mut wait = Wait::one(&inner, keys.clone(), policy, times, None, origin);
+                    let ask = Ask::One { writer: None };
+                    let mut wait = Wait::new(&inner, keys.clone(), ask, policy, times, origin);
                     let after = options.deadlock_after;
                     wait.deadlock = inner.ops.watch(inner.id, &context, after, start);
                     acquire_new(wait, &context).await
@@ -74,7 +78,7 @@ pub(crate) async fn acquire(
             Ok(guard) => admit(&inner, vec![guard], &keys.display())
                 .await
                 .map(|mut guards| guards.remove(0)),
-            Err(err) => Err(ended(&inner, err, std::slice::from_ref(&keys)).await),
+            Err(err) => Err(inner.ops.ended(err, std::slice::from_ref(&keys)).await),
         };
         let span = tracing::Span::current();
         span.record("lock.waited_ms", start.elapsed().as_millis() as u64);
@@ -137,14 +141,4 @@ pub(super) async fn before_new(
         origin,
     };
     inner.ops.before_new(new).await
-}
-
-/// The error a new acquisition of (one of) `keys` ended in, with what the
-/// operator features add to it (who holds a timed-out lock).
-///
-/// # Cancel safety
-///
-/// Read-only: dropping the future changes nothing.
-pub(super) async fn ended(inner: &Inner, err: LockError, keys: &[Arc<LockKeys>]) -> LockError {
-    inner.ops.ended(err, keys).await
 }

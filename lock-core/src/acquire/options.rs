@@ -77,10 +77,7 @@ pub(super) fn check_kind(
         }
         policy.fencing = false;
     }
-    match unsupported(inner, keys.kind) {
-        Some(err) => Err(err),
-        None => Ok(()),
-    }
+    unsupported(inner, keys.kind).map_or(Ok(()), Err)
 }
 
 /// The refusal of a kind of lock the client's backend cannot keep safe: semaphores

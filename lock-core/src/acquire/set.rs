@@ -26,11 +26,11 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::grant::{admit, give_back};
-use super::one::{acquire, before_new, ended};
+use super::one::{acquire, before_new};
 use super::options::{fill_options, Options};
 use super::set_run::NameSet;
 use super::wait;
-use super::wait::Wait;
+use super::wait::{Ask, Wait};
 use crate::backend::slot;
 use crate::context::LockContext;
 use crate::error::LockError;
@@ -139,7 +139,7 @@ async fn take_all(
     };
     if keys.len() > 1 && in_one_run(inner, &keys) {
         return match acquire_at_once(inner.clone(), &keys, options, origin).await {
-            Err(err) => Err(ended(inner, err, &keys).await),
+            Err(err) => Err(inner.ops.ended(err, &keys).await),
             ok => ok,
         };
     }
@@ -201,7 +201,8 @@ async fn acquire_at_once(
     let context = LockContext::current();
     let set = NameSet::new(&inner, &context, keys, options.fencing == Some(true))?;
     let held = set.held.clone();
-    let mut wait = Wait::set(&inner, set, policy, (start, deadline), origin);
+    let (first, times) = (set.keys(0), (start, deadline));
+    let mut wait = Wait::new(&inner, first, Ask::Set(set), policy, times, origin);
     let grant = wait::wait_for(&mut wait).await?;
     let Granted::Set(grants) = &grant.granted else {
         return Err(unexpected_reply("acquire_all.lua", &grant.granted).into());

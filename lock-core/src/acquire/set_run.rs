@@ -3,11 +3,11 @@
 //! and its reply as the wait reads it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::attempt::{refused, Answer, Attempt};
+use super::chain::may_reenter;
 use super::grant::reentry_lease;
 use super::options::LeasePolicy;
 use crate::context::LockContext;
@@ -43,21 +43,7 @@ impl NameSet {
             .map(|keys| context.find(inner.id, keys).cloned())
             .collect();
         for held in held.iter().flatten() {
-            let hold = &held.hold;
-            if fencing && hold.fence.is_none() {
-                return Err(LockError::invalid_option(
-                    "fencing",
-                    format!(
-                        "fencing was asked for on a set that re-enters lock `{}`, whose \
-                         outermost acquisition took no fencing token; ask for fencing on the \
-                         outermost acquisition",
-                        hold.display()
-                    ),
-                ));
-            }
-            if hold.is_lost() {
-                return Err(hold.lost_error());
-            }
+            may_reenter(&held.hold, fencing, "a set that re-enters", "")?;
         }
         Ok(Self {
             keys: keys.to_vec(),
@@ -68,34 +54,6 @@ impl NameSet {
     /// The keys of the name at `index`.
     pub(super) fn keys(&self, index: usize) -> Arc<LockKeys> {
         self.keys[index.min(self.keys.len().saturating_sub(1))].clone()
-    }
-
-    /// One run of `acquire_all.lua` for `owner`, holding as `policy` says (sent by
-    /// [`attempt::run`]).
-    pub(super) fn attempt(
-        &self,
-        inner: &Arc<Inner>,
-        owner: &Arc<Owner>,
-        policy: LeasePolicy,
-        who: &Arc<str>,
-    ) -> SetAttempt {
-        SetAttempt::new(inner, &self.keys, owner, &self.held, policy, who)
-    }
-
-    /// The wait of the set ran out after `waited`: a timeout on the name last found
-    /// busy; if none was, Redis did not answer in time.
-    pub(super) fn ran_out(&self, busy: Option<usize>, waited: Duration) -> LockError {
-        match busy {
-            Some(index) => LockError::timeout(self.keys(index).display(), waited),
-            None => LockError::Redis(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "no timely answer from Redis for a set of {} locks within the wait of \
-                     {waited:?}, and no other owner was seen holding one",
-                    self.keys.len()
-                ),
-            ))),
-        }
     }
 }
 
@@ -123,17 +81,19 @@ pub(super) struct SetAttempt {
 }
 
 impl SetAttempt {
-    fn new(
+    /// One run of `acquire_all.lua` of `set` for `owner`, holding as `policy` says
+    /// (sent by [`run`](super::attempt::run)).
+    pub(super) fn new(
         inner: &Arc<Inner>,
-        keys: &[Arc<LockKeys>],
+        set: &NameSet,
         owner: &Arc<Owner>,
-        held: &[Option<HeldLock>],
         policy: LeasePolicy,
         who: &Arc<str>,
     ) -> Self {
-        let names = keys
+        let names = set
+            .keys
             .iter()
-            .zip(held)
+            .zip(&set.held)
             .map(|(keys, held)| {
                 let (owner, lease, hold) = match held {
                     Some(held) => (
@@ -161,17 +121,11 @@ impl SetAttempt {
         }
     }
 
-    /// The keys of the name at `index`.
-    fn keys(&self, index: usize) -> Arc<LockKeys> {
-        self.names[index.min(self.names.len().saturating_sub(1))]
-            .keys
-            .clone()
-    }
-
-    /// The refusal of the name at `index`.
+    /// The refusal of the name at `index` (the last one's keys past the end).
     fn refused(&self, index: usize, refusal: AcquireReply) -> Answer {
         let hold = self.names.get(index).and_then(|name| name.hold.as_deref());
-        Answer::Refused(refused(&self.keys(index), hold, refusal))
+        let keys = &self.names[index.min(self.names.len().saturating_sub(1))].keys;
+        Answer::Refused(refused(keys, hold, refusal))
     }
 
     /// The set's reply as the wait reads it.

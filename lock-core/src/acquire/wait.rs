@@ -23,7 +23,7 @@ use tracing::Instrument;
 use super::attempt::{self, Answer, NameAttempt};
 use super::grant::{self, Grant};
 use super::options::LeasePolicy;
-use super::set_run::NameSet;
+use super::set_run::{NameSet, SetAttempt};
 use crate::error::LockError;
 use crate::faults::{self, Fault};
 use crate::handoff::{Delivery, Offer};
@@ -88,49 +88,11 @@ pub(super) struct Wait<'a> {
 }
 
 impl<'a> Wait<'a> {
-    /// The wait of a new acquisition of the lock of `keys`, behind the tasks of
-    /// this client that asked for it before, ahead of any that ask after.
-    pub(super) fn one(
-        inner: &'a Arc<Inner>,
-        keys: Arc<LockKeys>,
-        policy: LeasePolicy,
-        (start, deadline): (Instant, Instant),
-        writer: Option<Arc<str>>,
-        origin: Origin,
-    ) -> Self {
-        // No round trip, so a lock taken without waiting costs nothing more.
-        let place = inner
-            .waiters
-            .enqueue(keys.channel(), keys.kind == Kind::Fair);
-        let hands_off =
-            !inner.backend.is_redlock() && inner.config.replicas.is_none() && keys.kind.is_plain();
-        let ask = Ask::One { writer };
-        let mut wait = Self::new(inner, keys, ask, policy, (start, deadline), origin);
-        wait.place = Some(place);
-        wait.hands_off = hands_off;
-        wait
-    }
-
-    /// The wait of a set taken in one run: it queues only once a name is busy.
-    pub(super) fn set(
-        inner: &'a Arc<Inner>,
-        set: NameSet,
-        policy: LeasePolicy,
-        (start, deadline): (Instant, Instant),
-        origin: Origin,
-    ) -> Self {
-        let keys = set.keys(0);
-        Self::new(
-            inner,
-            keys,
-            Ask::Set(set),
-            policy,
-            (start, deadline),
-            origin,
-        )
-    }
-
-    fn new(
+    /// The wait of `ask`. One name's, of the lock of `keys`, queues behind the
+    /// tasks of this client that asked for it before, ahead of any that ask after;
+    /// a set's, taken in one run (`keys` its first name's), queues only once a name
+    /// is busy.
+    pub(super) fn new(
         inner: &'a Arc<Inner>,
         keys: Arc<LockKeys>,
         ask: Ask,
@@ -138,6 +100,16 @@ impl<'a> Wait<'a> {
         (start, deadline): (Instant, Instant),
         origin: Origin,
     ) -> Self {
+        let one = matches!(ask, Ask::One { .. });
+        // No round trip, so a lock taken without waiting costs nothing more.
+        let place = one.then(|| {
+            let fair = keys.kind == Kind::Fair;
+            inner.waiters.enqueue(keys.channel(), fair)
+        });
+        let hands_off = one
+            && !inner.backend.is_redlock()
+            && inner.config.replicas.is_none()
+            && keys.kind.is_plain();
         Self {
             inner,
             keys,
@@ -145,12 +117,12 @@ impl<'a> Wait<'a> {
             policy,
             start,
             deadline,
-            place: None,
+            place,
             busy: None,
             short_of_quorum: None,
             retried_after: None,
             seen_held: false,
-            hands_off: false,
+            hands_off,
             kept_place: None,
             who: inner
                 .who
@@ -238,27 +210,31 @@ impl<'a> Wait<'a> {
         }
     }
 
-    /// The wait ran out before an attempt could finish (or be retried): the failure
-    /// that made us ask again, if there was one; a timeout if another owner was
-    /// seen holding the lock; otherwise Redis did not answer in time, an outage
+    /// The wait ran out before an attempt could finish (or be retried): for one
+    /// name, the failure that made us ask again, if there was one; a timeout if
+    /// another owner was seen holding the lock (for a set, on the name last found
+    /// busy, which `keys` is); otherwise Redis did not answer in time, an outage
     /// rather than contention.
     pub(super) fn ran_out(&mut self) -> LockError {
-        if let Ask::Set(set) = &self.ask {
-            return set.ran_out(self.busy, self.start.elapsed());
-        }
-        if let Some(err) = self.retried_after.take() {
-            return err;
-        }
         let waited = self.start.elapsed();
-        if self.seen_held {
-            return self.timeout(waited);
-        }
+        let (what, held) = match &self.ask {
+            Ask::Set(_) if self.busy.is_some() => return self.timeout(waited),
+            Ask::Set(set) => (format!("a set of {} locks", set.keys.len()), "one"),
+            Ask::One { .. } => {
+                if let Some(err) = self.retried_after.take() {
+                    return err;
+                }
+                if self.seen_held {
+                    return self.timeout(waited);
+                }
+                (format!("lock `{}`", self.keys.display()), "it")
+            }
+        };
         LockError::Redis(redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!(
-                "no timely answer from Redis for lock `{}` within the wait of {waited:?}, and no \
-                 other owner was seen holding it",
-                self.keys.display()
+                "no timely answer from Redis for {what} within the wait of {waited:?}, and no \
+                 other owner was seen holding {held}"
             ),
         )))
     }
@@ -308,7 +284,8 @@ impl<'a> Wait<'a> {
                 within(self.deadline, bounded, attempt::run(one)).await
             }
             Ask::Set(set) => {
-                let run = attempt::run(set.attempt(self.inner, owner, self.policy, &self.who));
+                let set = SetAttempt::new(self.inner, set, owner, self.policy, &self.who);
+                let run = attempt::run(set);
                 within(self.deadline, bounded, run).await
             }
         }

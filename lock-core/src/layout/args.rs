@@ -244,59 +244,200 @@ fn text(arg: &[u8]) -> Option<&str> {
     std::str::from_utf8(arg).ok()
 }
 
-/// The number an argument spells in decimal.
-fn number(arg: &[u8]) -> Option<u64> {
-    text(arg)?.parse().ok()
+/// One argument of a request, as it is written and read back.
+trait Arg<'a>: Sized {
+    /// Adds it to `call`.
+    fn push(&self, call: &mut impl Sink);
+
+    /// The value `arg` spells; `None` when it spells none.
+    fn parse(arg: &'a [u8]) -> Option<Self>;
 }
 
-/// The flag an argument is: `"1"` or `"0"`.
-fn flag(arg: &[u8]) -> Option<bool> {
-    match arg {
-        b"1" => Some(true),
-        b"0" => Some(false),
-        _ => None,
+/// A text argument.
+impl<'a> Arg<'a> for &'a str {
+    fn push(&self, call: &mut impl Sink) {
+        call.text(self);
+    }
+
+    fn parse(arg: &'a [u8]) -> Option<Self> {
+        text(arg)
     }
 }
 
-/// One acquisition, as `acquire.lua` takes it (three keys, ten arguments).
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// use distlock::layout::{self, args::{Acquire, Args}, Kind};
-///
-/// let lock = layout::lock_key("ns", b"a");
-/// let acquire = Acquire::new(&lock, "c:1", 10_000, 1, 0);
-/// let call = acquire.to_call();
-/// assert_eq!(call.keys[1], layout::fence_key(&lock));
-/// assert_eq!(call.args[6], b"x");
-/// assert_eq!(Acquire::decode_all(&call), Some(vec![acquire]));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Acquire<'a> {
-    /// The lock's key ([`lock_key`](crate::layout::lock_key)).
-    pub lock: &'a [u8],
-    /// The owner id.
-    pub owner: &'a str,
-    /// The lease, in milliseconds.
-    pub lease_ms: u64,
-    /// Whether a new hold is given a fencing token.
-    pub fencing: bool,
-    /// The operation's number among its owner's.
-    pub seq: u64,
-    /// The owner's floor: every operation numbered at or below it is settled.
-    pub floor: u64,
-    /// A re-entry: the lock is never taken.
-    pub reentry: bool,
-    /// What it takes.
-    pub kind: Kind,
-    /// For a read hold, the owner id of its call chain's write hold, else `""`.
-    pub writer: &'a str,
-    /// Whether the caller waits (a writer or a fair waiter keeps its place).
-    pub stays: bool,
-    /// What the client says of the holder, `""` for nothing.
-    pub who: &'a str,
+/// A number, in decimal.
+impl Arg<'_> for u64 {
+    fn push(&self, call: &mut impl Sink) {
+        call.number(*self);
+    }
+
+    fn parse(arg: &[u8]) -> Option<Self> {
+        text(arg)?.parse().ok()
+    }
+}
+
+/// A flag: `"1"` or `"0"`.
+impl Arg<'_> for bool {
+    fn push(&self, call: &mut impl Sink) {
+        call.flag(*self);
+    }
+
+    fn parse(arg: &[u8]) -> Option<Self> {
+        match arg {
+            b"1" => Some(true),
+            b"0" => Some(false),
+            _ => None,
+        }
+    }
+}
+
+/// A kind, as the scripts spell it.
+impl Arg<'_> for Kind {
+    fn push(&self, call: &mut impl Sink) {
+        call.text(&self.script_arg());
+    }
+
+    fn parse(arg: &[u8]) -> Option<Self> {
+        Kind::parse_script_arg(text(arg)?)
+    }
+}
+
+/// An optional argument of its own `encode` and `decode`, `""` for none: a
+/// release's successor, a renewal's write-back.
+macro_rules! optional_arg {
+    ($($spelled:ty),*) => {$(
+        impl<'a> Arg<'a> for Option<$spelled> {
+            fn push(&self, call: &mut impl Sink) {
+                call.text(&self.map(|some| some.encode()).unwrap_or_default());
+            }
+
+            fn parse(arg: &'a [u8]) -> Option<Self> {
+                match text(arg)? {
+                    "" => Some(None),
+                    some => <$spelled>::decode(some).map(Some),
+                }
+            }
+        }
+    )*};
+}
+
+optional_arg!(Successor<'a>, WriteBack);
+
+/// A request's arguments, written and read in the order of its fields.
+trait Fields<'a>: Sized {
+    /// Adds its arguments after those already in `call`.
+    fn push_args(&self, call: &mut impl Sink);
+
+    /// The request of `args`, its lock's key (if it has one) first of `keys`;
+    /// `None` when they are not one.
+    fn parse(keys: &'a [Vec<u8>], args: &'a [Vec<u8>]) -> Option<Self>;
+}
+
+/// Every request of a run whose keys are `all_keys` and arguments `all_args`, each
+/// request taking `keys` keys and `args` arguments; `None` when they are not one.
+fn decode_each<'a, T: Fields<'a>>(
+    all_keys: &'a [Vec<u8>],
+    all_args: &'a [Vec<u8>],
+    keys: usize,
+    args: usize,
+) -> Option<Vec<T>> {
+    let requests = all_keys.len() / keys;
+    if !all_keys.len().is_multiple_of(keys) || all_args.len() != requests * args {
+        return None;
+    }
+    all_keys
+        .chunks_exact(keys)
+        .zip(all_args.chunks_exact(args))
+        .map(|(keys, args)| T::parse(keys, args))
+        .collect()
+}
+
+/// Declares one request: its struct (the lock's key, when `[lock]` says it has
+/// one, then one field per argument, in the order the script takes them), its
+/// [`Fields`], and, given its keys, its [`Args`].
+macro_rules! request {
+    (
+        $(#[$doc:meta])*
+        pub struct $name:ident { $([$lock:ident])?
+            $( $(#[$field_doc:meta])* $field:ident: $ty:ty, )*
+        }
+        $( keys($this:ident) [$($key:expr),* $(,)?] )?
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct $name<'a> {
+            $(
+                /// The lock's key ([`lock_key`](crate::layout::lock_key)).
+                pub $lock: &'a [u8],
+            )?
+            $( $(#[$field_doc])* pub $field: $ty, )*
+        }
+
+        impl<'a> Fields<'a> for $name<'a> {
+            fn push_args(&self, call: &mut impl Sink) {
+                $( Arg::push(&self.$field, call); )*
+            }
+
+            fn parse(keys: &'a [Vec<u8>], args: &'a [Vec<u8>]) -> Option<Self> {
+                let _ = keys;
+                let [$($field),*] = args else { return None };
+                Some($name {
+                    $( $lock: keys.first()?, )?
+                    $( $field: Arg::parse($field)?, )*
+                })
+            }
+        }
+
+        $(
+            impl Args for $name<'_> {
+                fn push_to(&self, call: &mut impl Sink) {
+                    let $this = self;
+                    $( call.key(&$key); )*
+                    self.push_args(call);
+                }
+            }
+        )?
+    };
+}
+
+request! {
+    /// One acquisition, as `acquire.lua` takes it (three keys, ten arguments).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::{self, args::{Acquire, Args}, Kind};
+    ///
+    /// let lock = layout::lock_key("ns", b"a");
+    /// let acquire = Acquire::new(&lock, "c:1", 10_000, 1, 0);
+    /// let call = acquire.to_call();
+    /// assert_eq!(call.keys[1], layout::fence_key(&lock));
+    /// assert_eq!(call.args[6], b"x");
+    /// assert_eq!(Acquire::decode_all(&call), Some(vec![acquire]));
+    /// ```
+    pub struct Acquire { [lock]
+        /// The owner id.
+        owner: &'a str,
+        /// The lease, in milliseconds.
+        lease_ms: u64,
+        /// Whether a new hold is given a fencing token.
+        fencing: bool,
+        /// The operation's number among its owner's.
+        seq: u64,
+        /// The owner's floor: every operation numbered at or below it is settled.
+        floor: u64,
+        /// A re-entry: the lock is never taken.
+        reentry: bool,
+        /// What it takes.
+        kind: Kind,
+        /// For a read hold, the owner id of its call chain's write hold, else `""`.
+        writer: &'a str,
+        /// Whether the caller waits (a writer or a fair waiter keeps its place).
+        stays: bool,
+        /// What the client says of the holder, `""` for nothing.
+        who: &'a str,
+    }
+    keys(this) [[this.lock], fence_parts(this.lock), freed_parts(this.lock, this.owner)]
 }
 
 impl<'a> Acquire<'a> {
@@ -327,27 +468,6 @@ impl<'a> Acquire<'a> {
         }
     }
 
-    /// One acquisition from its three keys and ten arguments.
-    fn decode(keys: &'a [Vec<u8>], args: &'a [Vec<u8>]) -> Option<Self> {
-        let [lock, _, _] = keys else { return None };
-        let [owner, lease, fencing, seq, floor, reentry, kind, writer, stays, who] = args else {
-            return None;
-        };
-        Some(Acquire {
-            lock,
-            owner: text(owner)?,
-            lease_ms: number(lease)?,
-            fencing: flag(fencing)?,
-            seq: number(seq)?,
-            floor: number(floor)?,
-            reentry: flag(reentry)?,
-            kind: Kind::parse_script_arg(text(kind)?)?,
-            writer: text(writer)?,
-            stays: flag(stays)?,
-            who: text(who)?,
-        })
-    }
-
     /// Every acquisition of a run of `acquire.lua`; `None` when `call` is not one.
     ///
     /// # Examples
@@ -358,32 +478,7 @@ impl<'a> Acquire<'a> {
     /// assert_eq!(Acquire::decode_all(&Call::default()), Some(vec![]));
     /// ```
     pub fn decode_all(call: &'a Call) -> Option<Vec<Self>> {
-        if !call.keys.len().is_multiple_of(3) || call.args.len() != call.keys.len() / 3 * 10 {
-            return None;
-        }
-        call.keys
-            .chunks_exact(3)
-            .zip(call.args.chunks_exact(10))
-            .map(|(keys, args)| Self::decode(keys, args))
-            .collect()
-    }
-}
-
-impl Args for Acquire<'_> {
-    fn push_to(&self, call: &mut impl Sink) {
-        call.key(&[self.lock]);
-        call.key(&fence_parts(self.lock));
-        call.key(&freed_parts(self.lock, self.owner));
-        call.text(self.owner);
-        call.number(self.lease_ms);
-        call.flag(self.fencing);
-        call.number(self.seq);
-        call.number(self.floor);
-        call.flag(self.reentry);
-        call.text(&self.kind.script_arg());
-        call.text(self.writer);
-        call.flag(self.stays);
-        call.text(self.who);
+        decode_each(&call.keys, &call.args, 3, 10)
     }
 }
 
@@ -415,44 +510,37 @@ pub struct AcquireAll<'a> {
     pub who: &'a str,
 }
 
-/// One name of an [`AcquireAll`].
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// use distlock::layout::args::SetName;
-/// let name = SetName { lock: b"ns:{a}", owner: "c:1", lease_ms: 500, seq: 1, floor: 0, reentry: false };
-/// assert_eq!(name.seq, 1);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SetName<'a> {
-    /// The lock's key.
-    pub lock: &'a [u8],
-    /// The set's owner id, or that of the caller's hold for a re-entry.
-    pub owner: &'a str,
-    /// The lease, in milliseconds.
-    pub lease_ms: u64,
-    /// The operation's number among its owner's.
-    pub seq: u64,
-    /// The owner's floor.
-    pub floor: u64,
-    /// A re-entry: the lock is never taken.
-    pub reentry: bool,
+request! {
+    /// One name of an [`AcquireAll`] (three keys, five arguments).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::args::SetName;
+    /// let name = SetName { lock: b"ns:{a}", owner: "c:1", lease_ms: 500, seq: 1, floor: 0, reentry: false };
+    /// assert_eq!(name.seq, 1);
+    /// ```
+    pub struct SetName { [lock]
+        /// The set's owner id, or that of the caller's hold for a re-entry.
+        owner: &'a str,
+        /// The lease, in milliseconds.
+        lease_ms: u64,
+        /// The operation's number among its owner's.
+        seq: u64,
+        /// The owner's floor.
+        floor: u64,
+        /// A re-entry: the lock is never taken.
+        reentry: bool,
+    }
+    keys(this) [[this.lock], fence_parts(this.lock), freed_parts(this.lock, this.owner)]
 }
 
 impl Args for AcquireAll<'_> {
     fn push_to(&self, call: &mut impl Sink) {
         call.flag(self.fencing);
         for name in &self.names {
-            call.key(&[name.lock]);
-            call.key(&fence_parts(name.lock));
-            call.key(&freed_parts(name.lock, name.owner));
-            call.text(name.owner);
-            call.number(name.lease_ms);
-            call.number(name.seq);
-            call.number(name.floor);
-            call.flag(name.reentry);
+            name.push_to(call);
         }
         call.text(self.who);
     }
@@ -469,96 +557,69 @@ impl<'a> AcquireAll<'a> {
     /// assert_eq!(AcquireAll::decode(&Call::default()), None);
     /// ```
     pub fn decode(call: &'a Call) -> Option<Self> {
-        let names = call.keys.len() / 3;
         let (fencing, rest) = call.args.split_first()?;
-        if !call.keys.len().is_multiple_of(3) || rest.len() != 5 * names + 1 {
-            return None;
-        }
-        let names = call
-            .keys
-            .chunks_exact(3)
-            .zip(rest.chunks_exact(5))
-            .map(|(keys, args)| {
-                let [owner, lease, seq, floor, reentry] = args else {
-                    return None;
-                };
-                Some(SetName {
-                    lock: &keys[0],
-                    owner: text(owner)?,
-                    lease_ms: number(lease)?,
-                    seq: number(seq)?,
-                    floor: number(floor)?,
-                    reentry: flag(reentry)?,
-                })
-            })
-            .collect::<Option<Vec<_>>>()?;
+        let (who, names) = rest.split_last()?;
         Some(AcquireAll {
-            fencing: flag(fencing)?,
-            names,
-            who: text(rest.last()?)?,
+            fencing: Arg::parse(fencing)?,
+            names: decode_each(&call.keys, names, 3, 5)?,
+            who: text(who)?,
         })
     }
 }
 
-/// The header of a run of `release.lua`: how release messages go out, and how
-/// long a final release's record lasts.
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// use distlock::layout::args::{Args, ReleaseRun};
-/// let call = ReleaseRun { publish: "PUBLISH", remember_ms: 2_000 }.to_call();
-/// assert_eq!(call.args, [&b"PUBLISH"[..], b"2000"]);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReleaseRun<'a> {
-    /// `PUBLISH`, or `SPUBLISH` on a cluster.
-    pub publish: &'a str,
-    /// How long, in ms, the record of a final release lasts.
-    pub remember_ms: u64,
-}
-
-impl Args for ReleaseRun<'_> {
-    fn push_to(&self, call: &mut impl Sink) {
-        call.text(self.publish);
-        call.number(self.remember_ms);
+request! {
+    /// The header of a run of `release.lua`: how release messages go out, and how
+    /// long a final release's record lasts.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::args::{Args, ReleaseRun};
+    /// let call = ReleaseRun { publish: "PUBLISH", remember_ms: 2_000 }.to_call();
+    /// assert_eq!(call.args, [&b"PUBLISH"[..], b"2000"]);
+    /// ```
+    pub struct ReleaseRun {
+        /// `PUBLISH`, or `SPUBLISH` on a cluster.
+        publish: &'a str,
+        /// How long, in ms, the record of a final release lasts.
+        remember_ms: u64,
     }
+    keys(_this) []
 }
 
-/// One release, as `release.lua` takes it (three keys, four with a fenced
-/// successor; five arguments).
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// use distlock::layout::args::{Args, Release, ReleaseRun, Successor};
-///
-/// let next = Successor { owner: "c:2", lease_ms: 500, seq: 1, floor: 0, fencing: true, who: "1 svc host site" };
-/// let release = Release { lock: b"ns:{a}", owner: "c:1", lease_ms: 500, seq: 2, floor: 1, successor: Some(next) };
-/// let mut call = ReleaseRun { publish: "PUBLISH", remember_ms: 2_000 }.to_call();
-/// release.push_to(&mut call);
-/// assert_eq!(call.keys.len(), 4, "a fenced successor takes the fencing counter");
-/// assert_eq!(call.args[6], b"c:2 500 1 0 1 1 svc host site");
-/// let (run, releases) = Release::decode_all(&call).expect("a run of release.lua");
-/// assert_eq!((run.remember_ms, releases), (2_000, vec![release]));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Release<'a> {
-    /// The lock's key.
-    pub lock: &'a [u8],
-    /// The owner id.
-    pub owner: &'a str,
-    /// The lease to keep at least while holds remain, in milliseconds.
-    pub lease_ms: u64,
-    /// The operation's number among its owner's.
-    pub seq: u64,
-    /// The owner's floor.
-    pub floor: u64,
-    /// The waiter of the releasing client the lock goes to if this release gives
-    /// back the last hold.
-    pub successor: Option<Successor<'a>>,
+request! {
+    /// One release, as `release.lua` takes it (three keys, four with a fenced
+    /// successor; five arguments).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::args::{Args, Release, ReleaseRun, Successor};
+    ///
+    /// let next = Successor { owner: "c:2", lease_ms: 500, seq: 1, floor: 0, fencing: true, who: "1 svc host site" };
+    /// let release = Release { lock: b"ns:{a}", owner: "c:1", lease_ms: 500, seq: 2, floor: 1, successor: Some(next) };
+    /// let mut call = ReleaseRun { publish: "PUBLISH", remember_ms: 2_000 }.to_call();
+    /// release.push_to(&mut call);
+    /// assert_eq!(call.keys.len(), 4, "a fenced successor takes the fencing counter");
+    /// assert_eq!(call.args[6], b"c:2 500 1 0 1 1 svc host site");
+    /// let (run, releases) = Release::decode_all(&call).expect("a run of release.lua");
+    /// assert_eq!((run.remember_ms, releases), (2_000, vec![release]));
+    /// ```
+    pub struct Release { [lock]
+        /// The owner id.
+        owner: &'a str,
+        /// The lease to keep at least while holds remain, in milliseconds.
+        lease_ms: u64,
+        /// The operation's number among its owner's.
+        seq: u64,
+        /// The owner's floor.
+        floor: u64,
+        /// The waiter of the releasing client the lock goes to if this release gives
+        /// back the last hold.
+        successor: Option<Successor<'a>>,
+    }
 }
 
 /// The waiter a final release hands a plain lock to: its owner, and the
@@ -624,7 +685,7 @@ impl<'a> Successor<'a> {
             lease_ms: next()?.parse().ok()?,
             seq: next()?.parse().ok()?,
             floor: next()?.parse().ok()?,
-            fencing: flag(next()?.as_bytes())?,
+            fencing: Arg::parse(next()?.as_bytes())?,
             who: next().unwrap_or(""),
         })
     }
@@ -638,14 +699,7 @@ impl Args for Release<'_> {
         if self.successor.is_some_and(|next| next.fencing) {
             call.key(&fence_parts(self.lock));
         }
-        call.text(self.owner);
-        call.number(self.lease_ms);
-        call.number(self.seq);
-        call.number(self.floor);
-        match &self.successor {
-            Some(next) => call.text(&next.encode()),
-            None => call.text(""),
-        }
+        self.push_args(call);
     }
 }
 
@@ -657,68 +711,49 @@ impl<'a> Release<'a> {
     ///
     /// See [`Release`].
     pub fn decode_all(call: &'a Call) -> Option<(ReleaseRun<'a>, Vec<Self>)> {
-        let [publish, remember, rest @ ..] = call.args.as_slice() else {
-            return None;
-        };
-        let run = ReleaseRun {
-            publish: text(publish)?,
-            remember_ms: number(remember)?,
-        };
+        let (header, rest) = call.args.split_at_checked(2)?;
+        let run = ReleaseRun::parse(&[], header)?;
         if !rest.len().is_multiple_of(5) {
             return None;
         }
         let mut keys = call.keys.iter();
         let mut releases = Vec::with_capacity(rest.len() / 5);
         for args in rest.chunks_exact(5) {
-            let [owner, lease, seq, floor, next] = args else {
-                return None;
-            };
             let lock = keys.next()?;
             let (_channel, _freed) = (keys.next()?, keys.next()?);
-            let next = text(next)?;
-            let successor = match next {
-                "" => None,
-                next => Some(Successor::decode(next)?),
-            };
-            if successor.is_some_and(|next| next.fencing) {
+            let release = Release::parse(std::slice::from_ref(lock), args)?;
+            if release.successor.is_some_and(|next| next.fencing) {
                 keys.next()?;
             }
-            releases.push(Release {
-                lock,
-                owner: text(owner)?,
-                lease_ms: number(lease)?,
-                seq: number(seq)?,
-                floor: number(floor)?,
-                successor,
-            });
+            releases.push(release);
         }
         keys.next().is_none().then_some((run, releases))
     }
 }
 
-/// One renewal, as `renew.lua` takes it (one key, three arguments).
-///
-/// # Examples
-///
-/// ```
-/// # use distlock_core as distlock;
-/// use distlock::layout::args::{Args, Renew, WriteBack};
-///
-/// let renew = Renew { lock: b"ns:{a}", owner: "c:1", lease_ms: 500, write_back: Some(WriteBack { count: 2, seq: 4, floor: 3 }) };
-/// let call = renew.to_call();
-/// assert_eq!(call.args[2], b"2 4 3");
-/// assert_eq!(Renew::decode_all(&call), Some(vec![renew]));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Renew<'a> {
-    /// The lock's key.
-    pub lock: &'a [u8],
-    /// The owner id.
-    pub owner: &'a str,
-    /// The lease, in milliseconds: it only ever moves later.
-    pub lease_ms: u64,
-    /// How to write the hold back where the lock is free; `None` to renew only.
-    pub write_back: Option<WriteBack>,
+request! {
+    /// One renewal, as `renew.lua` takes it (one key, three arguments).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::args::{Args, Renew, WriteBack};
+    ///
+    /// let renew = Renew { lock: b"ns:{a}", owner: "c:1", lease_ms: 500, write_back: Some(WriteBack { count: 2, seq: 4, floor: 3 }) };
+    /// let call = renew.to_call();
+    /// assert_eq!(call.args[2], b"2 4 3");
+    /// assert_eq!(Renew::decode_all(&call), Some(vec![renew]));
+    /// ```
+    pub struct Renew { [lock]
+        /// The owner id.
+        owner: &'a str,
+        /// The lease, in milliseconds: it only ever moves later.
+        lease_ms: u64,
+        /// How to write the hold back where the lock is free; `None` to renew only.
+        write_back: Option<WriteBack>,
+    }
+    keys(this) [[this.lock]]
 }
 
 /// A plain lock's hold written back by `renew.lua` where the lock is free: held
@@ -773,18 +808,6 @@ impl WriteBack {
     }
 }
 
-impl Args for Renew<'_> {
-    fn push_to(&self, call: &mut impl Sink) {
-        call.key(&[self.lock]);
-        call.text(self.owner);
-        call.number(self.lease_ms);
-        match &self.write_back {
-            Some(back) => call.text(&back.encode()),
-            None => call.text(""),
-        }
-    }
-}
-
 impl<'a> Renew<'a> {
     /// Every renewal of a run of `renew.lua`; `None` when `call` is not one.
     ///
@@ -792,97 +815,50 @@ impl<'a> Renew<'a> {
     ///
     /// See [`Renew`].
     pub fn decode_all(call: &'a Call) -> Option<Vec<Self>> {
-        if call.args.len() != 3 * call.keys.len() {
-            return None;
-        }
-        call.keys
-            .iter()
-            .zip(call.args.chunks_exact(3))
-            .map(|(lock, args)| {
-                let [owner, lease, back] = args else {
-                    return None;
-                };
-                let back = text(back)?;
-                Some(Renew {
-                    lock,
-                    owner: text(owner)?,
-                    lease_ms: number(lease)?,
-                    write_back: match back {
-                        "" => None,
-                        back => Some(WriteBack::decode(back)?),
-                    },
-                })
-            })
-            .collect()
+        decode_each(&call.keys, &call.args, 1, 3)
     }
 }
 
-/// A waiter's place taken back, as `withdraw.lua` takes it.
-///
-/// # Examples
-///
-/// See [`Call`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Withdraw<'a> {
-    /// The lock's key.
-    pub lock: &'a [u8],
-    /// `PUBLISH`, or `SPUBLISH` on a cluster.
-    pub publish: &'a str,
-    /// The waiter's owner id.
-    pub owner: &'a str,
-}
-
-impl Args for Withdraw<'_> {
-    fn push_to(&self, call: &mut impl Sink) {
-        call.key(&[self.lock]);
-        call.key(&channel_parts(self.lock));
-        call.text(self.publish);
-        call.text(self.owner);
+request! {
+    /// A waiter's place taken back, as `withdraw.lua` takes it.
+    ///
+    /// # Examples
+    ///
+    /// See [`Call`].
+    pub struct Withdraw { [lock]
+        /// `PUBLISH`, or `SPUBLISH` on a cluster.
+        publish: &'a str,
+        /// The waiter's owner id.
+        owner: &'a str,
     }
+    keys(this) [[this.lock], channel_parts(this.lock)]
 }
 
-/// A lock deleted whoever holds it, as `force_release.lua` takes it.
-///
-/// # Examples
-///
-/// See [`Call::from_args`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ForceRelease<'a> {
-    /// The lock's key.
-    pub lock: &'a [u8],
-    /// `PUBLISH`, or `SPUBLISH` on a cluster.
-    pub publish: &'a str,
-}
-
-impl Args for ForceRelease<'_> {
-    fn push_to(&self, call: &mut impl Sink) {
-        call.key(&[self.lock]);
-        call.key(&channel_parts(self.lock));
-        call.text(self.publish);
+request! {
+    /// A lock deleted whoever holds it, as `force_release.lua` takes it.
+    ///
+    /// # Examples
+    ///
+    /// See [`Call::from_args`].
+    pub struct ForceRelease { [lock]
+        /// `PUBLISH`, or `SPUBLISH` on a cluster.
+        publish: &'a str,
     }
+    keys(this) [[this.lock], channel_parts(this.lock)]
 }
 
-/// A lock read, as `inspect.lua` takes it.
-///
-/// # Examples
-///
-/// See [`Args`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Inspect<'a> {
-    /// The lock's key.
-    pub lock: &'a [u8],
-    /// The `PUBSUB` subcommand that counts a channel's subscribers: `NUMSUB`, or
-    /// `SHARDNUMSUB` on a cluster.
-    pub numsub: &'a str,
-}
-
-impl Args for Inspect<'_> {
-    fn push_to(&self, call: &mut impl Sink) {
-        call.key(&[self.lock]);
-        call.key(&fence_parts(self.lock));
-        call.key(&channel_parts(self.lock));
-        call.text(self.numsub);
+request! {
+    /// A lock read, as `inspect.lua` takes it.
+    ///
+    /// # Examples
+    ///
+    /// See [`Args`].
+    pub struct Inspect { [lock]
+        /// The `PUBSUB` subcommand that counts a channel's subscribers: `NUMSUB`, or
+        /// `SHARDNUMSUB` on a cluster.
+        numsub: &'a str,
     }
+    keys(this) [[this.lock], fence_parts(this.lock), channel_parts(this.lock)]
 }
 
 #[cfg(test)]

@@ -52,43 +52,30 @@ struct Row {
     json: &'static str,
 }
 
+/// One row of [`TABLE`]: its letter, word, code, metric label and JSON word.
+const fn row(
+    letter: &'static str,
+    word: &'static str,
+    code: i64,
+    metric: &'static str,
+    json: &'static str,
+) -> Row {
+    Row {
+        letter,
+        word,
+        code,
+        metric,
+        json,
+    }
+}
+
 /// The kind table, in the order of [`Kind`]'s variants.
 const TABLE: [Row; 5] = [
-    Row {
-        letter: "x",
-        word: "lock",
-        code: 0,
-        metric: "exclusive",
-        json: "exclusive",
-    },
-    Row {
-        letter: "r",
-        word: "rw",
-        code: 1,
-        metric: "read",
-        json: "read_write",
-    },
-    Row {
-        letter: "w",
-        word: "rw",
-        code: 1,
-        metric: "write",
-        json: "read_write",
-    },
-    Row {
-        letter: "p",
-        word: "semaphore",
-        code: 2,
-        metric: "permit",
-        json: "semaphore",
-    },
-    Row {
-        letter: "f",
-        word: "fair",
-        code: 3,
-        metric: "fair",
-        json: "fair",
-    },
+    row("x", "lock", 0, "exclusive", "exclusive"),
+    row("r", "rw", 1, "read", "read_write"),
+    row("w", "rw", 1, "write", "read_write"),
+    row("p", "semaphore", 2, "permit", "semaphore"),
+    row("f", "fair", 3, "fair", "fair"),
 ];
 
 impl Kind {

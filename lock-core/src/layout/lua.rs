@@ -17,46 +17,14 @@ pub(crate) const ORDER_EDGE: &str = include_str!("../../lua/order_edge.lua");
 /// twice: for a new hold (refused on a full server) and, `allow-oom`, for a
 /// re-entry (which creates nothing).
 pub(crate) const SOURCES: [Source<'static>; 8] = [
-    Source {
-        name: "acquire",
-        flags: &[],
-        text: ACQUIRE,
-    },
-    Source {
-        name: "reenter",
-        flags: &["allow-oom"],
-        text: ACQUIRE,
-    },
-    Source {
-        name: "acquire_all",
-        flags: &[],
-        text: ACQUIRE_ALL,
-    },
-    Source {
-        name: "release",
-        flags: &["allow-oom"],
-        text: RELEASE,
-    },
-    Source {
-        name: "renew",
-        flags: &["allow-oom"],
-        text: RENEW,
-    },
-    Source {
-        name: "force_release",
-        flags: &["allow-oom"],
-        text: FORCE_RELEASE,
-    },
-    Source {
-        name: "inspect",
-        flags: &["no-writes"],
-        text: INSPECT,
-    },
-    Source {
-        name: "withdraw",
-        flags: &["allow-oom"],
-        text: WITHDRAW,
-    },
+    source("acquire", &[], ACQUIRE),
+    source("reenter", &["allow-oom"], ACQUIRE),
+    source("acquire_all", &[], ACQUIRE_ALL),
+    source("release", &["allow-oom"], RELEASE),
+    source("renew", &["allow-oom"], RENEW),
+    source("force_release", &["allow-oom"], FORCE_RELEASE),
+    source("inspect", &["no-writes"], INSPECT),
+    source("withdraw", &["allow-oom"], WITHDRAW),
 ];
 
 /// A script of the library, as [`build`] takes it: its name, its flags (as
@@ -66,6 +34,15 @@ pub(crate) struct Source<'a> {
     pub(crate) name: &'a str,
     pub(crate) flags: &'a [&'a str],
     pub(crate) text: &'a str,
+}
+
+/// The [`Source`] named `name`, with `flags`, of `text`.
+const fn source(
+    name: &'static str,
+    flags: &'static [&'static str],
+    text: &'static str,
+) -> Source<'static> {
+    Source { name, flags, text }
 }
 
 /// A function library as [`build`] makes it: its name, its text, and for each
