@@ -21,6 +21,7 @@
 //! | `contention.rs` | one contention run and what its log shows |
 //! | `scenarios.rs` | lock+unlock pairs, plain redis-rs baselines, re-entry, macro, the lock-order checker (11), costs |
 //! | `children.rs` | the scenarios in another process (5: wake-up, 6: many leases, 9: hand-offs) |
+//! | `batches.rs` | group commit's mean batch and longest runs at 4 to 256 tasks (`batches [SECONDS]`) |
 //! | `churn.rs` | a churn of fresh names, for memory (`churn URL SECONDS [TASKS]`) |
 //! | `kind.rs` | a lock kind, and the request for one lock of it |
 //! | `kinds.rs` | the lock kinds: 8 (uncontended), 9 (hand-off), 10 (readers) |
@@ -34,6 +35,7 @@
 //! The binary also runs itself as a child for the scenarios that need another
 //! process (`child-waiter`, `child-leases`).
 
+mod batches;
 mod children;
 mod churn;
 mod contender;
@@ -88,6 +90,7 @@ fn main() -> ExitCode {
         Some("many-tasks") => profile_pairs(&args, 64),
         Some("raw-pairs") => raw_pairs(&args),
         Some("churn") => churn::churn(&args),
+        Some("batches") => batches::batches(&args),
         Some("contention") => contention_alone(&args),
         Some("kinds") => kinds_alone(&args),
         _ if args.iter().any(|a| a == "--steps") => steps_alone(&args),
