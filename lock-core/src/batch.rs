@@ -39,9 +39,15 @@ pub(crate) trait Request: Clone + Send + Sync + 'static {
 const IN_FLIGHT: usize = 2;
 
 /// The most requests in one batch (three or four keys and five or ten arguments
-/// each). The server runs a batch atomically, serving nobody else meanwhile: 64
-/// keeps that under half a millisecond.
-pub(crate) const MAX_BATCH: usize = 64;
+/// each). The server runs a batch atomically, serving nobody else meanwhile: at
+/// 6–13 µs a request (BENCHMARKS.md, "Group commit's batches"), 16 keeps a run
+/// under 250 µs, and the script call's own cost (3–4 µs) is already shared by so
+/// many that a larger batch would save nothing measurable.
+pub(crate) const MAX_BATCH: usize = 16;
+
+/// The most renewals in one run of `renew.lua`: a renewal costs about a third of
+/// an acquisition, so 64 keep a run under 250 µs too.
+pub(crate) const MAX_RENEWALS: usize = 64;
 
 /// One numbered acquisition of one owner (not a re-entry), as `acquire.lua` takes
 /// it (cheap to clone: the keys and ids are shared).

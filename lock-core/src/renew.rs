@@ -14,7 +14,7 @@ use redis::Value;
 use tokio::time::Instant;
 
 use crate::backend::{redlock, slot, Backend, Conn};
-use crate::batch::MAX_BATCH;
+use crate::batch::MAX_RENEWALS;
 use crate::error::{is_failover_code, LockError, LostReason};
 use crate::hold::Hold;
 use crate::layout::args;
@@ -270,7 +270,7 @@ async fn send_to(
     Ok(replies)
 }
 
-/// Sends one pipeline of renewals: one run of `renew.lua` per [`MAX_BATCH`] holds
+/// Sends one pipeline of renewals: one run of `renew.lua` per [`MAX_RENEWALS`] holds
 /// (group commit: the holds of one pipeline are on one server, or in one hash
 /// slot), then `WAIT` when the client asks for replica acknowledgements. `specs`:
 /// empty to renew only, else one write-back per hold ([`WriteBack::spec`]). When
@@ -290,11 +290,11 @@ async fn renew_pipeline(
     acks: Option<(u32, Duration)>,
     lease: Option<Duration>,
 ) -> redis::RedisResult<Vec<Answer>> {
-    let runs = holds.len().div_ceil(MAX_BATCH);
+    let runs = holds.len().div_ceil(MAX_RENEWALS);
     let pipe = |way| {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for (run, start) in holds.chunks(MAX_BATCH).zip((0..).step_by(MAX_BATCH)) {
+        for (run, start) in holds.chunks(MAX_RENEWALS).zip((0..).step_by(MAX_RENEWALS)) {
             let mut invocation = scripts.renew.prepare_invoke();
             for (offset, hold) in run.iter().enumerate() {
                 invocation.push(&args::Renew {
@@ -335,7 +335,7 @@ async fn renew_pipeline(
         (acked < needed).then_some(acked)
     });
     let mut answers = Vec::with_capacity(holds.len());
-    for (run, reply) in holds.chunks(MAX_BATCH).zip(replies) {
+    for (run, reply) in holds.chunks(MAX_RENEWALS).zip(replies) {
         match reply {
             Value::Array(values) if values.len() == run.len() => {
                 answers.extend(values.iter().map(|value| Answer {
