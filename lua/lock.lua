@@ -74,6 +74,8 @@ local FIELD = {
 }
 local OP, WHO, UNTIL, WAIT, TICKET = FIELD.op, FIELD.who, FIELD['until'], FIELD.wait, FIELD.ticket
 local PERMITS = FIELD.permits_of
+-- The lock's fields that hold a number, and what `read_all` calls them.
+local NUMBERS = { [FIELD.fence] = 'token', [FIELD.permits] = 'permits', [FIELD.next] = 'next' }
 -- The kinds, and their number in replies.
 local KINDS = { lock = 0, rw = 1, semaphore = 2, fair = 3 }
 -- How long a waiter's place lives after its last look, and how often it looks.
@@ -185,7 +187,7 @@ local function read_all(key, now)
     return nil
   end
   state.kind = kind
-  for field, target in pairs({ [FIELD.fence] = 'token', [FIELD.permits] = 'permits', [FIELD.next] = 'next' }) do
+  for field, target in pairs(NUMBERS) do
     local value = meta[field]
     if value then
       if not is_number(value) then

@@ -86,7 +86,10 @@ local function release_last_shared(lock, channel, owner, seq_text)
   if not reader or not next(state.holders) then
     redis.call(publish, channel, release_message(state, owner, seq_text))
   end
-  drop(lock, fields)
+  if occupied(state) then
+    -- Others hold or wait: this holder's fields go (else `settle` deletes the key).
+    drop(lock, fields)
+  end
   settle(lock, state, now)
   return true
 end

@@ -132,3 +132,61 @@ async fn a_first_acquisition_of_a_free_lock_reads_once() {
         guard.unlock().await.expect("unlock");
     }
 }
+
+/// The last holder of a read-write lock, a semaphore or a fair lock frees it with
+/// one `DEL`: its own fields are not deleted first (`HDEL`) from a hash that goes
+/// anyway. A holder that leaves others behind deletes its fields, and only those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_holder_of_a_kind_frees_it_with_one_delete() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    locks
+        .lock("warm")
+        .await
+        .expect("lock")
+        .unlock()
+        .await
+        .expect("unlock");
+    let calls = || ["hdel", "del"].map(|c| support::command_calls(&server, c));
+    let semaphore = locks.semaphore("last:permit", 3);
+    for (kind, name, attempt) in [
+        ("read", "last:read", locks.read_lock("last:read")),
+        ("write", "last:write", locks.write_lock("last:write")),
+        ("fair", "last:fair", locks.fair_lock("last:fair")),
+        ("permit", "last:permit", semaphore.acquire()),
+    ] {
+        let guard = attempt.await.unwrap_or_else(|err| panic!("{kind}: {err}"));
+        let before = calls();
+        guard.unlock().await.expect("unlock");
+        let after = calls();
+        assert_eq!(
+            [after[0] - before[0], after[1] - before[1]],
+            [0, 1],
+            "{kind}: HDEL and DEL calls of the last holder's release"
+        );
+        assert!(
+            !support::exists(&server, &support::lock_key(name)),
+            "{kind}: freed"
+        );
+    }
+    // Two readers: the first to leave deletes its own fields, the lock stays.
+    let first = locks.read_lock("last:two").await.expect("first reader");
+    let second = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.read_lock("last:two").await.expect("second reader") }
+    })
+    .await
+    .expect("task");
+    let before = calls();
+    first.unlock().await.expect("unlock");
+    let after = calls();
+    assert_eq!(
+        [after[0] - before[0], after[1] - before[1]],
+        [1, 0],
+        "a reader leaving another deletes its fields"
+    );
+    let stored = support::stored(&server, "last:two");
+    assert_eq!(stored.holders().len(), 1, "the other reader holds on");
+    assert_eq!(stored.total(), 1);
+    second.unlock().await.expect("unlock");
+}

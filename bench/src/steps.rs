@@ -234,7 +234,6 @@ fn variants(kind: Kind, path: Path) -> Vec<Variant> {
                 cut_call!("pcall", "HGETALL"),
             ),
             ("`PUBLISH` (wake waiters)", PUBLISH),
-            ("`HDEL` (the owner's fields)", cut_call!("call", "HDEL")),
             ("`DEL` (free the lock)", cut_call!("call", "DEL")),
             ("`SET :freed:<owner> PX` (final-release record)", freed_set),
         ],
