@@ -683,7 +683,8 @@ impl LockClientBuilder {
     /// Whether the new acquisitions, and the releases, of this client's tasks that
     /// are ready at the same moment go to Redis as one script run each (group
     /// commit), on a single server or a Sentinel master. Default: `true`. Each
-    /// request is answered as if it ran alone; a run carries at most 16 requests (so that the server is never held longer than about 250 µs),
+    /// request is answered as if it ran alone; a run carries at most 16 requests
+    /// (about 150 µs of the server's time, which serves nobody else meanwhile),
     /// and at most two runs of each are on the way at once, so a request waits
     /// for at most the run before it. Turn it off to send every request on its
     /// own (one script run each), for example to compare. A cluster and Redlock
