@@ -92,6 +92,31 @@ async fn every_call_reads_the_clock_anew() {
     second.unlock().await.expect("unlock");
 }
 
+/// A first request of each kind but the plain lock, on `<prefix>:<kind>` (the
+/// semaphore's name must be `<prefix>:permit`), once `locks` has loaded the
+/// library and opened its connections (one lock taken and given back first), so
+/// that what a test counts next is the request's alone.
+async fn kinds_of(
+    locks: &distlock::LockClient,
+    semaphore: &distlock::Semaphore,
+    prefix: &str,
+) -> Vec<(&'static str, String, distlock::LockRequest)> {
+    locks
+        .lock("warm")
+        .await
+        .expect("lock")
+        .unlock()
+        .await
+        .expect("unlock");
+    let name = |kind: &str| format!("{prefix}:{kind}");
+    vec![
+        ("read", name("read"), locks.read_lock(name("read"))),
+        ("write", name("write"), locks.write_lock(name("write"))),
+        ("fair", name("fair"), locks.fair_lock(name("fair"))),
+        ("permit", name("permit"), semaphore.acquire()),
+    ]
+}
+
 /// A new acquisition of a free lock of any kind reads the server once: one
 /// `EXISTS` of the lock and of its owner's final-release record. It reads neither
 /// the hash (`HLEN`, `HGETALL`) nor the record (`GET`): those are for a lock that
@@ -102,24 +127,13 @@ async fn a_first_acquisition_of_a_free_lock_reads_once() {
     let server = support::server();
     let locks = support::client(&server).await;
     // The library is loaded and every connection is up before counting.
-    locks
-        .lock("warm")
-        .await
-        .expect("lock")
-        .unlock()
-        .await
-        .expect("unlock");
     let reads = || {
         ["exists", "hlen", "hgetall", "get", "hmget"].map(|c| support::command_calls(&server, c))
     };
     let semaphore = locks.semaphore("first:permit", 3);
-    for (kind, attempt) in [
-        ("plain", locks.lock("first:plain")),
-        ("read", locks.read_lock("first:read")),
-        ("write", locks.write_lock("first:write")),
-        ("fair", locks.fair_lock("first:fair")),
-        ("permit", semaphore.acquire()),
-    ] {
+    let mut kinds = vec![("plain", "first:plain".to_owned(), locks.lock("first:plain"))];
+    kinds.extend(kinds_of(&locks, &semaphore, "first").await);
+    for (kind, _, attempt) in kinds {
         let before = reads();
         let guard = attempt.await.unwrap_or_else(|err| panic!("{kind}: {err}"));
         let after = reads();
@@ -140,21 +154,9 @@ async fn a_first_acquisition_of_a_free_lock_reads_once() {
 async fn the_last_holder_of_a_kind_frees_it_with_one_delete() {
     let server = support::server();
     let locks = support::client(&server).await;
-    locks
-        .lock("warm")
-        .await
-        .expect("lock")
-        .unlock()
-        .await
-        .expect("unlock");
     let calls = || ["hdel", "del"].map(|c| support::command_calls(&server, c));
     let semaphore = locks.semaphore("last:permit", 3);
-    for (kind, name, attempt) in [
-        ("read", "last:read", locks.read_lock("last:read")),
-        ("write", "last:write", locks.write_lock("last:write")),
-        ("fair", "last:fair", locks.fair_lock("last:fair")),
-        ("permit", "last:permit", semaphore.acquire()),
-    ] {
+    for (kind, name, attempt) in kinds_of(&locks, &semaphore, "last").await {
         let guard = attempt.await.unwrap_or_else(|err| panic!("{kind}: {err}"));
         let before = calls();
         guard.unlock().await.expect("unlock");
@@ -165,7 +167,7 @@ async fn the_last_holder_of_a_kind_frees_it_with_one_delete() {
             "{kind}: HDEL and DEL calls of the last holder's release"
         );
         assert!(
-            !support::exists(&server, &support::lock_key(name)),
+            !support::exists(&server, &support::lock_key(&name)),
             "{kind}: freed"
         );
     }

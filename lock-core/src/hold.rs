@@ -691,6 +691,34 @@ impl fmt::Debug for HeldLock {
     }
 }
 
+/// A watched hold of lock `name` in namespace `ns`, for unit tests: held once
+/// by owner `owner:<id>`, a lease of 60 s, its renewal due in 20.
+#[cfg(test)]
+impl Hold {
+    pub(crate) fn for_test(id: u64, name: &str) -> Arc<Hold> {
+        let now = Instant::now();
+        Arc::new(Hold::new(
+            id,
+            1,
+            Arc::new(LockKeys::new("ns", name.as_bytes()).expect("valid name")),
+            crate::owner::Owner::new(format!("owner:{id}").into()),
+            None,
+            crate::origin::Origin::here(),
+            None,
+            crate::series::uncounted(),
+            HoldState {
+                guards: 1,
+                deadline: now + Duration::from_secs(60),
+                watchdog: true,
+                lease: Duration::from_secs(60),
+                next_renew: now + Duration::from_secs(20),
+                renew_until: None,
+                closed: false,
+            },
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -724,32 +752,9 @@ mod tests {
     /// burst).
     #[test]
     fn the_table_gives_its_room_back_after_a_burst() {
-        let now = Instant::now();
-        let hold = |id: u64| {
-            let name = format!("burst:{id}");
-            Arc::new(Hold::new(
-                id,
-                1,
-                Arc::new(LockKeys::new("ns", name.as_bytes()).expect("valid name")),
-                crate::owner::Owner::new(format!("owner:{id}").into()),
-                None,
-                crate::origin::Origin::here(),
-                None,
-                crate::series::uncounted(),
-                HoldState {
-                    guards: 1,
-                    deadline: now + Duration::from_secs(60),
-                    watchdog: true,
-                    lease: Duration::from_secs(60),
-                    next_renew: now + Duration::from_secs(20),
-                    renew_until: None,
-                    closed: false,
-                },
-            ))
-        };
         let mut table = HoldTable::default();
         for id in 0..10_000 {
-            table.insert(hold(id));
+            table.insert(Hold::for_test(id, &format!("burst:{id}")));
         }
         let room = |table: &HoldTable| (table.by_id.capacity(), table.by_lock.capacity());
         assert!(room(&table).0 >= 10_000 && room(&table).1 >= 10_000);

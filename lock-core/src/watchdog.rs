@@ -775,30 +775,9 @@ impl Task {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::LockKeys;
 
     fn watched_hold(watchdog: &Watchdog) -> Arc<Hold> {
-        let keys = Arc::new(LockKeys::new("ns", b"raced").expect("valid name"));
-        let now = Instant::now();
-        let hold = Arc::new(Hold::new(
-            7,
-            1,
-            keys,
-            crate::owner::Owner::new("owner".into()),
-            None,
-            crate::origin::Origin::here(),
-            None,
-            crate::series::uncounted(),
-            HoldState {
-                guards: 1,
-                deadline: now + Duration::from_secs(60),
-                watchdog: true,
-                lease: Duration::from_secs(60),
-                next_renew: now + Duration::from_secs(20),
-                renew_until: None,
-                closed: false,
-            },
-        ));
+        let hold = Hold::for_test(7, "raced");
         watchdog.register(hold.clone());
         hold
     }
