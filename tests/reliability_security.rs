@@ -386,20 +386,23 @@ async fn a_user_without_script_permission_gets_permission_denied() {
     assert_eq!(server.cmd(&["DBSIZE"]).expect("DBSIZE"), "0");
 }
 
-/// A user who may not run a command that the scripts call on a lock's hash (here
-/// `hlen`, a new acquisition's first look) is told it lacks a permission, not that
+/// A user who may not run a command that the scripts call on a lock (here
+/// `exists`, a new acquisition's first look) is told it lacks a permission, not that
 /// the lock's key holds something foreign; nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_refused_inside_a_script_is_permission_denied_not_a_conflict() {
     let server = support::server();
-    let rules = acl_without(|rule| rule == "+hlen");
-    let url = set_user(&server, "nohlen", &rules);
+    let rules = acl_without(|rule| rule == "+exists");
+    let url = set_user(&server, "noexists", &rules);
     let locks = LockClient::builder()
         .url(url)
         .connect()
         .await
         .expect("connect");
-    let err = locks.try_lock("nohlen").await.expect_err("hlen refused");
+    let err = locks
+        .try_lock("noexists")
+        .await
+        .expect_err("exists refused");
     assert!(err.is_permission_denied(), "{err:?}");
     assert!(!err.is_key_conflict(), "{err:?}");
     assert_eq!(server.cmd(&["DBSIZE"]).expect("DBSIZE"), "0");
