@@ -62,6 +62,9 @@ pub(crate) struct Snapshot {
     pub(crate) commands_total: u64,
     /// How long the last read took, in ms.
     pub(crate) read_ms: u64,
+    /// When the last read started, in ms since the epoch on this process's clock:
+    /// the pacing holds from one read's start to the next.
+    pub(crate) read_started_ms: u64,
 }
 
 /// What the reader, the subscriber and the HTTP handlers share.
@@ -155,6 +158,7 @@ pub(crate) async fn run_reader(shared: Arc<Shared>, pacing: Pacing, window: Dura
     let mut total = 0u64;
     loop {
         let started = Instant::now();
+        let started_ms = now_ms();
         let outcome = read_or_connect(&shared, &mut raw).await;
         let read_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         revision += 1;
@@ -200,6 +204,7 @@ pub(crate) async fn run_reader(shared: Arc<Shared>, pacing: Pacing, window: Dura
             commands,
             commands_total: total,
             read_ms,
+            read_started_ms: started_ms,
             ..snapshot
         }));
         let allowed = bucket.spend(commands).max(started + pacing.min_gap);

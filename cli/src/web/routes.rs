@@ -133,6 +133,7 @@ struct Cost {
     commands_last_read: u64,
     commands_total: u64,
     read_ms: u64,
+    read_started_ms: u64,
     skipped: u64,
 }
 
@@ -185,6 +186,7 @@ fn view<'a>(app: &'a App, snapshot: &'a Snapshot, query: &ViewQuery) -> View<'a>
             commands_last_read: snapshot.commands,
             commands_total: snapshot.commands_total,
             read_ms: snapshot.read_ms,
+            read_started_ms: snapshot.read_started_ms,
             skipped: snapshot.skipped,
         },
     }
