@@ -327,6 +327,10 @@ pub(crate) struct Leases {
     pub(crate) rss_trimmed_kib: u64,
     /// How long the releases took.
     pub(crate) release_secs: f64,
+    /// The server's `used_memory` before the child took a lock, and with every
+    /// lock held.
+    pub(crate) server_used_before: u64,
+    pub(crate) server_used_held: u64,
 }
 
 impl Leases {
@@ -353,6 +357,13 @@ impl Leases {
             / (self.held.max(1)) as f64
     }
 
+    /// The server's memory per held lock, bytes, with whatever records each keeps.
+    pub(crate) fn server_bytes_per_lock(&self) -> f64 {
+        self.server_used_held
+            .saturating_sub(self.server_used_before) as f64
+            / self.held.max(1) as f64
+    }
+
     /// RSS once every lock was released, over RSS before any was taken.
     pub(crate) fn released_over_baseline(&self) -> f64 {
         self.rss_released_kib as f64 / self.rss_before_kib.max(1) as f64
@@ -375,6 +386,7 @@ pub(crate) fn many_leases(
     server: &RedisServer,
     settings: LeaseSettings,
 ) -> Result<Leases, BoxError> {
+    let server_before = info_field(server, "memory", "used_memory")?;
     let mut child = ChildProcess::spawn(&[
         "child-leases".to_owned(),
         server.url(),
@@ -385,6 +397,7 @@ pub(crate) fn many_leases(
         settings.settle.as_millis().to_string(),
     ])?;
     let held = child.expect("held")?;
+    let server_held = info_field(server, "memory", "used_memory")?;
     let before = command_stats(server)?;
     let before_total = info_field(server, "stats", "total_commands_processed")?;
     let result = child.expect("result")?;
@@ -410,6 +423,8 @@ pub(crate) fn many_leases(
         rss_released_kib: kib(&released, "rss")?,
         rss_trimmed_kib: kib(&released, "rss_trimmed")?,
         release_secs: field(&released, "secs")?,
+        server_used_before: server_before,
+        server_used_held: server_held,
     })
 }
 
