@@ -316,7 +316,18 @@ fn harness(args: &[String]) -> Result<(), BoxError> {
     println!("{markdown}");
     if let Some(path) = write {
         report::write_into(&path, &markdown)?;
-        eprintln!("distlock-bench: wrote the results into {path}");
+        let summary = report::summary::markdown(&settings, &results);
+        let markers = (report::summary::SUMMARY_START, report::summary::SUMMARY_END);
+        report::write_between(&path, markers, &summary)?;
+        let folder = std::path::Path::new(&path)
+            .parent()
+            .unwrap_or(std::path::Path::new(""));
+        let chart = folder.join(report::summary::CHART_PATH);
+        std::fs::write(&chart, report::chart_svg(&results.throughput)?)?;
+        eprintln!(
+            "distlock-bench: wrote the results into {path} and the chart into {}",
+            chart.display()
+        );
     }
     Ok(())
 }

@@ -4,7 +4,11 @@ use std::fmt::Write as _;
 use std::process::Command;
 use std::time::Duration;
 
+mod chart;
 mod kind_rows;
+pub(crate) mod summary;
+
+pub(crate) use chart::svg as chart_svg;
 
 use crate::children::Leases;
 use crate::contender::Subject;
@@ -457,11 +461,12 @@ fn one_task_rows(results: &Results) -> Vec<Row> {
 /// server, and on the cluster (or why not).
 fn many_tasks_rows(settings: &Settings, results: &Results) -> Vec<Row> {
     let t = &results.throughput;
-    let tasks = settings
-        .throughput
-        .task_counts
-        .first()
+    let counts = &settings.throughput.task_counts;
+    let tasks = counts
+        .iter()
         .copied()
+        .find(|&n| n == 64)
+        .or_else(|| counts.first().copied())
         .unwrap_or(64);
     let mut rows = Vec::new();
     if let Some(cell) = t.cell(tasks, Flavor::CurrentThread) {

@@ -46,7 +46,7 @@ impl Settings {
                     lease_ms: 30_000,
                 },
                 one_task_pairs: 10_000,
-                task_counts: vec![64, 256],
+                task_counts: vec![4, 16, 64, 256],
                 many_pairs: 64_000,
                 flavors: vec![Flavor::MultiThread, Flavor::CurrentThread],
                 limit: Duration::from_secs(30),
