@@ -121,9 +121,33 @@ local function request(a)
   return r
 end
 
--- A plain lock: its holder alone is read.
-local function acquire_plain(lock, fence_key, freed, r)
-  local state = read_mine(lock, r.owner, not r.reentry and freed)
+-- A new acquisition of a plain lock (not a re-entry) from ARGV[a] on, when neither
+-- the lock nor its owner's final-release record is there (one EXISTS; the common
+-- case, every new acquisition having a fresh owner id): taken as `acquire_plain`
+-- takes a free lock, without making the tables of a request and of a lock's
+-- state, since a call's garbage costs the server a share of the collector's walk
+-- over the whole library. Its answer, or nil when either key is there.
+local function take_free_plain(lock, fence_key, freed, a)
+  if redis.call('EXISTS', lock, freed) ~= 0 then
+    return nil
+  end
+  local fencing = ARGV[a + 2] == '1'
+  if fencing and not read_counter(fence_key) then
+    return {-2}
+  end
+  local seq_text = ARGV[a + 3]
+  local new_record = record(NO_RECORD, tonumber(ARGV[a + 4]), tonumber(seq_text), seq_text)
+  if not new_record then
+    -- Settled before it arrived (at or below the floor): nothing to take.
+    return {1, 1, 0}
+  end
+  return {1, 1, take(lock, fence_key, ARGV[a], ARGV[a + 1], fencing, new_record, ARGV[a + 9])}
+end
+
+-- A plain lock: its holder alone is read. `present`: a new acquisition that found
+-- the lock or its owner's final-release record there (`take_free_plain`).
+local function acquire_plain(lock, fence_key, freed, r, present)
+  local state = read_mine(lock, r.owner, not r.reentry and freed, present)
   if not state then
     return {-2}
   end
@@ -338,10 +362,15 @@ end
 local function main()
   local answers = {}
   for i = 1, #KEYS / 3 do
-    local r = request(10 * (i - 1) + 1)
+    local a = 10 * (i - 1) + 1
     local lock, fence_key, freed = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-    if r.kind == 'lock' then
-      answers[i] = answer(acquire_plain, lock, fence_key, freed, r)
+    local new_plain = ARGV[a + 6] == 'x' and ARGV[a + 5] == '0'
+    local free = new_plain and answer(take_free_plain, lock, fence_key, freed, a)
+    local r = not free and request(a)
+    if free then
+      answers[i] = free
+    elseif r.kind == 'lock' then
+      answers[i] = answer(acquire_plain, lock, fence_key, freed, r, new_plain)
     else
       answers[i] = answer(acquire_shared, lock, fence_key, freed, r)
     end

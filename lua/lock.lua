@@ -247,9 +247,10 @@ end
 -- owner's final-release record is at `freed`: one call, reading neither the hash
 -- nor the clock, when neither key is there (a new acquisition, most often); the
 -- state is then free and says `never_freed` (the record as `read_freed` reads a
--- missing one), so that the take need not look again.
-local function read_new(key, freed)
-  if redis.call('EXISTS', key, freed) == 0 then
+-- missing one), so that the take need not look again. `present`: the caller
+-- looked already and found one of them there.
+local function read_new(key, freed, present)
+  if not present and redis.call('EXISTS', key, freed) == 0 then
     local state = free_state()
     state.never_freed = NO_RECORD
     return state
@@ -265,9 +266,10 @@ end
 -- given as `whole`, with its `never_freed`), since a new acquisition must tell a
 -- lock held by others from one distlock did not write. Without `freed` (a
 -- re-entry, a release, a renewal): the owner's fields alone, in one call.
-local function read_mine(key, owner, freed)
+-- `present`: as `read_new`'s.
+local function read_mine(key, owner, freed, present)
   if freed then
-    local whole = read_new(key, freed)
+    local whole = read_new(key, freed, present)
     if not whole then
       return nil
     end

@@ -762,6 +762,76 @@ async fn a_replica_refuses_every_acquire_with_readonly() {
 // and the record of the final release, at `:freed:<owner>`, outlives the lock for
 // the release's retry, whoever takes the lock next.
 
+/// A new plain acquisition of lock key `lock` by owner "o": operation `seq`, its
+/// floor `floor`, lease 10 s.
+fn new_acquisition(lock: &str, seq: u64, floor: u64) -> Acquire<'_> {
+    Acquire::new(lock.as_bytes(), "o", 10_000, seq, floor)
+}
+
+/// Runs one `acquire.lua` call carrying `acquisitions` (group commit's run): the
+/// answers, in order.
+async fn run_acquire_run(
+    conn: &mut Conn,
+    acquisitions: &[Acquire<'_>],
+) -> redis::RedisResult<Vec<Vec<i64>>> {
+    let mut call = Call::default();
+    for acquisition in acquisitions {
+        acquisition.push_to(&mut call);
+    }
+    invoke(&script("acquire"), &call).invoke_async(conn).await
+}
+
+// A new plain acquisition of a free lock takes the short way (one `EXISTS`, no
+// tables made); every other case takes the whole one. Both answer alike, alone and
+// mixed in one run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_acquisition_answers_alike_on_the_short_way_and_the_whole_one() {
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
+    let (held, free, settled, known) = (
+        lock_key("held"),
+        lock_key("free"),
+        lock_key("settled"),
+        lock_key("known"),
+    );
+    let taken = run_acquire(&mut conn, "held", "p", 1, false).await;
+    assert_eq!(taken.as_deref().ok(), Some(&[1, 1, 0][..]), "{taken:?}");
+    // "known": free, but o's final release of it is on record (operations 1 to 2).
+    server
+        .cmd(&["SET", &freed_key("known", "o"), "0 1 2", "PX", "10000"])
+        .expect("SET");
+    let answers = run_acquire_run(
+        &mut conn,
+        &[
+            new_acquisition(&held, 3, 0),
+            new_acquisition(&free, 4, 0),
+            // Settled before it arrived (at or below the floor): nothing to take.
+            new_acquisition(&settled, 5, 5),
+            // A stray copy of o's first acquisition of "known", released since.
+            new_acquisition(&known, 1, 0),
+            // A new operation of o on "known": taken.
+            new_acquisition(&known, 6, 2),
+        ],
+    )
+    .await
+    .expect("one run");
+    assert_eq!(answers.len(), 5, "{answers:?}");
+    assert_eq!(answers[0].first(), Some(&0), "held by p: {answers:?}");
+    assert_eq!(answers[1], [1, 1, 0], "free: {answers:?}");
+    assert_eq!(answers[2], [1, 1, 0], "settled: {answers:?}");
+    assert_eq!(answers[3], [1, 1, 0], "the stray copy: {answers:?}");
+    assert_eq!(answers[4], [1, 1, 0], "the new operation: {answers:?}");
+    assert_eq!(support::stored(&server, "held").count("p"), 1);
+    assert_eq!(support::stored(&server, "held").count("o"), 0);
+    assert_eq!(support::stored(&server, "free").record("o"), Some("0 4"));
+    assert!(
+        !support::exists(&server, &settled),
+        "a settled operation took the lock"
+    );
+    assert_eq!(support::stored(&server, "known").count("o"), 1);
+    assert_eq!(support::stored(&server, "known").record("o"), Some("2 6"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripts_replay_a_first_acquisition_and_its_final_release() {
     let server = support::server();
