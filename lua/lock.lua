@@ -366,6 +366,17 @@ local function record(h, floor, seq, seq_text)
   if h.done == '' then
     return string.format('%d %s', floor, seq_text)
   end
+  if not string.find(h.done, ' ', 1, true) then
+    -- One operation in doubt (most often): no list to walk.
+    local one = tonumber(h.done)
+    if one == seq then
+      return nil
+    end
+    if one > floor then
+      return string.format('%d %s %s', floor, h.done, seq_text)
+    end
+    return string.format('%d %s', floor, seq_text)
+  end
   local kept = {}
   for n in string.gmatch(h.done, '%d+') do
     if tonumber(n) == seq then

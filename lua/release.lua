@@ -179,7 +179,10 @@ local function main()
   local k = 0
   for a = 3, #ARGV, 5 do
     local successor, fence = nil, nil
-    local o, l, s, f, fencing, who = string.match(ARGV[a + 4], '^(%S+) (%d+) (%d+) (%d+) ([01]) ?(.*)$')
+    local o, l, s, f, fencing, who
+    if ARGV[a + 4] ~= '' then
+      o, l, s, f, fencing, who = string.match(ARGV[a + 4], '^(%S+) (%d+) (%d+) (%d+) ([01]) ?(.*)$')
+    end
     if o then
       successor = { owner = o, lease = l, seq = s, floor = f, fencing = fencing, who = who }
       if fencing == '1' then
