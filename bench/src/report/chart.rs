@@ -126,7 +126,8 @@ pub(crate) fn svg(t: &ThroughputResults) -> Result<String, BoxError> {
                 (0.9..x_max * 1.15)
                     .log_scale()
                     .with_key_points(x_keys(x_max)),
-                (y_min / 1.6..y_max * 1.6).log_scale(),
+                // Room below the lowest line for the legend.
+                (y_min / 5.0..y_max * 1.6).log_scale(),
             )?;
         chart
             .configure_mesh()
@@ -165,7 +166,7 @@ pub(crate) fn svg(t: &ThroughputResults) -> Result<String, BoxError> {
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(SeriesLabelPosition::LowerRight)
             .label_font(("sans-serif", 14))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
