@@ -12,6 +12,7 @@ use crate::backend::url::{parse_url, parse_urls, redact};
 use crate::client::LockClient;
 use crate::connect::{self, Endpoints};
 use crate::error::LockError;
+use crate::inner::Settings;
 use crate::keys::validate_namespace;
 use crate::lease::{MAX_LEASE, MIN_WATCHDOG_LEASE};
 use crate::ops::order::LockOrderCheck;
@@ -157,11 +158,11 @@ pub struct LockClientBuilder {
     target: Option<Target>,
     tls: TlsSettings,
     /// Every other setting, handed to `connect.rs` once checked.
-    settings: connect::Settings,
+    settings: Settings,
 }
 
 /// The defaults that the builder's setters document.
-impl Default for connect::Settings {
+impl Default for Settings {
     fn default() -> Self {
         Self {
             certs: None,
@@ -1129,7 +1130,7 @@ impl LockClientBuilder {
     /// ```
     pub async fn connect(self) -> Result<LockClient, LockError> {
         let endpoints = self.validate()?;
-        let settings = connect::Settings {
+        let settings = Settings {
             certs: self.tls.certificates()?,
             ..self.settings
         };

@@ -20,42 +20,12 @@ use crate::backend::url::resp3;
 use crate::backend::{Backend, Conn, SubConn};
 use crate::client::LockClient;
 use crate::error::LockError;
-use crate::inner::{Config, Inner};
-use crate::ops::{self, Operators};
+use crate::inner::{Inner, Settings};
+use crate::ops::Operators;
 use crate::scripts::Scripts;
 use crate::subscriber;
 use crate::watchdog::Watchdog;
 use crate::who::Describer;
-
-/// The shortest and longest a final release is remembered (four response
-/// timeouts in between), for its retry to be told apart from a lost one.
-const MIN_REMEMBER: Duration = Duration::from_secs(1);
-const MAX_REMEMBER: Duration = Duration::from_secs(60);
-
-/// What connecting needs: plain values, held and checked by the builder (which
-/// also gives their defaults).
-#[derive(Clone, Debug)]
-pub(crate) struct Settings {
-    /// The certificates of `tls_root_ca` and `tls_client_cert`, when set (read
-    /// from their PEM when the builder connects).
-    pub(crate) certs: Option<TlsCertificates>,
-    pub(crate) namespace: String,
-    /// The service the connections are named after.
-    pub(crate) service: String,
-    pub(crate) default_wait: Duration,
-    pub(crate) default_lease: Duration,
-    pub(crate) fencing: bool,
-    pub(crate) group_commit: bool,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) replicas: Option<(u32, Duration)>,
-    pub(crate) redlock_node_timeout: Duration,
-    /// How to reach the data nodes behind Sentinel.
-    pub(crate) sentinel_node: NodeOptions,
-    pub(crate) max_hold: Option<Duration>,
-    /// The operator features' settings.
-    pub(crate) operators: ops::Settings,
-}
 
 /// Connects to `endpoints` with `settings`, within the connect timeout: the
 /// command connection, the subscriber connection for waiters, and the watchdog
@@ -120,7 +90,7 @@ impl Settings {
         let waiters = subscriber::start(sub_conn, pushes, shutdown.clone());
         let client = Describer::new(&service);
         let ops = Arc::new(Operators::new(
-            self.operators,
+            self.operators.clone(),
             &backend,
             &scripts,
             &self.namespace,
@@ -135,23 +105,12 @@ impl Settings {
             shutdown.clone(),
         );
         links.on_replaced(watchdog.replaced_hook());
-        let config = Config {
-            replicas: self.replicas,
-            namespace: self.namespace,
-            default_wait: self.default_wait,
-            default_lease: self.default_lease,
-            fencing: self.fencing,
-            remember_release: (self.response_timeout * 4).clamp(MIN_REMEMBER, MAX_REMEMBER),
-            service,
-            max_hold: self.max_hold,
-            group_commit: self.group_commit,
-            persists_nothing,
-        };
         Ok(LockClient::new(Inner::new(
             backend,
             links,
             scripts,
-            config,
+            self,
+            persists_nothing,
             waiters,
             watchdog,
             ops,

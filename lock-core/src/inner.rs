@@ -9,12 +9,14 @@ use std::time::Duration;
 use tokio_util::sync::DropGuard;
 
 use crate::backend::link::Links;
+use crate::backend::sentinel::NodeOptions;
+use crate::backend::tls::TlsCertificates;
 use crate::backend::Backend;
 use crate::batch::{self, Acquisition, Batcher, Item};
 use crate::detach::{Background, Counted};
 use crate::error::LockError;
 use crate::keys::{Kind, LockKeys};
-use crate::ops::Operators;
+use crate::ops::{self, Operators};
 use crate::owner::Owner;
 use crate::scripts::{LockView, Scripts};
 use crate::waiters::Waiters;
@@ -24,29 +26,43 @@ use crate::who::Describer;
 /// Numbers clients apart within the process (the lock context's key).
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// The settings a connected client runs with.
-#[derive(Debug)]
-pub(crate) struct Config {
-    /// Replicas that must acknowledge each new lock, and how long to wait for them.
-    pub(crate) replicas: Option<(u32, Duration)>,
+/// The settings of a client: plain values, made and checked by the builder (which
+/// also gives their defaults), fed to connecting (`connect.rs`), and kept by the
+/// client it makes.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    /// The certificates of `tls_root_ca` and `tls_client_cert`, when set (read
+    /// from their PEM when the builder connects).
+    pub(crate) certs: Option<TlsCertificates>,
     pub(crate) namespace: String,
+    /// The service the connections are named after.
+    pub(crate) service: String,
     pub(crate) default_wait: Duration,
     pub(crate) default_lease: Duration,
     pub(crate) fencing: bool,
-    /// How long a final release is remembered for its retry (`release.lua`'s
-    /// ARGV[6]): well past the response timeout, after which a retry is sent.
-    pub(crate) remember_release: Duration,
-    /// The service the client works for (`LockClientBuilder::service`); every
-    /// connection is named `distlock:<service>`.
-    pub(crate) service: String,
-    /// How long the watchdog renews a hold at most (`None`: no bound).
-    pub(crate) max_hold: Option<Duration>,
-    /// Whether new acquisitions and releases ready at the same moment go as one
-    /// script run (on one endpoint).
     pub(crate) group_commit: bool,
-    /// Whether a server of the client persists nothing (read at connect): fencing
-    /// asked for by a request of a client without fencing is warned of once.
-    pub(crate) persists_nothing: bool,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) replicas: Option<(u32, Duration)>,
+    pub(crate) redlock_node_timeout: Duration,
+    /// How to reach the data nodes behind Sentinel.
+    pub(crate) sentinel_node: NodeOptions,
+    pub(crate) max_hold: Option<Duration>,
+    /// The operator features' settings.
+    pub(crate) operators: ops::Settings,
+}
+
+/// The shortest and longest a final release is remembered (four response
+/// timeouts in between), for its retry to be told apart from a lost one.
+const MIN_REMEMBER: Duration = Duration::from_secs(1);
+const MAX_REMEMBER: Duration = Duration::from_secs(60);
+
+impl Settings {
+    /// How long a final release is remembered for its retry (`release.lua`'s
+    /// ARGV[2]): well past the response timeout, after which a retry is sent.
+    pub(crate) fn remember_release(&self) -> Duration {
+        (self.response_timeout * 4).clamp(MIN_REMEMBER, MAX_REMEMBER)
+    }
 }
 
 /// One client's connections, scripts, background tasks and id counters.
@@ -60,7 +76,10 @@ pub(crate) struct Inner {
     /// new acquisitions wait while the holds of a replaced server are checked.
     pub(crate) links: Arc<Links>,
     pub(crate) scripts: Arc<Scripts>,
-    pub(crate) config: Config,
+    pub(crate) config: Settings,
+    /// Whether a server of the client persists nothing (read at connect): fencing
+    /// asked for by a request of a client without fencing is warned of once.
+    persists_nothing: bool,
     owners: AtomicU64,
     holds: AtomicU64,
     pub(crate) waiters: Waiters,
@@ -100,7 +119,8 @@ impl Inner {
         backend: Backend,
         links: Arc<Links>,
         scripts: Arc<Scripts>,
-        config: Config,
+        config: Settings,
+        persists_nothing: bool,
         waiters: Waiters,
         watchdog: Watchdog,
         ops: Arc<Operators>,
@@ -111,7 +131,7 @@ impl Inner {
         let batcher = Arc::new(batch::releases(
             &scripts,
             backend.publish_command(),
-            config.remember_release.as_millis() as u64,
+            config.remember_release().as_millis() as u64,
             batches,
         ));
         let acquisitions = Arc::new(batch::acquisitions(&scripts, batches));
@@ -123,6 +143,7 @@ impl Inner {
             links,
             scripts,
             config,
+            persists_nothing,
             owners: AtomicU64::new(0),
             holds: AtomicU64::new(0),
             waiters,
@@ -222,7 +243,7 @@ impl Inner {
     /// and a server persists nothing, says so once (as a client with fencing on
     /// does at connect).
     pub(crate) fn fencing_asked(&self) {
-        if self.config.persists_nothing
+        if self.persists_nothing
             && !self.config.fencing
             && !self.fencing_warned.swap(true, Ordering::Relaxed)
         {

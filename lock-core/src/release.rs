@@ -253,7 +253,7 @@ pub(crate) async fn shutdown(inner: &Arc<Inner>) -> ShutdownReport {
     inner.close();
     // Waiters end now, each with `ClientShutDown`, rather than at their next look.
     inner.waiters.wake_first_waiters();
-    let patience = inner.config.remember_release;
+    let patience = inner.config.remember_release();
     if !faults::active(Fault::GrantAfterShutdown) {
         let _ = tokio::time::timeout(patience, inner.attempts.idle()).await;
     }
@@ -635,7 +635,7 @@ impl Release {
             began: Instant::now(),
             links: inner.links.clone(),
             replacements: inner.links.replacements(),
-            remember: inner.config.remember_release,
+            remember: inner.config.remember_release(),
         }
     }
 
