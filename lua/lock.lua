@@ -116,10 +116,11 @@ end
 -- or, when a command it called was refused (a missing ACL permission, say), `{-6,
 -- <the error>}` for it alone, so that the requests before and after it in the run
 -- are answered for what they did. Each step makes its checks before its writes.
+-- A step's second result, if any, is passed on.
 local function answer(step, ...)
-  local ok, reply = pcall(step, ...)
+  local ok, reply, more = pcall(step, ...)
   if ok then
-    return reply
+    return reply, more
   end
   if type(reply) == 'table' and reply['err'] then
     return {-6, reply['err']}
@@ -258,6 +259,13 @@ local function read_new(key, freed, present)
   return read_all(key, now_ms())
 end
 
+-- The fields of the lock at `key` that `read_mine` reads for `owner` (kind,
+-- layout, fence, count, replay record, own lease), in one call; WRONG_TYPE when the
+-- key holds another type.
+local function mine_fields(key, owner)
+  return typed(redis.pcall('HMGET', key, FIELD.kind, FIELD.layout, FIELD.fence, owner, OP .. owner, UNTIL .. owner))
+end
+
 -- Reads the holder `owner` of the lock at `key`: a table with `exists`, `kind`,
 -- `token` (the `#fence` field, 0 without one), and `me` ({ count, floor, done,
 -- until }: nil when `owner` holds nothing, its `until` nil for a plain lock); nil
@@ -265,9 +273,9 @@ end
 -- key of its owner's final-release record): the whole hash, checked (`read_new`,
 -- given as `whole`, with its `never_freed`), since a new acquisition must tell a
 -- lock held by others from one distlock did not write. Without `freed` (a
--- re-entry, a release, a renewal): the owner's fields alone, in one call.
--- `present`: as `read_new`'s.
-local function read_mine(key, owner, freed, present)
+-- re-entry, a release, a renewal): the owner's fields alone, in one call
+-- (`mine_fields`; `fields`: read already). `present`: as `read_new`'s.
+local function read_mine(key, owner, freed, present, fields)
   if freed then
     local whole = read_new(key, freed, present)
     if not whole then
@@ -278,7 +286,7 @@ local function read_mine(key, owner, freed, present)
       whole = whole, never_freed = whole.never_freed,
     }
   end
-  local v = typed(redis.pcall('HMGET', key, FIELD.kind, FIELD.layout, FIELD.fence, owner, OP .. owner, UNTIL .. owner))
+  local v = fields or mine_fields(key, owner)
   if v == WRONG_TYPE then
     return nil
   end

@@ -94,12 +94,47 @@ local function release_last_shared(lock, channel, owner, seq_text)
   return true
 end
 
+-- A plain lock's state, for `release_message`.
+local PLAIN = { kind = 'lock' }
+
+-- A release of a plain lock that `owner` holds, with no successor (the common
+-- case): done as `release` does it, from the owner's fields (`mine_fields`), without
+-- making the tables of a lock's state. Its answer; else nil and the fields it read,
+-- when the lock is not that (another kind, not held by `owner`, or not as distlock
+-- writes it), for `release` to answer from them.
+local function release_plain(lock, channel, freed, owner, lease, seq_text, floor_text)
+  local v = mine_fields(lock, owner)
+  local count = v[4]
+  if v[1] ~= 'lock' or v[2] ~= LAYOUT or (v[3] and not is_number(v[3]))
+      or not is_number(count) or count == '0' then
+    return nil, v
+  end
+  local floor, done = read_record(v[5])
+  if not floor then
+    return nil, v
+  end
+  local me = { count = tonumber(count), floor = floor, done = done }
+  local new_record = record(me, tonumber(floor_text), tonumber(seq_text), seq_text)
+  if not new_record then
+    -- Applied before (a replay), or settled: a stray copy, applied never again.
+    return {1, me.count}
+  end
+  if me.count > 1 then
+    return {1, change_hold(lock, me, owner, '-1', lease, new_record)}
+  end
+  redis.call(publish, channel, release_message(PLAIN, owner, seq_text))
+  redis.call('DEL', lock)
+  redis.call('SET', freed, new_record, 'PX', remember)
+  return {1, 0}
+end
+
 -- One release: operation `seq_text` of `owner`, whose floor is `floor_text`;
 -- `successor` the waiter it may hand the lock to (nil: none), as parsed below, and
--- `fence` that waiter's fencing counter.
-local function release(lock, channel, freed, fence, owner, lease, seq_text, floor_text, successor)
+-- `fence` that waiter's fencing counter; `fields`: the owner's fields, read
+-- already (`release_plain`), or nil.
+local function release(lock, channel, freed, fence, owner, lease, seq_text, floor_text, successor, fields)
   local seq, floor = tonumber(seq_text), tonumber(floor_text)
-  local state = read_mine(lock, owner)
+  local state = read_mine(lock, owner, nil, nil, fields)
   if not state then
     return {-2}
   end
@@ -189,9 +224,13 @@ local function main()
         fence = KEYS[k + 4]
       end
     end
-    answers[#answers + 1] = answer(release,
-      KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], fence,
-      ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], successor
+    local lock, channel, freed, owner = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], ARGV[a]
+    local plain, fields = nil, nil
+    if not successor then
+      plain, fields = answer(release_plain, lock, channel, freed, owner, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+    end
+    answers[#answers + 1] = plain or answer(release,
+      lock, channel, freed, fence, owner, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], successor, fields
     )
     if fence then
       k = k + 4

@@ -832,6 +832,105 @@ async fn a_new_acquisition_answers_alike_on_the_short_way_and_the_whole_one() {
     assert_eq!(support::stored(&server, "known").record("o"), Some("2 6"));
 }
 
+// A release of a plain lock its owner holds, with no successor, takes the short
+// way (the owner's fields read once, no tables made); every other case takes the
+// whole one, from the same read. Both answer alike, alone and mixed in one run, and
+// the short way's final release is published as ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_answers_alike_on_the_short_way_and_the_whole_one() {
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
+    for (name, seq) in [("twice", 1), ("once", 1), ("other", 1)] {
+        let owner = if name == "other" { "p" } else { "o" };
+        let taken = run_acquire(&mut conn, name, owner, seq, false).await;
+        assert_eq!(
+            taken.as_deref().ok(),
+            Some(&[1, 1, 0][..]),
+            "{name}: {taken:?}"
+        );
+    }
+    let again = run_acquire(&mut conn, "twice", "o", 2, true).await;
+    assert_eq!(again.as_deref().ok(), Some(&[1, 2, 0][..]), "{again:?}");
+    let read_lock = lock_key("read");
+    let read = Acquire {
+        kind: Kind::Read,
+        ..Acquire::new(read_lock.as_bytes(), "o", 10_000, 1, 0)
+    };
+    let taken = run_acquire_run(&mut conn, &[read]).await;
+    assert_eq!(taken, Ok(vec![vec![1, 1, 0]]), "the read hold");
+    server
+        .cmd(&["SET", &lock_key("string"), "not a lock"])
+        .expect("SET");
+    // A listener that reads what is published on "once"'s channel.
+    let client = redis::Client::open(server.url()).expect("a URL");
+    let mut plain = client.get_connection().expect("a connection");
+    let mut listener = plain.as_pubsub();
+    listener.subscribe(channel_key("once")).expect("SUBSCRIBE");
+    listener
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("a read timeout");
+
+    let locks: Vec<(String, u64)> = [
+        ("twice", 3),
+        ("once", 2),
+        // The retry of the release just before: answered from its record.
+        ("once", 2),
+        ("read", 2),
+        ("other", 2),
+        ("string", 2),
+    ]
+    .into_iter()
+    .map(|(name, seq)| (lock_key(name), seq))
+    .collect();
+    let mut call = ReleaseRun {
+        publish: "PUBLISH",
+        remember_ms: 2_000,
+    }
+    .to_call();
+    for (lock, seq) in &locks {
+        Release {
+            lock: lock.as_bytes(),
+            owner: "o",
+            lease_ms: 10_000,
+            seq: *seq,
+            floor: 0,
+            successor: None,
+        }
+        .push_to(&mut call);
+    }
+    let answers: Vec<Vec<i64>> = invoke(&script("release"), &call)
+        .invoke_async(&mut conn)
+        .await
+        .expect("one run");
+    assert_eq!(
+        answers,
+        vec![
+            vec![1, 1],
+            vec![1, 0],
+            vec![1, 0],
+            vec![1, 0],
+            vec![-1],
+            vec![-2]
+        ],
+        "twice, once, its retry, the read hold, another's lock, a string"
+    );
+    let twice = support::stored(&server, "twice");
+    assert_eq!(twice.count("o"), 1, "{twice:?}");
+    assert_eq!(twice.record("o"), Some("0 1 2 3"), "{twice:?}");
+    assert!(!support::exists(&server, &lock_key("once")), "not freed");
+    assert_eq!(
+        server.cmd(&["GET", &freed_key("once", "o")]).expect("GET"),
+        "0 1 2"
+    );
+    assert!(
+        !support::exists(&server, &read_lock),
+        "the read hold is still there"
+    );
+    assert_eq!(support::stored(&server, "other").count("p"), 1);
+    let message = listener.get_message().expect("the release was published");
+    assert_eq!(message.get_payload::<String>().ok().as_deref(), Some("o:2"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripts_replay_a_first_acquisition_and_its_final_release() {
     let server = support::server();
