@@ -28,7 +28,7 @@ impl Kind {
     pub(crate) fn code(self) -> String {
         match self {
             Kind::All(names) => format!("a{names}"),
-            kind => kind.layout_kind().script_arg(),
+            kind => kind.layout_kind().script_arg().into_owned(),
         }
     }
 

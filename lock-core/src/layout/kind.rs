@@ -13,6 +13,8 @@
 //! | [`Kind::Permit`] | `p<permits>` | `semaphore` | 2 | `permit` | `semaphore` |
 //! | [`Kind::Fair`] | `f` | `fair` | 3 | `fair` | `fair` |
 
+use std::borrow::Cow;
+
 /// What a lock request takes: the kinds of lock, and the hold within them.
 ///
 /// # Examples
@@ -101,7 +103,7 @@ impl Kind {
     }
 
     /// The kind as `acquire.lua` takes it (`ARGV[7]`): `x`, `r`, `w`, `p<permits>`
-    /// or `f`.
+    /// or `f`; only a permit's is made (the others are the kind table's letters).
     ///
     /// # Examples
     ///
@@ -109,10 +111,10 @@ impl Kind {
     /// # use distlock_core as distlock;
     /// assert_eq!(distlock::layout::Kind::Exclusive.script_arg(), "x");
     /// ```
-    pub fn script_arg(self) -> String {
+    pub fn script_arg(self) -> Cow<'static, str> {
         match self {
-            Kind::Permit { permits } => format!("{}{permits}", self.row().letter),
-            _ => self.row().letter.to_owned(),
+            Kind::Permit { permits } => Cow::Owned(format!("{}{permits}", self.row().letter)),
+            _ => Cow::Borrowed(self.row().letter),
         }
     }
 
