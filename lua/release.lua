@@ -94,6 +94,23 @@ local function release_last_shared(lock, channel, owner, seq_text)
   return true
 end
 
+-- Gives back one hold of `owner` (`me`, as `read_mine` reads it), operation
+-- `seq_text` over floor `floor`: the answer when that settles it (a replay or a
+-- settled stray copy answers the count as it stands; a hold that is not the last
+-- is lowered, its lease kept at least `lease` ms); else nil and the replay record
+-- of the final release, which the caller applies.
+local function give_back(lock, me, owner, lease, floor, seq_text)
+  local new_record = record(me, floor, tonumber(seq_text), seq_text)
+  if not new_record then
+    -- Applied before (a replay), or settled: a stray copy, applied never again.
+    return {1, me.count}
+  end
+  if me.count > 1 then
+    return {1, change_hold(lock, me, owner, '-1', lease, new_record)}
+  end
+  return nil, new_record
+end
+
 -- A plain lock's state, for `release_message`.
 local PLAIN = { kind = 'lock' }
 
@@ -114,13 +131,9 @@ local function release_plain(lock, channel, freed, owner, lease, seq_text, floor
     return nil, v
   end
   local me = { count = tonumber(count), floor = floor, done = done }
-  local new_record = record(me, tonumber(floor_text), tonumber(seq_text), seq_text)
-  if not new_record then
-    -- Applied before (a replay), or settled: a stray copy, applied never again.
-    return {1, me.count}
-  end
-  if me.count > 1 then
-    return {1, change_hold(lock, me, owner, '-1', lease, new_record)}
+  local answer_now, new_record = give_back(lock, me, owner, lease, tonumber(floor_text), seq_text)
+  if answer_now then
+    return answer_now
   end
   redis.call(publish, channel, release_message(PLAIN, owner, seq_text))
   redis.call('DEL', lock)
@@ -161,14 +174,9 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
     return {1, 0}
   end
 
-  local new_record = record(me, floor, seq, seq_text)
-  if not new_record then
-    -- Applied before (a replay), or settled: a stray copy, applied never again.
-    return {1, me.count}
-  end
-
-  if me.count > 1 then
-    return {1, change_hold(lock, me, owner, '-1', lease, new_record)}
+  local answer_now, new_record = give_back(lock, me, owner, lease, floor, seq_text)
+  if answer_now then
+    return answer_now
   end
 
   if state.kind ~= 'lock' then
