@@ -295,9 +295,26 @@ fn header(out: &mut String, settings: &Settings, results: &Results) {
 
 /// The main table: one line per row.
 fn main_table(out: &mut String, rows: &[Row]) {
+    table(
+        out,
+        [
+            "Scenario",
+            "Measured",
+            "Reference",
+            "Ratio",
+            "Target",
+            "Met",
+        ],
+        rows,
+    );
+}
+
+/// A table of `rows` under the column names `header`.
+fn table(out: &mut String, header: [&str; 6], rows: &[Row]) {
     let _ = writeln!(
         out,
-        "| Scenario | Measured | Reference | Ratio | Target | Met |\n| --- | ---: | ---: | ---: | :---: | :---: |"
+        "| {} |\n| --- | ---: | ---: | ---: | :---: | :---: |",
+        header.join(" | ")
     );
     for row in rows {
         let _ = writeln!(

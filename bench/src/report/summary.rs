@@ -42,23 +42,15 @@ pub(crate) fn markdown(settings: &Settings, results: &Results) -> String {
          on the same server in the same run (`-c 1` at one task, `-P 16 -c 8` above).\n",
         settings.throughput.runs
     );
-    let _ = writeln!(
-        out,
-        "| What (same run, same server) | distlock | reference | ratio | target | met |\n\
-         | --- | ---: | ---: | ---: | :---: | :---: |"
-    );
-    for row in &rows {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} |",
-            row.scenario,
-            row.measured,
-            row.reference,
-            row.ratio,
-            row.target,
-            super::verdict(row.met)
-        );
-    }
+    let header = [
+        "What (same run, same server)",
+        "distlock",
+        "reference",
+        "ratio",
+        "target",
+        "met",
+    ];
+    super::table(&mut out, header, &rows);
     let _ = writeln!(
         out,
         "\nRun of {} ({:.0} s). The detail tables are under \"Results\".\n",
