@@ -111,6 +111,16 @@ local function give_back(lock, me, owner, lease, floor, seq_text)
   return nil, new_record
 end
 
+-- Frees the plain lock at `lock` by the final release of `owner` (operation
+-- `seq_text`, `state` as read): waiters are told, the lock deleted, and the
+-- release's replay record `new_record` kept at `freed` for its retry. Its answer.
+local function free(lock, channel, freed, state, owner, seq_text, new_record)
+  redis.call(publish, channel, release_message(state, owner, seq_text))
+  redis.call('DEL', lock)
+  redis.call('SET', freed, new_record, 'PX', remember)
+  return {1, 0}
+end
+
 -- A plain lock's state, for `release_message`.
 local PLAIN = { kind = 'lock' }
 
@@ -135,10 +145,7 @@ local function release_plain(lock, channel, freed, owner, lease, seq_text, floor
   if answer_now then
     return answer_now
   end
-  redis.call(publish, channel, release_message(PLAIN, owner, seq_text))
-  redis.call('DEL', lock)
-  redis.call('SET', freed, new_record, 'PX', remember)
-  return {1, 0}
+  return free(lock, channel, freed, PLAIN, owner, seq_text, new_record)
 end
 
 -- One release: operation `seq_text` of `owner`, whose floor is `floor_text`;
@@ -206,10 +213,7 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
     -- lock as always; the waiter's own attempt reports the conflict.
   end
 
-  redis.call(publish, channel, release_message(state, owner, seq_text))
-  redis.call('DEL', lock)
-  redis.call('SET', freed, new_record, 'PX', remember)
-  return {1, 0}
+  return free(lock, channel, freed, state, owner, seq_text, new_record)
 end
 
 -- The script itself: run once per call (see lock.lua, "Two ways to run").
