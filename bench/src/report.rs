@@ -832,6 +832,21 @@ fn fairness_rows(settings: &Settings, results: &Results) -> Vec<Row> {
     ]
 }
 
+/// Times two holders of one name held it at once, and acquisitions, over every
+/// contention configuration's runs of distlock.
+fn overlaps(results: &Results) -> (usize, usize) {
+    let all: Vec<&Contention> = results
+        .contention
+        .configs
+        .iter()
+        .flat_map(|c| c.of(Subject::Distlock))
+        .collect();
+    (
+        all.iter().map(|c| c.overlaps).sum(),
+        all.iter().map(|c| c.acquisitions).sum(),
+    )
+}
+
 /// Scenario 4: the requests each acquisition costs (issue 6's case), and whether two
 /// holders ever held a lock at once (every configuration).
 fn contention_request_rows(settings: &Settings, results: &Results) -> Vec<Row> {
@@ -839,14 +854,7 @@ fn contention_request_rows(settings: &Settings, results: &Results) -> Vec<Row> {
     let per_acq = median_of(c, |c| c.requests_per_acquisition);
     let per_acq_whole = median_of(c, |c| c.requests_per_acquisition_whole);
     let acquire_calls = median_of(c, |c| c.acquire_calls_per_acquisition);
-    let all: Vec<&Contention> = results
-        .contention
-        .configs
-        .iter()
-        .flat_map(|c| c.of(Subject::Distlock))
-        .collect();
-    let overlaps: usize = all.iter().map(|c| c.overlaps).sum();
-    let acquisitions: usize = all.iter().map(|c| c.acquisitions).sum();
+    let (overlaps, acquisitions) = overlaps(results);
     vec![
         Row {
             scenario: format!(

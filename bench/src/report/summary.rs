@@ -80,14 +80,7 @@ fn rows(settings: &Settings, results: &Results) -> Vec<Row> {
 
 /// Two holders of one name at once, in every contention configuration.
 fn overlap_row(results: &Results) -> Row {
-    let all: Vec<&Contention> = results
-        .contention
-        .configs
-        .iter()
-        .flat_map(|c| c.of(Subject::Distlock))
-        .collect();
-    let overlaps: usize = all.iter().map(|c| c.overlaps).sum();
-    let acquisitions: usize = all.iter().map(|c| c.acquisitions).sum();
+    let (overlaps, acquisitions) = super::overlaps(results);
     Row {
         scenario: "two holders of one name at once, every contention configuration".into(),
         measured: format!("{overlaps} in {acquisitions} acquisitions"),
