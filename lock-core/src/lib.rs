@@ -54,7 +54,7 @@
 //! | 6 | `renew.rs` | one renewal round trip for a batch of holds: one run of `renew.lua` per 64 holds (on a cluster, per hash slot), what it found per hold (acknowledged or not), the Redlock write-back of a lock a node lost; `extend`, the same for one fixed lease ([`LockGuard::extend`]) |
 //! | 7 | `ops/` | operator features, one `Operators` per client called at fixed points (before a new acquisition, a wait's deadlock watch, how it ended, the series of a lock): `order.rs` the lock-order checker ([`LockOrderCheck`]), `order_shared.rs` the graph a namespace shares, `deadlock.rs` and `watch.rs` distributed deadlock detection, `metrics.rs` (feature `metrics`), `holder.rs` what `inspect` reads and the holder named in a timeout |
 //! | 8 | `watchdog.rs` | when to renew, and telling guards of a loss |
-//! | 9 | `inner.rs` | `Inner`: one client's state, what every internal function takes (its operator features, `Operators`) |
+//! | 9 | `inner.rs` | `Inner`: one client's state, what every internal function takes (its operator features, `Operators`); `Settings`, the settings it runs with, made and checked by the builder and read by connecting |
 //! | 10 | `minimum.rs` | a minimum hold time: a lease extended to cover it, and the holds a shutdown leaves held for it |
 //! | 10 | `release.rs` | every give-back of a hold, one function per case |
 //! | 11 | `guard.rs` | [`LockGuard`], [`MultiLockGuard`]; `unlock` and `Drop` call down into `release.rs` |
@@ -63,7 +63,7 @@
 //! | 13 | `health.rs` | the checks of [`LockClient::ping`] ([`HealthReport`], [`NodeHealth`]); the `distlock` tool lays the report out |
 //! | 13 | `request.rs` | [`LockRequest`], [`LockFuture`], [`TryLockRequest`], [`LockAllRequest`] |
 //! | 14 | `client.rs` | [`LockClient`], [`LockInfo`], [`global`] and [`InstallGlobalError`], `inspect`, `force_unlock`, `is_held_by_current_chain` |
-//! | 15 | `connect.rs` | connecting, fed the checked settings: one function per deployment, the scripts preloaded, the client's tasks started |
+//! | 15 | `connect.rs` | connecting, fed the client's checked `Settings`: one function per deployment, the scripts preloaded, the client's tasks started |
 //! | 16 | `builder.rs` | [`LockClientBuilder`]: settings and their validation |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
