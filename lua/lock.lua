@@ -23,9 +23,9 @@
 --   #next            a fair lock's next ticket                   a waiter came
 --   #op:<owner>      the holder's replay record, "<floor>        it holds the lock
 --                    <done...>" (see acquire.lua, "Exactly once")
---   #who:<owner>     "<at> <pid> <service> <host> <site>": when  it holds, if its client
---                    it took the lock (ms of the server's clock)  says who it is
---                    and what its client says of it
+--   #who:<owner>     "<at> <pid> <service> <host> <site>": when  it holds, once its
+--                    it took the lock (ms of the server's clock)  client named it (see
+--                    and what its client says of it              below)
 --   #until:<owner>   when its own lease ends (ms of the server's  it holds a read-write,
 --                    clock); the key's expiry is the latest       fair or semaphore lock
 --   #wait:<owner>    when a waiter's place ends (ms): a writer   it waits (see below)
@@ -37,6 +37,12 @@
 -- client keeps what it says to 50 bytes unless those two alone are longer (see
 -- lock-core/src/who.rs); such a lock is stored as a hashtable, and nothing else
 -- changes.
+--
+-- A holder is named (`#who:`) when an operator or a waiter's timeout may ask who
+-- holds the lock, not on every acquisition: a hold the watchdog renews by its
+-- first renewal (renew.lua), which comes 1 s after the grant (sooner when a third
+-- of the lease is shorter); a hold of a fixed lease, which nothing renews, by the
+-- acquisition itself. A lock held for less than that names no holder.
 --
 -- Beside the hash, in the same hash slot, and only when used:
 --   <ns>:{name}:fence          the fencing counter: a string integer, the last token
@@ -471,16 +477,28 @@ local function new_lock(kind)
   return { FIELD.kind, kind, FIELD.layout, LAYOUT }
 end
 
+-- The `#who:` record of a holder that took the lock `held_ms` ago, of whom its
+-- client says `who`.
+local function who_record(held_ms, who)
+  return string.format('%d', now_ms() - held_ms) .. ' ' .. who
+end
+
 -- The fields a new holder `owner` writes, after `fields` (field, value, ...): its
--- count (1), its replay record `record_text`, and what its client says of it (`who`,
--- may be empty) with the time it took the lock.
+-- count (1), its replay record `record_text`, and what its client says of it (`who`;
+-- nil or empty: named later, see `#who:`) with the time it took the lock.
 local function new_holder(fields, owner, record_text, who)
   put(fields, owner, '1')
   put(fields, OP .. owner, record_text)
   if who and who ~= '' then
-    put(fields, WHO .. owner, string.format('%d', now_ms()) .. ' ' .. who)
+    put(fields, WHO .. owner, who_record(0, who))
   end
   return fields
+end
+
+-- Names holder `owner` of the lock at `key`, which took it `held_ms` ago, as its
+-- client says (`who`), unless it is named already.
+local function name_holder(key, owner, held_ms, who)
+  redis.call('HSETNX', key, WHO .. owner, who_record(held_ms, who))
 end
 
 -- The fields that name a fencing token's holder, after `fields` (field, value,

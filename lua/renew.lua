@@ -8,12 +8,15 @@
 -- must keep honouring the leases it granted.
 --
 -- KEYS[i]      the lock `<ns>:{name}` of hold i (see lock.lua)
--- ARGV[3i-2]   its owner id
--- ARGV[3i-1]   its lease in milliseconds; a lease only ever moves later
--- ARGV[3i]     "" to renew only; or "<count> <seq> <floor>" to write the hold back
+-- ARGV[4i-3]   its owner id
+-- ARGV[4i-2]   its lease in milliseconds; a lease only ever moves later
+-- ARGV[4i-1]   "" to renew only; or "<count> <seq> <floor>" to write the hold back
 --              when the lock is free here (no key): a plain lock held `count` times
 --              by the owner, with the replay record of its operation `seq` (the
 --              write-back) and its floor (see acquire.lua, "Exactly once")
+-- ARGV[4i]     "" for nothing more; or "<held ms> <who>" to name the holder (see
+--              lock.lua, `#who:`), which took the lock that many ms ago, unless it
+--              is named already: a hold's first renewal names it
 --
 -- Returns one answer per hold, in order:
 --   1    the owner holds the lock: its lease now lasts at least ARGV[3i-1] ms
@@ -51,7 +54,7 @@ end
 -- Renews the hold of `owner` at `lock` to at least `lease` ms, or writes it back
 -- as `spec` says when the lock is free here and `spec` is not "": 1 or 2, or 0 / -1
 -- when it does not hold it (see above).
-local function renew(lock, owner, lease, spec)
+local function extend(lock, owner, lease, spec)
   local state = read_mine(lock, owner)
   if not state then
     return 0
@@ -79,11 +82,25 @@ local function renew(lock, owner, lease, spec)
   return 1
 end
 
+-- One renewal (see above): `extend`, then, when the owner holds the lock and
+-- `name` is "<held ms> <who>", its holder named.
+local function renew(lock, owner, lease, spec, name)
+  local held = extend(lock, owner, lease, spec)
+  if held > 0 and name ~= '' then
+    local held_ms, who = string.match(name, '^(%d+) (.+)$')
+    if held_ms and #held_ms <= 12 then
+      name_holder(lock, owner, tonumber(held_ms), who)
+    end
+  end
+  return held
+end
+
 -- The script itself: run once per call (see lock.lua, "Two ways to run").
 local function main()
   local answers = {}
   for i = 1, #KEYS do
-    answers[i] = answer(renew, KEYS[i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i] or '')
+    local a = 4 * i - 3
+    answers[i] = answer(renew, KEYS[i], ARGV[a], ARGV[a + 1], ARGV[a + 2] or '', ARGV[a + 3] or '')
   end
   return answers
 end

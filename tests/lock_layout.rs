@@ -187,21 +187,28 @@ async fn a_held_plain_lock_is_a_small_listpack() {
     let locks = support::client(&server).await;
     let guard = locks.lock("layout:small").await.expect("lock");
     let key = support::lock_key("layout:small");
-    assert_eq!(
-        server.cmd(&["OBJECT", "ENCODING", &key]).expect("OBJECT"),
-        "listpack"
-    );
-    let bytes: u64 = server
-        .cmd(&["MEMORY", "USAGE", &key])
-        .expect("MEMORY")
-        .parse()
-        .expect("a number");
-    println!("a held plain lock takes {bytes} bytes");
-    assert!(bytes <= 300, "{bytes} bytes for one held lock");
-    let stored = support::stored(&server, "layout:small");
+    let small = |when: &str| {
+        assert_eq!(
+            server.cmd(&["OBJECT", "ENCODING", &key]).expect("OBJECT"),
+            "listpack",
+            "{when}"
+        );
+        let bytes: u64 = server
+            .cmd(&["MEMORY", "USAGE", &key])
+            .expect("MEMORY")
+            .parse()
+            .expect("a number");
+        println!("a held plain lock takes {bytes} bytes {when}");
+        assert!(bytes <= 300, "{bytes} bytes for one held lock {when}");
+        bytes
+    };
+    let unnamed = small("before its holder is named");
+    // Named by its first renewal: still a listpack, the record within 64 bytes.
+    let stored = support::named(&server, "layout:small").await;
     let (owner, _) = only_holder(&stored);
     let who = stored.who(&owner).expect("holder info");
     assert!(who.len() <= 64, "{who}");
+    assert!(small("once named") > unnamed);
     guard.unlock().await.expect("unlock");
 }
 

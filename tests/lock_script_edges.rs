@@ -336,6 +336,7 @@ async fn run_renew_or_write_back(
         owner,
         lease_ms: 60_000,
         write_back,
+        name: None,
     };
     let answers: Vec<i64> = invoke(&script("renew"), &renew.to_call())
         .invoke_async(conn)

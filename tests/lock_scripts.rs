@@ -77,8 +77,8 @@ async fn every_call_reads_the_clock_anew() {
     let first = locks.lock("clock:a").await.expect("lock");
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let second = locks.lock("clock:b").await.expect("lock");
-    let at = |name: &str| -> u64 {
-        let stored = support::stored(&server, name);
+    // Named by their first renewals, each with the time its lock was taken.
+    let at = |stored: distlock::layout::StoredLock| -> u64 {
         let owner = stored.holders().keys().next().expect("a holder").clone();
         let who = stored.who(&owner).expect("holder info");
         who.split(' ')
@@ -86,7 +86,11 @@ async fn every_call_reads_the_clock_anew() {
             .and_then(|at| at.parse().ok())
             .expect("a time")
     };
-    let apart = at("clock:b").saturating_sub(at("clock:a"));
+    let (a, b) = (
+        support::named(&server, "clock:a").await,
+        support::named(&server, "clock:b").await,
+    );
+    let apart = at(b).saturating_sub(at(a));
     assert!((150..2000).contains(&apart), "taken {apart} ms apart");
     first.unlock().await.expect("unlock");
     second.unlock().await.expect("unlock");

@@ -1,7 +1,7 @@
-//! Who holds a lock: the first acquisition writes its holder's service, host, pid,
-//! site and acquisition time (server clock) in the same script call; inspect
-//! reads it back, a waiter's timeout names it, and re-entries, renewals and
-//! hand-offs keep it right.
+//! Who holds a lock: a hold's first renewal (1 s after its grant, sooner with a
+//! short lease) writes its holder's service, host, pid, site and acquisition time
+//! (server clock), a fixed lease's acquisition at once; inspect reads it back, a
+//! waiter's timeout names it, and re-entries, renewals and hand-offs keep it right.
 #![cfg(feature = "macros")]
 
 mod support;
@@ -34,13 +34,21 @@ fn host_name() -> String {
         .unwrap_or_default()
 }
 
-/// The holder that inspect shows for `name`.
+/// The holder that inspect shows for `name`, once it is named (within 3 s).
 async fn holder_of(locks: &LockClient, name: &str) -> HolderInfo {
-    let info = locks.inspect(name).await.expect("inspect");
-    assert!(info.held, "`{name}` is not held");
-    info.holder()
-        .cloned()
-        .unwrap_or_else(|| panic!("no holder info for `{name}`: {info:?}"))
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let info = locks.inspect(name).await.expect("inspect");
+        assert!(info.held, "`{name}` is not held");
+        if let Some(holder) = info.holder() {
+            return holder.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no holder info for `{name}` within 3 s: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// `a` and `b` within `ms` of each other.
@@ -70,20 +78,29 @@ async fn a_plain_lock_shows_who_took_it_where_and_since_when() {
     let line = line!() + 1;
     let guard = locks.lock("holder:plain").await.expect("lock");
     let after = server_time(&server);
-    // The acquisition script wrote it, with the holder, in the same call.
-    let stored = support::stored(&server, "holder:plain");
+    // The acquisition wrote the holder, not who it is: its first renewal (after a
+    // third of the 300 ms lease) names it, with the time it was taken.
     let owner = support::redis_holder(&server, "holder:plain").expect("a holder");
-    let first_who = stored
+    let stored = support::stored(&server, "holder:plain");
+    assert_eq!(
+        stored.who(&owner),
+        None,
+        "named by the acquisition: {stored:?}"
+    );
+    let first_who = support::named(&server, "holder:plain")
+        .await
         .who(&owner)
-        .unwrap_or_else(|| panic!("the acquisition wrote who holds it: {stored:?}"))
+        .expect("named")
         .to_owned();
 
     let holder = holder_of(&locks, "holder:plain").await;
     check_process(&holder);
     assert_eq!(holder.site, format!("tests/ops_holder.rs:{line}"));
+    // The renewal's server time less how long the client had held it: within the
+    // renewal's one-way trip of the grant.
     assert!(
         holder.acquired_at >= before - Duration::from_millis(2)
-            && holder.acquired_at <= after + Duration::from_millis(2),
+            && holder.acquired_at <= after + Duration::from_millis(20),
         "taken between {before:?} and {after:?}, shown {:?}",
         holder.acquired_at
     );
@@ -100,7 +117,7 @@ async fn a_plain_lock_shows_who_took_it_where_and_since_when() {
     assert_eq!(
         stored.who(&owner),
         Some(first_who.as_str()),
-        "re-entry and renewals left what the acquisition wrote: {stored:?}"
+        "re-entry and renewals left what the first renewal wrote: {stored:?}"
     );
     let later = holder_of(&locks, "holder:plain").await;
     assert!(
@@ -138,12 +155,6 @@ async fn a_fenced_lock_is_written_by_the_script_with_the_servers_time() {
         .function("billing::charge")
         .await
         .expect("lock");
-    let stored = support::stored(&server, "holder:fenced");
-    let owner = support::redis_holder(&server, "holder:fenced").expect("a holder");
-    assert!(
-        stored.who(&owner).is_some(),
-        "the script wrote who holds it: {stored:?}"
-    );
     let holder = holder_of(&locks, "holder:fenced").await;
     check_process(&holder);
     assert_eq!(holder.site, "billing::charge");
@@ -158,8 +169,23 @@ async fn a_timeout_names_the_holder() {
     let [holder_client, waiter_client] = support::clients(&server).await;
     let line = line!() + 1;
     let guard = holder_client.lock("holder:busy").await.expect("lock");
-    tokio::time::sleep(Duration::from_millis(150)).await;
 
+    // Before its first renewal the holder is not named, and the timeout says so.
+    let err = waiter_client
+        .lock("holder:busy")
+        .wait(Duration::from_millis(150))
+        .await
+        .expect_err("held by the other client");
+    let LockError::Timeout { holder: None, .. } = &err else {
+        panic!("expected a timeout naming nobody yet, got {err:?}");
+    };
+    assert!(
+        err.to_string()
+            .contains("not named yet: a holder is named once it has held the lock for 1 s"),
+        "{err}"
+    );
+
+    support::named(&server, "holder:busy").await;
     let err = waiter_client
         .lock("holder:busy")
         .wait(Duration::from_millis(200))
@@ -171,7 +197,10 @@ async fn a_timeout_names_the_holder() {
     let holder = holder.as_ref().expect("the timeout names the holder");
     check_process(holder);
     assert_eq!(holder.site, format!("tests/ops_holder.rs:{line}"));
-    assert!(holder.held_for >= Duration::from_millis(340), "{holder:?}");
+    assert!(
+        holder.held_for >= Duration::from_millis(1_150),
+        "{holder:?}"
+    );
     let message = err.to_string();
     let expected = format!(
         "held by {} on {}, pid {}, in tests/ops_holder.rs:{line}, for ",
@@ -236,6 +265,7 @@ async fn readers_writers_permits_and_sets_each_show_their_holder() {
         .function("catalogue::read")
         .await
         .expect("read");
+    support::named(&server, "holder:rw").await;
     let info = locks.inspect("holder:rw").await.expect("inspect");
     assert_eq!(info.holders.len(), 1);
     let shown = info.holders[0].info.as_ref().expect("a reader's info");
@@ -259,6 +289,7 @@ async fn readers_writers_permits_and_sets_each_show_their_holder() {
         .function("catalogue::write")
         .await
         .expect("write");
+    support::named(&server, "holder:rw").await;
     let err = other
         .read_lock("holder:rw")
         .wait(Duration::from_millis(150))
@@ -393,4 +424,80 @@ async fn with_lock_shows_its_callers_line_as_the_site() {
         format!("tests/ops_holder.rs:{line}"),
         "{holder:?}"
     );
+}
+
+/// A fixed lease, which no renewal names later, names its holder with the
+/// acquisition itself; a lock the watchdog renews, given back before its first
+/// renewal, is never named, and costs the server nothing to name.
+#[tokio::test]
+async fn a_fixed_lease_is_named_at_once_and_a_short_hold_never() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let line = line!() + 2;
+    let fixed = locks
+        .lock("holder:fixed")
+        .lease(Duration::from_secs(30))
+        .await
+        .expect("lock");
+    let owner = support::redis_holder(&server, "holder:fixed").expect("a holder");
+    let stored = support::stored(&server, "holder:fixed");
+    assert!(
+        stored.who(&owner).is_some(),
+        "named by the acquisition: {stored:?}"
+    );
+    let holder = holder_of(&locks, "holder:fixed").await;
+    assert_eq!(holder.site, format!("tests/ops_holder.rs:{line}"));
+    fixed.unlock().await.expect("unlock");
+
+    let namings = support::command_calls(&server, "hsetnx");
+    let short = locks.lock("holder:short").await.expect("lock");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stored = support::stored(&server, "holder:short");
+    let owner = support::redis_holder(&server, "holder:short").expect("a holder");
+    assert_eq!(
+        stored.who(&owner),
+        None,
+        "named before its first renewal: {stored:?}"
+    );
+    short.unlock().await.expect("unlock");
+    assert_eq!(
+        support::command_calls(&server, "hsetnx"),
+        namings,
+        "a naming was sent"
+    );
+}
+
+/// `name_holders_at_once(true)`: every acquisition names its holder in the same
+/// script run, and a timeout shorter than a second names it.
+#[tokio::test]
+async fn a_client_may_name_every_holder_at_once() {
+    let server = support::server();
+    let at_once = LockClient::builder()
+        .url(server.url())
+        .name_holders_at_once(true)
+        .connect()
+        .await
+        .expect("connect");
+    let other = support::client(&server).await;
+    let guard = at_once.lock("holder:at-once").await.expect("lock");
+    let owner = support::redis_holder(&server, "holder:at-once").expect("a holder");
+    let stored = support::stored(&server, "holder:at-once");
+    assert!(
+        stored.who(&owner).is_some(),
+        "named by the acquisition: {stored:?}"
+    );
+    let err = other
+        .lock("holder:at-once")
+        .wait(Duration::from_millis(100))
+        .await
+        .expect_err("held");
+    let LockError::Timeout {
+        holder: Some(holder),
+        ..
+    } = &err
+    else {
+        panic!("a timeout naming the holder, got {err:?}");
+    };
+    check_process(holder);
+    guard.unlock().await.expect("unlock");
 }

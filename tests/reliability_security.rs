@@ -150,6 +150,7 @@ async fn a_foreign_owner_can_neither_release_nor_renew() {
         owner: &foreign,
         lease_ms: 86_400_000,
         write_back: None,
+        name: None,
     };
     let renewed: Vec<i64> = support::invoke(&renew_script(), &renew.to_call())
         .invoke_async(&mut redis)

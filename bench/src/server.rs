@@ -571,10 +571,12 @@ pub(crate) const REMEMBER_MS: u64 = 2_000;
 /// The owner id of the reference's locks (a client's uuid and counter).
 pub(crate) const DISTLOCK_OWNER: &str = "0123456789abcdef0123456789abcdef:1";
 
-/// What a client says of a holder with a first acquisition (`ARGV[10]` of
-/// acquire.lua, `"<pid> <service> <host> <site>"`): 50 bytes, the most the client
-/// writes unless its service and host names alone are longer (lock-core/src/who.rs).
-/// The references send it, as the client does.
+/// What a client says of a holder (`"<pid> <service> <host> <site>"`): 50 bytes,
+/// the most the client writes unless its service and host names alone are longer
+/// (lock-core/src/who.rs). A client sends it with a first acquisition of a fixed
+/// lease (`ARGV[10]` of acquire.lua), else with the hold's first renewal: the
+/// references, whose leases stand for the watchdog's, send none, as the client
+/// does; the per-step table sends it for a library of before that change.
 pub(crate) const DISTLOCK_WHO: &str = "48121 distlock-bench bench-host src/contender.rs:5";
 
 /// Commands that distlock's scripts run inside Redis (lua/lock.lua and the scripts):
@@ -705,13 +707,12 @@ fn fcall_line(sha: &str, call: &Call) -> Vec<String> {
 
 /// A new acquisition of `kind` by the reference's owner, as the client sends it: no
 /// fencing, not a re-entry, no writer in the call chain, the caller would wait (a
-/// writer or a fair waiter would keep its place), and what the client says of the
-/// holder.
+/// writer or a fair waiter would keep its place), and the holder not named (its
+/// first renewal would name it).
 pub(crate) fn acquire_args<'a>(kind: Kind, op: &Op<'a>) -> Acquire<'a> {
     Acquire {
         kind: kind.layout_kind(),
         stays: true,
-        who: DISTLOCK_WHO,
         ..Acquire::new(
             op.lock.as_bytes(),
             DISTLOCK_OWNER,
@@ -748,7 +749,7 @@ fn distlock_acquire_line(sha: &str, kind: Kind, op: &Op<'_>) -> Vec<String> {
 }
 
 /// A set's acquisition by acquire_all.lua (`sha`): one owner for every name (its
-/// operations `ops`), no fencing, what the client says of the holder.
+/// operations `ops`), no fencing, the holder not named (as [`acquire_args`]).
 fn set_acquire_line(sha: &str, ops: &[Op<'_>]) -> Vec<String> {
     let names = ops.iter().map(|op| SetName {
         lock: op.lock.as_bytes(),
@@ -761,7 +762,7 @@ fn set_acquire_line(sha: &str, ops: &[Op<'_>]) -> Vec<String> {
     let set = AcquireAll {
         fencing: false,
         names: names.collect(),
-        who: DISTLOCK_WHO,
+        who: "",
     };
     fcall_line(sha, &set.to_call())
 }
@@ -1000,9 +1001,11 @@ mod tests {
         assert_eq!(lock.kind(), Some(layout::Kind::Exclusive.word()));
         assert_eq!(lock.count(DISTLOCK_OWNER), 1);
         assert_eq!(lock.record(DISTLOCK_OWNER), Some("0 1"));
-        assert!(lock
-            .who(DISTLOCK_OWNER)
-            .is_some_and(|who| who.ends_with(DISTLOCK_WHO)));
+        assert_eq!(
+            lock.who(DISTLOCK_OWNER),
+            None,
+            "named by a first renewal only"
+        );
         let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn)?;
         assert!(pttl > 0, "a lease: {pttl}");
 

@@ -174,10 +174,6 @@ fn variants(kind: Kind, path: Path) -> Vec<Variant> {
         "redis.call('SET', freed,",
         "step_cut(redis.call, 'SET', freed,",
     )]);
-    let who = Cut::Text(&[(
-        "if who and who ~= '' then\n    put(fields, WHO .. owner",
-        "if false then\n    put(fields, WHO .. owner",
-    )]);
     let op = Cut::Text(&[("  put(fields, OP .. owner, record_text)\n", "")]);
     let kind_fields = Cut::Text(&[(
         "return { FIELD.kind, kind, FIELD.layout, LAYOUT }",
@@ -194,9 +190,7 @@ fn variants(kind: Kind, path: Path) -> Vec<Variant> {
                 "`EXISTS` (a lock, or a final-release record?)",
                 cut_call!("call", "EXISTS"),
             ),
-            ("`TIME` (for `#who:`)", cut_call!("call", "TIME")),
             ("`HSET` (every field)", cut_call!("call", "HSET")),
-            ("field `#who:<owner>` (and its `TIME`)", who),
             ("field `#op:<owner>`", op),
             ("fields `#kind`, `#layout`", kind_fields),
             ("`PEXPIRE` (the lease)", cut_call!("call", "PEXPIRE")),
@@ -206,9 +200,8 @@ fn variants(kind: Kind, path: Path) -> Vec<Variant> {
                 "`EXISTS` (a lock, or a final-release record?)",
                 cut_call!("call", "EXISTS"),
             ),
-            ("`TIME` (leases, `#who:`)", cut_call!("call", "TIME")),
+            ("`TIME` (leases)", cut_call!("call", "TIME")),
             ("`HSET` (every field)", cut_call!("call", "HSET")),
-            ("field `#who:<owner>`", who),
             ("field `#op:<owner>`", op),
             ("field `#until:<owner>`", until),
             ("fields `#kind`, `#layout`", kind_fields),
@@ -290,8 +283,9 @@ end
 ";
 
 /// Whether the client sends what it says of a holder with a first acquisition
-/// (`ARGV[10]` of acquire.lua; else "").
-const WHO_AT_ACQUISITION: bool = true;
+/// (`ARGV[10]` of acquire.lua; else ""): not for a lease the watchdog renews, whose
+/// first renewal names the holder (`lua/lock.lua`, `#who:`).
+const WHO_AT_ACQUISITION: bool = false;
 
 /// The library that `cut` is made of, untouched (its setup runs it): its text, its
 /// name, and whether its client sends what it says of a holder with a first
@@ -377,6 +371,7 @@ fn line(
             owner: DISTLOCK_OWNER,
             lease_ms,
             write_back: None,
+            name: None,
         }
         .to_call(),
     };

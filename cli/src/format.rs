@@ -205,12 +205,15 @@ impl LockView {
     }
 
     /// Who holds the lock, as people read it (the first holder: the writer or
-    /// exclusive holder); `-` when free or nobody wrote who they are.
+    /// exclusive holder); `-` when free, and a word when its holder is not named.
     pub(crate) fn held_by(&self) -> String {
-        self.holders
-            .first()
-            .and_then(|holder| holder.holder.as_ref())
-            .map_or_else(|| "-".to_owned(), |who| printable(&who.text))
+        match self.holders.first() {
+            None => "-".to_owned(),
+            Some(holder) => holder.holder.as_ref().map_or_else(
+                || "not named yet (a holder is named once it has held the lock for 1 s)".to_owned(),
+                |who| printable(&who.text),
+            ),
+        }
     }
 
     /// The first holder in short: `orders-api@host-3:4121`.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use distlock_testkit::RedisServer;
 use serde_json::Value;
 use support::{
-    client, code, json, json_lines, run, run_bare, run_with_input, stderr, stdout, Running,
+    client, code, json, json_lines, named, run, run_bare, run_with_input, stderr, stdout, Running,
 };
 
 fn server() -> RedisServer {
@@ -34,6 +34,7 @@ async fn inspect_shows_both_readers_of_a_read_lock() {
         .read_lock("catalogue")
         .await
         .expect("another read hold");
+    named(&locks, &["catalogue"]).await;
 
     let human = run(&url, &["inspect", "catalogue"]).await;
     assert_eq!(code(&human), Some(0), "held: exit 0; {}", stderr(&human));
@@ -257,6 +258,17 @@ async fn list_finds_the_locks_that_match_a_pattern() {
         .unlock()
         .await
         .expect("released");
+    named(
+        &locks,
+        &[
+            "order:1",
+            "order:{7}",
+            "order:rw",
+            "order:exports",
+            "invoice:1",
+        ],
+    )
+    .await;
     // A key of the namespace that is no lock's, and another namespace's lock.
     server
         .cmd(&["SET", "distlock:unrelated", "x"])

@@ -113,8 +113,9 @@ pub(crate) struct Successor {
     pub(crate) seq: u64,
     pub(crate) floor: u64,
     pub(crate) fencing: bool,
-    /// What the client writes of the successor as the holder (`who.rs`).
-    pub(crate) who: Arc<str>,
+    /// What the client writes of the successor as the holder (`who.rs`): `None`
+    /// when its first renewal names it instead.
+    pub(crate) who: Option<Arc<str>>,
 }
 
 impl Successor {
@@ -126,7 +127,7 @@ impl Successor {
             seq: self.seq,
             floor: self.floor,
             fencing: self.fencing,
-            who: &self.who,
+            who: self.who.as_deref().unwrap_or(""),
         }
     }
 }

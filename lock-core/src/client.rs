@@ -161,16 +161,18 @@ pub struct Holder {
     /// Its fencing token, when it took one.
     pub fencing_token: Option<u64>,
     /// Who it is: service, host, process, where it took the lock and since when.
-    /// `None` for a holder whose client wrote nothing of it (a distlock before
-    /// 0.1's holder info).
+    /// `None` for a holder not named yet: a hold the watchdog renews is named by its
+    /// first renewal, 1 s after its grant (sooner when a third of its lease is
+    /// shorter), a hold of a fixed lease at once; or one whose client wrote nothing
+    /// of it (a distlock before 0.1's holder info).
     pub info: Option<HolderInfo>,
 }
 
 impl LockInfo {
-    /// Who holds the lock, as its client wrote it with the first acquisition: the
+    /// Who holds the lock, as its client named it (see [`Holder::info`]): the
     /// holder of a plain or fair lock, the writer of a read-write lock, else (readers,
     /// permits) the first of [`holders`](Self::holders), the one with the longest
-    /// lease. `None` when the lock is free, or its holder's client wrote nothing.
+    /// lease. `None` when the lock is free, or its holder is not named yet.
     ///
     /// # Examples
     ///
@@ -179,7 +181,7 @@ impl LockInfo {
     /// # async fn demo(locks: distlock::LockClient) -> Result<(), distlock::LockError> {
     /// match locks.inspect("order:42").await?.holder() {
     ///     Some(holder) => println!("held by {holder}"),
-    ///     None => println!("free, or held by a client that says nothing of itself"),
+    ///     None => println!("free, or held for less than a second"),
     /// }
     /// # Ok(())
     /// # }

@@ -35,11 +35,13 @@ pub enum LockError {
     /// The lock stayed held by another owner for the whole wait (or, in this
     /// client, by tasks that asked for it first).
     ///
-    /// Its message names the holder when its client wrote who it is: ``timed out
-    /// after 2s waiting for lock `order:42`: held by orders-api on host-3, pid 4121,
-    /// in orders::place_order, for 2.1s; wait longer with `.wait(..)`, use `try_lock`
-    /// to skip busy locks, or look at the holder with `LockClient::inspect` or
-    /// `distlock inspect` `` (else ``another owner still holds it``).
+    /// Its message names the holder once it is named (it has held the lock for 1 s;
+    /// see [`Holder::info`](crate::Holder::info)): ``timed out after 2s waiting for
+    /// lock `order:42`: held by orders-api on host-3, pid 4121, in
+    /// orders::place_order, for 2.1s; wait longer with `.wait(..)`, use `try_lock` to
+    /// skip busy locks, or look at the holder with `LockClient::inspect` or
+    /// `distlock inspect` `` (else ``another owner still holds it (not named yet: a
+    /// holder is named once it has held the lock for 1 s)``).
     #[error(
         "timed out after {waited:?} waiting for lock `{name}`: {}; wait longer with \
          `.wait(..)`, use `try_lock` to skip busy locks, or look at the holder with \
@@ -586,7 +588,9 @@ fn held_by(holder: &Option<Box<HolderInfo>>, held_here: &Option<String>) -> Stri
     }
     match holder {
         Some(holder) => format!("held by {holder}"),
-        None => "another owner still holds it".to_owned(),
+        None => "another owner still holds it (not named yet: a holder is named once it \
+                 has held the lock for 1 s)"
+            .to_owned(),
     }
 }
 
@@ -998,8 +1002,9 @@ mod tests {
         let cases = [
             (
                 LockError::timeout(name(), Duration::from_secs(2)),
-                "timed out after 2s waiting for lock `order:42`: another owner still holds it; \
-                 wait longer with `.wait(..)`, use `try_lock` to skip busy locks, or look at the \
+                "timed out after 2s waiting for lock `order:42`: another owner still holds it \
+                 (not named yet: a holder is named once it has held the lock for 1 s); wait \
+                 longer with `.wait(..)`, use `try_lock` to skip busy locks, or look at the \
                  holder with `LockClient::inspect` or `distlock inspect`",
             ),
             (

@@ -28,8 +28,9 @@ pub(crate) struct Offer {
     pub(crate) owner: Arc<Owner>,
     pub(crate) lease_ms: u64,
     pub(crate) fencing: bool,
-    /// What the client writes of the waiter once it holds the lock (`who.rs`).
-    pub(crate) who: Arc<str>,
+    /// What the client writes of the waiter once it holds the lock (`who.rs`):
+    /// `None` when its first renewal names it instead.
+    pub(crate) who: Option<Arc<str>>,
 }
 
 /// What came of a release that claimed a waiter's offer.

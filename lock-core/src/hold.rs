@@ -39,6 +39,8 @@ pub(crate) struct Hold {
     pub(crate) tag: crate::series::Tag,
     /// Where the first acquisition was asked for, and its class (lock-order checks).
     pub(crate) origin: Origin,
+    /// What the client says of the holder (`who.rs`), for the renewal that names it.
+    pub(crate) who: Arc<str>,
     /// The task that took it: a wait of that same task for this lock, from another
     /// call chain, waits for itself.
     pub(crate) task: TaskId,
@@ -73,6 +75,9 @@ pub(crate) struct HoldState {
     pub(crate) renew_until: Option<Instant>,
     /// Given back by the client's shutdown: its guards send nothing more.
     pub(crate) closed: bool,
+    /// Whether the lock names its holder (`lua/lock.lua`'s `#who:`): at once for a
+    /// fixed lease, else from the first renewal that found it held.
+    pub(crate) named: bool,
 }
 
 impl HoldState {
@@ -146,7 +151,7 @@ impl Hold {
         keys: Arc<LockKeys>,
         owner: Arc<Owner>,
         fence: Option<u64>,
-        origin: Origin,
+        (origin, who): (Origin, Arc<str>),
         max_hold: Option<Duration>,
         tag: crate::series::Tag,
         state: HoldState,
@@ -166,6 +171,7 @@ impl Hold {
             max_hold,
             tag,
             origin,
+            who,
             task: TaskId::current(),
             class: OnceLock::new(),
             acquired: Instant::now(),
@@ -703,7 +709,7 @@ impl Hold {
             Arc::new(LockKeys::new("ns", name.as_bytes()).expect("valid name")),
             crate::owner::Owner::new(format!("owner:{id}").into()),
             None,
-            crate::origin::Origin::here(),
+            (crate::origin::Origin::here(), "1 test host here".into()),
             None,
             crate::series::uncounted(),
             HoldState {
@@ -714,6 +720,7 @@ impl Hold {
                 next_renew: now + Duration::from_secs(20),
                 renew_until: None,
                 closed: false,
+                named: false,
             },
         ))
     }
@@ -735,6 +742,7 @@ mod tests {
             next_renew: now + lease / 3,
             renew_until,
             closed: false,
+            named: false,
         };
         assert_eq!(state(None).extension(now + lease * 10), lease);
         let capped = state(Some(now + Duration::from_secs(1)));

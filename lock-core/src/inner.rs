@@ -41,6 +41,8 @@ pub(crate) struct Settings {
     pub(crate) default_lease: Duration,
     pub(crate) fencing: bool,
     pub(crate) group_commit: bool,
+    /// Whether each acquisition names its holder (else its first renewal does).
+    pub(crate) name_at_once: bool,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) replicas: Option<(u32, Duration)>,

@@ -6,6 +6,11 @@ use std::time::Duration;
 use crate::error::LockError;
 use crate::faults::{self, Fault};
 
+/// How long a hold the watchdog renews is held before its first renewal, which
+/// names its holder (`lua/lock.lua`'s `#who:`), when a third of its lease is longer:
+/// a lock held for less names no holder, and costs the server nothing to name one.
+pub(crate) const NAME_AFTER: Duration = Duration::from_secs(1);
+
 /// The shortest lease accepted: 10 ms. A lease is counted on for itself less the
 /// clock drift allowance (1 % + 2 ms), so a shorter one would leave next to nothing,
 /// or nothing, to hold the lock with.

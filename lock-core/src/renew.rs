@@ -297,11 +297,19 @@ async fn renew_pipeline(
         for (run, start) in holds.chunks(MAX_RENEWALS).zip((0..).step_by(MAX_RENEWALS)) {
             let mut invocation = scripts.renew.prepare_invoke();
             for (offset, hold) in run.iter().enumerate() {
+                let (own_lease, named) = {
+                    let state = hold.state();
+                    (state.lease, state.named)
+                };
                 invocation.push(&args::Renew {
                     lock: &hold.keys.lock,
                     owner: hold.owner.id(),
-                    lease_ms: lease.unwrap_or_else(|| hold.state().lease).as_millis() as u64,
+                    lease_ms: lease.unwrap_or(own_lease).as_millis() as u64,
                     write_back: specs.get(start + offset).copied(),
+                    name: (!named).then(|| args::Naming {
+                        held_ms: hold.acquired.elapsed().as_millis() as u64,
+                        who: &hold.who,
+                    }),
                 });
             }
             invocation.add_to(&mut pipe, way);

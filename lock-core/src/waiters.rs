@@ -760,7 +760,7 @@ pub(crate) mod tests {
             owner: crate::owner::Owner::new("waiter".into()),
             lease_ms: 1000,
             fencing: false,
-            who: "1 test host src/lib.rs:1".into(),
+            who: Some("1 test host src/lib.rs:1".into()),
         }
     }
 

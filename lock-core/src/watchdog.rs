@@ -22,7 +22,7 @@ use crate::backend::Backend;
 use crate::error::LostReason;
 use crate::hold::{Hold, HoldState, HoldTable};
 use crate::keys::LockKeys;
-use crate::lease::validity;
+use crate::lease::{validity, NAME_AFTER};
 use crate::ops::Operators;
 use crate::owner::Owner;
 use crate::renew::{renew, Renewal};
@@ -456,10 +456,12 @@ impl Task {
     }
 
     /// Splits the holds into those to renew now (everything due within half a
-    /// period, so that renewals travel together), those whose lease has ended, and
-    /// the time of the next event.
+    /// period, so that renewals travel together; a hold not named yet, whose first
+    /// renewal comes [`NAME_AFTER`] after its grant, within a quarter of that), those
+    /// whose lease has ended, and the time of the next event.
     fn survey(&self, now: Instant) -> (Vec<Arc<Hold>>, Vec<Arc<Hold>>, Option<Instant>) {
         let horizon = now + self.period / 2;
+        let first_horizon = now + (self.period / 2).min(NAME_AFTER / 4);
         let mut due = Vec::new();
         let mut expired = Vec::new();
         let mut next: Option<Instant> = None;
@@ -473,7 +475,8 @@ impl Task {
             consider(state.deadline);
             // Past `max_hold`: no more renewals; the lease runs out at its deadline.
             if state.watchdog && !state.renewal_capped() {
-                if state.next_renew <= horizon {
+                let within = if state.named { horizon } else { first_horizon };
+                if state.next_renew <= within {
                     due.push(hold.clone());
                 } else {
                     consider(state.next_renew);
@@ -645,6 +648,7 @@ impl Task {
                     let mut state = hold.state();
                     state.deadline = sent + validity(state.lease);
                     state.next_renew = sent + self.period;
+                    state.named = true;
                 }
                 Renewal::Unconfirmed { .. } => self.unconfirmed(hold, sent, new_master),
                 // Whatever the replicas acknowledged: the master that answered
@@ -691,6 +695,8 @@ impl Task {
     fn unconfirmed(&self, hold: &Hold, sent: Instant, new_master: bool) {
         hold.tag.renewal_failed();
         let mut state = hold.state();
+        // The master that answered "held" named the holder.
+        state.named = true;
         if new_master {
             let bridge = (self.period * 2).min(validity(state.lease));
             state.deadline = state.deadline.max(sent + bridge);

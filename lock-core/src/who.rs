@@ -1,5 +1,6 @@
-//! Who holds a lock: what a client writes of each holder with its first acquisition
-//! (`lua/lock.lua`'s `who`, `"<pid> <service> <host> <site>"`), and what
+//! Who holds a lock: what a client writes of each holder once it has held the lock
+//! for [`NAME_AFTER`](crate::lease::NAME_AFTER) (`lua/lock.lua`'s `#who:`,
+//! `"<pid> <service> <host> <site>"`, by the hold's first renewal), and what
 //! [`LockClient::inspect`](crate::LockClient::inspect) reads back, [`HolderInfo`].
 //!
 //! The text is bounded: a service name of at most [`MAX_SERVICE_LEN`] bytes (checked

@@ -269,6 +269,8 @@ fn run(
                 .default_lease(LEASE)
                 .default_wait(WAIT)
                 .fencing(true)
+                // The checks tell owners apart by the site each names (its label).
+                .name_holders_at_once(true)
                 .lock_order(LockOrderCheck::Off)
                 .deadlock_check_after(None)
                 .connect()

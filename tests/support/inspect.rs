@@ -86,6 +86,25 @@ pub async fn stored_over(conn: &mut impl redis::aio::ConnectionLike, key: &str) 
     StoredLock::from_fields(fields).unwrap_or_else(|err| panic!("{key}: {err}"))
 }
 
+/// The lock `name` (see [`stored`]) once every holder is named (`#who:`): a hold
+/// the watchdog renews is named by its first renewal, 1 s after its grant
+/// (lua/lock.lua). Panics when one is not within 3 s.
+pub async fn named(server: &RedisServer, name: &str) -> StoredLock {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        let lock = stored(server, name);
+        let holders = lock.holders();
+        if !holders.is_empty() && holders.keys().all(|owner| lock.who(owner).is_some()) {
+            return lock;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`{name}`: a holder not named within 3 s: {lock:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// The hold count of lock `name` as Redis stores it: the sum of its holders' counts
 /// (0 when free).
 pub fn redis_count(server: &RedisServer, name: &str) -> u64 {

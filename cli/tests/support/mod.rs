@@ -117,6 +117,25 @@ pub async fn client(url: &str) -> LockClient {
         .expect("the test's lock client connects")
 }
 
+/// Waits until every holder of each of `names` is named (a hold is named by its
+/// first renewal, 1 s after its grant); panics when one is not within 3 s.
+pub async fn named(locks: &LockClient, names: &[&str]) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    for name in names {
+        loop {
+            let info = locks.inspect(*name).await.expect("inspect");
+            if info.holders.iter().all(|holder| holder.info.is_some()) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "`{name}` not named within 3 s: {info:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 /// A running `distlock` whose stdout lines are read as they come.
 pub struct Running {
     /// The process.

@@ -178,7 +178,7 @@ impl NameAttempt {
         (lease_ms, fencing): (u64, bool),
         writer: Option<Arc<str>>,
         stays: bool,
-        who: &Arc<str>,
+        who: Option<&Arc<str>>,
     ) -> Self {
         let op = owner.op();
         let request = Acquisition {
@@ -191,7 +191,7 @@ impl NameAttempt {
             reentry: false,
             writer,
             stays,
-            who: Some(who.clone()),
+            who: who.cloned(),
         };
         Self {
             inner: inner.clone(),

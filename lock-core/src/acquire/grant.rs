@@ -18,9 +18,15 @@ use crate::handoff::Granted;
 use crate::hold::{HeldLock, Hold, HoldState};
 use crate::inner::Inner;
 use crate::keys::LockKeys;
-use crate::lease::validity;
+use crate::lease::{validity, NAME_AFTER};
 use crate::origin::Origin;
 use crate::owner::Owner;
+
+/// Whether a grant to `inner`'s client, holding as `policy` says, names its holder
+/// itself (a fixed lease, or `name_holders_at_once`); else the first renewal does.
+pub(crate) fn named_at_once(inner: &Inner, policy: LeasePolicy) -> bool {
+    !policy.watchdog || inner.config.name_at_once
+}
 
 /// Whether a grant of the attempt sent at `sent`, holding as `policy` says, came
 /// before its lease could have ended: a later one may already belong to someone
@@ -39,6 +45,9 @@ pub(crate) struct Grant<'a> {
     pub(crate) policy: LeasePolicy,
     pub(crate) sent: Instant,
     pub(crate) granted: Granted,
+    /// What the client says of the holder (`who.rs`): sent with the acquisition
+    /// of a fixed lease, else with the first renewal.
+    pub(crate) who: Arc<str>,
 }
 
 impl Grant<'_> {
@@ -53,13 +62,20 @@ impl Grant<'_> {
         waited: Option<Duration>,
     ) -> HeldLock {
         let (inner, policy, sent) = (self.inner, self.policy, self.sent);
+        let named = named_at_once(inner, policy);
+        // A hold not named yet is renewed, and named, early.
+        let first_renewal = if named {
+            policy.lease / 3
+        } else {
+            (policy.lease / 3).min(NAME_AFTER)
+        };
         let hold = Arc::new(Hold::new(
             inner.next_hold_id(),
             inner.id,
             keys.clone(),
             self.owner.clone(),
             (fence > 0).then_some(fence),
-            self.origin.clone(),
+            (self.origin.clone(), self.who.clone()),
             policy.max_hold,
             inner.ops.series(keys, &self.origin),
             HoldState {
@@ -67,9 +83,10 @@ impl Grant<'_> {
                 deadline: sent + validity(policy.lease),
                 watchdog: policy.watchdog,
                 lease: policy.lease,
-                next_renew: sent + policy.lease / 3,
+                next_renew: sent + first_renewal,
                 renew_until: policy.max_hold.map(|max_hold| sent + max_hold),
                 closed: false,
+                named,
             },
         ));
         hold.tag.acquired(waited);

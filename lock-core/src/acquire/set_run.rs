@@ -74,8 +74,9 @@ pub(super) struct SetAttempt {
     inner: Arc<Inner>,
     names: Arc<[SetMember]>,
     fencing: bool,
-    /// What the client writes of the holder of each lock it creates (`who.rs`).
-    who: Arc<str>,
+    /// What the client writes of the holder of each lock it creates (`who.rs`):
+    /// `None` when the first renewal names it instead.
+    who: Option<Arc<str>>,
     /// When the attempt was made, before it was first sent.
     sent: Instant,
 }
@@ -88,7 +89,7 @@ impl SetAttempt {
         set: &NameSet,
         owner: &Arc<Owner>,
         policy: LeasePolicy,
-        who: &Arc<str>,
+        who: Option<&Arc<str>>,
     ) -> Self {
         let names = set
             .keys
@@ -116,7 +117,7 @@ impl SetAttempt {
             inner: inner.clone(),
             names,
             fencing: policy.fencing,
-            who: who.clone(),
+            who: who.cloned(),
             sent: Instant::now(),
         }
     }
@@ -166,7 +167,7 @@ impl Attempt for SetAttempt {
         let set = AcquireAll {
             fencing: self.fencing,
             names: names.collect(),
-            who: &self.who,
+            who: self.who.as_deref().unwrap_or(""),
         };
         let invocation = self.inner.scripts.acquire_all.invoke(&set);
         let reply: Vec<i64> = invocation.invoke_async(&mut conn).await?;

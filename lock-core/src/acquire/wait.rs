@@ -134,6 +134,13 @@ impl<'a> Wait<'a> {
         }
     }
 
+    /// What the client says of the holder, when the grant itself names it: a
+    /// fixed lease, which no renewal names later (`lease::NAME_AFTER`), or a client
+    /// that names every holder at once.
+    fn named_at_once(&self) -> Option<&Arc<str>> {
+        grant::named_at_once(self.inner, self.policy).then_some(&self.who)
+    }
+
     /// The labels of this wait's metrics; the first call counts it as contended, and
     /// notes whether another call chain of this same client holds the lock (said
     /// once per client at WARN, and in the wait's timeout).
@@ -279,12 +286,13 @@ impl<'a> Wait<'a> {
         match &self.ask {
             Ask::One { writer } => {
                 let (keys, writer) = (&self.keys, writer.clone());
-                let one =
-                    NameAttempt::new(self.inner, keys, owner, lease, writer, bounded, &self.who);
+                let who = self.named_at_once();
+                let one = NameAttempt::new(self.inner, keys, owner, lease, writer, bounded, who);
                 within(self.deadline, bounded, attempt::run(one)).await
             }
             Ask::Set(set) => {
-                let set = SetAttempt::new(self.inner, set, owner, self.policy, &self.who);
+                let who = self.named_at_once();
+                let set = SetAttempt::new(self.inner, set, owner, self.policy, who);
                 let run = attempt::run(set);
                 within(self.deadline, bounded, run).await
             }
@@ -462,7 +470,7 @@ impl Wait<'_> {
                 owner: owner.clone(),
                 lease_ms: self.policy.lease.as_millis() as u64,
                 fencing: self.policy.fencing,
-                who: self.who.clone(),
+                who: self.named_at_once().cloned(),
             });
         }
         let look_at = pttl_ms.map(|pttl_ms| Instant::now() + sleep_hint(pttl_ms));
@@ -556,6 +564,7 @@ pub(super) async fn wait_for<'a>(wait: &mut Wait<'a>) -> Result<Grant<'a>, LockE
                         policy: wait.policy,
                         sent,
                         granted,
+                        who: wait.who.clone(),
                     });
                 }
                 // The reply came too late to count on: pause before asking again,

@@ -320,7 +320,7 @@ macro_rules! optional_arg {
     )*};
 }
 
-optional_arg!(Successor<'a>, WriteBack);
+optional_arg!(Successor<'a>, WriteBack, Naming<'a>);
 
 /// A request's arguments, written and read in the order of its fields.
 trait Fields<'a>: Sized {
@@ -732,17 +732,24 @@ impl<'a> Release<'a> {
 }
 
 request! {
-    /// One renewal, as `renew.lua` takes it (one key, three arguments).
+    /// One renewal, as `renew.lua` takes it (one key, four arguments).
     ///
     /// # Examples
     ///
     /// ```
     /// # use distlock_core as distlock;
-    /// use distlock::layout::args::{Args, Renew, WriteBack};
+    /// use distlock::layout::args::{Args, Naming, Renew, WriteBack};
     ///
-    /// let renew = Renew { lock: b"ns:{a}", owner: "c:1", lease_ms: 500, write_back: Some(WriteBack { count: 2, seq: 4, floor: 3 }) };
+    /// let renew = Renew {
+    ///     lock: b"ns:{a}",
+    ///     owner: "c:1",
+    ///     lease_ms: 500,
+    ///     write_back: Some(WriteBack { count: 2, seq: 4, floor: 3 }),
+    ///     name: Some(Naming { held_ms: 1_000, who: "4242 svc host main.rs:7" }),
+    /// };
     /// let call = renew.to_call();
     /// assert_eq!(call.args[2], b"2 4 3");
+    /// assert_eq!(call.args[3], b"1000 4242 svc host main.rs:7");
     /// assert_eq!(Renew::decode_all(&call), Some(vec![renew]));
     /// ```
     pub struct Renew { [lock]
@@ -752,8 +759,57 @@ request! {
         lease_ms: u64,
         /// How to write the hold back where the lock is free; `None` to renew only.
         write_back: Option<WriteBack>,
+        /// The holder named, unless it is already (a hold's first renewal); `None`
+        /// for nothing more.
+        name: Option<Naming<'a>>,
     }
     keys(this) [[this.lock]]
+}
+
+/// What a renewal writes of a holder not named yet (`lua/lock.lua`'s `#who:`): how
+/// long ago it took the lock, and what its client says of it.
+///
+/// # Examples
+///
+/// ```
+/// # use distlock_core as distlock;
+/// use distlock::layout::args::Naming;
+/// let name = Naming { held_ms: 1_000, who: "4242 svc host main.rs:7" };
+/// assert_eq!(name.encode(), "1000 4242 svc host main.rs:7");
+/// assert_eq!(Naming::decode(&name.encode()), Some(name));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Naming<'a> {
+    /// How long ago the holder took the lock, in milliseconds.
+    pub held_ms: u64,
+    /// What its client says of it (`"<pid> <service> <host> <site>"`, never empty).
+    pub who: &'a str,
+}
+
+impl<'a> Naming<'a> {
+    /// The argument it is: `"<held ms> <who>"`.
+    ///
+    /// # Examples
+    ///
+    /// See [`Naming`].
+    pub fn encode(&self) -> String {
+        format!("{} {}", self.held_ms, self.who)
+    }
+
+    /// The naming an argument asks for; `None` when it asks for none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use distlock_core as distlock;
+    /// use distlock::layout::args::Naming;
+    /// assert_eq!(Naming::decode(""), None);
+    /// ```
+    pub fn decode(arg: &'a str) -> Option<Self> {
+        let (held_ms, who) = arg.split_once(' ')?;
+        let held_ms = held_ms.parse().ok()?;
+        (!who.is_empty()).then_some(Naming { held_ms, who })
+    }
 }
 
 /// A plain lock's hold written back by `renew.lua` where the lock is free: held
@@ -815,7 +871,7 @@ impl<'a> Renew<'a> {
     ///
     /// See [`Renew`].
     pub fn decode_all(call: &'a Call) -> Option<Vec<Self>> {
-        decode_each(&call.keys, &call.args, 1, 3)
+        decode_each(&call.keys, &call.args, 1, 4)
     }
 }
 
