@@ -170,7 +170,10 @@ impl Settings {
         links: &Arc<Links>,
     ) -> Result<(Backend, SubConn), LockError> {
         let (conn, sub) = self.server(info, push_tx, links).await?;
-        Ok((Backend::one(Conn::Single(conn)), SubConn::Single(sub)))
+        Ok((
+            Backend::one(Conn::Single(conn)),
+            SubConn::Servers(vec![sub]),
+        ))
     }
 
     /// The master the Sentinels name; also listens for `+switch-master` on every
@@ -219,7 +222,7 @@ impl Settings {
             subs.push(sub);
         }
         let backend = Backend::redlock(conns, self.redlock_node_timeout);
-        Ok((backend, SubConn::Many(subs)))
+        Ok((backend, SubConn::Servers(subs)))
     }
 
     /// A Redis Cluster: a command connection, and a RESP3 one for sharded pub/sub.

@@ -18,7 +18,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::SubConn;
+use crate::backend::{SubCall, SubConn};
 use crate::waiters::{hear, Command, Shared, Waiters, ANONYMOUS_RELEASE};
 
 /// How often the idle subscriber pings Redis, so that a dead connection is noticed
@@ -66,7 +66,7 @@ async fn run_commands(
             () = shutdown.cancelled() => return,
             command = commands.recv() => command,
             () = tokio::time::sleep(HEARTBEAT) => {
-                if let Err(err) = conn.ping().await {
+                if let Err(err) = conn.call(SubCall::Ping).await {
                     tracing::debug!(error = %err, "distlock: subscriber heartbeat failed; waking the first waiters");
                     shared.recheck_all();
                 }
@@ -84,7 +84,7 @@ async fn run_commands(
                 let result = if active.contains(&channel) {
                     Ok(())
                 } else {
-                    let result = conn.subscribe(&channel).await;
+                    let result = conn.call(SubCall::Subscribe(&channel)).await;
                     if result.is_ok() {
                         lost.remove(&channel);
                         active.insert(channel);
@@ -106,7 +106,7 @@ async fn run_commands(
                     lost.remove(&channel);
                 }
                 if !wanted && active.remove(&channel) {
-                    if let Err(err) = conn.unsubscribe(&channel).await {
+                    if let Err(err) = conn.call(SubCall::Unsubscribe(&channel)).await {
                         tracing::debug!(error = %err, "distlock: unsubscribe failed");
                     }
                 }
@@ -141,7 +141,7 @@ async fn resubscribe(
         return;
     };
     entry.requested.store(true, Ordering::SeqCst);
-    match conn.subscribe(&channel).await {
+    match conn.call(SubCall::Subscribe(&channel)).await {
         Ok(()) => {
             entry.confirmed.store(true, Ordering::Release);
             entry.wake_first();
@@ -161,7 +161,7 @@ async fn resubscribe_if_moved(conn: &mut SubConn, active: &HashSet<Vec<u8>>) {
         return;
     }
     for channel in active {
-        if let Err(err) = conn.subscribe(channel).await {
+        if let Err(err) = conn.call(SubCall::Subscribe(channel)).await {
             tracing::debug!(error = %err, "distlock: resubscribe on the new master failed");
         }
     }

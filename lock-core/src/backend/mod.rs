@@ -240,13 +240,21 @@ fn majority(nodes: usize) -> usize {
 /// The subscriber's connection: plain pub/sub on one server, sharded pub/sub on a
 /// cluster (the channel lives on the shard of its lock).
 pub(crate) enum SubConn {
-    Single(Link<ConnectionManager>),
+    /// One server, or Redlock's masters: every node publishes its own release
+    /// message.
+    Servers(Vec<Link<ConnectionManager>>),
     Cluster(Link<ClusterConnection>),
-    /// Redlock: every node publishes its own release message.
-    Many(Vec<Link<ConnectionManager>>),
     /// Sentinel: the subscriber of the current master, and the generation of the
     /// master it last subscribed on.
     Sentinel(Arc<SentinelConn>, u64),
+}
+
+/// What the subscriber asks of its connection.
+#[derive(Clone, Copy)]
+pub(crate) enum SubCall<'c> {
+    Subscribe(&'c [u8]),
+    Unsubscribe(&'c [u8]),
+    Ping,
 }
 
 impl SubConn {
@@ -268,7 +276,7 @@ impl SubConn {
     /// the Redlock nodes (each publishes its own message), else one.
     pub(crate) fn announcers(&self) -> usize {
         match self {
-            Self::Many(links) => majority(links.len()),
+            Self::Servers(links) => majority(links.len()),
             _ => 1,
         }
     }
@@ -277,113 +285,107 @@ impl SubConn {
     /// disconnected): names the new ones after the service, in the background.
     pub(crate) fn rename(&self) {
         match self {
-            Self::Single(link) => link.rename_soon(),
+            Self::Servers(links) => links.iter().for_each(Link::rename_soon),
             Self::Cluster(link) => link.rename_soon(),
             Self::Sentinel(sentinel, _) => sentinel.current().subscriber.rename_soon(),
-            Self::Many(links) => links.iter().for_each(Link::rename_soon),
         }
     }
 
-    /// Subscribes; on Redlock it is enough that one node confirms (a waiter's sleep
-    /// is capped by the lease anyway).
-    pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> redis::RedisResult<()> {
+    /// Makes `call`: on Redlock on every node, where it is enough that one node
+    /// confirms a subscription (a waiter's sleep is capped by the lease anyway);
+    /// behind Sentinel on the current master, which a failed ping makes the client
+    /// find again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Safe to drop: a (un)subscription may or may not have been sent, as with the
+    /// connection's own call.
+    pub(crate) async fn call(&mut self, call: SubCall<'_>) -> RedisResult<()> {
         match self {
-            Self::Single(link) => subscribe(link, channel).await,
-            Self::Cluster(link) => {
-                link.name_before_request().await;
-                let result = link.conn().ssubscribe(channel).await;
-                link.observe(&result);
-                result
-            }
-            Self::Sentinel(sentinel, _) => {
-                subscribe(&mut sentinel.current().subscriber, channel).await
-            }
-            Self::Many(conns) => {
-                let mut result = Ok(());
-                let mut any = false;
-                for conn in conns {
-                    match subscribe(conn, channel).await {
+            Self::Servers(links) => {
+                let (mut any, mut failed) = (false, None);
+                for link in links {
+                    match call.on(link).await {
                         Ok(()) => any = true,
-                        Err(err) => result = Err(err),
+                        Err(err) => failed = Some(err),
                     }
                 }
-                if any {
-                    Ok(())
-                } else {
-                    result
+                match failed {
+                    Some(err) if !(any && matches!(call, SubCall::Subscribe(_))) => Err(err),
+                    _ => Ok(()),
                 }
             }
-        }
-    }
-
-    pub(crate) async fn unsubscribe(&mut self, channel: &[u8]) -> redis::RedisResult<()> {
-        match self {
-            Self::Single(link) => unsubscribe(link, channel).await,
-            Self::Cluster(link) => {
-                let result = link.conn().sunsubscribe(channel).await;
-                link.observe(&result);
-                result
-            }
-            Self::Sentinel(sentinel, _) => {
-                unsubscribe(&mut sentinel.current().subscriber, channel).await
-            }
-            Self::Many(conns) => {
-                let mut result = Ok(());
-                for conn in conns {
-                    if let Err(err) = unsubscribe(conn, channel).await {
-                        result = Err(err);
-                    }
-                }
-                result
-            }
-        }
-    }
-
-    pub(crate) async fn ping(&mut self) -> redis::RedisResult<Value> {
-        let ping = redis::cmd("PING");
-        match self {
-            Self::Single(conn) => ping.query_async(conn).await,
-            Self::Cluster(conn) => ping.query_async(conn).await,
-            Self::Sentinel(sentinel, _) => {
-                let pinged =
-                    |mut on: Current| async move { ping.query_async(&mut on.subscriber).await };
+            Self::Cluster(link) => call.on(link).await,
+            Self::Sentinel(sentinel, _) if matches!(call, SubCall::Ping) => {
+                let pinged = |mut on: Current| async move { call.on(&mut on.subscriber).await };
                 sentinel.on_master(pinged).await
             }
-            Self::Many(conns) => {
-                let mut result = Ok(Value::Nil);
-                for conn in conns {
-                    if let Err(err) = ping.query_async::<Value>(conn).await {
-                        result = Err(err);
-                    }
-                }
-                result
-            }
+            Self::Sentinel(sentinel, _) => call.on(&mut sentinel.current().subscriber).await,
         }
     }
 }
 
-/// Subscribes `link` to `channel`, naming its connection first if needed.
-///
-/// # Cancel safety
-///
-/// Safe to drop: the subscription may or may not have been sent, as with the
-/// connection manager's own call.
-async fn subscribe(link: &mut Link<ConnectionManager>, channel: &[u8]) -> RedisResult<()> {
-    link.ensure_named().await;
-    let result = link.conn().subscribe(channel).await;
-    link.observe(&result);
-    result
+impl SubCall<'_> {
+    /// Makes the call on `link`, naming its connection first for a subscription.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`SubConn::call`].
+    async fn on<C: PubSub>(self, link: &mut Link<C>) -> RedisResult<()> {
+        let result = match self {
+            Self::Subscribe(channel) => {
+                link.name_before_request().await;
+                link.conn().join(channel).await
+            }
+            Self::Unsubscribe(channel) => link.conn().leave(channel).await,
+            // A command: the link names the connection and records the answer.
+            Self::Ping => {
+                return redis::cmd("PING")
+                    .query_async::<Value>(link)
+                    .await
+                    .map(drop)
+            }
+        };
+        link.observe(&result);
+        result
+    }
 }
 
-/// Unsubscribes `link` from `channel`.
-///
-/// # Cancel safety
-///
-/// Safe to drop, as the connection manager's own call.
-async fn unsubscribe(link: &mut Link<ConnectionManager>, channel: &[u8]) -> RedisResult<()> {
-    let result = link.conn().unsubscribe(channel).await;
-    link.observe(&result);
-    result
+/// A subscriber connection's own (un)subscriptions, which it keeps across
+/// reconnects: plain ones, or sharded ones on a cluster.
+pub(crate) trait PubSub: ConnectionLike + Clone + Send + Sync + 'static {
+    /// Subscribes to `channel`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As redis-rs's own call: the subscription may or may not have been sent.
+    async fn join(&mut self, channel: &[u8]) -> RedisResult<()>;
+    /// Unsubscribes from `channel`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`join`](Self::join).
+    async fn leave(&mut self, channel: &[u8]) -> RedisResult<()>;
+}
+
+impl PubSub for ConnectionManager {
+    async fn join(&mut self, channel: &[u8]) -> RedisResult<()> {
+        self.subscribe(channel).await
+    }
+
+    async fn leave(&mut self, channel: &[u8]) -> RedisResult<()> {
+        self.unsubscribe(channel).await
+    }
+}
+
+impl PubSub for ClusterConnection {
+    async fn join(&mut self, channel: &[u8]) -> RedisResult<()> {
+        self.ssubscribe(channel).await
+    }
+
+    async fn leave(&mut self, channel: &[u8]) -> RedisResult<()> {
+        self.sunsubscribe(channel).await
+    }
 }
 
 /// The masters that a `CLUSTER SLOTS` reply names, `(host, port)` each, sorted and
