@@ -110,14 +110,6 @@ impl Drop for Replaced {
     }
 }
 
-impl std::fmt::Debug for Links {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Links")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
 #[derive(Debug)]
 struct Outage {
     since: Instant,
@@ -441,7 +433,7 @@ impl Links {
         shutdown: tokio_util::sync::CancellationToken,
     ) {
         let config = super::dial::timeouts(timeout, timeout);
-        let watch = ClusterWatch {
+        let mut watch = ClusterWatch {
             links: self.clone(),
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             conn,
@@ -454,7 +446,6 @@ impl Links {
             open: HashMap::new(),
             ranges: None,
         };
-        let mut watch = watch;
         watch.look(Vec::new()).await;
         self.suspected().get_or_insert_with(Vec::new);
         tokio::spawn(watch.run(shutdown));
@@ -695,6 +686,7 @@ pub(crate) fn is_lost_connection(err: &RedisError) -> bool {
 
 /// One connection the client relies on: named, and watched (see the module
 /// documentation).
+#[derive(Clone)]
 pub(crate) struct Link<C> {
     conn: C,
     addr: Arc<str>,
@@ -711,21 +703,6 @@ pub(crate) struct Link<C> {
     /// request that got an answer while another saw the connection lost may have
     /// travelled on the new connection, before the server there was identified.
     losses: Arc<AtomicU64>,
-}
-
-impl<C: Clone> Clone for Link<C> {
-    fn clone(&self) -> Self {
-        Self {
-            conn: self.conn.clone(),
-            addr: self.addr.clone(),
-            id: self.id,
-            links: self.links.clone(),
-            named: self.named.clone(),
-            cluster: self.cluster,
-            naming: self.naming.clone(),
-            losses: self.losses.clone(),
-        }
-    }
 }
 
 impl<C> Link<C> {
@@ -883,9 +860,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
             naming.store(false, Ordering::Release);
         });
     }
-}
 
-impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
     /// After a request that was answered while another request of the link saw
     /// the connection lost (`losses` is the count before it was sent): the answer
     /// may have come from the new connection, so the server there is identified
