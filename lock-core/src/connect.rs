@@ -277,7 +277,6 @@ impl Settings {
                 .watch_cluster(
                     conn.clone(),
                     template,
-                    certs.clone(),
                     self.response_timeout,
                     shutdown.clone(),
                 )

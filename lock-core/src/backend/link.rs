@@ -405,7 +405,7 @@ impl Links {
     /// [`CLUSTER_WATCH`] (at once after a lost connection, and every
     /// [`CLUSTER_RETRY`] while one holds grants back), reads which master serves
     /// each slot (`CLUSTER SLOTS`) and asks each master over a connection of its
-    /// own (made from `template`, a node's settings, with `certs`), within
+    /// own (made from `template`, a node's settings with its TLS certificates), within
     /// `timeout`, which server it is (`INFO server replication`). A master known
     /// by another `run_id` before (restarted empty on its port), or a master that
     /// took slots another one served (a failover, `MOVED`), has every hold checked
@@ -428,7 +428,6 @@ impl Links {
         self: &Arc<Self>,
         conn: redis::cluster_async::ClusterConnection,
         template: redis::ConnectionInfo,
-        certs: Option<super::tls::TlsCertificates>,
         timeout: Duration,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
@@ -438,7 +437,6 @@ impl Links {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             conn,
             template,
-            certs,
             config,
             timeout,
             watched: Vec::new(),
@@ -464,7 +462,6 @@ struct ClusterWatch {
     id: u64,
     conn: redis::cluster_async::ClusterConnection,
     template: redis::ConnectionInfo,
-    certs: Option<super::tls::TlsCertificates>,
     config: redis::AsyncConnectionConfig,
     timeout: Duration,
     /// The addresses asked at each look: the masters, and those seen down.
@@ -627,7 +624,7 @@ impl ClusterWatch {
                 .template
                 .clone()
                 .set_addr(node_addr(&self.template, node));
-            let client = super::tls::client_with(info, self.certs.as_ref())?;
+            let client = redis::Client::open(info)?;
             let fresh = client
                 .get_multiplexed_async_connection_with_config(&self.config)
                 .await?;
