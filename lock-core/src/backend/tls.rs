@@ -103,22 +103,23 @@ impl TlsSettings {
     /// neither setting is set.
     /// Without the `tls` feature: `None`, or the error naming the feature when a
     /// TLS setting was made.
-    #[cfg(not(feature = "tls"))]
     pub(crate) fn certificates(&self) -> Result<Option<TlsCertificates>, LockError> {
-        match self.first_set_option() {
-            None => Ok(None),
-            Some(option) => Err(LockError::invalid_option(
-                option,
-                needs_feature(&format!("`{option}`")),
-            )),
-        }
+        let Some(option) = self.first_set_option() else {
+            return Ok(None);
+        };
+        #[cfg(not(feature = "tls"))]
+        return Err(LockError::invalid_option(
+            option,
+            needs_feature(&format!("`{option}`")),
+        ));
+        #[cfg(feature = "tls")]
+        self.checked(option)
     }
 
+    /// [`certificates`](Self::certificates) with the `tls` feature, once `option`
+    /// is known to be set.
     #[cfg(feature = "tls")]
-    pub(crate) fn certificates(&self) -> Result<Option<TlsCertificates>, LockError> {
-        if self.first_set_option().is_none() {
-            return Ok(None);
-        }
+    fn checked(&self, option: &'static str) -> Result<Option<TlsCertificates>, LockError> {
         let roots = match &self.root_ca {
             Some(pem) => root_store(pem)?,
             None => RootCertStore::empty(),
@@ -128,7 +129,7 @@ impl TlsSettings {
             .with_safe_default_protocol_versions()
             .map_err(|err| {
                 LockError::invalid_option(
-                    self.first_set_option().unwrap_or("tls_root_ca"),
+                    option,
                     format!("rustls refused its default protocol versions ({err})"),
                 )
             })?
@@ -214,44 +215,20 @@ fn cert_chain(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, LockError> {
     Ok(chain)
 }
 
-/// A client of `info`, with the certificates when there are any.
-pub(crate) fn client_with(
+/// `info` with the certificates, when it is a TLS connection and there are any.
+pub(crate) fn with_certificates(
     info: ConnectionInfo,
     certs: Option<&TlsCertificates>,
-) -> RedisResult<redis::Client> {
+) -> RedisResult<ConnectionInfo> {
     match certs {
         #[cfg(feature = "tls")]
-        Some(certs) => redis::Client::build_with_tls(info, certs.clone()),
-        #[cfg(not(feature = "tls"))]
-        Some(certs) => match *certs {},
-        None => redis::Client::open(info),
-    }
-}
-
-/// `info` with the certificates, when it is a TLS connection and there are any.
-#[cfg(not(feature = "tls"))]
-pub(crate) fn with_certificates(
-    info: ConnectionInfo,
-    certs: Option<&TlsCertificates>,
-) -> RedisResult<ConnectionInfo> {
-    match certs {
-        Some(certs) => match *certs {},
-        None => Ok(info),
-    }
-}
-
-/// `info` with the certificates, when it is a TLS connection and there are any.
-#[cfg(feature = "tls")]
-pub(crate) fn with_certificates(
-    info: ConnectionInfo,
-    certs: Option<&TlsCertificates>,
-) -> RedisResult<ConnectionInfo> {
-    match certs {
         Some(certs) if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) => {
             Ok(redis::Client::build_with_tls(info, certs.clone())?
                 .get_connection_info()
                 .clone())
         }
+        #[cfg(not(feature = "tls"))]
+        Some(certs) => match *certs {},
         _ => Ok(info),
     }
 }
