@@ -339,17 +339,9 @@ impl Waiters {
     pub(crate) fn enqueue(&self, channel: Vec<u8>, independent: bool) -> Place {
         let entry = {
             let mut channels = self.shared.channels();
-            match channels.get_mut(&channel) {
-                Some((refs, entry)) => {
-                    *refs += 1;
-                    entry.clone()
-                }
-                None => {
-                    let entry = Arc::<Channel>::default();
-                    channels.insert(channel.clone(), (1, entry.clone()));
-                    entry
-                }
-            }
+            let (refs, entry) = channels.entry(channel.clone()).or_default();
+            *refs += 1;
+            entry.clone()
         };
         let ticket = entry.enqueue();
         Place {
@@ -377,14 +369,13 @@ impl Waiters {
     /// nothing of its own until the claim is delivered.
     pub(crate) fn claim(&self, channel: &[u8]) -> Option<Claim> {
         let entry = self.shared.channel(channel)?;
-        let claimed = {
+        let (ticket, offer) = {
             let mut queue = locked(&entry.queue);
             let (&ticket, slot) = queue.waiters.iter_mut().next()?;
             let offer = slot.offer.take()?;
             slot.claimed = true;
             (ticket, offer)
         };
-        let (ticket, offer) = claimed;
         Some(Claim {
             channel: entry,
             ticket,
