@@ -94,14 +94,12 @@ async fn run_commands(
                 let _ = reply.send(result);
             }
             Some(Command::Unsubscribe(channel)) => {
-                let wanted = match shared.channels().get(&channel) {
-                    // The new waiters' last one unsubscribes what stays subscribed.
-                    Some((_, entry)) => {
-                        entry.requested.store(true, Ordering::SeqCst);
-                        true
-                    }
-                    None => false,
-                };
+                // The new waiters' last one unsubscribes what stays subscribed.
+                let wanted = shared
+                    .channels()
+                    .get(&channel)
+                    .map(|(_, entry)| entry.requested.store(true, Ordering::SeqCst))
+                    .is_some();
                 if !wanted {
                     lost.remove(&channel);
                 }
@@ -179,63 +177,53 @@ async fn run_pushes(
             push = pushes.recv() => push,
         };
         let Some(push) = push else { return };
-        match push.kind {
-            PushKind::Message | PushKind::SMessage => {
-                if let [Value::BulkString(name), message, ..] = push.data.as_slice() {
-                    let channel = shared.channels().get(name).map(|(_, c)| c.clone());
-                    let message = match message {
-                        Value::BulkString(message) => message.as_slice(),
-                        _ => ANONYMOUS_RELEASE,
-                    };
-                    if let Some(channel) = channel {
-                        hear(channel, message, shared.announcers);
-                    }
-                }
+        if push.kind == PushKind::Disconnection {
+            // Releases may have been missed: the first waiter of every queue
+            // asks again; the others keep their places behind it.
+            tracing::debug!("distlock: subscriber disconnected; waking the first waiters");
+            shared.recheck_all();
+            if let Some(commands) = commands.upgrade() {
+                let _ = commands.send(Command::Rename);
             }
-            PushKind::Subscribe | PushKind::SSubscribe => {
-                // A subscription confirmed again after a reconnect (or on a
-                // cluster's new owner): a release published while it was down
-                // reached nobody, so a waiter of the channel asks again; the head
-                // only, so that the others stay behind it. (At the first
-                // subscription this may cost one extra attempt, once.)
-                if let Some(Value::BulkString(name)) = push.data.first() {
-                    if let Some(channel) = shared
-                        .channel(name)
-                        .filter(|channel| channel.confirmed.load(Ordering::Acquire))
-                    {
-                        channel.wake_first();
-                    }
-                }
+            continue;
+        }
+        let Some(Value::BulkString(name)) = push.data.first() else {
+            continue;
+        };
+        let Some(channel) = shared.channel(name) else {
+            continue;
+        };
+        match (&push.kind, push.data.get(1)) {
+            (PushKind::Message | PushKind::SMessage, Some(message)) => {
+                let message = match message {
+                    Value::BulkString(message) => message.as_slice(),
+                    _ => ANONYMOUS_RELEASE,
+                };
+                hear(channel, message, shared.announcers);
             }
-            PushKind::Unsubscribe | PushKind::SUnsubscribe => {
-                // Redis unsubscribed us: a cluster master gave the channel's slot to
-                // another master (or we unsubscribed, and a new waiter that asked for
-                // the subscription came since; subscribing again is then harmless).
-                // A channel whose waiters never asked for one (locks taken without
-                // waiting) is left alone. Until subscribed again, a waiter that has
-                // to wait subscribes itself.
-                if let Some(Value::BulkString(name)) = push.data.first() {
-                    if let Some(channel) = shared
-                        .channel(name)
-                        .filter(|channel| channel.requested.load(Ordering::SeqCst))
-                    {
-                        tracing::debug!(
-                            "distlock: Redis unsubscribed a waited channel; subscribing again"
-                        );
-                        channel.confirmed.store(false, Ordering::Release);
-                        if let Some(commands) = commands.upgrade() {
-                            let _ = commands.send(Command::Resubscribe(name.clone()));
-                        }
-                    }
-                }
+            // A subscription confirmed again after a reconnect (or on a cluster's
+            // new owner): a release published while it was down reached nobody, so
+            // a waiter of the channel asks again; the head only, so that the others
+            // stay behind it. (At the first subscription this may cost one extra
+            // attempt, once.)
+            (PushKind::Subscribe | PushKind::SSubscribe, _)
+                if channel.confirmed.load(Ordering::Acquire) =>
+            {
+                channel.wake_first();
             }
-            PushKind::Disconnection => {
-                // Releases may have been missed: the first waiter of every queue
-                // asks again; the others keep their places behind it.
-                tracing::debug!("distlock: subscriber disconnected; waking the first waiters");
-                shared.recheck_all();
+            // Redis unsubscribed us: a cluster master gave the channel's slot to
+            // another master (or we unsubscribed, and a new waiter that asked for
+            // the subscription came since; subscribing again is then harmless). A
+            // channel whose waiters never asked for one (locks taken without
+            // waiting) is left alone. Until subscribed again, a waiter that has to
+            // wait subscribes itself.
+            (PushKind::Unsubscribe | PushKind::SUnsubscribe, _)
+                if channel.requested.load(Ordering::SeqCst) =>
+            {
+                tracing::debug!("distlock: Redis unsubscribed a waited channel; subscribing again");
+                channel.confirmed.store(false, Ordering::Release);
                 if let Some(commands) = commands.upgrade() {
-                    let _ = commands.send(Command::Rename);
+                    let _ = commands.send(Command::Resubscribe(name.clone()));
                 }
             }
             _ => {}
