@@ -74,8 +74,14 @@ impl Backend {
     }
 
     /// The command the release scripts publish with.
+    /// Sharded pub/sub on a cluster, so that the message stays on the shard of the
+    /// lock.
     pub(crate) fn publish_command(&self) -> &'static str {
-        self.nodes[0].publish_command()
+        if self.nodes[0].is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
     }
 
     /// Runs `op` on every node, concurrently, each bounded by the per-node timeout;
@@ -150,15 +156,6 @@ pub(crate) enum Conn {
 }
 
 impl Conn {
-    /// The command the release scripts publish with: sharded pub/sub on a cluster,
-    /// so that the message stays on the shard of the lock.
-    pub(crate) fn publish_command(&self) -> &'static str {
-        match self {
-            Self::Single(_) | Self::Sentinel(_) => "PUBLISH",
-            Self::Cluster(_) => "SPUBLISH",
-        }
-    }
-
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
     }
@@ -423,8 +420,8 @@ pub(crate) fn slot_ranges(slots: &Value) -> Vec<SlotRange> {
     let Value::Array(replies) = slots else {
         return ranges;
     };
-    let slot = |value: Option<&Value>| match value {
-        Some(Value::Int(slot)) => u16::try_from(*slot).ok(),
+    let number = |value: Option<&Value>| match value {
+        Some(Value::Int(number)) => u16::try_from(*number).ok(),
         _ => None,
     };
     for range in replies {
@@ -435,11 +432,8 @@ pub(crate) fn slot_ranges(slots: &Value) -> Vec<SlotRange> {
             continue;
         };
         let host = master.first().and_then(reply_text);
-        let port = match master.get(1) {
-            Some(Value::Int(port)) => u16::try_from(*port).ok(),
-            _ => None,
-        };
-        let (first, last) = (slot(fields.first()), slot(fields.get(1)));
+        let port = number(master.get(1));
+        let (first, last) = (number(fields.first()), number(fields.get(1)));
         if let (Some(host), Some(port), Some(first), Some(last)) = (host, port, first, last) {
             ranges.push((first, last, (host, port)));
         }
