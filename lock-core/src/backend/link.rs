@@ -33,6 +33,7 @@ use crate::sync::locked;
 
 /// The client's connections: their name, which addresses are down, and which
 /// server answers at each.
+#[derive(Default)]
 pub(crate) struct Links {
     /// `distlock:<service>`.
     name: String,
@@ -121,15 +122,8 @@ impl Links {
     pub(crate) fn new(service: &str) -> Arc<Self> {
         Arc::new(Self {
             name: format!("distlock:{service}"),
-            down: Mutex::new(HashMap::new()),
-            outages: AtomicUsize::new(0),
-            next_id: AtomicU64::new(0),
-            servers: Mutex::new(HashMap::new()),
-            on_replaced: OnceLock::new(),
-            checks: Arc::new(Checks::default()),
             unsettled: Mutex::new(Some(Vec::new())),
-            suspected: Mutex::new(None),
-            look_now: Notify::new(),
+            ..Self::default()
         })
     }
 
