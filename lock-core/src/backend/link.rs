@@ -591,15 +591,8 @@ impl ClusterWatch {
                     }
                     continue;
                 }
-                Ok(Err(err)) => {
-                    self.open.remove(&node);
-                    if is_lost_connection(&err) {
-                        self.links.lost(&addr, self.id, &err);
-                    }
-                }
-                Err(_) => {
-                    self.open.remove(&node);
-                }
+                Ok(Err(err)) if is_lost_connection(&err) => self.links.lost(&addr, self.id, &err),
+                _ => {}
             }
             all_answered &= !self.masters.contains(&node);
         }
@@ -607,33 +600,34 @@ impl ClusterWatch {
     }
 
     /// `INFO server replication` of `node`, over its own connection (made first
-    /// when there is none).
+    /// when there is none), which is kept for the next look once it answered.
     ///
     /// # Cancel safety
     ///
-    /// Safe to drop: a connection being made is dropped with it.
+    /// Safe to drop: the connection is dropped with it, and made again at the next
+    /// look.
     async fn identify(&mut self, node: &(String, u16)) -> RedisResult<Value> {
-        if !self.open.contains_key(node) {
-            let info = self
-                .template
-                .clone()
-                .set_addr(node_addr(&self.template, node));
-            let client = redis::Client::open(info)?;
-            let fresh = client
-                .get_multiplexed_async_connection_with_config(&self.config)
-                .await?;
-            self.open.insert(node.clone(), fresh);
-        }
-        match self.open.get_mut(node) {
-            Some(conn) => {
-                redis::cmd("INFO")
-                    .arg("server")
-                    .arg("replication")
-                    .query_async::<Value>(conn)
-                    .await
+        let mut conn = match self.open.remove(node) {
+            Some(conn) => conn,
+            None => {
+                let info = self
+                    .template
+                    .clone()
+                    .set_addr(node_addr(&self.template, node));
+                redis::Client::open(info)?
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await?
             }
-            None => Ok(Value::Nil),
+        };
+        let info = redis::cmd("INFO")
+            .arg("server")
+            .arg("replication")
+            .query_async::<Value>(&mut conn)
+            .await;
+        if info.is_ok() {
+            self.open.insert(node.clone(), conn);
         }
+        info
     }
 }
 
