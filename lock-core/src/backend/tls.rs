@@ -168,19 +168,21 @@ impl TlsSettings {
     }
 }
 
+/// The error of the TLS setting `option`, refused for a reason (the closure's
+/// argument), with `hint` at what to pass.
+#[cfg(feature = "tls")]
+fn refused(option: &'static str, hint: &'static str) -> impl Fn(String) -> LockError {
+    move |why| LockError::invalid_option(option, format!("{why}; {hint}"))
+}
+
 /// The CA certificates of `tls_root_ca`, at least one, each a trust anchor.
 #[cfg(feature = "tls")]
 fn root_store(pem: &[u8]) -> Result<RootCertStore, LockError> {
-    let refused = |why: String| {
-        LockError::invalid_option(
-            "tls_root_ca",
-            format!(
-                "{why}; pass the certificate of the CA that signed the server's certificate, \
-                 as PEM (the contents of a file that starts with \
-                 `-----BEGIN CERTIFICATE-----`)"
-            ),
-        )
-    };
+    let refused = refused(
+        "tls_root_ca",
+        "pass the certificate of the CA that signed the server's certificate, as PEM (the \
+         contents of a file that starts with `-----BEGIN CERTIFICATE-----`)",
+    );
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(pem) {
         let cert = cert.map_err(|err| refused(format!("a certificate does not parse ({err})")))?;
@@ -197,15 +199,11 @@ fn root_store(pem: &[u8]) -> Result<RootCertStore, LockError> {
 /// The client certificate chain of `tls_client_cert`, at least one certificate.
 #[cfg(feature = "tls")]
 fn cert_chain(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, LockError> {
-    let refused = |why: String| {
-        LockError::invalid_option(
-            "tls_client_cert",
-            format!(
-                "{why}; pass the client certificate (and any intermediates after it) as PEM \
-                 (`-----BEGIN CERTIFICATE-----`)"
-            ),
-        )
-    };
+    let refused = refused(
+        "tls_client_cert",
+        "pass the client certificate (and any intermediates after it) as PEM \
+         (`-----BEGIN CERTIFICATE-----`)",
+    );
     let chain = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|err| refused(format!("a certificate does not parse ({err})")))?;
