@@ -158,9 +158,8 @@ impl fmt::Debug for NodeAuth {
 pub(crate) struct Current {
     /// 0 for the master found at connect, +1 on every swap.
     pub(crate) generation: u64,
-    /// The master's `host:port`, as the Sentinels name it.
-    addr: String,
-    /// The connection for commands and scripts.
+    /// The connection for commands and scripts, to the master's `host:port` as the
+    /// Sentinels name it.
     pub(crate) commands: Link<ConnectionManager>,
     /// The RESP3 connection of the waiters' subscriptions.
     pub(crate) subscriber: Link<ConnectionManager>,
@@ -289,7 +288,7 @@ impl SentinelConn {
         }
         let next = match find_master(&sentinels, &self.settings).await {
             // Still there: no new connections.
-            Ok((_, addr)) if addr == current.addr => return,
+            Ok((_, addr)) if addr == current.commands.addr() => return,
             Ok((master, addr)) => {
                 connect_master(master, addr, &self.settings, current.generation + 1).await
             }
@@ -297,11 +296,11 @@ impl SentinelConn {
         };
         match next {
             Ok(next) => {
-                tracing::warn!(master = %next.addr, "distlock: the Sentinels name a new master; moving to it");
+                tracing::warn!(master = %next.commands.addr(), "distlock: the Sentinels name a new master; moving to it");
                 // The new master may never have had some locks: check them all now.
                 // The check counts as under way before any request can reach the
                 // new master, so that no grant there counts before it is done.
-                let check = self.settings.links.begin_check(next.addr.as_str().into());
+                let check = self.settings.links.begin_check(next.commands.addr().into());
                 *self.current.write().unwrap_or_else(PoisonError::into_inner) = next;
                 self.settings.links.check(check);
                 let _ = self.settings.pushes.send(PushInfo {
@@ -445,9 +444,7 @@ async fn connect_master(
     let commands = ConnectionManager::new_with_config(client, settings.manager_config()).await?;
     let mut commands = settings.links.link(commands, addr.clone());
     let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut commands).await?;
-    let is_master = matches!(role.first(), Some(Value::BulkString(role)) if role == b"master")
-        || matches!(role.first(), Some(Value::SimpleString(role)) if role == "master");
-    if !is_master {
+    if role.first().and_then(super::reply_text).as_deref() != Some("master") {
         return Err(redis::RedisError::from((
             redis::ErrorKind::Client,
             "the node the Sentinels named is not a master (yet)",
@@ -460,11 +457,10 @@ async fn connect_master(
         .set_push_sender(settings.pushes.clone())
         .set_automatic_resubscription();
     let subscriber = ConnectionManager::new_with_config(sub_client, sub_config).await?;
-    let mut subscriber = settings.links.link(subscriber, addr.clone());
+    let mut subscriber = settings.links.link(subscriber, addr);
     subscriber.ensure_named().await;
     Ok(Current {
         generation,
-        addr,
         commands,
         subscriber,
     })
@@ -582,11 +578,11 @@ impl Watcher {
             };
             let current = conn.current();
             let named = format!("{host}:{port}");
-            if current.addr != named {
+            if current.commands.addr() != named {
                 tracing::debug!(
                     sentinel = %self.info.addr(),
                     named = %named,
-                    ours = %current.addr,
+                    ours = %current.commands.addr(),
                     "distlock: a Sentinel names another master; asking the Sentinels again"
                 );
                 conn.reresolve(current.generation).await;
@@ -673,11 +669,11 @@ async fn follow(conn: Weak<SentinelConn>, mut announced: watch::Receiver<Option<
                 return;
             };
             let current = conn.current();
-            if current.addr == addr {
+            if current.commands.addr() == addr {
                 continue 'announcement;
             }
             conn.reresolve(current.generation).await;
-            if conn.current().addr == addr {
+            if conn.current().commands.addr() == addr {
                 continue 'announcement;
             }
             drop(conn);
