@@ -17,16 +17,16 @@ use crate::error::{refusal, Refusal, NOT_TLS, NO_PASSWORD_SET};
 
 /// How long a TLS handshake may go unanswered before the port is asked, in plain
 /// text, whether it speaks TLS at all.
+const ASK_PLAIN_TEXT_AFTER: Duration = Duration::from_millis(500);
+/// How long that question may take.
+const PLAIN_TEXT_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// A plain connection's settings: how long connecting, and each reply, may take.
 pub(crate) fn timeouts(connect: Duration, response: Duration) -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
         .set_connection_timeout(Some(connect))
         .set_response_timeout(Some(response))
 }
-
-const ASK_PLAIN_TEXT_AFTER: Duration = Duration::from_millis(500);
-/// How long that question may take.
-const PLAIN_TEXT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Connects to `client`'s server once. Returns the error when the server refused
 /// the connection for good (see [`refusal`]; a plain-text port behind `rediss://`
@@ -41,11 +41,10 @@ pub(crate) async fn dial_once(
     connect_timeout: Duration,
     response_timeout: Duration,
 ) -> RedisResult<()> {
-    match dial(client, connect_timeout, response_timeout).await {
+    let config = timeouts(connect_timeout, response_timeout);
+    match dial(client, &config).await {
         Err(err) if refusal(&err) == Some(Refusal::Credentials) => {
-            Err(no_password_set(client, connect_timeout, response_timeout)
-                .await
-                .unwrap_or(err))
+            Err(no_password_set(client, &config).await.unwrap_or(err))
         }
         result => result,
     }
@@ -56,13 +55,8 @@ pub(crate) async fn dial_once(
 /// # Cancel safety
 ///
 /// Safe to drop, as [`dial_once`].
-async fn dial(
-    client: &redis::Client,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-) -> RedisResult<()> {
-    let config = timeouts(connect_timeout, response_timeout);
-    let attempt = client.get_multiplexed_async_connection_with_config(&config);
+async fn dial(client: &redis::Client, config: &AsyncConnectionConfig) -> RedisResult<()> {
+    let attempt = client.get_multiplexed_async_connection_with_config(config);
     let tls = match client.get_connection_info().addr() {
         ConnectionAddr::TcpTls { host, port, .. } => Some((host.as_str(), *port)),
         _ => None,
@@ -123,8 +117,7 @@ async fn ping(mut conn: redis::aio::MultiplexedConnection) -> RedisResult<()> {
 /// Safe to drop: the connection is dropped with it.
 async fn no_password_set(
     client: &redis::Client,
-    connect_timeout: Duration,
-    response_timeout: Duration,
+    config: &AsyncConnectionConfig,
 ) -> Option<RedisError> {
     let info = client.get_connection_info();
     let settings = info.redis_settings();
@@ -138,9 +131,8 @@ async fn no_password_set(
         .set_protocol(settings.protocol())
         .set_skip_set_lib_name();
     let bare = redis::Client::open(info.clone().set_redis_settings(without)).ok()?;
-    let config = timeouts(connect_timeout, response_timeout);
     let mut conn = bare
-        .get_multiplexed_async_connection_with_config(&config)
+        .get_multiplexed_async_connection_with_config(config)
         .await
         .ok()?;
     redis::cmd("PING")
