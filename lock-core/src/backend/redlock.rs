@@ -38,21 +38,16 @@ pub(crate) enum AcquireVote {
 /// Combines the nodes' answers to one acquire attempt (`None`: no answer, or one
 /// that could not be read).
 pub(crate) fn acquire(replies: &[Option<AcquireReply>], quorum: usize) -> AcquireVote {
-    let granted: Vec<usize> = replies
+    let grants: Vec<(usize, u64)> = replies
         .iter()
         .enumerate()
-        .filter(|(_, reply)| matches!(reply, Some(AcquireReply::Acquired { .. })))
-        .map(|(index, _)| index)
+        .filter_map(|(index, reply)| match reply {
+            Some(AcquireReply::Acquired { count, .. }) => Some((index, *count)),
+            _ => None,
+        })
         .collect();
-    if granted.len() >= quorum {
-        let count = replies
-            .iter()
-            .filter_map(|reply| match reply {
-                Some(AcquireReply::Acquired { count, .. }) => Some(*count),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(1);
+    if grants.len() >= quorum {
+        let count = grants.iter().map(|(_, count)| *count).max().unwrap_or(1);
         return AcquireVote::Granted { count };
     }
     let busy: Vec<i64> = replies
@@ -70,7 +65,7 @@ pub(crate) fn acquire(replies: &[Option<AcquireReply>], quorum: usize) -> Acquir
             .unwrap_or(-1)
     });
     AcquireVote::Short {
-        granted,
+        granted: grants.into_iter().map(|(index, _)| index).collect(),
         conflict: replies.contains(&Some(AcquireReply::Conflict)),
         refused: replies.iter().find_map(|reply| match reply {
             Some(
