@@ -187,12 +187,9 @@ impl ConnectionLike for Conn {
             Self::Single(conn) => conn.req_packed_command(cmd),
             Self::Cluster(conn) => conn.req_packed_command(cmd),
             Self::Sentinel(sentinel) => {
-                let sentinel = sentinel.clone();
-                Box::pin(async move {
-                    let command =
-                        |mut on: Current| async move { on.commands.req_packed_command(cmd).await };
-                    sentinel.on_master(command).await
-                })
+                Box::pin(sentinel.on_master(move |mut on: Current| async move {
+                    on.commands.req_packed_command(cmd).await
+                }))
             }
         }
     }
@@ -207,15 +204,11 @@ impl ConnectionLike for Conn {
             Self::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
             Self::Sentinel(sentinel) => {
-                let sentinel = sentinel.clone();
-                Box::pin(async move {
-                    let commands = |mut on: Current| async move {
-                        on.commands
-                            .req_packed_commands(pipeline, offset, count)
-                            .await
-                    };
-                    sentinel.on_master(commands).await
-                })
+                Box::pin(sentinel.on_master(move |mut on: Current| async move {
+                    on.commands
+                        .req_packed_commands(pipeline, offset, count)
+                        .await
+                }))
             }
         }
     }
