@@ -757,17 +757,11 @@ impl<C: ConnectionLike + Send> Link<C> {
         pipe.add_command(setname(self.links.name()));
         pipe.cmd("INFO").arg("server").arg("replication");
         let result = self.conn.req_packed_commands(&pipe, 0, 2).await;
-        let (naming, info) = match result {
-            Ok(mut replies) if replies.len() == 2 => {
-                let info = replies.pop();
-                (replies.pop().map_or(Ok(Value::Nil), Ok), info)
-            }
-            Ok(_) => (Ok(Value::Nil), None),
+        let (naming, info) = match result.map(<[Value; 2]>::try_from) {
+            Ok(Ok([Value::ServerError(err), info])) => (Err(RedisError::from(err)), Some(info)),
+            Ok(Ok([naming, info])) => (Ok(naming), Some(info)),
+            Ok(Err(_)) => (Ok(Value::Nil), None),
             Err(err) => (Err(err), None),
-        };
-        let naming = match naming {
-            Ok(Value::ServerError(err)) => Err(RedisError::from(err)),
-            other => other,
         };
         note_naming(&naming, &self.named, &self.addr);
         self.observe(&naming);
