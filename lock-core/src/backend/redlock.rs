@@ -105,10 +105,7 @@ pub(crate) fn release<E>(
         let remaining = released.into_iter().max().unwrap_or(0);
         return Ok(ReleaseReply::Released { remaining });
     }
-    match first_error {
-        Some(err) => Err(err),
-        None => Ok(ReleaseReply::NotHeld),
-    }
+    first_error.map_or(Ok(ReleaseReply::NotHeld), Err)
 }
 
 /// The verdict on one renewal sent to every node.
