@@ -289,13 +289,6 @@ impl Links {
         }
     }
 
-    /// Whether `addr` is down: a link of it lost its connection and has not
-    /// answered since.
-    #[cfg(test)]
-    pub(crate) fn is_down(&self, addr: &str) -> bool {
-        locked(&self.down).contains_key(addr)
-    }
-
     /// Link `id` of `addr` lost its connection: the first of the address's links
     /// to do so logs it.
     fn lost(&self, addr: &Arc<str>, id: u64, err: &RedisError) {
@@ -425,13 +418,11 @@ impl Links {
         timeout: Duration,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let config = super::dial::timeouts(timeout, timeout);
         let mut watch = ClusterWatch {
             links: self.clone(),
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             conn,
             template,
-            config,
             timeout,
             watched: Vec::new(),
             masters: Vec::new(),
@@ -456,7 +447,6 @@ struct ClusterWatch {
     id: u64,
     conn: redis::cluster_async::ClusterConnection,
     template: redis::ConnectionInfo,
-    config: redis::AsyncConnectionConfig,
     timeout: Duration,
     /// The addresses asked at each look: the masters, and those seen down.
     watched: Vec<(String, u16)>,
@@ -614,8 +604,9 @@ impl ClusterWatch {
                     .template
                     .clone()
                     .set_addr(node_addr(&self.template, node));
+                let config = super::dial::timeouts(self.timeout, self.timeout);
                 redis::Client::open(info)?
-                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .get_multiplexed_async_connection_with_config(&config)
                     .await?
             }
         };
@@ -893,6 +884,12 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> ConnectionLike for Link<
 mod tests {
     use super::*;
 
+    /// Whether `addr` is down in `links`: a link of it lost its connection and has
+    /// not answered since.
+    fn is_down(links: &Links, addr: &str) -> bool {
+        locked(&links.down).contains_key(addr)
+    }
+
     fn io(kind: std::io::ErrorKind) -> RedisError {
         RedisError::from(std::io::Error::new(kind, "test"))
     }
@@ -918,13 +915,13 @@ mod tests {
         commands.observe(&lost);
         subscriber.observe(&lost);
         commands.observe(&lost);
-        assert!(links.is_down("127.0.0.1:1"));
+        assert!(is_down(&links, "127.0.0.1:1"));
         commands.observe(&Ok(()));
         assert!(
-            links.is_down("127.0.0.1:1"),
+            is_down(&links, "127.0.0.1:1"),
             "the subscriber has not answered"
         );
         subscriber.observe(&Ok(()));
-        assert!(!links.is_down("127.0.0.1:1"));
+        assert!(!is_down(&links, "127.0.0.1:1"));
     }
 }
