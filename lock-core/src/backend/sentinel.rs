@@ -33,6 +33,7 @@
 //! subscriber).
 
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
@@ -486,20 +487,18 @@ fn watch_switches(
             connect_timeout: conn.settings.connect_timeout,
             response_timeout: conn.settings.response_timeout,
         };
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = stop.cancelled() => {}
-                () = watcher.run() => {}
-            }
-        });
+        spawn_until(stop, watcher.run());
     }
-    let conn = Arc::downgrade(conn);
+    spawn_until(stop, follow(Arc::downgrade(conn), announced));
+}
+
+/// Spawns `task`, which ends early when `stop` is cancelled.
+fn spawn_until(stop: &CancellationToken, task: impl Future<Output = ()> + Send + 'static) {
     let stop = stop.clone();
     tokio::spawn(async move {
         tokio::select! {
             () = stop.cancelled() => {}
-            () = follow(conn, announced) => {}
+            () = task => {}
         }
     });
 }
