@@ -9,8 +9,8 @@
 //! connection managers reconnect on their own, so a link names its connection
 //! itself: before its first request, and before the first request after one that
 //! failed for a lost connection. A RESP3 connection that is told it was
-//! disconnected (a push) is named again by its owner, through [`Link::forget_name`]
-//! and [`Link::ensure_named`].
+//! disconnected (a push) is named again by its owner, through
+//! [`Link::rename_soon`].
 //!
 //! A link over a whole Redis Cluster ([`Links::cluster_link`]) is named in the
 //! background and not watched: its errors do not say which node failed. A
@@ -709,12 +709,6 @@ impl<C> Link<C> {
             _ => self.links.answered(&self.addr, self.id),
         }
     }
-
-    /// The connection was replaced (a RESP3 disconnection push): the next
-    /// [`ensure_named`](Self::ensure_named) names the new one.
-    pub(crate) fn forget_name(&self) {
-        self.named.store(false, Ordering::Release);
-    }
 }
 
 impl<C: ConnectionLike + Send> Link<C> {
@@ -800,7 +794,8 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
     /// in the background, so that a server still down holds up no other call of
     /// the link's owner.
     pub(crate) fn rename_soon(&self) {
-        self.forget_name();
+        // The next `ensure_named` names the new connection.
+        self.named.store(false, Ordering::Release);
         let mut link = self.clone();
         tokio::spawn(async move { link.ensure_named().await });
     }
