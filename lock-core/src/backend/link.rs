@@ -425,7 +425,6 @@ impl Links {
             template,
             timeout,
             watched: Vec::new(),
-            masters: Vec::new(),
             open: HashMap::new(),
             ranges: None,
         };
@@ -450,11 +449,10 @@ struct ClusterWatch {
     timeout: Duration,
     /// The addresses asked at each look: the masters, and those seen down.
     watched: Vec<(String, u16)>,
-    /// The masters as last read.
-    masters: Vec<(String, u16)>,
     /// A connection to each watched address, once made.
     open: HashMap<(String, u16), redis::aio::MultiplexedConnection>,
-    /// Which master served each range of slots at the last look.
+    /// Which master served each range of slots at the last look (and so which
+    /// masters there are).
     ranges: Option<Vec<super::SlotRange>>,
 }
 
@@ -549,12 +547,12 @@ impl ClusterWatch {
                 self.links.replaced(address(&master).into());
             }
         }
-        self.masters = super::masters_of(&ranges);
+        let masters = super::masters_of(&ranges);
         self.ranges = Some(ranges);
-        let (links, masters) = (&self.links, &self.masters);
+        let links = &self.links;
         self.watched
             .retain(|node| masters.contains(node) || links.is_down_now(&address(node)));
-        for master in masters {
+        for master in &masters {
             if !self.watched.contains(master) {
                 self.watched.push(master.clone());
             }
@@ -570,6 +568,7 @@ impl ClusterWatch {
     ///
     /// Safe to drop: it only asks; a check it started goes on.
     async fn ask_masters(&mut self) -> bool {
+        let masters = super::masters_of(self.ranges.as_deref().unwrap_or_default());
         let mut all_answered = true;
         for node in self.watched.clone() {
             let addr: Arc<str> = address(&node).into();
@@ -584,7 +583,7 @@ impl ClusterWatch {
                 Ok(Err(err)) if is_lost_connection(&err) => self.links.lost(&addr, self.id, &err),
                 _ => {}
             }
-            all_answered &= !self.masters.contains(&node);
+            all_answered &= !masters.contains(&node);
         }
         all_answered
     }
