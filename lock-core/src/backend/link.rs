@@ -482,12 +482,7 @@ impl ClusterWatch {
                 () = tokio::time::sleep(pause) => {}
                 () = self.links.look_now.notified() => {}
             }
-            let taken = self
-                .links
-                .unsettled()
-                .as_mut()
-                .map(std::mem::take)
-                .unwrap_or_default();
+            let taken = take_queued(&mut self.links.unsettled());
             pause = if self.look(taken).await {
                 CLUSTER_RETRY
             } else {
@@ -507,12 +502,7 @@ impl ClusterWatch {
     /// grants back, and the checks of contradicted grants are done (their tokens
     /// are dropped: each grant then tells the hold it contradicts itself).
     async fn look(&mut self, taken: Vec<(Instant, Replaced)>) -> bool {
-        let suspected = self
-            .links
-            .suspected()
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default();
+        let suspected = take_queued(&mut self.links.suspected());
         self.read_slots().await;
         let all_answered = self.ask_masters().await;
         for check in suspected {
@@ -619,6 +609,12 @@ impl ClusterWatch {
         }
         info
     }
+}
+
+/// What `queue` holds, taken out of it (nothing when there is no queue: the
+/// cluster's watch has stopped, or has not started).
+fn take_queued<T>(queue: &mut Option<Vec<T>>) -> Vec<T> {
+    queue.as_mut().map(std::mem::take).unwrap_or_default()
 }
 
 /// `host:port`.
