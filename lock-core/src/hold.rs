@@ -75,8 +75,9 @@ pub(crate) struct HoldState {
     pub(crate) renew_until: Option<Instant>,
     /// Given back by the client's shutdown: its guards send nothing more.
     pub(crate) closed: bool,
-    /// Whether the lock names its holder (`lua/lock.lua`'s `#who:`): at once for a
-    /// fixed lease, else from the first renewal that found it held.
+    /// Whether the lock names its holder (`lua/lock.lua`'s `#who:`): from the grant
+    /// when it named it (`acquire::grant::named_at_once`), else from the first
+    /// renewal that found it held.
     pub(crate) named: bool,
 }
 

@@ -46,7 +46,7 @@ pub(crate) struct Grant<'a> {
     pub(crate) sent: Instant,
     pub(crate) granted: Granted,
     /// What the client says of the holder (`who.rs`): sent with the acquisition
-    /// of a fixed lease, else with the first renewal.
+    /// when [`named_at_once`], else with the first renewal.
     pub(crate) who: Arc<str>,
 }
 
