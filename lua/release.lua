@@ -13,12 +13,12 @@
 --   the release channel `<ns>:{name}:released`, passed as a key so that a cluster
 --          routes it with the lock (same hash slot)
 --   this owner's final-release record `<ns>:{name}:freed:<owner>`: written by a
---          final release, read by its retry
+--          final release that asks for it, read by its retry
 --   the fencing counter `<ns>:{name}:fence`, only when the release has a successor
 --          that asks for fencing
 -- ARGV[1]  "PUBLISH", or "SPUBLISH" on a cluster
 -- ARGV[2]  how long, in ms, the record of a final release lasts, for its retry
--- ARGV     then five per release, for release i ARGV[5i-2 .. 5i+2]:
+-- ARGV     then six per release, for release i ARGV[6i-3 .. 6i+2]:
 --   owner id
 --   lease in milliseconds to keep at least while holds remain
 --   the operation's sequence number (see acquire.lua, "Exactly once")
@@ -31,6 +31,9 @@
 --          number of the hand-off among its operations (an acquire), its floor,
 --          "1" to be given the next fencing token, and what its client says of it
 --          (see lock.lua, `#who:`; may be empty)
+--   "1": a final release leaves its record at `<ns>:{name}:freed:<owner>` for
+--          its retry; "0": it leaves none (the client can tell an applied final
+--          release from a lost one without it, see "Records" below)
 --
 -- Returns one answer per release, in order:
 --   {1, remaining}  one hold given back, or this operation was applied before (a
@@ -45,8 +48,12 @@
 --   {2, fence}      the last hold given back and the lock handed to the successor,
 --                   with fencing token fence (0: none), or this was applied before
 --                   and the successor holds the lock; no message
---   {-1}            this owner does not hold the lock, and this release was not
---                   applied (its lease ended, or it was force-unlocked or lost)
+--   {-1}            this owner does not hold the lock, and nothing here says
+--                   this release was applied: not applied, or (a final release
+--                   sent without its record, retried) applied and not recorded
+--   {-8}            this owner does not hold the lock, and its record says this
+--                   release was not applied: a force-unlock took its hold (see
+--                   force_release.lua), or another release of it was the final one
 --   {-2}            the lock holds what distlock did not write (see lock.lua);
 --                   left untouched
 --   {-6, error}     a command it called was refused (a PUBLISH without channel
@@ -55,10 +62,30 @@
 --
 -- The message is published before the writes, so a user without channel
 -- permission changes nothing (and gets {-6, error}).
+--
+-- Records. A final release deletes the lock, and with it the holder's replay
+-- record (`#op:<owner>`); what would tell its retry that it was applied is the
+-- final-release record. The client asks for one only when it cannot tell an
+-- applied final release from a lost one by what it knows (lock-core/src/release.rs,
+-- `Release::read`): a release with a successor, on a cluster (whose connection
+-- may send a request again on its own) or on Redlock, or a hold whose lease ends
+-- within the time the record would last. Otherwise a "not held" answer to its
+-- retry ({-1}) says it was applied: the hold was alive when it was sent, and
+-- only this release, the end of the lease (the client's clock says it did not
+-- end), a replaced server (the client's links say none was) or a force-unlock
+-- (which leaves a record saying so, {-8}) could take it.
 
 -- ARGV[1] and ARGV[2], and the PUBSUB subcommand that counts a channel's
 -- listeners: set by `main` on every call.
 local publish, remember, numsub
+
+-- Keeps `new_record`, the replay record of an applied final release, at `freed`
+-- for its retry, when the release asked for it (`keep`).
+local function remember_final(freed, new_record, keep)
+  if keep then
+    redis.call('SET', freed, new_record, 'PX', remember)
+  end
+end
 
 -- Whether the only listener on `channel` is one client (the releasing one, whose
 -- waiter is the successor): no waiter of another client is told of releases there.
@@ -113,11 +140,12 @@ end
 
 -- Frees the plain lock at `lock` by the final release of `owner` (operation
 -- `seq_text`, `state` as read): waiters are told, the lock deleted, and the
--- release's replay record `new_record` kept at `freed` for its retry. Its answer.
-local function free(lock, channel, freed, state, owner, seq_text, new_record)
+-- release's replay record `new_record` kept at `freed` for its retry when asked
+-- (`keep`). Its answer.
+local function free(lock, channel, freed, keep, state, owner, seq_text, new_record)
   redis.call(publish, channel, release_message(state, owner, seq_text))
   redis.call('DEL', lock)
-  redis.call('SET', freed, new_record, 'PX', remember)
+  remember_final(freed, new_record, keep)
   return {1, 0}
 end
 
@@ -129,7 +157,7 @@ local PLAIN = { kind = 'lock' }
 -- making the tables of a lock's state. Its answer; else nil and the fields it read,
 -- when the lock is not that (another kind, not held by `owner`, or not as distlock
 -- writes it), for `release` to answer from them.
-local function release_plain(lock, channel, freed, owner, lease, seq_text, floor_text)
+local function release_plain(lock, channel, freed, keep, owner, lease, seq_text, floor_text)
   local v = mine_fields(lock, owner)
   local count = v[4]
   if v[1] ~= 'lock' or v[2] ~= LAYOUT or (v[3] and not is_number(v[3]))
@@ -145,14 +173,14 @@ local function release_plain(lock, channel, freed, owner, lease, seq_text, floor
   if answer_now then
     return answer_now
   end
-  return free(lock, channel, freed, PLAIN, owner, seq_text, new_record)
+  return free(lock, channel, freed, keep, PLAIN, owner, seq_text, new_record)
 end
 
 -- One release: operation `seq_text` of `owner`, whose floor is `floor_text`;
 -- `successor` the waiter it may hand the lock to (nil: none), as parsed below, and
 -- `fence` that waiter's fencing counter; `fields`: the owner's fields, read
 -- already (`release_plain`), or nil.
-local function release(lock, channel, freed, fence, owner, lease, seq_text, floor_text, successor, fields)
+local function release(lock, channel, freed, keep, fence, owner, lease, seq_text, floor_text, successor, fields)
   local seq, floor = tonumber(seq_text), tonumber(floor_text)
   local state = read_mine(lock, owner, nil, nil, fields)
   if not state then
@@ -167,8 +195,11 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
   if not me then
     -- Not held by this owner: was this release the final one, applied before?
     local before = read_freed(freed)
-    if not in_done(before.done, seq) then
+    if before == NO_RECORD then
       return {-1}
+    end
+    if not in_done(before.done, seq) then
+      return {-8}
     end
     if successor then
       -- The successor's owner id sent nothing of its own while this release was
@@ -190,7 +221,7 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
     if not release_last_shared(lock, channel, owner, seq_text) then
       return {-2}
     end
-    redis.call('SET', freed, new_record, 'PX', remember)
+    remember_final(freed, new_record, keep)
     return {1, 0}
   end
 
@@ -203,7 +234,7 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
       local next_record = record({ floor = 0, done = '' }, tonumber(successor.floor),
         tonumber(successor.seq), successor.seq)
       if next_record then
-        redis.call('SET', freed, new_record, 'PX', remember)
+        remember_final(freed, new_record, keep)
         redis.call('DEL', lock)
         return {2, take(lock, fence, successor.owner, successor.lease, successor.fencing == '1',
           next_record, successor.who)}
@@ -213,7 +244,7 @@ local function release(lock, channel, freed, fence, owner, lease, seq_text, floo
     -- lock as always; the waiter's own attempt reports the conflict.
   end
 
-  return free(lock, channel, freed, state, owner, seq_text, new_record)
+  return free(lock, channel, freed, keep, state, owner, seq_text, new_record)
 end
 
 -- The script itself: run once per call (see lock.lua, "Two ways to run").
@@ -224,7 +255,7 @@ local function main()
   end
   local answers = {}
   local k = 0
-  for a = 3, #ARGV, 5 do
+  for a = 3, #ARGV, 6 do
     local successor, fence = nil, nil
     local o, l, s, f, fencing, who
     if ARGV[a + 4] ~= '' then
@@ -237,12 +268,13 @@ local function main()
       end
     end
     local lock, channel, freed, owner = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], ARGV[a]
+    local keep = ARGV[a + 5] == '1'
     local plain, fields = nil, nil
     if not successor then
-      plain, fields = answer(release_plain, lock, channel, freed, owner, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+      plain, fields = answer(release_plain, lock, channel, freed, keep, owner, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
     end
     answers[#answers + 1] = plain or answer(release,
-      lock, channel, freed, fence, owner, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], successor, fields
+      lock, channel, freed, keep, fence, owner, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], successor, fields
     )
     if fence then
       k = k + 4

@@ -268,7 +268,9 @@ async fn a_name_is_one_kind_at_a_time_and_free_for_any_once_released() {
 
 /// A final release whose first reply is late is retried after 1, 2 and 5 other
 /// owners took (and all but the last gave back) the lock in between: the retry
-/// finds its own owner's record and `unlock()` says `Ok`, as the release applied.
+/// finds its owner holding nothing, and no record (the client asked for none: one
+/// server, a live hold, no successor), which says the first try applied it; and
+/// `unlock()` says `Ok`, as the release applied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_final_release_retried_after_other_owners_took_the_lock_is_ok() {
     for others in [1, 2, 5] {
@@ -322,4 +324,58 @@ async fn a_final_release_retried_after_other_owners_took_the_lock_is_ok() {
             last.unlock().await.expect("unlock");
         }
     }
+}
+
+/// A final release leaves its record (`:freed:<owner>`) only when its client could
+/// not otherwise tell an applied final release from a lost one
+/// (`lua/release.lua`, "Records"): none for a renewed hold on one server; one for a
+/// fixed lease that ends before the record would, and one for a release that hands
+/// the lock to a waiter of its client (whose outcome a lost reply leaves to replays).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_release_leaves_a_record_only_when_its_client_needs_one() {
+    let server = support::server();
+    let locks = support::client(&server).await;
+    let records = |server: &RedisServer| -> Vec<String> {
+        let keys = server.cmd(&["KEYS", "*:freed:*"]).expect("KEYS");
+        keys.lines()
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+
+    let guard = locks.lock("layout:record:renewed").await.expect("lock");
+    guard.unlock().await.expect("unlock");
+    assert!(records(&server).is_empty(), "{:?}", records(&server));
+
+    let name = "layout:record:short";
+    let guard = locks
+        .lock(name)
+        .lease(Duration::from_millis(500))
+        .await
+        .expect("lock");
+    let owner = support::redis_holder(&server, name).expect("held");
+    guard.unlock().await.expect("unlock");
+    assert_eq!(records(&server), [support::freed_key(name, &owner)]);
+
+    let name = "layout:record:handed";
+    let guard = locks.lock(name).await.expect("lock");
+    let owner = support::redis_holder(&server, name).expect("held");
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock(name).wait(Duration::from_secs(5)).await }
+    });
+    let waiting = support::eventually(Duration::from_secs(2), || {
+        support::channel_subscribers(&server, name) > 0
+    })
+    .await;
+    assert!(waiting, "the waiter never subscribed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    guard.unlock().await.expect("unlock");
+    let handed = waiter.await.expect("join").expect("the waiter has it");
+    assert!(
+        records(&server).contains(&support::freed_key(name, &owner)),
+        "{:?}",
+        records(&server)
+    );
+    handed.unlock().await.expect("unlock");
 }

@@ -153,6 +153,7 @@ fn release_call(name: &str, owner: &str, attempt: u64, successor: Option<Success
         seq: attempt,
         floor: 0,
         successor,
+        record: true,
     }
     .push_to(&mut call);
     call
@@ -306,7 +307,8 @@ async fn a_final_release_hands_the_lock_to_its_successor_only_when_one_client_li
     write_lock(&server, name, "g", "1", "0 1");
     // Forged on purpose: a lease that is no number, where layout writes one.
     let mut forged = release_call(name, "g", 2, None);
-    *forged.args.last_mut().expect("the successor") = b"h lots 1 0 0".to_vec();
+    let successor = forged.args.len() - 2;
+    forged.args[successor] = b"h lots 1 0 0".to_vec();
     assert_eq!(run_release_call(&mut conn, forged).await, Ok(vec![1, 0]));
     freed_by("g");
 }
@@ -896,6 +898,7 @@ async fn a_release_answers_alike_on_the_short_way_and_the_whole_one() {
             seq: *seq,
             floor: 0,
             successor: None,
+            record: true,
         }
         .push_to(&mut call);
     }
@@ -986,8 +989,9 @@ async fn the_scripts_replay_a_first_acquisition_and_its_final_release() {
     );
     let retry = run_release(&mut conn, "plain", "o", 6).await;
     assert_eq!(retry.as_deref().ok(), Some(&[1, 0][..]), "{retry:?}");
+    // A stray release never applied: its owner's record says so.
     let stray = run_release(&mut conn, "plain", "o", 7).await;
-    assert_eq!(stray.as_deref().ok(), Some(&[-1][..]), "{stray:?}");
+    assert_eq!(stray.as_deref().ok(), Some(&[-8][..]), "{stray:?}");
     assert_eq!(redis_count(&server, "plain"), 1, "p holds it, untouched");
     assert_eq!(
         support::redis_holder(&server, "plain").as_deref(),
@@ -1133,4 +1137,79 @@ async fn renew_writes_a_lock_back_only_where_it_is_free() {
         Ok(-1)
     );
     assert!(!support::held(&server, &lock_key("settled")));
+}
+
+/// A final release that does not ask for its record (the client's common path,
+/// `lua/release.lua`, "Records") frees the lock as one that does, and leaves no
+/// `:freed:` key; its retry finds no record and answers {-1} (the client reads it
+/// as applied, see `reliability_exactly_once`). One that asks leaves it, and its
+/// retry answers that it applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_release_leaves_its_record_only_when_asked() {
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
+    for (name, record) in [("unrecorded", false), ("recorded", true)] {
+        write_lock(&server, name, "o", "1", "0 1");
+        let mut call = release_call(name, "o", 2, None);
+        *call.args.last_mut().expect("the record flag") = if record { b"1" } else { b"0" }.to_vec();
+        assert_eq!(
+            Release::decode_all(&call).map(|(_, all)| all[0].record),
+            Some(record),
+            "{name}: the flag is the release's last argument"
+        );
+        assert_eq!(
+            run_release_call(&mut conn, call.clone()).await,
+            Ok(vec![1, 0]),
+            "{name}"
+        );
+        assert!(
+            !support::exists(&server, &lock_key(name)),
+            "{name}: not freed"
+        );
+        assert_eq!(
+            support::exists(&server, &freed_key(name, "o")),
+            record,
+            "{name}: a record only when asked"
+        );
+        let retry = run_release_call(&mut conn, call).await;
+        let applied: &[i64] = if record { &[1, 0] } else { &[-1] };
+        assert_eq!(retry.as_deref().ok(), Some(applied), "{name}: the retry");
+    }
+}
+
+/// A force-unlock leaves each holder a record of what it had applied, for as long
+/// as its lease would have lasted: a release of that holder in doubt then answers
+/// {-8} (not applied, on record), never the {-1} a release without a record reads
+/// as applied; a release that it had applied answers so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_leaves_each_holder_a_record_of_what_it_applied() {
+    let server = support::server();
+    let mut conn = support::conn(&server.url()).await;
+    let locks = support::client(&server).await;
+    let name = "edge:forced";
+    write_lock(&server, name, "o", "2", "3 4");
+    assert!(locks.force_unlock(name).await.expect("force_unlock"));
+    let record = freed_key(name, "o");
+    assert_eq!(server.cmd(&["GET", &record]).expect("GET"), "3 4");
+    let ttl: i64 = server
+        .cmd(&["PTTL", &record])
+        .expect("PTTL")
+        .parse()
+        .expect("a number");
+    assert!(
+        (9_000..=10_000).contains(&ttl),
+        "the record lasts as long as the lease would have: {ttl} ms"
+    );
+    let mut unrecorded = release_call(name, "o", 5, None);
+    *unrecorded.args.last_mut().expect("the record flag") = b"0".to_vec();
+    assert_eq!(run_release_call(&mut conn, unrecorded).await, Ok(vec![-8]));
+    assert_eq!(
+        run_release(&mut conn, name, "o", 4).await,
+        Ok(vec![1, 0]),
+        "applied before"
+    );
+    assert!(
+        !support::exists(&server, &lock_key(name)),
+        "nothing taken again"
+    );
 }

@@ -288,9 +288,10 @@ async fn a_final_release_whose_first_reply_is_late_is_ok_when_it_applied() {
 }
 
 /// The first try applies and frees the lock; its reply is late, and a waiter of
-/// another client takes the lock before the retry arrives. The retry still finds
-/// the record of its release (kept at `:freed:<owner>`, apart from the lock the
-/// waiter took), and `unlock()` says `Ok`.
+/// another client takes the lock before the retry arrives. The retry finds its
+/// owner holding nothing and no force-unlock's record (the client asked the release
+/// for none: `lua/release.lua`, "Records"), so the first try applied it, and
+/// `unlock()` says `Ok`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_final_release_retried_after_a_waiter_took_the_lock_is_ok() {
     const NAME: &str = "final:handed";

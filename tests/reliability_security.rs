@@ -139,6 +139,7 @@ async fn a_foreign_owner_can_neither_release_nor_renew() {
         seq: 424_242,
         floor: 0,
         successor: None,
+        record: true,
     }
     .push_to(&mut release);
     let released: Vec<Vec<i64>> = support::invoke(&release_script(), &release)

@@ -102,6 +102,10 @@ pub(crate) struct Item {
     /// The waiter of this client that the lock goes to if this release gives back
     /// the last hold (see `handoff.rs`).
     pub(crate) successor: Option<Arc<Successor>>,
+    /// Whether a final release leaves its record for a retry (`release.lua`,
+    /// "Records"): `false` only when the client can tell an applied final release
+    /// from a lost one without it (`release.rs`).
+    pub(crate) record: bool,
 }
 
 /// A waiter's owner that a final release hands the lock to, and how it holds it:
@@ -143,6 +147,7 @@ impl Request for Item {
             seq: self.seq,
             floor: self.floor,
             successor: self.successor.as_deref().map(Successor::args),
+            record: self.record,
         });
     }
 }

@@ -45,6 +45,11 @@ pub enum Fault {
     /// client found a server replaced since the release was made: the record that
     /// would have said it applied may have gone with the old server.
     NotHeldBelievedAfterReplacement,
+    /// A "not held" answer to a final release sent without its record is taken
+    /// for "applied by an earlier try" on its first try too, when no earlier try
+    /// exists: a release of a hold that was force-unlocked, or whose lease ended, is
+    /// told `Ok`.
+    UnrecordedNotHeldTakenForApplied,
     /// A waiting chain announces what it waits for only once its own
     /// `deadlock_check_after` has passed, not early in its wait: members with short
     /// thresholds break the part of a knot they see, and a member with a long one

@@ -5,7 +5,8 @@
 //! `release.lua` on every node, retried once under the same operation number after
 //! a lost reply, and combines the answers by the majority rules. The script applies
 //! each numbered release at most once and, after the final one, remembers it for a
-//! while, so a retry says `Released` only when the release was applied.
+//! while when the client cannot tell otherwise ([`without_record`]), so a retry
+//! says `Released` only when the release was applied.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -431,7 +432,28 @@ pub(crate) async fn give_back_node(
 /// Gives back one hold of a guard's `hold`.
 async fn release_hold(inner: Arc<Inner>, hold: Arc<Hold>) -> Result<ReleaseReply, LockError> {
     let lease_ms = hold.state().extension(Instant::now()).as_millis() as u64;
-    round_trip(&inner, &hold.keys, &hold.owner, lease_ms).await
+    let record = !without_record(&inner, &hold);
+    round_trip(&inner, &hold.keys, &hold.owner, lease_ms, record).await
+}
+
+/// Whether a final release of `hold` may leave no record for its retry
+/// (`lua/release.lua`, "Records"): when a "not held" answer to its retry can only
+/// mean that an earlier try applied it. That holds when the request is sent once
+/// (one server, not a cluster nor Redlock), the hold is not known lost, no check of
+/// holds after a replaced server is under way and none was found replaced since
+/// the hold was last known to be there, and its lease lasts at least as long as a
+/// record would (every retry is read within that time, see [`Release::read`]):
+/// then nothing but this release could take the hold before its retry is answered,
+/// except a force-unlock, which leaves a record saying so, and a server replaced
+/// meanwhile, which the client finds out. With a successor, the record is kept
+/// (`round_trip`): a hand-off's outcome is resolved by replays.
+fn without_record(inner: &Inner, hold: &Hold) -> bool {
+    let lasts = hold.state().deadline;
+    inner.backend.sends_once()
+        && !hold.is_lost()
+        && !inner.links.checking()
+        && inner.watchdog.known_since_replacement(hold)
+        && lasts >= Instant::now() + inner.config.remember_release()
 }
 
 /// One release on every node, each retried once under the same number when the
@@ -444,6 +466,7 @@ async fn round_trip(
     keys: &Arc<LockKeys>,
     owner: &Arc<Owner>,
     lease_ms: u64,
+    record: bool,
 ) -> Result<ReleaseReply, LockError> {
     let span = tracing::debug_span!(
         "distlock.release",
@@ -467,8 +490,9 @@ async fn round_trip(
         claim = inner.waiters.claim(&keys.channel()).map(HandOff::new);
     }
     let successor = claim.as_ref().map(HandOff::successor);
+    let record = record || successor.is_some();
     let sent = Instant::now();
-    let release = Release::new(inner, keys, id, lease_ms, (seq, floor), successor);
+    let release = Release::new(inner, keys, id, lease_ms, (seq, floor), successor).record(record);
     let verdict = release
         .clone()
         .everywhere(inner)
@@ -628,6 +652,7 @@ impl Release {
             seq,
             floor,
             successor,
+            record: true,
         };
         Self {
             item,
@@ -637,6 +662,15 @@ impl Release {
             replacements: inner.links.replacements(),
             remember: inner.config.remember_release(),
         }
+    }
+
+    /// The release, leaving its record if it is the final one only when `record`
+    /// (see [`without_record`]; every release keeps it unless told otherwise). A
+    /// release without its record is sent by one [`Release::on_node`] only, whose
+    /// tries are all it has.
+    fn record(mut self, record: bool) -> Self {
+        self.item.record = record;
+        self
     }
 
     /// The release on every node, combined by the majority rules.
@@ -667,7 +701,7 @@ impl Release {
                 self.item.seq += 1 << 40;
             }
             match self.batcher.submit(conn.clone(), self.item.clone()).await {
-                Ok(reply) => return self.read(&reply),
+                Ok(reply) => return self.read(&reply, retried),
                 Err(err)
                     if transient(&err)
                         && !err.is_connection_refusal()
@@ -700,7 +734,16 @@ impl Release {
     /// Every other answer says what was applied, whenever it comes. (The seeded
     /// faults `NotHeldBelievedLate` and `NotHeldBelievedAfterReplacement` each
     /// take one of the two conditions away.)
-    fn read(&self, reply: &[i64]) -> redis::RedisResult<ReleaseReply> {
+    ///
+    /// A release sent without its record (see [`without_record`]) reads "not held"
+    /// by what its tries were: to its first try ( `retried` false), "never
+    /// applied", since no other try exists; to a retry, "applied" by an earlier try,
+    /// under the same two conditions (within seven eighths of the record's time,
+    /// which its hold's lease outlasts, so the lease had not ended; no server found
+    /// replaced), unless a record says otherwise (a force-unlock's, `{-8}`). (The
+    /// seeded fault `UnrecordedNotHeldTakenForApplied` reads the first try's as a
+    /// retry's.)
+    fn read(&self, reply: &[i64], retried: bool) -> redis::RedisResult<ReleaseReply> {
         let decoded =
             ReleaseReply::decode(reply).ok_or_else(|| unexpected_reply("release.lua", reply))?;
         let waited = self.began.elapsed();
@@ -708,7 +751,18 @@ impl Release {
             || faults::active(Fault::NotHeldBelievedAfterReplacement);
         let in_time = waited < self.remember - self.remember / 8
             || faults::active(Fault::NotHeldBelievedLate);
-        if decoded != ReleaseReply::NotHeld || (same_servers && in_time) {
+        let retried = retried || faults::active(Fault::UnrecordedNotHeldTakenForApplied);
+        if decoded != ReleaseReply::NotHeld {
+            return Ok(decoded);
+        }
+        if !self.item.record && reply != [ReleaseReply::NOT_APPLIED] {
+            if !retried {
+                return Ok(decoded);
+            }
+            if same_servers && in_time {
+                return Ok(ReleaseReply::Released { remaining: 0 });
+            }
+        } else if same_servers && in_time {
             return Ok(decoded);
         }
         if !same_servers {

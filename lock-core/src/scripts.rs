@@ -181,6 +181,11 @@ pub(crate) enum ReleaseReply {
 }
 
 impl ReleaseReply {
+    /// `release.lua`'s "not held, and its record says this release was not
+    /// applied" (a force-unlock's record, say): read as [`ReleaseReply::NotHeld`],
+    /// and never taken for an applied release that left no record.
+    pub(crate) const NOT_APPLIED: i64 = -8;
+
     pub(crate) fn decode(reply: &[i64]) -> Option<Self> {
         match *reply {
             [1, remaining] => Some(Self::Released {
@@ -189,7 +194,7 @@ impl ReleaseReply {
             [2, fence] => Some(Self::Handed {
                 fence: u64::try_from(fence).ok()?,
             }),
-            [-1] => Some(Self::NotHeld),
+            [-1] | [Self::NOT_APPLIED] => Some(Self::NotHeld),
             [-2] => Some(Self::Conflict),
             _ => None,
         }

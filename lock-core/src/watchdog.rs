@@ -280,6 +280,14 @@ impl Watchdog {
         }
     }
 
+    /// Whether `hold` was last known to be there (its last acknowledged renewal or
+    /// acquisition) after the last server found replaced, or none was: then only its
+    /// own release, the end of its lease or a force-unlock can have taken it since
+    /// (`release.rs`, `without_record`).
+    pub(crate) fn known_since_replacement(&self, hold: &Hold) -> bool {
+        self.registry.cause(hold) == LostReason::NotHeld
+    }
+
     /// A guard of `hold` was released or dropped; the last one stops its renewal at
     /// once. `false` when the client's shutdown gave the hold back already: the guard
     /// sends nothing.

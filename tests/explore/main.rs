@@ -70,6 +70,7 @@
 //!                      grant-before-replacement-check (`discover`),
 //!                      not-held-believed-late (`outage`),
 //!                      not-held-believed-after-replacement (`replace`),
+//!                      unrecorded-not-held-taken-for-applied (`expiry`),
 //!                      deadlock-wait-announced-at-threshold (the scenario
 //!                      `deadlock`, see `deadlock.rs`)
 //!   --replay STRING    one schedule, step by step
@@ -114,7 +115,7 @@ enum Search {
 
 /// The seeded faults that bring back interleaving bugs found before: each one's
 /// name, fault, world and search.
-const SEEDED: [(&str, Fault, &str, Search); 9] = [
+const SEEDED: [(&str, Fault, &str, Search); 10] = [
     (
         "release-replay-forgotten",
         Fault::ReleaseReplayForgotten,
@@ -162,6 +163,12 @@ const SEEDED: [(&str, Fault, &str, Search); 9] = [
         Fault::NotHeldBelievedAfterReplacement,
         "replace",
         Search::DepthFirst,
+    ),
+    (
+        "unrecorded-not-held-taken-for-applied",
+        Fault::UnrecordedNotHeldTakenForApplied,
+        "expiry",
+        Search::Sample,
     ),
     (
         "deadlock-wait-announced-at-threshold",

@@ -54,6 +54,13 @@ impl Backend {
         self.node_timeout.is_some()
     }
 
+    /// Whether every operation goes to one server, over a connection that sends
+    /// each request once: not Redlock, nor a cluster (whose connection may send a
+    /// request again on its own, after a lost connection or a moved slot).
+    pub(crate) fn sends_once(&self) -> bool {
+        !self.is_redlock() && !self.nodes[0].is_cluster()
+    }
+
     /// How many nodes must agree: a majority (1 with a single endpoint).
     pub(crate) fn quorum(&self) -> usize {
         majority(self.nodes.len())

@@ -590,7 +590,7 @@ request! {
 
 request! {
     /// One release, as `release.lua` takes it (three keys, four with a fenced
-    /// successor; five arguments).
+    /// successor; six arguments).
     ///
     /// # Examples
     ///
@@ -599,7 +599,9 @@ request! {
     /// use distlock::layout::args::{Args, Release, ReleaseRun, Successor};
     ///
     /// let next = Successor { owner: "c:2", lease_ms: 500, seq: 1, floor: 0, fencing: true, who: "1 svc host site" };
-    /// let release = Release { lock: b"ns:{a}", owner: "c:1", lease_ms: 500, seq: 2, floor: 1, successor: Some(next) };
+    /// let release = Release {
+    ///     lock: b"ns:{a}", owner: "c:1", lease_ms: 500, seq: 2, floor: 1, successor: Some(next), record: true,
+    /// };
     /// let mut call = ReleaseRun { publish: "PUBLISH", remember_ms: 2_000 }.to_call();
     /// release.push_to(&mut call);
     /// assert_eq!(call.keys.len(), 4, "a fenced successor takes the fencing counter");
@@ -619,6 +621,9 @@ request! {
         /// The waiter of the releasing client the lock goes to if this release gives
         /// back the last hold.
         successor: Option<Successor<'a>>,
+        /// Whether a final release leaves its record for a retry
+        /// (`<ns>:{name}:freed:<owner>`, see `lua/release.lua`, "Records").
+        record: bool,
     }
 }
 
@@ -713,12 +718,12 @@ impl<'a> Release<'a> {
     pub fn decode_all(call: &'a Call) -> Option<(ReleaseRun<'a>, Vec<Self>)> {
         let (header, rest) = call.args.split_at_checked(2)?;
         let run = ReleaseRun::parse(&[], header)?;
-        if !rest.len().is_multiple_of(5) {
+        if !rest.len().is_multiple_of(6) {
             return None;
         }
         let mut keys = call.keys.iter();
-        let mut releases = Vec::with_capacity(rest.len() / 5);
-        for args in rest.chunks_exact(5) {
+        let mut releases = Vec::with_capacity(rest.len() / 6);
+        for args in rest.chunks_exact(6) {
             let lock = keys.next()?;
             let (_channel, _freed) = (keys.next()?, keys.next()?);
             let release = Release::parse(std::slice::from_ref(lock), args)?;
@@ -891,7 +896,8 @@ request! {
 }
 
 request! {
-    /// A lock deleted whoever holds it, as `force_release.lua` takes it.
+    /// A lock deleted whoever holds it, as `force_release.lua` takes it (three keys:
+    /// the lock, its channel, and the start of its holders' final-release records).
     ///
     /// # Examples
     ///
@@ -900,7 +906,7 @@ request! {
         /// `PUBLISH`, or `SPUBLISH` on a cluster.
         publish: &'a str,
     }
-    keys(this) [[this.lock], channel_parts(this.lock)]
+    keys(this) [[this.lock], channel_parts(this.lock), freed_parts(this.lock, "")]
 }
 
 request! {
@@ -935,6 +941,7 @@ mod tests {
             seq: 8,
             floor: 7,
             successor: None,
+            record: false,
         };
         let header = ReleaseRun {
             publish: "PUBLISH",
