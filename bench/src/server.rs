@@ -724,7 +724,8 @@ pub(crate) fn acquire_args<'a>(kind: Kind, op: &Op<'a>) -> Acquire<'a> {
 }
 
 /// The release of `op` by the reference's owner, with no successor (no waiter of
-/// the releasing client to hand the lock to).
+/// the releasing client to hand the lock to), as the client sends it on one server
+/// for a live hold: without asking for a final-release record.
 pub(crate) fn release_args<'a>(op: &Op<'a>) -> Release<'a> {
     Release {
         lock: op.lock.as_bytes(),
@@ -733,8 +734,13 @@ pub(crate) fn release_args<'a>(op: &Op<'a>) -> Release<'a> {
         seq: op.seq,
         floor: op.floor,
         successor: None,
+        record: RECORD_AT_RELEASE,
     }
 }
+
+/// Whether the client asks a final release for its record (`lua/release.lua`,
+/// "Records"): not on one server for a live hold with no successor, the common path.
+pub(crate) const RECORD_AT_RELEASE: bool = false;
 
 /// The header of a run of release.lua on one server.
 pub(crate) const RELEASE_RUN: ReleaseRun<'static> = ReleaseRun {
