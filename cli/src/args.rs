@@ -108,7 +108,8 @@ pub(crate) enum Command {
         #[arg(default_value = "*")]
         pattern: OsString,
         /// Also list free locks that Redis still has a trace of: a fencing counter,
-        /// or the record of a release of the last few seconds.
+        /// or the record of a release of the last few seconds (kept only when its
+        /// client needed one, and by a force-unlock).
         #[arg(long)]
         all: bool,
         /// The COUNT hint of each SCAN call: keys looked at per round trip.

@@ -249,10 +249,11 @@ async fn list_finds_the_locks_that_match_a_pattern() {
         .await
         .expect("a permit");
     let other = locks.lock("invoice:1").await.expect("invoice:1");
-    // Released: its key is gone, and the record of its final release stays a
-    // while (`:freed:<owner>`), a free lock that `--all` lists.
+    // Released: its key is gone, and its fencing counter stays (`:fence`), a free
+    // lock that `--all` lists.
     locks
         .lock("order:done")
+        .fencing(true)
         .await
         .expect("order:done")
         .unlock()
