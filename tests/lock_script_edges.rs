@@ -353,6 +353,15 @@ fn write_lock(server: &RedisServer, name: &str, owner: &str, count: &str, record
     support::write_hash(server, &lock_key(name), fields, Some(10_000));
 }
 
+/// The time `key` has left, in ms (`PTTL`).
+fn pttl_ms(server: &RedisServer, key: &str) -> i64 {
+    server
+        .cmd(&["PTTL", key])
+        .expect("PTTL")
+        .parse()
+        .expect("a number")
+}
+
 /// Numbers that are not integers as distlock writes one.
 const NOT_INTEGERS: [&str; 6] = ["abc", "1.5", " 1", "007", "", "1e3"];
 
@@ -978,11 +987,7 @@ async fn the_scripts_replay_a_first_acquisition_and_its_final_release() {
     let taken = run_acquire(&mut conn, "plain", "p", 1, false).await;
     assert_eq!(taken.as_deref().ok(), Some(&[1, 1, 0][..]), "{taken:?}");
     assert_eq!(server.cmd(&["GET", &freed]).expect("GET"), "0 3 4 5 6");
-    let ttl: i64 = server
-        .cmd(&["PTTL", &freed])
-        .expect("PTTL")
-        .parse()
-        .expect("a number");
+    let ttl = pttl_ms(&server, &freed);
     assert!(
         (1..=2_000).contains(&ttl),
         "the record keeps its time: {ttl} ms"
@@ -1191,11 +1196,7 @@ async fn a_force_unlock_leaves_each_holder_a_record_of_what_it_applied() {
     assert!(locks.force_unlock(name).await.expect("force_unlock"));
     let record = freed_key(name, "o");
     assert_eq!(server.cmd(&["GET", &record]).expect("GET"), "3 4");
-    let ttl: i64 = server
-        .cmd(&["PTTL", &record])
-        .expect("PTTL")
-        .parse()
-        .expect("a number");
+    let ttl = pttl_ms(&server, &record);
     assert!(
         (9_000..=10_000).contains(&ttl),
         "the record lasts as long as the lease would have: {ttl} ms"

@@ -736,7 +736,7 @@ impl Release {
     /// take one of the two conditions away.)
     ///
     /// A release sent without its record (see [`without_record`]) reads "not held"
-    /// by what its tries were: to its first try ( `retried` false), "never
+    /// by what its tries were: to its first try (`retried` false), "never
     /// applied", since no other try exists; to a retry, "applied" by an earlier try,
     /// under the same two conditions (within seven eighths of the record's time,
     /// which its hold's lease outlasts, so the lease had not ended; no server found
