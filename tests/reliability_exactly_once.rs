@@ -928,3 +928,43 @@ async fn a_release_retried_on_a_replaced_server_is_not_read_as_not_held() {
         "an applied release retried on a replaced server was reported lost: {result:?}"
     );
 }
+
+/// A release applied well within its lease whose reply comes after the end the
+/// client counted on for the hold (its deadline): the server's "released" says the
+/// lock was held until this release, so `unlock()` says `Ok`. It said `Lost`: the
+/// deadline passing during the release's own round trip was taken for a loss known
+/// before it. (A response timeout longer than the delay: no retry.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_applied_in_its_lease_and_answered_after_it_is_ok() {
+    const NAME: &str = "final:answered-late";
+    let lease = Duration::from_millis(600);
+    let server = server();
+    let proxy = proxy(&server);
+    let holder = LockClient::builder()
+        .url(proxy.url())
+        .default_lease(lease)
+        .response_timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .expect("connect");
+    let guard = holder.lock(NAME).await.expect("lock");
+    // Renewed at least once: the hold's deadline is a lease after its last renewal.
+    tokio::time::sleep(lease / 2).await;
+    assert!(!guard.is_lost());
+    support::replies_late(&proxy, lease + Duration::from_millis(200));
+    let sent = Instant::now();
+    let unlock = tokio::spawn(guard.unlock());
+    assert!(eventually(Duration::from_secs(1), || !exists(&server, NAME)).await);
+    assert!(
+        sent.elapsed() < lease / 2,
+        "the release applied {:?} after it was sent, within the lease",
+        sent.elapsed()
+    );
+    let result = unlock.await.expect("join");
+    assert!(
+        sent.elapsed() >= lease + Duration::from_millis(200),
+        "the reply came after the hold's deadline"
+    );
+    support::replies_late(&proxy, Duration::ZERO);
+    assert!(result.is_ok(), "{result:?}");
+}

@@ -342,8 +342,10 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`LockError::Lost`] when the lock was no longer held by this owner (its lease
-    /// ended or it was force-unlocked) or had been reported lost: the work done under
-    /// it may have overlapped another holder. [`LockError::KeyConflict`] when the lock's
+    /// ended or it was force-unlocked) or had been reported lost when `unlock` was
+    /// called: the work done under it may have overlapped another holder. (A lease
+    /// that ends while the release is on its way is no loss when the release found
+    /// the lock held.) [`LockError::KeyConflict`] when the lock's
     /// key was replaced by a value of another type. [`LockError::PermissionDenied`] when
     /// the Redis user may not run the release script or publish (nothing changed).
     /// [`LockError::ReleaseUnconfirmed`] when Redis answered neither the release nor

@@ -38,19 +38,25 @@ pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), Lo
         // The client's shutdown gave it back already.
         return Err(hold.lost_error());
     }
+    // Known lost before the release is sent (its deadline passed, or the loss was
+    // reported). Its deadline passing during the release's own round trip is no
+    // loss: the server's answer says whether the lock was held when it ran.
+    let lost_before = hold.is_lost();
     let call = Detached::new(Box::pin(release_hold(inner.clone(), hold.clone())), |_| {
         Box::pin(async {})
     });
     let reply = match call.await {
         Ok(reply) => reply,
-        // A loss already known says more than the transport error: the work done
-        // under the lock may have overlapped another holder.
-        Err(_) if hold.is_lost() => return Err(hold.lost_error()),
+        // A loss known before the release says more than the transport error: the
+        // work done under the lock may have overlapped another holder. (A deadline
+        // passed since is no loss: the work was done by then; the error says when
+        // the lock is free at the latest.)
+        Err(_) if lost_before => return Err(hold.lost_error()),
         Err(LockError::Redis(err)) if outcome_unknown(&err) => return Err(unconfirmed(&hold, err)),
         Err(err) => return Err(err),
     };
     match reply {
-        ReleaseReply::Released { .. } | ReleaseReply::Handed { .. } if !hold.is_lost() => Ok(()),
+        ReleaseReply::Released { .. } | ReleaseReply::Handed { .. } if !lost_before => Ok(()),
         ReleaseReply::Released { .. } | ReleaseReply::Handed { .. } => Err(hold.lost_error()),
         ReleaseReply::NotHeld => {
             // The last guard is gone already: counted here, not by `mark_lost`.

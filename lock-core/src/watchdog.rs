@@ -117,6 +117,19 @@ impl Registry {
         locked(&self.holds)
     }
 
+    /// Stops watching `hold` and marks it lost for `reason`, if it is still watched.
+    /// A hold no longer watched was let go by its last guard (its release reads the
+    /// server's own answer, and says whether the lock was lost), closed by the
+    /// shutdown (which gives it back), or is lost already: a renewal picked before
+    /// the release, and answered "not held" after it applied, says nothing about it.
+    fn lose(&self, hold: &Hold, reason: LostReason, why: &'static str) {
+        if self.holds().remove(hold.id).is_none() {
+            return;
+        }
+        hold.tag.released();
+        hold.mark_lost(reason, why);
+    }
+
     /// Why `hold`, which a renewal found gone, was lost: when a server was found
     /// replaced (a restart, a failover; on Redlock, any of its nodes) since the hold
     /// was last known to be there (its last acknowledged renewal or acquisition),
@@ -237,10 +250,8 @@ impl Watchdog {
     /// check that the grant waited for told it already.
     pub(crate) fn forgotten(&self, hold: &Hold) {
         let reason = self.registry.cause(hold);
-        if self.registry.holds().remove(hold.id).is_some() {
-            hold.tag.released();
-        }
-        hold.mark_lost(
+        self.registry.lose(
+            hold,
             reason,
             "another chain of this client was granted the lock, so the server no longer had it",
         );
@@ -434,14 +445,11 @@ impl Task {
             let now = Instant::now();
             let (due, expired, next) = self.survey(now);
             for hold in expired {
-                if self.registry.holds().remove(hold.id).is_some() {
-                    hold.tag.released();
-                }
                 let (reason, why) = {
                     let state = hold.state();
                     (state.expiry_reason(), state.expiry_text())
                 };
-                hold.mark_lost(reason, why);
+                self.registry.lose(&hold, reason, why);
             }
             if !due.is_empty() {
                 self.renew(due, next).await;
@@ -716,16 +724,13 @@ impl Task {
 
     /// A hold that a renewal found gone: lost for `reason`.
     fn gone(&self, hold: &Hold, reason: LostReason) {
-        if self.registry.holds().remove(hold.id).is_some() {
-            hold.tag.released();
-        }
         let why = match reason {
             LostReason::ServerReplaced => {
                 "the Redis server was replaced (a restart or a failover) without it"
             }
             _ => "the watchdog found the lock gone (lease ended or force-unlocked)",
         };
-        hold.mark_lost(reason, why);
+        self.registry.lose(hold, reason, why);
     }
 
     /// After a round sent at `sent` with replica acknowledgements asked for: an
@@ -844,5 +849,40 @@ mod tests {
             watchdog.registry.holds().contains(hold.id),
             "a hold with a live guard was dropped from the watchdog"
         );
+    }
+
+    /// Observed (CI, stop 47): one of 2000 unlocks said `Lost(NotHeld)` though its
+    /// release applied to a held lock. The watchdog renews the holds due together in
+    /// pipelines of a thousand, one after another; a hold picked for the second had
+    /// its last guard let go, and its release applied, while the first was out. The
+    /// second's "not held" was that release's own doing, yet it marked the hold lost,
+    /// and `unlock`, reading its `Released` after the watchdog's task ran, preferred
+    /// the loss. A hold its last guard let go is the release's to judge.
+    #[test]
+    fn a_renewal_answered_after_the_last_guard_let_go_loses_nothing() {
+        let watchdog = Watchdog {
+            registry: Arc::new(Registry::default()),
+        };
+        let hold = watched_hold(&watchdog);
+        assert!(watchdog.guard_gone(&hold), "the last guard let go");
+        watchdog.registry.lose(
+            &hold,
+            LostReason::NotHeld,
+            "the watchdog found the lock gone (lease ended or force-unlocked)",
+        );
+        assert!(
+            !hold.is_lost(),
+            "the release's own answer was taken for a loss"
+        );
+
+        // A hold still watched is lost by the same call.
+        let watched = Hold::for_test(8, "watched");
+        watchdog.register(watched.clone());
+        watchdog
+            .registry
+            .lose(&watched, LostReason::NotHeld, "gone");
+        assert!(watched.is_lost());
+        assert_eq!(watched.lost_reason(), Some(LostReason::NotHeld));
+        assert!(!watchdog.registry.holds().contains(watched.id));
     }
 }
