@@ -467,6 +467,53 @@ async fn a_fixed_lease_is_named_at_once_and_a_short_hold_never() {
     );
 }
 
+/// The shortest `max_hold` a request takes, a renewal period (a third of the
+/// lease), ends at the hold's first renewal when that period is a second or less:
+/// the watchdog never renews the hold, yet the lock stays held for its lease (up to
+/// 3 s) unless it is given back. It was never named, so a lock held for over a
+/// second did not say who held it. Such a hold is named by its acquisition, as a
+/// fixed lease is.
+#[tokio::test]
+async fn a_hold_whose_max_hold_ends_at_its_first_renewal_is_named_at_once() {
+    let lease = Duration::from_secs(3);
+    let server = support::server();
+    let locks = support::client_with_lease(&server, lease).await;
+    let line = line!() + 2;
+    let capped = locks
+        .lock("holder:capped")
+        .max_hold(lease / 3)
+        .await
+        .expect("lock");
+    let owner = support::redis_holder(&server, "holder:capped").expect("a holder");
+    let stored = support::stored(&server, "holder:capped");
+    assert!(
+        stored.who(&owner).is_some(),
+        "named by the acquisition: {stored:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(support::held(&server, &support::lock_key("holder:capped")));
+    let holder = holder_of(&locks, "holder:capped").await;
+    assert_eq!(holder.site, format!("tests/ops_holder.rs:{line}"));
+    drop(capped);
+
+    // One renewed past its first renewal is named by that renewal, as before.
+    let renewed = locks
+        .lock("holder:renewed")
+        .max_hold(lease)
+        .await
+        .expect("lock");
+    let owner = support::redis_holder(&server, "holder:renewed").expect("a holder");
+    let stored = support::stored(&server, "holder:renewed");
+    assert_eq!(stored.who(&owner), None, "named before its first renewal");
+    tokio::time::sleep(lease / 3 + Duration::from_millis(200)).await;
+    let stored = support::stored(&server, "holder:renewed");
+    assert!(
+        stored.who(&owner).is_some(),
+        "named by its first renewal: {stored:?}"
+    );
+    renewed.unlock().await.expect("unlock");
+}
+
 /// `name_holders_at_once(true)`: every acquisition names its holder in the same
 /// script run, and a timeout shorter than a second names it.
 #[tokio::test]

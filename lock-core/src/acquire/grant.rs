@@ -23,9 +23,24 @@ use crate::origin::Origin;
 use crate::owner::Owner;
 
 /// Whether a grant to `inner`'s client, holding as `policy` says, names its holder
-/// itself (a fixed lease, or `name_holders_at_once`); else the first renewal does.
+/// itself: a fixed lease, a `max_hold` that ends by the first renewal (neither is
+/// ever renewed), or `name_holders_at_once`; else the first renewal does.
 pub(crate) fn named_at_once(inner: &Inner, policy: LeasePolicy) -> bool {
-    !policy.watchdog || inner.config.name_at_once
+    !policy.watchdog
+        || inner.config.name_at_once
+        || policy
+            .max_hold
+            .is_some_and(|max_hold| max_hold <= first_renewal(policy, false))
+}
+
+/// When a new hold's first renewal comes after its grant: a renewal period (a third
+/// of the lease), or sooner, by [`NAME_AFTER`], for a hold it is to name.
+fn first_renewal(policy: LeasePolicy, named: bool) -> Duration {
+    if named {
+        policy.lease / 3
+    } else {
+        (policy.lease / 3).min(NAME_AFTER)
+    }
 }
 
 /// Whether a grant of the attempt sent at `sent`, holding as `policy` says, came
@@ -63,12 +78,6 @@ impl Grant<'_> {
     ) -> HeldLock {
         let (inner, policy, sent) = (self.inner, self.policy, self.sent);
         let named = named_at_once(inner, policy);
-        // A hold not named yet is renewed, and named, early.
-        let first_renewal = if named {
-            policy.lease / 3
-        } else {
-            (policy.lease / 3).min(NAME_AFTER)
-        };
         let hold = Arc::new(Hold::new(
             inner.next_hold_id(),
             inner.id,
@@ -83,7 +92,7 @@ impl Grant<'_> {
                 deadline: sent + validity(policy.lease),
                 watchdog: policy.watchdog,
                 lease: policy.lease,
-                next_renew: sent + first_renewal,
+                next_renew: sent + first_renewal(policy, named),
                 renew_until: policy.max_hold.map(|max_hold| sent + max_hold),
                 closed: false,
                 named,
