@@ -482,3 +482,59 @@ async fn re_entries_do_not_keep_the_lock_past_max_hold_and_a_lease() {
     );
     drop(outer);
 }
+
+/// Observed: after a server was found replaced (here restarted from a snapshot, so
+/// it still has the lock), the watchdog's check renewed every hold it watches with
+/// a whole lease, those whose `max_hold` had stopped their renewals included: such
+/// a lock then lasted a lease past the check, beyond `max_hold` and a lease. The
+/// check confirms a capped hold without moving its end past `max_hold` and a lease,
+/// and the client counts on no more than that either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_after_a_replaced_server_does_not_renew_a_hold_past_max_hold() {
+    let lease = Duration::from_millis(1500);
+    let max_hold = Duration::from_millis(500);
+    let mut server = support::server();
+    let locks = support::client_with_lease(&server, lease).await;
+    let guard = locks
+        .lock("capped:check")
+        .max_hold(max_hold)
+        .await
+        .expect("lock");
+    let taken = Instant::now();
+    let ends_by = taken + max_hold + lease;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    server.cmd(&["SAVE"]).expect("SAVE");
+    server.restart_keeping(&["dump.rdb"]).expect("restart");
+    assert!(support::held(&server, &support::lock_key("capped:check")));
+    // A grant on the new server comes after the check of every hold there.
+    let other = locks
+        .lock("capped:other")
+        .await
+        .expect("lock after the restart");
+    let now = Instant::now();
+    assert!(
+        now < ends_by - Duration::from_millis(300),
+        "too slow to tell"
+    );
+    let pttl: u64 = server
+        .cmd(&["PTTL", &support::lock_key("capped:check")])
+        .expect("PTTL")
+        .parse()
+        .expect("a lease left");
+    let expires = now + Duration::from_millis(pttl);
+    assert!(
+        expires <= ends_by + SLACK,
+        "the check renewed the capped hold to {:?} after its grant, past max_hold and a \
+         lease ({:?})",
+        expires - taken,
+        max_hold + lease
+    );
+    assert!(!guard.is_lost(), "the hold is still there");
+    tokio::time::sleep_until(ends_by + SLACK).await;
+    assert!(
+        guard.is_lost(),
+        "the client counted on the hold past its end"
+    );
+    assert_eq!(guard.lost_reason(), Some(LostReason::MaxHoldExceeded));
+    other.unlock().await.expect("unlock");
+}

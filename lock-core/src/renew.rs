@@ -291,15 +291,18 @@ async fn renew_pipeline(
     lease: Option<Duration>,
 ) -> redis::RedisResult<Vec<Answer>> {
     let runs = holds.len().div_ceil(MAX_RENEWALS);
+    let now = Instant::now();
     let pipe = |way| {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for (run, start) in holds.chunks(MAX_RENEWALS).zip((0..).step_by(MAX_RENEWALS)) {
             let mut invocation = scripts.renew.prepare_invoke();
             for (offset, hold) in run.iter().enumerate() {
+                // Never past `max_hold` and a lease (the check after a replaced
+                // server renews a hold whose renewals `max_hold` stopped, too).
                 let (own_lease, named) = {
                     let state = hold.state();
-                    (state.lease, state.named)
+                    (state.extension(now), state.named)
                 };
                 invocation.push(&args::Renew {
                     lock: &hold.keys.lock,

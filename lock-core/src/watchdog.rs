@@ -662,7 +662,8 @@ impl Task {
                 Renewal::Held => {
                     hold.tag.renewed();
                     let mut state = hold.state();
-                    state.deadline = sent + validity(state.lease);
+                    // The lease the renewal asked for (`renew.rs`): cut by `max_hold`.
+                    state.deadline = sent + validity(state.extension(sent));
                     state.next_renew = sent + self.period;
                     state.named = true;
                 }
@@ -714,7 +715,7 @@ impl Task {
         // The master that answered "held" named the holder.
         state.named = true;
         if new_master {
-            let bridge = (self.period * 2).min(validity(state.lease));
+            let bridge = (self.period * 2).min(validity(state.extension(sent)));
             state.deadline = state.deadline.max(sent + bridge);
             state.next_renew = sent + self.period;
         } else {
