@@ -159,8 +159,9 @@ async fn replication_loss(with_replicas: bool) -> Result<Loss, distlock::LockErr
     let mut cluster = cluster();
     // Longer than a failover takes on a loaded machine, so that the first holder
     // still believes in its lock when the second takes it: with 3 s, a slow
-    // failover let the first guard's deadline pass first, and with 8 s its first
-    // renewal (at a third of the lease) sometimes reached the new master first.
+    // failover let the first guard's deadline pass first. (Its first renewal, 1 s
+    // after the grant, may reach the new master before the cluster's watch looks:
+    // it then has the watch look before the holder is told.)
     let lease = Duration::from_secs(30);
     let mut builder = LockClient::builder()
         .cluster(cluster.urls())
@@ -220,10 +221,10 @@ async fn replication_loss(with_replicas: bool) -> Result<Loss, distlock::LockErr
 
 /// Without replica acknowledgements a lock the replica never got is lost at the
 /// failover: another client is granted it on the promoted replica. The first
-/// holder is told by the cluster watch (the replica took the slots of its
-/// master), with `ServerReplaced`, well before its first renewal (10 s in); the
-/// other client may be granted first (README's per-topology table), which this
-/// prints.
+/// holder is told after a look of the cluster's watch (the replica took the slots
+/// of its master), with `ServerReplaced`, whether the watch looked on its own or a
+/// renewal that found the lock gone on the new master asked it to; the other
+/// client may be granted first (README's per-topology table), which this prints.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_loss_without_replica_acknowledgement_is_told_at_the_failover() {
     let loss = replication_loss(false)

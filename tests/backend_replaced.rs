@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use distlock::{LockClient, LockGuard, LostReason};
 use distlock_testkit::{monotonic_ns, RedisCluster, RedisServer};
+use tokio::time::Instant;
 
 /// How many other locks the holder keeps through each restart: a check of many
 /// holds takes longer, which widens the window a grant must not slip into.
@@ -385,6 +386,57 @@ async fn takeover_round(kill_first: bool) {
         "told {:.1} ms after the takeover",
         ms(takeover, told)
     );
+}
+
+/// Observed (CI, stop 48): a holder on a cluster was told `NotHeld` where its lock
+/// was lost to a failover. Its renewal followed the slot's move to a replica that
+/// lacked the lock (the cluster connection follows a `MOVED` on its own) before the
+/// cluster's watch had looked at the masters: the watchdog took the answer "not
+/// held" for all there was to know. A hold a renewal finds gone on a cluster is now
+/// checked again after a look at the masters, which finds the takeover. Here the
+/// holds are renewed every 200 ms and the watch looks once a second, so the renewal
+/// comes first in most rounds; two rounds, on two masters, each a takeover by a
+/// replica that lacks the lock, with the old master running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_follows_a_takeover_tells_the_holder_its_server_was_replaced() {
+    let cluster = RedisCluster::start(3, 1).expect("start a cluster with replicas");
+    let holder = support::cluster_client(&cluster, Duration::from_millis(600)).await;
+    let mut masters_used = Vec::new();
+    for round in 0..2 {
+        let (name, slot, master, replica) = (0..)
+            .map(|n| format!("followed:{round}:{n}"))
+            .find_map(|name| {
+                let (slot, master, replica) = support::placement(&cluster, &name);
+                (!masters_used.contains(&master)).then_some((name, slot, master, replica))
+            })
+            .expect("a name on another master");
+        masters_used.extend([master, replica]);
+        let guard = holder.lock(name.as_str()).await.expect("lock");
+        forget_on_replica(&cluster, master, replica, &name).await;
+        assert!(!guard.is_lost());
+        cluster.nodes()[replica]
+            .cmd(&["CLUSTER", "FAILOVER", "TAKEOVER"])
+            .expect("CLUSTER FAILOVER TAKEOVER");
+        let takeover = Instant::now();
+        let promoted = support::eventually(Duration::from_secs(10), || {
+            cluster.node_for_slot(slot) == Some(replica)
+        })
+        .await;
+        assert!(promoted, "the replica took over the slot");
+        tokio::time::timeout(Duration::from_secs(5), guard.lost())
+            .await
+            .expect("the holder is told within 5 s of the takeover");
+        println!(
+            "round {round}: told {:?} after the takeover, {:?}",
+            takeover.elapsed(),
+            guard.lost_reason()
+        );
+        assert_eq!(
+            guard.lost_reason(),
+            Some(LostReason::ServerReplaced),
+            "round {round}"
+        );
+    }
 }
 
 /// Issue 40 (2), the old master still running: no connection of the client drops,

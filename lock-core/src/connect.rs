@@ -98,6 +98,7 @@ impl Settings {
         ));
         let watchdog = Watchdog::spawn(
             backend.clone(),
+            links.clone(),
             scripts.clone(),
             self.default_lease,
             self.replicas,

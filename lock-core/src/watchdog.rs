@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backend::link::Replaced;
+use crate::backend::link::{Links, Replaced};
 use crate::backend::Backend;
 use crate::error::LostReason;
 use crate::hold::{Hold, HoldState, HoldTable};
@@ -176,6 +176,7 @@ pub(crate) struct Watchdog {
 impl Watchdog {
     pub(crate) fn spawn(
         backend: Backend,
+        links: Arc<Links>,
         scripts: Arc<Scripts>,
         lease: Duration,
         acks: Option<(u32, Duration)>,
@@ -188,6 +189,7 @@ impl Watchdog {
             ops,
             registry: registry.clone(),
             backend,
+            links,
             scripts,
             period: lease / 3,
             unacknowledged: AtomicBool::new(false),
@@ -401,6 +403,9 @@ struct Task {
     ops: Arc<Operators>,
     registry: Arc<Registry>,
     backend: Backend,
+    /// The client's connections: on a cluster, a hold a renewal found gone is
+    /// checked after the watch's next look ([`Task::apply`]).
+    links: Arc<Links>,
     scripts: Arc<Scripts>,
     period: Duration,
     /// Whether the last renewals were acknowledged by fewer replicas than `acks`
@@ -549,7 +554,10 @@ impl Task {
                 let limit = until.saturating_duration_since(sent).max(MIN_RETRY);
                 match self.round(batch, limit).await {
                     Round::Answered(replies) => {
-                        self.apply_as(batch, &replies, sent, gone);
+                        let reason = |hold: &Arc<Hold>| {
+                            Some(gone.unwrap_or_else(|| self.registry.cause(hold)))
+                        };
+                        self.apply_as(batch, &replies, sent, reason);
                         let open = batch
                             .iter()
                             .zip(&replies)
@@ -642,21 +650,38 @@ impl Task {
     }
 
     /// Applies the answers of a renewal sent at `sent`; a hold found gone is lost for
-    /// its cause ([`Registry::cause`]).
+    /// its cause ([`Registry::cause`]). On a cluster, whose connection follows a
+    /// failover to the new master on its own, the renewal may have reached a master
+    /// the cluster's watch has not looked at yet, so the cause is not known: the
+    /// holds found gone are checked again after the watch's next look, as for a
+    /// grant that contradicts a hold (`Links::contradicted`), and lost for what that
+    /// look found ([`LostReason::ServerReplaced`] for a master that took the slot).
     fn apply(&self, batch: &[Arc<Hold>], replies: &[Renewal], sent: Instant) {
-        self.apply_as(batch, replies, sent, None);
+        let gone = |hold: &Arc<Hold>| {
+            if !self.backend.is_cluster() {
+                return Some(self.registry.cause(hold));
+            }
+            // Not renewed again before the check.
+            hold.state().next_renew = sent + self.period;
+            None
+        };
+        if self.apply_as(batch, replies, sent, gone) {
+            self.links.contradicted();
+        }
     }
 
-    /// [`apply`](Self::apply), a hold found gone being lost for `gone` when it is
-    /// given (the check after a replaced server).
+    /// Applies the answers of a renewal sent at `sent` (a renewal's or a check's): a
+    /// hold found gone is lost for the reason `gone` gives, or left for a check
+    /// when it gives none. Whether some hold was left for a check.
     fn apply_as(
         &self,
         batch: &[Arc<Hold>],
         replies: &[Renewal],
         sent: Instant,
-        gone: Option<LostReason>,
-    ) {
+        gone: impl Fn(&Arc<Hold>) -> Option<LostReason>,
+    ) -> bool {
         let new_master = self.on_new_master(sent);
+        let mut unchecked = false;
         for (hold, reply) in batch.iter().zip(replies) {
             match reply {
                 Renewal::Held => {
@@ -670,7 +695,10 @@ impl Task {
                 Renewal::Unconfirmed { .. } => self.unconfirmed(hold, sent, new_master),
                 // Whatever the replicas acknowledged: the master that answered
                 // no longer has it.
-                Renewal::Gone => self.gone(hold, gone.unwrap_or_else(|| self.registry.cause(hold))),
+                Renewal::Gone => match gone(hold) {
+                    Some(reason) => self.gone(hold, reason),
+                    None => unchecked = true,
+                },
                 Renewal::Unknown => {
                     tracing::debug!("distlock: unexpected renewal reply; retrying");
                     hold.tag.renewal_failed();
@@ -680,6 +708,7 @@ impl Task {
             }
         }
         self.note_acknowledgements(replies, sent, new_master);
+        unchecked
     }
 
     /// Whether a renewal sent at `sent` went to a new master that has not had the

@@ -187,9 +187,10 @@ impl Links {
     }
 
     /// A grant of this client contradicts a hold another of its call chains
-    /// believes it has (`acquire/wait.rs`): the server that granted it forgot that
-    /// hold (it was replaced, or failed over to a replica that lacked it, unseen
-    /// yet; or the lock was deleted). Every hold is checked as after a replaced
+    /// believes it has (`acquire/wait.rs`), or on a cluster a renewal found a hold
+    /// gone (`watchdog.rs`): the server that answered forgot that hold (it was
+    /// replaced, or failed over to a replica that lacked it, unseen yet; or the
+    /// lock was deleted). Every hold is checked as after a replaced
     /// server ([`replaced`](Self::replaced)), and the grant waits for it
     /// ([`settled`](Self::settled)). On a cluster, the watch first looks at once at
     /// which master serves each slot and which server each one is

@@ -58,7 +58,13 @@ impl Backend {
     /// each request once: not Redlock, nor a cluster (whose connection may send a
     /// request again on its own, after a lost connection or a moved slot).
     pub(crate) fn sends_once(&self) -> bool {
-        !self.is_redlock() && !self.nodes[0].is_cluster()
+        !self.is_redlock() && !self.is_cluster()
+    }
+
+    /// Whether this is a Redis Cluster: one connection over every master, which
+    /// follows a moved slot or a failover on its own.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.nodes[0].is_cluster()
     }
 
     /// How many nodes must agree: a majority (1 with a single endpoint).
