@@ -14,3 +14,14 @@ pub(crate) fn cpu_time(who: libc::c_int) -> Duration {
     };
     time(usage.ru_utime) + time(usage.ru_stime)
 }
+
+/// Context switches of this process so far (`getrusage`): voluntary (it waited:
+/// for a socket, a timer, another thread) and involuntary (the scheduler took the
+/// core away).
+pub(crate) fn switches() -> (u64, u64) {
+    // SAFETY: as in `cpu_time`.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as in `cpu_time`, for this process.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    (usage.ru_nvcsw as u64, usage.ru_nivcsw as u64)
+}

@@ -117,7 +117,8 @@ fn url_and_count(args: &[String], usage: &str) -> Result<(String, usize), BoxErr
 
 /// For profilers: scenario 1 (`one-task URL PAIRS`) or 2 (`many-tasks URL
 /// PAIRS_PER_TASK`, 64 tasks) alone against a running server, on a current-thread
-/// runtime (`DISTLOCK_BENCH_RUNTIME=multi-thread` for the other).
+/// runtime (`DISTLOCK_BENCH_RUNTIME=multi-thread` for the other), with distlock, or
+/// with the peer when `DISTLOCK_BENCH_PEER=rslock` (feature `rslock`).
 fn profile_pairs(args: &[String], tasks: usize) -> Result<(), BoxError> {
     let usage = if tasks == 1 {
         "one-task URL PAIRS"
@@ -129,18 +130,49 @@ fn profile_pairs(args: &[String], tasks: usize) -> Result<(), BoxError> {
         Ok("multi-thread") => Flavor::MultiThread,
         _ => Flavor::CurrentThread,
     };
+    let peer = std::env::var("DISTLOCK_BENCH_PEER").is_ok_and(|peer| peer == "rslock");
     runtime::block_on(flavor, async {
-        let client = connect_distlock(&url).await?;
-        let cpu = cpu_time(libc::RUSAGE_SELF);
-        let start = std::time::Instant::now();
-        let limit = Duration::from_secs(120);
-        let done = scenarios::pairs(&client, "profile", tasks, pairs, limit).await?;
-        let rate = done as f64 / start.elapsed().as_secs_f64();
-        let cpu = cpu_time(libc::RUSAGE_SELF) - cpu;
-        let per_pair = cpu.as_secs_f64() * 1e6 / done.max(1) as f64;
-        println!("{rate:.0} pairs/s, {per_pair:.1} µs CPU per pair ({flavor})");
-        Ok(())
+        if !peer {
+            let client = connect_distlock(&url).await?;
+            return profile_with(&client, "distlock", tasks, pairs, flavor).await;
+        }
+        #[cfg(feature = "rslock")]
+        return profile_with(&peer::manager(&url, None), "rslock", tasks, pairs, flavor).await;
+        #[cfg(not(feature = "rslock"))]
+        Err("DISTLOCK_BENCH_PEER=rslock needs the feature `rslock`".into())
     })
+}
+
+/// The pairs of [`profile_pairs`] with `contender` (called `who`), and what they
+/// cost this process.
+async fn profile_with<C>(
+    contender: &C,
+    who: &str,
+    tasks: usize,
+    pairs: usize,
+    flavor: Flavor,
+) -> Result<(), BoxError>
+where
+    C: contender::Contender,
+    BoxError: From<C::Error>,
+{
+    let cpu = cpu_time(libc::RUSAGE_SELF);
+    let switched = cpu::switches();
+    let start = std::time::Instant::now();
+    let limit = Duration::from_secs(120);
+    let done = scenarios::pairs(contender, "profile", tasks, pairs, limit).await?;
+    let rate = done as f64 / start.elapsed().as_secs_f64();
+    let cpu = cpu_time(libc::RUSAGE_SELF) - cpu;
+    let (voluntary, involuntary) = cpu::switches();
+    let per = |n: u64| n as f64 / done.max(1) as f64;
+    println!(
+        "{who}: {rate:.0} pairs/s, {:.1} µs CPU per pair, {:.2} voluntary and {:.2} \
+         involuntary context switches per pair ({flavor})",
+        per(cpu.as_micros() as u64),
+        per(voluntary - switched.0),
+        per(involuntary - switched.1),
+    );
+    Ok(())
 }
 
 /// Scenario 1's requests through plain redis-rs (`raw-pairs URL PAIRS`), to split the

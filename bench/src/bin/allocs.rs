@@ -7,6 +7,7 @@
 //!
 //! ```text
 //! cargo run --release -p distlock-bench --bin allocs [PAIRS_PER_TASK]
+//! cargo run --release -p distlock-bench --features rslock --bin allocs   # and the peer's
 //! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -85,6 +86,50 @@ async fn pairs(
     Ok(())
 }
 
+/// As [`pairs`], with the peer (`rslock`, at its defaults), for comparison.
+#[cfg(feature = "rslock")]
+async fn peer_pairs(url: &str, round: &str, tasks: usize, pairs: usize) -> Result<(), BoxError> {
+    let manager = rslock::LockManager::new(vec![url.to_owned()]);
+    let mut set = tokio::task::JoinSet::new();
+    for task in 0..tasks {
+        let manager = manager.clone();
+        let round = round.to_owned();
+        set.spawn(async move {
+            for pair in 0..pairs {
+                let name = format!("allocs:{round}:{task}:{pair}");
+                let lock = manager
+                    .lock(name.as_bytes(), std::time::Duration::from_secs(30))
+                    .await
+                    .map_err(|err| format!("rslock: {err}"))?;
+                manager.unlock(&lock).await;
+            }
+            Ok::<(), BoxError>(())
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+/// Allocations and bytes asked for so far.
+fn counted() -> (u64, u64) {
+    (
+        ALLOCATIONS.load(Ordering::Relaxed),
+        BYTES.load(Ordering::Relaxed),
+    )
+}
+
+/// Prints what happened since `before`, per pair of `n`.
+fn report(who: &str, tasks: usize, n: usize, before: (u64, u64)) {
+    let (allocations, bytes) = counted();
+    println!(
+        "{who}: {tasks} task(s), {n} pairs: {:.1} allocations and {:.0} bytes per pair",
+        (allocations - before.0) as f64 / n as f64,
+        (bytes - before.1) as f64 / n as f64
+    );
+}
+
 fn main() -> Result<(), BoxError> {
     let per_task: usize = match std::env::args().nth(1) {
         Some(n) => n.parse()?,
@@ -104,18 +149,17 @@ fn main() -> Result<(), BoxError> {
             }
             .max(1);
             pairs(&client, &format!("warm{tasks}"), tasks, each).await?;
-            let (allocations, bytes) = (
-                ALLOCATIONS.load(Ordering::Relaxed),
-                BYTES.load(Ordering::Relaxed),
-            );
+            let before = counted();
             pairs(&client, &format!("count{tasks}"), tasks, each).await?;
-            let n = (tasks * each) as f64;
-            println!(
-                "{tasks} task(s), {} pairs: {:.1} allocations and {:.0} bytes per pair",
-                tasks * each,
-                (ALLOCATIONS.load(Ordering::Relaxed) - allocations) as f64 / n,
-                (BYTES.load(Ordering::Relaxed) - bytes) as f64 / n
-            );
+            report("distlock", tasks, tasks * each, before);
+            #[cfg(feature = "rslock")]
+            {
+                let url = server.url();
+                peer_pairs(&url, &format!("peer-warm{tasks}"), tasks, each).await?;
+                let before = counted();
+                peer_pairs(&url, &format!("peer-count{tasks}"), tasks, each).await?;
+                report("rslock", tasks, tasks * each, before);
+            }
         }
         Ok::<(), BoxError>(())
     })
