@@ -19,12 +19,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::detach::join_all;
-use crate::error::{LockError, LostReason};
+use crate::error::LockError;
 use crate::hold::Hold;
 use crate::inner::Inner;
-use crate::lease::{drift, validity, MAX_LEASE, MIN_LEASE};
-use crate::renew::{renew_one, Renewal};
-use crate::scripts::unexpected_reply;
+use crate::lease::{drift, MAX_LEASE, MIN_LEASE};
+use crate::renew::extend_once;
 
 /// The lease that keeps a lock in Redis for at least `left` of this client's time:
 /// `left` plus the clock drift the client allows for (a server whose clock runs
@@ -42,7 +41,7 @@ pub(crate) fn lease_to_cover(left: Duration) -> Duration {
 /// # Errors
 ///
 /// [`LockError::Lost`] when the owner no longer holds the lock (the hold is marked
-/// lost, [`LostReason::NotHeld`]); [`LockError::Redis`] when Redis could not be
+/// lost, [`LostReason::NotHeld`](crate::LostReason::NotHeld)); [`LockError::Redis`] when Redis could not be
 /// reached or gave no answer a majority agrees on (the lease is then the one the
 /// last renewal gave).
 ///
@@ -61,29 +60,14 @@ pub(crate) async fn extend_until(
         return Ok(());
     }
     let lease = lease_to_cover(left);
-    let (backend, scripts, acks) = (&inner.backend, &inner.scripts, inner.config.replicas);
-    match renew_one(backend, scripts, hold, acks, lease).await? {
-        Renewal::Held => {
-            let mut state = hold.state();
-            state.deadline = state.deadline.max(sent + validity(lease));
-            Ok(())
-        }
-        // The master moved the expiry; the client does not count on it until
-        // replicas have it (as a renewal does not).
-        Renewal::Unconfirmed { .. } => Ok(()),
-        Renewal::Gone => {
-            hold.mark_lost(
-                LostReason::NotHeld,
-                "the lock was not held by its owner when its lease was to cover its minimum \
-                 hold time",
-            );
-            Err(hold.lost_error())
-        }
-        Renewal::Unknown => Err(LockError::Redis(unexpected_reply(
-            "renew.lua",
-            "no answer that a majority agrees on",
-        ))),
-    }
+    let acks = inner.config.replicas;
+    let why = "the lock was not held by its owner when its lease was to cover its minimum \
+               hold time";
+    // Acknowledged by too few replicas: the master moved the expiry, and the client
+    // does not count on it until replicas have it (as a renewal does not).
+    extend_once(&inner.backend, &inner.scripts, hold, (lease, acks), why)
+        .await
+        .map(|_| ())
 }
 
 /// What a shutdown does with the holds whose release waits for a minimum hold time.
@@ -102,7 +86,7 @@ pub(crate) struct Kept {
 /// guards): a hold whose release waits for a minimum hold time not reached yet is
 /// not given back but left held, its lease extended once more to cover the rest of
 /// the minimum ([`extend_until`], all of them at once), and its guards told
-/// ([`LostReason::ShutDown`]). The lock then ends when that lease ends: no earlier
+/// ([`LostReason::ShutDown`](crate::LostReason::ShutDown)). The lock then ends when that lease ends: no earlier
 /// than the minimum, and no later than the minimum or the end of the lease of the
 /// last renewal, whichever comes later. The other holds are returned, to be given
 /// back.
@@ -145,6 +129,7 @@ pub(crate) async fn keep(inner: &Arc<Inner>, closed: Vec<(Arc<Hold>, usize)>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::validity;
 
     #[test]
     fn the_lease_covers_what_is_left_and_the_drift() {

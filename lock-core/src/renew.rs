@@ -361,28 +361,41 @@ async fn renew_pipeline(
     Ok(answers)
 }
 
-/// Renews the one hold `hold` to a lease of `lease`, with the replica
-/// acknowledgements the client asks for: what the backend found (see [`renew`]).
+/// Renews the one hold `hold` to a lease of `lease` from now, with the replica
+/// acknowledgements the client asks for (see [`renew`]): renewed, the hold counts on
+/// the new end (never earlier than before); held but acknowledged by too few
+/// replicas, it keeps its old end (`Ok(Err(acked))`); gone, it is lost for `why`
+/// ([`LostReason::NotHeld`]).
 ///
 /// # Cancel safety
 ///
 /// Safe to drop: the renewal is applied or not, and only moves a lease later.
-pub(crate) async fn renew_one(
+pub(crate) async fn extend_once(
     backend: &Backend,
     scripts: &Arc<Scripts>,
     hold: &Arc<Hold>,
-    acks: Option<(u32, Duration)>,
-    lease: Duration,
-) -> redis::RedisResult<Renewal> {
-    let replies = renew(
-        backend,
-        scripts,
-        std::slice::from_ref(hold),
-        acks,
-        Some(lease),
-    )
-    .await?;
-    Ok(replies.first().copied().unwrap_or(Renewal::Unknown))
+    (lease, acks): (Duration, Option<(u32, Duration)>),
+    why: &'static str,
+) -> Result<Result<(), u32>, LockError> {
+    let sent = Instant::now();
+    let one = std::slice::from_ref(hold);
+    let replies = renew(backend, scripts, one, acks, Some(lease)).await?;
+    match replies.first().copied().unwrap_or(Renewal::Unknown) {
+        Renewal::Held => {
+            let mut state = hold.state();
+            state.deadline = state.deadline.max(sent + validity(lease));
+            Ok(Ok(()))
+        }
+        Renewal::Unconfirmed { acked } => Ok(Err(acked)),
+        Renewal::Gone => {
+            hold.mark_lost(LostReason::NotHeld, why);
+            Err(hold.lost_error())
+        }
+        Renewal::Unknown => Err(LockError::Redis(unexpected_reply(
+            "renew.lua",
+            "no answer that a majority agrees on",
+        ))),
+    }
 }
 
 /// Extends the fixed lease of `hold` so that it lasts at least `lease` from now, if
@@ -424,35 +437,23 @@ pub(crate) async fn extend(
     if closed || hold.is_lost() {
         return Err(hold.lost_error());
     }
-    let sent = Instant::now();
-    match renew_one(backend, scripts, hold, acks, lease).await? {
-        Renewal::Held => {
-            {
-                let mut state = hold.state();
-                state.deadline = state.deadline.max(sent + validity(lease));
-                state.lease = state.lease.max(lease);
-            }
-            // A reply that came after the old end: the guard was told of the loss.
-            if hold.is_lost() {
-                return Err(hold.lost_error());
-            }
-            Ok(())
+    let why = "the lock was not held by its owner when its lease was to be extended";
+    match extend_once(backend, scripts, hold, (lease, acks), why).await? {
+        Ok(()) => {
+            let mut state = hold.state();
+            state.lease = state.lease.max(lease);
         }
-        Renewal::Gone => {
-            hold.mark_lost(
-                LostReason::NotHeld,
-                "the lock was not held by its owner when its lease was to be extended",
-            );
-            Err(hold.lost_error())
+        Err(acked) => {
+            return Err(LockError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "too few replicas acknowledged the extension",
+                format!("{acked} of {}", acks.map_or(0, |(needed, _)| needed)),
+            ))))
         }
-        Renewal::Unconfirmed { acked } => Err(LockError::Redis(redis::RedisError::from((
-            redis::ErrorKind::Io,
-            "too few replicas acknowledged the extension",
-            format!("{acked} of {}", acks.map_or(0, |(needed, _)| needed)),
-        )))),
-        Renewal::Unknown => Err(LockError::Redis(unexpected_reply(
-            "renew.lua",
-            "no answer that a majority agrees on",
-        ))),
     }
+    // A reply that came after the old end: the guard was told of the loss.
+    if hold.is_lost() {
+        return Err(hold.lost_error());
+    }
+    Ok(())
 }
