@@ -158,21 +158,49 @@ where
 {
     let cpu = cpu_time(libc::RUSAGE_SELF);
     let switched = cpu::switches();
+    let polled = runtime_counts();
     let start = std::time::Instant::now();
     let limit = Duration::from_secs(120);
     let done = scenarios::pairs(contender, "profile", tasks, pairs, limit).await?;
+    let polls = runtime_counts().map(|now| {
+        let before = polled.unwrap_or_default();
+        let per = |a: u64, b: u64| (a - b) as f64 / done.max(1) as f64;
+        format!(
+            ", {:.2} task polls, {:.2} tasks spawned and {:.2} parks per pair",
+            per(now.0, before.0),
+            per(now.1, before.1),
+            per(now.2, before.2)
+        )
+    });
     let rate = done as f64 / start.elapsed().as_secs_f64();
     let cpu = cpu_time(libc::RUSAGE_SELF) - cpu;
     let (voluntary, involuntary) = cpu::switches();
     let per = |n: u64| n as f64 / done.max(1) as f64;
     println!(
         "{who}: {rate:.0} pairs/s, {:.1} µs CPU per pair, {:.2} voluntary and {:.2} \
-         involuntary context switches per pair ({flavor})",
+         involuntary context switches per pair{} ({flavor})",
         per(cpu.as_micros() as u64),
         per(voluntary - switched.0),
         per(involuntary - switched.1),
+        polls.unwrap_or_default(),
     );
     Ok(())
+}
+
+/// The runtime's task polls, tasks spawned and parks so far, summed over its
+/// workers: only in a build with `RUSTFLAGS="--cfg tokio_unstable"` (tokio's
+/// unstable metrics), else `None`.
+fn runtime_counts() -> Option<(u64, u64, u64)> {
+    #[cfg(tokio_unstable)]
+    {
+        let metrics = tokio::runtime::Handle::current().metrics();
+        let workers = 0..metrics.num_workers();
+        let polls = workers.clone().map(|w| metrics.worker_poll_count(w)).sum();
+        let parks = workers.map(|w| metrics.worker_park_count(w)).sum();
+        Some((polls, metrics.spawned_tasks_count(), parks))
+    }
+    #[cfg(not(tokio_unstable))]
+    None
 }
 
 /// Scenario 1's requests through plain redis-rs (`raw-pairs URL PAIRS`), to split the
