@@ -468,9 +468,13 @@ async fn run_op(
             finish(&shared, actor, outcome);
             return;
         }
-        Op::Renew | Op::Force | Op::Expire | Op::Replace | Op::ReplaceLoaded | Op::Outage => {
-            Ok(None)
-        }
+        Op::Renew
+        | Op::Force
+        | Op::Expire
+        | Op::Replace
+        | Op::ReplaceLoaded
+        | Op::Outage
+        | Op::Lapse => Ok(None),
     };
     let outcome = match result {
         Ok(Some(guard)) => {

@@ -36,6 +36,10 @@
 //! - An outage longer than a final release's record lives: for 2.4 s nothing
 //!   reaches the server (held requests stay held) while the client's clock and the
 //!   server's key lifetimes move by it.
+//! - A lease that ends on every clock (world `lapse`, past the slice): a whole
+//!   lease passes with nothing reaching the server, renewals included, so every
+//!   lease ends on the server's clock and on both clients' alike (where `expiry`
+//!   ends one on the server alone).
 //!
 //! Reductions (each keeps every behaviour reachable):
 //! - An actor's next operation on a client where nothing else is in progress is

@@ -836,6 +836,16 @@ impl Schedule<'_> {
                         "W: an outage of {OUTAGE:?}: nothing reached the server, {gone} key(s) expired"
                     ));
                 }
+                Op::Lapse => {
+                    self.revoke();
+                    let by = LEASE + Duration::from_millis(10);
+                    let gone = self.env.expire_within(&self.namespace, by)?;
+                    self.harness.advance(by);
+                    self.log(format!(
+                        "W: a lease's time ({by:?}) passed with nothing reaching the server, \
+                         {gone} key(s) expired"
+                    ));
+                }
                 _ => {
                     self.revoke();
                     let key = self.key("x");
@@ -850,7 +860,7 @@ impl Schedule<'_> {
             if let Some(watch) = &mut self.watch {
                 watch.disturbed = true;
             }
-            self.troubled |= matches!(op, Op::Replace | Op::ReplaceLoaded | Op::Outage);
+            self.troubled |= matches!(op, Op::Replace | Op::ReplaceLoaded | Op::Outage | Op::Lapse);
             let mut state = self.harness.shared.actor(a);
             state.done.push((index, Outcome::Ok));
             state.next += 1;

@@ -45,6 +45,11 @@ pub(crate) enum Op {
     /// server for [`OUTAGE`](crate::schedule::OUTAGE) (every held request stays
     /// held) while the client's time and the server's key lifetimes move by it.
     Outage,
+    /// A whole lease passes with nothing reaching the server (every held request,
+    /// renewals included, stays held): every lease ends on the server's clock and
+    /// on the clients' alike, as when a network partition outlasts it. (`Expire`
+    /// ends a lease on the server alone.)
+    Lapse,
 }
 
 impl Op {
@@ -66,6 +71,7 @@ impl Op {
             Op::Replace => 'p',
             Op::ReplaceLoaded => 'q',
             Op::Outage => 'o',
+            Op::Lapse => 't',
         }
     }
 
@@ -83,7 +89,13 @@ impl Op {
     pub(crate) fn is_world(self) -> bool {
         matches!(
             self,
-            Op::Renew | Op::Force | Op::Expire | Op::Replace | Op::ReplaceLoaded | Op::Outage
+            Op::Renew
+                | Op::Force
+                | Op::Expire
+                | Op::Replace
+                | Op::ReplaceLoaded
+                | Op::Outage
+                | Op::Lapse
         )
     }
 
@@ -350,9 +362,25 @@ pub(crate) fn worlds(bound: Bound) -> Vec<World> {
             ],
             faults: 1,
         },
+        World {
+            name: "lapse",
+            what: "two clients, and a whole lease with nothing reaching the server",
+            clients: 2,
+            actors: vec![
+                actor("A", 0, &[Lock, Unlock]),
+                actor("B", 1, &[Lock, Unlock]),
+                world_actor(&[Lapse]),
+            ],
+            faults: 1,
+        },
     ];
     if bound == Bound::Slice {
-        worlds.retain(|w| !matches!(w.name, "handoff" | "rw" | "operator" | "replace" | "outage"));
+        worlds.retain(|w| {
+            !matches!(
+                w.name,
+                "handoff" | "rw" | "operator" | "replace" | "outage" | "lapse"
+            )
+        });
         for world in &mut worlds {
             world.faults = 0;
         }
