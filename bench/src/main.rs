@@ -159,6 +159,8 @@ where
     let cpu = cpu_time(libc::RUSAGE_SELF);
     let switched = cpu::switches();
     let polled = runtime_counts();
+    #[cfg(tokio_unstable)]
+    runtime::polls().clear();
     let start = std::time::Instant::now();
     let limit = Duration::from_secs(120);
     let done = scenarios::pairs(contender, "profile", tasks, pairs, limit).await?;
@@ -176,6 +178,13 @@ where
     let cpu = cpu_time(libc::RUSAGE_SELF) - cpu;
     let (voluntary, involuntary) = cpu::switches();
     let per = |n: u64| n as f64 / done.max(1) as f64;
+    #[cfg(tokio_unstable)]
+    for (at, n) in runtime::polls().iter() {
+        println!(
+            "  polls of the task spawned at {at}: {:.2} per pair",
+            per(*n)
+        );
+    }
     println!(
         "{who}: {rate:.0} pairs/s, {:.1} µs CPU per pair, {:.2} voluntary and {:.2} \
          involuntary context switches per pair{} ({flavor})",

@@ -32,6 +32,15 @@ pub(crate) fn build(flavor: Flavor) -> Result<tokio::runtime::Runtime, BoxError>
         Flavor::MultiThread => tokio::runtime::Builder::new_multi_thread(),
         Flavor::CurrentThread => tokio::runtime::Builder::new_current_thread(),
     };
+    // Built with `--cfg tokio_unstable`: every task poll counted by where the task
+    // was spawned (`distlock-bench one-task` prints them per pair).
+    #[cfg(tokio_unstable)]
+    builder.on_before_task_poll(|meta| {
+        let at = meta.spawned_at();
+        *polls()
+            .entry(format!("{}:{}", at.file(), at.line()))
+            .or_insert(0) += 1;
+    });
     builder
         .enable_all()
         .build()
@@ -49,4 +58,14 @@ pub(crate) fn block_on<T>(
     let output = runtime.block_on(future);
     runtime.shutdown_background();
     output
+}
+
+/// The task polls counted so far, by where each task was spawned (`file:line`).
+#[cfg(tokio_unstable)]
+pub(crate) fn polls() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<String, u64>> {
+    static POLLS: std::sync::Mutex<std::collections::BTreeMap<String, u64>> =
+        std::sync::Mutex::new(std::collections::BTreeMap::new());
+    POLLS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

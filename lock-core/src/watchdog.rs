@@ -8,7 +8,7 @@
 //! replacement is queued, not waited for. Dropping a renewal is safe: it is applied
 //! or not, and only ever moves a lease later; the check renews every hold anyway.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -62,6 +62,9 @@ struct Registry {
     switched: Mutex<Option<Instant>>,
     /// When a server was last found replaced (see [`Registry::cause`]).
     replaced_at: Mutex<Option<Instant>>,
+    /// How many holds were registered (or watched again) so far: the task keeps an
+    /// idle tick while holds come and go ([`Task::idle_tick`]).
+    registered: AtomicU64,
 }
 
 impl Default for Registry {
@@ -74,6 +77,7 @@ impl Default for Registry {
             queued: Notify::new(),
             switched: Mutex::default(),
             replaced_at: Mutex::default(),
+            registered: AtomicU64::new(0),
         }
     }
 }
@@ -160,6 +164,7 @@ impl Registry {
 
     /// Wakes the task if `at` comes before its planned wake-up.
     fn wake_by(&self, at: Instant) {
+        self.registered.fetch_add(1, Ordering::AcqRel);
         let planned = *self.next_wake();
         if planned.is_none_or(|planned| at < planned) {
             self.changed.notify_one();
@@ -193,6 +198,7 @@ impl Watchdog {
             scripts,
             period: lease / 3,
             unacknowledged: AtomicBool::new(false),
+            idle_seen: 0,
         };
         tokio::spawn(task.run(shutdown));
         Self { registry }
@@ -411,6 +417,8 @@ struct Task {
     /// Whether the last renewals were acknowledged by fewer replicas than `acks`
     /// asks for (said once at WARN, and once at INFO when they are again).
     unacknowledged: AtomicBool,
+    /// [`Registry::registered`] when the task last found nothing to watch.
+    idle_seen: u64,
 }
 
 impl Drop for Task {
@@ -460,6 +468,7 @@ impl Task {
                 self.renew(due, next).await;
                 continue;
             }
+            let next = next.or_else(|| self.idle_tick(now));
             *self.registry.next_wake() = next;
             let sleep = async {
                 match next {
@@ -474,6 +483,20 @@ impl Task {
             }
             *self.registry.next_wake() = None;
         }
+    }
+
+    /// With nothing to watch: while holds come and go (locks given back before their
+    /// first renewal, the common case), a wake-up a first renewal away, so that a new
+    /// hold due no sooner does not wake the task on its own (`Registry::wake_by`)
+    /// and the tick finds it; once no hold came since the last tick, none (the next
+    /// hold wakes the task).
+    fn idle_tick(&mut self, now: Instant) -> Option<Instant> {
+        let registered = self.registry.registered.load(Ordering::Acquire);
+        if registered == self.idle_seen {
+            return None;
+        }
+        self.idle_seen = registered;
+        Some(now + self.period.min(NAME_AFTER))
     }
 
     /// Splits the holds into those to renew now (everything due within half a
