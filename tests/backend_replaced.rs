@@ -394,13 +394,13 @@ async fn takeover_round(kill_first: bool) {
 /// cluster's watch had looked at the masters: the watchdog took the answer "not
 /// held" for all there was to know. A hold a renewal finds gone on a cluster is now
 /// checked again after a look at the masters, which finds the takeover. Here the
-/// holds are renewed every 200 ms and the watch looks once a second, so the renewal
+/// holds are renewed every 300 ms and the watch looks once a second, so the renewal
 /// comes first in most rounds; two rounds, on two masters, each a takeover by a
 /// replica that lacks the lock, with the old master running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_that_follows_a_takeover_tells_the_holder_its_server_was_replaced() {
     let cluster = RedisCluster::start(3, 1).expect("start a cluster with replicas");
-    let holder = support::cluster_client(&cluster, Duration::from_millis(600)).await;
+    let holder = support::cluster_client(&cluster, Duration::from_millis(900)).await;
     let mut masters_used = Vec::new();
     for round in 0..2 {
         let (name, slot, master, replica) = (0..)

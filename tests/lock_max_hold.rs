@@ -502,7 +502,7 @@ async fn the_check_after_a_replaced_server_does_not_renew_a_hold_past_max_hold()
         .expect("lock");
     let taken = Instant::now();
     let ends_by = taken + max_hold + lease;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
     server.cmd(&["SAVE"]).expect("SAVE");
     server.restart_keeping(&["dump.rdb"]).expect("restart");
     assert!(support::held(&server, &support::lock_key("capped:check")));
