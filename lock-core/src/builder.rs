@@ -714,9 +714,10 @@ impl LockClientBuilder {
     /// by its first renewal, 1 s after its grant (sooner when a third of its lease
     /// is shorter), so that the many locks held for less than a second cost the
     /// server no clock read and no record; a fixed lease, and a hold whose
-    /// `max_hold` ends by its first renewal, are named at once either way. Turn it on when every holder must be named from its grant (a timeout
-    /// shorter than a second that names the holder, say), at about 15 % more of
-    /// the server's time per first acquisition and 90 bytes per held lock.
+    /// `max_hold` ends by its first renewal, are named at once either way. Turn it
+    /// on when every holder must be named from its grant (a timeout shorter than a
+    /// second that names the holder, say), at about 15 % more of the server's time
+    /// per first acquisition and 90 bytes per held lock.
     ///
     /// # Examples
     ///

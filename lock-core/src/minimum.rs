@@ -41,9 +41,9 @@ pub(crate) fn lease_to_cover(left: Duration) -> Duration {
 /// # Errors
 ///
 /// [`LockError::Lost`] when the owner no longer holds the lock (the hold is marked
-/// lost, [`LostReason::NotHeld`](crate::LostReason::NotHeld)); [`LockError::Redis`] when Redis could not be
-/// reached or gave no answer a majority agrees on (the lease is then the one the
-/// last renewal gave).
+/// lost, [`LostReason::NotHeld`](crate::LostReason::NotHeld)); [`LockError::Redis`]
+/// when Redis could not be reached or gave no answer a majority agrees on (the
+/// lease is then the one the last renewal gave).
 ///
 /// # Cancel safety
 ///
@@ -86,9 +86,9 @@ pub(crate) struct Kept {
 /// guards): a hold whose release waits for a minimum hold time not reached yet is
 /// not given back but left held, its lease extended once more to cover the rest of
 /// the minimum ([`extend_until`], all of them at once), and its guards told
-/// ([`LostReason::ShutDown`](crate::LostReason::ShutDown)). The lock then ends when that lease ends: no earlier
-/// than the minimum, and no later than the minimum or the end of the lease of the
-/// last renewal, whichever comes later. The other holds are returned, to be given
+/// ([`LostReason::ShutDown`](crate::LostReason::ShutDown)). The lock then ends
+/// when that lease ends: no earlier than the minimum, and no later than the minimum
+/// or the end of the lease of the last renewal, whichever comes later. The other holds are returned, to be given
 /// back.
 ///
 /// # Cancel safety

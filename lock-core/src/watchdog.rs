@@ -680,14 +680,8 @@ impl Task {
     /// grant that contradicts a hold (`Links::contradicted`), and lost for what that
     /// look found ([`LostReason::ServerReplaced`] for a master that took the slot).
     fn apply(&self, batch: &[Arc<Hold>], replies: &[Renewal], sent: Instant) {
-        let gone = |hold: &Arc<Hold>| {
-            if !self.backend.is_cluster() {
-                return Some(self.registry.cause(hold));
-            }
-            // Not renewed again before the check.
-            hold.state().next_renew = sent + self.period;
-            None
-        };
+        let cluster = self.backend.is_cluster();
+        let gone = |hold: &Arc<Hold>| (!cluster).then(|| self.registry.cause(hold));
         if self.apply_as(batch, replies, sent, gone) {
             self.links.contradicted();
         }
@@ -695,7 +689,8 @@ impl Task {
 
     /// Applies the answers of a renewal sent at `sent` (a renewal's or a check's): a
     /// hold found gone is lost for the reason `gone` gives, or left for a check
-    /// when it gives none. Whether some hold was left for a check.
+    /// when it gives none (and not renewed again before it). Whether some hold was
+    /// left for a check.
     fn apply_as(
         &self,
         batch: &[Arc<Hold>],
@@ -720,7 +715,10 @@ impl Task {
                 // no longer has it.
                 Renewal::Gone => match gone(hold) {
                     Some(reason) => self.gone(hold, reason),
-                    None => unchecked = true,
+                    None => {
+                        hold.state().next_renew = sent + self.period;
+                        unchecked = true;
+                    }
                 },
                 Renewal::Unknown => {
                     tracing::debug!("distlock: unexpected renewal reply; retrying");
