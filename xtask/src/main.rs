@@ -374,6 +374,11 @@ fn explore_command(redis: &Path, args: &[OsString]) -> Command {
 
 /// `cargo xtask reliability`: the reliability suite, then `RELIABILITY.md`.
 fn reliability_suite() -> Result<()> {
+    // Read first: a file that lost its hand-written part fails before the run.
+    let path = workspace_root().join("RELIABILITY.md");
+    let before = std::fs::read_to_string(&path)
+        .map_err(|err| format!("could not read {}: {err}", path.display()))?;
+    let intro = reliability::hand_written(&before)?;
     let redis = ensure_redis()?;
     let started = std::time::Instant::now();
     let mut collected = reliability::Collected::default();
@@ -425,8 +430,7 @@ fn reliability_suite() -> Result<()> {
         redis_version: version,
         leaked_servers: reliability::testkit_servers(),
     };
-    let text = reliability::report(&collected, &run_info);
-    let path = workspace_root().join("RELIABILITY.md");
+    let text = reliability::report(intro, &collected, &run_info);
     reliability::write(&path, &text)?;
     println!("xtask: wrote {}", path.display());
     if ok && collected.all_passed() && run_info.leaked_servers == 0 {
