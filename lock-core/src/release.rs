@@ -175,7 +175,7 @@ impl ShutdownReport {
     /// How many acquisitions were still waiting for Redis's answer when the
     /// shutdown stopped waiting for them (a server that did not answer within a
     /// final release's memory, four response timeouts): none of them yields a guard
-    /// (each fails with [`LockError::ClientShutDown`](crate::LockError::ClientShutDown)),
+    /// (each fails with [`LockError::ClientShutDown`]),
     /// and each gives back what it is granted when its answer comes, or leaves it to
     /// the lease.
     ///
@@ -318,7 +318,7 @@ pub(crate) async fn give_back(
     owner: &Arc<Owner>,
     lease_ms: u64,
 ) {
-    if let Err(err) = plain(inner, keys, owner, lease_ms).await {
+    if let Err(err) = plain(inner, keys, owner, lease_ms, None).await {
         tracing::debug!(error = %err, "distlock: could not give back an abandoned hold; its lease will end it");
     }
 }
@@ -347,7 +347,7 @@ pub(crate) fn give_back_later(
     let inner = inner.clone();
     spawn(log_failure(async move {
         for _ in 0..holds {
-            match plain(&inner, &keys, &owner, lease_ms).await? {
+            match plain(&inner, &keys, &owner, lease_ms, None).await? {
                 ReleaseReply::Released { remaining } if remaining > 0 => {}
                 _ => break,
             }
@@ -356,25 +356,30 @@ pub(crate) fn give_back_later(
     }));
 }
 
-/// One release of a hold no guard owns, on every node (combined by the majority
-/// rules), with no successor: a give-back is rare (an attempt abandoned, a grant
-/// too late or refused), so it frees the lock and the release message wakes this
-/// client's waiters as it wakes any other's, rather than claim one of them.
+/// One release of a hold no guard owns, on `node` alone (a Redlock node's grant)
+/// or on every node (combined by the majority rules), with no successor: a
+/// give-back is rare (an attempt abandoned, a grant too late or refused), so it
+/// frees the lock and the release message wakes this client's waiters as it wakes
+/// any other's, rather than claim one of them.
 ///
 /// # Cancel safety
 ///
 /// Run to the end in a task of its own (every caller spawns it or awaits it
 /// from one); dropped, the hold ends with its lease.
 async fn plain(
-    inner: &Arc<Inner>,
+    inner: &Inner,
     keys: &Arc<LockKeys>,
     owner: &Arc<Owner>,
     lease_ms: u64,
-) -> Result<ReleaseReply, LockError> {
+    node: Option<Conn>,
+) -> redis::RedisResult<ReleaseReply> {
     let op = owner.op();
     let numbers = (op.seq(), op.floor());
     let release = Release::new(inner, keys, owner.shared_id(), lease_ms, numbers, None);
-    Ok(release.everywhere(inner).await?)
+    match node {
+        Some(conn) => release.on_node(conn).await,
+        None => release.everywhere(inner).await,
+    }
 }
 
 /// Takes back, in the background, the place that the waiter `owner` keeps at the
@@ -420,17 +425,7 @@ pub(crate) async fn give_back_node(
     owner: &Arc<Owner>,
     lease_ms: u64,
 ) {
-    let op = owner.op();
-    let release = Release::new(
-        inner,
-        keys,
-        owner.shared_id(),
-        lease_ms,
-        (op.seq(), op.floor()),
-        None,
-    );
-    let result = release.on_node(conn).await;
-    if let Err(err) = result {
+    if let Err(err) = plain(inner, keys, owner, lease_ms, Some(conn)).await {
         tracing::debug!(error = %err, "distlock: could not give back a Redlock node's grant; its lease will end it");
     }
 }
