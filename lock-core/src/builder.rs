@@ -592,7 +592,7 @@ impl LockClientBuilder {
     /// (`#who:<owner>`, see [`crate::layout`]) shortens a long service or host name
     /// to its first 12 bytes where that keeps the record within 50 bytes.
     ///
-    /// It must be 1 to [`MAX_SERVICE_LEN`](crate::MAX_SERVICE_LEN) bytes of
+    /// It must be 1 to [`MAX_SERVICE_LEN`] bytes of
     /// printable ASCII without spaces (`!` to `~`), which is what Redis accepts in a
     /// connection name; `connect` refuses anything else with
     /// [`LockError::InvalidOption`] naming `service`.

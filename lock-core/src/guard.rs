@@ -172,7 +172,7 @@ impl LockGuard {
         self.held.lost()
     }
 
-    /// Why the lock was lost; `None` while it is not. See [`LostReason`](crate::LostReason).
+    /// Why the lock was lost; `None` while it is not. See [`LostReason`].
     ///
     /// # Examples
     ///
@@ -225,7 +225,7 @@ impl LockGuard {
     /// [`LockError::Lost`] when the lock is no longer held by this owner (its lease
     /// ended, or it was force-unlocked): the guard reports the loss, and nothing is
     /// extended. [`LockError::InvalidOption`] for a `lease` out of
-    /// [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`](crate::MAX_LEASE), or for a
+    /// [`MIN_LEASE`](crate::MIN_LEASE)..=[`MAX_LEASE`], or for a
     /// lock whose lease the watchdog renews (nothing is sent).
     /// [`LockError::PermissionDenied`]; [`LockError::Redis`] when Redis could not be
     /// reached (the lease then ends when it would have).
@@ -420,7 +420,7 @@ impl LockGuard {
     /// stays, renewed by the watchdog, and is released at the end of the minimum as
     /// planned; only a process that dies meanwhile may free it earlier (at the end of
     /// the lease of its last renewal). [`LockError::InvalidOption`] when
-    /// `held_at_least` is longer than [`MAX_LEASE`](crate::MAX_LEASE) (the lock is
+    /// `held_at_least` is longer than [`MAX_LEASE`] (the lock is
     /// then released as a dropped guard is).
     ///
     /// # Cancel safety

@@ -61,7 +61,7 @@ const MAX_REMEMBER: Duration = Duration::from_secs(60);
 
 impl Settings {
     /// How long a final release is remembered for its retry (`release.lua`'s
-    /// ARGV[2]): well past the response timeout, after which a retry is sent.
+    /// `ARGV[2]`): well past the response timeout, after which a retry is sent.
     pub(crate) fn remember_release(&self) -> Duration {
         (self.response_timeout * 4).clamp(MIN_REMEMBER, MAX_REMEMBER)
     }
@@ -98,7 +98,7 @@ pub(crate) struct Inner {
     pub(crate) background: Arc<Background>,
     /// Acquisitions and re-entries under way, from their first check that the client
     /// is open until they return: a shutdown waits for them, so that none yields a
-    /// guard after it (see [`Inner::admit`]).
+    /// guard after it (see `admit` in `acquire/grant.rs`).
     pub(crate) attempts: Arc<Background>,
     /// Holds granted to acquisitions after the shutdown began, and given back at
     /// once instead of becoming guards: the shutdown's report counts them.

@@ -155,7 +155,7 @@ impl WriteBack {
         })
     }
 
-    /// `renew.lua`'s `ARGV[3i]`: "<count> <seq> <floor>".
+    /// `renew.lua`'s `ARGV[3i]`: `"<count> <seq> <floor>"`.
     fn spec(&self) -> args::WriteBack {
         args::WriteBack {
             count: self.count as u64,

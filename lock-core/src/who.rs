@@ -49,12 +49,12 @@ const MAX_KEPT_SITES: usize = 1024;
 /// length) of what the site's text is made from.
 pub(crate) type SiteKey = (usize, usize, usize);
 
-/// What one client says of its holders: "<pid> <service> <host>", worked out once,
+/// What one client says of its holders: `"<pid> <service> <host>"`, worked out once,
 /// and the `who` of each call site, made at its first acquisition.
 #[derive(Debug)]
 pub(crate) struct Describer {
     prefix: Box<str>,
-    /// The client as people read it: "<service> on <host>, pid <pid>".
+    /// The client as people read it: `"<service> on <host>, pid <pid>"`.
     client: Box<str>,
     /// The `who` of the call sites seen, by [`SiteKey`].
     sites: Mutex<HashMap<SiteKey, Arc<str>>>,
@@ -106,7 +106,7 @@ impl Describer {
         who
     }
 
-    /// The client as people read it: "<service> on <host>, pid <pid>".
+    /// The client as people read it: `"<service> on <host>, pid <pid>"`.
     pub(crate) fn client(&self) -> &str {
         &self.client
     }
@@ -212,8 +212,8 @@ pub struct HolderInfo {
 }
 
 impl HolderInfo {
-    /// Reads what `inspect.lua` answers of a holder: "<held ms> <at ms> <pid>
-    /// <service> <host> <site>", or `None` (nothing, or not of that form).
+    /// Reads what `inspect.lua` answers of a holder: `"<held ms> <at ms> <pid>
+    /// <service> <host> <site>"`, or `None` (nothing, or not of that form).
     pub(crate) fn parse(text: &[u8]) -> Option<Self> {
         let text = std::str::from_utf8(text).ok()?;
         let (held_ms, record) = text.split_once(' ')?;

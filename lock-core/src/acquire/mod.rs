@@ -6,7 +6,7 @@
 //!
 //! | file | owns |
 //! | --- | --- |
-//! | `options.rs` | [`Options`], [`LeasePolicy`], filled in with the client's defaults and checked (`fill_options`); refusals of a kind |
+//! | `options.rs` | [`Options`], [`LeasePolicy`](options::LeasePolicy), filled in with the client's defaults and checked (`fill_options`); refusals of a kind |
 //! | `attempt.rs` | one attempt, for a name or a set: sent, finished when its caller goes away, replayed when its reply is lost, its reply decoded into the wait's `Answer` |
 //! | `grant.rs` | the one place where a grant becomes a hold (and a guard) |
 //! | `chain.rs` | what the call chain holds of a name; re-entry |

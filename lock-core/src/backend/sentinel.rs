@@ -23,7 +23,7 @@
 //!   not missed. The tasks stop when the client shuts down.
 //! - **Reactive**: when a request fails in a way a failover explains (the master is
 //!   unreachable, or answers `READONLY` because it was demoted; see
-//!   [`master_may_have_moved`](crate::error::master_may_have_moved)), the client finds the master again. This covers
+//!   [`crate::error::master_may_have_moved`]), the client finds the master again. This covers
 //!   failovers that no reachable Sentinel announced to us.
 //!
 //! The Sentinels' URLs carry the Sentinels' own credentials and TLS. The data

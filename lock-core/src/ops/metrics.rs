@@ -1,5 +1,5 @@
 //! Metrics through the [`metrics`](https://docs.rs/metrics) facade (feature
-//! `metrics`): each hold's [`Series`] (made by `Operators::series`), counted where an outcome is
+//! `metrics`): each hold's [`Series`](crate::series::Series) (made by `Operators::series`), counted where an outcome is
 //! known. Without the feature every hold shares the series that counts nothing,
 //! and the crate does not depend on `metrics` at all.
 //!

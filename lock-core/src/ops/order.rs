@@ -82,7 +82,7 @@ pub(crate) struct NewEdge {
     pub(crate) holding: Arc<str>,
     /// The class taken while holding it.
     pub(crate) taking: Arc<str>,
-    /// "<site> then <site>": where each was taken.
+    /// `"<site> then <site>"`: where each was taken.
     pub(crate) sites: String,
 }
 
