@@ -54,22 +54,31 @@ pub(crate) async fn acquire(
             Chain::HoldsRead => Err(LockError::UpgradeNotAllowed {
                 name: keys.display(),
             }),
+            // Each `Wait` goes into `acquire_new` as it is made: a `Wait` kept in a
+            // local of this block would take its room in this future beside
+            // `acquire_new`'s copy (about 700 bytes more to every move).
             Chain::HoldsWrite(writer) => {
                 let times = (start, deadline);
                 let ask = Ask::One {
                     writer: Some(writer),
                 };
-                let wait = Wait::new(&inner, keys.clone(), ask, policy, times, origin);
-                acquire_new(wait, &context).await
+                acquire_new(
+                    Wait::new(&inner, keys.clone(), ask, policy, times, origin),
+                    &context,
+                )
+                .await
             }
             Chain::Free => match before_new(&inner, &context, &keys, &origin).await {
                 Ok(()) => {
                     let times = (start, deadline);
                     let ask = Ask::One { writer: None };
-                    let mut wait = Wait::new(&inner, keys.clone(), ask, policy, times, origin);
                     let after = options.deadlock_after;
-                    wait.deadlock = inner.ops.watch(inner.id, &context, after, start);
-                    acquire_new(wait, &context).await
+                    acquire_new(
+                        Wait::new(&inner, keys.clone(), ask, policy, times, origin)
+                            .watched(inner.ops.watch(inner.id, &context, after, start)),
+                        &context,
+                    )
+                    .await
                 }
                 Err(err) => Err(err),
             },

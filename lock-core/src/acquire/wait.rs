@@ -134,6 +134,14 @@ impl<'a> Wait<'a> {
         }
     }
 
+    /// This wait, watched for deadlocks by `watch` (a method call's receiver comes
+    /// first: `Wait::new(..).watched(ops.watch(..))` makes the watch once the wait
+    /// has its place among the local waiters).
+    pub(super) fn watched(mut self, watch: Option<DeadlockWatch>) -> Self {
+        self.deadlock = watch;
+        self
+    }
+
     /// What the client says of the holder, when the grant itself names it: a
     /// fixed lease, which no renewal names later (`lease::NAME_AFTER`), or a client
     /// that names every holder at once.
