@@ -361,10 +361,20 @@ async fn renew_pipeline(
     Ok(answers)
 }
 
+/// What one renewal of a hold that is still held came to ([`extend_once`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Extended {
+    /// Renewed: the hold counts on the new end.
+    Renewed,
+    /// Held, but acknowledged by `acked` replicas, fewer than the client asks for:
+    /// the hold keeps its old end.
+    TooFewReplicas { acked: u32 },
+}
+
 /// Renews the one hold `hold` to a lease of `lease` from now, with the replica
 /// acknowledgements the client asks for (see [`renew`]): renewed, the hold counts on
 /// the new end (never earlier than before); held but acknowledged by too few
-/// replicas, it keeps its old end (`Ok(Err(acked))`); gone, it is lost for `why`
+/// replicas, it keeps its old end; gone, it is lost for `why`
 /// ([`LostReason::NotHeld`]).
 ///
 /// # Cancel safety
@@ -376,7 +386,7 @@ pub(crate) async fn extend_once(
     hold: &Arc<Hold>,
     (lease, acks): (Duration, Option<(u32, Duration)>),
     why: &'static str,
-) -> Result<Result<(), u32>, LockError> {
+) -> Result<Extended, LockError> {
     let sent = Instant::now();
     let one = std::slice::from_ref(hold);
     let replies = renew(backend, scripts, one, acks, Some(lease)).await?;
@@ -384,9 +394,9 @@ pub(crate) async fn extend_once(
         Renewal::Held => {
             let mut state = hold.state();
             state.deadline = state.deadline.max(sent + validity(lease));
-            Ok(Ok(()))
+            Ok(Extended::Renewed)
         }
-        Renewal::Unconfirmed { acked } => Ok(Err(acked)),
+        Renewal::Unconfirmed { acked } => Ok(Extended::TooFewReplicas { acked }),
         Renewal::Gone => {
             hold.mark_lost(LostReason::NotHeld, why);
             Err(hold.lost_error())
@@ -439,11 +449,11 @@ pub(crate) async fn extend(
     }
     let why = "the lock was not held by its owner when its lease was to be extended";
     match extend_once(backend, scripts, hold, (lease, acks), why).await? {
-        Ok(()) => {
+        Extended::Renewed => {
             let mut state = hold.state();
             state.lease = state.lease.max(lease);
         }
-        Err(acked) => {
+        Extended::TooFewReplicas { acked } => {
             return Err(LockError::Redis(redis::RedisError::from((
                 redis::ErrorKind::Io,
                 "too few replicas acknowledged the extension",
