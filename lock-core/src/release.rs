@@ -432,12 +432,24 @@ pub(crate) async fn give_back_node(
 
 /// Gives back one hold of a guard's `hold`.
 async fn release_hold(inner: Arc<Inner>, hold: Arc<Hold>) -> Result<ReleaseReply, LockError> {
-    let lease_ms = hold.state().extension(Instant::now()).as_millis() as u64;
-    let record = !without_record(&inner, &hold);
-    round_trip(&inner, &hold.keys, &hold.owner, lease_ms, record).await
+    let now = Instant::now();
+    let (lease, lasts) = {
+        let state = hold.state();
+        (state.extension(now), state.deadline)
+    };
+    let record = !without_record(&inner, &hold, lasts, now);
+    round_trip(
+        &inner,
+        &hold.keys,
+        &hold.owner,
+        lease.as_millis() as u64,
+        record,
+    )
+    .await
 }
 
-/// Whether a final release of `hold` may leave no record for its retry
+/// Whether a final release of `hold`, made at `now` of a hold whose lease the
+/// client counts on until `lasts`, may leave no record for its retry
 /// (`lua/release.lua`, "Records"): when a "not held" answer to its retry can only
 /// mean that an earlier try applied it. That holds when the request is sent once
 /// (one server, not a cluster nor Redlock), the hold is not known lost, no check of
@@ -448,13 +460,12 @@ async fn release_hold(inner: Arc<Inner>, hold: Arc<Hold>) -> Result<ReleaseReply
 /// except a force-unlock, which leaves a record saying so, and a server replaced
 /// meanwhile, which the client finds out. With a successor, the record is kept
 /// (`round_trip`): a hand-off's outcome is resolved by replays.
-fn without_record(inner: &Inner, hold: &Hold) -> bool {
-    let lasts = hold.state().deadline;
+fn without_record(inner: &Inner, hold: &Hold, lasts: Instant, now: Instant) -> bool {
     inner.backend.sends_once()
         && !hold.is_lost()
         && !inner.links.checking()
         && inner.watchdog.known_since_replacement(hold)
-        && lasts >= Instant::now() + inner.config.remember_release()
+        && lasts >= now + inner.config.remember_release()
 }
 
 /// One release on every node, each retried once under the same number when the
