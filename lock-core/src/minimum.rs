@@ -88,8 +88,8 @@ pub(crate) struct Kept {
 /// the minimum ([`extend_until`], all of them at once), and its guards told
 /// ([`LostReason::ShutDown`](crate::LostReason::ShutDown)). The lock then ends
 /// when that lease ends: no earlier than the minimum, and no later than the minimum
-/// or the end of the lease of the last renewal, whichever comes later. The other holds are returned, to be given
-/// back.
+/// or the end of the lease of the last renewal, whichever comes later. The other
+/// holds are returned, to be given back.
 ///
 /// # Cancel safety
 ///

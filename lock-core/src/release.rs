@@ -431,6 +431,11 @@ pub(crate) async fn give_back_node(
 }
 
 /// Gives back one hold of a guard's `hold`.
+///
+/// # Cancel safety
+///
+/// Run to the end by its callers (detached by `unlock`, in a task of its own on a
+/// drop or a shutdown); dropped midway, see [`round_trip`].
 async fn release_hold(inner: Arc<Inner>, hold: Arc<Hold>) -> Result<ReleaseReply, LockError> {
     let now = Instant::now();
     let (lease, lasts) = {
@@ -473,6 +478,13 @@ fn without_record(inner: &Inner, hold: &Hold, lasts: Instant, now: Instant) -> b
 /// rules. On one endpoint, the first waiter of this client for the lock (if it
 /// offered itself) is the release's successor: the lock is handed to it if this is
 /// the last hold (see `handoff.rs`).
+///
+/// # Cancel safety
+///
+/// Its callers run it to the end. Dropped midway, the release may have been
+/// applied on some nodes, and a waiter it claimed is told that the outcome is
+/// unknown (the claim's drop): the waiter goes on under a fresh owner id, and a
+/// hold its old owner may have been handed is left to its lease.
 async fn round_trip(
     inner: &Arc<Inner>,
     keys: &Arc<LockKeys>,
