@@ -310,16 +310,22 @@ pub(crate) async fn shutdown(inner: &Arc<Inner>) -> ShutdownReport {
 }
 
 /// Gives back one hold of `owner` that no guard owns (an abandoned attempt's grant,
-/// or one refused after it was granted), waiting for the answer; a failure is
+/// or one refused after it was granted; with `node`, the grant of one Redlock node
+/// for an attempt that missed the majority), waiting for the answer; a failure is
 /// logged and left to the lease.
 pub(crate) async fn give_back(
-    inner: &Arc<Inner>,
+    inner: &Inner,
     keys: &Arc<LockKeys>,
     owner: &Arc<Owner>,
     lease_ms: u64,
+    node: Option<Conn>,
 ) {
-    if let Err(err) = plain(inner, keys, owner, lease_ms, None).await {
-        tracing::debug!(error = %err, "distlock: could not give back an abandoned hold; its lease will end it");
+    let what = match node {
+        Some(_) => "a Redlock node's grant",
+        None => "an abandoned hold",
+    };
+    if let Err(err) = plain(inner, keys, owner, lease_ms, node).await {
+        tracing::debug!(error = %err, "distlock: could not give back {what}; its lease will end it");
     }
 }
 
@@ -414,20 +420,6 @@ pub(crate) fn take_back_place(inner: &Arc<Inner>, keys: &Arc<LockKeys>, owner: &
             tracing::debug!(error = %err, "distlock: could not take back a waiter's place; it ends by itself");
         }
     });
-}
-
-/// Gives back the grant of one Redlock node, for an attempt that missed the
-/// majority; a failure is logged and left to the lease.
-pub(crate) async fn give_back_node(
-    inner: &Inner,
-    conn: Conn,
-    keys: &Arc<LockKeys>,
-    owner: &Arc<Owner>,
-    lease_ms: u64,
-) {
-    if let Err(err) = plain(inner, keys, owner, lease_ms, Some(conn)).await {
-        tracing::debug!(error = %err, "distlock: could not give back a Redlock node's grant; its lease will end it");
-    }
 }
 
 /// Gives back one hold of a guard's `hold`.
@@ -630,7 +622,7 @@ async fn resolve_hand_off(
     match reply {
         Some(ReleaseReply::Released { .. } | ReleaseReply::NotHeld | ReleaseReply::Conflict) => {}
         Some(ReleaseReply::Handed { .. }) | None => {
-            give_back(inner, keys, successor, lease_ms).await;
+            give_back(inner, keys, successor, lease_ms, None).await;
         }
     }
 }

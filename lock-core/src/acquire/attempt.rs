@@ -359,7 +359,7 @@ impl NameAttempt {
     /// Run to the end in a task of its own: the release is detached inside.
     async fn give_back_node(&self, conn: Conn) {
         let lease_ms = self.request.lease_ms;
-        release::give_back_node(&self.inner, conn, self.keys(), &self.owner, lease_ms).await;
+        release::give_back(&self.inner, self.keys(), &self.owner, lease_ms, Some(conn)).await;
     }
 
     /// `acquire.lua`'s reply as the wait (or the re-entry) reads it. A re-entry
@@ -422,7 +422,7 @@ impl Attempt for NameAttempt {
     /// As [`Attempt::give_back`].
     async fn give_back(self) {
         let (inner, keys, lease_ms) = (&self.inner, self.keys(), self.request.lease_ms);
-        release::give_back(inner, keys, &self.owner, lease_ms).await;
+        release::give_back(inner, keys, &self.owner, lease_ms, None).await;
     }
 
     /// Gives back the hold it took, or takes back the place its writer kept; a

@@ -183,10 +183,13 @@ impl Attempt for SetAttempt {
     /// As [`Attempt::give_back`].
     async fn give_back(self) {
         let inner = self.inner.clone();
-        let releases = self.names.iter().cloned().map(move |name| {
-            let inner = inner.clone();
-            async move { release::give_back(&inner, &name.keys, &name.owner, name.lease_ms).await }
-        });
+        let releases =
+            self.names.iter().cloned().map(move |name| {
+                let inner = inner.clone();
+                async move {
+                    release::give_back(&inner, &name.keys, &name.owner, name.lease_ms, None).await
+                }
+            });
         join_all(releases).await;
     }
 
