@@ -205,27 +205,11 @@ impl NameAttempt {
 
     /// One more hold on the chain's `hold`, with a lease of `lease_ms`.
     pub(super) fn reentry(inner: &Arc<Inner>, hold: &Arc<Hold>, lease_ms: u64) -> Self {
-        let op = hold.owner.op();
-        let request = Acquisition {
-            keys: hold.keys.clone(),
-            owner: hold.owner.shared_id(),
-            lease_ms,
-            fencing: false,
-            seq: op.seq(),
-            floor: op.floor(),
-            reentry: true,
-            writer: None,
-            stays: false,
-            who: None,
-        };
-        Self {
-            inner: inner.clone(),
-            owner: hold.owner.clone(),
-            op,
-            request,
-            hold: Some(hold.clone()),
-            sent: Instant::now(),
-        }
+        let lease = (lease_ms, false);
+        let mut attempt = Self::new(inner, &hold.keys, &hold.owner, lease, None, false, None);
+        attempt.request.reentry = true;
+        attempt.hold = Some(hold.clone());
+        attempt
     }
 
     fn keys(&self) -> &Arc<LockKeys> {
