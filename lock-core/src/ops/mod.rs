@@ -32,17 +32,6 @@ use order::{LockOrder, LockOrderCheck};
 use order_shared::SharedGraph;
 pub(crate) use watch::DeadlockWatch;
 
-/// What a new acquisition shows the operator features before it asks Redis.
-#[derive(Clone, Copy)]
-pub(crate) struct NewAcquisition<'a> {
-    /// The client (`Inner::id`) whose holds of the chain count.
-    pub(crate) client: u64,
-    /// The call chain: the locks it holds.
-    pub(crate) context: &'a LockContext,
-    pub(crate) keys: &'a LockKeys,
-    pub(crate) origin: &'a Origin,
-}
-
 /// What the operator features of a client are set to (from the builder).
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -76,17 +65,6 @@ pub(crate) struct Operators {
     labels: Arc<metrics::Labels>,
 }
 
-impl std::fmt::Debug for Operators {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Operators")
-            .field("order", &self.order)
-            .field("shared", &self.shared)
-            .field("deadlock_check_after", &self.deadlock_check_after)
-            .field("namespace", &self.namespace)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Operators {
     /// The operator features of a client of `backend` in `namespace`, that names
     /// itself `client` (`who.rs`) to the other processes.
@@ -114,8 +92,9 @@ impl Operators {
         }
     }
 
-    /// Before a new acquisition (not a re-entry): checks its order against the
-    /// other locks of this client that the chain holds (see `order.rs`; `Err`
+    /// Before a new acquisition (not a re-entry) of `keys` from `origin` by the
+    /// call chain of `context`: checks its order against the other locks that the
+    /// chain holds of this client (`client`, an `Inner::id`; see `order.rs`; `Err`
     /// refuses it: a strict checker's inversion), and, when the client shares its
     /// lock order, records the edges new to it in the namespace's graph.
     ///
@@ -124,13 +103,13 @@ impl Operators {
     /// Safe to drop: the local check is done at once, and the shared graph's
     /// answer is only advice (see `SharedGraph::record`), recorded again by the
     /// next acquisition that makes it.
-    pub(crate) async fn before_new(&self, new: NewAcquisition<'_>) -> Result<(), LockError> {
-        let NewAcquisition {
-            client,
-            context,
-            keys,
-            origin,
-        } = new;
+    pub(crate) async fn before_new(
+        &self,
+        client: u64,
+        context: &LockContext,
+        keys: &LockKeys,
+        origin: &Origin,
+    ) -> Result<(), LockError> {
         if origin.in_set || context.is_empty() || !self.order.is_on() {
             return Ok(());
         }
@@ -162,13 +141,7 @@ impl Operators {
         start: Instant,
     ) -> Option<DeadlockWatch> {
         let period = after.or(self.deadlock_check_after)?;
-        DeadlockWatch::new(
-            (&self.backend, &self.labels),
-            &self.namespace,
-            (client, context),
-            period,
-            start,
-        )
+        DeadlockWatch::new(self, client, context, period, start)
     }
 
     /// A new acquisition of (one of) `keys` ended in `err`: the error its caller

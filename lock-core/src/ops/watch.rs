@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::deadlock::{Beating, Waiting, ANNOUNCE, SETTLE};
-use super::metrics;
+use super::{metrics, Operators};
 use crate::backend::Backend;
 use crate::context::LockContext;
 use crate::error::LockError;
@@ -45,22 +45,24 @@ pub(crate) struct DeadlockWatch {
 }
 
 impl DeadlockWatch {
-    /// The watch of a wait begun at `start`, looking every `period`: `None` on
-    /// Redlock, or for a chain that holds nothing.
+    /// The watch (on the connections and metric labels of `ops`) of a wait of the
+    /// chain of `context`, whose holds by `client` count, begun at `start`,
+    /// looking every `period`: `None` on Redlock, or for a chain that holds
+    /// nothing.
     pub(super) fn new(
-        (backend, labels): (&Backend, &Arc<metrics::Labels>),
-        namespace: &Arc<str>,
-        (client, context): (u64, &LockContext),
+        ops: &Operators,
+        client: u64,
+        context: &LockContext,
         period: Duration,
         start: Instant,
     ) -> Option<Self> {
-        if backend.is_redlock() || context.is_empty() {
+        if ops.backend.is_redlock() || context.is_empty() {
             return None;
         }
         Some(Self {
-            backend: backend.clone(),
-            namespace: namespace.clone(),
-            labels: labels.clone(),
+            backend: ops.backend.clone(),
+            namespace: ops.namespace.clone(),
+            labels: ops.labels.clone(),
             client,
             context: context.clone(),
             waiting: None,
@@ -132,14 +134,10 @@ impl DeadlockWatch {
             return Ok(true);
         }
         self.next = began + self.period;
-        let knot = match waiting.walk(&mut conn).await {
-            Ok(knot) => knot,
-            Err(err) => {
-                tracing::debug!(error = %err, "distlock: could not look for a deadlock; looking again later");
-                self.last_knot = None;
-                return Ok(true);
-            }
-        };
+        let knot = waiting.walk(&mut conn).await.unwrap_or_else(|err| {
+            tracing::debug!(error = %err, "distlock: could not look for a deadlock; looking again later");
+            None
+        });
         let Some(knot) = knot else {
             self.last_knot = None;
             return Ok(true);
