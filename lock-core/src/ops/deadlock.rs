@@ -416,9 +416,7 @@ impl Graph {
         let mut waited_by: HashMap<&str, usize> = left.iter().map(|m| (*m, 0)).collect();
         for member in &left {
             for next in self.next(member).filter(|n| left.contains(n)) {
-                if let Some(count) = waited_by.get_mut(next) {
-                    *count += 1;
-                }
+                *waited_by.entry(next).or_default() += 1;
             }
         }
         let mut free: Vec<&str> = waited_by

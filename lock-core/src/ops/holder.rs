@@ -2,10 +2,10 @@
 //! `inspect`, the CLI and a timeout's error), and the holder named in a timeout,
 //! as its client wrote it (`who.rs`).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::Operators;
 use crate::backend::redlock::{self, InspectVote};
 use crate::backend::Backend;
 use crate::error::LockError;
@@ -19,20 +19,17 @@ const HOLDER_LOOK: Duration = Duration::from_millis(250);
 
 /// `err`, and when it is a [`LockError::Timeout`] on one of the locks of `keys`,
 /// with the holder that its client wrote (one read; left out when it does not come
-/// with `read` within [`HOLDER_LOOK`], or the holder wrote nothing): the writer or exclusive
+/// with `ops` (`Operators::read`) within [`HOLDER_LOOK`], or the holder wrote nothing): the writer or exclusive
 /// holder first.
 ///
 /// # Cancel safety
 ///
 /// Read-only: dropping the future changes nothing.
-pub(super) async fn name_the_holder<'a, F>(
+pub(super) async fn name_the_holder(
+    ops: &Operators,
     mut err: LockError,
-    keys: &'a [Arc<LockKeys>],
-    read: impl FnOnce(&'a Arc<LockKeys>) -> F,
-) -> LockError
-where
-    F: Future<Output = Result<LockView, LockError>>,
-{
+    keys: &[Arc<LockKeys>],
+) -> LockError {
     let LockError::Timeout {
         name,
         holder: slot @ None,
@@ -44,7 +41,7 @@ where
     let Some(keys) = keys.iter().find(|keys| keys.display() == *name) else {
         return err;
     };
-    if let Ok(Ok(view)) = tokio::time::timeout(HOLDER_LOOK, read(keys)).await {
+    if let Ok(Ok(view)) = tokio::time::timeout(HOLDER_LOOK, ops.read(keys)).await {
         *slot = view
             .holders
             .into_iter()

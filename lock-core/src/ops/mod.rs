@@ -151,7 +151,7 @@ impl Operators {
     ///
     /// Read-only: dropping the future changes nothing.
     pub(crate) async fn ended(&self, err: LockError, keys: &[Arc<LockKeys>]) -> LockError {
-        holder::name_the_holder(err, keys, |keys| self.read(keys)).await
+        holder::name_the_holder(self, err, keys).await
     }
 
     /// The state of the lock of `keys`, as `inspect.lua` reads it (on Redlock, as a
