@@ -25,9 +25,8 @@ use crate::context::LockContext;
 use crate::error::LockError;
 use crate::keys::LockKeys;
 use crate::origin::Origin;
-use crate::scripts::{LockView, Scripts};
+use crate::scripts::Scripts;
 use crate::series::Tag;
-pub(crate) use holder::read;
 use order::{LockOrder, LockOrderCheck};
 use order_shared::SharedGraph;
 pub(crate) use watch::DeadlockWatch;
@@ -142,26 +141,6 @@ impl Operators {
     ) -> Option<DeadlockWatch> {
         let period = after.or(self.deadlock_check_after)?;
         DeadlockWatch::new(self, client, context, period, start)
-    }
-
-    /// A new acquisition of (one of) `keys` ended in `err`: the error its caller
-    /// gets, with the holder of a timed-out lock named.
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only: dropping the future changes nothing.
-    pub(crate) async fn ended(&self, err: LockError, keys: &[Arc<LockKeys>]) -> LockError {
-        holder::name_the_holder(self, err, keys).await
-    }
-
-    /// The state of the lock of `keys`, as `inspect.lua` reads it (on Redlock, as a
-    /// majority of nodes sees it).
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only: dropping the future changes nothing.
-    pub(crate) async fn read(&self, keys: &Arc<LockKeys>) -> Result<LockView, LockError> {
-        read(&self.backend, &self.scripts, keys).await
     }
 
     /// The series of the lock of `keys`, asked for at `origin`.
