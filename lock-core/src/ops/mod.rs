@@ -133,7 +133,7 @@ impl Operators {
     /// (the request's own threshold, else the client's); `None` when nothing
     /// watches it.
     pub(crate) fn watch(
-        &self,
+        self: &Arc<Self>,
         client: u64,
         context: &LockContext,
         after: Option<Duration>,
