@@ -122,14 +122,9 @@ mod on {
 
         /// The `lock` label of a lock of class `class`.
         fn of(&self, class: Arc<str>) -> String {
-            let mut seen = self
-                .seen
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if seen.contains(&class) {
-                return class.to_string();
-            }
-            if seen.len() < self.max {
+            let mut seen = crate::sync::locked(&self.seen);
+            // Room for one more, or known already: the class is its own label.
+            if seen.len() < self.max || seen.contains(&class) {
                 let label = class.to_string();
                 seen.insert(class);
                 return label;

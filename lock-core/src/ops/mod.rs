@@ -115,10 +115,7 @@ impl Operators {
         let holding = context
             .locks()
             .filter(|held| held.hold.client_id == client && held.hold.keys.lock != keys.lock)
-            .map(|held| {
-                let hold = &held.hold;
-                (hold.class(), hold.origin.site)
-            });
+            .map(|held| (held.hold.class(), held.hold.origin.site));
         let edges = self
             .order
             .check(holding, &origin.class(&keys.name), origin.site)?;
