@@ -54,10 +54,7 @@ impl Origin {
 
     /// The class of a lock named `name` asked for from here.
     pub(crate) fn class(&self, name: &[u8]) -> Arc<str> {
-        match &self.label {
-            Some(label) => label.clone(),
-            None => fold(name).into(),
-        }
+        self.label.clone().unwrap_or_else(|| fold(name).into())
     }
 }
 

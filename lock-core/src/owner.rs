@@ -8,7 +8,7 @@
 //! and must never apply it. See `lua/acquire.lua`, "Exactly once".
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use crate::sync::locked;
 
@@ -46,7 +46,7 @@ impl Owner {
     /// clone of its `Arc`) is dropped, which happens once its outcome is known or
     /// given up.
     pub(crate) fn op(self: &Arc<Self>) -> Arc<Op> {
-        let mut pending = self.pending();
+        let mut pending = locked(&self.pending);
         let seq = self.next.fetch_add(1, Ordering::Relaxed);
         pending.push(seq);
         Arc::new(Op {
@@ -57,15 +57,11 @@ impl Owner {
 
     /// Every operation numbered at or below this is settled.
     fn floor(&self) -> u64 {
-        let pending = self.pending();
+        let pending = locked(&self.pending);
         match pending.iter().min() {
             Some(oldest) => oldest - 1,
             None => self.next.load(Ordering::Relaxed) - 1,
         }
-    }
-
-    fn pending(&self) -> MutexGuard<'_, Vec<u64>> {
-        locked(&self.pending)
     }
 }
 
@@ -90,7 +86,7 @@ impl Op {
 
 impl Drop for Op {
     fn drop(&mut self) {
-        let mut pending = self.owner.pending();
+        let mut pending = locked(&self.owner.pending);
         pending.retain(|seq| *seq != self.seq);
         if pending.is_empty() {
             // A held lock spends most of its life with nothing in doubt.

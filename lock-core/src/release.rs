@@ -259,7 +259,7 @@ impl ShutdownReport {
 pub(crate) async fn shutdown(inner: &Arc<Inner>) -> ShutdownReport {
     inner.close();
     // Waiters end now, each with `ClientShutDown`, rather than at their next look.
-    inner.waiters.wake_first_waiters();
+    inner.waiters.shared.recheck_all();
     let patience = inner.config.remember_release();
     if !faults::active(Fault::GrantAfterShutdown) {
         let _ = tokio::time::timeout(patience, inner.attempts.idle()).await;

@@ -8,31 +8,35 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The series of one lock that the events of a hold (or a wait) are counted in
-/// (metrics), worked out once: labels, and when the hold began.
+/// (metrics), worked out once: labels, and when the hold began. Each event counts
+/// nothing unless a series says otherwise (the series of `ops/metrics.rs` counts
+/// every one).
 pub(crate) trait Series: Send + Sync + fmt::Debug {
     /// A new hold began, `waited` after the request (`None`: a name of a set,
     /// whose wait is the set's).
-    fn acquired(&self, waited: Option<Duration>);
+    fn acquired(&self, _waited: Option<Duration>) {}
     /// A re-entry of a hold the chain has.
-    fn reentered(&self);
+    fn reentered(&self) {}
     /// An acquisition had to wait (once per acquisition).
-    fn contended(&self);
+    fn contended(&self) {}
     /// An acquisition's wait ran out.
-    fn timed_out(&self);
+    fn timed_out(&self) {}
     /// A request gave up to break a deadlock.
-    fn deadlock(&self);
+    fn deadlock(&self) {}
     /// A hold was lost while held, for `reason` ([`LostReason::as_str`](crate::LostReason::as_str)).
-    fn lost(&self, reason: &'static str);
+    fn lost(&self, _reason: &'static str) {}
     /// The watchdog began watching the hold.
-    fn held(&self);
+    fn held(&self) {}
     /// The watchdog stopped watching the hold (released or lost).
-    fn released(&self);
+    fn released(&self) {}
     /// A renewal succeeded.
-    fn renewed(&self);
+    fn renewed(&self) {}
     /// A renewal failed or timed out (retried).
-    fn renewal_failed(&self);
+    fn renewal_failed(&self) {}
     /// Counts a waiter while the value returned lives.
-    fn waiter(&self) -> Box<dyn Send>;
+    fn waiter(&self) -> Box<dyn Send> {
+        Box::new(())
+    }
 }
 
 /// The series a hold's events are counted in.
@@ -44,21 +48,7 @@ pub(crate) type Tag = Arc<dyn Series>;
 struct Uncounted;
 
 #[cfg(any(test, not(feature = "metrics")))]
-impl Series for Uncounted {
-    fn acquired(&self, _: Option<Duration>) {}
-    fn reentered(&self) {}
-    fn contended(&self) {}
-    fn timed_out(&self) {}
-    fn deadlock(&self) {}
-    fn lost(&self, _: &'static str) {}
-    fn held(&self) {}
-    fn released(&self) {}
-    fn renewed(&self) {}
-    fn renewal_failed(&self) {}
-    fn waiter(&self) -> Box<dyn Send> {
-        Box::new(())
-    }
-}
+impl Series for Uncounted {}
 
 /// The series that counts nothing (without feature `metrics`, and for holds made
 /// by unit tests without a client): one, shared.

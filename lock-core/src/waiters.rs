@@ -295,8 +295,9 @@ impl Shared {
             .map(|(_, channel)| channel.clone())
     }
 
-    /// After the connection may have missed releases: the first waiter of every
-    /// queue asks again (the others stay behind it).
+    /// After the connection may have missed releases, or at a shutdown: the first
+    /// waiter of every queue asks again (the others stay behind it), or, when the
+    /// client was shut down, ends, which wakes the next.
     pub(crate) fn recheck_all(&self) {
         for (_, channel) in self.channels().values() {
             channel.wake_first();
@@ -353,12 +354,6 @@ impl Waiters {
             independent,
         }
     }
-    /// Wakes the first waiter of every queue, as a lost connection does: each looks
-    /// again (and, when the client was shut down, ends, which wakes the next).
-    pub(crate) fn wake_first_waiters(&self) {
-        self.shared.recheck_all();
-    }
-
     /// Whether any task of this client waits for a lock (or is about to ask for one).
     pub(crate) fn waits(&self) -> bool {
         !self.shared.channels().is_empty()
@@ -546,17 +541,15 @@ impl Place {
     pub(crate) async fn delivery(&self) -> Delivery {
         poll_fn(|cx| {
             let mut queue = locked(&self.channel.queue);
-            match queue.waiters.get_mut(&self.ticket) {
-                Some(slot) => match slot.delivery.take() {
-                    Some(delivery) => Poll::Ready(delivery),
-                    None => {
-                        slot.wake_me(cx);
-                        Poll::Pending
-                    }
-                },
-                // Not in the queue: nothing can be delivered to it.
-                None => Poll::Ready(Delivery::Unknown),
+            // Not in the queue: nothing can be delivered to it.
+            let Some(slot) = queue.waiters.get_mut(&self.ticket) else {
+                return Poll::Ready(Delivery::Unknown);
+            };
+            if let Some(delivery) = slot.delivery.take() {
+                return Poll::Ready(delivery);
             }
+            slot.wake_me(cx);
+            Poll::Pending
         })
         .await
     }

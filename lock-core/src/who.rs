@@ -63,14 +63,12 @@ pub(crate) struct Describer {
 impl Describer {
     /// The describer of a client of `service`, on this host, in this process.
     pub(crate) fn new(service: &str) -> Self {
-        let host = gethostname::gethostname();
-        let host = word(&host.to_string_lossy(), MAX_HOST_LEN);
-        let service = word(service, MAX_SERVICE_LEN);
+        let mut host = word(&gethostname::gethostname().to_string_lossy(), MAX_HOST_LEN);
+        let mut service = word(service, MAX_SERVICE_LEN);
         let pid = std::process::id();
         let client = format!("{service} on {host}, pid {pid}").into();
         // What is stored leaves at least MIN_SITE_LEN for the site.
         let budget = MAX_WHO_LEN - 1 - MIN_SITE_LEN;
-        let (mut service, mut host) = (service, host);
         let fixed = pid.to_string().len() + 2;
         while fixed + service.len() + host.len() > budget {
             let longer = if service.len() >= host.len() {

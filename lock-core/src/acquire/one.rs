@@ -18,7 +18,6 @@ use crate::guard::LockGuard;
 use crate::handoff::Granted;
 use crate::inner::Inner;
 use crate::keys::LockKeys;
-use crate::ops::NewAcquisition;
 use crate::origin::Origin;
 use crate::scripts::unexpected_reply;
 
@@ -143,11 +142,5 @@ pub(super) async fn before_new(
     if context.is_empty() {
         return Ok(());
     }
-    let new = NewAcquisition {
-        client: inner.id,
-        context,
-        keys,
-        origin,
-    };
-    inner.ops.before_new(new).await
+    inner.ops.before_new(inner.id, context, keys, origin).await
 }

@@ -150,12 +150,6 @@ pub(crate) struct Beating {
 }
 
 impl Waiting {
-    fn value(&self, beat: u64) -> Vec<u8> {
-        let mut value = format!("{} {} {beat} ", self.wait_id, self.owners.len()).into_bytes();
-        value.extend_from_slice(&self.lock);
-        value
-    }
-
     /// Starts the chain's records: a task writes them now (beat 0, to last until a
     /// few beats past `beats_from`), then from `beats_from` on every [`BEAT`], each
     /// time with the next beat number, until the returned guard is dropped; then it
@@ -197,7 +191,9 @@ impl Waiting {
     /// deletes them.
     async fn publish(&self, conn: &mut Conn, beat: u64, quiet: Duration) -> redis::RedisResult<()> {
         let ttl = (quiet + BEAT * RECORD_BEATS).as_millis() as u64;
-        let value = self.value(beat);
+        // `<wait id> <locks held> <beat> <lock>`, as `Record::parse` reads it.
+        let mut value = format!("{} {} {beat} ", self.wait_id, self.owners.len()).into_bytes();
+        value.extend_from_slice(&self.lock);
         for owner in &self.owners {
             let () = redis::cmd("SET")
                 .arg(wait_record_key(&self.namespace, owner))
@@ -416,9 +412,7 @@ impl Graph {
         let mut waited_by: HashMap<&str, usize> = left.iter().map(|m| (*m, 0)).collect();
         for member in &left {
             for next in self.next(member).filter(|n| left.contains(n)) {
-                if let Some(count) = waited_by.get_mut(next) {
-                    *count += 1;
-                }
+                *waited_by.entry(next).or_default() += 1;
             }
         }
         let mut free: Vec<&str> = waited_by

@@ -122,14 +122,9 @@ mod on {
 
         /// The `lock` label of a lock of class `class`.
         fn of(&self, class: Arc<str>) -> String {
-            let mut seen = self
-                .seen
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if seen.contains(&class) {
-                return class.to_string();
-            }
-            if seen.len() < self.max {
+            let mut seen = crate::sync::locked(&self.seen);
+            // Room for one more, or known already: the class is its own label.
+            if seen.len() < self.max || seen.contains(&class) {
                 let label = class.to_string();
                 seen.insert(class);
                 return label;
@@ -167,12 +162,6 @@ mod on {
         })
     }
 
-    impl LockSeries {
-        fn labels(&self) -> Vec<Label> {
-            self.labels.to_vec()
-        }
-    }
-
     fn backend(backend: &Backend) -> &'static str {
         if backend.is_redlock() {
             return "redlock";
@@ -186,7 +175,7 @@ mod on {
 
     impl Series for LockSeries {
         fn acquired(&self, waited: Option<Duration>) {
-            let labels = self.labels();
+            let labels = self.labels.to_vec();
             counter!("distlock_acquired_total", labels.clone()).increment(1);
             // A name of a set: its wait is the set's, not recorded.
             if let Some(waited) = waited {
@@ -195,48 +184,49 @@ mod on {
         }
 
         fn reentered(&self) {
-            counter!("distlock_reentered_total", self.labels()).increment(1);
+            counter!("distlock_reentered_total", self.labels.to_vec()).increment(1);
         }
 
         fn contended(&self) {
-            counter!("distlock_contended_total", self.labels()).increment(1);
+            counter!("distlock_contended_total", self.labels.to_vec()).increment(1);
         }
 
         fn timed_out(&self) {
-            counter!("distlock_timed_out_total", self.labels()).increment(1);
+            counter!("distlock_timed_out_total", self.labels.to_vec()).increment(1);
         }
 
         fn deadlock(&self) {
-            counter!("distlock_deadlocks_total", self.labels()).increment(1);
+            counter!("distlock_deadlocks_total", self.labels.to_vec()).increment(1);
         }
 
         fn lost(&self, reason: &'static str) {
-            let mut labels = self.labels();
+            let mut labels = self.labels.to_vec();
             labels.push(Label::new("reason", reason));
             counter!("distlock_lost_total", labels).increment(1);
         }
 
         fn held(&self) {
-            gauge!("distlock_held", self.labels()).increment(1.0);
+            gauge!("distlock_held", self.labels.to_vec()).increment(1.0);
         }
 
         /// The hold lasted from its acquisition until now.
         fn released(&self) {
-            let labels = self.labels();
+            let labels = self.labels.to_vec();
             gauge!("distlock_held", labels.clone()).decrement(1.0);
             histogram!("distlock_hold_seconds", labels).record(self.since.elapsed().as_secs_f64());
         }
 
         fn renewed(&self) {
-            counter!("distlock_renewals_total", self.labels()).increment(1);
+            counter!("distlock_renewals_total", self.labels.to_vec()).increment(1);
         }
 
         fn renewal_failed(&self) {
-            counter!("distlock_renewal_failures_total", self.labels()).increment(1);
+            counter!("distlock_renewal_failures_total", self.labels.to_vec()).increment(1);
         }
 
         fn waiter(&self) -> Box<dyn Send> {
-            Box::new(Waiter::new(self))
+            gauge!("distlock_waiters", self.labels.to_vec()).increment(1.0);
+            Box::new(Waiter(self.labels.clone()))
         }
     }
 
@@ -264,24 +254,14 @@ mod on {
         .increment(1);
     }
 
-    /// Counts a waiter in `distlock_waiters` while it lives.
+    /// A waiter counted in `distlock_waiters` (by `LockSeries::waiter`) while it
+    /// lives: the labels of its series.
     #[derive(Debug)]
-    struct Waiter {
-        labels: Arc<[Label]>,
-    }
-
-    impl Waiter {
-        fn new(series: &LockSeries) -> Self {
-            gauge!("distlock_waiters", series.labels()).increment(1.0);
-            Self {
-                labels: series.labels.clone(),
-            }
-        }
-    }
+    struct Waiter(Arc<[Label]>);
 
     impl Drop for Waiter {
         fn drop(&mut self) {
-            gauge!("distlock_waiters", self.labels.to_vec()).decrement(1.0);
+            gauge!("distlock_waiters", self.0.to_vec()).decrement(1.0);
         }
     }
 }

@@ -25,23 +25,11 @@ use crate::context::LockContext;
 use crate::error::LockError;
 use crate::keys::LockKeys;
 use crate::origin::Origin;
-use crate::scripts::{LockView, Scripts};
+use crate::scripts::Scripts;
 use crate::series::Tag;
-pub(crate) use holder::read;
 use order::{LockOrder, LockOrderCheck};
 use order_shared::SharedGraph;
 pub(crate) use watch::DeadlockWatch;
-
-/// What a new acquisition shows the operator features before it asks Redis.
-#[derive(Clone, Copy)]
-pub(crate) struct NewAcquisition<'a> {
-    /// The client (`Inner::id`) whose holds of the chain count.
-    pub(crate) client: u64,
-    /// The call chain: the locks it holds.
-    pub(crate) context: &'a LockContext,
-    pub(crate) keys: &'a LockKeys,
-    pub(crate) origin: &'a Origin,
-}
 
 /// What the operator features of a client are set to (from the builder).
 #[derive(Debug, Clone)]
@@ -76,17 +64,6 @@ pub(crate) struct Operators {
     labels: Arc<metrics::Labels>,
 }
 
-impl std::fmt::Debug for Operators {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Operators")
-            .field("order", &self.order)
-            .field("shared", &self.shared)
-            .field("deadlock_check_after", &self.deadlock_check_after)
-            .field("namespace", &self.namespace)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Operators {
     /// The operator features of a client of `backend` in `namespace`, that names
     /// itself `client` (`who.rs`) to the other processes.
@@ -114,8 +91,9 @@ impl Operators {
         }
     }
 
-    /// Before a new acquisition (not a re-entry): checks its order against the
-    /// other locks of this client that the chain holds (see `order.rs`; `Err`
+    /// Before a new acquisition (not a re-entry) of `keys` from `origin` by the
+    /// call chain of `context`: checks its order against the other locks that the
+    /// chain holds of this client (`client`, an `Inner::id`; see `order.rs`; `Err`
     /// refuses it: a strict checker's inversion), and, when the client shares its
     /// lock order, records the edges new to it in the namespace's graph.
     ///
@@ -124,23 +102,20 @@ impl Operators {
     /// Safe to drop: the local check is done at once, and the shared graph's
     /// answer is only advice (see `SharedGraph::record`), recorded again by the
     /// next acquisition that makes it.
-    pub(crate) async fn before_new(&self, new: NewAcquisition<'_>) -> Result<(), LockError> {
-        let NewAcquisition {
-            client,
-            context,
-            keys,
-            origin,
-        } = new;
+    pub(crate) async fn before_new(
+        &self,
+        client: u64,
+        context: &LockContext,
+        keys: &LockKeys,
+        origin: &Origin,
+    ) -> Result<(), LockError> {
         if origin.in_set || context.is_empty() || !self.order.is_on() {
             return Ok(());
         }
         let holding = context
             .locks()
             .filter(|held| held.hold.client_id == client && held.hold.keys.lock != keys.lock)
-            .map(|held| {
-                let hold = &held.hold;
-                (hold.class(), hold.origin.site)
-            });
+            .map(|held| (held.hold.class(), held.hold.origin.site));
         let edges = self
             .order
             .check(holding, &origin.class(&keys.name), origin.site)?;
@@ -155,40 +130,14 @@ impl Operators {
     /// (the request's own threshold, else the client's); `None` when nothing
     /// watches it.
     pub(crate) fn watch(
-        &self,
+        self: &Arc<Self>,
         client: u64,
         context: &LockContext,
         after: Option<Duration>,
         start: Instant,
     ) -> Option<DeadlockWatch> {
         let period = after.or(self.deadlock_check_after)?;
-        DeadlockWatch::new(
-            (&self.backend, &self.labels),
-            &self.namespace,
-            (client, context),
-            period,
-            start,
-        )
-    }
-
-    /// A new acquisition of (one of) `keys` ended in `err`: the error its caller
-    /// gets, with the holder of a timed-out lock named.
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only: dropping the future changes nothing.
-    pub(crate) async fn ended(&self, err: LockError, keys: &[Arc<LockKeys>]) -> LockError {
-        holder::name_the_holder(err, keys, |keys| self.read(keys)).await
-    }
-
-    /// The state of the lock of `keys`, as `inspect.lua` reads it (on Redlock, as a
-    /// majority of nodes sees it).
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only: dropping the future changes nothing.
-    pub(crate) async fn read(&self, keys: &Arc<LockKeys>) -> Result<LockView, LockError> {
-        read(&self.backend, &self.scripts, keys).await
+        DeadlockWatch::new(self, client, context, period, start)
     }
 
     /// The series of the lock of `keys`, asked for at `origin`.

@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::Location;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use crate::error::LockError;
 use crate::sync::locked;
@@ -69,11 +69,7 @@ type Edge = (Arc<str>, Arc<str>);
 
 /// Where an edge was first seen: where the held lock was taken, and where the
 /// other was taken while holding it.
-#[derive(Debug, Clone, Copy)]
-struct Sites {
-    holding: &'static Location<'static>,
-    taking: &'static Location<'static>,
-}
+type Sites = (&'static Location<'static>, &'static Location<'static>);
 
 /// An edge this client had not seen before: for the shared graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,10 +104,6 @@ impl LockOrder {
         }
     }
 
-    fn seen(&self) -> MutexGuard<'_, Seen> {
-        locked(&self.seen)
-    }
-
     /// Whether anything is checked: callers skip gathering what the chain holds
     /// when it is not.
     pub(crate) fn is_on(&self) -> bool {
@@ -128,7 +120,7 @@ impl LockOrder {
     /// (warned of otherwise, see [`LockOrder::inverted`]).
     pub(crate) fn shared_inversion(&self, edge: &NewEdge, before: String) -> LockError {
         self.inverted(
-            &mut self.seen(),
+            &mut locked(&self.seen),
             &edge.holding,
             &edge.taking,
             edge.sites.clone(),
@@ -179,15 +171,15 @@ impl LockOrder {
         if !self.is_on() {
             return Ok(new);
         }
-        let mut seen = self.seen();
+        let mut seen = locked(&self.seen);
         for (held, held_site) in holding {
             if held == *taking {
                 continue;
             }
             let reverse = (taking.clone(), held.clone());
-            if let Some(earlier) = seen.edges.get(&reverse).copied() {
+            if let Some((first_held, first_taken)) = seen.edges.get(&reverse).copied() {
                 let here = format!("{held_site} then {site}");
-                let before = format!("{} then {}", earlier.holding, earlier.taking);
+                let before = format!("{first_held} then {first_taken}");
                 let inversion = self.inverted(&mut seen, &held, taking, here, before);
                 if self.is_strict() {
                     return Err(inversion);
@@ -201,13 +193,7 @@ impl LockOrder {
                     taking: edge.1.clone(),
                     sites: format!("{held_site} then {site}"),
                 });
-                seen.edges.insert(
-                    edge,
-                    Sites {
-                        holding: held_site,
-                        taking: site,
-                    },
-                );
+                seen.edges.insert(edge, (held_site, site));
             }
         }
         Ok(new)
@@ -232,7 +218,7 @@ mod tests {
         order
             .check([(b.clone(), site)], &a, site)
             .expect("warned only");
-        assert_eq!(order.seen().warned.len(), 1);
+        assert_eq!(locked(&order.seen).warned.len(), 1);
 
         let strict = LockOrder::new(LockOrderCheck::Strict);
         strict

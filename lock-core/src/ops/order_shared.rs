@@ -33,15 +33,6 @@ pub(super) struct SharedGraph {
     pub(super) client: Arc<str>,
 }
 
-impl std::fmt::Debug for SharedGraph {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedGraph")
-            .field("key", &self.key)
-            .field("client", &self.client)
-            .finish_non_exhaustive()
-    }
-}
-
 impl SharedGraph {
     /// Records `edges`, new to this client (whose order is `order`), in the shared
     /// graph: in the background when inversions are warned of, waiting for the
@@ -91,8 +82,7 @@ impl SharedGraph {
         let reverse = format!("{}\n{}", edge.taking, edge.holding);
         let value = format!("{}: {}", self.client, edge.sites);
         let mut conn = self.backend.first();
-        let answer: redis::RedisResult<Option<String>> = self
-            .scripts
+        self.scripts
             .order_edge
             .key(&self.key)
             .arg(field)
@@ -101,13 +91,10 @@ impl SharedGraph {
             .arg(MAX_EDGES)
             .arg(GRAPH_TTL.as_millis() as u64)
             .invoke_async(&mut conn)
-            .await;
-        match answer {
-            Ok(before) => before,
-            Err(err) => {
+            .await
+            .unwrap_or_else(|err| {
                 tracing::debug!(error = %err, "distlock: could not reach the shared lock-order graph");
                 None
-            }
-        }
+            })
     }
 }

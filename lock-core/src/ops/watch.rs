@@ -7,8 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::deadlock::{Beating, Waiting, ANNOUNCE, SETTLE};
-use super::metrics;
-use crate::backend::Backend;
+use super::Operators;
 use crate::context::LockContext;
 use crate::error::LockError;
 use crate::faults::{self, Fault};
@@ -20,10 +19,8 @@ use crate::origin::Origin;
 /// ([`ANNOUNCE`] into it, or at its threshold if that is sooner), so that an
 /// acquisition that never waits that long pays nothing for it.
 pub(crate) struct DeadlockWatch {
-    backend: Backend,
-    namespace: Arc<str>,
-    /// The metrics' `lock` label values of the client.
-    labels: Arc<metrics::Labels>,
+    /// The client's operator features: its connections, namespace and metrics.
+    ops: Arc<Operators>,
     /// The client whose holds of the chain the records name.
     client: u64,
     /// The chain whose locks the records name.
@@ -45,22 +42,22 @@ pub(crate) struct DeadlockWatch {
 }
 
 impl DeadlockWatch {
-    /// The watch of a wait begun at `start`, looking every `period`: `None` on
-    /// Redlock, or for a chain that holds nothing.
+    /// The watch (with the operator features of `ops`) of a wait of the
+    /// chain of `context`, whose holds by `client` count, begun at `start`,
+    /// looking every `period`: `None` on Redlock, or for a chain that holds
+    /// nothing.
     pub(super) fn new(
-        (backend, labels): (&Backend, &Arc<metrics::Labels>),
-        namespace: &Arc<str>,
-        (client, context): (u64, &LockContext),
+        ops: &Arc<Operators>,
+        client: u64,
+        context: &LockContext,
         period: Duration,
         start: Instant,
     ) -> Option<Self> {
-        if backend.is_redlock() || context.is_empty() {
+        if ops.backend.is_redlock() || context.is_empty() {
             return None;
         }
         Some(Self {
-            backend: backend.clone(),
-            namespace: namespace.clone(),
-            labels: labels.clone(),
+            ops: ops.clone(),
             client,
             context: context.clone(),
             waiting: None,
@@ -95,7 +92,7 @@ impl DeadlockWatch {
                 wait_id: new_id(),
                 owners,
                 lock: keys.lock.clone(),
-                namespace: self.namespace.clone(),
+                namespace: self.ops.namespace.clone(),
             });
         }
         self.waiting.as_ref()
@@ -122,7 +119,7 @@ impl DeadlockWatch {
         let Some(waiting) = self.waiting(keys, new_id).cloned() else {
             return Ok(false);
         };
-        let mut conn = self.backend.first();
+        let mut conn = self.ops.backend.first();
         if self.beating.is_none() {
             self.beating = Some(waiting.clone().beat(conn.clone(), self.next));
         }
@@ -132,14 +129,10 @@ impl DeadlockWatch {
             return Ok(true);
         }
         self.next = began + self.period;
-        let knot = match waiting.walk(&mut conn).await {
-            Ok(knot) => knot,
-            Err(err) => {
-                tracing::debug!(error = %err, "distlock: could not look for a deadlock; looking again later");
-                self.last_knot = None;
-                return Ok(true);
-            }
-        };
+        let knot = waiting.walk(&mut conn).await.unwrap_or_else(|err| {
+            tracing::debug!(error = %err, "distlock: could not look for a deadlock; looking again later");
+            None
+        });
         let Some(knot) = knot else {
             self.last_knot = None;
             return Ok(true);
@@ -152,7 +145,7 @@ impl DeadlockWatch {
         match knot.cycle {
             Some(cycle) if began.duration_since(since) >= SETTLE => {
                 tracing::warn!(lock.name = %keys.display(), cycle = ?cycle, "distlock: deadlock; this request gives up to break it");
-                metrics::series(&self.backend, &self.labels, keys, origin).deadlock();
+                self.ops.series(keys, origin).deadlock();
                 Err(LockError::Deadlock { cycle })
             }
             _ => Ok(true),
