@@ -1042,8 +1042,8 @@ impl LockClientBuilder {
                 "no Redis URL was given; call `.url(\"redis://127.0.0.1:6379\")` (or `.cluster([..])`)",
             )
         })?;
-        match target {
-            Target::Single(url) => Ok(Endpoints::Single(parse_url("url", url)?)),
+        Ok(match target {
+            Target::Single(url) => Endpoints::Single(parse_url("url", url)?),
             Target::Sentinel {
                 sentinels,
                 master_name,
@@ -1056,7 +1056,7 @@ impl LockClientBuilder {
                     ));
                 }
                 let nodes = parse_urls("sentinel", sentinels, "one or more Sentinels")?;
-                Ok(Endpoints::Sentinel(nodes, master_name.clone()))
+                Endpoints::Sentinel(nodes, master_name.clone())
             }
             Target::Redlock(urls) => {
                 let nodes = parse_urls("redlock", urls, "the independent masters")?;
@@ -1066,14 +1066,12 @@ impl LockClientBuilder {
                     self.settings.redlock_node_timeout,
                     self.settings.default_lease,
                 )?;
-                Ok(Endpoints::Redlock(nodes))
+                Endpoints::Redlock(nodes)
             }
-            Target::Cluster(urls) => Ok(Endpoints::Cluster(parse_urls(
-                "cluster",
-                urls,
-                "one or more cluster nodes",
-            )?)),
-        }
+            Target::Cluster(urls) => {
+                Endpoints::Cluster(parse_urls("cluster", urls, "one or more cluster nodes")?)
+            }
+        })
     }
 
     /// Checks the `sentinel_node_*` settings: they apply only to a Sentinel target,
@@ -1237,19 +1235,19 @@ fn check_replicas(
     replicas: Option<(u32, Duration)>,
     response_timeout: Duration,
 ) -> Result<(), LockError> {
-    if let Some((_, timeout)) = replicas {
-        if timeout < Duration::from_millis(1) || timeout >= response_timeout {
-            return Err(LockError::invalid_option(
+    match replicas {
+        Some((_, timeout)) if timeout < Duration::from_millis(1) || timeout >= response_timeout => {
+            Err(LockError::invalid_option(
                 "replicas",
                 format!(
                     "the timeout {timeout:?} must be at least 1 ms and below the response \
                      timeout ({response_timeout:?}); raise `response_timeout` or lower the \
                      replicas timeout"
                 ),
-            ));
+            ))
         }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Timeouts of zero would fail every request.
@@ -1302,27 +1300,19 @@ enum Target {
 
 impl fmt::Debug for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redacted = |urls: &[String]| urls.iter().map(|url| redact(url)).collect::<Vec<_>>();
         match self {
             Self::Single(url) => f.debug_tuple("Single").field(&redact(url)).finish(),
-            Self::Cluster(urls) => f
-                .debug_tuple("Cluster")
-                .field(&urls.iter().map(|url| redact(url)).collect::<Vec<_>>())
-                .finish(),
+            Self::Cluster(urls) => f.debug_tuple("Cluster").field(&redacted(urls)).finish(),
             Self::Sentinel {
                 sentinels,
                 master_name,
             } => f
                 .debug_struct("Sentinel")
-                .field(
-                    "sentinels",
-                    &sentinels.iter().map(|url| redact(url)).collect::<Vec<_>>(),
-                )
+                .field("sentinels", &redacted(sentinels))
                 .field("master_name", master_name)
                 .finish(),
-            Self::Redlock(urls) => f
-                .debug_tuple("Redlock")
-                .field(&urls.iter().map(|url| redact(url)).collect::<Vec<_>>())
-                .finish(),
+            Self::Redlock(urls) => f.debug_tuple("Redlock").field(&redacted(urls)).finish(),
         }
     }
 }
