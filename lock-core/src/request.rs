@@ -694,7 +694,7 @@ impl Semaphore {
         if let Some(err) = unsupported(&self.inner, keys.kind) {
             return Err(err);
         }
-        let view = self.inner.view(&keys).await?;
+        let view = self.inner.ops.read(&keys).await?;
         match view.kind {
             None => Ok(permits),
             // The count in force (the smallest any holder asked for) bounds this
