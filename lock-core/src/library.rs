@@ -151,10 +151,7 @@ pub(crate) fn is_missing(err: &RedisError) -> bool {
 
 /// [`is_missing`] for a reply of a pipeline that keeps errors as values.
 pub(crate) fn is_missing_reply(reply: &Value) -> bool {
-    match reply {
-        Value::ServerError(err) => is_missing(&RedisError::from(err.clone())),
-        _ => false,
-    }
+    matches!(reply, Value::ServerError(err) if is_missing(&RedisError::from(err.clone())))
 }
 
 impl Script {
