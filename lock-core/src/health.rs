@@ -309,10 +309,7 @@ pub(crate) async fn check(inner: &Arc<Inner>) -> Result<HealthReport, LockError>
                     nodes.push(check_node(&mut OnNode { conn, route }, address, &checks).await?);
                 }
             }
-            conn => {
-                let address = conn.addr();
-                nodes.push(check_node(&mut conn.clone(), address, &checks).await?);
-            }
+            conn => nodes.push(check_node(&mut conn.clone(), conn.addr(), &checks).await?),
         }
     }
     Ok(HealthReport {
@@ -470,10 +467,8 @@ async fn check_node<C: ConnectionLike + Send>(
     };
     read_info(conn, &mut node).await;
     read_config(conn, &mut node).await;
-    let exists = redis::cmd("SCRIPT")
-        .arg("EXISTS")
-        .arg(&checks.hashes)
-        .clone();
+    let mut exists = redis::cmd("SCRIPT");
+    exists.arg("EXISTS").arg(&checks.hashes);
     if let Ok(Value::Array(flags)) = ask(conn, &exists).await {
         let cached = flags
             .iter()
@@ -482,11 +477,8 @@ async fn check_node<C: ConnectionLike + Send>(
         node.scripts_cached = Some(cached);
         node.scripts_loaded = Some(cached == checks.hashes.len());
     }
-    let list = redis::cmd("FUNCTION")
-        .arg("LIST")
-        .arg("LIBRARYNAME")
-        .arg(&checks.library)
-        .clone();
+    let mut list = redis::cmd("FUNCTION");
+    list.arg("LIST").arg("LIBRARYNAME").arg(&checks.library);
     if let Ok(Value::Array(libraries)) = ask(conn, &list).await {
         // The name has no pattern characters: only that library matches.
         node.library_loaded = Some(!libraries.is_empty());
@@ -505,9 +497,8 @@ async fn check_node<C: ConnectionLike + Send>(
 ///
 /// Safe to drop: it only reads.
 async fn read_info<C: ConnectionLike + Send>(conn: &mut C, node: &mut NodeHealth) {
-    let info = redis::cmd("INFO")
-        .arg(&["server", "replication", "persistence"])
-        .clone();
+    let mut info = redis::cmd("INFO");
+    info.arg("server").arg("replication").arg("persistence");
     let info = match ask(conn, &info).await {
         Ok(info) => text(&info).unwrap_or_default(),
         Err(err) => {
@@ -530,9 +521,8 @@ async fn read_info<C: ConnectionLike + Send>(conn: &mut C, node: &mut NodeHealth
 ///
 /// Safe to drop: it only reads.
 async fn read_config<C: ConnectionLike + Send>(conn: &mut C, node: &mut NodeHealth) {
-    let config = redis::cmd("CONFIG")
-        .arg(&["GET", "maxmemory-policy", "save"])
-        .clone();
+    let mut config = redis::cmd("CONFIG");
+    config.arg("GET").arg("maxmemory-policy").arg("save");
     match ask(conn, &config).await {
         Ok(reply) => {
             node.maxmemory_policy = config_value(&reply, "maxmemory-policy");
@@ -649,11 +639,8 @@ async fn dry_run<C: ConnectionLike + Send>(
 /// The one probe that changes nothing, where `ACL` cannot say: a script that does
 /// not exist, on `key`. Whether the server refused it for want of permission.
 async fn evalsha_refused<C: ConnectionLike + Send>(conn: &mut C, key: &str) -> bool {
-    let probe = redis::cmd("EVALSHA")
-        .arg(unknown_sha())
-        .arg(1)
-        .arg(key)
-        .clone();
+    let mut probe = redis::cmd("EVALSHA");
+    probe.arg(unknown_sha()).arg(1).arg(key);
     match conn.req_packed_command(&probe).await {
         Ok(Value::ServerError(err)) => redis::RedisError::from(err).code() == Some("NOPERM"),
         Err(err) => err.code() == Some("NOPERM"),
