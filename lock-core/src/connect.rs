@@ -72,8 +72,7 @@ impl Settings {
         let (backend, sub_conn) = match endpoints {
             Endpoints::Single(info) => self.connect_single(info, push_tx, &links).await?,
             Endpoints::Sentinel(sentinels, master_name) => {
-                let links = links.clone();
-                self.connect_sentinel(sentinels, &master_name, certs, push_tx, links, &shutdown)
+                self.connect_sentinel(sentinels, &master_name, certs, push_tx, &links, &shutdown)
                     .await?
             }
             Endpoints::Redlock(nodes) => self.connect_redlock(nodes, push_tx, &links).await?,
@@ -186,7 +185,7 @@ impl Settings {
         master_name: &str,
         certs: Option<TlsCertificates>,
         push_tx: UnboundedSender<redis::PushInfo>,
-        links: Arc<Links>,
+        links: &Arc<Links>,
         shutdown: &CancellationToken,
     ) -> Result<(Backend, SubConn), LockError> {
         let settings = sentinel::Settings {
@@ -197,7 +196,7 @@ impl Settings {
                 certs,
                 ..self.sentinel_node.clone()
             },
-            links,
+            links: links.clone(),
         };
         let servers = Endpoints::Sentinel(sentinels.clone(), master_name.to_owned()).describe();
         let sentinel = SentinelConn::connect(sentinels, master_name, settings, shutdown)
@@ -405,10 +404,9 @@ const SETTINGS: [&str; 3] = ["maxmemory-policy", "appendonly", "save"];
 /// A cluster: each script loaded on its own (`SCRIPT LOAD` goes to every node).
 async fn load_on_cluster(conn: &mut Conn, sources: &[&str]) -> Result<(), LockError> {
     for source in sources {
-        redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(*source)
-            .query_async::<redis::Value>(conn)
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(*source);
+        load.query_async::<redis::Value>(conn)
             .await
             .map_err(|err| match err.code() {
                 Some(_) => scripts_refused(err),
