@@ -398,9 +398,7 @@ impl From<redis::RedisError> for LockError {
             || text.contains("can't access at least one of the keys")
             || text.contains("no permissions to run");
         if err.code() == Some("NOPERM") || refused_without_code {
-            return Self::PermissionDenied {
-                detail: err.to_string(),
-            };
+            return Self::PermissionDenied { detail: text };
         }
         Self::Redis(err)
     }
