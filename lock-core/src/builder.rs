@@ -338,12 +338,8 @@ impl LockClientBuilder {
     ///     .sentinel_node_password("s3cret");
     /// # let _ = builder;
     /// ```
-    pub fn sentinel_node_password(mut self, password: impl Into<String>) -> Self {
-        self.settings.sentinel_node.auth = Some(NodeAuth {
-            username: None,
-            password: password.into(),
-        });
-        self
+    pub fn sentinel_node_password(self, password: impl Into<String>) -> Self {
+        self.node_auth(None, password.into())
     }
 
     /// An ACL user and its password for the data nodes behind
@@ -370,14 +366,17 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn sentinel_node_auth(
-        mut self,
+        self,
         username: impl Into<String>,
         password: impl Into<String>,
     ) -> Self {
-        self.settings.sentinel_node.auth = Some(NodeAuth {
-            username: Some(username.into()),
-            password: password.into(),
-        });
+        self.node_auth(Some(username.into()), password.into())
+    }
+
+    /// The credentials of the data nodes behind Sentinel: `username` (`None`: the
+    /// `default` user) and `password`.
+    fn node_auth(mut self, username: Option<String>, password: String) -> Self {
+        self.settings.sentinel_node.auth = Some(NodeAuth { username, password });
         self
     }
 
