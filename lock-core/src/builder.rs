@@ -999,11 +999,8 @@ impl LockClientBuilder {
         validate_namespace(&self.settings.namespace)?;
         check_service(&self.settings.service)?;
         check_default_lease(self.settings.default_lease)?;
-        check_replicas(self.settings.replicas, self.settings.response_timeout)?;
-        check_timeouts(
-            self.settings.connect_timeout,
-            self.settings.response_timeout,
-        )?;
+        check_replicas(&self.settings)?;
+        check_timeouts(&self.settings)?;
         if let Some(after) = self.settings.operators.deadlock_check_after {
             check_deadlock_after(after)?;
         }
@@ -1059,12 +1056,7 @@ impl LockClientBuilder {
             }
             Target::Redlock(urls) => {
                 let nodes = parse_urls("redlock", urls, "the independent masters")?;
-                check_redlock(
-                    self.settings.fencing,
-                    self.settings.replicas.is_some(),
-                    self.settings.redlock_node_timeout,
-                    self.settings.default_lease,
-                )?;
+                check_redlock(&self.settings)?;
                 Endpoints::Redlock(nodes)
             }
             Target::Cluster(urls) => {
@@ -1230,11 +1222,9 @@ fn check_default_lease(lease: Duration) -> Result<(), LockError> {
 }
 
 /// Waiting for replicas must end before the request times out.
-fn check_replicas(
-    replicas: Option<(u32, Duration)>,
-    response_timeout: Duration,
-) -> Result<(), LockError> {
-    match replicas {
+fn check_replicas(settings: &Settings) -> Result<(), LockError> {
+    let response_timeout = settings.response_timeout;
+    match settings.replicas {
         Some((_, timeout)) if timeout < Duration::from_millis(1) || timeout >= response_timeout => {
             Err(LockError::invalid_option(
                 "replicas",
@@ -1250,8 +1240,8 @@ fn check_replicas(
 }
 
 /// Timeouts of zero would fail every request.
-fn check_timeouts(connect: Duration, response: Duration) -> Result<(), LockError> {
-    if connect.is_zero() || response.is_zero() {
+fn check_timeouts(settings: &Settings) -> Result<(), LockError> {
+    if settings.connect_timeout.is_zero() || settings.response_timeout.is_zero() {
         return Err(LockError::invalid_option(
             "connect_timeout",
             "timeouts must be above zero",
@@ -1261,16 +1251,12 @@ fn check_timeouts(connect: Duration, response: Duration) -> Result<(), LockError
 }
 
 /// What Redlock cannot do, and its node timeout.
-fn check_redlock(
-    fencing: bool,
-    replicas: bool,
-    node_timeout: Duration,
-    lease: Duration,
-) -> Result<(), LockError> {
-    if fencing {
+fn check_redlock(settings: &Settings) -> Result<(), LockError> {
+    let (node_timeout, lease) = (settings.redlock_node_timeout, settings.default_lease);
+    if settings.fencing {
         return Err(fencing_on_redlock());
     }
-    if replicas {
+    if settings.replicas.is_some() {
         return Err(LockError::invalid_option(
             "replicas",
             "replica acknowledgements do not apply to Redlock's independent masters",
