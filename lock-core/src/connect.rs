@@ -70,7 +70,13 @@ impl Settings {
         let certs = self.certs.clone();
         let endpoints = endpoints.with_certificates(certs.as_ref())?;
         let (backend, sub_conn) = match endpoints {
-            Endpoints::Single(info) => self.connect_single(info, push_tx, &links).await?,
+            Endpoints::Single(info) => {
+                let (conn, sub) = self.server(info, push_tx, &links).await?;
+                (
+                    Backend::one(Conn::Single(conn)),
+                    SubConn::Servers(vec![sub]),
+                )
+            }
             Endpoints::Sentinel(sentinels, master_name) => {
                 self.connect_sentinel(sentinels, &master_name, certs, push_tx, &links, &shutdown)
                     .await?
@@ -160,20 +166,6 @@ impl Settings {
         conn.ensure_named().await;
         sub.ensure_named().await;
         Ok((conn, sub))
-    }
-
-    /// One server.
-    async fn connect_single(
-        &self,
-        info: ConnectionInfo,
-        push_tx: UnboundedSender<redis::PushInfo>,
-        links: &Arc<Links>,
-    ) -> Result<(Backend, SubConn), LockError> {
-        let (conn, sub) = self.server(info, push_tx, links).await?;
-        Ok((
-            Backend::one(Conn::Single(conn)),
-            SubConn::Servers(vec![sub]),
-        ))
     }
 
     /// The master the Sentinels name; also listens for `+switch-master` on every
