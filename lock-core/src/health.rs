@@ -601,7 +601,6 @@ async fn dry_run<C: ConnectionLike + Send>(
     user: &str,
     key: &str,
 ) -> (Vec<String>, Vec<(&'static str, &'static str)>) {
-    let unknown_sha = unknown_sha();
     let pubsub = if checks.sharded {
         SHARDED_PUBSUB
     } else {
@@ -616,7 +615,7 @@ async fn dry_run<C: ConnectionLike + Send>(
         for arg in args {
             match *arg {
                 "KEY" | "CHANNEL" => dryrun.arg(key),
-                "SHA" => dryrun.arg(&unknown_sha),
+                "SHA" => dryrun.arg(unknown_sha()),
                 arg => dryrun.arg(arg),
             };
         }
