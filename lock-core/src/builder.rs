@@ -338,12 +338,8 @@ impl LockClientBuilder {
     ///     .sentinel_node_password("s3cret");
     /// # let _ = builder;
     /// ```
-    pub fn sentinel_node_password(mut self, password: impl Into<String>) -> Self {
-        self.settings.sentinel_node.auth = Some(NodeAuth {
-            username: None,
-            password: password.into(),
-        });
-        self
+    pub fn sentinel_node_password(self, password: impl Into<String>) -> Self {
+        self.node_auth(None, password.into())
     }
 
     /// An ACL user and its password for the data nodes behind
@@ -370,14 +366,17 @@ impl LockClientBuilder {
     /// # let _ = builder;
     /// ```
     pub fn sentinel_node_auth(
-        mut self,
+        self,
         username: impl Into<String>,
         password: impl Into<String>,
     ) -> Self {
-        self.settings.sentinel_node.auth = Some(NodeAuth {
-            username: Some(username.into()),
-            password: password.into(),
-        });
+        self.node_auth(Some(username.into()), password.into())
+    }
+
+    /// The credentials of the data nodes behind Sentinel: `username` (`None`: the
+    /// `default` user) and `password`.
+    fn node_auth(mut self, username: Option<String>, password: String) -> Self {
+        self.settings.sentinel_node.auth = Some(NodeAuth { username, password });
         self
     }
 
@@ -1000,11 +999,8 @@ impl LockClientBuilder {
         validate_namespace(&self.settings.namespace)?;
         check_service(&self.settings.service)?;
         check_default_lease(self.settings.default_lease)?;
-        check_replicas(self.settings.replicas, self.settings.response_timeout)?;
-        check_timeouts(
-            self.settings.connect_timeout,
-            self.settings.response_timeout,
-        )?;
+        check_replicas(&self.settings)?;
+        check_timeouts(&self.settings)?;
         if let Some(after) = self.settings.operators.deadlock_check_after {
             check_deadlock_after(after)?;
         }
@@ -1042,8 +1038,8 @@ impl LockClientBuilder {
                 "no Redis URL was given; call `.url(\"redis://127.0.0.1:6379\")` (or `.cluster([..])`)",
             )
         })?;
-        match target {
-            Target::Single(url) => Ok(Endpoints::Single(parse_url("url", url)?)),
+        Ok(match target {
+            Target::Single(url) => Endpoints::Single(parse_url("url", url)?),
             Target::Sentinel {
                 sentinels,
                 master_name,
@@ -1056,24 +1052,17 @@ impl LockClientBuilder {
                     ));
                 }
                 let nodes = parse_urls("sentinel", sentinels, "one or more Sentinels")?;
-                Ok(Endpoints::Sentinel(nodes, master_name.clone()))
+                Endpoints::Sentinel(nodes, master_name.clone())
             }
             Target::Redlock(urls) => {
                 let nodes = parse_urls("redlock", urls, "the independent masters")?;
-                check_redlock(
-                    self.settings.fencing,
-                    self.settings.replicas.is_some(),
-                    self.settings.redlock_node_timeout,
-                    self.settings.default_lease,
-                )?;
-                Ok(Endpoints::Redlock(nodes))
+                check_redlock(&self.settings)?;
+                Endpoints::Redlock(nodes)
             }
-            Target::Cluster(urls) => Ok(Endpoints::Cluster(parse_urls(
-                "cluster",
-                urls,
-                "one or more cluster nodes",
-            )?)),
-        }
+            Target::Cluster(urls) => {
+                Endpoints::Cluster(parse_urls("cluster", urls, "one or more cluster nodes")?)
+            }
+        })
     }
 
     /// Checks the `sentinel_node_*` settings: they apply only to a Sentinel target,
@@ -1233,28 +1222,26 @@ fn check_default_lease(lease: Duration) -> Result<(), LockError> {
 }
 
 /// Waiting for replicas must end before the request times out.
-fn check_replicas(
-    replicas: Option<(u32, Duration)>,
-    response_timeout: Duration,
-) -> Result<(), LockError> {
-    if let Some((_, timeout)) = replicas {
-        if timeout < Duration::from_millis(1) || timeout >= response_timeout {
-            return Err(LockError::invalid_option(
+fn check_replicas(settings: &Settings) -> Result<(), LockError> {
+    let response_timeout = settings.response_timeout;
+    match settings.replicas {
+        Some((_, timeout)) if timeout < Duration::from_millis(1) || timeout >= response_timeout => {
+            Err(LockError::invalid_option(
                 "replicas",
                 format!(
                     "the timeout {timeout:?} must be at least 1 ms and below the response \
                      timeout ({response_timeout:?}); raise `response_timeout` or lower the \
                      replicas timeout"
                 ),
-            ));
+            ))
         }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Timeouts of zero would fail every request.
-fn check_timeouts(connect: Duration, response: Duration) -> Result<(), LockError> {
-    if connect.is_zero() || response.is_zero() {
+fn check_timeouts(settings: &Settings) -> Result<(), LockError> {
+    if settings.connect_timeout.is_zero() || settings.response_timeout.is_zero() {
         return Err(LockError::invalid_option(
             "connect_timeout",
             "timeouts must be above zero",
@@ -1264,16 +1251,12 @@ fn check_timeouts(connect: Duration, response: Duration) -> Result<(), LockError
 }
 
 /// What Redlock cannot do, and its node timeout.
-fn check_redlock(
-    fencing: bool,
-    replicas: bool,
-    node_timeout: Duration,
-    lease: Duration,
-) -> Result<(), LockError> {
-    if fencing {
+fn check_redlock(settings: &Settings) -> Result<(), LockError> {
+    let (node_timeout, lease) = (settings.redlock_node_timeout, settings.default_lease);
+    if settings.fencing {
         return Err(fencing_on_redlock());
     }
-    if replicas {
+    if settings.replicas.is_some() {
         return Err(LockError::invalid_option(
             "replicas",
             "replica acknowledgements do not apply to Redlock's independent masters",
@@ -1302,27 +1285,19 @@ enum Target {
 
 impl fmt::Debug for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redacted = |urls: &[String]| urls.iter().map(|url| redact(url)).collect::<Vec<_>>();
         match self {
             Self::Single(url) => f.debug_tuple("Single").field(&redact(url)).finish(),
-            Self::Cluster(urls) => f
-                .debug_tuple("Cluster")
-                .field(&urls.iter().map(|url| redact(url)).collect::<Vec<_>>())
-                .finish(),
+            Self::Cluster(urls) => f.debug_tuple("Cluster").field(&redacted(urls)).finish(),
             Self::Sentinel {
                 sentinels,
                 master_name,
             } => f
                 .debug_struct("Sentinel")
-                .field(
-                    "sentinels",
-                    &sentinels.iter().map(|url| redact(url)).collect::<Vec<_>>(),
-                )
+                .field("sentinels", &redacted(sentinels))
                 .field("master_name", master_name)
                 .finish(),
-            Self::Redlock(urls) => f
-                .debug_tuple("Redlock")
-                .field(&urls.iter().map(|url| redact(url)).collect::<Vec<_>>())
-                .finish(),
+            Self::Redlock(urls) => f.debug_tuple("Redlock").field(&redacted(urls)).finish(),
         }
     }
 }

@@ -733,8 +733,7 @@ impl LockClient {
         E: From<LockError>,
     {
         // Made here, not in the future: the holder's site is the caller's line.
-        let request = self.lock(name);
-        with_guard(request, body)
+        with_guard(self.lock(name), body)
     }
 
     /// Shuts the client down, for a process that stops (a redeploy, Ctrl-C): from
@@ -858,7 +857,7 @@ impl LockClient {
     /// ```
     pub async fn inspect(&self, name: impl AsRef<[u8]>) -> Result<LockInfo, LockError> {
         let keys = self.inner.keys(name.as_ref())?;
-        self.inner.view(&keys).await.map(LockInfo::from)
+        self.inner.ops.read(&keys).await.map(LockInfo::from)
     }
 
     /// Deletes the lock `name` whoever holds it, and wakes its waiters. For operators:

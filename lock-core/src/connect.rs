@@ -17,7 +17,7 @@ use crate::backend::link::{Link, Links};
 use crate::backend::sentinel::{self, NodeOptions, SentinelConn};
 use crate::backend::tls::{self, TlsCertificates};
 use crate::backend::url::resp3;
-use crate::backend::{Backend, Conn, SubConn};
+use crate::backend::{reply_text, Backend, Conn, SubConn};
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::inner::{Inner, Settings};
@@ -70,10 +70,15 @@ impl Settings {
         let certs = self.certs.clone();
         let endpoints = endpoints.with_certificates(certs.as_ref())?;
         let (backend, sub_conn) = match endpoints {
-            Endpoints::Single(info) => self.connect_single(info, push_tx, &links).await?,
+            Endpoints::Single(info) => {
+                let (conn, sub) = self.server(info, push_tx, &links).await?;
+                (
+                    Backend::one(Conn::Single(conn)),
+                    SubConn::Servers(vec![sub]),
+                )
+            }
             Endpoints::Sentinel(sentinels, master_name) => {
-                let links = links.clone();
-                self.connect_sentinel(sentinels, &master_name, certs, push_tx, links, &shutdown)
+                self.connect_sentinel(sentinels, &master_name, certs, push_tx, &links, &shutdown)
                     .await?
             }
             Endpoints::Redlock(nodes) => self.connect_redlock(nodes, push_tx, &links).await?,
@@ -163,20 +168,6 @@ impl Settings {
         Ok((conn, sub))
     }
 
-    /// One server.
-    async fn connect_single(
-        &self,
-        info: ConnectionInfo,
-        push_tx: UnboundedSender<redis::PushInfo>,
-        links: &Arc<Links>,
-    ) -> Result<(Backend, SubConn), LockError> {
-        let (conn, sub) = self.server(info, push_tx, links).await?;
-        Ok((
-            Backend::one(Conn::Single(conn)),
-            SubConn::Servers(vec![sub]),
-        ))
-    }
-
     /// The master the Sentinels name; also listens for `+switch-master` on every
     /// Sentinel until `shutdown`, to move to a new master without waiting for a
     /// request to fail.
@@ -186,7 +177,7 @@ impl Settings {
         master_name: &str,
         certs: Option<TlsCertificates>,
         push_tx: UnboundedSender<redis::PushInfo>,
-        links: Arc<Links>,
+        links: &Arc<Links>,
         shutdown: &CancellationToken,
     ) -> Result<(Backend, SubConn), LockError> {
         let settings = sentinel::Settings {
@@ -197,7 +188,7 @@ impl Settings {
                 certs,
                 ..self.sentinel_node.clone()
             },
-            links,
+            links: links.clone(),
         };
         let servers = Endpoints::Sentinel(sentinels.clone(), master_name.to_owned()).describe();
         let sentinel = SentinelConn::connect(sentinels, master_name, settings, shutdown)
@@ -405,17 +396,14 @@ const SETTINGS: [&str; 3] = ["maxmemory-policy", "appendonly", "save"];
 /// A cluster: each script loaded on its own (`SCRIPT LOAD` goes to every node).
 async fn load_on_cluster(conn: &mut Conn, sources: &[&str]) -> Result<(), LockError> {
     for source in sources {
-        let loaded: redis::RedisResult<redis::Value> = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(*source)
-            .query_async(conn)
-            .await;
-        match loaded {
-            Err(err) if err.code().is_some() => return Err(scripts_refused(err)),
-            other => {
-                other?;
-            }
-        }
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(*source);
+        load.query_async::<redis::Value>(conn)
+            .await
+            .map_err(|err| match err.code() {
+                Some(_) => scripts_refused(err),
+                None => LockError::from(err),
+            })?;
     }
     Ok(())
 }
@@ -440,17 +428,10 @@ fn scripts_refused(err: redis::RedisError) -> LockError {
 fn check_settings(replies: &[redis::Value], fencing: bool) -> bool {
     // Each CONFIG GET answers [name, value] (RESP2) or {name: value} (RESP3); a
     // user without `config|get` gets an error, and no warning.
-    let value = |index: usize| {
-        match replies.get(index) {
-            Some(redis::Value::Array(pair)) => pair.get(1).cloned(),
-            Some(redis::Value::Map(pairs)) => pairs.first().map(|(_, value)| value.clone()),
-            _ => None,
-        }
-        .and_then(|value| match value {
-            redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-            redis::Value::SimpleString(text) => Some(text),
-            _ => None,
-        })
+    let value = |index: usize| match replies.get(index) {
+        Some(redis::Value::Array(pair)) => pair.get(1).and_then(reply_text),
+        Some(redis::Value::Map(pairs)) => pairs.first().and_then(|(_, value)| reply_text(value)),
+        _ => None,
     };
     let persists_nothing =
         value(1).as_deref() == Some("no") && value(2).is_some_and(|save| save.trim().is_empty());

@@ -398,9 +398,7 @@ impl From<redis::RedisError> for LockError {
             || text.contains("can't access at least one of the keys")
             || text.contains("no permissions to run");
         if err.code() == Some("NOPERM") || refused_without_code {
-            return Self::PermissionDenied {
-                detail: err.to_string(),
-            };
+            return Self::PermissionDenied { detail: text };
         }
         Self::Redis(err)
     }
@@ -435,15 +433,12 @@ pub(crate) fn master_may_have_moved(err: &redis::RedisError) -> bool {
 }
 
 /// Whether an error may pass by itself (a failover, a restart, a lost connection),
-/// so that a waiter with time left should ask again rather than give up.
+/// so that a waiter with time left should ask again rather than give up: the
+/// master may have moved, or the cluster is reconfiguring.
 pub(crate) fn transient(err: &redis::RedisError) -> bool {
-    unreachable(err)
+    master_may_have_moved(err)
         || err.is_cluster_error()
-        || matches!(
-            err.code(),
-            Some(code) if is_failover_code(code)
-                || matches!(code, "CLUSTERDOWN" | "TRYAGAIN" | "LOADING")
-        )
+        || matches!(err.code(), Some("CLUSTERDOWN" | "TRYAGAIN"))
 }
 
 /// Whether the server refused the credentials, or wanted some. redis-rs reports a

@@ -182,83 +182,75 @@ pub struct NodeHealth {
     pub warnings: Vec<String>,
 }
 
-/// A permission distlock needs: the ACL rule, and the `ACL DRYRUN` arguments that
-/// test it (`KEY` and `CHANNEL` stand for a key and channel of the namespace).
-struct Need {
-    rule: &'static str,
-    args: &'static [&'static str],
-    /// For a permission distlock can do without: what a user without it gets.
-    without: Option<&'static str>,
-}
+/// A permission distlock needs: the ACL rule, the `ACL DRYRUN` arguments that
+/// test it (`KEY` and `CHANNEL` stand for a key and channel of the namespace),
+/// and, for a permission distlock can do without, what a user without it gets.
+type Need = (&'static str, &'static [&'static str], Option<&'static str>);
 
 /// What a user without `fcall` or `function|load` gets.
-const NO_FUNCTIONS: &str = "distlock's scripts run by EVALSHA instead of as a function library \
-                            (about 3 µs more server time per call)";
+const NO_FUNCTIONS: Option<&str> = Some(
+    "distlock's scripts run by EVALSHA instead of as a function library (about 3 µs more \
+     server time per call)",
+);
+
+/// What a user without `info` gets.
+const NO_INFO: Option<&str> = Some(
+    "a restarted or replaced server is noticed at the holds' next renewal, not as soon as a \
+     connection comes back",
+);
 
 /// What the client sends and the scripts call (the README's ACL section).
 const NEEDS: &[Need] = &[
-    need("evalsha", &["EVALSHA", "SHA", "1", "KEY"]),
-    need("script|load", &["SCRIPT", "LOAD", "return 1"]),
-    Need {
-        rule: "fcall",
-        args: &["FCALL", "distlock", "1", "KEY"],
-        without: Some(NO_FUNCTIONS),
-    },
-    Need {
-        rule: "function|load",
-        args: &["FUNCTION", "LOAD", "return 1"],
-        without: Some(NO_FUNCTIONS),
-    },
-    need("ping", &["PING"]),
-    need("set", &["SET", "KEY", "1", "NX", "PX", "1000"]),
-    need("get", &["GET", "KEY"]),
-    need("pexpire", &["PEXPIRE", "KEY", "1000"]),
-    need("pttl", &["PTTL", "KEY"]),
-    need("del", &["DEL", "KEY"]),
-    need("hlen", &["HLEN", "KEY"]),
-    need("hmget", &["HMGET", "KEY", "f"]),
-    need("hgetall", &["HGETALL", "KEY"]),
-    need("hincrby", &["HINCRBY", "KEY", "f", "1"]),
-    need("exists", &["EXISTS", "KEY"]),
-    need("hset", &["HSET", "KEY", "f", "1"]),
-    need("hdel", &["HDEL", "KEY", "f"]),
-    need("time", &["TIME"]),
-    need("pubsub|numsub", &["PUBSUB", "NUMSUB", "CHANNEL"]),
-    Need {
-        rule: "info",
-        args: &["INFO", "server"],
-        without: Some(
-            "a restarted or replaced server is noticed at the holds' next renewal, not \
-             as soon as a connection comes back",
-        ),
-    },
-    Need {
-        rule: "client|setname",
-        args: &["CLIENT", "SETNAME", "distlock"],
-        without: Some("the client's connections stay unnamed in CLIENT LIST"),
-    },
+    ("evalsha", &["EVALSHA", "SHA", "1", "KEY"], None),
+    ("script|load", &["SCRIPT", "LOAD", "return 1"], None),
+    ("fcall", &["FCALL", "distlock", "1", "KEY"], NO_FUNCTIONS),
+    (
+        "function|load",
+        &["FUNCTION", "LOAD", "return 1"],
+        NO_FUNCTIONS,
+    ),
+    ("ping", &["PING"], None),
+    ("set", &["SET", "KEY", "1", "NX", "PX", "1000"], None),
+    ("get", &["GET", "KEY"], None),
+    ("pexpire", &["PEXPIRE", "KEY", "1000"], None),
+    ("pttl", &["PTTL", "KEY"], None),
+    ("del", &["DEL", "KEY"], None),
+    ("hlen", &["HLEN", "KEY"], None),
+    ("hmget", &["HMGET", "KEY", "f"], None),
+    ("hgetall", &["HGETALL", "KEY"], None),
+    ("hincrby", &["HINCRBY", "KEY", "f", "1"], None),
+    ("exists", &["EXISTS", "KEY"], None),
+    ("hset", &["HSET", "KEY", "f", "1"], None),
+    ("hdel", &["HDEL", "KEY", "f"], None),
+    ("time", &["TIME"], None),
+    ("pubsub|numsub", &["PUBSUB", "NUMSUB", "CHANNEL"], None),
+    ("info", &["INFO", "server"], NO_INFO),
+    (
+        "client|setname",
+        &["CLIENT", "SETNAME", "distlock"],
+        Some("the client's connections stay unnamed in CLIENT LIST"),
+    ),
 ];
-
-const fn need(rule: &'static str, args: &'static [&'static str]) -> Need {
-    Need {
-        rule,
-        args,
-        without: None,
-    }
-}
 
 /// The pub/sub permissions: sharded on a cluster.
-const PLAIN_PUBSUB: &[(&str, &[&str])] = &[
-    ("publish", &["PUBLISH", "CHANNEL", "m"]),
-    ("subscribe", &["SUBSCRIBE", "CHANNEL"]),
-    ("unsubscribe", &["UNSUBSCRIBE", "CHANNEL"]),
+const PLAIN_PUBSUB: &[Need] = &[
+    ("publish", &["PUBLISH", "CHANNEL", "m"], None),
+    ("subscribe", &["SUBSCRIBE", "CHANNEL"], None),
+    ("unsubscribe", &["UNSUBSCRIBE", "CHANNEL"], None),
 ];
-const SHARDED_PUBSUB: &[(&str, &[&str])] = &[
-    ("spublish", &["SPUBLISH", "CHANNEL", "m"]),
-    ("ssubscribe", &["SSUBSCRIBE", "CHANNEL"]),
-    ("sunsubscribe", &["SUNSUBSCRIBE", "CHANNEL"]),
-    ("pubsub|shardnumsub", &["PUBSUB", "SHARDNUMSUB", "CHANNEL"]),
+const SHARDED_PUBSUB: &[Need] = &[
+    ("spublish", &["SPUBLISH", "CHANNEL", "m"], None),
+    ("ssubscribe", &["SSUBSCRIBE", "CHANNEL"], None),
+    ("sunsubscribe", &["SUNSUBSCRIBE", "CHANNEL"], None),
+    (
+        "pubsub|shardnumsub",
+        &["PUBSUB", "SHARDNUMSUB", "CHANNEL"],
+        None,
+    ),
 ];
+
+/// The permission a client that waits for replicas needs too.
+const WAIT: Need = ("wait", &["WAIT", "1", "1"], None);
 
 /// What a node check needs to know of the client.
 struct Checks {
@@ -271,20 +263,36 @@ struct Checks {
     library: String,
 }
 
+impl Checks {
+    /// The checks of a client with `scripts` in `namespace` (sharded pub/sub on a
+    /// cluster), that neither fences nor waits for replicas.
+    fn new(scripts: &Scripts, namespace: &str, sharded: bool) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            sharded,
+            fencing: false,
+            replicas: None,
+            hashes: scripts
+                .all()
+                .iter()
+                .map(|script| script.hash().to_owned())
+                .collect(),
+            library: scripts.library().name().to_owned(),
+        }
+    }
+}
+
 /// Checks every node of the client's deployment.
 ///
 /// # Cancel safety
 ///
 /// Safe to drop: the checks only read (`ACL DRYRUN` runs nothing).
 pub(crate) async fn check(inner: &Arc<Inner>) -> Result<HealthReport, LockError> {
-    let (hashes, library) = hashes(&inner.scripts);
+    let sharded = inner.backend.first().is_cluster();
     let checks = Checks {
-        namespace: inner.config.namespace.clone(),
-        sharded: inner.backend.first().is_cluster(),
         fencing: inner.config.fencing,
         replicas: inner.config.replicas.map(|(replicas, _)| replicas),
-        hashes,
-        library,
+        ..Checks::new(&inner.scripts, &inner.config.namespace, sharded)
     };
     let mut nodes = Vec::new();
     for conn in inner.backend.nodes() {
@@ -295,18 +303,13 @@ pub(crate) async fn check(inner: &Arc<Inner>) -> Result<HealthReport, LockError>
                     .await
                     .map_err(|err| LockError::connect(link.addr(), err))?;
                 for (host, port) in masters {
-                    let mut node = OnNode {
-                        conn: cluster.clone(),
-                        host: host.clone(),
-                        port,
-                    };
-                    nodes.push(check_node(&mut node, format!("{host}:{port}"), &checks).await?);
+                    let address = format!("{host}:{port}");
+                    let route = SingleNodeRoutingInfo::ByAddress { host, port };
+                    let conn = cluster.clone();
+                    nodes.push(check_node(&mut OnNode { conn, route }, address, &checks).await?);
                 }
             }
-            conn => {
-                let address = conn.addr();
-                nodes.push(check_node(&mut conn.clone(), address, &checks).await?);
-            }
+            conn => nodes.push(check_node(&mut conn.clone(), conn.addr(), &checks).await?),
         }
     }
     Ok(HealthReport {
@@ -315,17 +318,6 @@ pub(crate) async fn check(inner: &Arc<Inner>) -> Result<HealthReport, LockError>
         fencing: checks.fencing,
         nodes,
     })
-}
-
-/// The SHA1 of every script, as `EVALSHA` names them, and the name of the function
-/// library that holds them all.
-fn hashes(scripts: &Scripts) -> (Vec<String>, String) {
-    let hashes = scripts
-        .all()
-        .iter()
-        .map(|script| script.hash().to_owned())
-        .collect();
-    (hashes, scripts.library().name().to_owned())
 }
 
 impl NodeHealth {
@@ -368,15 +360,7 @@ impl NodeHealth {
         namespace: &str,
         sharded_pubsub: bool,
     ) -> Result<Self, LockError> {
-        let (hashes, library) = hashes(&Scripts::new());
-        let checks = Checks {
-            namespace: namespace.to_owned(),
-            sharded: sharded_pubsub,
-            fencing: false,
-            replicas: None,
-            hashes,
-            library,
-        };
+        let checks = Checks::new(&Scripts::new(), namespace, sharded_pubsub);
         check_node(conn, address.into(), &checks).await
     }
 }
@@ -399,16 +383,12 @@ async fn masters(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>
 /// One node of a cluster, by address: every command goes to it.
 struct OnNode {
     conn: ClusterConnection,
-    host: String,
-    port: u16,
+    route: SingleNodeRoutingInfo,
 }
 
 impl ConnectionLike for OnNode {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-            host: self.host.clone(),
-            port: self.port,
-        });
+        let routing = RoutingInfo::SingleNode(self.route.clone());
         Box::pin(self.conn.route_command(cmd.clone(), routing))
     }
 
@@ -418,10 +398,7 @@ impl ConnectionLike for OnNode {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let route = SingleNodeRoutingInfo::ByAddress {
-            host: self.host.clone(),
-            port: self.port,
-        };
+        let route = self.route.clone();
         Box::pin(
             self.conn
                 .route_pipeline(pipeline.clone(), offset, count, route),
@@ -491,10 +468,7 @@ async fn check_node<C: ConnectionLike + Send>(
     read_info(conn, &mut node).await;
     read_config(conn, &mut node).await;
     let mut exists = redis::cmd("SCRIPT");
-    exists.arg("EXISTS");
-    for hash in &checks.hashes {
-        exists.arg(hash);
-    }
+    exists.arg("EXISTS").arg(&checks.hashes);
     if let Ok(Value::Array(flags)) = ask(conn, &exists).await {
         let cached = flags
             .iter()
@@ -523,11 +497,8 @@ async fn check_node<C: ConnectionLike + Send>(
 ///
 /// Safe to drop: it only reads.
 async fn read_info<C: ConnectionLike + Send>(conn: &mut C, node: &mut NodeHealth) {
-    let info = redis::cmd("INFO")
-        .arg("server")
-        .arg("replication")
-        .arg("persistence")
-        .clone();
+    let mut info = redis::cmd("INFO");
+    info.arg("server").arg("replication").arg("persistence");
     let info = match ask(conn, &info).await {
         Ok(info) => text(&info).unwrap_or_default(),
         Err(err) => {
@@ -550,11 +521,8 @@ async fn read_info<C: ConnectionLike + Send>(conn: &mut C, node: &mut NodeHealth
 ///
 /// Safe to drop: it only reads.
 async fn read_config<C: ConnectionLike + Send>(conn: &mut C, node: &mut NodeHealth) {
-    let config = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory-policy")
-        .arg("save")
-        .clone();
+    let mut config = redis::cmd("CONFIG");
+    config.arg("GET").arg("maxmemory-policy").arg("save");
     match ask(conn, &config).await {
         Ok(reply) => {
             node.maxmemory_policy = config_value(&reply, "maxmemory-policy");
@@ -633,30 +601,21 @@ async fn dry_run<C: ConnectionLike + Send>(
     user: &str,
     key: &str,
 ) -> (Vec<String>, Vec<(&'static str, &'static str)>) {
-    let unknown_sha = unknown_sha();
     let pubsub = if checks.sharded {
         SHARDED_PUBSUB
     } else {
         PLAIN_PUBSUB
     };
-    let needs = NEEDS
-        .iter()
-        .map(|need| (need.rule, need.args, need.without))
-        .chain(pubsub.iter().map(|(rule, args)| (*rule, *args, None)))
-        .chain(
-            checks
-                .replicas
-                .map(|_| ("wait", &["WAIT", "1", "1"][..], None)),
-        );
+    let wait = checks.replicas.map(|_| &WAIT);
     let mut missing = Vec::new();
     let mut optional_missing = Vec::new();
-    for (rule, args, without) in needs {
+    for &(rule, args, without) in NEEDS.iter().chain(pubsub).chain(wait) {
         let mut dryrun = redis::cmd("ACL");
         dryrun.arg("DRYRUN").arg(user);
         for arg in args {
             match *arg {
                 "KEY" | "CHANNEL" => dryrun.arg(key),
-                "SHA" => dryrun.arg(&unknown_sha),
+                "SHA" => dryrun.arg(unknown_sha()),
                 arg => dryrun.arg(arg),
             };
         }
@@ -679,11 +638,8 @@ async fn dry_run<C: ConnectionLike + Send>(
 /// The one probe that changes nothing, where `ACL` cannot say: a script that does
 /// not exist, on `key`. Whether the server refused it for want of permission.
 async fn evalsha_refused<C: ConnectionLike + Send>(conn: &mut C, key: &str) -> bool {
-    let probe = redis::cmd("EVALSHA")
-        .arg(unknown_sha())
-        .arg(1)
-        .arg(key)
-        .clone();
+    let mut probe = redis::cmd("EVALSHA");
+    probe.arg(unknown_sha()).arg(1).arg(key);
     match conn.req_packed_command(&probe).await {
         Ok(Value::ServerError(err)) => redis::RedisError::from(err).code() == Some("NOPERM"),
         Err(err) => err.code() == Some("NOPERM"),

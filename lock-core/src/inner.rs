@@ -18,7 +18,7 @@ use crate::error::LockError;
 use crate::keys::{Kind, LockKeys};
 use crate::ops::{self, Operators};
 use crate::owner::Owner;
-use crate::scripts::{LockView, Scripts};
+use crate::scripts::Scripts;
 use crate::waiters::Waiters;
 use crate::watchdog::Watchdog;
 use crate::who::Describer;
@@ -172,7 +172,7 @@ impl Inner {
     /// `Err(ClientShutDown)` once the client was shut down: no new acquisition of
     /// `name` is made.
     pub(crate) fn check_open(&self, name: impl FnOnce() -> String) -> Result<(), LockError> {
-        if self.closing.load(Ordering::Acquire) {
+        if self.is_closed() {
             return Err(LockError::ClientShutDown { name: name() });
         }
         Ok(())
@@ -258,16 +258,6 @@ impl Inner {
     pub(crate) fn next_owner(&self) -> Arc<Owner> {
         let n = self.owners.fetch_add(1, Ordering::Relaxed);
         Owner::new(format!("{}:{n}", self.uuid).into())
-    }
-
-    /// The state of the lock of `keys`, as `inspect.lua` reads it (on Redlock, as a
-    /// majority of nodes sees it).
-    ///
-    /// # Cancel safety
-    ///
-    /// Read-only: dropping the future changes nothing.
-    pub(crate) async fn view(&self, keys: &Arc<LockKeys>) -> Result<LockView, LockError> {
-        self.ops.read(keys).await
     }
 
     /// A fresh hold id, the watchdog's key.

@@ -86,7 +86,8 @@ impl Library {
         &self.name
     }
 
-    /// How calls go now.
+    /// How calls go now: by the library's function, unless the server refused
+    /// functions.
     fn way(&self) -> Way {
         if self.on.load(Ordering::Relaxed) {
             Way::Function
@@ -105,13 +106,9 @@ impl Library {
     /// Safe to drop: the library is loaded or not, whole (`FUNCTION LOAD` is one
     /// command), and the next call that misses it loads it again.
     pub(crate) async fn load<C: ConnectionLike>(&self, conn: &mut C) -> RedisResult<bool> {
-        let loaded: RedisResult<Value> = redis::cmd("FUNCTION")
-            .arg("LOAD")
-            .arg("REPLACE")
-            .arg(&self.text)
-            .query_async(conn)
-            .await;
-        match loaded {
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(&self.text);
+        match load.query_async::<Value>(conn).await {
             Ok(_) => Ok(true),
             Err(err) if refuses_functions(&err) => {
                 self.turn_off(&err);
@@ -151,10 +148,7 @@ pub(crate) fn is_missing(err: &RedisError) -> bool {
 
 /// [`is_missing`] for a reply of a pipeline that keeps errors as values.
 pub(crate) fn is_missing_reply(reply: &Value) -> bool {
-    match reply {
-        Value::ServerError(err) => is_missing(&RedisError::from(err.clone())),
-        _ => false,
-    }
+    matches!(reply, Value::ServerError(err) if is_missing(&RedisError::from(err.clone())))
 }
 
 impl Script {
@@ -174,12 +168,6 @@ impl Script {
         invocation
     }
 
-    /// How calls go now: by the library's function, unless the server refused
-    /// functions.
-    pub(crate) fn way(&self) -> Way {
-        self.library.way()
-    }
-
     /// Sends the pipeline that `pipe` builds around a call of this script (for the
     /// way calls go now); when the server lacks the script (the call failed so, or
     /// `missing` finds so in the replies of a pipeline that keeps errors), puts it
@@ -194,7 +182,7 @@ impl Script {
         pipe: impl Fn(Way) -> Pipeline,
         missing: impl Fn(&T) -> bool,
     ) -> RedisResult<T> {
-        let way = self.way();
+        let way = self.library.way();
         let first: RedisResult<T> = pipe(way).query_async(conn).await;
         let lacks = match &first {
             Err(err) => is_missing(err),
@@ -230,11 +218,9 @@ impl Script {
                 }
             }
         }
-        redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(self.code())
-            .query_async::<Value>(conn)
-            .await?;
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(self.code());
+        load.query_async::<Value>(conn).await?;
         Ok(Way::Eval)
     }
 
@@ -302,7 +288,7 @@ impl Invocation<'_> {
         T: FromRedisValue,
         C: ConnectionLike,
     {
-        let mut way = self.script.way();
+        let mut way = self.script.library.way();
         let mut loaded = false;
         loop {
             match self.cmd(way).query_async(conn).await {

@@ -691,10 +691,8 @@ impl Semaphore {
         let permits = self.permits;
         check_permits(permits)?;
         let keys = self.inner.keys_of(&self.name, Kind::Permit { permits })?;
-        if let Some(err) = unsupported(&self.inner, keys.kind) {
-            return Err(err);
-        }
-        let view = self.inner.view(&keys).await?;
+        unsupported(&self.inner, keys.kind).map_or(Ok(()), Err)?;
+        let view = self.inner.ops.read(&keys).await?;
         match view.kind {
             None => Ok(permits),
             // The count in force (the smallest any holder asked for) bounds this
