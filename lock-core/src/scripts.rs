@@ -213,8 +213,8 @@ pub(crate) enum InspectReply {
 /// The state of a lock on one node, as `inspect.lua` reads it. For a lock that
 /// several owners may hold (readers, permits), `hold_count` is the sum of their
 /// counts, `lease_remaining` the latest end of their leases and `fencing_token` the
-/// writer's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// writer's. A free lock's view is the default, but for its counter and listeners.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct LockView {
     pub(crate) held: bool,
     pub(crate) hold_count: u64,
@@ -291,15 +291,9 @@ impl InspectReply {
         match *reply {
             [-2] => Some(Self::Conflict),
             [0, 0, -2, 0, counter, listening] => Some(Self::View(LockView {
-                held: false,
-                hold_count: 0,
-                lease_remaining: None,
-                fencing_token: None,
                 last_fencing_token: positive(counter),
-                kind: None,
-                holders: Vec::new(),
-                waiting: 0,
                 listening: u64::try_from(listening).ok(),
+                ..LockView::default()
             })),
             [3, kind, permits, counter, waiting, listening, n, ref rest @ ..]
                 if usize::try_from(n).ok()?.checked_mul(4)? == rest.len() =>
