@@ -84,7 +84,12 @@ impl Kind {
 
     /// The kind of lock this request takes a hold of, as `inspect` reports it.
     pub(crate) fn lock_kind(self) -> LockKind {
-        LockKind::of(self)
+        match self {
+            Self::Exclusive => LockKind::Exclusive,
+            Self::Read | Self::Write => LockKind::ReadWrite,
+            Self::Permit { permits } => LockKind::Semaphore { permits },
+            Self::Fair => LockKind::Fair,
+        }
     }
 
     /// Whether a hold of this kind and one of `other` are holds of the same lock
