@@ -54,7 +54,7 @@ struct Row {
     json: &'static str,
 }
 
-/// One row of [`TABLE`]: its letter, word, code, metric label and JSON word.
+/// One row of the kind table: its letter, word, code, metric label and JSON word.
 const fn row(
     letter: &'static str,
     word: &'static str,
@@ -71,15 +71,6 @@ const fn row(
     }
 }
 
-/// The kind table, in the order of [`Kind`]'s variants.
-const TABLE: [Row; 5] = [
-    row("x", "lock", 0, "exclusive", "exclusive"),
-    row("r", "rw", 1, "read", "read_write"),
-    row("w", "rw", 1, "write", "read_write"),
-    row("p", "semaphore", 2, "permit", "semaphore"),
-    row("f", "fair", 3, "fair", "fair"),
-];
-
 impl Kind {
     /// Every kind, a semaphore's with `permits` permits, in the table's order.
     const fn all(permits: u32) -> [Kind; 5] {
@@ -92,14 +83,15 @@ impl Kind {
         ]
     }
 
-    fn row(self) -> &'static Row {
-        &TABLE[match self {
-            Kind::Exclusive => 0,
-            Kind::Read => 1,
-            Kind::Write => 2,
-            Kind::Permit { .. } => 3,
-            Kind::Fair => 4,
-        }]
+    /// The kind's row of the kind table.
+    const fn row(self) -> Row {
+        match self {
+            Kind::Exclusive => row("x", "lock", 0, "exclusive", "exclusive"),
+            Kind::Read => row("r", "rw", 1, "read", "read_write"),
+            Kind::Write => row("w", "rw", 1, "write", "read_write"),
+            Kind::Permit { .. } => row("p", "semaphore", 2, "permit", "semaphore"),
+            Kind::Fair => row("f", "fair", 3, "fair", "fair"),
+        }
     }
 
     /// The kind as `acquire.lua` takes it (`ARGV[7]`): `x`, `r`, `w`, `p<permits>`
@@ -129,7 +121,7 @@ impl Kind {
     /// assert_eq!(Kind::parse_script_arg("p"), None);
     /// ```
     pub fn parse_script_arg(arg: &str) -> Option<Kind> {
-        let permits = match arg.strip_prefix(TABLE[3].letter) {
+        let permits = match arg.strip_prefix(Kind::Permit { permits: 0 }.row().letter) {
             Some(digits) if !digits.is_empty() => digits.parse().ok()?,
             Some(_) => return None,
             None => 0,
