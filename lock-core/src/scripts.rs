@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::backend::reply_text;
 use crate::kinds::{HoldMode, LockKind};
 use crate::layout::lua::{ORDER_EDGE, PRELUDE, SOURCES};
 use crate::library::{Library, Script};
@@ -13,6 +14,9 @@ use crate::who::HolderInfo;
 /// made once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
+    /// Every script of the library, in the order of its sources: the fields below,
+    /// by name.
+    all: [Script; 8],
     /// `acquire.lua` for a new acquisition of any kind: refused on a server out of
     /// memory.
     pub(crate) acquire: Script,
@@ -33,9 +37,11 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     pub(crate) fn new() -> Self {
+        let all = Library::build(PRELUDE, &SOURCES);
         let [acquire, reenter, acquire_all, release, renew, force_release, inspect, withdraw] =
-            Library::build(PRELUDE, &SOURCES);
+            all.clone();
         Self {
+            all,
             acquire,
             reenter,
             acquire_all,
@@ -49,17 +55,8 @@ impl Scripts {
     }
 
     /// Every script of the library.
-    pub(crate) fn all(&self) -> [&Script; 8] {
-        [
-            &self.acquire,
-            &self.reenter,
-            &self.acquire_all,
-            &self.release,
-            &self.renew,
-            &self.force_release,
-            &self.inspect,
-            &self.withdraw,
-        ]
+    pub(crate) fn all(&self) -> &[Script; 8] {
+        &self.all
     }
 
     /// The function library every script is part of.
@@ -383,11 +380,7 @@ pub(crate) fn request_answer(
 ) -> redis::RedisResult<Vec<i64>> {
     if let redis::Value::Array(parts) = &reply {
         if let [redis::Value::Int(-6), text] = parts.as_slice() {
-            let text = match text {
-                redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                redis::Value::SimpleString(text) => text.clone(),
-                other => format!("{other:?}"),
-            };
+            let text = reply_text(text).unwrap_or_else(|| format!("{text:?}"));
             return Err(redis::RedisError::from((
                 redis::ErrorKind::Extension,
                 "a command the script called was refused",
