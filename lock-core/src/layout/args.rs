@@ -71,10 +71,10 @@ impl Call {
     pub fn from_args(args: &[Vec<u8>]) -> Option<Call> {
         let (numkeys, rest) = args.split_first()?;
         let numkeys: usize = std::str::from_utf8(numkeys).ok()?.parse().ok()?;
-        let keys = rest.get(..numkeys)?;
+        let (keys, args) = rest.split_at_checked(numkeys)?;
         Some(Call {
             keys: keys.to_vec(),
-            args: rest[numkeys..].to_vec(),
+            args: args.to_vec(),
         })
     }
 }
