@@ -296,17 +296,11 @@ impl<R: Request> Batcher<R> {
     /// One run of the script for every request of `batch`, each answered in turn.
     async fn send(&self, mut conn: Conn, batch: Vec<Queued<R>>) {
         let items: Vec<&R> = batch.iter().map(|(item, _)| item).collect();
-        match self.run(&items, &mut conn).await {
-            Ok(replies) => {
-                for ((_, answer), reply) in batch.into_iter().zip(replies) {
-                    let _ = answer.send(reply);
-                }
-            }
-            Err(err) => {
-                for (_, answer) in batch {
-                    let _ = answer.send(Err(err.clone()));
-                }
-            }
+        let replies = self.run(&items, &mut conn).await;
+        // A run that failed answers every request with its error.
+        let replies = replies.unwrap_or_else(|err| vec![Err(err); batch.len()]);
+        for ((_, answer), reply) in batch.into_iter().zip(replies) {
+            let _ = answer.send(reply);
         }
     }
 }
