@@ -147,18 +147,11 @@ impl LockKeys {
                 function: None,
             });
         }
-        let lock = layout::lock_key(namespace, name);
         Ok(Self {
             name: Arc::from(name),
-            lock,
+            lock: layout::lock_key(namespace, name),
             kind: Kind::Exclusive,
         })
-    }
-
-    /// The same lock, taken as `kind`.
-    pub(crate) fn of_kind(mut self, kind: Kind) -> Self {
-        self.kind = kind;
-        self
     }
 
     /// The release channel: made when a request needs it.
