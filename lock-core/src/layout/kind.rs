@@ -122,8 +122,7 @@ impl Kind {
     /// ```
     pub fn parse_script_arg(arg: &str) -> Option<Kind> {
         let permits = match arg.strip_prefix(Kind::Permit { permits: 0 }.row().letter) {
-            Some(digits) if !digits.is_empty() => digits.parse().ok()?,
-            Some(_) => return None,
+            Some(digits) => digits.parse().ok()?,
             None => 0,
         };
         Kind::all(permits)

@@ -325,12 +325,10 @@ impl StoredLock {
                 lock.meta.insert(field.to_owned(), value.to_owned());
                 continue;
             }
-            let count = value.parse::<u64>().ok().filter(|count| *count > 0);
-            let count = count.ok_or_else(|| {
-                LayoutError(format!(
-                    "holder `{field}` has `{value}` where a hold count belongs"
-                ))
-            })?;
+            let Some(count) = value.parse::<u64>().ok().filter(|count| *count > 0) else {
+                let why = format!("holder `{field}` has `{value}` where a hold count belongs");
+                return Err(LayoutError(why));
+            };
             lock.holders.insert(field.to_owned(), count);
         }
         if lock.holders.is_empty() && lock.meta.is_empty() {
