@@ -84,12 +84,8 @@ pub(crate) fn build<const N: usize>(prelude: &str, scripts: &[Source<'_>; N]) ->
             flags.join(", ")
         ));
     }
-    let version: String = redis::Script::new(&body)
-        .get_hash()
-        .chars()
-        .take(16)
-        .collect();
-    let name = format!("distlock_{version}");
+    // The version: the first 16 hex digits of the SHA1 of the body.
+    let name = format!("distlock_{:.16}", redis::Script::new(&body).get_hash());
     let body = body.replace(
         "function_name = 'NAME_",
         &format!("function_name = '{name}_"),
