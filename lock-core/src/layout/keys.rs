@@ -66,19 +66,15 @@ pub fn unescape_name(escaped: &[u8]) -> Option<Vec<u8>> {
     let mut name = Vec::with_capacity(escaped.len());
     let mut bytes = escaped.iter().copied();
     while let Some(byte) = bytes.next() {
-        if byte == b'{' || byte == b'}' {
-            return None;
-        }
-        if byte != b'%' {
-            name.push(byte);
-            continue;
-        }
-        let code = [bytes.next()?, bytes.next()?];
-        name.push(match &code {
-            b"25" => b'%',
-            b"7B" => b'{',
-            b"7D" => b'}',
-            _ => return None,
+        name.push(match byte {
+            b'{' | b'}' => return None,
+            b'%' => match &[bytes.next()?, bytes.next()?] {
+                b"25" => b'%',
+                b"7B" => b'{',
+                b"7D" => b'}',
+                _ => return None,
+            },
+            other => other,
         });
     }
     Some(name)
