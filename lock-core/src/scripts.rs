@@ -295,7 +295,6 @@ impl InspectReply {
             [3, kind, permits, counter, waiting, listening, n, ref rest @ ..]
                 if usize::try_from(n).ok()?.checked_mul(4)? == rest.len() =>
             {
-                let kind = LockKind::from_code(kind, permits)?;
                 let holders = rest
                     .chunks_exact(4)
                     .map(|h| {
@@ -314,7 +313,7 @@ impl InspectReply {
                     lease_remaining: holders.iter().filter_map(|h| h.lease_remaining).max(),
                     fencing_token: holders.iter().find_map(|h| h.fencing_token),
                     last_fencing_token: positive(counter),
-                    kind: Some(kind),
+                    kind: Some(LockKind::from_code(kind, permits)?),
                     holders,
                     waiting: u64::try_from(waiting).ok()?,
                     listening: u64::try_from(listening).ok(),
