@@ -161,12 +161,7 @@ impl LockKeys {
 
     /// The name as text for messages and traces (invalid UTF-8 is replaced).
     pub(crate) fn display(&self) -> String {
-        self.display_cow().into_owned()
-    }
-
-    /// As [`display`](Self::display), borrowed when the name is UTF-8.
-    pub(crate) fn display_cow(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(&self.name)
+        String::from_utf8_lossy(&self.name).into_owned()
     }
 }
 
