@@ -73,7 +73,7 @@ const fn row(
 
 impl Kind {
     /// Every kind, a semaphore's with `permits` permits, in the table's order.
-    const fn all(permits: u32) -> [Kind; 5] {
+    fn all(permits: u32) -> impl Iterator<Item = Kind> {
         [
             Kind::Exclusive,
             Kind::Read,
@@ -81,6 +81,7 @@ impl Kind {
             Kind::Permit { permits },
             Kind::Fair,
         ]
+        .into_iter()
     }
 
     /// The kind's row of the kind table.
@@ -125,9 +126,7 @@ impl Kind {
             Some(digits) => digits.parse().ok()?,
             None => 0,
         };
-        Kind::all(permits)
-            .into_iter()
-            .find(|kind| kind.script_arg() == arg)
+        Kind::all(permits).find(|kind| kind.script_arg() == arg)
     }
 
     /// The word the lock's hash records for this kind (`#kind`): `lock`, `rw`,
@@ -168,9 +167,7 @@ impl Kind {
     /// assert_eq!(Kind::of_code(9, 0), None);
     /// ```
     pub fn of_code(code: i64, permits: u32) -> Option<Kind> {
-        Kind::all(permits)
-            .into_iter()
-            .find(|kind| kind.code() == code)
+        Kind::all(permits).find(|kind| kind.code() == code)
     }
 
     /// The kind of lock whose hash records `word` (`#kind`), a semaphore's with
@@ -188,9 +185,7 @@ impl Kind {
     /// assert_eq!(Kind::of_word("queue", 0), None);
     /// ```
     pub fn of_word(word: &str, permits: u32) -> Option<Kind> {
-        Kind::all(permits)
-            .into_iter()
-            .find(|kind| kind.word() == word)
+        Kind::all(permits).find(|kind| kind.word() == word)
     }
 
     /// The label of this kind in metrics: `exclusive`, `read`, `write`, `permit`
