@@ -13,7 +13,7 @@
 //! Only for one endpoint (a single server, Sentinel's master): a script's keys must
 //! share a cluster slot, and a Redlock request is one request per node.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
@@ -22,7 +22,7 @@ use crate::detach::spawn;
 use crate::keys::LockKeys;
 use crate::layout::args::{self, Args, Call, ReleaseRun};
 use crate::library::{Invocation, Script};
-use crate::scripts::{request_answer, Scripts};
+use crate::scripts::{request_answer, unexpected_reply, Scripts};
 use crate::sync::locked;
 
 /// A request that runs in batches: it adds its keys and arguments to a run of its
@@ -155,6 +155,9 @@ impl Request for Item {
 /// The answer of one request: its script's reply for it.
 type Answer = redis::RedisResult<Vec<i64>>;
 
+/// A request waiting for its batch, and where its answer goes.
+type Queued<R> = (R, oneshot::Sender<Answer>);
+
 /// The requests of one kind of one client: sent in batches to one endpoint, else
 /// one by one.
 pub(crate) struct Batcher<R: Request> {
@@ -168,7 +171,7 @@ pub(crate) struct Batcher<R: Request> {
 }
 
 struct State<R> {
-    queue: Vec<(R, oneshot::Sender<Answer>)>,
+    queue: Vec<Queued<R>>,
     in_flight: usize,
 }
 
@@ -205,10 +208,6 @@ impl<R: Request> Batcher<R> {
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, State<R>> {
-        locked(&self.state)
-    }
-
     /// Runs `item` on `conn`, in a batch with the requests ready at the same moment.
     ///
     /// # Cancel safety
@@ -228,14 +227,12 @@ impl<R: Request> Batcher<R> {
         }
         let (answer, answered) = oneshot::channel();
         let batch = {
-            let mut state = self.state();
+            let mut state = locked(&self.state);
             state.queue.push((item, answer));
-            if state.in_flight < IN_FLIGHT {
+            (state.in_flight < IN_FLIGHT).then(|| {
                 state.in_flight += 1;
-                Some(take(&mut state.queue))
-            } else {
-                None
-            }
+                take(&mut state.queue)
+            })
         };
         if let Some(batch) = batch {
             // Hands the sending slot on when the batch is answered (or this future
@@ -260,16 +257,23 @@ impl<R: Request> Batcher<R> {
     }
 
     /// Sends `batch`, then whatever queued meanwhile, until the queue is empty.
-    async fn send_all(self: Arc<Self>, conn: Conn, mut batch: Vec<(R, oneshot::Sender<Answer>)>) {
-        loop {
+    async fn send_all(self: Arc<Self>, conn: Conn, batch: Vec<Queued<R>>) {
+        let mut next = Some(batch);
+        while let Some(batch) = next {
             self.send(conn.clone(), batch).await;
-            let mut state = self.state();
-            if state.queue.is_empty() {
-                state.in_flight -= 1;
-                return;
-            }
-            batch = take(&mut state.queue);
+            next = self.next_batch();
         }
+    }
+
+    /// What queued while a batch was on the way, as the next batch; `None`, and the
+    /// sending slot given back, when nothing did.
+    fn next_batch(&self) -> Option<Vec<Queued<R>>> {
+        let mut state = locked(&self.state);
+        if state.queue.is_empty() {
+            state.in_flight -= 1;
+            return None;
+        }
+        Some(take(&mut state.queue))
     }
 
     /// Runs the script once for `items`, in order: one answer per item (an error
@@ -290,19 +294,13 @@ impl<R: Request> Batcher<R> {
     }
 
     /// One run of the script for every request of `batch`, each answered in turn.
-    async fn send(&self, mut conn: Conn, batch: Vec<(R, oneshot::Sender<Answer>)>) {
+    async fn send(&self, mut conn: Conn, batch: Vec<Queued<R>>) {
         let items: Vec<&R> = batch.iter().map(|(item, _)| item).collect();
-        match self.run(&items, &mut conn).await {
-            Ok(replies) => {
-                for ((_, answer), reply) in batch.into_iter().zip(replies) {
-                    let _ = answer.send(reply);
-                }
-            }
-            Err(err) => {
-                for (_, answer) in batch {
-                    let _ = answer.send(Err(err.clone()));
-                }
-            }
+        let replies = self.run(&items, &mut conn).await;
+        // A run that failed answers every request with its error.
+        let replies = replies.unwrap_or_else(|err| vec![Err(err); batch.len()]);
+        for ((_, answer), reply) in batch.into_iter().zip(replies) {
+            let _ = answer.send(reply);
         }
     }
 }
@@ -315,15 +313,9 @@ struct Sending<R: Request> {
 
 impl<R: Request> Drop for Sending<R> {
     fn drop(&mut self) {
-        let next = {
-            let mut state = self.batcher.state();
-            if state.queue.is_empty() {
-                state.in_flight -= 1;
-                return;
-            }
-            take(&mut state.queue)
-        };
-        spawn(self.batcher.clone().send_all(self.conn.clone(), next));
+        if let Some(next) = self.batcher.next_batch() {
+            spawn(self.batcher.clone().send_all(self.conn.clone(), next));
+        }
     }
 }
 
@@ -333,12 +325,8 @@ fn take<T>(queue: &mut Vec<T>) -> Vec<T> {
     std::mem::replace(queue, rest)
 }
 
-fn unexpected_count(script: &str, got: usize, sent: usize) -> redis::RedisError {
-    redis::RedisError::from((
-        redis::ErrorKind::Parse,
-        "unexpected script reply",
-        format!("{script} answered {got} requests of {sent}"),
-    ))
+fn unexpected_count(script: &'static str, got: usize, sent: usize) -> redis::RedisError {
+    unexpected_reply(script, &format_args!("{got} requests of {sent}"))
 }
 
 #[cfg(test)]

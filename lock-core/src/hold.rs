@@ -160,7 +160,7 @@ impl Hold {
         Self {
             id,
             client_id,
-            lossy_name: match keys.display_cow() {
+            lossy_name: match String::from_utf8_lossy(&keys.name) {
                 std::borrow::Cow::Borrowed(_) => None,
                 std::borrow::Cow::Owned(lossy) => Some(lossy.into()),
             },

@@ -221,7 +221,7 @@ impl Inner {
 
     /// The Redis keys of the lock `name`, taken as `kind`.
     pub(crate) fn keys_of(&self, name: &[u8], kind: Kind) -> Result<Arc<LockKeys>, LockError> {
-        LockKeys::new(&self.config.namespace, name).map(|keys| Arc::new(keys.of_kind(kind)))
+        LockKeys::new(&self.config.namespace, name).map(|keys| Arc::new(LockKeys { kind, ..keys }))
     }
 
     /// A request waits for lock `name`, which the same Tokio task holds in another

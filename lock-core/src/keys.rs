@@ -84,7 +84,12 @@ impl Kind {
 
     /// The kind of lock this request takes a hold of, as `inspect` reports it.
     pub(crate) fn lock_kind(self) -> LockKind {
-        LockKind::of(self)
+        match self {
+            Self::Exclusive => LockKind::Exclusive,
+            Self::Read | Self::Write => LockKind::ReadWrite,
+            Self::Permit { permits } => LockKind::Semaphore { permits },
+            Self::Fair => LockKind::Fair,
+        }
     }
 
     /// Whether a hold of this kind and one of `other` are holds of the same lock
@@ -142,18 +147,11 @@ impl LockKeys {
                 function: None,
             });
         }
-        let lock = layout::lock_key(namespace, name);
         Ok(Self {
             name: Arc::from(name),
-            lock,
+            lock: layout::lock_key(namespace, name),
             kind: Kind::Exclusive,
         })
-    }
-
-    /// The same lock, taken as `kind`.
-    pub(crate) fn of_kind(mut self, kind: Kind) -> Self {
-        self.kind = kind;
-        self
     }
 
     /// The release channel: made when a request needs it.
@@ -163,12 +161,7 @@ impl LockKeys {
 
     /// The name as text for messages and traces (invalid UTF-8 is replaced).
     pub(crate) fn display(&self) -> String {
-        self.display_cow().into_owned()
-    }
-
-    /// As [`display`](Self::display), borrowed when the name is UTF-8.
-    pub(crate) fn display_cow(&self) -> std::borrow::Cow<'_, str> {
-        String::from_utf8_lossy(&self.name)
+        String::from_utf8_lossy(&self.name).into_owned()
     }
 }
 

@@ -46,17 +46,7 @@ impl LockKind {
             Kind::Permit { .. } => Some(Self::Semaphore {
                 permits: u32::try_from(permits).ok()?,
             }),
-            kind => Some(Self::of(kind)),
-        }
-    }
-
-    /// The kind of lock a hold of `kind` is a hold of.
-    pub(crate) fn of(kind: Kind) -> Self {
-        match kind {
-            Kind::Exclusive => Self::Exclusive,
-            Kind::Read | Kind::Write => Self::ReadWrite,
-            Kind::Permit { permits } => Self::Semaphore { permits },
-            Kind::Fair => Self::Fair,
+            kind => Some(kind.lock_kind()),
         }
     }
 

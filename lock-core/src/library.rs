@@ -69,8 +69,8 @@ impl Library {
     pub(crate) fn build<const N: usize>(prelude: &str, scripts: &[Source<'_>; N]) -> [Script; N] {
         let built = lua::build(prelude, scripts);
         let library = Arc::new(Library {
-            text: built.text,
-            name: built.name,
+            text: built.library.text,
+            name: built.library.name,
             on: AtomicBool::new(true),
         });
         built.scripts.map(|(code, function)| Script {

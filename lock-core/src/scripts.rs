@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::backend::reply_text;
 use crate::kinds::{HoldMode, LockKind};
 use crate::layout::lua::{ORDER_EDGE, PRELUDE, SOURCES};
 use crate::library::{Library, Script};
@@ -13,6 +14,9 @@ use crate::who::HolderInfo;
 /// made once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
+    /// Every script of the library, in the order of its sources: the fields below,
+    /// by name.
+    all: [Script; 8],
     /// `acquire.lua` for a new acquisition of any kind: refused on a server out of
     /// memory.
     pub(crate) acquire: Script,
@@ -33,9 +37,11 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     pub(crate) fn new() -> Self {
+        let all = Library::build(PRELUDE, &SOURCES);
         let [acquire, reenter, acquire_all, release, renew, force_release, inspect, withdraw] =
-            Library::build(PRELUDE, &SOURCES);
+            all.clone();
         Self {
+            all,
             acquire,
             reenter,
             acquire_all,
@@ -49,17 +55,8 @@ impl Scripts {
     }
 
     /// Every script of the library.
-    pub(crate) fn all(&self) -> [&Script; 8] {
-        [
-            &self.acquire,
-            &self.reenter,
-            &self.acquire_all,
-            &self.release,
-            &self.renew,
-            &self.force_release,
-            &self.inspect,
-            &self.withdraw,
-        ]
+    pub(crate) fn all(&self) -> &[Script; 8] {
+        &self.all
     }
 
     /// The function library every script is part of.
@@ -213,8 +210,8 @@ pub(crate) enum InspectReply {
 /// The state of a lock on one node, as `inspect.lua` reads it. For a lock that
 /// several owners may hold (readers, permits), `hold_count` is the sum of their
 /// counts, `lease_remaining` the latest end of their leases and `fencing_token` the
-/// writer's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// writer's. A free lock's view is the default, but for its counter and listeners.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct LockView {
     pub(crate) held: bool,
     pub(crate) hold_count: u64,
@@ -291,20 +288,13 @@ impl InspectReply {
         match *reply {
             [-2] => Some(Self::Conflict),
             [0, 0, -2, 0, counter, listening] => Some(Self::View(LockView {
-                held: false,
-                hold_count: 0,
-                lease_remaining: None,
-                fencing_token: None,
                 last_fencing_token: positive(counter),
-                kind: None,
-                holders: Vec::new(),
-                waiting: 0,
                 listening: u64::try_from(listening).ok(),
+                ..LockView::default()
             })),
             [3, kind, permits, counter, waiting, listening, n, ref rest @ ..]
                 if usize::try_from(n).ok()?.checked_mul(4)? == rest.len() =>
             {
-                let kind = LockKind::from_code(kind, permits)?;
                 let holders = rest
                     .chunks_exact(4)
                     .map(|h| {
@@ -323,7 +313,7 @@ impl InspectReply {
                     lease_remaining: holders.iter().filter_map(|h| h.lease_remaining).max(),
                     fencing_token: holders.iter().find_map(|h| h.fencing_token),
                     last_fencing_token: positive(counter),
-                    kind: Some(kind),
+                    kind: Some(LockKind::from_code(kind, permits)?),
                     holders,
                     waiting: u64::try_from(waiting).ok()?,
                     listening: u64::try_from(listening).ok(),
@@ -389,11 +379,7 @@ pub(crate) fn request_answer(
 ) -> redis::RedisResult<Vec<i64>> {
     if let redis::Value::Array(parts) = &reply {
         if let [redis::Value::Int(-6), text] = parts.as_slice() {
-            let text = match text {
-                redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                redis::Value::SimpleString(text) => text.clone(),
-                other => format!("{other:?}"),
-            };
+            let text = reply_text(text).unwrap_or_else(|| format!("{text:?}"));
             return Err(redis::RedisError::from((
                 redis::ErrorKind::Extension,
                 "a command the script called was refused",

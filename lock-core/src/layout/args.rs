@@ -49,11 +49,10 @@ impl Call {
     /// assert_eq!(Call::default().to_args(), [b"0"]);
     /// ```
     pub fn to_args(&self) -> Vec<Vec<u8>> {
-        let mut out = Vec::with_capacity(1 + self.keys.len() + self.args.len());
-        out.push(self.keys.len().to_string().into_bytes());
-        out.extend(self.keys.iter().cloned());
-        out.extend(self.args.iter().cloned());
-        out
+        std::iter::once(self.keys.len().to_string().into_bytes())
+            .chain(self.keys.iter().cloned())
+            .chain(self.args.iter().cloned())
+            .collect()
     }
 
     /// The call that follows a function's name (or a SHA) in `args`, as
@@ -71,10 +70,10 @@ impl Call {
     pub fn from_args(args: &[Vec<u8>]) -> Option<Call> {
         let (numkeys, rest) = args.split_first()?;
         let numkeys: usize = std::str::from_utf8(numkeys).ok()?.parse().ok()?;
-        let keys = rest.get(..numkeys)?;
+        let (keys, args) = rest.split_at_checked(numkeys)?;
         Some(Call {
             keys: keys.to_vec(),
-            args: rest[numkeys..].to_vec(),
+            args: args.to_vec(),
         })
     }
 }
@@ -109,28 +108,24 @@ pub trait Sink {
     }
 
     /// Adds a number argument, in decimal.
-    fn number(&mut self, number: u64) {
+    fn number(&mut self, mut number: u64) {
+        // Written from its last digit back, with nothing allocated.
         let mut digits = [0u8; 20];
-        let start = decimal(number, &mut digits);
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (number % 10) as u8;
+            number /= 10;
+            if number == 0 {
+                break;
+            }
+        }
         self.arg(&[&digits[start..]]);
     }
 
     /// Adds a flag argument: `"1"` or `"0"`.
     fn flag(&mut self, flag: bool) {
         self.arg(&[if flag { b"1" } else { b"0" }]);
-    }
-}
-
-/// Writes `number` in decimal at the end of `out`; returns where it starts.
-fn decimal(mut number: u64, out: &mut [u8; 20]) -> usize {
-    let mut at = out.len();
-    loop {
-        at -= 1;
-        out[at] = b'0' + (number % 10) as u8;
-        number /= 10;
-        if number == 0 {
-            return at;
-        }
     }
 }
 

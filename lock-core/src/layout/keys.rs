@@ -66,19 +66,15 @@ pub fn unescape_name(escaped: &[u8]) -> Option<Vec<u8>> {
     let mut name = Vec::with_capacity(escaped.len());
     let mut bytes = escaped.iter().copied();
     while let Some(byte) = bytes.next() {
-        if byte == b'{' || byte == b'}' {
-            return None;
-        }
-        if byte != b'%' {
-            name.push(byte);
-            continue;
-        }
-        let code = [bytes.next()?, bytes.next()?];
-        name.push(match &code {
-            b"25" => b'%',
-            b"7B" => b'{',
-            b"7D" => b'}',
-            _ => return None,
+        name.push(match byte {
+            b'{' | b'}' => return None,
+            b'%' => match &[bytes.next()?, bytes.next()?] {
+                b"25" => b'%',
+                b"7B" => b'{',
+                b"7D" => b'}',
+                _ => return None,
+            },
+            other => other,
         });
     }
     Some(name)
@@ -234,11 +230,9 @@ pub(crate) fn freed_parts<'a>(lock: &'a [u8], owner: &'a str) -> [&'a [u8]; 3] {
 /// assert_eq!(layout::name_of_key("ns", &layout::fence_key(&key)), None);
 /// ```
 pub fn name_of_key(namespace: &str, key: &[u8]) -> Option<Vec<u8>> {
-    let (escaped, tail) = split_key(namespace, key)?;
-    if !tail.is_empty() {
-        return None;
-    }
-    unescape_name(escaped)
+    split_key(namespace, key)
+        .filter(|(_, tail)| tail.is_empty())
+        .and_then(|(escaped, _)| unescape_name(escaped))
 }
 
 /// The lock name of `key` when it is a side key of a lock of `namespace`
@@ -257,15 +251,10 @@ pub fn name_of_key(namespace: &str, key: &[u8]) -> Option<Vec<u8>> {
 /// assert_eq!(layout::name_of_side_key("ns", &key), None);
 /// ```
 pub fn name_of_side_key(namespace: &str, key: &[u8]) -> Option<Vec<u8>> {
-    if !is_side_key(key) {
-        return None;
-    }
-    let (escaped, tail) = split_key(namespace, key)?;
     // `is_side_key` read the tail after the last brace: it must be this one.
-    if tail.contains(&b'}') {
-        return None;
-    }
-    unescape_name(escaped)
+    split_key(namespace, key)
+        .filter(|(_, tail)| is_side_key(key) && !tail.contains(&b'}'))
+        .and_then(|(escaped, _)| unescape_name(escaped))
 }
 
 /// The suffix of a call chain's wait-for record, `<namespace>:{<owner>}:waits`,
@@ -307,11 +296,9 @@ pub fn wait_record_key(namespace: &str, owner: &str) -> String {
 /// assert_eq!(layout::owner_of_wait_record("ns", b"ns:{a}:fence"), None);
 /// ```
 pub fn owner_of_wait_record(namespace: &str, key: &[u8]) -> Option<String> {
-    let (owner, tail) = split_key(namespace, key)?;
-    if tail != WAITS_SUFFIX.as_bytes() {
-        return None;
-    }
-    String::from_utf8(owner.to_vec()).ok()
+    split_key(namespace, key)
+        .filter(|(_, tail)| *tail == WAITS_SUFFIX.as_bytes())
+        .and_then(|(owner, _)| String::from_utf8(owner.to_vec()).ok())
 }
 
 /// The escaped name in `key` (between `<namespace>:{` and the first `}`, not
@@ -322,10 +309,7 @@ fn split_key<'a>(namespace: &str, key: &'a [u8]) -> Option<(&'a [u8], &'a [u8])>
         .strip_prefix(b":{")?;
     // An escaped name holds no brace: the first one closes the tag.
     let close = rest.iter().position(|&byte| byte == b'}')?;
-    if close == 0 {
-        return None;
-    }
-    Some((&rest[..close], &rest[close + 1..]))
+    (close > 0).then(|| (&rest[..close], &rest[close + 1..]))
 }
 
 /// The lock name inside a lock's key `<ns>:{<name>}`, with its escapes undone, as
@@ -341,20 +325,16 @@ fn split_key<'a>(namespace: &str, key: &'a [u8]) -> Option<(&'a [u8], &'a [u8])>
 /// assert_eq!(layout::display_key(b"plain"), "plain");
 /// ```
 pub fn display_key(key: &[u8]) -> String {
-    let (Some(open), Some(close)) = (
-        key.iter().position(|byte| *byte == b'{'),
-        key.iter().rposition(|byte| *byte == b'}'),
-    ) else {
-        return String::from_utf8_lossy(key).into_owned();
+    let open = key.iter().position(|byte| *byte == b'{');
+    let close = key.iter().rposition(|byte| *byte == b'}');
+    let name = match open.zip(close) {
+        Some((open, close)) if open < close => {
+            let escaped = &key[open + 1..close];
+            unescape_name(escaped).unwrap_or_else(|| escaped.to_vec())
+        }
+        _ => key.to_vec(),
     };
-    if close <= open {
-        return String::from_utf8_lossy(key).into_owned();
-    }
-    let escaped = &key[open + 1..close];
-    match unescape_name(escaped) {
-        Some(name) => String::from_utf8_lossy(&name).into_owned(),
-        None => String::from_utf8_lossy(escaped).into_owned(),
-    }
+    String::from_utf8_lossy(&name).into_owned()
 }
 
 #[cfg(test)]

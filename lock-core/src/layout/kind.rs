@@ -54,7 +54,7 @@ struct Row {
     json: &'static str,
 }
 
-/// One row of [`TABLE`]: its letter, word, code, metric label and JSON word.
+/// One row of the kind table: its letter, word, code, metric label and JSON word.
 const fn row(
     letter: &'static str,
     word: &'static str,
@@ -71,18 +71,9 @@ const fn row(
     }
 }
 
-/// The kind table, in the order of [`Kind`]'s variants.
-const TABLE: [Row; 5] = [
-    row("x", "lock", 0, "exclusive", "exclusive"),
-    row("r", "rw", 1, "read", "read_write"),
-    row("w", "rw", 1, "write", "read_write"),
-    row("p", "semaphore", 2, "permit", "semaphore"),
-    row("f", "fair", 3, "fair", "fair"),
-];
-
 impl Kind {
     /// Every kind, a semaphore's with `permits` permits, in the table's order.
-    const fn all(permits: u32) -> [Kind; 5] {
+    fn all(permits: u32) -> impl Iterator<Item = Kind> {
         [
             Kind::Exclusive,
             Kind::Read,
@@ -90,16 +81,18 @@ impl Kind {
             Kind::Permit { permits },
             Kind::Fair,
         ]
+        .into_iter()
     }
 
-    fn row(self) -> &'static Row {
-        &TABLE[match self {
-            Kind::Exclusive => 0,
-            Kind::Read => 1,
-            Kind::Write => 2,
-            Kind::Permit { .. } => 3,
-            Kind::Fair => 4,
-        }]
+    /// The kind's row of the kind table.
+    const fn row(self) -> Row {
+        match self {
+            Kind::Exclusive => row("x", "lock", 0, "exclusive", "exclusive"),
+            Kind::Read => row("r", "rw", 1, "read", "read_write"),
+            Kind::Write => row("w", "rw", 1, "write", "read_write"),
+            Kind::Permit { .. } => row("p", "semaphore", 2, "permit", "semaphore"),
+            Kind::Fair => row("f", "fair", 3, "fair", "fair"),
+        }
     }
 
     /// The kind as `acquire.lua` takes it (`ARGV[7]`): `x`, `r`, `w`, `p<permits>`
@@ -129,14 +122,11 @@ impl Kind {
     /// assert_eq!(Kind::parse_script_arg("p"), None);
     /// ```
     pub fn parse_script_arg(arg: &str) -> Option<Kind> {
-        let permits = match arg.strip_prefix(TABLE[3].letter) {
-            Some(digits) if !digits.is_empty() => digits.parse().ok()?,
-            Some(_) => return None,
+        let permits = match arg.strip_prefix(Kind::Permit { permits: 0 }.row().letter) {
+            Some(digits) => digits.parse().ok()?,
             None => 0,
         };
-        Kind::all(permits)
-            .into_iter()
-            .find(|kind| kind.script_arg() == arg)
+        Kind::all(permits).find(|kind| kind.script_arg() == arg)
     }
 
     /// The word the lock's hash records for this kind (`#kind`): `lock`, `rw`,
@@ -177,9 +167,7 @@ impl Kind {
     /// assert_eq!(Kind::of_code(9, 0), None);
     /// ```
     pub fn of_code(code: i64, permits: u32) -> Option<Kind> {
-        Kind::all(permits)
-            .into_iter()
-            .find(|kind| kind.code() == code)
+        Kind::all(permits).find(|kind| kind.code() == code)
     }
 
     /// The kind of lock whose hash records `word` (`#kind`), a semaphore's with
@@ -197,9 +185,7 @@ impl Kind {
     /// assert_eq!(Kind::of_word("queue", 0), None);
     /// ```
     pub fn of_word(word: &str, permits: u32) -> Option<Kind> {
-        Kind::all(permits)
-            .into_iter()
-            .find(|kind| kind.word() == word)
+        Kind::all(permits).find(|kind| kind.word() == word)
     }
 
     /// The label of this kind in metrics: `exclusive`, `read`, `write`, `permit`

@@ -2,6 +2,8 @@
 //! made of them, as text. Running them is `library.rs`'s; decoding their replies,
 //! `scripts.rs`'s.
 
+use super::FunctionLibrary;
+
 pub(crate) const PRELUDE: &str = include_str!("../../lua/lock.lua");
 pub(crate) const ACQUIRE: &str = include_str!("../../lua/acquire.lua");
 pub(crate) const ACQUIRE_ALL: &str = include_str!("../../lua/acquire_all.lua");
@@ -45,15 +47,14 @@ const fn source(
     Source { name, flags, text }
 }
 
-/// A function library as [`build`] makes it: its name, its text, and for each
+/// A function library as [`build`] makes it: its name and text, and for each
 /// source (in order) the script `EVALSHA` sends and the function `FCALL` names.
 pub(crate) struct Built<const N: usize> {
-    /// `distlock_<version>`: the version is the first 16 hex digits of the SHA1 of
-    /// the library's body, so that clients of different distlock versions on one
-    /// server each find their own.
-    pub(crate) name: String,
+    /// Named `distlock_<version>`, where the version is the first 16 hex digits of
+    /// the SHA1 of the library's body, so that clients of different distlock
+    /// versions on one server each find their own; its text is
     /// `#!lua name=distlock_<version>`, then the prelude and every script.
-    pub(crate) text: String,
+    pub(crate) library: FunctionLibrary,
     /// Per source: its first line (flags), the prelude and its text; and
     /// `distlock_<version>_<script>`.
     pub(crate) scripts: [(String, String); N],
@@ -83,12 +84,8 @@ pub(crate) fn build<const N: usize>(prelude: &str, scripts: &[Source<'_>; N]) ->
             flags.join(", ")
         ));
     }
-    let version: String = redis::Script::new(&body)
-        .get_hash()
-        .chars()
-        .take(16)
-        .collect();
-    let name = format!("distlock_{version}");
+    // The version: the first 16 hex digits of the SHA1 of the body.
+    let name = format!("distlock_{:.16}", redis::Script::new(&body).get_hash());
     let body = body.replace(
         "function_name = 'NAME_",
         &format!("function_name = '{name}_"),
@@ -105,8 +102,10 @@ pub(crate) fn build<const N: usize>(prelude: &str, scripts: &[Source<'_>; N]) ->
         )
     });
     Built {
-        text: format!("#!lua name={name}\n{body}"),
-        name,
+        library: FunctionLibrary {
+            text: format!("#!lua name={name}\n{body}"),
+            name,
+        },
         scripts,
     }
 }

@@ -219,23 +219,17 @@ impl<'a> ReleaseMessage<'a> {
         if message == FORCE_UNLOCK_MESSAGE.as_bytes() {
             return Self::ForceUnlock;
         }
-        let (first, next) = match message.iter().position(|&byte| byte == b' ') {
-            Some(space) => (&message[..space], Some(&message[space + 1..])),
-            None => (message, None),
+        let mut parts = message.splitn(2, |&byte| byte == b' ');
+        let first = parts.next().unwrap_or_default();
+        let next = parts.next().filter(|next| !next.is_empty());
+        let seq = match first.iter().rposition(|&byte| byte == b':') {
+            Some(colon) if colon > 0 => &first[colon + 1..],
+            _ => return Self::Other,
         };
-        let next = next.filter(|next| !next.is_empty());
-        let Some(colon) = first.iter().rposition(|&byte| byte == b':') else {
-            return Self::Other;
-        };
-        let seq = &first[colon + 1..];
-        if colon == 0 {
-            Self::Other
-        } else if seq == b"-" {
-            Self::Withdraw { next }
-        } else if !seq.is_empty() && seq.iter().all(u8::is_ascii_digit) {
-            Self::Release { next }
-        } else {
-            Self::Other
+        match seq {
+            b"-" => Self::Withdraw { next },
+            _ if !seq.is_empty() && seq.iter().all(u8::is_ascii_digit) => Self::Release { next },
+            _ => Self::Other,
         }
     }
 
@@ -331,25 +325,18 @@ impl StoredLock {
                 lock.meta.insert(field.to_owned(), value.to_owned());
                 continue;
             }
-            match value.parse::<u64>() {
-                Ok(count) if count > 0 => {
-                    lock.holders.insert(field.to_owned(), count);
-                }
-                _ => {
-                    return Err(LayoutError(format!(
-                        "holder `{field}` has `{value}` where a hold count belongs"
-                    )))
-                }
-            }
+            let Some(count) = value.parse::<u64>().ok().filter(|count| *count > 0) else {
+                let why = format!("holder `{field}` has `{value}` where a hold count belongs");
+                return Err(LayoutError(why));
+            };
+            lock.holders.insert(field.to_owned(), count);
         }
         if lock.holders.is_empty() && lock.meta.is_empty() {
             return Ok(lock);
         }
-        if lock.meta.get(LAYOUT).map(String::as_str) != Some(LAYOUT_VERSION) {
-            return Err(LayoutError(format!(
-                "`{LAYOUT}` is {:?}",
-                lock.meta.get(LAYOUT)
-            )));
+        let layout = lock.meta.get(LAYOUT);
+        if layout.map(String::as_str) != Some(LAYOUT_VERSION) {
+            return Err(LayoutError(format!("`{LAYOUT}` is {layout:?}")));
         }
         if lock.kind().is_none() {
             return Err(LayoutError(format!("no `{KIND}` field")));
@@ -613,11 +600,7 @@ mod tests {
 /// assert_eq!(library.function("acquire"), format!("{}_acquire", library.name));
 /// ```
 pub fn function_library() -> FunctionLibrary {
-    let built = lua::build(lua::PRELUDE, &lua::SOURCES);
-    FunctionLibrary {
-        name: built.name,
-        text: built.text,
-    }
+    lua::build(lua::PRELUDE, &lua::SOURCES).library
 }
 
 /// distlock's function library: see [`function_library`].
