@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -78,12 +78,6 @@ struct Checks {
     open: AtomicUsize,
 }
 
-impl Checks {
-    fn pending(&self) -> MutexGuard<'_, (u64, BTreeSet<u64>)> {
-        locked(&self.pending)
-    }
-}
-
 /// A server was replaced, or may have been: the check of every hold that it
 /// starts is done when this is dropped.
 #[derive(Debug)]
@@ -102,7 +96,7 @@ pub(crate) struct Replaced {
 
 impl Drop for Replaced {
     fn drop(&mut self) {
-        let mut pending = self.checks.pending();
+        let mut pending = locked(&self.checks.pending);
         if pending.1.remove(&self.number) {
             self.checks.open.fetch_sub(1, Ordering::Release);
         }
@@ -163,7 +157,7 @@ impl Links {
     /// [`check`](Self::check). A failover takes this before it moves the client's
     /// connections, so that no grant on the new master can come back before it.
     pub(crate) fn begin_check(&self, addr: Arc<str>) -> Replaced {
-        let mut pending = self.checks.pending();
+        let mut pending = locked(&self.checks.pending);
         let number = pending.0;
         pending.0 += 1;
         pending.1.insert(number);
@@ -200,22 +194,15 @@ impl Links {
     pub(crate) fn contradicted(&self) {
         let mut check = self.begin_check(self.name.as_str().into());
         check.suspected = true;
-        let mut suspected = self.suspected();
-        match suspected.as_mut() {
-            Some(queued) => {
-                queued.push(check);
-                drop(suspected);
-                self.look_now.notify_one();
-            }
-            None => {
-                drop(suspected);
-                self.check(check);
-            }
+        let mut suspected = locked(&self.suspected);
+        if let Some(queued) = suspected.as_mut() {
+            queued.push(check);
+            drop(suspected);
+            self.look_now.notify_one();
+        } else {
+            drop(suspected);
+            self.check(check);
         }
-    }
-
-    fn suspected(&self) -> MutexGuard<'_, Option<Vec<Replaced>>> {
-        locked(&self.suspected)
     }
 
     /// How many servers were found replaced so far (the checks ever begun): an
@@ -243,12 +230,12 @@ impl Links {
     ///
     /// Safe to drop: it only waits.
     pub(crate) async fn settled(&self) {
-        let before = self.checks.pending().0;
+        let before = locked(&self.checks.pending).0;
         loop {
             let notified = self.checks.done.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let first = self.checks.pending().1.first().copied();
+            let first = locked(&self.checks.pending).1.first().copied();
             if first.is_none_or(|first| first >= before) {
                 return;
             }
@@ -358,21 +345,17 @@ impl Links {
     /// `run_id` (a replaced one is checked in turn), or [`CLUSTER_SETTLE`] passed.
     pub(crate) fn cluster_disconnected(&self) {
         let check = self.begin_check(self.name.as_str().into());
-        if let Some(unsettled) = self.unsettled().as_mut() {
+        if let Some(unsettled) = locked(&self.unsettled).as_mut() {
             unsettled.push((Instant::now(), check));
         }
         self.look_now.notify_one();
-    }
-
-    fn unsettled(&self) -> MutexGuard<'_, Option<Vec<(Instant, Replaced)>>> {
-        locked(&self.unsettled)
     }
 
     /// After a look at the masters that began with the lost connections
     /// `taken`: they are settled when every master answered; else those younger
     /// than [`CLUSTER_SETTLE`] wait for the next look. Whether any still waits.
     fn settle(&self, taken: Vec<(Instant, Replaced)>, all_answered: bool) -> bool {
-        let mut unsettled = self.unsettled();
+        let mut unsettled = locked(&self.unsettled);
         let Some(unsettled) = unsettled.as_mut() else {
             return false;
         };
@@ -430,7 +413,7 @@ impl Links {
             ranges: None,
         };
         watch.look(Vec::new()).await;
-        self.suspected().get_or_insert_with(Vec::new);
+        locked(&self.suspected).get_or_insert_with(Vec::new);
         tokio::spawn(watch.run(shutdown));
     }
 
@@ -461,8 +444,8 @@ impl Drop for ClusterWatch {
     fn drop(&mut self) {
         // No look comes any more: grants wait for none, and the checks of
         // contradicted grants start now (later ones start at once).
-        self.links.unsettled().take();
-        let suspected = self.links.suspected().take();
+        locked(&self.links.unsettled).take();
+        let suspected = locked(&self.links.suspected).take();
         for check in suspected.into_iter().flatten() {
             self.links.check(check);
         }
@@ -483,7 +466,7 @@ impl ClusterWatch {
                 () = tokio::time::sleep(pause) => {}
                 () = self.links.look_now.notified() => {}
             }
-            let taken = take_queued(&mut self.links.unsettled());
+            let taken = take_queued(&mut locked(&self.links.unsettled));
             pause = if self.look(taken).await {
                 CLUSTER_RETRY
             } else {
@@ -503,7 +486,7 @@ impl ClusterWatch {
     /// grants back, and the checks of contradicted grants are done (their tokens
     /// are dropped: each grant then tells the hold it contradicts itself).
     async fn look(&mut self, taken: Vec<(Instant, Replaced)>) -> bool {
-        let suspected = take_queued(&mut self.links.suspected());
+        let suspected = take_queued(&mut locked(&self.links.suspected));
         self.read_slots().await;
         let all_answered = self.ask_masters().await;
         for check in suspected {
@@ -590,12 +573,8 @@ impl ClusterWatch {
         let mut conn = match self.open.remove(node) {
             Some(conn) => conn,
             None => {
-                let info = self
-                    .template
-                    .clone()
-                    .set_addr(node_addr(&self.template, node));
                 let config = super::dial::timeouts(self.timeout, self.timeout);
-                redis::Client::open(info)?
+                redis::Client::open(node_info(&self.template, node))?
                     .get_multiplexed_async_connection_with_config(&config)
                     .await?
             }
@@ -623,13 +602,13 @@ fn address((host, port): &(String, u16)) -> String {
     format!("{host}:{port}")
 }
 
-/// The address of `node` in the form of `template`'s (plain or TLS, with its TLS
-/// settings).
-fn node_addr(
+/// `template` with the address of `node`, in the form of `template`'s (plain or
+/// TLS, with its TLS settings).
+fn node_info(
     template: &redis::ConnectionInfo,
     (host, port): &(String, u16),
-) -> redis::ConnectionAddr {
-    match template.addr() {
+) -> redis::ConnectionInfo {
+    let addr = match template.addr() {
         redis::ConnectionAddr::TcpTls {
             insecure,
             tls_params,
@@ -641,7 +620,8 @@ fn node_addr(
             tls_params: tls_params.clone(),
         },
         _ => redis::ConnectionAddr::Tcp(host.clone(), *port),
-    }
+    };
+    template.clone().set_addr(addr)
 }
 
 /// A duration cut to whole milliseconds, for messages.
@@ -763,7 +743,7 @@ fn server_identity(info: &Value) -> Option<String> {
 }
 
 /// `CLIENT SETNAME name`.
-fn setname(name: &str) -> Cmd {
+pub(super) fn setname(name: &str) -> Cmd {
     redis::cmd("CLIENT").arg("SETNAME").arg(name).clone()
 }
 

@@ -48,7 +48,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::dial::{dial_once, timeouts};
-use super::link::{Link, Links};
+use super::link::{setname, Link, Links};
 use super::tls::{with_certificates, TlsCertificates};
 use super::url::resp3;
 use crate::error::{master_may_have_moved, refused_credentials};
@@ -421,11 +421,7 @@ async fn find_master(
 ///
 /// Safe to drop: the connection is unnamed, nothing else.
 async fn name_sentinel_connection(conn: &mut MultiplexedConnection, name: &str) {
-    let named: RedisResult<Value> = redis::cmd("CLIENT")
-        .arg("SETNAME")
-        .arg(name)
-        .query_async(conn)
-        .await;
+    let named: RedisResult<Value> = setname(name).query_async(conn).await;
     if let Err(err) = named {
         tracing::debug!(error = %err, "distlock: a Sentinel refused the connection's name");
     }
