@@ -97,10 +97,7 @@ async fn dial(client: &redis::Client, config: &AsyncConnectionConfig) -> RedisRe
 ///
 /// Safe to drop: the connection is dropped with it.
 async fn ping(mut conn: redis::aio::MultiplexedConnection) -> RedisResult<()> {
-    match redis::cmd("PING")
-        .query_async::<redis::Value>(&mut conn)
-        .await
-    {
+    match redis::cmd("PING").query_async::<()>(&mut conn).await {
         Err(err) if refusal(&err).is_some() => Err(err),
         _ => Ok(()),
     }
@@ -135,20 +132,15 @@ async fn no_password_set(
         .get_multiplexed_async_connection_with_config(config)
         .await
         .ok()?;
-    redis::cmd("PING")
-        .query_async::<redis::Value>(&mut conn)
-        .await
-        .ok()?;
+    redis::cmd("PING").query_async::<()>(&mut conn).await.ok()?;
     // It answers without a password. Its words for the one it was given (Redis:
     // "AUTH <password> called without any password configured for the default user").
-    let words = match redis::cmd("AUTH")
+    let err = redis::cmd("AUTH")
         .arg(password)
-        .query_async::<redis::Value>(&mut conn)
+        .query_async::<()>(&mut conn)
         .await
-    {
-        Ok(_) => return None,
-        Err(err) => err.detail().map_or_else(|| err.to_string(), str::to_owned),
-    };
+        .err()?;
+    let words = err.detail().map_or_else(|| err.to_string(), str::to_owned);
     Some(RedisError::from((
         redis::ErrorKind::AuthenticationFailed,
         NO_PASSWORD_SET,
