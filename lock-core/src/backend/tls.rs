@@ -136,23 +136,19 @@ impl TlsSettings {
             .with_root_certificates(roots);
         if let Some((cert_pem, key_pem)) = &self.client_cert {
             let chain = cert_chain(cert_pem)?;
-            let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|err| {
-                LockError::invalid_option(
-                    "tls_client_cert",
-                    format!(
-                        "the key is not a PEM private key ({err}); pass the client's private \
-                         key as PEM (`-----BEGIN PRIVATE KEY-----`, or an RSA or EC key)"
-                    ),
-                )
-            })?;
+            let not_a_key = refused(
+                "tls_client_cert",
+                "pass the client's private key as PEM (`-----BEGIN PRIVATE KEY-----`, or an RSA \
+                 or EC key)",
+            );
+            let key = PrivateKeyDer::from_pem_slice(key_pem)
+                .map_err(|err| not_a_key(format!("the key is not a PEM private key ({err})")))?;
+            let not_its_key = refused(
+                "tls_client_cert",
+                "pass the private key that belongs to the client certificate",
+            );
             config.with_client_auth_cert(chain, key).map_err(|err| {
-                LockError::invalid_option(
-                    "tls_client_cert",
-                    format!(
-                        "the key does not fit the certificate ({err}); pass the private key \
-                         that belongs to the client certificate"
-                    ),
-                )
+                not_its_key(format!("the key does not fit the certificate ({err})"))
             })?;
         }
         Ok(Some(TlsCertificates {
