@@ -96,9 +96,7 @@ pub(crate) fn release<E>(
             Ok(handed @ ReleaseReply::Handed { .. }) => return Ok(handed),
             Ok(ReleaseReply::Conflict) => return Ok(ReleaseReply::Conflict),
             Ok(ReleaseReply::NotHeld) => {}
-            Err(err) => {
-                first_error.get_or_insert(err);
-            }
+            Err(err) => first_error = first_error.or(Some(err)),
         }
     }
     if released.len() >= quorum {
@@ -234,9 +232,7 @@ pub(crate) fn force_release<E>(
             Ok(ForceReleaseReply::Deleted) => deleted = true,
             Ok(ForceReleaseReply::Free) => {}
             Ok(ForceReleaseReply::Conflict) => return Ok(ForceVote::Conflict),
-            Err(err) => {
-                first_error.get_or_insert(err);
-            }
+            Err(err) => first_error = first_error.or(Some(err)),
         }
     }
     match first_error {
