@@ -588,25 +588,22 @@ impl Watcher {
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                push = pushes.recv() => {
-                    let Some(push) = push else {
-                        return Err(dropped());
-                    };
-                    match push.kind {
-                        PushKind::Message => {
-                            if let Some(addr) = switched_to(&push.data, &self.master_name) {
-                                tracing::debug!(
-                                    sentinel = %self.info.addr(),
-                                    master = %addr,
-                                    "distlock: a Sentinel announced a new master"
-                                );
-                                self.announce.send_replace(Some(addr));
-                            }
-                        }
-                        PushKind::Disconnection => return Err(dropped()),
-                        _ => {}
+                push = pushes.recv() => match push {
+                    None | Some(PushInfo { kind: PushKind::Disconnection, .. }) => {
+                        return Err(dropped())
                     }
-                }
+                    Some(PushInfo { kind: PushKind::Message, data }) => {
+                        if let Some(addr) = switched_to(&data, &self.master_name) {
+                            tracing::debug!(
+                                sentinel = %self.info.addr(),
+                                master = %addr,
+                                "distlock: a Sentinel announced a new master"
+                            );
+                            self.announce.send_replace(Some(addr));
+                        }
+                    }
+                    Some(_) => {}
+                },
                 _ = heartbeat.tick() => {
                     if self.conn.strong_count() == 0 {
                         return Ok(());
@@ -629,19 +626,13 @@ fn switched_to(data: &[Value], master_name: &str) -> Option<String> {
     let [Value::BulkString(channel), Value::BulkString(payload)] = data else {
         return None;
     };
-    if channel != SWITCH_MASTER.as_bytes() {
-        return None;
-    }
     let payload = std::str::from_utf8(payload).ok()?;
     let fields: Vec<&str> = payload.split_ascii_whitespace().collect();
     let [name, _old_host, _old_port, host, port] = fields.as_slice() else {
         return None;
     };
-    if *name != master_name {
-        return None;
-    }
     let port: u16 = port.parse().ok()?;
-    Some(format!("{host}:{port}"))
+    (channel == SWITCH_MASTER.as_bytes() && *name == master_name).then(|| format!("{host}:{port}"))
 }
 
 /// Moves `conn` to each master announced on `announced`: asks the Sentinels at
