@@ -118,12 +118,11 @@ async fn no_password_set(
 ) -> Option<RedisError> {
     let info = client.get_connection_info();
     let settings = info.redis_settings();
-    let password = settings.password()?;
-    if settings.username().is_some() {
-        // A user of an ACL: its password may be wrong although the default user
-        // needs none.
-        return None;
-    }
+    // Not for a user of an ACL (a username): its password may be wrong although
+    // the default user needs none.
+    let password = settings
+        .password()
+        .filter(|_| settings.username().is_none())?;
     let without = RedisConnectionInfo::default()
         .set_protocol(settings.protocol())
         .set_skip_set_lib_name();
