@@ -312,7 +312,8 @@ impl Links {
         };
         outage.links.remove(&id);
         if outage.links.is_empty() {
-            let after = round_to_millis(outage.since.elapsed());
+            // Cut to whole milliseconds, for the message.
+            let after = Duration::from_millis(outage.since.elapsed().as_millis() as u64);
             down.remove(addr);
             self.outages.fetch_sub(1, Ordering::AcqRel);
             tracing::info!(
@@ -622,11 +623,6 @@ fn node_info(
         _ => redis::ConnectionAddr::Tcp(host.clone(), *port),
     };
     template.clone().set_addr(addr)
-}
-
-/// A duration cut to whole milliseconds, for messages.
-fn round_to_millis(duration: Duration) -> Duration {
-    Duration::from_millis(duration.as_millis() as u64)
 }
 
 /// Whether `err` says the connection is gone (closed, reset, refused), as opposed
