@@ -62,13 +62,11 @@ pub(crate) fn needs_feature(what: &str) -> String {
 /// documentation): the application's, or else `ring`.
 #[cfg(feature = "tls")]
 pub(crate) fn ensure_provider() {
-    if CryptoProvider::get_default().is_some() {
-        return;
-    }
     // Losing a race with another installer is fine: its provider is then the one used.
-    if rustls::crypto::ring::default_provider()
-        .install_default()
-        .is_ok()
+    if CryptoProvider::get_default().is_none()
+        && rustls::crypto::ring::default_provider()
+            .install_default()
+            .is_ok()
     {
         tracing::debug!(
             "distlock: no rustls crypto provider was installed; installed ring as the \
