@@ -72,11 +72,6 @@ impl Backend {
         majority(self.nodes.len())
     }
 
-    /// How many nodes there are.
-    pub(crate) fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
     /// The first (with one endpoint: the only) node.
     pub(crate) fn first(&self) -> Conn {
         self.nodes[0].clone()
