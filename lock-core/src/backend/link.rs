@@ -580,11 +580,7 @@ impl ClusterWatch {
                     .await?
             }
         };
-        let info = redis::cmd("INFO")
-            .arg("server")
-            .arg("replication")
-            .query_async::<Value>(&mut conn)
-            .await;
+        let info = server_info().query_async::<Value>(&mut conn).await;
         if info.is_ok() {
             self.open.insert(node.clone(), conn);
         }
@@ -697,12 +693,10 @@ impl<C: ConnectionLike + Send> Link<C> {
         if self.named.load(Ordering::Acquire) {
             return;
         }
+        let set_name = setname(self.links.name());
         if self.cluster {
             // A cluster's INFO would answer from any node: only the name.
-            let result = self
-                .conn
-                .req_packed_command(&setname(self.links.name()))
-                .await;
+            let result = self.conn.req_packed_command(&set_name).await;
             note_naming(&result, &self.named, &self.addr);
             self.observe(&result);
             return;
@@ -711,8 +705,7 @@ impl<C: ConnectionLike + Send> Link<C> {
         // `info` is not told of a replaced server this way; its holds learn at
         // their next renewal).
         let mut pipe = redis::pipe();
-        pipe.add_command(setname(self.links.name()));
-        pipe.cmd("INFO").arg("server").arg("replication");
+        pipe.add_command(set_name).add_command(server_info());
         let result = self.conn.req_packed_commands(&pipe, 0, 2).await;
         let (naming, info) = match result.map(<[Value; 2]>::try_from) {
             Ok(Ok([Value::ServerError(err), info])) => (Err(RedisError::from(err)), Some(info)),
@@ -741,6 +734,11 @@ fn server_identity(info: &Value) -> Option<String> {
 /// `CLIENT SETNAME name`.
 pub(super) fn setname(name: &str) -> Cmd {
     redis::cmd("CLIENT").arg("SETNAME").arg(name).clone()
+}
+
+/// `INFO server replication`: the reply [`server_identity`] reads.
+fn server_info() -> Cmd {
+    redis::cmd("INFO").arg("server").arg("replication").clone()
 }
 
 /// Records the reply to `CLIENT SETNAME`: named, unless the connection was lost or
