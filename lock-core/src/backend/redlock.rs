@@ -87,8 +87,7 @@ pub(crate) fn release<E>(
     replies: impl IntoIterator<Item = Result<ReleaseReply, E>>,
     quorum: usize,
 ) -> Result<ReleaseReply, E> {
-    let mut released = Vec::new();
-    let mut first_error = None;
+    let (mut released, mut first_error) = (Vec::new(), None);
     for reply in replies {
         match reply {
             Ok(ReleaseReply::Released { remaining }) => released.push(remaining),
@@ -225,8 +224,7 @@ pub(crate) enum ForceVote {
 pub(crate) fn force_release<E>(
     replies: impl IntoIterator<Item = Result<ForceReleaseReply, E>>,
 ) -> Result<ForceVote, E> {
-    let mut deleted = false;
-    let mut first_error = None;
+    let (mut deleted, mut first_error) = (false, None);
     for reply in replies {
         match reply {
             Ok(ForceReleaseReply::Deleted) => deleted = true,
