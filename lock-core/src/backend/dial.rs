@@ -62,20 +62,17 @@ async fn dial(client: &redis::Client, config: &AsyncConnectionConfig) -> RedisRe
         _ => None,
     };
     tokio::pin!(attempt);
-    let result = match tls {
-        None => attempt.await,
-        Some(_) => tokio::select! {
-            result = &mut attempt => result,
-            plain = async {
-                tokio::time::sleep(ASK_PLAIN_TEXT_AFTER).await;
-                speaks_plain_text(tls).await
-            } => {
-                if plain {
-                    return Err(not_tls());
-                }
-                attempt.await
+    let result = tokio::select! {
+        result = &mut attempt => result,
+        plain = async {
+            tokio::time::sleep(ASK_PLAIN_TEXT_AFTER).await;
+            speaks_plain_text(tls).await
+        }, if tls.is_some() => {
+            if plain {
+                return Err(not_tls());
             }
-        },
+            attempt.await
+        }
     };
     match result {
         Ok(conn) => ping(conn).await,
