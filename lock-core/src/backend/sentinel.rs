@@ -100,11 +100,9 @@ pub(crate) struct NodeAuth {
 impl NodeOptions {
     /// The builder method that set the credentials, for error messages.
     pub(crate) fn auth_option(&self) -> &'static str {
-        match &self.auth {
-            Some(NodeAuth {
-                username: Some(_), ..
-            }) => "sentinel_node_auth",
-            _ => "sentinel_node_password",
+        match self.auth.as_ref().and_then(|auth| auth.username.as_ref()) {
+            Some(_) => "sentinel_node_auth",
+            None => "sentinel_node_password",
         }
     }
 
@@ -375,13 +373,12 @@ async fn find_master(
     let mut named: Vec<(String, u16)> = Vec::new();
     let (mut answered, mut last_err) = (0, None);
     while let Some(asked) = asks.join_next().await {
-        match asked {
-            Ok(Ok(master)) => {
+        match asked.unwrap_or_else(|err| Err(RedisError::from(std::io::Error::other(err)))) {
+            Ok(master) => {
                 answered += 1;
                 named.extend(master);
             }
-            Ok(Err(err)) => last_err = Some(err),
-            Err(err) => last_err = Some(RedisError::from(std::io::Error::other(err))),
+            Err(err) => last_err = Some(err),
         }
     }
     if answered == 0 {
