@@ -147,8 +147,7 @@ impl Links {
     /// master): every hold is checked, and no grant counts until that is done
     /// ([`settled`](Self::settled)).
     pub(crate) fn replaced(&self, addr: Arc<str>) {
-        let replaced = self.begin_check(addr);
-        self.check(replaced);
+        self.check(self.begin_check(addr));
     }
 
     /// The first half of [`replaced`](Self::replaced): the check of the holds after
@@ -796,16 +795,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
         });
     }
 
-    /// After a request that was answered while another request of the link saw
-    /// the connection lost (`losses` is the count before it was sent): the answer
-    /// may have come from the new connection, so the server there is identified
-    /// before the answer is used (one server; a replaced one is then checked, and
-    /// the grant this answer may carry waits for that, `Links::settled`).
+    /// [`observe`](Self::observe)s `result`; then, after a request that was
+    /// answered while another request of the link saw the connection lost
+    /// (`losses` is the count before it was sent): the answer may have come from
+    /// the new connection, so the server there is identified before the answer is
+    /// used (one server; a replaced one is then checked, and the grant this answer
+    /// may carry waits for that, `Links::settled`).
     ///
     /// # Cancel safety
     ///
     /// Safe to drop, as [`ensure_named`](Self::ensure_named).
-    async fn identify_if_reconnected<T>(&mut self, losses: u64, result: &RedisResult<T>) {
+    async fn after_request<T>(&mut self, losses: u64, result: &RedisResult<T>) {
+        self.observe(result);
         if result.is_ok() && !self.cluster && self.losses.load(Ordering::Acquire) != losses {
             self.ensure_named().await;
         }
@@ -818,8 +819,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> ConnectionLike for Link<
             let losses = self.losses.load(Ordering::Acquire);
             self.name_before_request().await;
             let result = self.conn.req_packed_command(cmd).await;
-            self.observe(&result);
-            self.identify_if_reconnected(losses, &result).await;
+            self.after_request(losses, &result).await;
             result
         })
     }
@@ -834,8 +834,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> ConnectionLike for Link<
             let losses = self.losses.load(Ordering::Acquire);
             self.name_before_request().await;
             let result = self.conn.req_packed_commands(pipeline, offset, count).await;
-            self.observe(&result);
-            self.identify_if_reconnected(losses, &result).await;
+            self.after_request(losses, &result).await;
             result
         })
     }
