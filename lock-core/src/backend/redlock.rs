@@ -124,14 +124,12 @@ pub(crate) struct RenewVote {
 /// write it back on, so that nodes that lose it one after another (restarts
 /// without persistence, spread over time) do not add up to a lost majority.
 pub(crate) fn renew(replies: &[Option<RenewReply>], quorum: usize, nodes: usize) -> RenewVote {
-    let count = |wanted: fn(RenewReply) -> bool| {
-        replies
-            .iter()
-            .filter(|reply| reply.is_some_and(wanted))
-            .count()
-    };
-    let held = count(|reply| reply == RenewReply::Held);
-    let gone = count(|reply| reply != RenewReply::Held);
+    let held = replies
+        .iter()
+        .filter(|reply| **reply == Some(RenewReply::Held))
+        .count();
+    // Every answer but held.
+    let gone = replies.iter().flatten().count() - held;
     if held >= quorum {
         let repair = replies
             .iter()
