@@ -100,7 +100,7 @@ pub(crate) async fn renew(
         .each(|conn| send_to(conn, scripts.clone(), holds.clone(), None, lease))
         .await;
     // Per node, the holds (by index) to write back there.
-    let mut repairs: Vec<Vec<usize>> = vec![Vec::new(); backend.len()];
+    let mut repairs: Vec<Vec<usize>> = vec![Vec::new(); backend.nodes().len()];
     let combined = (0..batch.len())
         .map(|index| {
             let replies: Vec<Option<RenewReply>> = per_node
@@ -113,7 +113,7 @@ pub(crate) async fn renew(
                         .and_then(|answer| answer.reply)
                 })
                 .collect();
-            let vote = redlock::renew(&replies, backend.quorum(), backend.len());
+            let vote = redlock::renew(&replies, backend.quorum(), backend.nodes().len());
             for node in vote.repair {
                 repairs[node].push(index);
             }

@@ -62,20 +62,17 @@ async fn dial(client: &redis::Client, config: &AsyncConnectionConfig) -> RedisRe
         _ => None,
     };
     tokio::pin!(attempt);
-    let result = match tls {
-        None => attempt.await,
-        Some(_) => tokio::select! {
-            result = &mut attempt => result,
-            plain = async {
-                tokio::time::sleep(ASK_PLAIN_TEXT_AFTER).await;
-                speaks_plain_text(tls).await
-            } => {
-                if plain {
-                    return Err(not_tls());
-                }
-                attempt.await
+    let result = tokio::select! {
+        result = &mut attempt => result,
+        plain = async {
+            tokio::time::sleep(ASK_PLAIN_TEXT_AFTER).await;
+            speaks_plain_text(tls).await
+        }, if tls.is_some() => {
+            if plain {
+                return Err(not_tls());
             }
-        },
+            attempt.await
+        }
     };
     match result {
         Ok(conn) => ping(conn).await,
@@ -97,10 +94,7 @@ async fn dial(client: &redis::Client, config: &AsyncConnectionConfig) -> RedisRe
 ///
 /// Safe to drop: the connection is dropped with it.
 async fn ping(mut conn: redis::aio::MultiplexedConnection) -> RedisResult<()> {
-    match redis::cmd("PING")
-        .query_async::<redis::Value>(&mut conn)
-        .await
-    {
+    match redis::cmd("PING").query_async::<()>(&mut conn).await {
         Err(err) if refusal(&err).is_some() => Err(err),
         _ => Ok(()),
     }
@@ -121,12 +115,11 @@ async fn no_password_set(
 ) -> Option<RedisError> {
     let info = client.get_connection_info();
     let settings = info.redis_settings();
-    let password = settings.password()?;
-    if settings.username().is_some() {
-        // A user of an ACL: its password may be wrong although the default user
-        // needs none.
-        return None;
-    }
+    // Not for a user of an ACL (a username): its password may be wrong although
+    // the default user needs none.
+    let password = settings
+        .password()
+        .filter(|_| settings.username().is_none())?;
     let without = RedisConnectionInfo::default()
         .set_protocol(settings.protocol())
         .set_skip_set_lib_name();
@@ -135,20 +128,15 @@ async fn no_password_set(
         .get_multiplexed_async_connection_with_config(config)
         .await
         .ok()?;
-    redis::cmd("PING")
-        .query_async::<redis::Value>(&mut conn)
-        .await
-        .ok()?;
+    redis::cmd("PING").query_async::<()>(&mut conn).await.ok()?;
     // It answers without a password. Its words for the one it was given (Redis:
     // "AUTH <password> called without any password configured for the default user").
-    let words = match redis::cmd("AUTH")
+    let err = redis::cmd("AUTH")
         .arg(password)
-        .query_async::<redis::Value>(&mut conn)
+        .query_async::<()>(&mut conn)
         .await
-    {
-        Ok(_) => return None,
-        Err(err) => err.detail().map_or_else(|| err.to_string(), str::to_owned),
-    };
+        .err()?;
+    let words = err.detail().map_or_else(|| err.to_string(), str::to_owned);
     Some(RedisError::from((
         redis::ErrorKind::AuthenticationFailed,
         NO_PASSWORD_SET,

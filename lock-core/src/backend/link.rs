@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -78,12 +78,6 @@ struct Checks {
     open: AtomicUsize,
 }
 
-impl Checks {
-    fn pending(&self) -> MutexGuard<'_, (u64, BTreeSet<u64>)> {
-        locked(&self.pending)
-    }
-}
-
 /// A server was replaced, or may have been: the check of every hold that it
 /// starts is done when this is dropped.
 #[derive(Debug)]
@@ -102,7 +96,7 @@ pub(crate) struct Replaced {
 
 impl Drop for Replaced {
     fn drop(&mut self) {
-        let mut pending = self.checks.pending();
+        let mut pending = locked(&self.checks.pending);
         if pending.1.remove(&self.number) {
             self.checks.open.fetch_sub(1, Ordering::Release);
         }
@@ -153,8 +147,7 @@ impl Links {
     /// master): every hold is checked, and no grant counts until that is done
     /// ([`settled`](Self::settled)).
     pub(crate) fn replaced(&self, addr: Arc<str>) {
-        let replaced = self.begin_check(addr);
-        self.check(replaced);
+        self.check(self.begin_check(addr));
     }
 
     /// The first half of [`replaced`](Self::replaced): the check of the holds after
@@ -163,7 +156,7 @@ impl Links {
     /// [`check`](Self::check). A failover takes this before it moves the client's
     /// connections, so that no grant on the new master can come back before it.
     pub(crate) fn begin_check(&self, addr: Arc<str>) -> Replaced {
-        let mut pending = self.checks.pending();
+        let mut pending = locked(&self.checks.pending);
         let number = pending.0;
         pending.0 += 1;
         pending.1.insert(number);
@@ -200,22 +193,15 @@ impl Links {
     pub(crate) fn contradicted(&self) {
         let mut check = self.begin_check(self.name.as_str().into());
         check.suspected = true;
-        let mut suspected = self.suspected();
-        match suspected.as_mut() {
-            Some(queued) => {
-                queued.push(check);
-                drop(suspected);
-                self.look_now.notify_one();
-            }
-            None => {
-                drop(suspected);
-                self.check(check);
-            }
+        let mut suspected = locked(&self.suspected);
+        if let Some(queued) = suspected.as_mut() {
+            queued.push(check);
+            drop(suspected);
+            self.look_now.notify_one();
+        } else {
+            drop(suspected);
+            self.check(check);
         }
-    }
-
-    fn suspected(&self) -> MutexGuard<'_, Option<Vec<Replaced>>> {
-        locked(&self.suspected)
     }
 
     /// How many servers were found replaced so far (the checks ever begun): an
@@ -243,12 +229,12 @@ impl Links {
     ///
     /// Safe to drop: it only waits.
     pub(crate) async fn settled(&self) {
-        let before = self.checks.pending().0;
+        let before = locked(&self.checks.pending).0;
         loop {
             let notified = self.checks.done.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let first = self.checks.pending().1.first().copied();
+            let first = locked(&self.checks.pending).1.first().copied();
             if first.is_none_or(|first| first >= before) {
                 return;
             }
@@ -325,7 +311,8 @@ impl Links {
         };
         outage.links.remove(&id);
         if outage.links.is_empty() {
-            let after = round_to_millis(outage.since.elapsed());
+            // Cut to whole milliseconds, for the message.
+            let after = Duration::from_millis(outage.since.elapsed().as_millis() as u64);
             down.remove(addr);
             self.outages.fetch_sub(1, Ordering::AcqRel);
             tracing::info!(
@@ -358,21 +345,17 @@ impl Links {
     /// `run_id` (a replaced one is checked in turn), or [`CLUSTER_SETTLE`] passed.
     pub(crate) fn cluster_disconnected(&self) {
         let check = self.begin_check(self.name.as_str().into());
-        if let Some(unsettled) = self.unsettled().as_mut() {
+        if let Some(unsettled) = locked(&self.unsettled).as_mut() {
             unsettled.push((Instant::now(), check));
         }
         self.look_now.notify_one();
-    }
-
-    fn unsettled(&self) -> MutexGuard<'_, Option<Vec<(Instant, Replaced)>>> {
-        locked(&self.unsettled)
     }
 
     /// After a look at the masters that began with the lost connections
     /// `taken`: they are settled when every master answered; else those younger
     /// than [`CLUSTER_SETTLE`] wait for the next look. Whether any still waits.
     fn settle(&self, taken: Vec<(Instant, Replaced)>, all_answered: bool) -> bool {
-        let mut unsettled = self.unsettled();
+        let mut unsettled = locked(&self.unsettled);
         let Some(unsettled) = unsettled.as_mut() else {
             return false;
         };
@@ -430,7 +413,7 @@ impl Links {
             ranges: None,
         };
         watch.look(Vec::new()).await;
-        self.suspected().get_or_insert_with(Vec::new);
+        locked(&self.suspected).get_or_insert_with(Vec::new);
         tokio::spawn(watch.run(shutdown));
     }
 
@@ -461,8 +444,8 @@ impl Drop for ClusterWatch {
     fn drop(&mut self) {
         // No look comes any more: grants wait for none, and the checks of
         // contradicted grants start now (later ones start at once).
-        self.links.unsettled().take();
-        let suspected = self.links.suspected().take();
+        locked(&self.links.unsettled).take();
+        let suspected = locked(&self.links.suspected).take();
         for check in suspected.into_iter().flatten() {
             self.links.check(check);
         }
@@ -483,7 +466,7 @@ impl ClusterWatch {
                 () = tokio::time::sleep(pause) => {}
                 () = self.links.look_now.notified() => {}
             }
-            let taken = take_queued(&mut self.links.unsettled());
+            let taken = take_queued(&mut locked(&self.links.unsettled));
             pause = if self.look(taken).await {
                 CLUSTER_RETRY
             } else {
@@ -503,7 +486,7 @@ impl ClusterWatch {
     /// grants back, and the checks of contradicted grants are done (their tokens
     /// are dropped: each grant then tells the hold it contradicts itself).
     async fn look(&mut self, taken: Vec<(Instant, Replaced)>) -> bool {
-        let suspected = take_queued(&mut self.links.suspected());
+        let suspected = take_queued(&mut locked(&self.links.suspected));
         self.read_slots().await;
         let all_answered = self.ask_masters().await;
         for check in suspected {
@@ -590,21 +573,13 @@ impl ClusterWatch {
         let mut conn = match self.open.remove(node) {
             Some(conn) => conn,
             None => {
-                let info = self
-                    .template
-                    .clone()
-                    .set_addr(node_addr(&self.template, node));
                 let config = super::dial::timeouts(self.timeout, self.timeout);
-                redis::Client::open(info)?
+                redis::Client::open(node_info(&self.template, node))?
                     .get_multiplexed_async_connection_with_config(&config)
                     .await?
             }
         };
-        let info = redis::cmd("INFO")
-            .arg("server")
-            .arg("replication")
-            .query_async::<Value>(&mut conn)
-            .await;
+        let info = server_info().query_async::<Value>(&mut conn).await;
         if info.is_ok() {
             self.open.insert(node.clone(), conn);
         }
@@ -623,13 +598,13 @@ fn address((host, port): &(String, u16)) -> String {
     format!("{host}:{port}")
 }
 
-/// The address of `node` in the form of `template`'s (plain or TLS, with its TLS
-/// settings).
-fn node_addr(
+/// `template` with the address of `node`, in the form of `template`'s (plain or
+/// TLS, with its TLS settings).
+fn node_info(
     template: &redis::ConnectionInfo,
     (host, port): &(String, u16),
-) -> redis::ConnectionAddr {
-    match template.addr() {
+) -> redis::ConnectionInfo {
+    let addr = match template.addr() {
         redis::ConnectionAddr::TcpTls {
             insecure,
             tls_params,
@@ -641,12 +616,8 @@ fn node_addr(
             tls_params: tls_params.clone(),
         },
         _ => redis::ConnectionAddr::Tcp(host.clone(), *port),
-    }
-}
-
-/// A duration cut to whole milliseconds, for messages.
-fn round_to_millis(duration: Duration) -> Duration {
-    Duration::from_millis(duration.as_millis() as u64)
+    };
+    template.clone().set_addr(addr)
 }
 
 /// Whether `err` says the connection is gone (closed, reset, refused), as opposed
@@ -721,12 +692,10 @@ impl<C: ConnectionLike + Send> Link<C> {
         if self.named.load(Ordering::Acquire) {
             return;
         }
+        let set_name = setname(self.links.name());
         if self.cluster {
             // A cluster's INFO would answer from any node: only the name.
-            let result = self
-                .conn
-                .req_packed_command(&setname(self.links.name()))
-                .await;
+            let result = self.conn.req_packed_command(&set_name).await;
             note_naming(&result, &self.named, &self.addr);
             self.observe(&result);
             return;
@@ -735,8 +704,7 @@ impl<C: ConnectionLike + Send> Link<C> {
         // `info` is not told of a replaced server this way; its holds learn at
         // their next renewal).
         let mut pipe = redis::pipe();
-        pipe.add_command(setname(self.links.name()));
-        pipe.cmd("INFO").arg("server").arg("replication");
+        pipe.add_command(set_name).add_command(server_info());
         let result = self.conn.req_packed_commands(&pipe, 0, 2).await;
         let (naming, info) = match result.map(<[Value; 2]>::try_from) {
             Ok(Ok([Value::ServerError(err), info])) => (Err(RedisError::from(err)), Some(info)),
@@ -763,8 +731,13 @@ fn server_identity(info: &Value) -> Option<String> {
 }
 
 /// `CLIENT SETNAME name`.
-fn setname(name: &str) -> Cmd {
+pub(super) fn setname(name: &str) -> Cmd {
     redis::cmd("CLIENT").arg("SETNAME").arg(name).clone()
+}
+
+/// `INFO server replication`: the reply [`server_identity`] reads.
+fn server_info() -> Cmd {
+    redis::cmd("INFO").arg("server").arg("replication").clone()
 }
 
 /// Records the reply to `CLIENT SETNAME`: named, unless the connection was lost or
@@ -822,16 +795,18 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Link<C> {
         });
     }
 
-    /// After a request that was answered while another request of the link saw
-    /// the connection lost (`losses` is the count before it was sent): the answer
-    /// may have come from the new connection, so the server there is identified
-    /// before the answer is used (one server; a replaced one is then checked, and
-    /// the grant this answer may carry waits for that, `Links::settled`).
+    /// [`observe`](Self::observe)s `result`; then, after a request that was
+    /// answered while another request of the link saw the connection lost
+    /// (`losses` is the count before it was sent): the answer may have come from
+    /// the new connection, so the server there is identified before the answer is
+    /// used (one server; a replaced one is then checked, and the grant this answer
+    /// may carry waits for that, `Links::settled`).
     ///
     /// # Cancel safety
     ///
     /// Safe to drop, as [`ensure_named`](Self::ensure_named).
-    async fn identify_if_reconnected<T>(&mut self, losses: u64, result: &RedisResult<T>) {
+    async fn after_request<T>(&mut self, losses: u64, result: &RedisResult<T>) {
+        self.observe(result);
         if result.is_ok() && !self.cluster && self.losses.load(Ordering::Acquire) != losses {
             self.ensure_named().await;
         }
@@ -844,8 +819,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> ConnectionLike for Link<
             let losses = self.losses.load(Ordering::Acquire);
             self.name_before_request().await;
             let result = self.conn.req_packed_command(cmd).await;
-            self.observe(&result);
-            self.identify_if_reconnected(losses, &result).await;
+            self.after_request(losses, &result).await;
             result
         })
     }
@@ -860,8 +834,7 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> ConnectionLike for Link<
             let losses = self.losses.load(Ordering::Acquire);
             self.name_before_request().await;
             let result = self.conn.req_packed_commands(pipeline, offset, count).await;
-            self.observe(&result);
-            self.identify_if_reconnected(losses, &result).await;
+            self.after_request(losses, &result).await;
             result
         })
     }

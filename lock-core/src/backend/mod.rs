@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
 use self::link::Link;
 use self::sentinel::{Current, SentinelConn};
@@ -72,11 +72,6 @@ impl Backend {
         majority(self.nodes.len())
     }
 
-    /// How many nodes there are.
-    pub(crate) fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
     /// The first (with one endpoint: the only) node.
     pub(crate) fn first(&self) -> Conn {
         self.nodes[0].clone()
@@ -126,34 +121,24 @@ impl Backend {
         for (index, conn) in self.nodes.iter().enumerate() {
             let call = op(index, conn.clone());
             tasks.spawn(async move {
-                let result = match tokio::time::timeout(limit, call).await {
-                    Ok(result) => result,
-                    Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+                let result = tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+                    Err(RedisError::from(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         "a Redlock node did not answer within the node timeout",
-                    ))),
-                };
+                    )))
+                });
                 (index, result)
             });
         }
-        let mut results: Vec<Option<RedisResult<T>>> =
-            (0..self.nodes.len()).map(|_| None).collect();
+        // A node whose task ended without an answer (it panicked) keeps this.
+        let failed = || Err((ErrorKind::Client, "a Redlock node task failed").into());
+        let mut results: Vec<RedisResult<T>> = self.nodes.iter().map(|_| failed()).collect();
         while let Some(joined) = tasks.join_next().await {
             if let Ok((index, result)) = joined {
-                results[index] = Some(result);
+                results[index] = result;
             }
         }
         results
-            .into_iter()
-            .map(|result| {
-                result.unwrap_or_else(|| {
-                    Err(redis::RedisError::from((
-                        redis::ErrorKind::Client,
-                        "a Redlock node task failed",
-                    )))
-                })
-            })
-            .collect()
     }
 }
 
@@ -267,9 +252,7 @@ impl SubConn {
         match self {
             Self::Sentinel(sentinel, seen) => {
                 let generation = sentinel.current().generation;
-                let swapped = generation != *seen;
-                *seen = generation;
-                swapped
+                std::mem::replace(seen, generation) != generation
             }
             _ => false,
         }
@@ -342,12 +325,7 @@ impl SubCall<'_> {
             }
             Self::Unsubscribe(channel) => link.conn().leave(channel).await,
             // A command: the link names the connection and records the answer.
-            Self::Ping => {
-                return redis::cmd("PING")
-                    .query_async::<Value>(link)
-                    .await
-                    .map(drop)
-            }
+            Self::Ping => return redis::cmd("PING").query_async(link).await,
         };
         link.observe(&result);
         result
@@ -421,30 +399,25 @@ pub(crate) type SlotRange = (u16, u16, (String, u16));
 /// The ranges of slots that a `CLUSTER SLOTS` reply names, each with its master
 /// (ranges it cannot read are skipped).
 pub(crate) fn slot_ranges(slots: &Value) -> Vec<SlotRange> {
-    let mut ranges = Vec::new();
-    // Each range: [start, end, [host, port, id, ...], replicas...].
-    let Value::Array(replies) = slots else {
-        return ranges;
-    };
     let number = |value: Option<&Value>| match value {
         Some(Value::Int(number)) => u16::try_from(*number).ok(),
         _ => None,
     };
-    for range in replies {
+    // Each range: [start, end, [host, port, id, ...], replicas...].
+    let range = |range: &Value| {
         let Value::Array(fields) = range else {
-            continue;
+            return None;
         };
         let Some(Value::Array(master)) = fields.get(2) else {
-            continue;
+            return None;
         };
-        let host = master.first().and_then(reply_text);
-        let port = number(master.get(1));
-        let (first, last) = (number(fields.first()), number(fields.get(1)));
-        if let (Some(host), Some(port), Some(first), Some(last)) = (host, port, first, last) {
-            ranges.push((first, last, (host, port)));
-        }
+        let master = (master.first().and_then(reply_text)?, number(master.get(1))?);
+        Some((number(fields.first())?, number(fields.get(1))?, master))
+    };
+    match slots {
+        Value::Array(replies) => replies.iter().filter_map(range).collect(),
+        _ => Vec::new(),
     }
-    ranges
 }
 
 /// The masters of `ranges`, sorted and once each.

@@ -87,8 +87,7 @@ pub(crate) fn release<E>(
     replies: impl IntoIterator<Item = Result<ReleaseReply, E>>,
     quorum: usize,
 ) -> Result<ReleaseReply, E> {
-    let mut released = Vec::new();
-    let mut first_error = None;
+    let (mut released, mut first_error) = (Vec::new(), None);
     for reply in replies {
         match reply {
             Ok(ReleaseReply::Released { remaining }) => released.push(remaining),
@@ -96,9 +95,7 @@ pub(crate) fn release<E>(
             Ok(handed @ ReleaseReply::Handed { .. }) => return Ok(handed),
             Ok(ReleaseReply::Conflict) => return Ok(ReleaseReply::Conflict),
             Ok(ReleaseReply::NotHeld) => {}
-            Err(err) => {
-                first_error.get_or_insert(err);
-            }
+            Err(err) => first_error = first_error.or(Some(err)),
         }
     }
     if released.len() >= quorum {
@@ -127,14 +124,12 @@ pub(crate) struct RenewVote {
 /// write it back on, so that nodes that lose it one after another (restarts
 /// without persistence, spread over time) do not add up to a lost majority.
 pub(crate) fn renew(replies: &[Option<RenewReply>], quorum: usize, nodes: usize) -> RenewVote {
-    let count = |wanted: fn(RenewReply) -> bool| {
-        replies
-            .iter()
-            .filter(|reply| reply.is_some_and(wanted))
-            .count()
-    };
-    let held = count(|reply| reply == RenewReply::Held);
-    let gone = count(|reply| reply != RenewReply::Held);
+    let held = replies
+        .iter()
+        .filter(|reply| **reply == Some(RenewReply::Held))
+        .count();
+    // Every answer but held.
+    let gone = replies.iter().flatten().count() - held;
     if held >= quorum {
         let repair = replies
             .iter()
@@ -227,16 +222,13 @@ pub(crate) enum ForceVote {
 pub(crate) fn force_release<E>(
     replies: impl IntoIterator<Item = Result<ForceReleaseReply, E>>,
 ) -> Result<ForceVote, E> {
-    let mut deleted = false;
-    let mut first_error = None;
+    let (mut deleted, mut first_error) = (false, None);
     for reply in replies {
         match reply {
             Ok(ForceReleaseReply::Deleted) => deleted = true,
             Ok(ForceReleaseReply::Free) => {}
             Ok(ForceReleaseReply::Conflict) => return Ok(ForceVote::Conflict),
-            Err(err) => {
-                first_error.get_or_insert(err);
-            }
+            Err(err) => first_error = first_error.or(Some(err)),
         }
     }
     match first_error {

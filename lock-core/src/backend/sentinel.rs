@@ -48,7 +48,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::dial::{dial_once, timeouts};
-use super::link::{Link, Links};
+use super::link::{setname, Link, Links};
 use super::tls::{with_certificates, TlsCertificates};
 use super::url::resp3;
 use crate::error::{master_may_have_moved, refused_credentials};
@@ -100,11 +100,9 @@ pub(crate) struct NodeAuth {
 impl NodeOptions {
     /// The builder method that set the credentials, for error messages.
     pub(crate) fn auth_option(&self) -> &'static str {
-        match &self.auth {
-            Some(NodeAuth {
-                username: Some(_), ..
-            }) => "sentinel_node_auth",
-            _ => "sentinel_node_password",
+        match self.auth.as_ref().and_then(|auth| auth.username.as_ref()) {
+            Some(_) => "sentinel_node_auth",
+            None => "sentinel_node_password",
         }
     }
 
@@ -375,13 +373,12 @@ async fn find_master(
     let mut named: Vec<(String, u16)> = Vec::new();
     let (mut answered, mut last_err) = (0, None);
     while let Some(asked) = asks.join_next().await {
-        match asked {
-            Ok(Ok(master)) => {
+        match asked.unwrap_or_else(|err| Err(RedisError::from(std::io::Error::other(err)))) {
+            Ok(master) => {
                 answered += 1;
                 named.extend(master);
             }
-            Ok(Err(err)) => last_err = Some(err),
-            Err(err) => last_err = Some(RedisError::from(std::io::Error::other(err))),
+            Err(err) => last_err = Some(err),
         }
     }
     if answered == 0 {
@@ -421,11 +418,7 @@ async fn find_master(
 ///
 /// Safe to drop: the connection is unnamed, nothing else.
 async fn name_sentinel_connection(conn: &mut MultiplexedConnection, name: &str) {
-    let named: RedisResult<Value> = redis::cmd("CLIENT")
-        .arg("SETNAME")
-        .arg(name)
-        .query_async(conn)
-        .await;
+    let named: RedisResult<Value> = setname(name).query_async(conn).await;
     if let Err(err) = named {
         tracing::debug!(error = %err, "distlock: a Sentinel refused the connection's name");
     }
@@ -592,25 +585,22 @@ impl Watcher {
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                push = pushes.recv() => {
-                    let Some(push) = push else {
-                        return Err(dropped());
-                    };
-                    match push.kind {
-                        PushKind::Message => {
-                            if let Some(addr) = switched_to(&push.data, &self.master_name) {
-                                tracing::debug!(
-                                    sentinel = %self.info.addr(),
-                                    master = %addr,
-                                    "distlock: a Sentinel announced a new master"
-                                );
-                                self.announce.send_replace(Some(addr));
-                            }
-                        }
-                        PushKind::Disconnection => return Err(dropped()),
-                        _ => {}
+                push = pushes.recv() => match push {
+                    None | Some(PushInfo { kind: PushKind::Disconnection, .. }) => {
+                        return Err(dropped())
                     }
-                }
+                    Some(PushInfo { kind: PushKind::Message, data }) => {
+                        if let Some(addr) = switched_to(&data, &self.master_name) {
+                            tracing::debug!(
+                                sentinel = %self.info.addr(),
+                                master = %addr,
+                                "distlock: a Sentinel announced a new master"
+                            );
+                            self.announce.send_replace(Some(addr));
+                        }
+                    }
+                    Some(_) => {}
+                },
                 _ = heartbeat.tick() => {
                     if self.conn.strong_count() == 0 {
                         return Ok(());
@@ -633,19 +623,13 @@ fn switched_to(data: &[Value], master_name: &str) -> Option<String> {
     let [Value::BulkString(channel), Value::BulkString(payload)] = data else {
         return None;
     };
-    if channel != SWITCH_MASTER.as_bytes() {
-        return None;
-    }
     let payload = std::str::from_utf8(payload).ok()?;
     let fields: Vec<&str> = payload.split_ascii_whitespace().collect();
     let [name, _old_host, _old_port, host, port] = fields.as_slice() else {
         return None;
     };
-    if *name != master_name {
-        return None;
-    }
     let port: u16 = port.parse().ok()?;
-    Some(format!("{host}:{port}"))
+    (channel == SWITCH_MASTER.as_bytes() && *name == master_name).then(|| format!("{host}:{port}"))
 }
 
 /// Moves `conn` to each master announced on `announced`: asks the Sentinels at

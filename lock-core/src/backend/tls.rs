@@ -62,13 +62,11 @@ pub(crate) fn needs_feature(what: &str) -> String {
 /// documentation): the application's, or else `ring`.
 #[cfg(feature = "tls")]
 pub(crate) fn ensure_provider() {
-    if CryptoProvider::get_default().is_some() {
-        return;
-    }
     // Losing a race with another installer is fine: its provider is then the one used.
-    if rustls::crypto::ring::default_provider()
-        .install_default()
-        .is_ok()
+    if CryptoProvider::get_default().is_none()
+        && rustls::crypto::ring::default_provider()
+            .install_default()
+            .is_ok()
     {
         tracing::debug!(
             "distlock: no rustls crypto provider was installed; installed ring as the \
@@ -136,23 +134,19 @@ impl TlsSettings {
             .with_root_certificates(roots);
         if let Some((cert_pem, key_pem)) = &self.client_cert {
             let chain = cert_chain(cert_pem)?;
-            let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|err| {
-                LockError::invalid_option(
-                    "tls_client_cert",
-                    format!(
-                        "the key is not a PEM private key ({err}); pass the client's private \
-                         key as PEM (`-----BEGIN PRIVATE KEY-----`, or an RSA or EC key)"
-                    ),
-                )
-            })?;
+            let not_a_key = refused(
+                "tls_client_cert",
+                "pass the client's private key as PEM (`-----BEGIN PRIVATE KEY-----`, or an RSA \
+                 or EC key)",
+            );
+            let key = PrivateKeyDer::from_pem_slice(key_pem)
+                .map_err(|err| not_a_key(format!("the key is not a PEM private key ({err})")))?;
+            let not_its_key = refused(
+                "tls_client_cert",
+                "pass the private key that belongs to the client certificate",
+            );
             config.with_client_auth_cert(chain, key).map_err(|err| {
-                LockError::invalid_option(
-                    "tls_client_cert",
-                    format!(
-                        "the key does not fit the certificate ({err}); pass the private key \
-                         that belongs to the client certificate"
-                    ),
-                )
+                not_its_key(format!("the key does not fit the certificate ({err})"))
             })?;
         }
         Ok(Some(TlsCertificates {
