@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use crate::backend::reply_text;
 use crate::kinds::{HoldMode, LockKind};
 use crate::layout::lua::{ORDER_EDGE, PRELUDE, SOURCES};
 use crate::library::{Library, Script};
@@ -379,7 +378,11 @@ pub(crate) fn request_answer(
 ) -> redis::RedisResult<Vec<i64>> {
     if let redis::Value::Array(parts) = &reply {
         if let [redis::Value::Int(-6), text] = parts.as_slice() {
-            let text = reply_text(text).unwrap_or_else(|| format!("{text:?}"));
+            let text = match text {
+                redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                redis::Value::SimpleString(text) => text.clone(),
+                other => format!("{other:?}"),
+            };
             return Err(redis::RedisError::from((
                 redis::ErrorKind::Extension,
                 "a command the script called was refused",
