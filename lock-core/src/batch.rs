@@ -245,11 +245,12 @@ impl<R: Request> Batcher<R> {
             drop(slot);
         }
         answered.await.unwrap_or_else(|_| {
-            // The sending task was dropped with its runtime: the outcome is unknown.
+            // What sent its batch was dropped midway: the outcome is unknown.
             Err(redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::ConnectionAborted,
                 format!(
-                    "the {} request was not answered: its runtime shut down",
+                    "the {} request was not answered: the call sending its batch was \
+                     dropped (its caller gave up, or its runtime shut down)",
                     R::SCRIPT
                 ),
             )))
@@ -257,6 +258,13 @@ impl<R: Request> Batcher<R> {
     }
 
     /// Sends `batch`, then whatever queued meanwhile, until the queue is empty.
+    ///
+    /// # Cancel safety
+    ///
+    /// Runs in a task of its own (spawned when a sending slot is handed on), so it
+    /// is dropped only with its runtime: the requests of the batch under way and
+    /// those queued are then answered with an error of unknown outcome by their
+    /// dropped senders (see [`submit`](Self::submit)).
     async fn send_all(self: Arc<Self>, conn: Conn, batch: Vec<Queued<R>>) {
         let mut next = Some(batch);
         while let Some(batch) = next {
@@ -278,6 +286,11 @@ impl<R: Request> Batcher<R> {
 
     /// Runs the script once for `items`, in order: one answer per item (an error
     /// when the script answered another number of requests).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped midway, the run may or may not have been applied; its callers tell
+    /// their requests' callers so (see [`submit`](Self::submit)).
     async fn run(&self, items: &[&R], conn: &mut Conn) -> redis::RedisResult<Vec<Answer>> {
         let mut invocation = self.script.invoke(&self.header);
         for item in items {
@@ -294,6 +307,11 @@ impl<R: Request> Batcher<R> {
     }
 
     /// One run of the script for every request of `batch`, each answered in turn.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped midway, the requests of `batch` are answered with an error of
+    /// unknown outcome by their dropped senders (see [`submit`](Self::submit)).
     async fn send(&self, mut conn: Conn, batch: Vec<Queued<R>>) {
         let items: Vec<&R> = batch.iter().map(|(item, _)| item).collect();
         let replies = self.run(&items, &mut conn).await;

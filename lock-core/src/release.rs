@@ -33,6 +33,11 @@ use crate::waiters::Claim;
 
 /// [`LockGuard::unlock`](crate::LockGuard::unlock): gives back one hold of `hold`,
 /// and says whether the lock was still held.
+///
+/// # Cancel safety
+///
+/// The release runs detached: dropped midway, it still finishes in the background
+/// (see `LockGuard::unlock`).
 pub(crate) async fn unlock(inner: &Arc<Inner>, hold: Arc<Hold>) -> Result<(), LockError> {
     if !inner.watchdog.guard_gone(&hold) {
         // The client's shutdown gave it back already.
@@ -313,6 +318,12 @@ pub(crate) async fn shutdown(inner: &Arc<Inner>) -> ShutdownReport {
 /// or one refused after it was granted; with `node`, the grant of one Redlock node
 /// for an attempt that missed the majority), waiting for the answer; a failure is
 /// logged and left to the lease.
+///
+/// # Cancel safety
+///
+/// Called in tasks of their own (an attempt's give-back or undo, a hand-off's
+/// resolution) or inside a detached Redlock attempt. Dropped midway, the release may or may not be applied, and the
+/// hold it gives back ends with its lease at the latest.
 pub(crate) async fn give_back(
     inner: &Inner,
     keys: &Arc<LockKeys>,

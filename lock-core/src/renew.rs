@@ -77,6 +77,14 @@ impl Answer {
 /// Renews every hold of `batch` once, each to its own lease, or to `lease` when it
 /// is given: one [`Renewal`] per hold, in order. On Redlock every node renews the
 /// whole batch, and the majority rules decide.
+///
+/// # Cancel safety
+///
+/// Dropped midway (the watchdog's round timed out or gave way), a renewal or a
+/// Redlock write-back may have been applied on some nodes and not others; each is
+/// safe to repeat (a write-back never goes over an existing key), and the holds'
+/// state is changed only by the caller, from the answers, so the next round asks
+/// again.
 pub(crate) async fn renew(
     backend: &Backend,
     scripts: &Arc<Scripts>,
