@@ -13,9 +13,6 @@ use crate::who::HolderInfo;
 /// made once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
-    /// Every script of the library, in the order of its sources: the fields below,
-    /// by name.
-    all: [Script; 8],
     /// `acquire.lua` for a new acquisition of any kind: refused on a server out of
     /// memory.
     pub(crate) acquire: Script,
@@ -36,11 +33,9 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let all = Library::build(PRELUDE, &SOURCES);
         let [acquire, reenter, acquire_all, release, renew, force_release, inspect, withdraw] =
-            all.clone();
+            Library::build(PRELUDE, &SOURCES);
         Self {
-            all,
             acquire,
             reenter,
             acquire_all,
@@ -54,8 +49,17 @@ impl Scripts {
     }
 
     /// Every script of the library.
-    pub(crate) fn all(&self) -> &[Script; 8] {
-        &self.all
+    pub(crate) fn all(&self) -> [&Script; 8] {
+        [
+            &self.acquire,
+            &self.reenter,
+            &self.acquire_all,
+            &self.release,
+            &self.renew,
+            &self.force_release,
+            &self.inspect,
+            &self.withdraw,
+        ]
     }
 
     /// The function library every script is part of.
